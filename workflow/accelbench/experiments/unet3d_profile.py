@@ -1,0 +1,366 @@
+"""Study A (arXiv 2606.19365): Med-DDPM's 3D diffusion U-Net, profiled per configuration.
+
+Workload: a Med-DDPM-equivalent mask-conditioned 3D DDPM built from MONAI. The noisy image is
+concatenated with the one-hot mask (whole head: 1 + 2 = 3 input channels) and the U-Net predicts
+the noise (epsilon). Cosine beta schedule with 250 steps, L1 loss on epsilon, Adam lr 1e-5, batch 1.
+
+Mapping of Med-DDPM's settings (mobaidoctor/med-ddpm, ``diffusion_model/unet.py`` defaults) onto
+MONAI's ``DiffusionModelUNet(spatial_dims=3)``:
+
+============================  ======================================  ===================================
+Med-DDPM                      MONAI argument                          value (whole head)
+============================  ======================================  ===================================
+num_channels=64,              channels = base * mult                  (64, 64, 128, 192, 256)
+channel_mult=(1,1,2,3,4)
+num_res_blocks=1              num_res_blocks (per level)              (1, 1, 1, 1, 1)
+attention_resolutions="16"    attention_levels: level l has attention (F, F, F, T, F) for 128^3; the
+                              when volume[0] // 16 == 2**l (guided-   middle block always has attention
+                              diffusion's downsample-factor rule)
+num_heads=1                   num_head_channels = channels per level  one head per attention block
+GroupNorm(32) + SiLU          norm_num_groups=32                      same
+in 3 (1 noisy + 2 mask) /     in_channels / out_channels              3 / 1 (BraTS: 8 / 4)
+out 1
+============================  ======================================  ===================================
+
+What differs from Med-DDPM's own code: MONAI upsamples with nearest-neighbour interpolation + conv
+(Med-DDPM: trilinear + conv); MONAI's attention blocks add an output projection ("include_fc");
+the time embedding is injected the same way (additive, per residual block) but with MONAI's
+sinusoidal embedding; no dropout; no EMA (EMA does not change the step's kernels materially).
+With BraTS' 192^3-ish volume, guided-diffusion's rule (192 // 16 = 12, not a power of two) puts
+attention only in the middle block, as in Med-DDPM. A training step here is one forward +
+backward + Adam step at batch 1 (Med-DDPM accumulates 2 such micro-batches per optimizer step).
+
+Configurations (Study A's four, then ours):
+``baseline`` (TF32 off for cuDNN convolutions and cuBLAS matmuls), ``tf32``, ``channels_last_3d``
+(model and inputs in ``torch.channels_last_3d``), ``tf32_channels_last_3d``, ``bf16`` (autocast)
+and ``compile`` (``torch.compile``, TF32 off).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import measure
+from ..devices import Device
+
+EXPERIMENT = "unet3d_profile"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One profiled configuration: math mode, memory layout, autocast dtype, compilation."""
+
+    name: str
+    tf32: bool = False
+    channels_last_3d: bool = False
+    autocast: str | None = None  # "bf16" or None
+    compile: bool = False
+
+    @property
+    def precision(self) -> str:
+        """The math mode whose peak the MFU is computed against (and that the system must support)."""
+        return "bf16" if self.autocast == "bf16" else ("tf32" if self.tf32 else "fp32")
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("baseline"),
+    Variant("tf32", tf32=True),
+    Variant("channels_last_3d", channels_last_3d=True),
+    Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
+    Variant("bf16", autocast="bf16"),
+    Variant("compile", compile=True),
+)}
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Resolved U-Net + diffusion settings for one preset at one scale (see config/config.schema.yaml)."""
+
+    preset: str
+    scale: str
+    volume: tuple[int, int, int]
+    spacing_mm: tuple[float, float, float]
+    base_channels: int
+    channel_mult: tuple[int, ...]
+    num_res_blocks: int
+    attention_resolutions: tuple[int, ...]
+    num_heads: int
+    image_channels: int
+    mask_channels: int
+    out_channels: int
+    norm_groups: int
+    timesteps: int
+    schedule: str
+    lr: float
+    batch_size: int
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        return tuple(self.base_channels * m for m in self.channel_mult)
+
+    @property
+    def attention_levels(self) -> tuple[bool, ...]:
+        """guided-diffusion's rule: attention at level l iff volume[0] // res == 2**l for a listed res."""
+        factors = {self.volume[0] // r for r in self.attention_resolutions if self.volume[0] % r == 0}
+        return tuple(2**level in factors for level in range(len(self.channel_mult)))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels))
+        return d
+
+
+def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict) -> ModelSettings:
+    """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
+    (spacing = paper volume x paper spacing / new volume)."""
+    p = dict(presets[preset_name])
+    override = (scales or {}).get(scale) or {}
+    if "volume" in override:
+        fov = [v * s for v, s in zip(p["volume"], p["spacing_mm"])]
+        p["spacing_mm"] = [f / v for f, v in zip(fov, override["volume"])]
+    p.update(override)
+    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
+    return ModelSettings(preset=preset_name, scale=scale, **p)
+
+
+def build_unet(s: ModelSettings) -> torch.nn.Module:
+    """MONAI ``DiffusionModelUNet`` mapped to Med-DDPM (see module docstring). Parameters in fp32 on CPU.
+
+    MONAI (like guided diffusion) zero-initialises the last convolution of each residual block and
+    the output convolution, so an untrained network predicts exactly zero noise. Those layers are
+    re-initialised here with PyTorch's default initialisation, so that every layer contributes to the
+    output and the quality comparison between configurations compares real numbers, not zeros.
+    The arithmetic per step is unchanged.
+    """
+    from monai.networks.nets import DiffusionModelUNet
+
+    model = DiffusionModelUNet(
+        spatial_dims=3, in_channels=s.image_channels + s.mask_channels, out_channels=s.out_channels,
+        num_res_blocks=[s.num_res_blocks] * len(s.channels), channels=list(s.channels),
+        attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Conv3d, torch.nn.Linear)) and not module.weight.detach().any():
+            module.reset_parameters()
+    return model
+
+
+def build_scheduler(s: ModelSettings):
+    """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
+    from monai.networks.schedulers import DDPMScheduler
+
+    return DDPMScheduler(num_train_timesteps=s.timesteps, schedule=s.schedule)
+
+
+@contextlib.contextmanager
+def math_mode(tf32: bool):
+    """Switch TF32 for both cuDNN convolutions and cuBLAS matmuls (Study A's baseline turns both off:
+    PyTorch enables cuDNN TF32 by default). Restores the previous settings on exit."""
+    new_api = hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
+    if new_api:
+        old = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)
+        mode = "tf32" if tf32 else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+    else:
+        old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        if new_api:
+            torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = old
+        else:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def math_flags() -> dict:
+    """The TF32 flags as PyTorch reports them now (recorded in every result)."""
+    if hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision"):
+        return {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+                "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision,
+                "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    return {"matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+
+
+class Workload:
+    """Model, optimizer, scheduler and inputs for one variant on one device.
+
+    Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot.
+    """
+
+    def __init__(self, model: torch.nn.Module, settings: ModelSettings, variant: Variant, device: Device,
+                 image: torch.Tensor, mask: torch.Tensor, seed: int):
+        self.s, self.v, self.device = settings, variant, device
+        dev = device.torch_device
+        fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
+        self.model = model.to(dev, memory_format=fmt)
+        self.image = image.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
+        self.mask = mask.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
+        self.fmt = fmt
+        self.scheduler = build_scheduler(settings)
+        self.net = torch.compile(self.model) if variant.compile else self.model
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr)
+        self.amp = torch.bfloat16 if variant.autocast == "bf16" else None
+        self.gen = torch.Generator(device=dev).manual_seed(seed)
+        self.x_t = torch.randn(self.image.shape, generator=self.gen, device=dev).contiguous(memory_format=fmt)
+        self.t_sample = int(settings.timesteps // 2)
+
+    def predict(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        inp = torch.cat([x_t, self.mask], dim=1).contiguous(memory_format=self.fmt)
+        with self.device.autocast(self.amp):
+            return self.net(inp, t).float()
+
+    def train_step(self) -> torch.Tensor:
+        """Forward + L1 loss on epsilon + backward + Adam step (one optimizer step at batch B)."""
+        dev = self.device.torch_device
+        b = self.image.shape[0]
+        t = torch.randint(0, self.s.timesteps, (b,), device=dev, generator=self.gen)
+        noise = torch.randn(self.image.shape, device=dev, generator=self.gen).contiguous(memory_format=self.fmt)
+        x_t = self.scheduler.add_noise(original_samples=self.image, noise=noise, timesteps=t)
+        loss = F.l1_loss(self.predict(x_t, t), noise)
+        loss.backward()
+        self.device.mark_step()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.device.mark_step()
+        return loss.detach()
+
+    @torch.no_grad()
+    def sample_step(self) -> torch.Tensor:
+        """One reverse-diffusion step: a U-Net pass at timestep T/2 and the DDPM update."""
+        t = torch.full((self.image.shape[0],), self.t_sample, device=self.device.torch_device, dtype=torch.long)
+        eps = self.predict(self.x_t, t)
+        out, _ = self.scheduler.step(eps, self.t_sample, self.x_t, generator=self.gen)
+        self.device.mark_step()
+        return out
+
+
+@torch.no_grad()
+def quality_probe(w: Workload, steps: int, seed: int) -> dict[str, torch.Tensor]:
+    """Deterministic outputs for the quality comparison: the predicted noise for a fixed noisy input
+    at t = T/2, and a ``steps``-step reverse-diffusion sample from a fixed x_T (fixed RNG)."""
+    dev = w.device.torch_device
+    g = torch.Generator(device=dev).manual_seed(seed + 1)
+    b = w.image.shape[0]
+    noise = torch.randn(w.image.shape, device=dev, generator=g).contiguous(memory_format=w.fmt)
+    t = torch.full((b,), w.t_sample, device=dev, dtype=torch.long)
+    eps = w.predict(w.scheduler.add_noise(original_samples=w.image, noise=noise, timesteps=t), t)
+    w.scheduler.set_timesteps(w.s.timesteps, device=dev)
+    x = torch.randn(w.image.shape, device=dev, generator=g).contiguous(memory_format=w.fmt)
+    for ts in w.scheduler.timesteps[:steps]:
+        ti = int(ts)
+        e = w.predict(x, torch.full((b,), ti, device=dev, dtype=torch.long))
+        x, _ = w.scheduler.step(e, ti, x, generator=g)
+    return {"predicted_noise": eps.float().cpu().contiguous(), "sample": x.float().cpu().contiguous()}
+
+
+def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], tol_rel_l2: float) -> dict:
+    """Relative L2, PSNR (dB, data range of the reference) and 3D SSIM of each output vs. the baseline's."""
+    from monai.metrics import PSNRMetric, SSIMMetric
+
+    res: dict = {"tolerance_rel_l2": tol_rel_l2}
+    holds = True
+    for key in ("predicted_noise", "sample"):
+        a, b = out[key].double(), ref[key].double()
+        rel = float((a - b).norm() / b.norm().clamp_min(1e-30))
+        rng = float(b.max() - b.min()) or 1.0
+        psnr = float(PSNRMetric(max_val=rng)(a, b).mean()) if rel > 0 else float("inf")
+        ssim = float(SSIMMetric(spatial_dims=3, data_range=rng, win_size=7)(a.float(), b.float()).mean())
+        res[key] = {"rel_l2": rel, "psnr_db": psnr, "ssim": ssim}
+        holds &= rel <= tol_rel_l2
+    res["holds"] = bool(holds)
+    return res
+
+
+def unsupported_reason(variant: Variant, system) -> str | None:
+    """Why ``variant`` cannot run on ``system`` (None if it can)."""
+    if variant.tf32 and not system.supports("tf32"):
+        return f"{system.name} has no TF32 tensor cores (supported precisions: {', '.join(system.precisions)})"
+    if variant.autocast == "bf16" and not system.supports("bf16"):
+        return f"{system.name} has no native bf16 (supported precisions: {', '.join(system.precisions)})"
+    return None
+
+
+def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
+        warmup: int, repeat: int, profile_steps: int, quality_sample_steps: int, quality_rel_l2_max: float,
+        seed: int, trace_path: str | Path) -> dict:
+    """Profile one configuration: quality probe vs. baseline, timed training and sampling steps,
+    peak memory, FLOPs/MFU, and a torch.profiler kernel breakdown of one training step.
+
+    Args:
+        settings: resolved model settings (:func:`resolve_settings`).
+        variant: one of :data:`VARIANTS`.
+        system: the :class:`accelbench.systems.System` to run on (its backend must be present).
+        image, mask: (1, C, X, Y, Z) tensors from :func:`accelbench.data.mri.load_case`.
+        trace_path: where the Chrome trace (``.json.gz``) of the profiled step is written.
+
+    Returns:
+        ``{"status", "reason", "measurements"}``; status ``unsupported`` or ``oom`` with a reason
+        instead of raising for those cases. Times in ms, memory in GiB.
+    """
+    reason = unsupported_reason(variant, system)
+    if reason:
+        return {"status": "unsupported", "reason": reason, "measurements": {}}
+    device = Device(system.backend)
+    torch.manual_seed(seed)
+    model = build_unet(settings)
+    n_params = sum(p.numel() for p in model.parameters())
+    m: dict = {"parameters": n_params, "variant": dataclasses.asdict(variant), "precision": variant.precision}
+    try:
+        # 1. quality: same weights, seed and input; the baseline's outputs are the reference
+        with math_mode(False):
+            ref = quality_probe(Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
+                                quality_sample_steps, seed)
+        with math_mode(variant.tf32):
+            m["math_flags"] = math_flags()
+            w = Workload(model, settings, variant, device, image, mask, seed)
+            m["quality"] = compare_quality(quality_probe(w, quality_sample_steps, seed), ref, quality_rel_l2_max)
+            del ref
+            # 2. FLOPs (eager model: torch.compile does not change the arithmetic)
+            eager = Workload(copy.deepcopy(model), settings, dataclasses.replace(variant, compile=False), device,
+                             image, mask, seed) if variant.compile else w
+            flops_train = measure.count_flops(eager.train_step)
+            flops_fwd = measure.count_flops(eager.sample_step)
+            del eager
+            # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps
+            device.reset_peak_memory()
+            device.synchronize()
+            t0 = time.perf_counter()
+            w.train_step()
+            device.synchronize()
+            m["first_train_step_ms"] = (time.perf_counter() - t0) * 1e3
+            train = measure.time_steps(w.train_step, device, warmup, repeat, desc=f"{variant.name} train")
+            peak = device.peak_memory_bytes()
+            sample = measure.time_steps(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample")
+            # 4. kernel breakdown of one training step
+            kernels = measure.profile_steps(w.train_step, device, profile_steps, trace_path)
+    except device.out_of_memory_errors() as exc:
+        peak = device.peak_memory_bytes()
+        device.empty_cache()
+        return {"status": "oom", "reason": f"out of device memory: {str(exc).splitlines()[0]}",
+                "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None}}
+    peak_tflops = system.peak_tflops.get(variant.precision)
+    m.update({
+        "train_step": train.to_dict(),
+        "sample_step": sample.to_dict(),
+        "sample_projection": {"label": "projection", "steps": settings.timesteps,
+                              "seconds": sample.median * settings.timesteps / 1e3,
+                              "method": f"median reverse step x {settings.timesteps} steps"},
+        "peak_mem_gib": peak / 2**30 if peak is not None else None,
+        "flops": {"train_step": flops_train, "forward": flops_fwd},
+        "train_throughput": measure.throughput_and_mfu(flops_train, train.median, peak_tflops),
+        "train_volumes_per_s": settings.batch_size / (train.median / 1e3),
+        "kernels": kernels.to_dict(top=25),
+    })
+    return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}

@@ -1,0 +1,336 @@
+"""Measurement: step timing, kernel traces, kernel classes, idle time, FLOPs and MFU.
+
+Timing follows the usual rules for asynchronous devices: untimed warm-up steps first; then each
+step is timed with CUDA events on CUDA, or with a host clock read after a device synchronize
+elsewhere; the median and spread (p10/p90, stdev, min/max) of all repeats are reported together
+with the raw samples. Kernel-level breakdowns come from :mod:`torch.profiler` traces exported in
+Chrome trace format (the format Perfetto and ``chrome://tracing`` open).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .devices import Device
+
+
+# --------------------------------------------------------------------------- timing
+@dataclass
+class Timing:
+    """Summary of repeated timings. All times in ``unit`` (milliseconds)."""
+
+    unit: str
+    count: int
+    warmup: int
+    median: float
+    mean: float
+    stdev: float
+    p10: float
+    p90: float
+    min: float
+    max: float
+    method: str
+    samples: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_samples(cls, samples: list[float], warmup: int, method: str, unit: str = "ms") -> "Timing":
+        """Summarise ``samples`` (already in ``unit``). Raises ValueError on an empty list."""
+        if not samples:
+            raise ValueError("no timing samples")
+        s = sorted(samples)
+        q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
+        return cls(unit=unit, count=len(s), warmup=warmup, median=statistics.median(s),
+                   mean=statistics.fmean(s), stdev=statistics.stdev(s) if len(s) > 1 else 0.0,
+                   p10=q[0], p90=q[-1], min=s[0], max=s[-1], method=method, samples=list(samples))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "") -> Timing:
+    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed.
+
+    CUDA: one pair of CUDA events around each step (device time, no host sync inside the loop
+    beyond the one per step needed to read the events). CPU/HPU: ``synchronize`` then
+    ``time.perf_counter`` around each step.
+
+    Returns:
+        :class:`Timing` in milliseconds.
+    """
+    for _ in tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0):
+        step()
+    device.synchronize()
+    samples: list[float] = []
+    if device.backend == "cuda":
+        import torch
+
+        for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        method = "cuda_events"
+    else:
+        for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
+            t0 = time.perf_counter()
+            step()
+            device.synchronize()
+            samples.append((time.perf_counter() - t0) * 1e3)
+        method = "synchronize+perf_counter"
+    return Timing.from_samples(samples, warmup=warmup, method=method)
+
+
+# --------------------------------------------------------------------------- kernel traces
+@dataclass(frozen=True)
+class KernelRecord:
+    """One device kernel (or, on CPU, one outermost operator) from a trace. Times in microseconds."""
+
+    name: str
+    start_us: float
+    dur_us: float
+
+
+# Ordered: the first matching class wins. Names seen in cuDNN/cuBLAS/CUTLASS/PyTorch kernels and in
+# CPU aten operators. "layout_conversion" covers NCHW<->NHWC transposes and the copies PyTorch
+# makes to change memory format.
+KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
+    ("layout_conversion", re.compile(
+        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|"
+        r"direct_copy_kernel|copy_kernel|aten::copy_|aten::clone|aten::contiguous|reorder", re.I)),
+    ("attention", re.compile(
+        r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I)),
+    ("convolution", re.compile(
+        r"conv|implicit_gemm|implicit_convolve|fprop|dgrad|wgrad|scudnn|winograd|cudnn|"
+        r"xmma_fprop|xmma_dgrad|xmma_wgrad|mkldnn_convolution|slow_conv3d|im2col|vol2col|col2vol", re.I)),
+    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|aten::mm\b|aten::addmm|aten::linear|AddmmBackward|\bMmBackward|xmma",
+                        re.I)),
+    ("elementwise", re.compile(r"distribution_|normal_kernel|philox|aten::randn|aten::normal_", re.I)),  # RNG
+    ("normalization", re.compile(
+        r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
+        r"aten::native_group_norm", re.I)),
+    ("reduction", re.compile(r"reduce|sum_kernel|mean_kernel|aten::sum|aten::mean|aten::l1_loss|norm_kernel", re.I)),
+    ("memory", re.compile(r"memcpy|memset|Memcpy|Memset|aten::fill_|aten::zero_|aten::empty", re.I)),
+    ("optimizer", re.compile(r"adam|multi_tensor_apply|foreach|aten::_fused_adam", re.I)),
+    ("elementwise", re.compile(
+        r"elementwise|vectorized|unrolled|pointwise|triton_poi|aten::(add|mul|sub|div|silu|sigmoid|exp|pow|sqrt|"
+        r"addcmul|addcdiv|lerp|where|neg|abs|sign|cat|upsample)|upsample|silu|sigmoid|triton_|AccumulateGrad|"
+        r"\b(Add|Mul|Sub|Div|Silu|Sigmoid|Exp|Pow|Sqrt|Neg|Cat|Clone|Expand|View|Unsqueeze|Squeeze|Where|Lerp)Backward",
+        re.I)),
+]
+# Tensor-core kernels (a property, not a class): HMMA/GMMA/WGMMA mnemonics and cuDNN/cuBLAS tile names.
+TENSOR_CORE = re.compile(r"tf32|s1688|s16816|h1688|h16816|i8816|884|hmma|gmma|wgmma|tensorop|xmma|sm80_|sm90_|sm100_|bf16|f16", re.I)
+
+
+def classify_kernel(name: str) -> str:
+    """Class of a kernel or operator name: one of :data:`KERNEL_CLASSES` or ``other``."""
+    for cls, pattern in KERNEL_CLASSES:
+        if pattern.search(name):
+            return cls
+    return "other"
+
+
+def is_tensor_core_kernel(name: str) -> bool:
+    """True if the kernel name says it runs on tensor cores (HMMA/GMMA, TF32/BF16/FP16 tiles)."""
+    return bool(TENSOR_CORE.search(name))
+
+
+def load_chrome_trace(path: str | Path) -> dict:
+    """Read a Chrome trace (``.json`` or ``.json.gz``) as written by ``torch.profiler``."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+# Wrappers around other operators (torch.compile regions, autograd's per-node wrappers for compiled
+# graphs and gradient accumulation): looked through, so that the operators inside them count.
+_WRAPPERS = re.compile(r"^Torch-Compiled Region|CompiledFunction|^## Call CompiledFxGraph|"
+                       r"^autograd::engine::evaluate_function: (CompiledFunctionBackward|torch::autograd::)")
+
+
+def _outermost_events(events: list[dict]) -> list[dict]:
+    """Events not nested inside another event of the same thread (CPU operator traces).
+
+    On CPU the outermost aten operator (``aten::conv3d``, ``autograd::engine::evaluate_function:
+    ConvolutionBackward0``, ...) is the unit that dispatches one fused implementation: it plays the
+    role a kernel plays on a GPU, and outermost events never overlap, so times add up. Code that
+    torch.compile generates for the CPU is not an ATen operator and does not appear (it counts as idle).
+    """
+    out = []
+    by_tid: dict = {}
+    for e in events:
+        if _WRAPPERS.search(e.get("name", "")):
+            continue
+        by_tid.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        end = float("-inf")
+        for e in evs:
+            if e["ts"] >= end:
+                out.append(e)
+                end = e["ts"] + e.get("dur", 0)
+    return out
+
+
+def kernel_records_from_trace(trace: dict) -> tuple[list[KernelRecord], str, tuple[float, float] | None]:
+    """Device kernels of a Chrome trace, or outermost CPU operators when the trace has no device kernels.
+
+    Returns:
+        ``(records, source, step_window)``: ``source`` is ``"device_kernel"`` or ``"cpu_op"`` (outermost CPU operators);
+        ``step_window`` is the ``(start_us, end_us)`` span of the ``accelbench_step`` annotations
+        (None if absent).
+    """
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    steps = [e for e in events if e.get("name", "").startswith("accelbench_step") and e.get("cat") in
+             ("user_annotation", "cpu_op", "python_function")]
+    window = (min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)) if steps else None
+    kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    source = "device_kernel"
+    if not kernels:
+        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        if window:
+            ops = [e for e in ops if window[0] <= e["ts"] <= window[1]]
+        kernels, source = _outermost_events(ops), "cpu_op"
+    records = [KernelRecord(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in kernels]
+    return records, source, window
+
+
+def busy_union_us(records: Iterable[KernelRecord]) -> float:
+    """Total time covered by at least one record (overlaps counted once), in microseconds."""
+    total, cur_start, cur_end = 0.0, None, None
+    for r in sorted(records, key=lambda r: r.start_us):
+        end = r.start_us + r.dur_us
+        if cur_end is None or r.start_us > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = r.start_us, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+@dataclass
+class KernelSummary:
+    """Reduced kernel trace for ``steps`` profiled steps. Times in microseconds per step."""
+
+    source: str
+    steps: int
+    kernel_count: float
+    distinct_kernels: int
+    device_time_us: float
+    span_us: float
+    idle_fraction: float
+    class_time_us: dict[str, float]
+    class_share: dict[str, float]
+    tensor_core_share: float
+    layout_conversion_count: float
+    table: list[dict]
+
+    def to_dict(self, top: int | None = 25) -> dict:
+        d = asdict(self)
+        d["table"] = self.table[:top] if top else self.table
+        return d
+
+
+def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
+                      window: tuple[float, float] | None = None) -> KernelSummary:
+    """Per-kernel table, class totals/shares, kernel count and device idle fraction.
+
+    ``idle_fraction`` = 1 - (time with at least one kernel running) / span, where span is the first
+    kernel start to the last kernel end (device kernels) or the step annotation window (CPU ops).
+    Counts and times are divided by ``steps``.
+    """
+    if not records:
+        raise ValueError("the trace holds no kernels or operators")
+    by_name: dict[str, dict] = {}
+    for r in records:
+        row = by_name.setdefault(r.name, {"name": r.name, "calls": 0, "device_time_us": 0.0})
+        row["calls"] += 1
+        row["device_time_us"] += r.dur_us
+    total = sum(row["device_time_us"] for row in by_name.values())
+    table = []
+    for row in sorted(by_name.values(), key=lambda r: -r["device_time_us"]):
+        table.append({"name": row["name"], "class": classify_kernel(row["name"]),
+                      "tensor_core": is_tensor_core_kernel(row["name"]),
+                      "calls": row["calls"] / steps, "device_time_us": row["device_time_us"] / steps,
+                      "share": row["device_time_us"] / total if total else 0.0})
+    classes = list(dict.fromkeys([c for c, _ in KERNEL_CLASSES] + ["other"]))
+    class_time = {c: sum(r["device_time_us"] for r in table if r["class"] == c) for c in classes}
+    if source == "device_kernel" or window is None:
+        span = max(r.start_us + r.dur_us for r in records) - min(r.start_us for r in records)
+    else:
+        span = window[1] - window[0]
+    busy = busy_union_us(records)
+    return KernelSummary(
+        source=source, steps=steps, kernel_count=len(records) / steps, distinct_kernels=len(table),
+        device_time_us=total / steps, span_us=span / steps,
+        idle_fraction=max(0.0, 1.0 - busy / span) if span > 0 else 0.0,
+        class_time_us=class_time,
+        class_share={c: (t * steps / total if total else 0.0) for c, t in class_time.items()},
+        tensor_core_share=sum(r["device_time_us"] for r in table if r["tensor_core"]) * steps / total if total else 0.0,
+        layout_conversion_count=sum(r["calls"] for r in table if r["class"] == "layout_conversion"),
+        table=table)
+
+
+def write_kernel_table(summary: KernelSummary, path: str | Path) -> None:
+    """Write the full per-kernel table as CSV (name, class, tensor_core, calls, device_time_us, share)."""
+    import csv
+
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["name", "class", "tensor_core", "calls", "device_time_us", "share"])
+        writer.writeheader()
+        writer.writerows(summary.table)
+
+
+def profile_steps(step: Callable[[], object], device: Device, steps: int, trace_path: str | Path) -> KernelSummary:
+    """Capture ``steps`` calls of ``step`` with torch.profiler, export the trace, reduce it.
+
+    Each step runs inside a ``record_function("accelbench_step")`` range followed by a device
+    synchronize, so kernels of one step do not spill into the next.
+    """
+    import torch
+
+    with torch.profiler.profile(activities=device.profiler_activities()) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function("accelbench_step"):
+                step()
+                device.synchronize()
+    prof.export_chrome_trace(str(trace_path))
+    records, source, window = kernel_records_from_trace(load_chrome_trace(trace_path))
+    return summarize_kernels(records, source, steps=steps, window=window)
+
+
+# --------------------------------------------------------------------------- FLOPs and MFU
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of one call of ``fn`` counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    Counts matmul/convolution/attention FLOPs (2 per multiply-add) for forward and backward;
+    elementwise operations are not counted, as is usual for MFU.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def throughput_and_mfu(flops: int | None, step_ms: float, peak_tflops: float | None) -> dict:
+    """Achieved TFLOP/s = flops / step time; MFU = achieved / peak (dense datasheet peak of the
+    math mode in use, from the system file). Either is None when its inputs are unknown."""
+    if not flops or step_ms <= 0:
+        return {"tflop_per_s": None, "mfu": None, "peak_tflops": peak_tflops}
+    achieved = flops / (step_ms * 1e-3) / 1e12
+    return {"tflop_per_s": achieved, "mfu": achieved / peak_tflops if peak_tflops else None, "peak_tflops": peak_tflops}

@@ -1,0 +1,137 @@
+"""Provenance: what produced a result (hardware, drivers, software, code, container, config).
+
+:func:`collect` returns a JSON-serialisable dict that every result embeds under ``environment``.
+Aggregation builds hardware labels and captions from it (see :func:`hardware_label`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+LIBRARIES = ("torch", "numpy", "monai", "nibabel", "nilearn", "snakemake", "pandas", "transformers", "peft",
+             "accelerate", "torchao", "deepspeed", "optimum-habana", "neural-compressor", "habana-torch-plugin",
+             "scikit-learn", "scikit-image", "gguf", "accelbench")
+
+
+def _run(cmd: list[str], cwd: str | Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def library_versions(names=LIBRARIES) -> dict[str, str | None]:
+    """Installed distribution versions (None when not installed)."""
+    out = {}
+    for n in names:
+        try:
+            out[n] = md.version(n)
+        except md.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def git_info(cwd: str | Path = ".") -> dict:
+    """Commit, branch and dirty flag of the repository holding ``cwd`` (None outside git)."""
+    commit = _run(["git", "rev-parse", "HEAD"], cwd)
+    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd)
+    return {"commit": commit, "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd),
+            "dirty": bool(status) if status is not None else None}
+
+
+def container_info() -> dict:
+    """The container this process runs in, if any (Apptainer/Singularity, Docker, or ACCELBENCH_IMAGE)."""
+    image = (os.environ.get("ACCELBENCH_IMAGE") or os.environ.get("APPTAINER_CONTAINER")
+             or os.environ.get("SINGULARITY_CONTAINER"))
+    runtime = ("apptainer" if os.environ.get("APPTAINER_CONTAINER") else
+               "singularity" if os.environ.get("SINGULARITY_CONTAINER") else
+               "docker" if Path("/.dockerenv").exists() else None)
+    return {"image": image, "runtime": runtime}
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def hardware_info(backend: str) -> dict:
+    """Device name/count/memory and driver/runtime versions for ``backend`` (cpu, cuda, hpu)."""
+    import torch
+
+    info: dict = {"backend": backend, "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+                  "torch_threads": torch.get_num_threads()}
+    if backend == "cuda" and torch.cuda.is_available():
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+        info.update({
+            "device_name": props[0].name, "device_count": len(props),
+            "device_memory_gib": round(props[0].total_memory / 2**30, 2),
+            "compute_capability": f"{props[0].major}.{props[0].minor}",
+            "multiprocessors": props[0].multi_processor_count,
+            "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        })
+        if info["driver"]:
+            info["driver"] = info["driver"].splitlines()[0]
+    elif backend == "hpu":
+        import habana_frameworks.torch.hpu as hthpu
+
+        info.update({"device_name": hthpu.get_device_name(), "device_count": hthpu.device_count(),
+                     "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
+                     "driver": _run(["hl-smi", "--query-aip=driver_version", "--format=csv,noheader"])})
+    else:
+        info.update({"device_name": info["cpu"] or platform.machine(), "device_count": 1})
+    return info
+
+
+def collect(backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path = ".") -> dict:
+    """Everything a result needs to be traced back: hardware, software, git, container, host, time, config.
+
+    Args:
+        backend: ``cpu``, ``cuda`` or ``hpu``.
+        system: the system definition used (see :class:`accelbench.systems.System`).
+        config: the resolved experiment config.
+        repo: folder inside the git checkout that produced the result.
+    """
+    return {
+        "hardware": hardware_info(backend),
+        "software": {"python": platform.python_version(), "platform": platform.platform(),
+                     "libraries": library_versions()},
+        "git": git_info(repo),
+        "container": container_info(),
+        "host": socket.gethostname(),
+        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "system": system,
+        "config": config,
+    }
+
+
+def hardware_label(environment: dict) -> str:
+    """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or ``"CPU: AMD EPYC ... (2 threads)"``."""
+    hw = environment.get("hardware", {})
+    if hw.get("backend") == "cpu":
+        return f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
+    mem = f", {hw['device_memory_gib']} GiB" if hw.get("device_memory_gib") else ""
+    return f"{hw.get('device_name')} ({hw.get('device_count')}x{mem})"
+
+
+def software_label(environment: dict) -> str:
+    """e.g. ``"torch 2.11.0, CUDA 13.0, cuDNN 91300, driver 580.159.04"``."""
+    hw, libs = environment.get("hardware", {}), environment.get("software", {}).get("libraries", {})
+    parts = [f"torch {libs.get('torch')}"]
+    for key, name in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("synapseai", "SynapseAI"), ("driver", "driver")):
+        if hw.get(key):
+            parts.append(f"{name} {hw[key]}")
+    return ", ".join(parts)

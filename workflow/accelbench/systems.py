@@ -1,0 +1,170 @@
+"""Systems: named hardware targets (``config/systems/<name>.yaml``), detection and checks.
+
+A system gives the backend (``cpu``/``cuda``/``hpu``), the device count, the precisions the
+hardware supports natively, dense peak TFLOP/s (for MFU), its container image and its workload
+scale (``small`` or ``paper``). ``system: auto`` picks the system whose ``match`` strings occur in
+the name of the device found here (``cpu`` when no accelerator is present).
+
+Example::
+
+    systems = load_systems("config/systems")
+    system = resolve_system("auto", systems)    # e.g. System(name='h200', backend='cuda', ...)
+    require_backend(system)                     # raises SystemMismatchError if absent
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .config import SYSTEM_SCHEMA, schema_errors
+from .errors import ConfigError, SystemMismatchError
+
+
+@dataclass(frozen=True)
+class System:
+    """One hardware target, as read from its YAML file (fields as in ``config/system.schema.yaml``)."""
+
+    name: str
+    backend: str
+    devices: int
+    precisions: tuple[str, ...]
+    image: str
+    scale: str
+    description: str = ""
+    device_memory_gib: float | None = None
+    match: tuple[str, ...] = ()
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+
+    def supports(self, precision: str) -> bool:
+        """True if ``precision`` (fp32, tf32, bf16, fp16, fp8) runs natively on this system."""
+        return precision in self.precisions
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["precisions"] = list(self.precisions)
+        d["match"] = list(self.match)
+        return d
+
+
+def load_systems(systems_dir: str | Path, schema_path: str | Path = SYSTEM_SCHEMA) -> dict[str, System]:
+    """Read and validate every ``*.yaml`` in ``systems_dir``.
+
+    Raises:
+        ConfigError: the folder is empty/missing, a file fails the schema, or its ``name`` differs
+            from its file name.
+    """
+    systems_dir = Path(systems_dir)
+    files = sorted(systems_dir.glob("*.yaml"))
+    if not files:
+        raise ConfigError(f"no system files (*.yaml) in {systems_dir}")
+    systems: dict[str, System] = {}
+    for path in files:
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"system file {path} is not valid YAML: {exc}") from None
+        problems = schema_errors(raw, schema_path, what=f"system file {path}")
+        if problems:
+            raise ConfigError("\n".join(problems))
+        if raw["name"] != path.stem:
+            raise ConfigError(f"system file {path}: name {raw['name']!r} must equal the file name {path.stem!r}")
+        raw["precisions"] = tuple(raw["precisions"])
+        raw["match"] = tuple(raw.get("match", ()))
+        raw["peak_tflops"] = dict(raw.get("peak_tflops") or {})
+        systems[raw["name"]] = System(**raw)
+    return systems
+
+
+def habana_available() -> bool:
+    """True if Intel Gaudi's PyTorch bridge is installed (never imports it)."""
+    return importlib.util.find_spec("habana_frameworks") is not None
+
+
+def probe_devices() -> dict:
+    """What accelerators this process can see: ``{"backend", "count", "names"}``.
+
+    Gaudi is probed only when ``habana_frameworks`` is installed; CUDA through torch.
+    """
+    import torch
+
+    if habana_available():
+        import habana_frameworks.torch.hpu as hthpu  # noqa: F401  (registers the hpu device)
+
+        if hthpu.is_available():
+            n = hthpu.device_count()
+            return {"backend": "hpu", "count": n, "names": [hthpu.get_device_name() for _ in range(n)]}
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        return {"backend": "cuda", "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
+    return {"backend": "cpu", "count": 1, "names": []}
+
+
+def _describe_found(found: dict) -> str:
+    if found["backend"] == "cpu":
+        import torch
+
+        cuda = "CUDA not compiled in" if torch.version.cuda is None else f"CUDA {torch.version.cuda} but no visible GPU"
+        return f"no accelerator (torch {torch.__version__}: {cuda}; habana_frameworks {'present' if habana_available() else 'not installed'})"
+    return f"{found['count']} x {found['backend']} device(s): {', '.join(sorted(set(found['names'])))}"
+
+
+def match_system(device_name: str, backend: str, systems: dict[str, System]) -> System | None:
+    """The system of ``backend`` whose longest ``match`` string occurs in ``device_name`` (case-insensitive)."""
+    best, best_len = None, 0
+    for system in systems.values():
+        if system.backend != backend:
+            continue
+        for m in system.match:
+            if m.lower() in device_name.lower() and len(m) > best_len:
+                best, best_len = system, len(m)
+    return best
+
+
+def resolve_system(name: str, systems: dict[str, System], found: dict | None = None) -> System:
+    """Turn the config's ``system`` value into a :class:`System`.
+
+    ``auto`` detects the backend (see :func:`probe_devices`) and matches the device name.
+
+    Raises:
+        ConfigError: unknown system name, or an accelerator no system file matches.
+    """
+    if name != "auto":
+        if name not in systems:
+            raise ConfigError(f"unknown system {name!r}; known systems: {', '.join(sorted(systems))} (or 'auto'). "
+                              f"Add config/systems/{name}.yaml to define a new one.")
+        return systems[name]
+    found = found or probe_devices()
+    if found["backend"] == "cpu":
+        if "cpu" not in systems:
+            raise ConfigError("system: auto found no accelerator, and there is no 'cpu' system file")
+        return systems["cpu"]
+    device_name = found["names"][0]
+    system = match_system(device_name, found["backend"], systems)
+    if system is None:
+        raise ConfigError(f"system: auto found {_describe_found(found)}, which no system file matches; "
+                          f"add config/systems/<name>.yaml with `match: [\"{device_name}\"]` or set `system:` explicitly")
+    return system
+
+
+def require_backend(system: System, found: dict | None = None, devices: int = 1) -> dict:
+    """Check that ``system``'s backend is present with at least ``devices`` devices.
+
+    Returns:
+        The probe result (see :func:`probe_devices`).
+
+    Raises:
+        SystemMismatchError: naming the system and what was found instead.
+    """
+    found = found or probe_devices()
+    if system.backend == "cpu":
+        return found
+    if found["backend"] != system.backend or found["count"] < devices:
+        raise SystemMismatchError(
+            f"system {system.name!r} needs backend {system.backend!r} with {devices} device(s), "
+            f"but this machine has {_describe_found(found)}. Run on a {system.description or system.name} node, "
+            f"or set `system: auto` / `system: cpu`.")
+    return found
