@@ -1,0 +1,26 @@
+# accelbench: one DAG for every table and figure of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400).
+#
+#   snakemake --cores all                          # embedded default: CPU, real bundled data
+#   snakemake --cores all --config system=h100     # a named system (config/systems/*.yaml)
+#   snakemake --report report.html                 # HTML report of the figures with provenance
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/unet3d_profile.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+rule all:
+    input:
+        get_final_output(),
+    default_target: True

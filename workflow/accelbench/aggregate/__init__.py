@@ -1,0 +1,1 @@
+"""Aggregation: tables (CSV, Markdown, LaTeX) and figures from result.json files only."""

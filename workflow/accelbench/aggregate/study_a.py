@@ -1,0 +1,243 @@
+"""Study A aggregation: the profiling table, three figures, and published claims beside measured values.
+
+Inputs are ``unet3d_profile`` result files from any number of systems. Hardware labels in tables
+and figures come from each result's provenance. Rows that did not run carry an explicit ``OOM`` or
+``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
+from .common import load_results, status_cell, write_table  # noqa: E402
+
+CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
+           "reduction", "memory", "other"]
+ORDER = list(VARIANTS)
+
+
+def result_rows(results: list[dict]) -> pd.DataFrame:
+    """One row per (system, model, configuration) with the Study A columns; speedups vs. that
+    system's baseline. Times in ms, memory in GiB, shares as fractions of device time."""
+    rows = []
+    for r in results:
+        cfg, m = r["config"], r["measurements"]
+        settings = cfg.get("settings", {})
+        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
+               "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
+               "status": r["status"], "reason": r.get("reason")}
+        if r["status"] == "ok":
+            k = m["kernels"]
+            row.update({
+                "train_step_ms": m["train_step"]["median"], "train_step_p10_ms": m["train_step"]["p10"],
+                "train_step_p90_ms": m["train_step"]["p90"], "timed_steps": m["train_step"]["count"],
+                "sample_step_ms": m["sample_step"]["median"],
+                "projected_sample_s": m["sample_projection"]["seconds"],
+                "kernel_count": k["kernel_count"], "layout_conversion_kernels": k["layout_conversion_count"],
+                "kernel_source": k["source"],
+                **{f"share_{c}": k["class_share"].get(c, 0.0) for c in CLASSES},
+                "tensor_core_share": k["tensor_core_share"], "idle_fraction": k["idle_fraction"],
+                "peak_mem_gib": m.get("peak_mem_gib"),
+                "tflop_per_s": m["train_throughput"]["tflop_per_s"], "mfu": m["train_throughput"]["mfu"],
+                "quality_rel_l2_noise": m["quality"]["predicted_noise"]["rel_l2"],
+                "quality_psnr_db_sample": m["quality"]["sample"]["psnr_db"],
+                "quality_ssim_sample": m["quality"]["sample"]["ssim"],
+                "quality_holds": m["quality"]["holds"],
+            })
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df["configuration"] = pd.Categorical(df["configuration"], categories=ORDER + sorted(set(df["configuration"]) - set(ORDER)), ordered=True)
+    df = df.sort_values(["system", "model", "configuration"]).reset_index(drop=True)
+    df["configuration"] = df["configuration"].astype(str)
+    base = df[df["configuration"] == "baseline"].set_index(["system", "model"])["train_step_ms"] if "train_step_ms" in df else None
+    if base is not None:
+        df["speedup_vs_baseline"] = [
+            base.get((s, mo), np.nan) / t if pd.notna(t) else np.nan
+            for s, mo, t in zip(df["system"], df["model"], df["train_step_ms"])]
+    return df
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """The published-layout table: status labels in place of numbers for rows that did not run."""
+    cols = ["hardware", "model", "volume", "configuration", "train_step_ms", "speedup_vs_baseline", "sample_step_ms",
+            "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
+            "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
+            "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
+            "quality_psnr_db_sample", "quality_holds"]
+    out = df.reindex(columns=cols).astype(object)
+    for i, status in enumerate(df["status"]):
+        if status != "ok":
+            out.loc[i, "train_step_ms"] = {"oom": "OOM", "unsupported": "unsupported"}[status]
+    return out
+
+
+# --------------------------------------------------------------------------- claims
+def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str]:
+    """(measured value, how it was measured) for one published claim on one system's rows."""
+    def row(conf):
+        r = sysdf[sysdf["configuration"] == conf]
+        return r.iloc[0] if len(r) else None
+
+    conf = {"tf32+channels_last_3d": "tf32_channels_last_3d"}.get(claim["configuration"], claim["configuration"])
+    metric = claim["metric"]
+    if metric == "kernel_time_breakdown":
+        b = row("baseline")
+        if b is None or b["status"] != "ok":
+            return "not measured", "baseline missing"
+        shares = {c: b[f"share_{c}"] for c in CLASSES}
+        top = max(shares, key=shares.get)
+        return f"largest class: {top} ({shares[top]:.0%}); convolution {shares['convolution']:.0%}", "measured (torch.profiler)"
+    if metric == "synthesis_quality":
+        ok = sysdf[sysdf["status"] == "ok"]
+        if ok.empty:
+            return "not measured", "no configuration ran"
+        return (f"holds for {int(ok['quality_holds'].sum())}/{len(ok)} configurations "
+                f"(max rel. L2 of predicted noise {ok['quality_rel_l2_noise'].max():.2g})", "measured (vs. baseline)")
+    r = row(conf)
+    if r is None:
+        return "not measured", f"configuration {conf} not run"
+    if r["status"] != "ok":
+        return {"oom": "OOM", "unsupported": "unsupported"}[r["status"]], str(r["reason"])
+    if metric in ("speedup_x", "throughput_gain"):
+        extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step" if "channels_last" in conf else ""
+        return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
+    if metric in ("sm_cycles_ratio", "sm_cycles_reduction_x"):
+        ratio = 1 / r["speedup_vs_baseline"]
+        val = f"{ratio:.2f}" if metric == "sm_cycles_ratio" else f"{1 / ratio:.2f}x"
+        return val, "proxy: training-step time ratio (SM cycles need Nsight Compute)"
+    if metric == "tensor_core_utilization_gain_x":
+        b = row("baseline")
+        if b is None or b["status"] != "ok":
+            return "not measured", "baseline missing"
+        return (f"tensor-core kernel share {b['tensor_core_share']:.0%} -> {r['tensor_core_share']:.0%}",
+                "proxy: share of device time in tensor-core kernels (utilisation needs Nsight Compute)")
+    return "not measured", "needs Nsight Compute hardware counters"
+
+
+def claims_table(claims: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Each published claim beside what each measured system shows (or why it is not measured)."""
+    rows = []
+    for _, claim in claims.iterrows():
+        for (system, model), sysdf in (df.groupby(["system", "model"]) if not df.empty else []):
+            value, how = _measured_for_claim(claim, sysdf)
+            rows.append({"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
+                         "configuration": claim["configuration"], "metric": claim["metric"],
+                         "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
+                         "model": model, "measured": value, "how": how,
+                         "same_gpu": claim["gpu"] in ("all",) or system in str(claim["gpu"]).split("/")})
+    return pd.DataFrame(rows)
+
+
+def read_claims(path: str | Path) -> pd.DataFrame:
+    """The published claims CSV (``#`` lines are its source notes)."""
+    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+
+
+# --------------------------------------------------------------------------- figures
+def _title(df: pd.DataFrame, what: str) -> str:
+    models = ", ".join(f"{m} ({v})" for m, v in df[["model", "volume"]].drop_duplicates().itertuples(index=False))
+    return f"Study A, Med-DDPM U-Net {models}: {what}"
+
+
+def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
+    """Grouped bars: speedup over baseline per configuration, one colour per hardware label."""
+    confs = [c for c in ORDER if c in set(df["configuration"])]
+    groups = list(df.groupby(["hardware", "model"]))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(confs)), 4))
+    width = 0.8 / max(1, len(groups))
+    for gi, ((hw, model), g) in enumerate(groups):
+        g = g.set_index("configuration")
+        xs = np.arange(len(confs)) + gi * width
+        for x, c in zip(xs, confs):
+            if c not in g.index:
+                continue
+            r = g.loc[c]
+            if r["status"] != "ok":
+                ax.text(x, 0.05, status_cell({"status": r["status"]}), rotation=90, ha="center", va="bottom", fontsize=8)
+                continue
+            s = r["speedup_vs_baseline"]
+            lo = s - g.loc["baseline", "train_step_ms"] / r["train_step_p90_ms"] if "baseline" in g.index else 0
+            hi = g.loc["baseline", "train_step_ms"] / r["train_step_p10_ms"] - s if "baseline" in g.index else 0
+            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3,
+                   label=f"{hw} [{model}]" if c == confs[0] or x == xs[0] else None)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20)
+    ax.set_ylabel("training-step speedup over baseline (x)")
+    ax.set_title(_title(df, "speedup"), fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def fig_breakdown(df: pd.DataFrame, path: str | Path) -> None:
+    """Stacked bars: share of device time per kernel class, one bar per (hardware, configuration)."""
+    ok = df[df["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4.5))
+    bottom = np.zeros(len(ok))
+    labels = [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(ok["configuration"], ok["hardware"])]
+    for i, cls in enumerate(CLASSES):
+        vals = ok[f"share_{cls}"].to_numpy(dtype=float)
+        ax.bar(range(len(ok)), vals, bottom=bottom, color=f"C{i}", label=cls)
+        bottom += vals
+    ax.set_xticks(range(len(ok)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("share of device time")
+    ax.set_title(_title(df, "kernel-time breakdown of one training step"), fontsize=9)
+    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def fig_counts(df: pd.DataFrame, path: str | Path) -> None:
+    """Bars: kernel launches per training step, with the layout-conversion part hatched."""
+    ok = df[df["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4))
+    x = np.arange(len(ok))
+    ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
+    ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout conversion")
+    labels = [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(ok["configuration"], ok["hardware"])]
+    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("kernels per training step")
+    ax.set_title(_title(df, "kernel counts"), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Write table.{csv,md,tex}, claims_vs_measured.{csv,md,tex} and the three figures to ``out_dir``.
+
+    Raises:
+        ResultError: a result file is missing or corrupt.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = load_results(result_paths)
+    df = result_rows(results)
+    hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
+    sw = "; ".join(sorted(set(df["software"]))) if not df.empty else ""
+    write_table(table(df), out_dir / "table",
+                f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
+                f"projected_sample_s = median reverse step x 250 (a projection).")
+    claims = claims_table(read_claims(claims_path), df)
+    write_table(claims, out_dir / "claims_vs_measured",
+                f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}.")
+    fig_speedup(df, out_dir / "fig_speedup.png")
+    fig_breakdown(df, out_dir / "fig_kernel_breakdown.png")
+    fig_counts(df, out_dir / "fig_kernel_counts.png")
+    return {p.stem: p for p in out_dir.iterdir()}

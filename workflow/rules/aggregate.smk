@@ -1,0 +1,35 @@
+# Aggregation: reads only result.json files (this system's and any copied in from other machines).
+rule study_a_aggregate:
+    input:
+        results=unet3d_results() + other_systems_results("unet3d_profile"),
+        claims=CLAIMS_A,
+    output:
+        table=f"{RESULTS}/study_a/table.csv",
+        table_md=f"{RESULTS}/study_a/table.md",
+        table_tex=f"{RESULTS}/study_a/table.tex",
+        claims=f"{RESULTS}/study_a/claims_vs_measured.csv",
+        claims_md=f"{RESULTS}/study_a/claims_vs_measured.md",
+        speedup=report(
+            f"{RESULTS}/study_a/fig_speedup.png",
+            caption="../report/study_a_speedup.rst",
+            category="Study A",
+        ),
+        breakdown=report(
+            f"{RESULTS}/study_a/fig_kernel_breakdown.png",
+            caption="../report/study_a_breakdown.rst",
+            category="Study A",
+        ),
+        counts=report(
+            f"{RESULTS}/study_a/fig_kernel_counts.png",
+            caption="../report/study_a_counts.rst",
+            category="Study A",
+        ),
+    log:
+        "logs/study_a_aggregate.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-a-aggregate --results {input.results} --claims {input.claims}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,12 @@
+rule mri_prepare:
+    output:
+        image="resources/mri/{model}_{scale}/image.nii.gz",
+        mask="resources/mri/{model}_{scale}/mask.nii.gz",
+    log:
+        "logs/mri_prepare/{model}_{scale}.log",
+    params:
+        spec=mri_spec,
+    container:
+        CONTAINER
+    shell:
+        "accelbench mri-prepare --spec {params.spec:q} --image {output.image} --mask {output.mask} > {log} 2>&1"
