@@ -38,8 +38,16 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
     return out
 
 
-def git_info(cwd: str | Path = ".") -> dict:
-    """Commit, branch and dirty flag of the repository holding ``cwd`` (None outside git)."""
+def git_info(cwd: str | Path | None = None) -> dict:
+    """Commit, branch and dirty flag of the checkout holding this package (an editable install, as the
+    README installs it), else of ``cwd``; inside an image built without ``.git``, ``ACCELBENCH_GIT_COMMIT``.
+    Values are None when none is known."""
+    for where in (Path(__file__).resolve().parents[2], Path(cwd or ".")):
+        if where.is_dir() and _run(["git", "rev-parse", "HEAD"], where):
+            cwd = where
+            break
+    else:
+        return {"commit": os.environ.get("ACCELBENCH_GIT_COMMIT"), "branch": None, "dirty": None}
     commit = _run(["git", "rev-parse", "HEAD"], cwd)
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd)
     return {"commit": commit, "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd),
@@ -96,14 +104,14 @@ def hardware_info(backend: str) -> dict:
     return info
 
 
-def collect(backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path = ".") -> dict:
+def collect(backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path | None = None) -> dict:
     """Everything a result needs to be traced back: hardware, software, git, container, host, time, config.
 
     Args:
         backend: ``cpu``, ``cuda`` or ``hpu``.
         system: the system definition used (see :class:`accelbench.systems.System`).
         config: the resolved experiment config.
-        repo: folder inside the git checkout that produced the result.
+        repo: folder inside the git checkout that produced the result (default: this package's checkout).
     """
     return {
         "hardware": hardware_info(backend),

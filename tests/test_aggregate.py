@@ -1,0 +1,69 @@
+import json
+
+import pandas as pd
+import pytest
+
+from accelbench import provenance, results
+from accelbench.aggregate import study_a
+from accelbench.errors import ResultError
+
+CLAIMS = "resources/reference/study_a_claims.csv"
+
+
+def _fake(tmp_path, system, conf, status="ok", step=100.0, hw="NVIDIA H200"):
+    env = provenance.collect("cpu")
+    env["hardware"].update(backend="cuda", device_name=hw, device_count=1, device_memory_gib=139.8)
+    cfg = {"system": {"name": system, "scale": "paper"}, "model": "whole_head", "configuration": conf,
+           "settings": {"scale": "paper", "volume": [128, 128, 128]}}
+    timing = {"median": step, "p10": step * 0.9, "p90": step * 1.1, "count": 5}
+    shares = {c: 0.0 for c in study_a.CLASSES}
+    shares["convolution"] = 0.7
+    shares["layout_conversion"] = 0.1 if "channels_last" in conf else 0.0
+    shares["elementwise"] = 0.3 - shares["layout_conversion"]
+    m = {} if status != "ok" else {
+        "train_step": timing, "sample_step": timing, "sample_projection": {"seconds": step * 0.25},
+        "kernels": {"kernel_count": 900, "layout_conversion_count": 40 if "channels_last" in conf else 0,
+                    "source": "device_kernel", "class_share": shares, "tensor_core_share": 0.6 if "tf32" in conf else 0.0,
+                    "idle_fraction": 0.1},
+        "peak_mem_gib": 30.0, "train_throughput": {"tflop_per_s": 50.0, "mfu": 0.1},
+        "quality": {"predicted_noise": {"rel_l2": 1e-3}, "sample": {"psnr_db": 60.0, "ssim": 1.0}, "holds": True}}
+    r = results.make_result("unet3d_profile", status, cfg, env, m, None if status == "ok" else "out of device memory")
+    path = tmp_path / system / "unet3d_profile" / "whole_head" / conf / "result.json"
+    results.write_result(r, path)
+    return path
+
+
+def test_aggregate_tables_figures_and_claims(tmp_path):
+    paths = [_fake(tmp_path, "h200", "baseline", step=100.0), _fake(tmp_path, "h200", "tf32", step=25.0),
+             _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
+             _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
+             _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
+             _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB")]
+    out = tmp_path / "agg"
+    study_a.aggregate(paths, CLAIMS, out)
+    df = pd.read_csv(out / "table.csv")
+    h = df[df["hardware"].str.startswith("NVIDIA H200")].set_index("configuration")
+    assert h.loc["tf32", "speedup_vs_baseline"] == pytest.approx(4.0)
+    assert h.loc["channels_last_3d", "train_step_ms"] == "OOM"  # explicit cell, not dropped
+    a = df[df["hardware"].str.startswith("NVIDIA A100")].set_index("configuration")
+    assert a.loc["tf32", "speedup_vs_baseline"] == pytest.approx(5.0)
+    md = (out / "table.md").read_text()
+    assert "NVIDIA H200 (1x, 139.8 GiB)" in md and "OOM" in md  # labels from provenance
+    assert "\\begin{table}" in (out / "table.tex").read_text()
+    claims = pd.read_csv(out / "claims_vs_measured.csv")
+    a12 = claims[(claims["claim_id"] == "a12") & (claims["system"] == "h200")].iloc[0]
+    assert a12["measured"].startswith("5.00x") and a12["published"] == "3 to 5"
+    a7 = claims[(claims["claim_id"] == "a7") & (claims["system"] == "a100")].iloc[0]
+    assert a7["measured"] == "0.20" and "proxy" in a7["how"]
+    for fig in ("fig_speedup.png", "fig_kernel_breakdown.png", "fig_kernel_counts.png"):
+        assert (out / fig).stat().st_size > 10_000
+
+
+def test_corrupt_result_stops_aggregation_with_the_file_named(tmp_path):
+    good = _fake(tmp_path, "h200", "baseline")
+    bad = tmp_path / "bad" / "result.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(ResultError, match=str(bad)):
+        study_a.aggregate([good, bad], CLAIMS, tmp_path / "agg")
+    assert not (tmp_path / "agg" / "table.csv").exists()

@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import pytest
+
+from accelbench import measure
+from accelbench.devices import Device
+from accelbench.measure import KernelRecord
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_timing_summary():
+    t = measure.Timing.from_samples([3.0, 1.0, 2.0, 10.0, 4.0], warmup=2, method="test")
+    assert t.median == 3.0 and t.min == 1.0 and t.max == 10.0 and t.count == 5 and t.warmup == 2
+    assert t.p10 <= t.median <= t.p90 and t.samples == [3.0, 1.0, 2.0, 10.0, 4.0]
+    with pytest.raises(ValueError):
+        measure.Timing.from_samples([], warmup=0, method="test")
+
+
+def test_time_steps_counts_calls():
+    calls = []
+    t = measure.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)
+    assert len(calls) == 7 and t.count == 4 and t.unit == "ms" and t.method == "synchronize+perf_counter"
+
+
+@pytest.mark.parametrize("name,cls", [
+    ("sm90_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32", "convolution"),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>", "layout_conversion"),
+    ("void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>", "layout_conversion"),
+    ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),
+    ("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", "convolution"),
+    ("ampere_sgemm_128x64_nn", "gemm"),
+    ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
+    ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>", "elementwise"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "layout_conversion"),
+    ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
+    ("Memset (Device)", "memory"),
+    ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
+    ("aten::native_group_norm", "normalization"),
+    ("some_unknown_kernel", "other"),
+])
+def test_classify_kernel(name, cls):
+    assert measure.classify_kernel(name) == cls
+
+
+def test_tensor_core_flag():
+    assert measure.is_tensor_core_kernel("sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32")
+    assert not measure.is_tensor_core_kernel("volta_scudnn_128x64_relu_interior_nn_v1")
+
+
+def test_busy_union_and_idle_fraction():
+    recs = [KernelRecord("a", 0, 10), KernelRecord("b", 5, 10), KernelRecord("c", 30, 10)]
+    assert measure.busy_union_us(recs) == 25
+    s = measure.summarize_kernels(recs, "device_kernel")
+    assert s.span_us == 40 and s.idle_fraction == pytest.approx(1 - 25 / 40)
+    assert s.kernel_count == 3 and s.distinct_kernels == 3
+    assert sum(s.class_share.values()) == pytest.approx(1.0)
+
+
+def test_recorded_cpu_trace_is_reduced():
+    """A real torch.profiler trace (conv3d + GroupNorm + attention, forward and backward) on a CPU."""
+    records, source, window = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cpu_trace.json.gz"))
+    assert source == "cpu_op" and window is not None
+    s = measure.summarize_kernels(records, source, window=window)
+    classes = {row["name"]: row["class"] for row in s.table}
+    assert classes["aten::conv3d"] == "convolution"
+    assert classes["autograd::engine::evaluate_function: ConvolutionBackward0"] == "convolution"
+    assert classes["aten::group_norm"] == "normalization" and classes["aten::softmax"] == "attention"
+    assert 0 <= s.idle_fraction < 1 and s.class_share["convolution"] > 0 and s.class_share["attention"] > 0
+    # outermost operators only: children of aten::conv3d are not counted again
+    assert "aten::convolution" not in classes
+
+
+def test_recorded_cuda_trace_is_reduced():
+    """A real trace of a channels_last_3d conv3d training step recorded on an NVIDIA H200."""
+    records, source, _ = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz"))
+    assert source == "device_kernel"
+    s = measure.summarize_kernels(records, source)
+    assert s.class_share["convolution"] > 0.2
+    assert s.layout_conversion_count > 0  # channels_last_3d adds layout-conversion kernels
+    assert 0 <= s.idle_fraction < 1
+
+
+def test_flops_and_mfu():
+    import torch
+
+    lin = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(8, 64)
+    assert measure.count_flops(lambda: lin(x)) == 2 * 8 * 64 * 32
+    r = measure.throughput_and_mfu(1e12, 1000.0, 2.0)
+    assert r["tflop_per_s"] == pytest.approx(1.0) and r["mfu"] == pytest.approx(0.5)
+    assert measure.throughput_and_mfu(1e12, 1000.0, None)["mfu"] is None

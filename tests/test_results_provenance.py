@@ -1,0 +1,68 @@
+import json
+import os
+
+import pytest
+
+from accelbench import provenance, results
+from accelbench.errors import ResultError
+
+
+def test_provenance_fields():
+    env = provenance.collect("cpu", {"name": "cpu"}, {"k": 1})
+    hw = env["hardware"]
+    for key in ("backend", "device_name", "device_count", "cpu", "torch_threads"):
+        assert key in hw
+    assert env["software"]["libraries"]["torch"] and env["software"]["python"]
+    assert set(env["git"]) == {"commit", "branch", "dirty"} and env["git"]["commit"]  # tests run in the checkout
+    assert set(env["container"]) == {"image", "runtime"}
+    assert env["host"] and env["timestamp_utc"].endswith("+00:00") and env["config"] == {"k": 1}
+    assert provenance.hardware_label(env).startswith("CPU: ")
+    assert "torch" in provenance.software_label(env)
+
+
+def test_labels_for_gpu_environment():
+    env = {"hardware": {"backend": "cuda", "device_name": "NVIDIA H200", "device_count": 1, "device_memory_gib": 139.8,
+                        "cuda": "13.0", "cudnn": 91300, "driver": "580.159.04"},
+           "software": {"libraries": {"torch": "2.11.0"}}}
+    assert provenance.hardware_label(env) == "NVIDIA H200 (1x, 139.8 GiB)"
+    assert provenance.software_label(env) == "torch 2.11.0, CUDA 13.0, cuDNN 91300, driver 580.159.04"
+
+
+def test_container_detection(monkeypatch):
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/images/accelbench-cuda.sif")
+    assert provenance.container_info() == {"image": "/images/accelbench-cuda.sif", "runtime": "apptainer"}
+
+
+def _result(status="ok", reason=None):
+    return results.make_result("x", status, {"a": 1}, {"e": 1}, {"m": float("nan")}, reason)
+
+
+def test_write_read_roundtrip_and_no_silent_overwrite(tmp_path):
+    path = tmp_path / "sys" / "exp" / "result.json"
+    results.write_result(_result(), path)
+    data = results.read_result(path)
+    assert data["status"] == "ok" and data["measurements"]["m"] is None  # NaN stored as null
+    with pytest.raises(ResultError, match="refusing to overwrite"):
+        results.write_result(_result(), path)
+    results.write_result(_result("oom", "needs 80 GiB"), path, overwrite=True)
+    assert results.read_result(path)["status"] == "oom"
+    assert not [p for p in os.listdir(path.parent) if p.startswith(".")]  # no temporary files left
+
+
+def test_non_ok_status_needs_reason_and_valid_status():
+    with pytest.raises(ValueError):
+        _result("unsupported")
+    with pytest.raises(ValueError):
+        _result("crashed", "x")
+
+
+def test_corrupt_result_errors_name_the_file(tmp_path):
+    bad = tmp_path / "result.json"
+    bad.write_text('{"status": "ok", ')
+    with pytest.raises(ResultError, match=f"corrupt result file {bad}"):
+        results.read_result(bad)
+    bad.write_text(json.dumps({"status": "ok"}))
+    with pytest.raises(ResultError, match="missing keys"):
+        results.read_result(bad)
+    with pytest.raises(ResultError, match="not found"):
+        results.read_result(tmp_path / "nope.json")
