@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run accelbench on an offline GPU machine whose image already has torch (never installs torch):
+# installs the carried wheels (.whl/, from ../shared/tools/gpu-wheels.sh) into /tmp/site, puts an
+# `accelbench` command on PATH, then runs the arguments (e.g. a snakemake command line).
+#   ACCELBENCH_GIT_COMMIT=$(git rev-parse HEAD) benchmarks/device_run.sh snakemake --cores all --configfile ...
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -d "$here/.whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$here"/.whl/*.whl
+fi
+export PYTHONPATH="$here/workflow:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p /tmp/bin
+printf '#!/bin/sh\nexec python3 -m accelbench "$@"\n' > /tmp/bin/accelbench
+chmod +x /tmp/bin/accelbench
+export PATH="/tmp/bin:/tmp/site/bin:$PATH" PYTHONUNBUFFERED=1
+cd "$here"
+"$@"
