@@ -45,8 +45,15 @@ def test_classify_kernel(name, cls):
 
 
 def test_tensor_core_flag():
-    assert measure.is_tensor_core_kernel("sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32")
+    # names recorded on an H200 (cuDNN 9.19): TF32 kernels on tensor cores, FP32 ones on the FMA pipes
+    assert measure.is_tensor_core_kernel(
+        "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32_warpgroupsize1x1x1")
+    assert measure.is_tensor_core_kernel("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tensor16x8x8")
+    assert not measure.is_tensor_core_kernel(
+        "sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize32x32x8_stage3_g1_ffma_execute")
     assert not measure.is_tensor_core_kernel("volta_scudnn_128x64_relu_interior_nn_v1")
+    assert measure.classify_kernel("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>") \
+        == "normalization"
 
 
 def test_busy_union_and_idle_fraction():

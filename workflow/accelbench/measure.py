@@ -118,6 +118,7 @@ KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("elementwise", re.compile(r"distribution_|normal_kernel|philox|aten::randn|aten::normal_", re.I)),  # RNG
     ("normalization", re.compile(
         r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
+        r"ComputeInternalGradients|ComputeBackwardFusedParams|"
         r"aten::native_group_norm", re.I)),
     ("reduction", re.compile(r"reduce|sum_kernel|mean_kernel|aten::sum|aten::mean|aten::l1_loss|norm_kernel", re.I)),
     ("memory", re.compile(r"memcpy|memset|Memcpy|Memset|aten::fill_|aten::zero_|aten::empty", re.I)),
@@ -128,8 +129,11 @@ KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
         r"\b(Add|Mul|Sub|Div|Silu|Sigmoid|Exp|Pow|Sqrt|Neg|Cat|Clone|Expand|View|Unsqueeze|Squeeze|Where|Lerp)Backward",
         re.I)),
 ]
-# Tensor-core kernels (a property, not a class): HMMA/GMMA/WGMMA mnemonics and cuDNN/cuBLAS tile names.
-TENSOR_CORE = re.compile(r"tf32|s1688|s16816|h1688|h16816|i8816|884|hmma|gmma|wgmma|tensorop|xmma|sm80_|sm90_|sm100_|bf16|f16", re.I)
+# Tensor-core kernels (a property, not a class): TF32/BF16/FP16/INT8 tile names and HMMA/GMMA/WGMMA
+# mnemonics; FP32 kernels that run on the FMA pipes say "ffma" (cuDNN) or "sgemm"/"scudnn".
+TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|i8816|hmma|gmma|wgmma|tensorop|"
+                         r"tensor\d+x\d+|warpgroupsize|fp8|e4m3", re.I)
+NOT_TENSOR_CORE = re.compile(r"ffma|sgemm|scudnn|dgemm", re.I)
 
 
 def classify_kernel(name: str) -> str:
@@ -142,7 +146,7 @@ def classify_kernel(name: str) -> str:
 
 def is_tensor_core_kernel(name: str) -> bool:
     """True if the kernel name says it runs on tensor cores (HMMA/GMMA, TF32/BF16/FP16 tiles)."""
-    return bool(TENSOR_CORE.search(name))
+    return bool(TENSOR_CORE.search(name)) and not NOT_TENSOR_CORE.search(name)
 
 
 def load_chrome_trace(path: str | Path) -> dict:

