@@ -8,7 +8,7 @@ rule unet3d_profile:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
     params:
         spec=unet3d_spec,
-    threads: workflow.cores
+    threads: lambda wildcards: workflow.cores  # one measurement at a time: the job owns the machine
     resources:
         **device_resources(),
         runtime=60,
