@@ -72,6 +72,47 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
 
 
+def cmd_unet3d_step(args: argparse.Namespace) -> None:
+    from .data.mri import load_case
+    from .experiments import unet3d_profile as exp
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
+    exp.nvtx_step(settings, exp.VARIANTS[spec["configuration"]], system, image, mask, warmup=args.warmup,
+                  seed=spec["run"]["seed"])
+
+
+def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
+    from . import provenance, results
+    from .experiments import unet3d_ncu as exp
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise AccelbenchError(f"refusing to overwrite the finished result {out}; move it away to rerun")
+    if system.backend == "cuda":
+        from .systems import require_backend
+
+        require_backend(system)
+    profile = Path(args.profile_result)
+    table = profile.with_name("kernels.csv")
+    outcome = exp.run(spec, system, args.image, args.mask, str(table) if table.exists() else None, **spec["ncu"])
+    result = results.make_result(exp.EXPERIMENT, outcome["status"], spec,
+                                 provenance.collect(system.backend, system.to_dict(), spec),
+                                 outcome["measurements"], outcome["reason"], {"profile_result": str(profile)})
+    results.write_result(result, out, overwrite=args.overwrite)
+    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+
+
+def cmd_study_a_ncu_aggregate(args: argparse.Namespace) -> None:
+    from .aggregate import study_a_ncu
+
+    study_a_ncu.aggregate(args.results, args.claims, args.out_dir)
+
+
 def cmd_study_a_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_a
 
@@ -108,6 +149,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
     s.set_defaults(func=cmd_unet3d_profile)
+
+    s = sub.add_parser("unet3d-step", help="Study A: warm up, then one training step in an NVTX range (ncu's target)")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--image", required=True)
+    s.add_argument("--mask", required=True)
+    s.add_argument("--warmup", type=int, default=2)
+    s.set_defaults(func=cmd_unet3d_step)
+
+    s = sub.add_parser("unet3d-ncu", help="Study A: Nsight Compute counters of one configuration's training step")
+    s.add_argument("--spec", required=True, help="JSON: unet3d-profile's spec plus {ncu: {coverage, max_kernels, ...}}")
+    s.add_argument("--image", required=True)
+    s.add_argument("--mask", required=True)
+    s.add_argument("--profile-result", required=True, help="the configuration's unet3d_profile result.json")
+    s.add_argument("--out", required=True)
+    s.add_argument("--overwrite", action="store_true")
+    s.set_defaults(func=cmd_unet3d_ncu)
+
+    s = sub.add_parser("study-a-ncu-aggregate", help="Study A counter table and ratio figure")
+    s.add_argument("--results", nargs="+", required=True)
+    s.add_argument("--claims", required=True)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_study_a_ncu_aggregate)
 
     s = sub.add_parser("study-a-aggregate", help="Study A tables, figures and published-vs-measured comparison")
     s.add_argument("--results", nargs="+", required=True, help="result.json files (any systems)")

@@ -33,3 +33,27 @@ rule study_a_aggregate:
     shell:
         "accelbench study-a-aggregate --results {input.results} --claims {input.claims}"
         " --out-dir {params.out_dir} > {log} 2>&1"
+
+
+rule study_a_ncu_aggregate:
+    input:
+        results=unet3d_ncu_results() + other_systems_results("unet3d_ncu"),
+        claims=CLAIMS_A,
+    output:
+        table=f"{RESULTS}/study_a/counters.csv",
+        table_md=f"{RESULTS}/study_a/counters.md",
+        table_tex=f"{RESULTS}/study_a/counters.tex",
+        ratios=report(
+            f"{RESULTS}/study_a/fig_counter_ratios.png",
+            caption="../report/study_a_counters.rst",
+            category="Study A",
+        ),
+    log:
+        "logs/study_a_ncu_aggregate.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-a-ncu-aggregate --results {input.results} --claims {input.claims}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -73,10 +73,23 @@ def unet3d_spec(wildcards):
                        "data": config["data"]["mri"], "run": run})
 
 
+def unet3d_ncu_results(system=SYSTEM.name):
+    return expand(f"{RESULTS}/{system}/unet3d_ncu/{{model}}/{{configuration}}/result.json",
+                  model=config["unet3d_profile"]["models"], configuration=config["unet3d_ncu"]["configurations"])
+
+
+def unet3d_ncu_spec(wildcards):
+    spec = json.loads(unet3d_spec(wildcards))
+    spec["ncu"] = {k: v for k, v in config["unet3d_ncu"].items() if k != "configurations"}
+    return json.dumps(spec)
+
+
 # --------------------------------------------------------------------------- targets
 def get_final_output():
     out = []
     if "unet3d_profile" in config["experiments"]:
         out += unet3d_results()
         out += [f"{RESULTS}/study_a/table.csv", f"{RESULTS}/study_a/claims_vs_measured.csv"]
+    if "unet3d_ncu" in config["experiments"]:
+        out += unet3d_ncu_results() + [f"{RESULTS}/study_a/counters.csv"]
     return out

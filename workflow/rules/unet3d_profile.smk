@@ -17,3 +17,25 @@ rule unet3d_profile:
     shell:
         "accelbench unet3d-profile --spec {params.spec:q} --image {input.image} --mask {input.mask}"
         " --out {output} --threads {threads} > {log} 2>&1"
+
+
+# Study A at the hardware-counter level: ncu replays the top kernels of the profiled step (unsupported without ncu).
+rule unet3d_ncu:
+    input:
+        unpack(mri_inputs),
+        profile=f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json",
+    output:
+        protected(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json"),
+    log:
+        f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
+    params:
+        spec=unet3d_ncu_spec,
+    threads: lambda wildcards: workflow.cores  # counters need the GPU to itself
+    resources:
+        **device_resources(),
+        runtime=120,
+    container:
+        CONTAINER
+    shell:
+        "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image} --mask {input.mask}"
+        " --profile-result {input.profile} --out {output} > {log} 2>&1"

@@ -292,6 +292,24 @@ def unsupported_reason(variant: Variant, system) -> str | None:
     return None
 
 
+def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
+              warmup: int, seed: int, nvtx_range: str = "accelbench_step") -> None:
+    """Build the workload as :func:`run` does, run ``warmup`` training steps, then exactly one training
+    step inside the NVTX range ``nvtx_range``: the program Nsight Compute profiles
+    (:mod:`accelbench.experiments.unet3d_ncu`)."""
+    device = Device(system.backend)
+    torch.manual_seed(seed)
+    with math_mode(variant.tf32):
+        w = Workload(build_unet(settings), settings, variant, device, image, mask, seed)
+        for _ in range(warmup):
+            w.train_step()
+        device.synchronize()
+        torch.cuda.nvtx.range_push(nvtx_range)
+        w.train_step()
+        device.synchronize()
+        torch.cuda.nvtx.range_pop()
+
+
 def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
         warmup: int, repeat: int, profile_steps: int, quality_sample_steps: int, quality_rel_l2_max: float,
         seed: int, trace_path: str | Path) -> dict:

@@ -1,0 +1,186 @@
+"""Nsight Compute (``ncu``) hardware counters: metric choice per GPU architecture, command line, CSV parsing
+and reduction. Used by :mod:`accelbench.experiments.unet3d_ncu` (Study A's counter-level analysis).
+
+Study A (arXiv 2606.19365) compares SM cycles, executed instructions, IPC, tensor-pipe utilisation, DRAM
+throughput, L1/L2 hit rates and warp-stall reasons across configurations and GPU generations. Metric names
+differ between Volta, Ampere and Hopper; :func:`choose_metrics` picks, per counter, the first candidate that
+the installed ``ncu`` offers for the device (``ncu --query-metrics``), and records which were used.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+# counter -> candidate metric names, most specific first. "sum"-type counters add over kernels; the others are
+# averaged over kernels weighted by each kernel's SM cycles.
+COUNTERS: dict[str, dict] = {
+    "sm_cycles": {"agg": "sum", "candidates": {
+        "all": ["sm__cycles_elapsed.max"]}},
+    "instructions": {"agg": "sum", "candidates": {
+        "all": ["smsp__inst_executed.sum"]}},
+    "ipc": {"agg": "weighted", "candidates": {
+        "all": ["sm__inst_executed.avg.per_cycle_active"]}},
+    "tensor_pipe_pct": {"agg": "weighted", "candidates": {
+        "hopper": ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                   "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
+        "ampere": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
+        "volta": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]}},
+    "tensor_pipe_hmma_pct": {"agg": "weighted", "candidates": {
+        "hopper": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]}},
+    "dram_throughput_pct": {"agg": "weighted", "candidates": {
+        "all": ["dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]}},
+    "dram_bytes": {"agg": "sum", "candidates": {"all": ["dram__bytes.sum"]}},
+    "l1_hit_pct": {"agg": "weighted", "candidates": {"all": ["l1tex__t_sector_hit_rate.pct"]}},
+    "l2_hit_pct": {"agg": "weighted", "candidates": {"all": ["lts__t_sector_hit_rate.pct"]}},
+    "duration_ns": {"agg": "sum", "candidates": {"all": ["gpu__time_duration.sum"]}},
+}
+STALL_REASONS = ["long_scoreboard", "short_scoreboard", "barrier", "math_pipe_throttle", "mio_throttle",
+                 "lg_throttle", "wait", "not_selected", "selected", "no_instruction", "dispatch_stall", "membar",
+                 "tex_throttle", "drain", "sleeping", "branch_resolving", "imc_miss", "misc"]
+for _r in STALL_REASONS:
+    COUNTERS[f"stall_{_r}"] = {"agg": "weighted", "candidates": {
+        "all": [f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"]}}
+
+
+def architecture(compute_capability: str) -> str:
+    """``volta`` (7.x), ``ampere`` (8.x, Ada included) or ``hopper`` (9.x and newer) from e.g. ``"9.0"``."""
+    major = int(str(compute_capability).split(".")[0])
+    return "volta" if major <= 7 else "ampere" if major == 8 else "hopper"
+
+
+def base_name(metric: str) -> str:
+    """``sm__cycles_elapsed.max`` -> ``sm__cycles_elapsed`` (what ``--query-metrics`` lists)."""
+    return metric.split(".", 1)[0]
+
+
+def choose_metrics(arch: str, available: set[str] | None) -> dict[str, str]:
+    """Per counter, the first candidate for ``arch`` whose base name is in ``available`` (all candidates'
+    first entries when ``available`` is None). Counters with no available metric are left out."""
+    chosen = {}
+    for counter, spec in COUNTERS.items():
+        cands = spec["candidates"].get(arch, []) + spec["candidates"].get("all", [])
+        for m in cands:
+            if available is None or base_name(m) in available:
+                chosen[counter] = m
+                break
+    return chosen
+
+
+def ncu_path() -> str | None:
+    return shutil.which("ncu")
+
+
+def query_metrics(ncu: str, timeout: int = 120) -> set[str]:
+    """Base metric names the installed ``ncu`` offers for device 0 (``ncu --query-metrics``)."""
+    out = subprocess.run([ncu, "--query-metrics", "--devices", "0"], capture_output=True, text=True,
+                         timeout=timeout, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if re.match(r"^[a-z0-9_]+__\w+", line.strip())}
+
+
+def ncu_version(ncu: str) -> str | None:
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[-1] if out.strip() else None
+
+
+def kernel_base_name(name: str) -> str:
+    """The function's own name from a demangled kernel name, as ncu's ``--kernel-name-base function`` sees it:
+    ``void at::native::(anon)::RowwiseMomentsCUDAKernel<float>(long, ...)`` -> ``RowwiseMomentsCUDAKernel``."""
+    s = re.sub(r"^void\s+", "", name.strip())
+    depth, cut = 0, len(s)
+    for i, ch in enumerate(s):  # strip the parameter list and template arguments
+        if ch in "<(":
+            if depth == 0:
+                cut = min(cut, i)
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+    s = s[:cut]
+    return s.split("::")[-1].strip()
+
+
+def command(ncu: str, metrics: list[str], program: list[str], log_file: str, *, nvtx_range: str = "accelbench_step",
+            kernel_names: list[str] | None = None, launch_count: int | None = None) -> list[str]:
+    """The ``ncu`` command line: only kernels launched inside the NVTX range ``nvtx_range`` (the measured
+    step), clocks left as they are (``--clock-control none``), raw per-kernel metrics as CSV into ``log_file``.
+    ``kernel_names`` (function base names) and ``launch_count`` bound the replay time."""
+    cmd = [ncu, "--nvtx", "--nvtx-include", f"{nvtx_range}/", "--clock-control", "none", "--csv", "--page", "raw",
+           "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log_file]
+    if kernel_names:
+        names = "|".join(sorted({re.escape(n) for n in kernel_names if n}))
+        cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:^({names})$"]
+    if launch_count:
+        cmd += ["--launch-count", str(launch_count)]
+    return cmd + ["--"] + program
+
+
+@dataclass
+class KernelCounters:
+    name: str
+    values: dict[str, float]
+
+
+def parse_csv(text: str, metrics: dict[str, str]) -> list[KernelCounters]:
+    """Parse ``ncu --csv --page raw --print-units base`` output (one row per profiled kernel, a units row
+    after the header). ``metrics`` maps counter -> metric name. Lines before the header (ncu's own
+    ``==PROF==`` messages) are skipped.
+
+    Raises:
+        ValueError: no CSV header with a ``Kernel Name`` column.
+    """
+    lines = text.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"') or '"Kernel Name"' in l), None)
+    if start is None:
+        raise ValueError("no ncu CSV header (\"Kernel Name\" column) in the output")
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header = rows[0]
+    body = [r for r in rows[1:] if len(r) == len(header)]
+    if body and not body[0][header.index("ID")].strip().isdigit():
+        body = body[1:]  # units row
+    out = []
+    for r in body:
+        rec = dict(zip(header, r))
+        vals = {}
+        for counter, metric in metrics.items():
+            raw = rec.get(metric, "").replace(",", "").strip()
+            try:
+                vals[counter] = float(raw)
+            except ValueError:
+                continue  # n/a for this kernel
+        out.append(KernelCounters(rec["Kernel Name"], vals))
+    return out
+
+
+def reduce(kernels: list[KernelCounters], classify) -> dict:
+    """Totals (sum counters) and SM-cycle-weighted means (rates, percentages) over all kernels and per
+    kernel class (``classify(name) -> class``), plus IPC recomputed as instructions / cycles per SM."""
+
+    def agg(ks: list[KernelCounters]) -> dict:
+        res: dict = {"kernels": len(ks)}
+        w = [k.values.get("sm_cycles", 0.0) for k in ks]
+        for counter, spec in COUNTERS.items():
+            pairs = [(k.values[counter], wi) for k, wi in zip(ks, w) if counter in k.values]
+            if not pairs:
+                continue
+            if spec["agg"] == "sum":
+                res[counter] = sum(v for v, _ in pairs)
+            else:
+                tw = sum(wi for _, wi in pairs)
+                res[counter] = sum(v * wi for v, wi in pairs) / tw if tw else sum(v for v, _ in pairs) / len(pairs)
+        return res
+
+    classes: dict[str, list[KernelCounters]] = {}
+    for k in kernels:
+        classes.setdefault(classify(k.name), []).append(k)
+    total = agg(kernels)
+    stalls = {c[len("stall_"):]: v for c, v in total.items() if c.startswith("stall_")}
+    total["top_stalls"] = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+    return {"total": total, "by_class": {c: agg(ks) for c, ks in sorted(classes.items())}}
