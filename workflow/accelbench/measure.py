@@ -107,7 +107,7 @@ class KernelRecord:
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("layout_conversion", re.compile(
         r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|"
-        r"direct_copy_kernel|copy_kernel|aten::copy_|aten::clone|aten::contiguous|reorder", re.I)),
+        r"direct_copy_kernel|copy_kernel|convertTensor|aten::copy_|aten::clone|aten::contiguous|reorder", re.I)),
     ("attention", re.compile(
         r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I)),
     ("convolution", re.compile(

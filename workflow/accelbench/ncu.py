@@ -94,7 +94,7 @@ def ncu_version(ncu: str) -> str | None:
 def kernel_base_name(name: str) -> str:
     """The function's own name from a demangled kernel name, as ncu's ``--kernel-name-base function`` sees it:
     ``void at::native::(anon)::RowwiseMomentsCUDAKernel<float>(long, ...)`` -> ``RowwiseMomentsCUDAKernel``."""
-    s = re.sub(r"^void\s+", "", name.strip())
+    s = re.sub(r"^void\s+", "", name.strip()).replace("(anonymous namespace)", "anon")
     depth, cut = 0, len(s)
     for i, ch in enumerate(s):  # strip the parameter list and template arguments
         if ch in "<(":

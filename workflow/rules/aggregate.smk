@@ -38,6 +38,7 @@ rule study_a_aggregate:
 rule study_a_ncu_aggregate:
     input:
         results=unet3d_ncu_results() + other_systems_results("unet3d_ncu"),
+        profiles=unet3d_results(),  # the step device time that ncu's bounded replay is scaled to
         claims=CLAIMS_A,
     output:
         table=f"{RESULTS}/study_a/counters.csv",
