@@ -44,6 +44,7 @@ rule study_a_ncu_aggregate:
         table=f"{RESULTS}/study_a/counters.csv",
         table_md=f"{RESULTS}/study_a/counters.md",
         table_tex=f"{RESULTS}/study_a/counters.tex",
+        by_class=f"{RESULTS}/study_a/counters_by_class.csv",
         ratios=report(
             f"{RESULTS}/study_a/fig_counter_ratios.png",
             caption="../report/study_a_counters.rst",

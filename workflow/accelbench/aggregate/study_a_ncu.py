@@ -82,6 +82,19 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     return df
 
 
+def class_rows(results: list[dict]) -> pd.DataFrame:
+    """Per-kernel-class counter totals (convolution, layout conversion, normalization, ...) per configuration."""
+    rows = []
+    for r in results:
+        if r["status"] != "ok":
+            continue
+        for cls, agg in r["measurements"]["by_class"].items():
+            rows.append({"hardware": r["_hardware"], "model": r["config"]["model"],
+                         "configuration": r["config"]["configuration"], "class": cls, "kernels": agg["kernels"],
+                         **{c: agg.get(c) for c in COUNTER_COLUMNS}})
+    return pd.DataFrame(rows, columns=["hardware", "model", "configuration", "class", "kernels", *COUNTER_COLUMNS])
+
+
 def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
@@ -123,22 +136,25 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> None
             ax.text(0.5, 0.5, "no counters measured\n(see the table for why)", ha="center", transform=ax.transAxes)
     hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
     fig.suptitle(f"Study A, Nsight Compute counters relative to baseline: measured on {hw}", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=150)
     plt.close(fig)
 
 
 def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> None:
-    """Write ``counters.{csv,md,tex}`` and ``fig_counter_ratios.png`` to ``out_dir``.
+    """Write ``counters.{csv,md,tex}``, ``counters_by_class.{csv,md,tex}`` and ``fig_counter_ratios.png``.
 
     Raises:
         ResultError: a result file is missing or corrupt.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = counter_rows(load_results(result_paths))
+    results = load_results(result_paths)
+    df = counter_rows(results)
     hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
     write_table(table(df), out_dir / "counters",
                 f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
                 f"device time) on {hw}. Ratios are configuration / baseline.")
+    write_table(class_rows(results), out_dir / "counters_by_class",
+                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")
