@@ -13,6 +13,12 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
 
 
+def write_config(workdir: Path, config: dict) -> None:
+    """Study A only: the Study B experiments have end-to-end tests of their own."""
+    config = dict(config, experiments=["unet3d_profile", "unet3d_ncu"])
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+
+
 def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
                           capture_output=True, text=True, timeout=1200)
@@ -21,7 +27,7 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.e2e
 def test_bad_config_fails_before_any_rule(tmp_path, tiny_config):
     tiny_config["unet3d_profile"]["configurations"] = ["baseline", "tf33"]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    write_config(tmp_path, tiny_config)
     proc = snakemake(tmp_path)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
@@ -32,7 +38,7 @@ def test_bad_config_fails_before_any_rule(tmp_path, tiny_config):
 @pytest.mark.e2e
 def test_unknown_system_fails_before_any_rule(tmp_path, tiny_config):
     tiny_config["system"] = "h100"
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    write_config(tmp_path, tiny_config)
     proc = snakemake(tmp_path)
     out = proc.stdout + proc.stderr
     if proc.returncode == 0:  # pragma: no cover - only on a machine that really has an H100
@@ -43,7 +49,7 @@ def test_unknown_system_fails_before_any_rule(tmp_path, tiny_config):
 
 @pytest.mark.e2e
 def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    write_config(tmp_path, tiny_config)
     res = tmp_path / "results" / "cpu" / "unet3d_profile" / "whole_head"
 
     # 1. an "interrupted" run: only the baseline finished
@@ -71,6 +77,11 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     for name in ("table.csv", "table.md", "table.tex", "claims_vs_measured.csv", "claims_vs_measured.md",
                  "fig_speedup.png", "fig_kernel_breakdown.png", "fig_kernel_counts.png"):
         assert (agg / name).stat().st_size > 0, name
+    ncu = json.loads((tmp_path / "results/cpu/unet3d_ncu/whole_head/baseline/result.json").read_text())
+    assert ncu["status"] == "unsupported" and "NVIDIA GPUs" in ncu["reason"]  # recorded, and the DAG went on
+    counters = pd.read_csv(agg / "counters.csv")
+    assert set(counters["sm_cycles"]) == {"unsupported"}
+    assert (agg / "fig_counter_ratios.png").exists() and (agg / "counters_by_class.csv").exists()
     table = pd.read_csv(agg / "table.csv")
     assert set(table["configuration"]) == set(tiny_config["unet3d_profile"]["configurations"])
     assert (table.set_index("configuration").loc["tf32", "train_step_ms"]) == "unsupported"
