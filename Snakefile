@@ -14,6 +14,11 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/unet3d_profile.smk"
+include: "workflow/rules/sr3_scaling.smk"
+include: "workflow/rules/llm_models.smk"
+include: "workflow/rules/llm_quant.smk"
+include: "workflow/rules/cluster.smk"
+include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
 
 

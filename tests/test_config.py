@@ -1,7 +1,6 @@
 import copy
 
 import pytest
-import yaml
 
 from accelbench.config import deep_merge, load_config, validate_config
 from accelbench.errors import ConfigError

@@ -119,6 +119,198 @@ def cmd_study_a_aggregate(args: argparse.Namespace) -> None:
     study_a.aggregate(args.results, args.claims, args.out_dir)
 
 
+def cmd_sr3_prepare(args: argparse.Namespace) -> None:
+    from .data import sky
+
+    spec = json.loads(args.spec)
+    summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
+    log.info("prepared sky patches: %s", json.dumps(summary))
+
+
+def _sr3_result(spec: dict, system, status: str, measurements: dict, reason: str | None, artefacts=None) -> dict:
+    from . import provenance, results
+    from .experiments import sr3_scaling as exp
+
+    settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+    config = {**spec, "settings": settings.to_dict()}
+    return results.make_result(exp.EXPERIMENT, status, config, provenance.collect(system.backend, system.to_dict(), config),
+                               measurements, reason, artefacts)
+
+
+def cmd_sr3_train(args: argparse.Namespace) -> None:
+    """Launcher: records unsupported cases, else runs ``sr3-worker`` under torchrun with N processes."""
+    import os
+    import subprocess
+
+    from . import results
+    from .experiments import sr3_scaling as exp
+    from .systems import probe_devices, require_backend
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    require_backend(system)
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise AccelbenchError(f"refusing to overwrite the finished result {out}; move it away to rerun")
+    devices, precision = int(spec["devices"]), spec["precision"]
+    visible = probe_devices()["count"] if system.backend != "cpu" else None
+    reason = exp.unsupported_reason(system, devices, precision, visible)
+    if reason:
+        results.write_result(_sr3_result(spec, system, "unsupported", {"devices": devices, "precision": precision},
+                                         reason), out, overwrite=args.overwrite)
+        log.info("%s: status unsupported (%s)", out, reason)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    worker = ["sr3-worker", "--spec", args.spec, "--data", args.data, "--out", str(out)]
+    if args.overwrite:
+        worker.append("--overwrite")
+    cmd = exp.torchrun_command(devices, worker)
+    log.info("launching %d rank(s): %s", devices, " ".join(cmd[:6]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu" else None  # one core per CPU rank
+    proc = subprocess.run(cmd, env=env)
+    markers = [exp.oom_marker(out, r) for r in range(devices)]
+    ooms = [m.read_text() for m in markers if m.exists()]
+    for m in markers:
+        m.unlink(missing_ok=True)
+    if ooms:
+        results.write_result(_sr3_result(spec, system, "oom", {"devices": devices, "precision": precision},
+                                         "out of device memory: " + ooms[0].splitlines()[0]), out, overwrite=True)
+        log.info("%s: status oom", out)
+    elif proc.returncode != 0 or not out.exists():
+        raise AccelbenchError(f"torchrun with {devices} rank(s) failed (exit status {proc.returncode}); see the log above")
+
+
+def cmd_sr3_worker(args: argparse.Namespace) -> None:
+    """One DDP rank (started by ``sr3-train`` through torchrun); rank 0 writes the result."""
+    import os
+
+    from . import results
+    from .data import sky
+    from .experiments import sr3_scaling as exp
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+    rank = int(os.environ.get("RANK", 0))
+    data = sky.load(args.data)
+    try:
+        outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, **spec["run"])
+    except torch_oom_errors() as exc:
+        exp.oom_marker(args.out, rank).write_text(f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else exc!r}\n")
+        os._exit(3)  # the other ranks would wait forever in the next all-reduce: torchrun stops them
+    if outcome is None:
+        return
+    out = Path(args.out)
+    panel = out.with_name("samples.npz")
+    exp.save_panel(outcome["panel"], panel)
+    results.write_result(_sr3_result(spec, system, "ok", outcome["measurements"], None, {"samples": panel.name}),
+                         out, overwrite=args.overwrite)
+    log.info("%s: status ok", out)
+
+
+def torch_oom_errors() -> tuple[type[BaseException], ...]:
+    from .devices import Device
+
+    return Device.out_of_memory_errors()
+
+
+def cmd_study_b_sr3_aggregate(args: argparse.Namespace) -> None:
+    from .aggregate import study_b_sr3
+
+    study_b_sr3.aggregate(args.results, args.reference, args.out_dir)
+
+
+def cmd_lora_finetune(args: argparse.Namespace) -> None:
+    from . import provenance, results
+    from .experiments import lora_finetune as exp
+    from .systems import require_backend
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    if system.backend == "hpu":  # before anything imports habana_frameworks (Study B: lazy mode except FSDP)
+        import os
+
+        os.environ.setdefault("PT_HPU_LAZY_MODE", exp.hpu_lazy_mode(spec["strategy"]))
+    require_backend(system)
+    if args.rank_dir:  # one torchrun rank (started by this same command without --rank-dir)
+        exp.rank_entry(spec, system, args.rank_dir, args.threads)
+        return
+    if not args.out:
+        raise AccelbenchError("lora-finetune needs --out (or --rank-dir inside torchrun)")
+    out = Path(args.out)
+    if out.exists() and not args.overwrite:
+        raise AccelbenchError(f"refusing to overwrite the finished result {out}; move it away to rerun")
+    log.info("system %s (%s): %s, %s attention, %s on %d device(s)", system.name, system.backend,
+             spec["model_name"], spec["attention"], spec["strategy"], spec["devices"])
+    outcome = exp.run(spec, system, threads=args.threads)
+    config = {**spec, "plan": outcome["plan"]}
+    result = results.make_result(exp.EXPERIMENT, outcome["status"], config,
+                                 provenance.collect(system.backend, system.to_dict(), config),
+                                 outcome["measurements"], outcome["reason"])
+    results.write_result(result, out, overwrite=args.overwrite)
+    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+
+
+def cmd_llm_export(args: argparse.Namespace) -> None:
+    from .models.export import export_hf_folder
+
+    info = export_hf_folder(json.loads(args.spec), args.out)
+    log.info("exported %s to %s", info["name"], args.out)
+
+
+def cmd_study_b_lora_aggregate(args: argparse.Namespace) -> None:
+    from .aggregate import study_b_lora
+
+    study_b_lora.aggregate(args.results, args.reference, args.out_dir)
+
+
+def cmd_llm_quant(args: argparse.Namespace) -> None:
+    """Study B quantization: ``--stage sensitivity`` (per-layer map + allocation) or ``method`` (one method, bit set)."""
+    import csv
+
+    import torch
+
+    from . import provenance, results
+    from .experiments import llm_quant as exp
+    from .systems import require_backend
+
+    spec = json.loads(args.spec)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    system = _system_from(spec)
+    require_backend(system)
+    if out.exists() and not args.overwrite:
+        raise AccelbenchError(f"refusing to overwrite the finished result {out}; move it away to rerun")
+    artefacts = {}
+    if args.stage == "sensitivity":
+        outcome, tables = exp.run_sensitivity_job(spec, system, args.model_dir)
+        for name, rows in tables.items():
+            path = out.with_name(f"sensitivity_{name}.csv")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="") as fh:
+                fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
+                writer = csv.DictWriter(fh, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
+            artefacts[f"sensitivity_{name}"] = path.name
+    else:
+        sensitivity = results.read_result(args.sensitivity)
+        outcome = exp.run_method_job(spec, system, sensitivity, args.model_dir, stats_dir=str(out.parent / "inc_stats"))
+        outcome["measurements"]["allocation"] = outcome.pop("allocation", {})
+    result = results.make_result(exp.EXPERIMENT, outcome["status"], spec,
+                                 provenance.collect(system.backend, system.to_dict(), spec),
+                                 outcome["measurements"], outcome["reason"], artefacts)
+    results.write_result(result, out, overwrite=args.overwrite)
+    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+
+
+def cmd_study_b_quant_aggregate(args: argparse.Namespace) -> None:
+    from .aggregate import study_b_quant
+
+    study_b_quant.aggregate(args.results, args.reference, args.out_dir)
+
+
 def cmd_check_system(args: argparse.Namespace) -> None:
     from .config import load_config
     from .systems import load_systems, probe_devices, require_backend, resolve_system
@@ -128,6 +320,19 @@ def cmd_check_system(args: argparse.Namespace) -> None:
     system = resolve_system(config["system"], load_systems(config["systems_dir"]), found)
     require_backend(system, found)
     print(json.dumps({"system": system.to_dict(), "found": found}, indent=1))
+
+
+def cmd_gpu_smoke(args: argparse.Namespace) -> None:
+    from .cluster import device_report
+    from .results import write_json_atomic
+
+    report = device_report(args.expect)
+    for tool, v in report["vendor_tool"].items():
+        print(f"{tool} (exit {v['returncode']}):", *v["lines"], sep="\n  ")
+    print("torch:", json.dumps(report["torch"]), "| job env:", json.dumps(report["env"]))
+    print(f"{report['host']}: expected {report['expected']} accelerator(s), seen {report['seen']}:",
+          "OK" if report["matches"] else "MISMATCH (check the gpu/gres mapping of slurm/site.yaml)")
+    write_json_atomic(report, args.out)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,9 +383,75 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_study_a_aggregate)
 
+    s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
+    s.add_argument("--spec", required=True, help="JSON: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
+    s.add_argument("--out", required=True, help="patch set (.npz)")
+    s.set_defaults(func=cmd_sr3_prepare)
+
+    s = sub.add_parser("sr3-train", help="Study B SR3: DDP training on N devices (launches torchrun), one result")
+    s.add_argument("--spec", required=True, help="JSON: {system, devices, precision, preset, scales, run}")
+    s.add_argument("--data", required=True, help="patch set from sr3-prepare")
+    s.add_argument("--out", required=True, help="result.json (samples.npz goes beside it)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing result")
+    s.set_defaults(func=cmd_sr3_train)
+
+    s = sub.add_parser("sr3-worker", help="Study B SR3: one DDP rank (started by sr3-train through torchrun)")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--data", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--overwrite", action="store_true")
+    s.set_defaults(func=cmd_sr3_worker)
+
+    s = sub.add_parser("study-b-sr3-aggregate", help="Study B SR3 scaling figure, efficiency table, sample picture")
+    s.add_argument("--results", nargs="+", required=True, help="sr3_scaling result.json files (any systems)")
+    s.add_argument("--reference", required=True, help="study_b_sr3_scaling.csv (published times, with source)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_study_b_sr3_aggregate)
+
+    s = sub.add_parser("lora-finetune", help="Study B LoRA: one (model, attention, strategy, devices) run, one result")
+    s.add_argument("--spec", required=True, help="JSON: {system, model_name, model, attention, strategy, devices, "
+                                                 "settings, data, projection}")
+    s.add_argument("--out", help="result.json")
+    s.add_argument("--rank-dir", help="internal: run as one torchrun rank and write rank<r>.json here")
+    s.add_argument("--threads", type=int, default=0, help="torch CPU threads of the whole run (split over ranks)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing result")
+    s.set_defaults(func=cmd_lora_finetune)
+
+    s = sub.add_parser("llm-export", help="Study B: save an offline LM (SmolLM2 GGUF, random init) as a plain HF folder")
+    s.add_argument("--spec", required=True, help="JSON model spec of accelbench.models.llm.load_causal_lm")
+    s.add_argument("--out", required=True, help="folder to write (safetensors, config, tokenizer, accelbench.json)")
+    s.set_defaults(func=cmd_llm_export)
+
+    s = sub.add_parser("study-b-lora-aggregate", help="Study B LoRA runtime figure, flash/sharding table")
+    s.add_argument("--results", nargs="+", required=True, help="lora_finetune result.json files (any systems)")
+    s.add_argument("--reference", required=True, help="study_b_finetune_runtime.csv (published minutes, with source)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_study_b_lora_aggregate)
+
+    s = sub.add_parser("llm-quant", help="Study B: LLM quantization (model cache, sensitivity map, one method)")
+    s.add_argument("--stage", required=True, choices=["sensitivity", "method"])
+    s.add_argument("--spec", required=True, help="JSON: {system, model, model_spec, data, method, bitset, ...}")
+    s.add_argument("--model-dir", default=None, help="model folder written by `accelbench llm-export` (else load per spec)")
+    s.add_argument("--sensitivity", default=None, help="sensitivity result.json (--stage method)")
+    s.add_argument("--out", required=True, help="result.json")
+    s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    s.add_argument("--overwrite", action="store_true", help="replace an existing result")
+    s.set_defaults(func=cmd_llm_quant)
+
+    s = sub.add_parser("study-b-quant-aggregate", help="Study B quantization table and figures, published beside measured")
+    s.add_argument("--results", nargs="+", required=True, help="llm_quant result.json files (any systems)")
+    s.add_argument("--reference", required=True, help="study_b_quantization.csv (published, with source)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_study_b_quant_aggregate)
+
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")
     s.set_defaults(func=cmd_check_system)
+
+    s = sub.add_parser("gpu-smoke", help="print and save the devices this job sees (nvidia-smi -L / hl-smi, torch, Slurm env)")
+    s.add_argument("--expect", type=int, required=True, help="accelerators the job requested (the rule's gpu resource)")
+    s.add_argument("--out", required=True, help="JSON report")
+    s.set_defaults(func=cmd_gpu_smoke)
     return p
 
 

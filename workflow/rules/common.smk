@@ -2,7 +2,12 @@
 import json
 from pathlib import Path
 
+import os
+
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
 from accelbench.config import validate_config
+from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, require_backend, resolve_system
 
 REPO = Path(workflow.basedir)
@@ -24,7 +29,10 @@ RESULTS = config["results_dir"]
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
 
 # Rules run in the system's image under --software-deployment-method apptainer (see containers/).
-CONTAINER = config["container_uri"].format(image=SYSTEM.image)
+CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent
+if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
+    require_apptainer(CONTAINER, "every rule of this workflow (e.g. unet3d_profile)")
+    os.environ.update(apptainer_environment(SYSTEM, Path.cwd()))  # --nv (CUDA); /dev/accel, HABANA_* (Gaudi)
 
 
 wildcard_constraints:
@@ -84,6 +92,148 @@ def unet3d_ncu_spec(wildcards):
     return json.dumps(spec)
 
 
+# --------------------------------------------------------------------------- Study B: SR3 scaling
+def sr3_results(system=SYSTEM.name):
+    u = config["sr3_scaling"]
+    return expand(f"{RESULTS}/{system}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json",
+                  precision=u["precisions"], devices=u["devices"])
+
+
+def sr3_data(wildcards=None):
+    return f"resources/sky/sr3_{SYSTEM.scale}.npz"
+
+
+def sr3_prepare_spec(wildcards):
+    from accelbench.experiments.sr3_scaling import resolve_settings
+
+    u = config["sr3_scaling"]
+    s = resolve_settings(u["preset"], wildcards.scale, u.get("scales", {}))
+    data = dict(u.get("data") or {})
+    if data.get("folder"):
+        data["folder"] = str(repo_path(data["folder"]))
+    return json.dumps({"hr_size": s.hr_size, "factor": s.factor, "data": data})
+
+
+def sr3_spec(wildcards):
+    u = config["sr3_scaling"]
+    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
+                             "quality_sample_steps", "seed")}
+    return json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices), "precision": wildcards.precision,
+                       "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
+
+
+# --------------------------------------------------------------------------- Study B: quantization (llm_quant)
+def llm_quant_variants():
+    """(method, bit set) pairs: fp32 -> none, fake/torchao -> each configured bit set, inc_fp8 -> bf16_fp8."""
+    u = config.get("llm_quant", {})
+    out = []
+    for method in u.get("methods", []):
+        if method in ("fake", "torchao"):
+            out += [(method, "_".join(map(str, b))) for b in u.get("bitsets", {}).get(method, [])]
+        else:
+            out.append((method, {"fp32": "none", "inc_fp8": "bf16_fp8"}[method]))
+    return out
+
+
+def llm_quant_results(system=SYSTEM.name):
+    u = config.get("llm_quant", {})
+    out = []
+    for model in u.get("models", {}):
+        base = f"{RESULTS}/{system}/llm_quant/{model}"
+        out.append(f"{base}/sensitivity/result.json")
+        out += [f"{base}/{method}/{bitset}/result.json" for method, bitset in llm_quant_variants()]
+    return out
+
+
+def llm_quant_model_spec(model):
+    spec = dict(config["llm_quant"]["models"][model])
+    if spec.get("source") == "path" and spec.get("path") and Path(repo_path(spec["path"])).exists():
+        spec["path"] = str(repo_path(spec["path"]))  # a local folder; otherwise a hub id in the local cache
+    return spec
+
+
+def llm_quant_model_input(wildcards):
+    """The converted model folder (GGUF and random-init sources), nothing for local-path models (loaded directly)."""
+    if llm_quant_model_spec(wildcards.model).get("source") == "path":
+        return {}
+    return {"model_dir": f"resources/llm/{wildcards.model}"}
+
+
+def llm_export_spec(wildcards):
+    """Loader spec of an exported model: a `llm_quant.models` or `lora_finetune.presets` entry (same name, same spec)."""
+    specs = []
+    if wildcards.model in config.get("llm_quant", {}).get("models", {}):
+        specs.append(llm_quant_model_spec(wildcards.model))
+    if wildcards.model in config.get("lora_finetune", {}).get("presets", {}):
+        specs.append({k: v for k, v in config["lora_finetune"]["presets"][wildcards.model].items() if k != "family"})
+    if not specs:
+        raise ValueError(f"model {wildcards.model!r} is in neither llm_quant.models nor lora_finetune.presets")
+    if any(sp != specs[0] for sp in specs[1:]):
+        raise ValueError(f"model {wildcards.model!r} is defined differently in llm_quant.models and "
+                         f"lora_finetune.presets: {specs}; give the two different names")
+    return json.dumps(specs[0])
+
+
+def llm_quant_spec(wildcards):
+    u = config["llm_quant"]
+    data = dict(u["data"])
+    if data.get("path") and Path(repo_path(data["path"])).exists():
+        data["path"] = str(repo_path(data["path"]))
+    keys = ("chunk_len", "sensitivity_tokens", "eval_tokens", "calibration_tokens", "eval_batch", "prune_amount",
+            "sensitivity_metrics", "submodules", "group_size", "allocation", "throughput", "torchao_dtype",
+            "reuse_prefix", "prefix_cache_limit_gib", "seed")
+    method = wildcards.get("method", "sensitivity")
+    if method == "sensitivity":  # settings that only method jobs use stay out, so changing them reruns only those
+        keys = tuple(k for k in keys if k not in ("eval_tokens", "calibration_tokens", "allocation", "throughput",
+                                                   "torchao_dtype"))
+    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model,
+                       "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
+                       "method": method, "bitset": wildcards.get("bitset", "none"),
+                       **{k: u[k] for k in keys if k in u}})
+
+
+# --------------------------------------------------------------------------- Study B: LoRA fine-tuning (lora_finetune)
+LORA_MODELS = "resources/llm"  # exported plain-HF copies of bundled models (rule llm_export)
+
+
+def lora_results(system=SYSTEM.name):
+    """One result per (model, attention, strategy, devices) of config lora_finetune.runs."""
+    u = config["lora_finetune"]
+    return [f"{RESULTS}/{system}/lora_finetune/{model}/{att}/{run['strategy']}/n{n}/result.json"
+            for model in u["models"] for run in u["runs"] for att in run["attention"] for n in run["devices"]]
+
+
+def lora_model_spec(model):
+    """Loader spec of a preset (models/llm.py); bundled GGUF models are read from their exported folder."""
+    spec = {k: v for k, v in config["lora_finetune"]["presets"][model].items() if k != "family"}
+    if spec["source"] == "smollm2_gguf":
+        return {"source": "path", "path": f"{LORA_MODELS}/{model}"}
+    if spec.get("path") and Path(repo_path(spec["path"])).exists():
+        spec["path"] = str(repo_path(spec["path"]))
+    return spec
+
+
+def lora_model_input(wildcards):
+    if config["lora_finetune"]["presets"][wildcards.model]["source"] == "smollm2_gguf":
+        return {"model_dir": f"{LORA_MODELS}/{wildcards.model}"}
+    return {}
+
+
+def lora_spec(wildcards):
+    from accelbench.experiments.lora_finetune import resolve_settings
+
+    u = config["lora_finetune"]
+    data = dict(u["data"])
+    if data.get("path"):
+        data["path"] = str(repo_path(data["path"]))
+    settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
+    return json.dumps({"system": SYSTEM.to_dict(), "model_name": wildcards.model,
+                       "family": u["presets"][wildcards.model].get("family", wildcards.model),
+                       "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
+                       "strategy": wildcards.strategy, "devices": int(wildcards.devices),
+                       "settings": settings.to_dict(), "data": data, "projection": u["projection"]})
+
+
 # --------------------------------------------------------------------------- targets
 def get_final_output():
     out = []
@@ -92,4 +242,10 @@ def get_final_output():
         out += [f"{RESULTS}/study_a/table.csv", f"{RESULTS}/study_a/claims_vs_measured.csv"]
     if "unet3d_ncu" in config["experiments"]:
         out += unet3d_ncu_results() + [f"{RESULTS}/study_a/counters.csv"]
+    if "llm_quant" in config["experiments"]:
+        out += llm_quant_results() + [f"{RESULTS}/study_b_quant/table.csv", f"{RESULTS}/study_b_quant/fig_sensitivity_layers.png"]
+    if "sr3_scaling" in config["experiments"]:
+        out += sr3_results() + [f"{RESULTS}/study_b_sr3/scaling.csv", f"{RESULTS}/study_b_sr3/fig_scaling.png"]
+    if "lora_finetune" in config["experiments"]:
+        out += lora_results() + [f"{RESULTS}/study_b_lora/runs.csv", f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png"]
     return out

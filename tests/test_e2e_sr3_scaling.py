@@ -1,0 +1,59 @@
+"""End to end: Study B's SR3 scaling part of the real Snakemake DAG on a tiny config (1 and 2 gloo ranks)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
+                          capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.e2e
+def test_sr3_scaling_dag(tmp_path, tiny_config):
+    cfg = dict(tiny_config, experiments=["sr3_scaling"])
+    cfg["sr3_scaling"] = dict(cfg["sr3_scaling"], devices=[1, 2, 4096], precisions=["fp32"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+
+    res = tmp_path / "results" / "cpu" / "sr3_scaling" / "fp32"
+    one = json.loads((res / "devices_1" / "result.json").read_text())
+    two = json.loads((res / "devices_2" / "result.json").read_text())
+    big = json.loads((res / "devices_4096" / "result.json").read_text())
+    assert big["status"] == "unsupported" and "4096 devices requested" in big["reason"]
+    for r, n in ((one, 1), (two, 2)):
+        m = r["measurements"]
+        assert r["status"] == "ok" and r["environment"]["git"]["commit"] and r["config"]["devices"] == n
+        assert m["iterations_per_device"] * n == cfg["sr3_scaling"]["workload_iterations"]
+        assert m["iteration"]["count"] == m["iterations_run"] - m["iteration"]["warmup"] and m["iteration"]["median"] > 0
+        assert len(m["rank_median_ms"]) == n and len(m["peak_rss_gib_per_rank"]) == n
+        assert m["study_b_projection"]["label"] == "projection" and m["study_b_projection"]["iterations"] == 40000 // n
+        assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]
+        assert (res / f"devices_{n}" / "samples.npz").exists()
+    assert two["measurements"]["collective_backend"] == "gloo" and two["measurements"]["replica_max_abs_diff"] == 0.0
+    assert (res / "devices_1" / "result.json").stat().st_mode & 0o222 == 0  # write-protected
+
+    agg = tmp_path / "results" / "study_b_sr3"
+    for name in ("scaling.csv", "scaling.md", "scaling.tex", "efficiency.csv", "efficiency.md", "fig_scaling.png",
+                 "fig_samples.png"):
+        assert (agg / name).stat().st_size > 0, name
+    table = pd.read_csv(agg / "scaling.csv")
+    assert sorted(table["devices"]) == [1, 2, 4096]
+    assert table.set_index("devices").loc[4096, "iteration_ms"] == "unsupported"
+    eff = pd.read_csv(agg / "efficiency.csv")
+    assert {"published Gaudi1", "published H100"} <= set(eff["series"])
+    assert (tmp_path / "resources" / "sky" / "sr3_small.npz").exists()
+    assert (tmp_path / "logs" / "cpu" / "sr3_scaling" / "fp32" / "devices_2.log").exists()
+
+    again = snakemake(tmp_path, "--dry-run")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

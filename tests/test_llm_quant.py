@@ -1,0 +1,228 @@
+"""Study B quantization: quantizer, byte counts, sensitivity, allocation, methods on a tiny random Llama."""
+
+import math
+
+import pytest
+import torch
+
+from accelbench.devices import Device
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments import llm_quant as q
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    """A randomly initialised 4-layer Llama (hidden 64: rows shorter than a 128-group)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=128)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def chunks():
+    g = torch.Generator().manual_seed(1)
+    return q.token_chunks(torch.randint(0, 256, (200,), generator=g), chunk_len=32, max_tokens=96)
+
+
+# --------------------------------------------------------------------------- quantizer
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("shape", [(8, 256), (5, 200), (3, 64)])
+def test_quantizer_round_trip_within_error_bound(bits, shape):
+    torch.manual_seed(0)
+    w = torch.randn(shape) * 0.05
+    w[0, :3] = torch.tensor([1.0, -1.0, 0.0])  # outliers and an exact zero
+    qt = q.quantize_groupwise(w, bits, group_size=128)
+    back = q.dequantize(qt)
+    assert back.shape == w.shape
+    scale = qt.scales.float().repeat_interleave(128, dim=1)[:, : shape[1]]
+    err = (w - back).abs()
+    # |w - deq| <= scale/2, plus the FP16 rounding of the scale (relative 2^-11) times the largest code
+    assert torch.all(err <= scale / 2 + w.abs() * 2**-10 + 1e-8)
+    codes_max = q.qmax(bits)
+    assert err.max() <= w.abs().max() / codes_max  # and never more than one step
+    assert back[0, 2] == 0.0
+
+
+def test_quantizer_rejects_unknown_bits():
+    with pytest.raises(ValueError, match="4 or 8"):
+        q.quantize_groupwise(torch.randn(2, 8), 3)
+
+
+@pytest.mark.parametrize("bits,group,shape,expected", [
+    (8, 128, (256, 256), 256 * 256 + 256 * 2 * 2),
+    (4, 128, (256, 256), 256 * 256 // 2 + 256 * 2 * 2),
+    (4, 64, (256, 256), 256 * 256 // 2 + 256 * 4 * 2),
+    (4, 128, (10, 576), 10 * 576 // 2 + 10 * 5 * 2),  # 576 = 4.5 groups -> 5 scales per row
+    (8, 128, (3, 100), 300 + 3 * 1 * 2),
+])
+def test_byte_counts_from_the_stored_tensors(bits, group, shape, expected):
+    qt = q.quantize_groupwise(torch.randn(shape), bits, group)
+    assert qt.nbytes() == expected == q.expected_nbytes(shape, bits, group)
+
+
+def test_fake_quantize_16_and_32_bits():
+    w = torch.randn(4, 8)
+    w16, b16 = q.fake_quantize(w, 16)
+    assert b16 == 4 * 8 * 2 and torch.equal(w16, w.half().float())
+    w32, b32 = q.fake_quantize(w, 32)
+    assert b32 == 4 * 8 * 4 and torch.equal(w32, w)
+
+
+# --------------------------------------------------------------------------- sensitivity
+def test_prefix_reuse_is_exact_and_untouched_layer_has_zero_sensitivity(tiny_llama, chunks):
+    ev = q.Evaluator(tiny_llama, chunks, Device("cpu"), reuse_prefix=True)
+    ev.cache_prefix()
+    base = ev.perplexity()
+    for i in range(4):
+        assert ev.perplexity(start_layer=i) == base
+    sens = q.sensitivity_map(tiny_llama, ev, ["prune", "quant4"], prune_amount=0.0, group_size=128, submodules="none")
+    # pruning 0% leaves every layer untouched: exactly zero change
+    assert [r["prune"] for r in sens["layers"]] == [0.0] * 4
+
+
+def test_sensitivity_restores_weights_and_sees_changes(tiny_llama, chunks):
+    before = {k: v.clone() for k, v in tiny_llama.state_dict().items()}
+    ev = q.Evaluator(tiny_llama, chunks, Device("cpu"), reuse_prefix=True)
+    sens = q.sensitivity_map(tiny_llama, ev, ["prune", "quant4"], 0.3, 128, "per_type")
+    after = tiny_llama.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(r["prune"] != 0.0 for r in sens["layers"])
+    assert {r["module"] for r in sens["submodules"]} == set(q.SUBMODULES)
+    # the cached-prefix result equals a full forward pass with the same layer pruned
+    layer = q.decoder_layers(tiny_llama)[2]
+    params = dict(layer.named_parameters())
+    full = q.Evaluator(tiny_llama, chunks, Device("cpu"), reuse_prefix=False)
+    with q.perturbed(params):
+        q.prune_(params, 0.3)
+        assert math.isclose(full.perplexity(), sens["layers"][2]["prune_ppl"], rel_tol=1e-6)
+
+
+def test_prune_zeroes_the_smallest_fraction():
+    p = torch.nn.Parameter(torch.arange(1.0, 11.0))
+    q.prune_({"p": p}, 0.3)
+    assert p.tolist() == [0, 0, 0, 4, 5, 6, 7, 8, 9, 10]
+
+
+# --------------------------------------------------------------------------- allocation
+@pytest.mark.parametrize("method", q.CLUSTERINGS)
+def test_allocation_is_deterministic_and_ranked(method):
+    scores = [0.1, 5.0, 0.2, 0.15, 2.0, 9.0, 0.05, 2.5, 0.3]
+    a, b = q.cluster_sensitivities(scores, method), q.cluster_sensitivities(list(scores), method)
+    assert a == b and set(a) == {0, 1, 2}
+    assert a[5] == 2 and a[6] == 0  # most / least sensitive
+    means = [sum(s for s, r in zip(scores, a) if r == k) / a.count(k) for k in range(3)]
+    assert means == sorted(means)
+
+
+def test_percentile_buckets_are_equal_sized():
+    ranks = q.cluster_sensitivities(list(range(9)), "percentile")
+    assert ranks == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_assign_bits_and_bitsets():
+    assert q.assign_bits([2, 1, 0, 0], [16, 8, 4]) == [16, 8, 4, 4]
+    assert q.assign_bits([2, 1, 0], [8, 4, 4]) == [8, 4, 4]
+    assert q.assign_bits([1, 0], [16, 8, 4]) == [16, 4]
+    assert q.parse_bitset("16_8_4") == [16, 8, 4]
+    with pytest.raises(ConfigError, match="16, 8 or 4"):
+        q.parse_bitset("4_8_16")
+    with pytest.raises(ConfigError):
+        q.cluster_sensitivities([1, 2, 3], "dbscan")
+
+
+def test_fewer_distinct_values_than_clusters():
+    assert q.cluster_sensitivities([1.0, 1.0, 1.0], "kmeans") == [0, 0, 0]
+
+
+# --------------------------------------------------------------------------- methods (tiny random Llama, end to end)
+def _sens(model, chunks, submodules="none"):
+    ev = q.Evaluator(model, chunks, Device("cpu"), reuse_prefix=True)
+    s = q.sensitivity_map(model, ev, ["prune"], 0.3, 128, submodules)
+    s["allocation"] = q.allocations(s["layers"], ["prune"])
+    return s
+
+
+@pytest.mark.parametrize("method,bitset", [("fp32", "none"), ("fake", "16_8_4"), ("fake", "8_4_4"), ("torchao", "16_8_8")])
+def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
+    import copy
+
+    model = copy.deepcopy(tiny_llama)
+    sens = _sens(model, chunks)
+    run = q.MethodRun(method=method, bitset=bitset, chunk_len=32, eval_tokens=96, group_size=128,
+                      clustering="percentile", metric="prune", throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 2})
+    out = q.run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    assert out["status"] == "ok", out["reason"]
+    m = out["measurements"]
+    assert m["perplexity"]["tokens"] == 3 * 31 and m["perplexity"]["value"] > 1
+    assert m["throughput"]["forward_step"]["count"] == 2 and m["throughput"]["tokens_per_s"] > 0
+    layers = q.decoder_layers(model)
+    if method == "fp32":
+        assert m["compression_x"]["value"] == 1.0
+    elif method == "fake":
+        bits = out["allocation"]["layer_bits"]
+        assert set(bits) == set(q.parse_bitset(bitset))
+        expected = sum(q.expected_nbytes(tuple(lin.weight.shape), b, 128)
+                       for layer, b in zip(layers, bits) for lin in q.layer_linears(layer).values())
+        assert m["size"]["decoder_linear_bytes_after"] == expected
+        assert m["compression_x"]["value"] == pytest.approx(m["size"]["decoder_linear_bytes_fp32"] / expected)
+    else:
+        bits = out["allocation"]["layer_bits"]
+        n8 = sum(lin.weight.numel() for layer, b in zip(layers, bits) if b == 8 for lin in q.layer_linears(layer).values())
+        assert n8 > 0 and m["compression_x"]["value"] > 1.0  # int8 codes replaced FP32 weights
+        w = q.layer_linears(layers[bits.index(8)])["q_proj"].weight
+        assert hasattr(w, "__tensor_flatten__") and type(w) not in (torch.Tensor, torch.nn.Parameter)  # torchao tensor
+
+
+def test_torchao_int4_reports_unsupported_on_cpu(tiny_llama, chunks):
+    import copy
+
+    if q.torchao_probe(4, Device("cpu"), torch.float32, 128) is None:  # pragma: no cover - a torchao with CPU int4
+        pytest.skip("this torchao runs int4 on CPU")
+    model = copy.deepcopy(tiny_llama)
+    run = q.MethodRun(method="torchao", bitset="8_4_4", chunk_len=32, eval_tokens=96, group_size=128,
+                      clustering="kmeans", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1})
+    out = q.run_method(model, 256, chunks, None, _sens(model, chunks), run, Device("cpu"))
+    assert out["status"] == "unsupported" and "int4" in out["reason"] and "torchao" in out["reason"]
+
+
+def test_fp8_split_is_half_of_the_mlp_modules(tiny_llama, chunks):
+    sens = _sens(tiny_llama, chunks, "per_layer")
+    names = q.fp8_modules(sens, 4)
+    assert len(names) == 6 and all(".mlp." in n for n in names)
+    low = sorted((r["prune"], r["layer"], r["module"]) for r in sens["submodules"] if r["module"] in q.MLP_SUBMODULES)
+    assert set(names) == {f"model.layers.{i}.mlp.{m}" for _, i, m in low[:6]}
+
+
+# --------------------------------------------------------------------------- data and errors
+def test_pydoc_splits_are_deterministic_and_disjoint():
+    text, info = q.load_text({"source": "pydoc"})
+    again, _ = q.load_text({"source": "pydoc"})
+    assert text == again and set(text) == {"calibration", "validation", "test"}
+    assert len(set(info["fingerprints"].values())) == 3 and all(len(t) > 50_000 for t in text.values())
+
+
+def test_missing_wikitext_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="WikiText-2 not found at"):
+        q.load_text({"source": "wikitext2", "path": str(tmp_path / "nowhere")})
+    with pytest.raises(DataError, match="llm_quant.data.path"):
+        q.load_text({"source": "wikitext2", "path": None})
+
+
+def test_token_chunks():
+    c = q.token_chunks(list(range(100)), 32, None)
+    assert c.shape == (3, 32) and c[1, 0] == 32
+    assert q.token_chunks(list(range(100)), 512, 40).shape == (1, 40)
+    with pytest.raises(DataError, match="too short"):
+        q.token_chunks([1, 2], 8, None)
+
+
+def test_reference_table_parses_published_numbers():
+    from accelbench.aggregate.study_b_quant import read_reference
+
+    ref, source = read_reference("resources/reference/study_b_quantization.csv")
+    assert "Voyager_Gaudi_Benchmarks" in source and len(ref) == 10
+    row = ref[(ref.system == "a100") & (ref.method == "fake") & (ref.bitset == "8_4_4")].iloc[0]
+    assert row.perplexity == 12.94 and row.compression_x == 5.93

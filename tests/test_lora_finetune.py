@@ -1,0 +1,210 @@
+"""Study B LoRA fine-tuning: data building, LoRA targeting, strategy/attention mapping, OOM handling, aggregation."""
+
+import json
+
+import pytest
+import torch
+
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments import lora_finetune as lf
+
+
+class ToyTokenizer:
+    """Whitespace tokenizer with a fixed vocabulary built on the fly (deterministic)."""
+
+    eos_token_id = 0
+    eos_token = "<eos>"
+    pad_token = None
+
+    def __init__(self):
+        self.vocab = {}
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.vocab.setdefault(w, len(self.vocab) + 1) for w in text.split()]}
+
+
+# --------------------------------------------------------------------------- data
+def test_pairs_are_deterministic_and_complete():
+    a, b = lf.build_pairs("pydoc"), lf.build_pairs("pydoc")
+    assert a == b and len(a) > 50
+    assert all(p["output"] and p["instruction"].startswith("Explain the Python topic") for p in a)
+    train, held = lf.split_pairs(a)
+    assert {p["id"] for p in train}.isdisjoint({p["id"] for p in held}) and len(train) + len(held) == len(a)
+    assert held and lf.split_pairs(a) == (train, held)
+
+
+def test_concatenation_keeps_every_token_and_masks_nothing():
+    tokens = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    blocks = lf.concat_blocks(tokens, 4, eos_id=0)
+    flat = [1, 2, 3, 0, 4, 5, 0, 6, 7, 8, 9, 0]
+    assert blocks == [flat[0:4], flat[4:8], flat[8:12]]
+    item = lf.BlockDataset(blocks)[1]
+    assert torch.equal(item["labels"], item["input_ids"]) and (item["labels"] != -100).all()
+    assert item["attention_mask"].sum() == 4
+    assert lf.concat_blocks(tokens, 5, eos_id=0) == [flat[0:5], flat[5:10]]  # the tail is dropped
+
+
+def test_build_datasets_from_pydoc(monkeypatch):
+    tok = ToyTokenizer()
+    train, held, summary = lf.build_datasets(tok, {"source": "pydoc"}, seq_len=32, min_train_blocks=8, eval_blocks=2)
+    assert len(train) == summary["train_blocks"] >= 8 and len(held) == 2
+    prompt_ids = set(tok("### Instruction: ### Response:")["input_ids"])
+    assert prompt_ids <= {t for b in train.blocks for t in b}  # prompts are trained on too (run_lora_clm.py)
+    with pytest.raises(DataError, match="the run needs"):
+        lf.build_datasets(ToyTokenizer(), {"source": "pydoc"}, seq_len=32, min_train_blocks=10**7, eval_blocks=0)
+
+
+def test_instruction_file(tmp_path):
+    p = tmp_path / "set.jsonl"
+    p.write_text("\n".join(json.dumps({"instruction": f"q{i}", "output": f"a {i}"}) for i in range(5)))
+    pairs = lf.build_pairs("file", str(p))
+    assert [x["output"] for x in pairs] == [f"a {i}" for i in range(5)]
+    with pytest.raises(DataError, match="lacks column"):
+        lf.build_pairs("file", str(p), output_key="response")
+    with pytest.raises(DataError, match="not found"):
+        lf.build_pairs("file", str(tmp_path / "missing.parquet"))
+
+
+# --------------------------------------------------------------------------- LoRA
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+
+
+def test_lora_touches_only_q_and_v():
+    s = lf.LoraSettings(r=8, alpha=8)
+    model, counts = lf.apply_lora(tiny_llama(), s)
+    # q_proj 64->64, v_proj 64->32 (2 kv heads of 16): r * (in + out) per module, 2 layers
+    assert counts["trainable"] == counts["expected"] == 2 * 8 * ((64 + 64) + (64 + 32))
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(("q_proj" in n or "v_proj" in n) and "lora_" in n for n in trainable)
+    with pytest.raises(ConfigError, match="no nn.Linear"):
+        lf.apply_lora(tiny_llama(), lf.LoraSettings(target_modules=("nonexistent",)))
+
+
+def test_flops_formula():
+    f = lf.flops_per_token(n_params=1000, n_trainable=10, layers=2, hidden=8, seq_len=4)
+    assert f["6n"] == 6 * 1000 + 12 * 2 * 8 * 4
+    assert f["lora"] == 4 * 990 + 6 * 10 + 12 * 2 * 8 * 4
+
+
+# --------------------------------------------------------------------------- strategy and attention
+def system(backend="cpu", devices=1, precisions=("fp32", "bf16"), memory=None):
+    from accelbench.systems import System
+
+    return System(name=backend, backend=backend, devices=devices, precisions=tuple(precisions), image="cuda",
+                  scale="small", device_memory_gib=memory)
+
+
+def test_attention_mapping():
+    assert lf.attention_implementation("eager", "cpu") == "eager"
+    assert lf.attention_implementation("flash", "cpu") == "sdpa"
+    assert lf.attention_implementation("flash", "hpu", "1.18.1") is None  # flags use_flash_attention + causal mask
+    assert lf.attention_implementation("flash", "hpu", "1.20.0") == "gaudi_fused_sdpa"
+    assert lf.attention_implementation("eager", "hpu", "1.20.0") == "eager"
+    with pytest.raises(ConfigError):
+        lf.attention_implementation("flashy", "cpu")
+    assert lf.hpu_lazy_mode("ddp") == "1" and lf.hpu_lazy_mode("fsdp") == "0"  # Study B: lazy except FSDP
+
+
+def test_plan_rules():
+    s = lf.LoraSettings()
+    cpu = system()
+    assert lf.plan_run("single", 1, "flash", cpu, s, available=2).status == "ok"
+    assert lf.plan_run("ddp", 2, "flash", cpu, s, available=2).status == "ok"
+    big = lf.plan_run("ddp", 8, "flash", cpu, s, available=2)
+    assert big.status == "unsupported" and "8 devices requested" in big.reason
+    assert lf.plan_run("single", 2, "eager", cpu, s, available=2).status == "unsupported"
+    assert lf.plan_run("fsdp", 1, "eager", cpu, s, available=2).status == "unsupported"
+    f = lf.plan_run("fsdp", 2, "flash", cpu, s, available=2)
+    assert f.status == "unsupported" and "silently trains with DDP" in f.reason
+    assert lf.plan_run("fsdp", 2, "flash", system("cuda", devices=2), s, available=2).status == "ok"
+    z = lf.plan_run("zero3", 2, "flash", cpu, s, available=2)
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        assert z.status == "unsupported" and z.reason == "deepspeed not installed"
+    fp32_only = lf.plan_run("single", 1, "eager", system(precisions=("fp32",)), s, available=1)
+    assert fp32_only.precision == "fp32" and fp32_only.notes
+    with pytest.raises(ConfigError):
+        lf.plan_run("tp", 2, "flash", cpu, s, available=2)
+
+
+def test_training_arguments_per_strategy():
+    s = lf.LoraSettings()
+    mk = lambda strat, backend="cpu": lf.training_arguments_kwargs(  # noqa: E731
+        lf.Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, "LlamaDecoderLayer")
+    single = mk("single")
+    assert single["learning_rate"] == 3e-4 and single["lr_scheduler_type"] == "constant_with_warmup"
+    assert single.get("warmup_steps", single.get("warmup_ratio")) == 0.03 and single["max_grad_norm"] == 0.3 and single["bf16"]
+    assert single["per_device_train_batch_size"] == 2 and single["gradient_accumulation_steps"] == 2
+    assert "fsdp" not in single and "deepspeed" not in single and "ddp_backend" not in single
+    assert mk("ddp")["ddp_backend"] == "gloo" and mk("ddp", "cuda")["ddp_backend"] == "nccl"
+    assert mk("ddp", "hpu")["ddp_backend"] == "hccl"
+    fsdp = mk("fsdp", "cuda")
+    assert fsdp["fsdp"] == "full_shard auto_wrap"
+    assert fsdp["fsdp_config"]["transformer_layer_cls_to_wrap"] == ["LlamaDecoderLayer"]
+    assert fsdp["fsdp_config"]["sync_module_states"] and not mk("fsdp")["fsdp_config"]["sync_module_states"]
+    assert mk("zero3")["deepspeed"]["zero_optimization"]["stage"] == 3
+
+
+def test_training_arguments_are_accepted_by_transformers(tmp_path):
+    from transformers import TrainingArguments
+
+    kw = lf.training_arguments_kwargs(lf.Plan("single", 1, "eager", "eager", "fp32"), lf.LoraSettings(), "cpu",
+                                      str(tmp_path), 5, None)
+    args = TrainingArguments(**kw)
+    assert args.max_steps == 5 and args.get_warmup_steps(5) == 1
+
+
+# --------------------------------------------------------------------------- memory
+def test_memory_precheck_and_oom_recorded(monkeypatch):
+    p = lf.Plan("single", 1, "flash", "sdpa", "bf16")
+    assert "weights alone need" in lf.memory_precheck(70_000_000_000, p, 80)  # 130 GiB in bf16
+    assert lf.memory_precheck(8_000_000_000, p, 141) is None
+    assert lf.memory_precheck(70_000_000_000, lf.Plan("fsdp", 4, "flash", "sdpa", "bf16"), 96) is None
+    # a run whose weights cannot fit is recorded as oom, not raised
+    spec = {"settings": lf.LoraSettings().to_dict(), "strategy": "single", "devices": 1, "attention": "flash",
+            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 8192,
+                                                     "intermediate_size": 28672, "num_hidden_layers": 80,
+                                                     "num_attention_heads": 64, "num_key_value_heads": 8,
+                                                     "vocab_size": 128256}}}
+    monkeypatch.setattr(lf, "available_devices", lambda backend, n: 1)
+    out = lf.run(spec, system("cuda", devices=1, memory=80))
+    assert out["status"] == "oom" and "GiB" in out["reason"] and out["measurements"]["weights_gib_needed"] > 130
+
+
+def test_runtime_oom_becomes_a_result(monkeypatch):
+    """An OOM raised inside training is caught and returned with the requested size."""
+    import accelbench.models.llm as llm
+
+    def boom(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79 GiB total)")
+
+    monkeypatch.setattr(llm, "load_causal_lm", boom)
+    spec = {"settings": lf.LoraSettings().to_dict(), "model": {"source": "random", "config": {}}, "data": {}}
+    out = lf.train_rank(spec, system(), lf.Plan("single", 1, "flash", "sdpa", "fp32"))
+    assert out["status"] == "oom" and out["measurements"]["requested"] == "20.00 GiB"
+
+
+def test_projection_is_labelled():
+    p = lf.project_epoch(step_ms=1000.0, tokens_per_step=2048, seq_len=512, cfg={"examples": None})
+    assert p["label"] == "projection" and p["minutes"] is None and p["minutes_per_million_tokens"] > 0
+    q = lf.project_epoch(1000.0, 2048, 512, {"examples": 1000, "tokens_per_example": 300})
+    assert q["steps"] == -(-300000 // 2048) and q["minutes"] == pytest.approx(q["steps"] / 60)
+
+
+# --------------------------------------------------------------------------- aggregation
+def test_reference_and_published_gains():
+    from accelbench.aggregate import study_b_lora as agg
+
+    ref = agg.read_reference("resources/reference/study_b_finetune_runtime.csv")
+    assert set(ref["strategy"]) == {"ddp", "zero3", "fsdp"}
+    g = agg.gains_table(agg.result_rows([]), ref, "src")
+    gemma_fsdp8 = g[(g["family"] == "gemma-2-27b") & (g["metric"] == "fsdp_slowdown_vs_ddp") & (g["devices"] == 8)]
+    assert gemma_fsdp8["value"].iloc[0] == pytest.approx(64 / 20)
+    fa = g[(g["hardware"] == "gaudi1") & (g["metric"] == "flash_gain") & (g["devices"] == 2)]
+    assert fa["value"].iloc[0] == pytest.approx(137 / 123 - 1)

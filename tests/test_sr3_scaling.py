@@ -1,0 +1,253 @@
+"""Study B SR3: patch tiling, strong-scaling split, scheduler round trip, DDP replicas, aggregation."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+import torch
+
+from accelbench.data import sky
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments import sr3_scaling as exp
+
+
+def tiny_settings(**kw) -> exp.SR3Settings:
+    preset = dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
+                  attention_resolutions=[8], num_heads=1, dropout=0.2, norm_groups=4, timesteps=2000,
+                  beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4)
+    preset.update(kw)
+    return exp.resolve_settings(preset, "small", {})
+
+
+# --------------------------------------------------------------------------- data
+def test_hubble_tiling_is_deterministic_and_heldout_never_overlaps_training():
+    img = sky.hubble_gray()
+    assert img.shape == (872, 1000) and 0 <= img.min() and img.max() <= 1
+    a = sky.make_pairs([img], patch=64, factor=4, held_out_every=5, train_overlap=0.5)
+    b = sky.make_pairs([sky.hubble_gray()], patch=64, factor=4, held_out_every=5, train_overlap=0.5)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert a["train_hr"].shape[1:] == (64, 64) and a["train_lr"].shape[1:] == (16, 16)
+    assert len(a["heldout_hr"]) == 39 and len(a["train_hr"]) > 300
+    train = {(int(y), int(x)) for _, y, x in a["train_origin"]}
+    for _, hy, hx in a["heldout_origin"]:
+        for y, x in train:  # no training window shares a pixel with a held-out tile
+            assert y + 64 <= hy or hy + 64 <= y or x + 64 <= hx or hx + 64 <= x
+    # the pairs are real 4x area downsamplings of the patches
+    np.testing.assert_allclose(a["heldout_lr"][0], a["heldout_hr"][0].reshape(16, 4, 16, 4).mean(axis=(1, 3)), atol=1e-6)
+    # and the patches are the image's pixels at their origins
+    _, y, x = a["heldout_origin"][3]
+    np.testing.assert_array_equal(a["heldout_hr"][3], img[y:y + 64, x:x + 64])
+
+
+def test_paper_scale_tiling_has_both_splits_and_bad_inputs_fail(tmp_path):
+    s = sky.prepare(tmp_path / "p.npz", patch=256, factor=4)
+    assert s["heldout"] >= 1 and s["train"] >= 8
+    assert sky.load(tmp_path / "p.npz")["train_hr"].shape[1:] == (256, 256)
+    with pytest.raises(DataError, match="smaller than one"):
+        sky.tile_origins((100, 100), 128, 5, 0.5)
+    with pytest.raises(DataError, match="not a folder"):
+        sky.prepare(tmp_path / "x.npz", 64, 4, source="folder", folder=str(tmp_path / "missing"))
+    with pytest.raises(DataError, match="not found"):
+        sky.load(tmp_path / "missing.npz")
+
+
+def test_folder_source_reads_npy_and_png(tmp_path):
+    from skimage.io import imsave
+
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "a.npy", rng.normal(size=(128, 128)) * 1e-3 + 5)  # arbitrary units (e.g. K_CMB)
+    imsave(tmp_path / "b.png", (rng.uniform(size=(128, 128)) * 255).astype(np.uint8), check_contrast=False)
+    s = sky.prepare(tmp_path / "f.npz", patch=32, factor=4, source="folder", folder=str(tmp_path), held_out_every=4)
+    d = sky.load(tmp_path / "f.npz")
+    assert s["sources"] == ["a.npy", "b.png"] and d["train_hr"].min() >= 0 and d["train_hr"].max() <= 1
+    assert set(d["heldout_origin"][:, 0]) == {0, 1}
+
+
+# --------------------------------------------------------------------------- settings and scaling
+@pytest.mark.parametrize("devices", [1, 2, 4, 8, 16, 32, 64])
+def test_strong_scaling_split_is_exact(devices):
+    per = exp.split_iterations(40000, devices)
+    assert per * devices == 40000 and per == {1: 40000, 2: 20000, 4: 10000, 8: 5000, 16: 2500, 32: 1250, 64: 625}[devices]
+
+
+@pytest.mark.parametrize("devices", [3, 6, 7, 0])
+def test_inexact_split_is_refused(devices):
+    with pytest.raises(ConfigError, match="workload_iterations"):
+        exp.split_iterations(40000, devices)
+
+
+def test_paper_settings_map_sr3(default_config):
+    u = default_config["sr3_scaling"]
+    s = exp.resolve_settings(u["preset"], "paper", u["scales"])
+    assert s.channels == (128, 256, 512, 512, 1024, 1024) and s.lr_size == 64
+    assert s.attention_levels == (False, False, False, False, True, False)  # 256 / 2**4 = 16 px
+    small = exp.resolve_settings(u["preset"], "small", u["scales"])
+    assert small.hr_size // small.lr_size == 4 and small.attention_levels == s.attention_levels
+    with pytest.raises(ConfigError, match="hr_size"):
+        exp.resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
+
+
+def test_unsupported_cases_have_reasons(systems):
+    assert "no native bf16" in exp.unsupported_reason(systems["v100"], 1, "bf16")
+    assert "8 devices in its system file" in exp.unsupported_reason(systems["gaudi2"], 16, "bf16")
+    assert "visible" in exp.unsupported_reason(systems["gaudi2"], 4, "fp32", visible=1)
+    assert exp.unsupported_reason(systems["gaudi2"], 4, "bf16", visible=8) is None
+    assert "CPU cores" in exp.unsupported_reason(systems["cpu"], 10_000, "fp32")
+
+
+def test_unet_has_sr3_dropout_and_io():
+    s = tiny_settings()
+    model = exp.build_unet(s)
+    x, t = torch.randn(2, 2, 32, 32), torch.tensor([5, 1500])
+    model.eval()
+    with torch.no_grad():
+        a, b = model(x, t), model(x, t)
+    assert a.shape == (2, 1, 32, 32) and torch.equal(a, b) and a.abs().sum() > 0
+    model.train()
+    with torch.no_grad():
+        c, d = model(x, t), model(x, t)
+    assert not torch.equal(c, d)  # dropout 0.2 acts in training mode
+
+
+# --------------------------------------------------------------------------- diffusion
+def _oracle_chain(sched, x0, steps, ddpm: bool):
+    g = torch.Generator().manual_seed(0)
+    sched.set_timesteps(steps)
+    t0 = int(sched.timesteps[0])
+    # noise in float64 (add_noise casts the schedule to the samples' dtype), then a float32 chain like sampling
+    x = sched.add_noise(original_samples=x0.double(), noise=torch.randn(x0.shape, generator=g).double(),
+                        timesteps=torch.tensor([t0])).float()
+    ac = sched.alphas_cumprod
+    for ts in sched.timesteps:
+        ti = int(ts)
+        eps = (x - ac[ti].sqrt() * x0) / (1 - ac[ti]).sqrt()  # the oracle knows x0
+        x, pred_x0 = sched.step(eps, ti, x, generator=g) if ddpm else sched.step(eps, ti, x)
+    return x
+
+
+def test_scheduler_round_trip_with_oracle_recovers_the_image():
+    s = tiny_settings()
+    x0 = torch.rand(1, 1, 16, 16) * 2 - 1
+    sched = exp.build_scheduler(s)
+    assert torch.allclose(sched.betas[[0, -1]].double(), torch.tensor([1e-6, 1e-2], dtype=torch.double), rtol=1e-5)
+    out = _oracle_chain(sched, x0, s.timesteps, ddpm=True)
+    assert (out - x0).abs().max() < 1e-3
+    assert (_oracle_chain(exp.build_ddim(s), x0, 25, ddpm=False) - x0).abs().max() < 1e-3
+    # a wrong oracle (zero noise) does not recover it: the test can fail
+    x = torch.randn_like(x0)
+    sched.set_timesteps(s.timesteps)
+    for ts in sched.timesteps[:50]:
+        x, _ = sched.step(torch.zeros_like(x), int(ts), x)
+    assert (x - x0).abs().max() > 0.1
+
+
+def test_quality_metrics_rank_bicubic_above_noise():
+    truth = torch.rand(2, 1, 32, 32)
+    good = exp.image_metrics(truth + 0.01 * torch.randn_like(truth), truth)
+    bad = exp.image_metrics(torch.rand_like(truth), truth)
+    assert good["psnr_db"] > 35 > bad["psnr_db"] and good["ssim"] > bad["ssim"]
+
+
+# --------------------------------------------------------------------------- DDP
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from accelbench.devices import Device
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    s = tiny_settings()
+    rng = np.random.default_rng(0)
+    hr = rng.uniform(size=(16, 32, 32)).astype(np.float32)
+    ds = exp.PatchSet(hr, sky.downsample(hr, 4), 32)
+    tr = exp.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True)
+    before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
+    indices = sorted(tr.sampler)
+    tr.train_step()
+    after = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach()
+    spread = exp.replica_spread(tr.model)
+    queue.put((rank, spread, float((after - before).abs().max()), indices))
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(180)
+def test_two_process_gloo_ddp_keeps_replicas_identical():
+    ctx = torch.multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), queue), nprocs=2, join=True,
+                                          start_method="spawn")
+    out = sorted(queue.get() for _ in range(2))
+    assert [r for r, *_ in out] == [0, 1]
+    assert all(spread == 0.0 for _, spread, _, _ in out)  # identical after a step on different batches and noise
+    assert all(moved > 0 for _, _, moved, _ in out)  # and the step did change the weights
+    assert not set(out[0][3]) & set(out[1][3]) and len(out[0][3]) == 8  # disjoint halves of the 16 patches
+
+
+# --------------------------------------------------------------------------- aggregation
+def test_published_efficiency_matches_study_b_claims():
+    from accelbench.aggregate.study_b_sr3 import published_efficiency, read_reference
+
+    ref, source = read_reference("resources/reference/study_b_sr3_scaling.csv")
+    assert "Voyager_Gaudi_Benchmarks" in source
+    eff = published_efficiency(ref).set_index(["series", "devices"])["efficiency"]
+    assert eff[("published Gaudi1", 64)] == pytest.approx(0.94, abs=0.005)  # "94% at 64 cards"
+    assert eff[("published H100", 4)] == pytest.approx(0.77, abs=0.005)  # "77% at 4 cards"
+
+
+# --------------------------------------------------------------------------- launcher (sr3-train)
+def _spec(default_config, systems, devices):
+    u = default_config["sr3_scaling"]
+    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
+                             "quality_sample_steps", "seed")}
+    return {"system": systems["cpu"].to_dict(), "devices": devices, "precision": "fp32", "preset": u["preset"],
+            "scales": u["scales"], "run": run}
+
+
+def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems, monkeypatch):
+    import json
+    import subprocess
+
+    from accelbench import cli
+
+    out = tmp_path / "u" / "result.json"
+    spec = json.dumps(_spec(default_config, systems, 100_000))
+    assert cli.main(["sr3-train", "--spec", spec, "--data", "unused.npz", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["status"] == "unsupported" and "100000 devices requested" in r["reason"] and r["environment"]["git"]
+
+    out = tmp_path / "o" / "result.json"
+    calls = []
+    real_run = subprocess.run
+
+    def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory
+        if "sr3-worker" not in cmd:
+            return real_run(cmd, env=env, **kw)  # provenance's git calls
+        calls.append(cmd)
+        exp.oom_marker(out, 1).write_text("rank 1: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(subprocess, "run", fake_torchrun)
+    spec = json.dumps(_spec(default_config, systems, 2))
+    assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["status"] == "oom" and "Tried to allocate 2.00 GiB" in r["reason"]
+    assert "--nproc_per_node=2" in calls[0] and "sr3-worker" in calls[0]
+    assert not exp.oom_marker(out, 1).exists()
+
+    def failing(cmd, env=None, **kw):
+        return subprocess.CompletedProcess(cmd, 1) if "sr3-worker" in cmd else real_run(cmd, env=env, **kw)
+
+    monkeypatch.setattr(subprocess, "run", failing)
+    assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(tmp_path / "f" / "result.json")]) == 2

@@ -1,0 +1,210 @@
+"""Study B quantization aggregation: the table in Study B's layout (published TinyLlama numbers beside ours),
+the per-layer sensitivity map of every system/model, and two figures.
+
+Inputs are ``llm_quant`` result files (sensitivity and method jobs, any number of systems) and
+``study_b_quantization.csv`` (published numbers, with their source in its header lines). Models are
+labelled by name everywhere: the published rows are TinyLlama-1.1B, ours whatever the config ran.
+Rows that did not run carry ``unsupported``/``OOM`` and the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..errors import ResultError  # noqa: E402
+from ..experiments.llm_quant import SUBMODULES  # noqa: E402
+from .common import load_results, status_cell, write_table  # noqa: E402
+
+METHOD_ORDER = ["fp32", "fake", "torchao", "inc_fp8", "real_int8", "real_fp8"]
+METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torchao": "torchao weight-only int8/int4",
+                "inc_fp8": "INC FP8 (half of MLP) + BF16"}
+PUBLISHED_MODEL = "TinyLlama-1.1B (published)"
+PUBLISHED_HARDWARE = {"gaudi2": "Intel Gaudi2, 1 HPU (published)", "a100": "4x NVIDIA A100-SXM4-40GB, DataParallel (published)"}
+COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "perplexity", "compression_x",
+           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "weights", "status", "reason"]
+
+
+def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """``(published rows in the table's columns, source text from the header lines)`` (WikiText-2 only)."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ResultError(f"reference file not found: {path}") from None
+    source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
+    ref = pd.read_csv(path, comment="#")
+    wt = ref[ref["dataset"] == "wikitext2"].set_index("metric")
+    rows = []
+    for col in [c for c in ref.columns if c not in ("dataset", "metric")]:
+        parts = col.split("_")
+        system = parts[-1]
+        if parts[0] == "fp32":
+            method, bitset, label = "fp32", "none", "FP32 baseline"
+        elif parts[0] == "fake":
+            method, bitset, label = "fake", "_".join(parts[1:-1]), "simulated (RTN, g=128)"
+        else:
+            method = "real_fp8" if "fp8" in parts else "real_int8"
+            bitset = "_".join(parts[1:-1])
+            label = "INC FP8 (half of MLP) + BF16" if method == "real_fp8" else "INT8 weight-only + FP16"
+        rows.append({"source": "published", "model": PUBLISHED_MODEL, "hardware": PUBLISHED_HARDWARE.get(system, system),
+                     "system": system,
+                     "method": method, "bitset": bitset, "label": label,
+                     "perplexity": wt.loc["perplexity", col], "compression_x": wt.loc["compression_x", col],
+                     "throughput_tok_per_s": wt.loc["throughput_tok_per_s", col], "eval_time_s": wt.loc["eval_time_s", col],
+                     "weights": "pretrained", "status": "ok"})
+    return pd.DataFrame(rows), source
+
+
+def measured_rows(results: list[dict]) -> pd.DataFrame:
+    """One row per method result (sensitivity results are skipped), Study B's columns."""
+    rows = []
+    for r in results:
+        cfg, m = r["config"], r["measurements"]
+        if cfg.get("method", "sensitivity") == "sensitivity":
+            continue
+        model_info = m.get("model", {})
+        row = {"source": "measured", "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
+               "method": cfg["method"], "bitset": cfg["bitset"], "label": METHOD_LABEL.get(cfg["method"], cfg["method"]),
+               "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason")}
+        if r["status"] == "ok":
+            row.update({"perplexity": m["perplexity"]["value"], "eval_tokens": m["perplexity"]["tokens"],
+                        "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],
+                        "throughput_tok_per_s": m["throughput"]["tokens_per_s"], "eval_time_s": m["eval_time"]["value"]})
+        else:
+            row["perplexity"] = status_cell(r)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _order(df: pd.DataFrame) -> pd.DataFrame:
+    key = df["method"].map({m: i for i, m in enumerate(METHOD_ORDER)}).fillna(99)
+    return (df.assign(_k=key, _b=df["bitset"].astype(str)).sort_values(["source", "model", "system", "_k", "_b"])
+            .drop(columns=["_k", "_b"]).reset_index(drop=True))
+
+
+def _allocation_used(results: list[dict]) -> dict:
+    """``{(system, model): (metric, clustering)}`` as used by the method jobs (default prune/percentile)."""
+    used = {}
+    for r in results:
+        cfg = r["config"]
+        if cfg.get("method") in ("fake", "torchao") and cfg.get("allocation"):
+            used.setdefault((cfg["system"]["name"], cfg["model"]), (cfg["allocation"]["metric"], cfg["allocation"]["clustering"]))
+    return used
+
+
+def sensitivity_rows(results: list[dict]) -> pd.DataFrame:
+    """Per-layer sensitivity of every sensitivity result, with the cluster of each layer under the allocation
+    the method jobs used (prune/percentile when there are none)."""
+    frames = []
+    used = _allocation_used(results)
+    for r in results:
+        cfg = r["config"]
+        if cfg.get("method") != "sensitivity" or r["status"] != "ok":
+            continue
+        m = r["measurements"]
+        layers = pd.DataFrame(m["layers"])
+        metric, clustering = used.get((cfg["system"]["name"], cfg["model"]), ("prune", "percentile"))
+        if metric not in m["allocation"]:
+            metric = next(iter(m["allocation"]))
+        layers["cluster"] = m["allocation"][metric][clustering]
+        layers.insert(0, "hardware", r["_hardware"])
+        layers.insert(0, "system", cfg["system"]["name"])
+        layers.insert(0, "model", cfg["model"])
+        layers["baseline_ppl"] = m["baseline_ppl"]["value"]
+        layers["allocation"] = f"{metric}/{clustering}"
+        frames.append(layers)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def submodule_rows(results: list[dict]) -> pd.DataFrame:
+    frames = []
+    for r in results:
+        if r["config"].get("method") != "sensitivity" or r["status"] != "ok" or not r["measurements"]["submodules"]:
+            continue
+        d = pd.DataFrame(r["measurements"]["submodules"])
+        d.insert(0, "hardware", r["_hardware"])
+        d.insert(0, "model", r["config"]["model"])
+        frames.append(d)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def fig_layers(sens: pd.DataFrame, path: str | Path) -> None:
+    """Study B's figure 1: pruning sensitivity per layer, coloured by cluster, dashed cluster means."""
+    groups = list(sens.groupby(["model", "hardware"], sort=True)) if not sens.empty else []
+    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(10, 3.2 * max(1, len(groups))), squeeze=False)
+    colours = plt.get_cmap("viridis")
+    for ax, ((model, hw), d) in zip(axes[:, 0], groups):
+        k = int(d["cluster"].max()) + 1
+        metric = d["allocation"].iloc[0].split("/")[0]
+        for c in range(k):
+            sel = d[d["cluster"] == c]
+            col = colours(c / max(1, k - 1))
+            ax.bar(sel["layer"], sel[metric], color=col, label=f"cluster {c} (mean {sel[metric].mean():.3g})")
+            ax.axhline(sel[metric].mean(), color=col, ls="--", lw=1)
+        if "quant4" in d and metric != "quant4":
+            ax.plot(d["layer"], d["quant4"], "k.", label="only this layer in 4 bits (ours)")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_xlabel("decoder layer")
+        ax.set_ylabel("perplexity increase")
+        ax.set_title(f"{model} on {hw}: {metric} sensitivity ({d['allocation'].iloc[0]}; "
+                     f"baseline ppl {d['baseline_ppl'].iloc[0]:.2f})", fontsize=9)
+        ax.legend(fontsize=7)
+    if not groups:
+        axes[0, 0].text(0.5, 0.5, "no sensitivity results", ha="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def fig_submodules(sub: pd.DataFrame, path: str | Path) -> None:
+    """Pruning sensitivity per projection type (per type, or mean over layers with the per-layer spread)."""
+    groups = list(sub.groupby(["model", "hardware"], sort=True)) if not sub.empty else []
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(5 * max(1, len(groups)), 3.5), squeeze=False)
+    for ax, ((model, hw), d) in zip(axes[0], groups):
+        mods = [m for m in SUBMODULES if m in set(d["module"])]
+        mean = d.groupby("module")["prune"].mean().reindex(mods)
+        ax.bar(mods, mean.values, color=["tab:blue"] * 4 + ["tab:orange"] * 3)
+        if (d["layer"] != "all").any():
+            for i, m in enumerate(mods):
+                v = d[d["module"] == m]["prune"]
+                ax.plot(np.full(len(v), i), v, "k.", ms=3)
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylabel("perplexity increase (30% pruned)")
+        ax.set_title(f"{model} on {hw}", fontsize=9)
+        ax.tick_params(axis="x", rotation=45)
+    if not groups:
+        axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity", ha="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``table.{csv,md,tex}``, ``sensitivity_layers.csv``, ``sensitivity_submodules.csv`` and the two figures.
+
+    Raises:
+        ResultError: a missing or corrupt result or reference file (named).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = load_results(result_paths)
+    published, source = read_reference(reference_path)
+    table = _order(pd.concat([measured_rows(results), published.reindex(columns=COLUMNS)], ignore_index=True))
+    caption = ("Study B quantization (WikiText-2 layout): perplexity, compression of the decoder-layer weights vs. FP32, "
+               "forward throughput (tokens/s) and evaluation time per method. Measured rows: our models and text "
+               "(see each result's provenance; eval_tokens says how much text); published rows: " + source)
+    write_table(table, out_dir / "table", caption)
+    sens = sensitivity_rows(results)
+    sens.to_csv(out_dir / "sensitivity_layers.csv", index=False)
+    sub = submodule_rows(results)
+    sub.to_csv(out_dir / "sensitivity_submodules.csv", index=False)
+    fig_layers(sens, out_dir / "fig_sensitivity_layers.png")
+    fig_submodules(sub, out_dir / "fig_sensitivity_submodules.png")
+    return {"table": out_dir / "table.csv", "sensitivity": out_dir / "sensitivity_layers.csv"}

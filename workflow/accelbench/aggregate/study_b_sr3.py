@@ -1,0 +1,217 @@
+"""Study B SR3 aggregation: scaling table, scaling-efficiency table, scaling figure, sample picture.
+
+Inputs are ``sr3_scaling`` result files from any number of systems, and Study B's published strong-scaling
+times (``study_b_sr3_scaling.csv``: minutes for the 40,000-iteration workload per device count; data with
+its source in the header lines). Strong-scaling efficiency with iterations x devices constant is
+``T(1) / (N * T(N))`` for wall times, which for measured runs equals ``t_iter(1) / t_iter(N)`` (same
+per-device batch). Hardware labels come from each result's provenance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from ..errors import DataError  # noqa: E402
+from .common import load_results, status_cell, write_table  # noqa: E402
+
+REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
+                    "h100": "H100"}
+
+
+def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """Published times: long table (system, devices, minutes) and the source line of the file.
+
+    Raises:
+        DataError: missing file or no ``devices`` column.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"reference file {path} not found")
+    header = [ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
+    wide = pd.read_csv(path, comment="#")
+    if "devices" not in wide:
+        raise DataError(f"reference file {path} has no 'devices' column")
+    long = wide.melt(id_vars="devices", var_name="system", value_name="minutes").dropna()
+    source = next((h for h in header if h.lower().startswith("source")), header[-1] if header else str(path))
+    return long.reset_index(drop=True), source
+
+
+def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
+    """Efficiency of each published series against its own 1-device time: T(1) / (N * T(N))."""
+    rows = []
+    for system, g in ref.groupby("system"):
+        t1 = g.loc[g["devices"] == 1, "minutes"]
+        for _, r in g.iterrows():
+            eff = float(t1.iloc[0] / (r["devices"] * r["minutes"])) if len(t1) else np.nan
+            rows.append({"series": f"published {REFERENCE_LABELS.get(system, system)}", "precision": "fp32",
+                         "devices": int(r["devices"]), "minutes_40k": float(r["minutes"]), "efficiency": eff,
+                         "label": "published"})
+    return pd.DataFrame(rows)
+
+
+def result_rows(results: list[dict]) -> pd.DataFrame:
+    """One row per (system, precision, devices). Times: iteration ms, totals s/min; throughput images/s."""
+    rows = []
+    for r in results:
+        cfg, m = r["config"], r["measurements"]
+        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
+               "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
+               "reason": r.get("reason"), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
+        if r["status"] == "ok":
+            q = m["quality"]
+            row.update({
+                "iteration_ms": m["iteration"]["median"], "iteration_p10_ms": m["iteration"]["p10"],
+                "iteration_p90_ms": m["iteration"]["p90"], "timed_iterations": m["iteration"]["count"],
+                "images_per_s": m["images_per_s"], "iterations_per_device": m["iterations_per_device"],
+                "iterations_run": m["iterations_run"], "wall_s": m["measured_wall_s"],
+                "strong_total_s": m["strong_scaling_total"]["seconds"], "strong_total_label": m["strong_scaling_total"]["label"],
+                "study_b_40k_minutes_projection": m["study_b_projection"]["minutes"],
+                "peak_mem_gib": m.get("peak_mem_gib"),
+                "peak_rss_gib": max(m.get("peak_rss_gib_per_rank") or [np.nan]),
+                "replica_max_abs_diff": m["replica_max_abs_diff"],
+                "psnr_sr3_db": q["sr3"]["psnr_db"], "psnr_bicubic_db": q["bicubic"]["psnr_db"],
+                "ssim_sr3": q["sr3"]["ssim"], "ssim_bicubic": q["bicubic"]["ssim"], "beats_bicubic": q["beats_bicubic"],
+                "quality_sampler": f"{q['sampler']} {q['sample_steps']} steps",
+            })
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    df = df.sort_values(["system", "precision", "devices"]).reset_index(drop=True)
+    if "iteration_ms" in df:
+        eff = []
+        for _, r in df.iterrows():
+            one = df[(df["system"] == r["system"]) & (df["precision"] == r["precision"]) & (df["devices"] == 1)
+                     & (df["status"] == "ok")]
+            eff.append(float(one["iteration_ms"].iloc[0] / r["iteration_ms"]) if len(one) and pd.notna(r["iteration_ms"])
+                       else np.nan)
+        df["efficiency_vs_1"] = eff
+        df["speedup_vs_1"] = df["efficiency_vs_1"] * df["devices"]
+    return df
+
+
+def table(df: pd.DataFrame) -> pd.DataFrame:
+    """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
+    cols = ["hardware", "scale", "precision", "devices", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
+            "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
+            "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
+            "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
+            "quality_sampler", "status", "reason"]
+    out = df.reindex(columns=cols).astype(object)
+    for i, r in df.iterrows():
+        if r["status"] != "ok":
+            out.loc[i, "iteration_ms"] = status_cell(r.to_dict())
+    return out
+
+
+def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """Scaling efficiency per series and device count: measured (this run's results) beside published."""
+    rows = []
+    for _, r in df.iterrows():
+        rows.append({"series": f"measured {r['hardware']} ({r['scale']})", "precision": r["precision"],
+                     "devices": r["devices"],
+                     "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
+                     "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
+                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict())})
+    return pd.concat([pd.DataFrame(rows), published_efficiency(ref)], ignore_index=True)
+
+
+def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> None:
+    """Time (minutes, 40,000-iteration workload) vs. devices, linear and log-log: published beside measured."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    for ax, log in zip(axes, (False, True)):
+        for i, (system, g) in enumerate(ref.groupby("system", sort=False)):
+            g = g.sort_values("devices")
+            ax.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4,
+                    label=f"published {REFERENCE_LABELS.get(system, system)}")
+        for j, ((hw, prec, scale), g) in enumerate(ok.groupby(["hardware", "precision", "scale"], sort=True)):
+            g = g.sort_values("devices")
+            ax.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color="black" if j == 0 else colors[(j + 6) % len(colors)],
+                    linewidth=2, label=f"measured {hw}, {prec}, {scale} scale (projection)")
+            t1 = g.loc[g["devices"] == 1, "study_b_40k_minutes_projection"]
+            if len(t1):
+                n = np.array(sorted(set(g["devices"])))
+                ax.plot(n, float(t1.iloc[0]) / n, ":", color="grey", linewidth=1)
+        ax.set_xlabel("devices")
+        ax.set_ylabel("training time for 40,000 iterations x devices (min)")
+        if log:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title("log-log")
+        else:
+            ax.set_title("linear")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"Study B SR3 strong scaling. Published: {source}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> None:
+    """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results."""
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    panels = []
+    for _, r in ok.iterrows():
+        name = (r["_artefacts"] or {}).get("samples")
+        p = Path(r["_path"]).with_name(name) if name else None
+        if p is not None and p.exists():
+            with np.load(p) as z:
+                panels.append((r, {k: z[k] for k in z.files}))
+        if len(panels) >= max_rows:
+            break
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(n, 4, figsize=(10, 2.7 * n), squeeze=False)
+    titles = ["low resolution", "bicubic", "SR3", "ground truth"]
+    for i, (r, pan) in enumerate(panels):
+        for j, key in enumerate(("lr", "bicubic", "sr3", "truth")):
+            ax = axes[i, j]
+            ax.imshow(pan[key], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            t = titles[j]
+            if key == "bicubic":
+                t += f"\nPSNR {r['psnr_bicubic_db']:.1f} dB, SSIM {r['ssim_bicubic']:.2f}"
+            elif key == "sr3":
+                t += f"\nPSNR {r['psnr_sr3_db']:.1f} dB, SSIM {r['ssim_sr3']:.2f}"
+            ax.set_title(t, fontsize=7)
+        axes[i, 0].set_ylabel(f"{r['hardware'][:28]}\n{r['precision']}, {r['devices']} dev", fontsize=7)
+    if not panels:
+        axes[0, 0].text(0.5, 0.5, "no finished SR3 result", ha="center", va="center")
+        for ax in axes[0]:
+            ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``scaling.{csv,md,tex}``, ``efficiency.{csv,md,tex}``, ``fig_scaling.png`` and ``fig_samples.png``.
+
+    Raises:
+        ResultError: a missing or corrupt result file. DataError: a missing reference file.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = [r for r in load_results(result_paths) if r["experiment"] == "sr3_scaling"]
+    ref, source = read_reference(reference_path)
+    df = result_rows(results)
+    write_table(table(df), out_dir / "scaling",
+                "Study B SR3 training per system, precision and device count (iteration: median, ms; totals: s)")
+    write_table(efficiency_table(df, ref), out_dir / "efficiency",
+                f"Strong-scaling efficiency T(1) / (N T(N)): measured (projection to 40,000 iterations) and "
+                f"published ({source})")
+    fig_scaling(df, ref, source, out_dir / "fig_scaling.png")
+    fig_samples(df, out_dir / "fig_samples.png")
+    return {"table": out_dir / "scaling.csv", "efficiency": out_dir / "efficiency.csv",
+            "scaling": out_dir / "fig_scaling.png", "samples": out_dir / "fig_samples.png"}

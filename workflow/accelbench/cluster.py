@@ -1,0 +1,79 @@
+"""What a batch job really sees: accelerators listed by the vendor tool and torch, and the scheduler's variables.
+
+The GPU smoke rule (``workflow/rules/smoke.smk``) runs :func:`device_report` as a job so that a site can check that its
+GPU request mapping (``gpu``/``gres`` resources in ``slurm/``) gives each job the devices the system file expects.
+
+Example::
+
+    report = device_report(expected=1)   # {"host", "vendor_tool", "torch", "env", "expected", "seen", "matches"}
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+
+# Scheduler and runtime variables that decide which devices a job gets.
+JOB_ENV = ("CUDA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "SLURM_JOB_ID", "SLURM_JOB_NAME",
+           "SLURMD_NODENAME", "SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE",
+           "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL")
+
+# Vendor listing commands: NVIDIA prints one `GPU i: name (UUID: ...)` line per device; hl-smi one CSV line per card.
+VENDOR_TOOLS = {"nvidia-smi": ["nvidia-smi", "-L"],
+                "hl-smi": ["hl-smi", "-Q", "index,name,bus_id", "-f", "csv,noheader"]}
+
+
+def vendor_listing(timeout_s: float = 60) -> dict:
+    """Run each vendor tool found on PATH: ``{tool: {"returncode", "lines"}}`` (empty when none is installed)."""
+    out = {}
+    for tool, argv in VENDOR_TOOLS.items():
+        if shutil.which(tool) is None:
+            continue
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+            lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+            out[tool] = {"returncode": proc.returncode, "lines": lines}
+        except subprocess.TimeoutExpired:
+            out[tool] = {"returncode": None, "lines": [f"timed out after {timeout_s} s"]}
+    return out
+
+
+def device_report(expected: int) -> dict:
+    """Devices this process sees vs. ``expected`` (the job's accelerator request; 0 = a CPU job).
+
+    ``seen`` counts the vendor tool's device lines where a tool ran, else torch's count (0 on CPU);
+    ``matches`` is ``seen == expected``.
+    """
+    from .systems import probe_devices
+
+    vendor = vendor_listing()
+    found = probe_devices()
+    listed = [len(v["lines"]) for v in vendor.values() if v["returncode"] == 0]
+    seen = listed[0] if listed else (0 if found["backend"] == "cpu" else found["count"])
+    return {"host": socket.gethostname(), "vendor_tool": vendor, "torch": found,
+            "env": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
+            "expected": int(expected), "seen": seen, "matches": seen == int(expected)}
+
+
+def slurm_submission_hints(log_text: str) -> list[str]:
+    """One line per rule whose Slurm submission was refused, naming the rule, Slurm's reason and the fix.
+
+    ``log_text`` is Snakemake's run log (snakemake-executor-plugin-slurm reports ``Error in rule R: message: SLURM
+    sbatch failed. The error message was '...'``). Returns an empty list when no submission failed.
+    """
+    hints, seen = [], set()
+    for block in re.split(r"(?=Error in rule )", log_text):
+        m = re.match(r"Error in rule (\w+):\s*\n\s*message: SLURM (?:sbatch|job submission) failed\W*(.*)", block)
+        if not m or m.group(1) in seen:
+            continue
+        seen.add(m.group(1))
+        reason = [ln.strip() for ln in m.group(2).splitlines() if "error" in ln.lower()]
+        reason = reason[-1].rstrip("'.") if reason else m.group(2).splitlines()[0].strip()
+        reason = re.sub(r"^(The error message was ')?(sbatch: error: )?", "", reason)
+        hints.append(f"Slurm refused the job of rule {m.group(1)}: {reason}. Fix: edit slurm/site.yaml (partition, "
+                     f"gpu_partition, account, qos, node_limits or rules: {{{m.group(1)}: ...}}) or point "
+                     f"ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule was written.")
+    return hints

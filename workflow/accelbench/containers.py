@@ -1,0 +1,291 @@
+"""Per-architecture images (``containers/<image>/``): the URI a system runs in, apptainer settings, recipe checks.
+
+Each system file names its image (``image: cuda`` or ``image: habana``). ``containers/<image>/`` holds a Dockerfile
+and an Apptainer definition (``accelbench-<image>.def``) built from the same base and pins, and
+``containers/versions.yaml`` states what each image holds (base, Python, torch, pip pins and their published
+requirements). :func:`check_images` is what CI runs to keep the three in step with ``pyproject.toml``.
+
+Example::
+
+    uri = image_uri(system, "docker://ghcr.io/accelbench/accelbench-{image}:0.1.0", "containers")
+    problems = check_images("containers", "pyproject.toml", systems)   # [] when all agree
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from .errors import ConfigError
+
+# Flags each image needs at run time, as apptainer environment variables (APPTAINER_<FLAG>), so that they reach every
+# job of a run without a site-specific --apptainer-args: CUDA needs the host driver (--nv); Gaudi needs /dev/accel,
+# HABANA_VISIBLE_DEVICES passed in and a writable HABANA_LOGS folder (the image's default is read-only).
+APPTAINER_FLAGS = {"cuda": {"APPTAINER_NV": "1", "SINGULARITY_NV": "1"},
+                   "habana": {"APPTAINER_BIND": "/dev/accel", "SINGULARITY_BIND": "/dev/accel"}}
+
+
+def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
+    """The image a system's rules run in: ``uri_template`` with ``{image}`` = ``system.image``.
+
+    Raises:
+        ConfigError: ``containers/<image>/`` has no Dockerfile or Apptainer definition (the message names the
+            system, the missing files and the images that exist).
+    """
+    folder = Path(containers_dir) / system.image
+    missing = [p.name for p in (folder / "Dockerfile", folder / f"accelbench-{system.image}.def") if not p.is_file()]
+    if missing:
+        have = sorted(p.parent.name for p in Path(containers_dir).glob("*/Dockerfile"))
+        raise ConfigError(
+            f"system {system.name!r} names image {system.image!r}, but {folder} lacks {', '.join(missing)}: every rule "
+            f"runs in that image. Fix: set `image:` in the system file to one of {have}, or add "
+            f"{folder}/Dockerfile and {folder}/accelbench-{system.image}.def (see containers/README.md)")
+    if "{image}" not in uri_template:
+        raise ConfigError(f"container_uri {uri_template!r} must contain '{{image}}' (the system's image name)")
+    return uri_template.format(image=system.image)
+
+
+def apptainer_environment(system, workdir: str | Path) -> dict[str, str]:
+    """Environment variables that give ``apptainer exec`` the flags of the system's image.
+
+    CUDA: ``--nv``. Habana: ``--bind /dev/accel`` (added to any APPTAINER_BIND already set),
+    ``HABANA_VISIBLE_DEVICES`` (the job's value, ``all`` if unset) and ``HABANA_LOGS=<workdir>/logs/habana``
+    (created here) passed into the container.
+    """
+    env = dict(APPTAINER_FLAGS.get(system.image, {}))
+    if system.image == "habana":
+        for key in ("APPTAINER_BIND", "SINGULARITY_BIND"):
+            if os.environ.get(key):
+                env[key] = f"{os.environ[key]},{env[key]}"
+        logs = Path(workdir).resolve() / "logs" / "habana"
+        logs.mkdir(parents=True, exist_ok=True)
+        visible = os.environ.get("HABANA_VISIBLE_DEVICES", "all")
+        for prefix in ("APPTAINERENV_", "SINGULARITYENV_"):
+            env[prefix + "HABANA_VISIBLE_DEVICES"] = visible
+            env[prefix + "HABANA_LOGS"] = str(logs)
+    return env
+
+
+def require_apptainer(uri: str, rules: str = "every rule") -> str:
+    """The apptainer (or singularity) executable on this host.
+
+    Raises:
+        ConfigError: neither is on PATH; the message names the host, the rules and image, and the fixes.
+    """
+    binary = shutil.which("apptainer") or shutil.which("singularity")
+    if binary is None:
+        raise ConfigError(
+            f"--software-deployment-method apptainer was given, but neither `apptainer` nor `singularity` is on PATH "
+            f"on host {socket.gethostname()}; {rules} runs in {uri}. Fix: install apptainer or load it (e.g. "
+            f"`module load apptainer`) on this host and on the compute nodes, or run without "
+            f"--software-deployment-method apptainer (slurm/site.yaml: `deployment: none`) where the project is "
+            f"installed as the README says.")
+    return binary
+
+
+# --------------------------------------------------------------------------- recipe parsing
+@dataclass
+class Recipe:
+    """What a Dockerfile or Apptainer definition builds: base image, build arguments, pip pins, project install."""
+
+    path: Path
+    base: str
+    args: dict[str, str] = field(default_factory=dict)
+    pins: dict[str, str] = field(default_factory=dict)
+    installs_project: bool = False
+
+
+_PIN = re.compile(r"""["']?([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([A-Za-z0-9.+!*-]+)["']?""")
+_PROJECT = re.compile(r"pip3? install\b[^&;|]*\s-e\s+\.(\s|$)|pip3? install\b[^&;|]*\s\.(\s|$)")
+
+
+def _pip_facts(lines: list[str]) -> tuple[dict[str, str], bool]:
+    pins, project = {}, False
+    for line in lines:
+        if re.search(r"\bpip3? install\b", line):
+            pins.update({name.lower(): ver for name, ver in _PIN.findall(line)})
+            project = project or bool(_PROJECT.search(line + " "))
+    return pins, project
+
+
+def parse_dockerfile(path: str | Path) -> Recipe:
+    """Read a Dockerfile's FROM, ARGs (``${X}`` substituted) and the ``pip install`` pins of its RUN lines.
+
+    Raises:
+        ConfigError: no FROM instruction, or more than one build stage.
+    """
+    path = Path(path)
+    text = re.sub(r"\\\n", " ", path.read_text())
+    args, base, run_lines = {}, None, []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        word = word.upper()
+        rest = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest.strip())
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"')
+        elif word == "FROM":
+            if base is not None:
+                raise ConfigError(f"{path}: more than one FROM (multi-stage builds are not checked)")
+            base = rest.split()[0]
+        elif word == "RUN":
+            run_lines += [part.strip() for part in re.split(r"&&|;", rest)]
+    if base is None:
+        raise ConfigError(f"{path}: no FROM instruction")
+    pins, project = _pip_facts(run_lines)
+    return Recipe(path, base, args, pins, project)
+
+
+APPTAINER_SECTIONS = {"setup", "files", "environment", "post", "runscript", "startscript", "test", "labels", "help",
+                      "arguments", "app", "appinstall", "appenv", "apphelp", "apprun", "applabels", "appfiles"}
+APPTAINER_BOOTSTRAPS = {"docker", "docker-archive", "docker-daemon", "library", "localimage", "oras", "shub", "yum",
+                        "debootstrap", "arch", "busybox", "zypper", "scratch"}
+
+
+def parse_apptainer_def(path: str | Path) -> Recipe:
+    """Parse an Apptainer definition file: header (``Bootstrap:``/``From:``) and ``%sections``.
+
+    ``{{ NAME }}`` build arguments are replaced by their ``%arguments`` defaults.
+
+    Raises:
+        ConfigError (naming the file and line): a header line that is not ``Key: value``, an unknown bootstrap
+            agent, no ``From:`` for an agent that needs one, an unknown or repeated section, or a ``{{ NAME }}``
+            without a default in ``%arguments``.
+    """
+    path = Path(path)
+    header: dict[str, str] = {}
+    sections: dict[str, list[str]] = {}
+    current = None
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if current is None and (not line or line.startswith("#")):
+            continue
+        if line.startswith("%"):
+            name = line[1:].split()[0].lower()
+            if name not in APPTAINER_SECTIONS:
+                raise ConfigError(f"{path}:{n}: unknown section %{name}")
+            if name in sections:
+                raise ConfigError(f"{path}:{n}: section %{name} appears twice")
+            current = name
+            sections[name] = []
+        elif current is None:
+            key, sep, value = line.partition(":")
+            if not sep or not key.strip() or " " in key.strip():
+                raise ConfigError(f"{path}:{n}: header line {line!r} is not 'Key: value'")
+            header[key.strip().lower()] = value.strip()
+        else:
+            sections[current].append(raw)
+    agent = header.get("bootstrap")
+    if agent not in APPTAINER_BOOTSTRAPS:
+        raise ConfigError(f"{path}: Bootstrap {agent!r} is not one of {sorted(APPTAINER_BOOTSTRAPS)}")
+    if agent in ("docker", "library", "localimage", "oras", "shub", "docker-archive", "docker-daemon") \
+            and not header.get("from"):
+        raise ConfigError(f"{path}: Bootstrap {agent} needs a 'From:' line")
+    args = {}
+    for line in sections.get("arguments", []):
+        if line.strip() and not line.strip().startswith("#"):
+            name, _, default = line.strip().partition("=")
+            args[name.strip()] = default.strip().strip('"')
+
+    def substitute(text: str) -> str:
+        def one(m):
+            if m.group(1) not in args:
+                raise ConfigError(f"{path}: {{{{ {m.group(1)} }}}} has no default in %arguments")
+            return args[m.group(1)]
+        return re.sub(r"\{\{\s*(\w+)\s*\}\}", one, text)
+
+    body = [substitute(line) for line in sections.get("post", [])]
+    for name in ("environment", "labels", "files"):
+        [substitute(line) for line in sections.get(name, [])]
+    pins, project = _pip_facts(body)
+    return Recipe(path, substitute(header.get("from", "")), args, pins, project)
+
+
+# --------------------------------------------------------------------------- agreement checks
+def _project_requirements(pyproject: str | Path) -> tuple[dict[str, Requirement], SpecifierSet]:
+    data = tomllib.loads(Path(pyproject).read_text())["project"]
+    reqs = [Requirement(r) for r in data.get("dependencies", [])]
+    return {r.name.lower(): r for r in reqs}, SpecifierSet(data.get("requires-python", ""))
+
+
+def specifiers_overlap(a: SpecifierSet, b: SpecifierSet) -> bool:
+    """True if some version satisfies both (checked on the versions the clauses name and just above them)."""
+    candidates = set()
+    for spec in list(a) + list(b):
+        v = Version(spec.version.replace(".*", ""))
+        rel = ".".join(map(str, v.release))
+        candidates |= {rel, f"{rel}.0.1", f"{rel}.1", f"{v.major}.{v.minor + 1}", f"{v.major + 1}"}
+    if not candidates:
+        return True
+    return any(a.contains(c, prereleases=True) and b.contains(c, prereleases=True) for c in candidates)
+
+
+def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dict | None = None) -> list[str]:
+    """Every disagreement between the recipes, ``containers/versions.yaml``, ``pyproject.toml`` and the systems.
+
+    Checked per image: both recipes exist and parse, share the base image and the pip pins that versions.yaml
+    lists, and install the project (``pip install -e .``); the image's torch is named by its base tag and satisfies
+    the project's torch requirement and every pinned package's torch requirement; the image's Python satisfies
+    ``requires-python``; each pin satisfies the project's requirement on that package, and each published
+    requirement of a pin overlaps the project's requirement on the same package. Per system: its image exists.
+
+    Returns:
+        Messages, each naming the file and the two values that disagree; empty when everything agrees.
+    """
+    containers_dir = Path(containers_dir)
+    facts = yaml.safe_load((containers_dir / "versions.yaml").read_text())
+    project, requires_python = _project_requirements(pyproject)
+    problems = []
+    for image, want in facts.items():
+        folder = containers_dir / image
+        try:
+            recipes = [parse_dockerfile(folder / "Dockerfile"), parse_apptainer_def(folder / f"accelbench-{image}.def")]
+        except (OSError, ConfigError) as exc:
+            problems.append(f"{image}: {exc}")
+            continue
+        for r in recipes:
+            if r.base != want["base"]:
+                problems.append(f"{r.path}: base {r.base!r} != versions.yaml {want['base']!r}")
+            if r.pins != {k.lower(): str(v) for k, v in want["pins"].items()}:
+                problems.append(f"{r.path}: pip pins {r.pins} != versions.yaml {want['pins']}")
+            if not r.installs_project:
+                problems.append(f"{r.path}: does not install the project with `pip install -e .` as the README does")
+        torch = Version(str(want["torch"]))
+        if str(want["torch"]) not in want["base"]:
+            problems.append(f"versions.yaml {image}: torch {torch} is not named in the base tag {want['base']!r}")
+        if "torch" in project and not project["torch"].specifier.contains(torch, prereleases=True):
+            problems.append(f"{image}: image torch {torch} fails pyproject's {project['torch']}")
+        if not requires_python.contains(f"{want['python']}.0"):
+            problems.append(f"{image}: image Python {want['python']} fails pyproject's requires-python "
+                            f"{requires_python}")
+        for name, version in want["pins"].items():
+            req = project.get(name.lower())
+            if req and not req.specifier.contains(str(version), prereleases=True):
+                problems.append(f"{image}: pin {name}=={version} fails pyproject's {req}")
+        for name, reqs in (want.get("requires") or {}).items():
+            for text in reqs:
+                dep = Requirement(text)
+                if dep.name == "torch" and not dep.specifier.contains(torch, prereleases=True):
+                    problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, the image has torch {torch}")
+                other = project.get(dep.name.lower())
+                if other and dep.name != "torch" and not specifiers_overlap(dep.specifier, other.specifier):
+                    problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, pyproject needs {other}: "
+                                    f"no version satisfies both")
+    for name, system in (systems or {}).items():
+        if system.image not in facts or not (containers_dir / system.image / "Dockerfile").is_file():
+            problems.append(f"system {name!r} names image {system.image!r}, which is not in {containers_dir} "
+                            f"(have {sorted(facts)})")
+    return problems

@@ -1,0 +1,194 @@
+"""Sky images for Study B's SR3 super-resolution: high-resolution patches and their 4x downsampled pairs.
+
+Study B trains SR3 on 256x256 grayscale sky maps made with PySM (galactic foregrounds). The embedded
+default uses real astronomical imagery that ships with scikit-image (offline): the Hubble Deep Field
+(``skimage.data.hubble_deep_field()``, RGB 872x1000), converted to grayscale. A site's own images
+(PySM maps or any sky images as ``.npy``, ``.png``/``.jpg``/``.tif`` or ``.fits``) come from a folder.
+
+Tiling is deterministic:
+
+* held-out patches lie on the non-overlapping grid (stride = patch), every ``held_out_every``-th grid
+  tile in raster order of each image (starting at the middle one of each group);
+* training patches are all windows on a finer grid (stride = patch x (1 - ``train_overlap``)) that do
+  not intersect any held-out patch, so no held-out pixel is ever seen in training.
+
+Values are in [0, 1] (Hubble: 8-bit luminance / 255; folder images: min-max of each image, since sky
+maps come in arbitrary units). Low-resolution pairs are made with area averaging (``factor`` x
+``factor`` block means), as a pixel-integrating detector would record them.
+
+Example::
+
+    summary = prepare("resources/sky/hubble_small.npz", patch=64, factor=4, source="hubble")
+    data = load("resources/sky/hubble_small.npz")   # {"train_hr": (N, 64, 64), "train_lr": (N, 16, 16), ...}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError
+
+IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".fits", ".fit", ".fts")
+
+
+def hubble_gray() -> np.ndarray:
+    """The Hubble Deep Field shipped with scikit-image as grayscale float32 in [0, 1], shape (872, 1000)."""
+    from skimage import data
+    from skimage.color import rgb2gray
+
+    return rgb2gray(data.hubble_deep_field()).astype(np.float32)
+
+
+def _read_image(path: Path) -> np.ndarray:
+    """One image file as a 2-D float32 array scaled to [0, 1] by its min and max.
+
+    Raises:
+        DataError: unreadable file, FITS without astropy, or not a 2-D (or RGB) image.
+    """
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            arr = np.load(path)
+        elif suffix in (".fits", ".fit", ".fts"):
+            try:
+                from astropy.io import fits
+            except ImportError:
+                raise DataError(f"{path}: reading FITS needs astropy (pip install astropy)") from None
+            arr = fits.getdata(path)
+        else:
+            from skimage.io import imread
+
+            arr = imread(path)
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any reader error becomes a clear message
+        raise DataError(f"cannot read sky image {path}: {exc}") from None
+    arr = np.asarray(arr, dtype=np.float64)
+    if arr.ndim == 3 and arr.shape[-1] in (3, 4):
+        from skimage.color import rgb2gray
+
+        arr = rgb2gray(arr[..., :3] / max(arr.max(), 1e-12))
+    if arr.ndim != 2:
+        raise DataError(f"sky image {path} has shape {arr.shape}; expected a 2-D map (or RGB)")
+    arr = np.nan_to_num(arr)
+    lo, hi = float(arr.min()), float(arr.max())
+    if hi <= lo:
+        raise DataError(f"sky image {path} is constant")
+    return ((arr - lo) / (hi - lo)).astype(np.float32)
+
+
+def folder_images(folder: str | Path) -> list[tuple[str, np.ndarray]]:
+    """Every image in ``folder`` (sorted by name), as ``(name, array)``.
+
+    Raises:
+        DataError: the folder is missing or holds no image files.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"data.sky.folder {folder} is not a folder")
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise DataError(f"data.sky.folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+    return [(p.name, _read_image(p)) for p in files]
+
+
+def tile_origins(shape: tuple[int, int], patch: int, held_out_every: int,
+                 train_overlap: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Top-left corners ``(y, x)`` of training and held-out patches in an image of ``shape``.
+
+    Held-out: every ``held_out_every``-th tile of the non-overlapping grid (raster order, starting at
+    index ``held_out_every // 2``; 0 = none). Training: windows on a grid of stride
+    ``round(patch * (1 - train_overlap))`` that do not intersect a held-out tile.
+
+    Raises:
+        DataError: the image is smaller than one patch.
+    """
+    h, w = shape
+    if h < patch or w < patch:
+        raise DataError(f"image of {h}x{w} px is smaller than one {patch}x{patch} patch")
+    grid = [(y, x) for y in range(0, h - patch + 1, patch) for x in range(0, w - patch + 1, patch)]
+    held = [o for i, o in enumerate(grid) if held_out_every and i % held_out_every == held_out_every // 2]
+    stride = max(1, round(patch * (1.0 - train_overlap)))
+    train = []
+    for y in range(0, h - patch + 1, stride):
+        for x in range(0, w - patch + 1, stride):
+            if all(y + patch <= hy or hy + patch <= y or x + patch <= hx or hx + patch <= x for hy, hx in held):
+                train.append((y, x))
+    return train, held
+
+
+def downsample(hr: np.ndarray, factor: int) -> np.ndarray:
+    """Area (block-mean) downsampling of (..., H, W) by ``factor``; H and W must be multiples of it."""
+    *lead, h, w = hr.shape
+    if h % factor or w % factor:
+        raise DataError(f"patch {h}x{w} is not a multiple of the downsampling factor {factor}")
+    return hr.reshape(*lead, h // factor, factor, w // factor, factor).mean(axis=(-3, -1)).astype(np.float32)
+
+
+def make_pairs(images: list[np.ndarray], patch: int, factor: int, held_out_every: int,
+               train_overlap: float) -> dict[str, np.ndarray]:
+    """Training and held-out HR patches (N, patch, patch) and LR pairs (N, patch/f, patch/f), float32 in [0, 1],
+    plus their origins (N, 3) = (image index, y, x).
+
+    Raises:
+        DataError: no training or no held-out patch results.
+    """
+    out: dict[str, list] = {"train_hr": [], "heldout_hr": [], "train_origin": [], "heldout_origin": []}
+    for k, img in enumerate(images):
+        train, held = tile_origins(img.shape, patch, held_out_every, train_overlap)
+        for split, origins in (("train", train), ("heldout", held)):
+            for y, x in origins:
+                out[f"{split}_hr"].append(img[y:y + patch, x:x + patch])
+                out[f"{split}_origin"].append((k, y, x))
+    if not out["train_hr"] or not out["heldout_hr"]:
+        raise DataError(f"tiling gave {len(out['train_hr'])} training and {len(out['heldout_hr'])} held-out "
+                        f"{patch}x{patch} patches; both must be > 0 (lower data.sky.held_out_every or use larger images)")
+    res = {k: np.stack(v).astype(np.float32 if k.endswith("hr") else np.int64) for k, v in out.items()}
+    res["train_lr"] = downsample(res["train_hr"], factor)
+    res["heldout_lr"] = downsample(res["heldout_hr"], factor)
+    return res
+
+
+def prepare(out: str | Path, patch: int, factor: int, source: str = "hubble", folder: str | None = None,
+            held_out_every: int = 5, train_overlap: float = 0.5) -> dict:
+    """Build the patch set and write it as ``.npz`` (keys of :func:`make_pairs`). Returns a summary dict.
+
+    Raises:
+        ConfigError-like DataError: unknown source, missing folder, or an empty split.
+    """
+    if source == "hubble":
+        names, images = ["skimage.data.hubble_deep_field"], [hubble_gray()]
+    elif source == "folder":
+        if not folder:
+            raise DataError("data.sky.source is 'folder' but data.sky.folder is not set")
+        pairs = folder_images(folder)
+        names, images = [n for n, _ in pairs], [a for _, a in pairs]
+    else:
+        raise DataError(f"data.sky.source must be 'hubble' or 'folder', not {source!r}")
+    pairs = make_pairs(images, patch, factor, held_out_every, train_overlap)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.npz")
+    np.savez_compressed(tmp, **pairs, sources=np.array(names))
+    tmp.replace(out)
+    return {"out": str(out), "sources": names, "patch": patch, "factor": factor,
+            "train": int(len(pairs["train_hr"])), "heldout": int(len(pairs["heldout_hr"]))}
+
+
+def load(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a patch set written by :func:`prepare`.
+
+    Raises:
+        DataError: missing file or missing keys.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"sky patch set {path} not found; run its rule (sr3_prepare) first")
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    missing = {"train_hr", "train_lr", "heldout_hr", "heldout_lr"} - set(data)
+    if missing:
+        raise DataError(f"sky patch set {path} lacks {sorted(missing)}; delete it and rerun sr3_prepare")
+    return data

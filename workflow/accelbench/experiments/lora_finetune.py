@@ -1,0 +1,796 @@
+"""Study B (arXiv 2607.05400): LoRA fine-tuning with and without flash attention; single device, DDP, FSDP, ZeRO-3.
+
+Reproduces Study B's fine-tuning runtime study (``study_b_finetune_runtime.csv``, the authors' ``Fig2``):
+optimum-habana ``run_lora_clm.py``-style LoRA on a causal LM, timed per optimizer step.
+
+Workload (Study B's settings, all from the config):
+  * LoRA rank 64, alpha 64, dropout 0.05 on ``q_proj`` and ``v_proj`` (peft ``LoraConfig``); bf16 where the system
+    supports it (``Trainer(bf16=True)`` = autocast, base weights stored in bf16 on accelerators).
+  * lr 3e-4 constant after a linear warm-up of ratio 0.03 (``constant_with_warmup``), max grad norm 0.3,
+    per-device batch 2, gradient accumulation 2, sequence length 512 with dataset concatenation (all examples
+    tokenised, joined with EOS and cut into blocks; labels = inputs, nothing masked, as in ``run_lora_clm.py``).
+  * Data: instruction/response pairs (prompt format of ``run_lora_clm.py``); embedded default built from
+    ``pydoc_data.topics`` (see :func:`build_pairs`); a site's JSON/JSONL/parquet instruction set through the config.
+  * Attention (``attention`` axis): ``eager`` = the model's plain matmul-softmax attention; ``flash`` =
+    PyTorch SDPA on CUDA/CPU (FlashAttention-2 kernels on Ampere and newer in bf16; ``flash_attention_2`` when the
+    ``flash-attn`` package is installed), and on Gaudi optimum-habana's fused SDPA
+    (<= 1.19: ``use_flash_attention`` + ``flash_attention_causal_mask``; >= 1.20: ``attn_implementation=gaudi_fused_sdpa``).
+  * Strategy: ``single`` (one device), ``ddp`` (torchrun, NCCL / gloo on CPU / HCCL on Gaudi), ``fsdp`` (FULL_SHARD,
+    one FSDP unit per decoder layer), ``zero3`` (DeepSpeed ZeRO stage 3; needs ``deepspeed``).
+    On the ``cpu`` backend a "device" is one gloo process owning ``threads / N`` cores; FSDP is recorded
+    ``unsupported`` there (accelerate would silently run DDP, see :data:`FSDP_CPU_REASON`). After the first step
+    every multi-device run checks that Trainer really wrapped the model as the strategy says (:data:`WRAPPER`).
+
+Measurements: optimizer-step time after warm-up steps (CUDA events / synchronize + host clock, per rank, median and
+spread), samples/s and tokens/s, peak device memory per rank (host peak RSS on CPU), MFU from the named FLOP formula
+(:func:`flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after training,
+and the projected wall time of Study B's epoch (a projection, labelled so).
+
+Example::
+
+    accelbench lora-finetune --spec "$(cat spec.json)" --out results/cpu/lora_finetune/smollm2_135m/flash/ddp/n2/result.json
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import math
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError, DataError
+
+EXPERIMENT = "lora_finetune"
+STRATEGIES = ("single", "ddp", "fsdp", "zero3")
+ATTENTIONS = ("eager", "flash")
+PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request."
+          "\n\n### Instruction:\n{instruction}\n\n### Response:\n")
+DIST_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl"}
+# What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
+WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
+# Found by running it (accelerate 1.15, transformers 5.24): AcceleratorState turns FSDP on only for accelerator
+# distributed types (MULTI_GPU/HPU/XPU/...); with CPU processes (MULTI_CPU, gloo) the FSDP request is dropped and
+# Trainer wraps the model in DDP instead, so a CPU "FSDP" run would be a mislabelled DDP run.
+FSDP_CPU_REASON = ("FSDP through transformers' Trainer needs an accelerator: accelerate {accelerate} enables FSDP only "
+                   "for GPU/HPU/XPU process groups; with CPU (gloo) processes it silently trains with DDP instead")
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+# --------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class LoraSettings:
+    """Study B's LoRA and trainer settings (defaults = the paper's; see config/config.schema.yaml)."""
+
+    r: int = 64
+    alpha: int = 64
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    lr: float = 3e-4
+    lr_scheduler: str = "constant_with_warmup"
+    warmup_ratio: float = 0.03
+    max_grad_norm: float = 0.3
+    per_device_batch: int = 2
+    grad_accum: int = 2
+    seq_len: int = 512
+    precision: str = "bf16"  # bf16 | fp32 (bf16 falls back to fp32 where the system lacks it)
+    warmup_steps: int = 2    # untimed optimizer steps
+    timed_steps: int = 10    # timed optimizer steps
+    eval_blocks: int = 8     # held-out blocks for the loss before/after training
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["target_modules"] = list(self.target_modules)
+        return d
+
+
+def resolve_settings(base: dict, scale: str, scales: dict | None) -> LoraSettings:
+    """Merge the config's LoRA/training section with its scale override (``scales[scale]``).
+
+    Raises:
+        ConfigError: an unknown key (named).
+    """
+    d = dict(base)
+    d.update((scales or {}).get(scale) or {})
+    known = {f for f in LoraSettings.__dataclass_fields__}
+    bad = sorted(set(d) - known)
+    if bad:
+        raise ConfigError(f"lora_finetune.train: unknown key(s) {bad}; allowed: {sorted(known)}")
+    if "target_modules" in d:
+        d["target_modules"] = tuple(d["target_modules"])
+    return LoraSettings(**d)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run will do, decided before any model is loaded (see :func:`plan_run`)."""
+
+    strategy: str
+    devices: int
+    attention: str
+    attn_implementation: str | None
+    precision: str
+    status: str = "ok"
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def available_devices(backend: str, system_devices: int) -> int:
+    """Devices one run may use: the system's count, capped by what is visible (CPU: cores, one gloo process each)."""
+    if backend == "cpu":
+        return os.cpu_count() or 1
+    if backend == "cuda":
+        import torch
+
+        return min(system_devices, torch.cuda.device_count())
+    return system_devices
+
+
+def attention_implementation(attention: str, backend: str, optimum_habana_version: str | None = None) -> str | None:
+    """The model setting that realises ``attention`` (``eager`` or ``flash``) on ``backend``.
+
+    Returns the ``attn_implementation`` string (``eager``, ``sdpa``, ``flash_attention_2``, ``gaudi_fused_sdpa``),
+    or None on Gaudi with optimum-habana <= 1.19, where flash attention is switched on by generation-config flags
+    (``use_flash_attention``, ``flash_attention_causal_mask``) instead.
+    """
+    if attention not in ATTENTIONS:
+        raise ConfigError(f"lora_finetune attention {attention!r} unknown; allowed: {', '.join(ATTENTIONS)}")
+    if attention == "eager":
+        return "eager"
+    if backend == "hpu":
+        from packaging.version import Version
+
+        if optimum_habana_version and Version(optimum_habana_version) >= Version("1.20"):
+            return "gaudi_fused_sdpa"
+        return None
+    if backend == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def plan_run(strategy: str, devices: int, attention: str, system, settings: LoraSettings,
+             available: int | None = None) -> Plan:
+    """Decide whether a (strategy, devices, attention) case can run on ``system``; unsupported cases get a reason.
+
+    Rules: ``single`` needs exactly 1 device, the others at least 2; ``devices`` must not exceed the devices
+    available (:func:`available_devices`); ``fsdp`` needs an accelerator (:data:`FSDP_CPU_REASON`); ``zero3`` needs
+    ``deepspeed``; bf16 falls back to fp32 on systems without it (noted).
+    """
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"lora_finetune strategy {strategy!r} unknown; allowed: {', '.join(STRATEGIES)}")
+    ohv = _version("optimum-habana") if system.backend == "hpu" else None
+    impl = attention_implementation(attention, system.backend, ohv)
+    notes = []
+    precision = settings.precision
+    if precision == "bf16" and not system.supports("bf16"):
+        precision = "fp32"
+        notes.append(f"{system.name} has no native bf16: fp32 used")
+    base = dict(strategy=strategy, devices=devices, attention=attention, attn_implementation=impl,
+                precision=precision, notes=notes)
+    available = available_devices(system.backend, system.devices) if available is None else available
+    if strategy == "single" and devices != 1:
+        return Plan(**base, status="unsupported", reason="strategy 'single' runs on exactly 1 device")
+    if strategy != "single" and devices < 2:
+        return Plan(**base, status="unsupported", reason=f"strategy {strategy!r} needs at least 2 devices")
+    if devices > available:
+        what = "CPU cores (one gloo process each)" if system.backend == "cpu" else f"{system.backend} devices"
+        return Plan(**base, status="unsupported", reason=f"{devices} devices requested, {system.name} has {available} {what}")
+    if strategy == "fsdp" and system.backend == "cpu":
+        return Plan(**base, status="unsupported", reason=FSDP_CPU_REASON.format(accelerate=_version("accelerate")))
+    if strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        return Plan(**base, status="unsupported", reason="deepspeed not installed")
+    if system.backend == "hpu" and importlib.util.find_spec("optimum") is None:
+        return Plan(**base, status="unsupported", reason="optimum-habana not installed")
+    return Plan(**base)
+
+
+# --------------------------------------------------------------------------- data
+def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key: str = "instruction",
+                output_key: str = "output") -> list[dict]:
+    """Instruction/response pairs ``[{"id", "instruction", "output"}]`` in a deterministic order.
+
+    ``pydoc``: one pair per ``pydoc_data.topics`` topic (sorted): "Explain the Python topic '<topic>'." ->
+    the reference-manual text. ``file``: a JSON (list of objects), JSONL or parquet file with ``instruction_key`` and
+    ``output_key`` columns (Study B's BoltMonkey/psychology-instruction-output uses ``instruction``/``output``).
+
+    Raises:
+        DataError: missing file, unsupported suffix, or missing columns (named).
+    """
+    if source == "pydoc":
+        from ..data.text import pydoc_topics
+
+        return [{"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
+                for t, text in pydoc_topics().items() if text.strip()]
+    if source != "file":
+        raise ConfigError(f"lora_finetune.data.source {source!r} unknown (pydoc | file)")
+    import pandas as pd
+
+    p = Path(path or "")
+    if not p.is_file():
+        raise DataError(f"lora_finetune.data.path: instruction file {p} not found")
+    if p.suffix == ".parquet":
+        df = pd.read_parquet(p)
+    elif p.suffix in (".jsonl", ".json"):
+        try:
+            df = pd.read_json(p, lines=p.suffix == ".jsonl")
+        except ValueError as exc:
+            raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
+    else:
+        raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")
+    missing = [k for k in (instruction_key, output_key) if k not in df.columns]
+    if missing:
+        raise DataError(f"instruction file {p} lacks column(s) {missing}; has {list(df.columns)}")
+    return [{"id": str(i), "instruction": str(a), "output": str(b)}
+            for i, (a, b) in enumerate(zip(df[instruction_key], df[output_key]))]
+
+
+def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
+    """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
+    from ..data.text import split_topics
+
+    parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})
+    return list(parts["train"].values()), list(parts["eval"].values())
+
+
+def format_pair(pair: dict) -> str:
+    """Prompt + response as one training text (``run_lora_clm.py``'s prompt without input)."""
+    return PROMPT.format(instruction=pair["instruction"]) + pair["output"]
+
+
+def concat_blocks(token_lists: list[list[int]], seq_len: int, eos_id: int | None) -> list[list[int]]:
+    """Dataset concatenation: join the examples (EOS after each) and cut into ``seq_len`` blocks; the tail that
+    does not fill a block is dropped (as ``run_lora_clm.py``'s ``group_texts``)."""
+    flat: list[int] = []
+    for ids in token_lists:
+        flat.extend(ids)
+        if eos_id is not None:
+            flat.append(eos_id)
+    n = len(flat) // seq_len
+    return [flat[i * seq_len:(i + 1) * seq_len] for i in range(n)]
+
+
+class BlockDataset:
+    """Map-style dataset of token blocks: each item is ``{input_ids, attention_mask, labels}`` (LongTensor (seq_len,)),
+    labels equal to input_ids (causal LM: every token is trained on; the model shifts internally)."""
+
+    def __init__(self, blocks: list[list[int]]):
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> dict:
+        import torch
+
+        ids = torch.tensor(self.blocks[i], dtype=torch.long)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
+def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int):
+    """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict.
+
+    Raises:
+        DataError: fewer train blocks than the run needs (``min_train_blocks``).
+    """
+    from ..data.text import corpus_fingerprint
+
+    pairs = build_pairs(data_cfg.get("source", "pydoc"), data_cfg.get("path"),
+                        data_cfg.get("instruction_key", "instruction"), data_cfg.get("output_key", "output"))
+    train, held = split_pairs(pairs, data_cfg.get("eval_fraction", 0.1))
+    tok = lambda ps: [tokenizer(format_pair(p), add_special_tokens=False)["input_ids"] for p in ps]  # noqa: E731
+    train_tokens, held_tokens = tok(train), tok(held)
+    train_blocks = concat_blocks(train_tokens, seq_len, tokenizer.eos_token_id)
+    eval_b = concat_blocks(held_tokens, seq_len, tokenizer.eos_token_id)[:eval_blocks]
+    if len(train_blocks) < min_train_blocks:
+        raise DataError(f"instruction data gives {len(train_blocks)} blocks of {seq_len} tokens; the run needs "
+                        f"{min_train_blocks} (lower timed_steps or add data)")
+    summary = {"source": data_cfg.get("source", "pydoc"), "path": data_cfg.get("path"), "pairs": len(pairs),
+               "train_pairs": len(train), "eval_pairs": len(held),
+               "train_tokens": sum(len(t) + 1 for t in train_tokens), "train_blocks": len(train_blocks),
+               "eval_blocks": len(eval_b), "seq_len": seq_len,
+               "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs))}
+    return BlockDataset(train_blocks), BlockDataset(eval_b), summary
+
+
+# --------------------------------------------------------------------------- model
+def lora_config(s: LoraSettings):
+    """peft ``LoraConfig`` of Study B (rank, alpha, dropout, q_proj/v_proj, no bias, causal LM)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=list(s.target_modules),
+                      bias="none", task_type="CAUSAL_LM")
+
+
+def expected_lora_parameters(model, s: LoraSettings) -> int:
+    """Trainable parameters LoRA must add: ``r * (in + out)`` for every ``nn.Linear`` named by ``target_modules``."""
+    import torch
+
+    n = 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and name.split(".")[-1] in s.target_modules:
+            n += s.r * (mod.in_features + mod.out_features)
+    return n
+
+
+def apply_lora(model, s: LoraSettings):
+    """Wrap ``model`` with LoRA adapters; returns ``(peft_model, {"trainable", "total", "expected"})``.
+
+    Raises:
+        ConfigError: the target modules are absent or the trainable count differs from :func:`expected_lora_parameters`.
+    """
+    from peft import get_peft_model
+
+    expected = expected_lora_parameters(model, s)
+    if expected == 0:
+        raise ConfigError(f"lora_finetune: no nn.Linear named {list(s.target_modules)} in {type(model).__name__}")
+    pm = get_peft_model(model, lora_config(s))
+    trainable = sum(p.numel() for p in pm.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in pm.parameters())
+    if trainable != expected:
+        raise ConfigError(f"LoRA trains {trainable} parameters, expected {expected} (targets {list(s.target_modules)})")
+    return pm, {"trainable": trainable, "total": total, "expected": expected}
+
+
+def set_attention(model, plan: Plan) -> str:
+    """Apply the plan's attention implementation to a loaded model; returns what the model reports afterwards."""
+    if plan.attn_implementation is None:  # Gaudi, optimum-habana <= 1.19: generation-config flags
+        model.generation_config.use_flash_attention = plan.attention == "flash"
+        model.generation_config.flash_attention_causal_mask = plan.attention == "flash"
+        return "gaudi flags: use_flash_attention + flash_attention_causal_mask"
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(plan.attn_implementation)
+    else:  # older transformers
+        model.config._attn_implementation = plan.attn_implementation
+    return model.config._attn_implementation
+
+
+def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int) -> dict:
+    """Training FLOPs per token by two named formulas (2 FLOPs per multiply-add):
+
+    * ``6n``: PaLM's model FLOPs (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``):
+      ``6 N + 12 L d S`` (forward 2N, backward 4N, plus attention scores/values). The usual MFU convention.
+    * ``lora``: what LoRA executes: frozen weights need no weight gradients, so ``4 N_frozen + 6 N_trainable +
+      12 L d S``. Lower than ``6n`` by about a third.
+    """
+    attn = 12 * layers * hidden * seq_len
+    return {"6n": 6 * n_params + attn, "lora": 4 * (n_params - n_trainable) + 6 * n_trainable + attn,
+            "formula_6n": "6*N + 12*L*d*S (PaLM App. B)",
+            "formula_lora": "4*N_frozen + 6*N_trainable + 12*L*d*S"}
+
+
+def count_parameters(model_spec: dict) -> int | None:
+    """Parameters of a model spec's architecture, counted on the meta device (no weights loaded); None if the
+    architecture cannot be read offline (the run then reports the loaded count)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        if model_spec.get("source") == "random" and model_spec.get("config"):
+            cfg = AutoConfig.for_model(**model_spec["config"])
+        else:
+            cfg = AutoConfig.from_pretrained(model_spec.get("config_from") or model_spec["path"], local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        return sum(p.numel() for p in model.parameters())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def weights_gib(n_params: int, precision: str) -> float:
+    return n_params * (2 if precision == "bf16" else 4) / 2**30
+
+
+def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: float | None) -> str | None:
+    """OOM reason when the frozen weights alone cannot fit on one device under the plan (None otherwise).
+
+    Single/DDP hold the full weights on every device; FSDP/ZeRO-3 hold 1/N of them. Only this certain lower bound
+    is used: anything else is left to the run itself, which records a real OOM if it happens.
+    """
+    if not n_params_config or not device_memory_gib:
+        return None
+    need = weights_gib(n_params_config, plan.precision)
+    if plan.strategy in ("fsdp", "zero3"):
+        need /= plan.devices
+    if need > device_memory_gib:
+        return (f"the {plan.precision} weights alone need {need:.1f} GiB per device under {plan.strategy} on "
+                f"{plan.devices} device(s), more than the {device_memory_gib} GiB of one device")
+    return None
+
+
+# --------------------------------------------------------------------------- trainer
+def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir: str, max_steps: int,
+                              layer_cls: str | None, eval_blocks: int = 0) -> dict:
+    """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan.
+
+    ``fsdp``: FULL_SHARD with auto-wrap of ``layer_cls`` (one unit per decoder layer); ``zero3``: a DeepSpeed
+    stage-3 config dict with ``auto`` batch/clip values filled by the Trainer; ``ddp``/``fsdp`` backends: NCCL,
+    gloo (CPU), HCCL (Gaudi).
+    """
+    from transformers import TrainingArguments
+
+    fields = TrainingArguments.__dataclass_fields__
+    # transformers >= 5 takes the warm-up ratio as a float warmup_steps; 4.x (optimum-habana's) has warmup_ratio
+    warmup = {"warmup_steps": s.warmup_ratio} if "warmup_ratio" not in fields else {"warmup_ratio": s.warmup_ratio}
+    kw = dict(output_dir=out_dir, per_device_train_batch_size=s.per_device_batch,
+              per_device_eval_batch_size=s.per_device_batch, gradient_accumulation_steps=s.grad_accum,
+              learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, **warmup,
+              max_grad_norm=s.max_grad_norm, max_steps=max_steps, logging_steps=1, save_strategy="no",
+              report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
+              dataloader_drop_last=True, disable_tqdm=False, use_cpu=backend == "cpu")
+    # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
+    # the timed window). Note: a Trainer.evaluate() call before train() would leave the model unwrapped (no DDP).
+    if eval_blocks:
+        kw.update(eval_strategy="steps", eval_steps=max_steps, eval_on_start=True)
+    else:
+        kw["eval_strategy"] = "no"
+    if plan.strategy != "single":
+        kw["ddp_backend"] = DIST_BACKEND[backend]
+        kw["ddp_find_unused_parameters"] = False
+    if plan.strategy == "fsdp":
+        kw["fsdp"] = "full_shard auto_wrap"
+        # sync_module_states broadcasts rank 0's weights; accelerate supports it only on accelerators (every
+        # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU)
+        kw["fsdp_config"] = {"transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
+                             "use_orig_params": True, "version": 1, "sync_module_states": backend != "cpu"}
+    if plan.strategy == "zero3":
+        kw["deepspeed"] = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
+                                                 "stage3_gather_16bit_weights_on_model_save": True},
+                           "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+                           "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                           "train_batch_size": "auto"}
+    return kw
+
+
+def make_step_timer(device, world: int):
+    """A ``TrainerCallback`` timing each optimizer step (all micro-batches, clipping, optimizer, scheduler):
+    CUDA events on CUDA (read after training), else ``synchronize`` + ``time.perf_counter``. Times in ms."""
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.samples_ms: list[float] = []
+            self.trainer = None  # set after the Trainer is built
+            self.wrapped_as: str | None = None
+            self.distributed: dict | None = None
+            self._events: list = []
+            self._t0 = None
+
+        def on_step_begin(self, args, state, control, **kw):
+            if device.backend == "cuda":
+                import torch
+
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                self._events.append([ev, None])
+            else:
+                device.synchronize()
+                self._t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.wrapped_as is None and self.trainer is not None:  # Trainer unwraps the model after training
+                import torch.distributed as dist
+
+                t = self.trainer
+                self.wrapped_as = type(t.model_wrapped).__name__
+                self.distributed = {"distributed_type": str(t.accelerator.distributed_type),
+                                    "args_world_size": t.args.world_size,
+                                    "process_group": dist.get_backend() if dist.is_initialized() else None,
+                                    "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
+            if device.backend == "cuda":
+                import torch
+
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                self._events[-1][1] = ev
+            else:
+                device.mark_step()
+                device.synchronize()
+                self.samples_ms.append((time.perf_counter() - self._t0) * 1e3)
+
+        def finish(self) -> tuple[list[float], str]:
+            if device.backend == "cuda":
+                import torch
+
+                torch.cuda.synchronize()
+                return [a.elapsed_time(b) for a, b in self._events if b is not None], "cuda_events"
+            return self.samples_ms, "synchronize+perf_counter"
+
+    return StepTimer()
+
+
+def hpu_lazy_mode(strategy: str) -> str:
+    """``PT_HPU_LAZY_MODE`` for a strategy: Study B ran Gaudi in lazy mode (1) except FSDP (0, eager/compile).
+    Must be set before ``habana_frameworks`` is imported."""
+    return "0" if strategy == "fsdp" else "1"
+
+
+def _host_peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # ru_maxrss is in KiB on Linux
+
+
+def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
+    """Run the LoRA fine-tuning of one rank (the whole run when ``plan.strategy == 'single'``).
+
+    Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE``.
+
+    Returns:
+        ``{"status", "reason", "rank", "measurements"}`` of this rank: step times (ms), loss curve, held-out loss
+        before/after, peak memory (GiB), model/data summaries. An out-of-memory error becomes status ``oom``.
+    """
+    import tempfile
+
+    import torch
+
+    from ..devices import Device
+    from ..models.llm import load_causal_lm
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    if system.backend == "cpu" and threads:
+        torch.set_num_threads(max(1, threads // world))
+    if system.backend == "hpu":
+        os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
+    device = Device(system.backend, index=local if system.backend == "cuda" else 0)
+    if system.backend == "cuda":
+        torch.cuda.set_device(local)
+    m: dict = {"rank": rank, "world_size": world}
+    tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
+    max_steps = s.warmup_steps + s.timed_steps
+    try:
+        gaudi = system.backend == "hpu"
+        if gaudi:  # gated: only on Gaudi systems
+            from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
+            from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+
+            adapt_transformers_to_gaudi()
+        from transformers import Trainer, TrainingArguments, default_data_collator
+
+        model_spec = dict(spec["model"])
+        weight_dtype = "bfloat16" if plan.precision == "bf16" and system.backend != "cpu" else "float32"
+        # ZeRO-3 must see its config before the model is built (zero.Init partitions at load time)
+        pre_args = None
+        if plan.strategy == "zero3":
+            pre_args = TrainingArguments(**training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, None,
+                                                                     s.eval_blocks))
+        device.reset_peak_memory()
+        # random init straight on the accelerator (single/DDP): initialising billions of weights on the host is slow
+        on_device = (model_spec.get("source") == "random" and system.backend == "cuda"
+                     and plan.strategy in ("single", "ddp"))
+        with torch.device(device.torch_device) if on_device else contextlib.nullcontext():
+            lm = load_causal_lm(model_spec, dtype=weight_dtype)
+        if model_spec.get("source") == "path":  # a folder written by `accelbench lora-model-export` says its origin
+            from ..models.export import exported_info
+
+            origin = exported_info(model_spec["path"])
+            if origin:
+                lm.info.update(name=origin["name"], origin=origin["source"], weights=origin["weights"])
+        model, tokenizer = lm.model, lm.tokenizer
+        if tokenizer is None:
+            raise DataError(f"model {lm.info['name']}: no tokenizer (set lora_finetune.models.<name>.tokenizer)")
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        m["attn_implementation"] = set_attention(model, plan)
+        model.config.use_cache = False
+        layer_cls = type(model.model.layers[0]).__name__ if hasattr(getattr(model, "model", None), "layers") else None
+        torch.manual_seed(s.seed)  # LoRA A matrices: the same initialisation on every rank
+        model, lora_counts = apply_lora(model, s)
+        need = s.per_device_batch * s.grad_accum * world * max_steps
+        per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
+        n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
+        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval)
+        kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
+        if gaudi:
+            args = GaudiTrainingArguments(**kw, use_habana=True, use_lazy_mode=plan.strategy != "fsdp",
+                                          distribution_strategy="ddp")
+            gcfg = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16")
+            trainer_cls, extra = GaudiTrainer, {"gaudi_config": gcfg}
+        else:
+            args = pre_args or TrainingArguments(**kw)
+            trainer_cls, extra = Trainer, {}
+        timer = make_step_timer(device, world)
+        trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                              data_collator=default_data_collator, callbacks=[timer], **extra)
+        timer.trainer = trainer
+        device.reset_peak_memory()
+        t0 = time.perf_counter()
+        trainer.train()
+        device.synchronize()
+        train_s = time.perf_counter() - t0
+        samples, method = timer.finish()
+        peak = device.peak_memory_bytes()
+        evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
+        eval_before, eval_after = (evals[0], evals[-1]) if len(evals) >= 2 else (None, None)
+        m["wrapped_as"] = timer.wrapped_as
+        m["distributed"] = timer.distributed
+        timer.trainer = None
+    except device.out_of_memory_errors() as exc:
+        peak = device.peak_memory_bytes()
+        msg = str(exc).splitlines()[0]
+        return {"status": "oom", "reason": f"out of device memory on rank {rank}: {msg}", "rank": rank,
+                "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
+                                 "requested": _requested_from_message(msg)}}
+    if plan.strategy in WRAPPER and WRAPPER[plan.strategy] not in (m["wrapped_as"] or ""):
+        return {"status": "unsupported", "rank": rank, "measurements": m,
+                "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
+                          f"(distributed type {(m['distributed'] or {}).get('distributed_type')})"}
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    m.update({
+        "model": lm.info, "lora_parameters": lora_counts, "data": data_summary,
+        "step_samples_ms": samples, "timing_method": method, "train_wall_s": train_s,
+        "loss_curve": losses, "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "peak_mem_gib": peak / 2**30 if peak is not None else None,
+        "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
+        "host_peak_rss_gib": _host_peak_rss_gib(),
+        "layer_cls": layer_cls,
+    })
+    return {"status": "ok", "reason": None, "rank": rank, "measurements": m}
+
+
+def _requested_from_message(msg: str) -> str | None:
+    """The ``Tried to allocate X GiB`` part of a PyTorch OOM message, if present."""
+    import re
+
+    hit = re.search(r"[Tt]ried to allocate ([0-9.]+ ?[KMGT]i?B)", msg)
+    return hit.group(1) if hit else None
+
+
+# --------------------------------------------------------------------------- summary
+def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, projection_cfg: dict) -> dict:
+    """Combine per-rank measurements into the result's ``measurements``: step time Timing (rank 0 and slowest rank),
+    throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's epoch."""
+    from .. import measure
+
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    r0 = ranks[0]["measurements"]
+    w = settings.warmup_steps
+    per_rank = []
+    for r in ranks:
+        rm = r["measurements"]
+        t = measure.Timing.from_samples(rm["step_samples_ms"][w:], warmup=w, method=rm["timing_method"])
+        per_rank.append({"rank": r["rank"], "step_median_ms": t.median, "peak_mem_gib": rm["peak_mem_gib"],
+                         "host_peak_rss_gib": rm["host_peak_rss_gib"], "timing": t.to_dict()})
+    timing = per_rank[0]["timing"]
+    slowest = max(p["step_median_ms"] for p in per_rank)
+    world = plan.devices
+    samples_per_step = settings.per_device_batch * settings.grad_accum * world
+    tokens_per_step = samples_per_step * settings.seq_len
+    info = r0["model"]
+    fpt = flops_per_token(info["parameters"], r0["lora_parameters"]["trainable"], info["layers"] or 0,
+                          info["hidden_size"] or 0, settings.seq_len)
+    peak = system.peak_tflops.get(plan.precision)
+    peak_total = peak * world if peak else None
+    step_ms = timing["median"]
+    mfu = {k: measure.throughput_and_mfu(fpt[k] * tokens_per_step, step_ms, peak_total) for k in ("6n", "lora")}
+    losses = r0["loss_curve"]
+    k = max(1, len(losses) // 4)
+    loss = {"per_step": losses, "first_mean": sum(losses[:k]) / k, "last_mean": sum(losses[-k:]) / k,
+            "eval_before": r0["eval_loss_before"], "eval_after": r0["eval_loss_after"]}
+    loss["eval_decreased"] = (loss["eval_after"] < loss["eval_before"]) if loss["eval_before"] is not None else None
+    return {
+        "strategy": plan.strategy, "devices": world, "attention": plan.attention,
+        "attn_implementation": r0["attn_implementation"], "precision": plan.precision,
+        "wrapped_as": r0.get("wrapped_as"),  # the model class Trainer trained (DDP/FSDP wrapper or the peft model)
+        "model": info, "lora_parameters": r0["lora_parameters"], "data": r0["data"],
+        "step": timing, "step_slowest_rank_median_ms": slowest,
+        "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
+        "samples_per_s": samples_per_step / (step_ms / 1e3), "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+        "flops_per_token": fpt, "throughput_6n": mfu["6n"], "throughput_lora": mfu["lora"],
+        "peak_tflops_per_device": peak, "per_rank": per_rank,
+        "peak_mem_gib_max": max((p["peak_mem_gib"] or 0) for p in per_rank) if r0["peak_mem_gib"] is not None else None,
+        "host_peak_rss_gib_max": max(p["host_peak_rss_gib"] for p in per_rank),
+        "loss": loss, "train_wall_s": r0["train_wall_s"],
+        "projection": project_epoch(step_ms, tokens_per_step, settings.seq_len, projection_cfg),
+        "notes": plan.notes,
+    }
+
+
+def project_epoch(step_ms: float, tokens_per_step: int, seq_len: int, cfg: dict) -> dict:
+    """Projected wall time of one epoch of Study B's dataset at the measured step time. A projection, not a
+    measurement: ``steps = ceil(epoch_tokens / tokens_per_step)``; ``minutes = steps * step_ms / 60e3``.
+    ``epoch_tokens`` = ``cfg["examples"] * cfg["tokens_per_example"]`` when both are set (else unknown: only
+    minutes per million tokens are given)."""
+    per_m = 1e6 / tokens_per_step * step_ms / 60e3
+    out = {"label": "projection", "dataset": cfg.get("name"), "source": cfg.get("source"),
+           "minutes_per_million_tokens": per_m, "seq_len": seq_len}
+    ex, tpe = cfg.get("examples"), cfg.get("tokens_per_example")
+    if ex and tpe:
+        tokens = ex * tpe
+        steps = math.ceil(tokens / tokens_per_step)
+        out.update({"epoch_tokens": tokens, "steps": steps, "minutes": steps * step_ms / 60e3,
+                    "method": "ceil(examples * tokens_per_example / tokens_per_step) x median step time"})
+    else:
+        out.update({"epoch_tokens": None, "minutes": None,
+                    "method": "dataset size unknown (set lora_finetune.projection.examples and tokens_per_example)"})
+    return out
+
+
+# --------------------------------------------------------------------------- one run (all ranks)
+def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) -> dict:
+    """Plan, then run one (model, attention, strategy, devices) case on ``system``.
+
+    ``single`` runs in this process; ``ddp``/``fsdp``/``zero3`` launch ``devices`` ranks with
+    ``python -m torch.distributed.run --standalone`` running ``accelbench lora-finetune --rank-dir``; every rank
+    writes its measurements to ``rank<r>.json`` and this process gathers them.
+
+    Returns:
+        ``{"status", "reason", "plan", "measurements"}``. Unsupported cases and out-of-memory (a rank's OOM or the
+        weights-alone check of :func:`memory_precheck`) are returned, not raised.
+
+    Raises:
+        AccelbenchError: a rank failed for another reason (its log tail in the message).
+    """
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from ..errors import AccelbenchError
+
+    settings = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    plan = plan_run(spec["strategy"], spec["devices"], spec["attention"], system, settings)
+    if plan.status == "ok" and system.backend != "cpu":
+        n_params = count_parameters(spec["model"])
+        reason = memory_precheck(n_params, plan, system.device_memory_gib)
+        if reason:
+            return {"status": "oom", "reason": reason, "plan": plan.to_dict(),
+                    "measurements": {"parameters": n_params, "weights_gib_needed": weights_gib(n_params, plan.precision),
+                                     "estimate": "frozen weights only (lower bound); not run"}}
+    if plan.status != "ok":
+        return {"status": plan.status, "reason": plan.reason, "plan": plan.to_dict(), "measurements": {}}
+    if plan.strategy == "single":
+        ranks = [train_rank(spec, system, plan, threads)]
+    else:
+        with tempfile.TemporaryDirectory(prefix="accelbench_ranks_") as rank_dir:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.devices}",
+                   "-m", "accelbench", "lora-finetune", "--spec", json.dumps(spec), "--rank-dir", rank_dir,
+                   "--threads", str(threads)]
+            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (threads or os.cpu_count() or 1) // plan.devices)))
+            if system.backend == "hpu":
+                env["PT_HPU_LAZY_MODE"] = hpu_lazy_mode(plan.strategy)
+            proc = subprocess.run(cmd, env=env, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            sys.stderr.write(proc.stdout)
+            ranks = [json.loads(p.read_text()) for p in sorted(Path(rank_dir).glob("rank*.json"))]
+        failed = [r for r in ranks if r["status"] != "ok"]
+        if failed:
+            return {"status": failed[0]["status"], "reason": failed[0]["reason"], "plan": plan.to_dict(),
+                    "measurements": {"ranks": [r["measurements"] for r in failed]}}
+        if proc.returncode != 0 or len(ranks) != plan.devices:
+            lines = proc.stdout.splitlines()
+            errors = [ln for ln in lines if "Error" in ln and "elastic" not in ln and "errors.html" not in ln]
+            tail = "\n".join(errors[-5:] + lines[-10:])
+            raise AccelbenchError(f"{plan.strategy} on {plan.devices} ranks failed (exit {proc.returncode}, "
+                                  f"{len(ranks)} rank results):\n{tail}")
+    if ranks[0]["status"] != "ok":
+        return {"status": ranks[0]["status"], "reason": ranks[0]["reason"], "plan": plan.to_dict(),
+                "measurements": ranks[0]["measurements"]}
+    return {"status": "ok", "reason": None, "plan": plan.to_dict(),
+            "measurements": summarize(ranks, plan, settings, system, spec.get("projection", {}))}
+
+
+def rank_entry(spec: dict, system, rank_dir: str, threads: int = 0) -> None:
+    """Entry point of one torchrun rank: train, then write ``<rank_dir>/rank<RANK>.json``."""
+    from ..results import write_json_atomic
+
+    settings = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    plan = plan_run(spec["strategy"], spec["devices"], spec["attention"], system, settings)
+    out = train_rank(spec, system, plan, threads)
+    write_json_atomic(out, Path(rank_dir) / f"rank{out['rank']}.json")
+    if out["status"] != "ok":  # a failed rank must end the group: torchrun then stops the ranks waiting on it
+        os._exit(1)

@@ -1,0 +1,518 @@
+"""Study B (arXiv 2607.05400): SR3 super-resolution training time and its strong scaling over devices.
+
+Workload: SR3 (Saharia et al., arXiv 2104.07636) as Study B ran it (javierhndev/Super-Resolution-SR3):
+a conditional DDPM that super-resolves 64 -> 256 px grayscale sky images. The low-resolution image is
+bicubic-upsampled to 256 px and concatenated with the noisy image (2 input channels); the U-Net predicts
+the noise (1 output channel). Linear beta schedule, 2000 steps, beta 1e-6 .. 1e-2; L1 loss on epsilon;
+Adam lr 2e-5; per-device batch 4; FP32 as published, bf16 autocast as ours.
+
+Mapping of SR3's settings onto MONAI's ``DiffusionModelUNet(spatial_dims=2)`` and ``DDPMScheduler``:
+
+=================================  ====================================  =================================
+SR3 (Study B)                      MONAI / here                          value (paper scale)
+=================================  ====================================  =================================
+inner_channel=128,                 channels = inner * mult               (128, 256, 512, 512, 1024, 1024)
+channel_multiplier=[1,2,4,4,8,8]
+res_blocks=3                       num_res_blocks (per level)            (3, 3, 3, 3, 3, 3)
+attn_res=[16]                      attention_levels: level l has         level 4 (256/2**4 = 16)
+                                   attention iff hr_size / 2**l is
+                                   listed (middle block: always)
+1 attention head                   num_head_channels = channels/level    one head per attention block
+GroupNorm(32) + Swish              norm_num_groups=32, SiLU              same
+dropout=0.2 (before the 2nd conv   forward pre-hook on each resnet       p = 0.2, train mode only
+of every resnet block)             block's conv2 (MONAI has none)
+in 2 (condition + noisy) / out 1   in_channels / out_channels            2 / 1
+linear schedule 2000, 1e-6..1e-2   DDPMScheduler(schedule=linear_beta)   same betas
+=================================  ====================================  =================================
+
+What differs from SR3's code: SR3 conditions the U-Net on a continuous noise level (sqrt(alpha_bar)
+drawn uniformly between two neighbouring steps), MONAI on the discrete timestep (sinusoidal embedding);
+SR3's loss is an L1 *sum*, here the L1 mean (Adam is nearly scale-invariant); MONAI upsamples with
+nearest neighbour + conv (SR3 the same) and adds an output projection to attention blocks; no EMA.
+Sampling for the quality check uses SR3's full ancestral DDPM chain when ``quality_sample_steps``
+equals the training steps, otherwise MONAI's ``DDIMScheduler`` (eta = 0) with that many strided steps
+(MONAI's DDPM step is not defined for strided chains): a short chain, labelled in the result.
+
+Parallelism: DDP, one process per device, launched with torchrun (Study B used mpirun): NCCL on CUDA,
+gloo on CPU, HCCL on Gaudi (lazy mode, ``mark_step`` after backward and after the optimizer step). A
+``DistributedSampler`` gives each rank its share of the patches. Strong scaling (Study B) keeps
+iterations x devices constant (40,000 at paper scale) at a per-device batch of 4; weak scaling (ours)
+keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured
+iteration time per device count gives both: the totals differ only in the iteration counts. On the
+``cpu`` backend a "device" is one gloo process with one intra-op thread (one core), so that adding
+devices adds compute as on GPUs, and the device count is limited by the usable cores. (Splitting a fixed
+number of cores over more ranks instead would measure OpenMP's scaling, and an oversubscribed OpenMP
+team slows down many-fold on a shared host.) On a host shared with other jobs, CPU times are noisy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from .. import measure
+from ..devices import Device
+from ..errors import ConfigError
+
+EXPERIMENT = "sr3_scaling"
+PRECISIONS = ("fp32", "bf16")
+STUDY_B_WORKLOAD = 40000  # iterations x devices in Study B's strong-scaling runs (see resources/reference)
+
+
+@dataclass(frozen=True)
+class SR3Settings:
+    """Resolved SR3 settings at one scale (see ``sr3_scaling.preset`` in config/config.schema.yaml)."""
+
+    scale: str
+    hr_size: int
+    factor: int
+    inner_channels: int
+    channel_mult: tuple[int, ...]
+    num_res_blocks: int
+    attention_resolutions: tuple[int, ...]
+    num_heads: int
+    dropout: float
+    norm_groups: int
+    timesteps: int
+    beta_start: float
+    beta_end: float
+    lr: float
+    batch_size: int
+
+    @property
+    def lr_size(self) -> int:
+        return self.hr_size // self.factor
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        return tuple(self.inner_channels * m for m in self.channel_mult)
+
+    @property
+    def attention_levels(self) -> tuple[bool, ...]:
+        """Attention at level l iff the feature map there (hr_size / 2**l) is in ``attention_resolutions``."""
+        return tuple(self.hr_size // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels), lr_size=self.lr_size)
+        return d
+
+
+def resolve_settings(preset: dict, scale: str, scales: dict | None) -> SR3Settings:
+    """Merge the paper preset with the override of ``scale`` (``scales: {small: {...}, paper: {...}}``).
+
+    Raises:
+        ConfigError: hr_size not a multiple of factor x 2**(levels - 1).
+    """
+    p = dict(preset)
+    p.update((scales or {}).get(scale) or {})
+    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
+    s = SR3Settings(scale=scale, **p)
+    need = max(s.factor, 2 ** (len(s.channel_mult) - 1))
+    if s.hr_size % need:
+        raise ConfigError(f"sr3_scaling: hr_size {s.hr_size} must be a multiple of {need} "
+                          f"(factor {s.factor}, {len(s.channel_mult)} U-Net levels)")
+    return s
+
+
+def split_iterations(workload_iterations: int, devices: int) -> int:
+    """Iterations per device under strong scaling: ``workload_iterations / devices`` (Study B: 40,000 / N).
+
+    Raises:
+        ConfigError: the split is not exact (the total work would change with the device count).
+    """
+    if devices < 1 or workload_iterations % devices:
+        raise ConfigError(f"sr3_scaling.workload_iterations {workload_iterations} does not split exactly over "
+                          f"{devices} devices; choose a multiple of every device count in sr3_scaling.devices")
+    return workload_iterations // devices
+
+
+def max_devices(system) -> int:
+    """How many DDP ranks ``system`` can run: its ``devices`` (GPU/Gaudi cards), or the usable cores on ``cpu``."""
+    if system.backend == "cpu":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return system.devices
+
+
+def unsupported_reason(system, devices: int, precision: str, visible: int | None = None) -> str | None:
+    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now."""
+    if precision not in PRECISIONS:
+        return f"precision {precision!r} is not one of {PRECISIONS}"
+    if not system.supports(precision):
+        return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
+    limit = max_devices(system)
+    if devices > limit:
+        what = "usable CPU cores (one gloo process each)" if system.backend == "cpu" else "devices in its system file"
+        return f"{devices} devices requested; {system.name} has {limit} {what}"
+    if visible is not None and devices > visible:
+        return f"{devices} devices requested; only {visible} {system.backend} device(s) are visible on this node"
+    return None
+
+
+# --------------------------------------------------------------------------- model, schedule, data
+def build_unet(s: SR3Settings) -> torch.nn.Module:
+    """MONAI ``DiffusionModelUNet(spatial_dims=2)`` mapped to SR3 (module docstring), fp32 on CPU.
+
+    SR3's dropout (before the second convolution of every resnet block) is added as a forward pre-hook
+    on each block's ``conv2``; it acts in training mode only. MONAI zero-initialises some output
+    convolutions (an untrained net predicts zero noise); those are re-initialised with PyTorch's default.
+    """
+    from monai.networks.nets import DiffusionModelUNet
+    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
+
+    model = DiffusionModelUNet(
+        spatial_dims=2, in_channels=2, out_channels=1, num_res_blocks=[s.num_res_blocks] * len(s.channels),
+        channels=list(s.channels), attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not module.weight.detach().any():
+            module.reset_parameters()
+        if isinstance(module, DiffusionUNetResnetBlock) and s.dropout > 0:
+            module.conv2.register_forward_pre_hook(
+                lambda mod, args, p=s.dropout: (F.dropout(args[0], p=p, training=mod.training),))
+    return model
+
+
+def _float64_schedule(sched, float64: bool):
+    """Recompute betas/alphas/alpha_bar in float64, as SR3's numpy code does. In float32, 1 - alpha_bar at
+    beta = 1e-6 keeps only ~2 significant digits, and MONAI's last reverse step then scales the image by
+    beta_0 / (1 - alpha_bar_0) = 1.013 instead of 1. (Gaudi has no float64: kept float32 there.)"""
+    if float64:
+        sched.betas = sched.betas.double()
+        sched.alphas = 1.0 - sched.betas
+        sched.alphas_cumprod = torch.cumprod(sched.alphas, dim=0)
+    return sched
+
+
+def build_scheduler(s: SR3Settings, float64: bool = True):
+    """MONAI ``DDPMScheduler``: SR3's linear beta schedule (``timesteps`` steps, beta_start .. beta_end).
+
+    ``add_noise`` casts the schedule to the samples' dtype (float32 in training); sampling keeps float64.
+    """
+    from monai.networks.schedulers import DDPMScheduler
+
+    return _float64_schedule(DDPMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
+                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+
+
+def build_ddim(s: SR3Settings, float64: bool = True):
+    """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
+    from monai.networks.schedulers import DDIMScheduler
+
+    return _float64_schedule(DDIMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
+                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+
+
+def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
+    """Bicubic upsampling (B, 1, h, w) -> (B, 1, size, size), as SR3 builds its condition image."""
+    return F.interpolate(lr, size=(size, size), mode="bicubic", align_corners=False)
+
+
+class PatchSet(torch.utils.data.Dataset):
+    """(condition, target) pairs in [-1, 1], each (1, H, W); repeated cyclically up to ``min_len`` items so
+    that every rank gets full batches even when patches are few (paper scale on many devices)."""
+
+    def __init__(self, hr: np.ndarray, lr: np.ndarray, hr_size: int, min_len: int = 0):
+        hr_t = torch.from_numpy(np.ascontiguousarray(hr, dtype=np.float32))[:, None]
+        lr_t = torch.from_numpy(np.ascontiguousarray(lr, dtype=np.float32))[:, None]
+        if hr_t.shape[-1] != hr_size:
+            raise ConfigError(f"sky patches are {hr_t.shape[-1]} px but sr3_scaling hr_size is {hr_size}")
+        self.target = hr_t * 2 - 1
+        self.cond = upsample(lr_t, hr_size).clamp(0, 1) * 2 - 1
+        self.n = len(hr_t)
+        self.length = max(self.n, min_len)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        return self.cond[i % self.n], self.target[i % self.n]
+
+
+class Trainer:
+    """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed), Adam, scheduler, batches."""
+
+    def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
+                 rank: int = 0, world: int = 1, distributed: bool = False):
+        self.s, self.device, self.rank, self.world = s, device, rank, world
+        dev = device.torch_device
+        torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
+        self.model = build_unet(s).to(dev)
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.net = DDP(self.model, device_ids=[device.index] if device.backend == "cuda" else None)
+        else:
+            self.net = self.model
+        self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr)
+        self.amp = torch.bfloat16 if precision == "bf16" else None
+        self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        self.sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        self.loader = DataLoader(data, batch_size=s.batch_size, sampler=self.sampler, drop_last=True)
+        if len(self.loader) == 0:
+            raise ConfigError(f"no full batch of {s.batch_size} per rank from {len(data)} patches over {world} ranks")
+        self.epoch, self._it = 0, iter(self.loader)
+        self.losses: list[float] = []
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            cond, target = next(self._it)
+        except StopIteration:
+            self.epoch += 1
+            self.sampler.set_epoch(self.epoch)
+            self._it = iter(self.loader)
+            cond, target = next(self._it)
+        dev = self.device.torch_device
+        return cond.to(dev, non_blocking=True), target.to(dev, non_blocking=True)
+
+    def predict(self, net, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        with self.device.autocast(self.amp):
+            return net(torch.cat([cond, x_t], dim=1), t).float()
+
+    def train_step(self) -> torch.Tensor:
+        """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam."""
+        cond, target = self.next_batch()
+        dev = self.device.torch_device
+        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
+        noise = torch.randn(target.shape, device=dev, generator=self.gen)
+        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
+        loss = F.l1_loss(self.predict(self.net, x_t, cond, t), noise)
+        loss.backward()
+        self.device.mark_step()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.device.mark_step()
+        return loss.detach()
+
+
+def replica_spread(model: torch.nn.Module) -> float:
+    """Largest difference of any parameter between DDP ranks (0.0 = identical replicas). Collective."""
+    import torch.distributed as dist
+
+    v = torch.nn.utils.parameters_to_vector([p.detach().float() for p in model.parameters()])
+    hi, lo = v.clone(), v.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    return float((hi - lo).abs().max())
+
+
+@torch.no_grad()
+def super_resolve(model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, steps: int, device: Device,
+                  precision: str, seed: int) -> torch.Tensor:
+    """Sample SR3 for low-resolution images ``lr`` (B, 1, h, w) in [0, 1]; returns (B, 1, H, W) in [0, 1].
+
+    ``steps == timesteps``: SR3's ancestral DDPM chain; fewer: DDIM (eta 0) over ``steps`` strided steps.
+    """
+    dev = device.torch_device
+    model.eval()
+    cond = upsample(lr.to(dev), s.hr_size).clamp(0, 1) * 2 - 1
+    precise = device.backend != "hpu"
+    sched = build_scheduler(s, precise) if steps >= s.timesteps else build_ddim(s, precise)
+    sched.set_timesteps(min(steps, s.timesteps), device=dev)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn(cond.shape, device=dev, generator=g)
+    amp = torch.bfloat16 if precision == "bf16" else None
+    for ts in tqdm(sched.timesteps, desc="SR3 sampling", leave=False):
+        ti = int(ts)
+        with device.autocast(amp):
+            eps = model(torch.cat([cond, x], dim=1), torch.full((x.shape[0],), ti, device=dev, dtype=torch.long)).float()
+        x, _ = sched.step(eps, ti, x, generator=g) if steps >= s.timesteps else sched.step(eps, ti, x)
+        device.mark_step()
+    model.train()
+    return ((x.float().clamp(-1, 1) + 1) / 2).cpu()
+
+
+def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
+    """Mean PSNR (dB) and 2-D SSIM (7x7 window) of (B, 1, H, W) images in [0, 1] (data range 1)."""
+    from monai.metrics import PSNRMetric, SSIMMetric
+
+    pred, truth = pred.float().clamp(0, 1), truth.float()
+    win = min(7, truth.shape[-1])
+    return {"psnr_db": float(PSNRMetric(max_val=1.0)(pred, truth).mean()),
+            "ssim": float(SSIMMetric(spatial_dims=2, data_range=1.0, win_size=win)(pred, truth).mean())}
+
+
+def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, heldout_lr: np.ndarray, n: int,
+            steps: int, device: Device, precision: str, seed: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``n`` held-out patches.
+
+    Returns ``(metrics, panel)`` where panel holds the first patch's ``lr``, ``bicubic``, ``sr3``, ``truth``.
+    """
+    hr = torch.from_numpy(heldout_hr[:n])[:, None].float()
+    lr = torch.from_numpy(heldout_lr[:n])[:, None].float()
+    bicubic = upsample(lr, s.hr_size).clamp(0, 1)
+    t0 = time.perf_counter()
+    sr = super_resolve(model, s, lr, steps, device, precision, seed)
+    seconds = time.perf_counter() - t0
+    m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)
+    beats = m_sr["psnr_db"] > m_bi["psnr_db"] and m_sr["ssim"] > m_bi["ssim"]
+    note = ("SR3 beats bicubic on both PSNR and SSIM" if beats else
+            "this short training run does not beat plain bicubic upsampling (SR3 needs far more iterations)")
+    sampler = "ddpm" if steps >= s.timesteps else "ddim"
+    metrics = {"images": int(len(hr)), "sample_steps": int(min(steps, s.timesteps)), "sampler": sampler,
+               "sampling_seconds": seconds, "sr3": m_sr, "bicubic": m_bi, "beats_bicubic": bool(beats), "note": note}
+    panel = {"lr": lr[0, 0].numpy(), "bicubic": bicubic[0, 0].numpy(), "sr3": sr[0, 0].numpy(), "truth": hr[0, 0].numpy()}
+    return metrics, panel
+
+
+# --------------------------------------------------------------------------- one rank's run
+def _init_distributed(backend: str) -> tuple[int, int, int, str]:
+    """Join the torchrun process group: returns (rank, world, local_rank, collective backend)."""
+    import torch.distributed as dist
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "cuda":
+        torch.cuda.set_device(local)
+        pg = "nccl"
+    elif backend == "hpu":
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (gated: hpu only; registers hccl)
+
+        pg = "hccl"
+    else:
+        pg = "gloo"
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend=pg, rank=rank, world_size=world)
+    return rank, world, local, pg
+
+
+def _gather(obj):
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
+             workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
+             quality_sample_steps: int, seed: int) -> dict | None:
+    """Train SR3 on this DDP rank (launched by torchrun with ``devices`` processes) and measure it.
+
+    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed,
+    the rest timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 gathers every rank's
+    samples, peak memory and the replica check, then samples the held-out patches for PSNR/SSIM.
+
+    Returns:
+        On rank 0 ``{"status": "ok", "reason": None, "measurements": ..., "panel": ...}``; None on other
+        ranks. Times in ms (iterations) or s (totals), memory in GiB, throughput in images/s.
+
+    Raises:
+        torch.OutOfMemoryError: on the rank that ran out (the launcher records an ``oom`` result).
+    """
+    import torch.distributed as dist
+
+    rank, world, local, pg = _init_distributed(system.backend)
+    if world != devices:
+        raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
+    if system.backend == "cpu":
+        torch.set_num_threads(1)  # a CPU "device" is one core: adding ranks adds compute, as adding GPUs does
+    device = Device(system.backend, local if system.backend == "cuda" else 0)
+    iters = split_iterations(workload_iterations, devices)
+    run_iters = min(iters, max_iterations)
+    warm = min(warmup, run_iters - 1)
+    ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
+    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1)
+    n_params = sum(p.numel() for p in tr.model.parameters())
+    device.reset_peak_memory()
+    if world > 1:
+        dist.barrier()
+    t0 = time.perf_counter()
+    timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, warm, run_iters - warm,
+                                desc=f"rank {rank} SR3 train")
+    device.synchronize()
+    wall = time.perf_counter() - t0
+    loss_first, loss_last = float(tr.losses[0]), float(torch.stack(tr.losses[-min(10, len(tr.losses)):]).mean())
+    spread = replica_spread(tr.model) if world > 1 else 0.0
+    peak = device.peak_memory_bytes()
+    per_rank = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "wall_s": wall,
+                "peak_mem_gib": peak / 2**30 if peak is not None else None, "peak_rss_gib": _peak_rss_gib(),
+                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads()}
+    ranks = _gather(per_rank)
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return None
+    # The slowest rank sets the pace of a synchronous DDP step: per-iteration max over ranks.
+    step_ms = [max(r["samples_ms"][i] for r in ranks) for i in range(len(ranks[0]["samples_ms"]))]
+    it = measure.Timing.from_samples(step_ms, warmup=warm, method=f"{timing.method}, max over {world} ranks")
+    wall_max = max(r["wall_s"] for r in ranks)
+    it_s = it.median / 1e3
+    complete = run_iters == iters
+    images_per_iter = devices * settings.batch_size
+    q, panel = quality(tr.model, settings, data["heldout_hr"], data["heldout_lr"], quality_images,
+                       quality_sample_steps, device, precision, seed)
+    peaks = [r["peak_mem_gib"] for r in ranks]
+    m = {
+        "parameters": n_params, "precision": precision, "devices": devices, "collective_backend": pg if world > 1 else None,
+        "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
+        "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
+        "iteration": it.to_dict(),
+        "images_per_s": images_per_iter / it_s,
+        "images_per_s_per_device": settings.batch_size / it_s,
+        "measured_wall_s": wall_max,
+        "strong_scaling_total": {
+            "label": "measured" if complete else "projection", "iterations": iters, "workload_iterations": workload_iterations,
+            "seconds": wall_max if complete else wall_max + it_s * (iters - run_iters),
+            "method": ("wall time of all iterations (incl. warm-up)" if complete else
+                       f"measured wall time of {run_iters} iterations + median iteration x {iters - run_iters} more")},
+        "weak_scaling_total": {
+            "label": "projection", "iterations": workload_iterations, "seconds": it_s * workload_iterations,
+            "method": f"median iteration x {workload_iterations} iterations per device (constant per-device work)"},
+        "study_b_projection": {
+            "label": "projection", "workload_iterations": STUDY_B_WORKLOAD, "iterations": STUDY_B_WORKLOAD // devices,
+            "minutes": it_s * (STUDY_B_WORKLOAD // devices) / 60, "scale": settings.scale,
+            "method": f"median iteration x {STUDY_B_WORKLOAD // devices} (Study B: 40,000 / {devices} devices) at "
+                      f"{settings.scale} scale"},
+        "peak_mem_gib_per_rank": peaks,
+        "peak_mem_gib": max(p for p in peaks) if all(p is not None for p in peaks) else None,
+        "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in ranks],
+        "threads_per_rank": [r["threads"] for r in ranks],
+        "rank_median_ms": [r["median_ms"] for r in ranks],
+        "replica_max_abs_diff": spread,
+        "loss": {"first": loss_first, "last10_mean": loss_last, "rank": 0},
+        "quality": q,
+        "train_patches": int(len(data["train_hr"])), "heldout_patches": int(len(data["heldout_hr"])),
+    }
+    return {"status": "ok", "reason": None, "measurements": m, "panel": panel}
+
+
+# --------------------------------------------------------------------------- launching
+def torchrun_command(devices: int, worker_args: list[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc_per_node N -m accelbench <worker_args>``:
+    one process per device on this node (``--standalone`` picks a free rendezvous port)."""
+    import sys
+
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
+            "-m", "accelbench", *worker_args]
+
+
+def oom_marker(out: str | Path, rank: int) -> Path:
+    """File a rank writes when it runs out of device memory (read by the launcher, then removed)."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.oom.rank{rank}")
+
+
+def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
+    """Write the low-res / bicubic / SR3 / ground-truth arrays of one held-out patch as ``.npz``."""
+    np.savez_compressed(path, **panel)

@@ -1,0 +1,29 @@
+# Cluster checks: the GPU smoke rule (what a job really sees) and the hint printed when Slurm refuses a job.
+# GPU smoke test of a site's request mapping (not in `rule all`): one job asks for all accelerators of the system and
+# prints what it really sees (nvidia-smi -L / hl-smi, torch, CUDA_/HABANA_VISIBLE_DEVICES, SLURM_* variables).
+#   snakemake --cores all --profile slurm --config system=h100 results/h100/gpu_smoke/devices.json
+# A diagnostic, not a result: it is not write-protected, and reruns whenever asked (`--forcerun gpu_smoke`).
+rule gpu_smoke:
+    output:
+        f"{RESULTS}/{{system}}/gpu_smoke/devices.json",
+    log:
+        "logs/{system}/gpu_smoke.log",
+    threads: 1
+    resources:
+        gpu=SYSTEM.devices if SYSTEM.backend == "cuda" else 0,
+        runtime=10,
+    container:
+        CONTAINER
+    shell:
+        "accelbench gpu-smoke --expect {resources.gpu} --out {output} > {log} 2>&1 && cat {log}"
+
+
+# A refused Slurm submission (bad partition/account/limits): name the rule and the file to fix, after Snakemake's error.
+onerror:
+    import sys
+
+    from accelbench.cluster import slurm_submission_hints
+
+    logs = [log] if isinstance(log, str) else list(log or [])  # Snakemake's run log(s) of this invocation
+    for hint in slurm_submission_hints("".join(Path(p).read_text() for p in logs if Path(p).exists())):
+        print(hint, file=sys.stderr)

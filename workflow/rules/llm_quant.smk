@@ -1,0 +1,78 @@
+# Study B quantization (model export: llm_models.smk): one sensitivity job per (system, model), one job per (system, model, method,
+# bit set) reading the sensitivity result, and the aggregation (table in Study B's layout + figures).
+rule llm_quant_sensitivity:
+    input:
+        unpack(llm_quant_model_input),
+    output:
+        result=protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json"),
+        layers=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv",
+        submodules=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv",
+    log:
+        f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
+    params:
+        spec=llm_quant_spec,
+        model_dir=lambda wildcards, input: f"--model-dir {input.model_dir}" if "model_dir" in input.keys() else "",
+    threads: workflow.cores
+    resources:
+        **device_resources(),
+        runtime=120,
+    container:
+        CONTAINER
+    shell:
+        "accelbench llm-quant --stage sensitivity --spec {params.spec:q} {params.model_dir} --out {output.result}"
+        " --threads {threads} > {log} 2>&1"
+
+
+rule llm_quant_method:
+    input:
+        unpack(llm_quant_model_input),
+        sensitivity=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json",
+    output:
+        protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json"),
+    log:
+        f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
+    params:
+        spec=llm_quant_spec,
+        model_dir=lambda wildcards, input: f"--model-dir {input.model_dir}" if "model_dir" in input.keys() else "",
+    wildcard_constraints:
+        method="fp32|fake|torchao|inc_fp8",
+        bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
+    threads: workflow.cores
+    resources:
+        **device_resources(),
+        runtime=60,
+    container:
+        CONTAINER
+    shell:
+        "accelbench llm-quant --stage method --spec {params.spec:q} {params.model_dir}"
+        " --sensitivity {input.sensitivity} --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule study_b_quant_aggregate:
+    input:
+        results=llm_quant_results() + other_systems_results("llm_quant"),
+        reference=REPO / "resources/reference/study_b_quantization.csv",
+    output:
+        table=f"{RESULTS}/study_b_quant/table.csv",
+        table_md=f"{RESULTS}/study_b_quant/table.md",
+        table_tex=f"{RESULTS}/study_b_quant/table.tex",
+        sensitivity=f"{RESULTS}/study_b_quant/sensitivity_layers.csv",
+        fig_layers=report(
+            f"{RESULTS}/study_b_quant/fig_sensitivity_layers.png",
+            caption="../report/study_b_quant_layers.rst",
+            category="Study B",
+        ),
+        fig_submodules=report(
+            f"{RESULTS}/study_b_quant/fig_sensitivity_submodules.png",
+            caption="../report/study_b_quant_submodules.rst",
+            category="Study B",
+        ),
+    log:
+        "logs/study_b_quant_aggregate.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-b-quant-aggregate --results {input.results} --reference {input.reference}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

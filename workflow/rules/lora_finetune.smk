@@ -1,0 +1,50 @@
+# Study B LoRA fine-tuning (model export: llm_models.smk): one job per
+# (system, model, attention, strategy, devices) (multi-device jobs launch torchrun themselves), aggregation.
+rule lora_finetune:
+    input:
+        unpack(lora_model_input),
+    output:
+        protected(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json"),
+    log:
+        f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
+    params:
+        spec=lora_spec,
+    wildcard_constraints:
+        attention="eager|flash",
+        strategy="single|ddp|fsdp|zero3",
+        devices="[0-9]+",
+    threads: lambda wildcards: workflow.cores  # one measurement at a time: the job owns the machine
+    resources:
+        gpu=lambda wildcards: int(wildcards.devices) if SYSTEM.backend == "cuda" else 0,
+        runtime=120,
+    container:
+        CONTAINER
+    shell:
+        "accelbench lora-finetune --spec {params.spec:q} --out {output} --threads {threads} > {log} 2>&1"
+
+
+rule study_b_lora_aggregate:
+    input:
+        results=lora_results() + other_systems_results("lora_finetune"),
+        reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
+    output:
+        runs=f"{RESULTS}/study_b_lora/runs.csv",
+        runs_md=f"{RESULTS}/study_b_lora/runs.md",
+        runs_tex=f"{RESULTS}/study_b_lora/runs.tex",
+        gains=f"{RESULTS}/study_b_lora/gains.csv",
+        gains_md=f"{RESULTS}/study_b_lora/gains.md",
+        gains_tex=f"{RESULTS}/study_b_lora/gains.tex",
+        runtime=report(
+            f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png",
+            caption="../report/study_b_lora_runtime.rst",
+            category="Study B",
+        ),
+    log:
+        "logs/study_b_lora_aggregate.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.runs).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-b-lora-aggregate --results {input.results} --reference {input.reference}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,0 +1,65 @@
+# Study B SR3 super-resolution: patch preparation, one DDP training job per (system, precision, devices), aggregation.
+rule sr3_prepare:
+    output:
+        "resources/sky/sr3_{scale}.npz",
+    log:
+        "logs/sr3_prepare/{scale}.log",
+    params:
+        spec=sr3_prepare_spec,
+    container:
+        CONTAINER
+    shell:
+        "accelbench sr3-prepare --spec {params.spec:q} --out {output} > {log} 2>&1"
+
+
+rule sr3_train:
+    input:
+        data=sr3_data,
+    output:
+        protected(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json"),
+    log:
+        f"logs/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}.log",
+    params:
+        spec=sr3_spec,
+    wildcard_constraints:
+        precision="fp32|bf16",
+        devices="[0-9]+",
+    threads: workflow.cores  # the whole node: ranks of other jobs would distort the timing
+    resources:
+        gpu=lambda wildcards: int(wildcards.devices) if SYSTEM.backend == "cuda" else 0,
+        runtime=120,
+    container:
+        CONTAINER
+    shell:
+        "accelbench sr3-train --spec {params.spec:q} --data {input.data} --out {output} > {log} 2>&1"
+
+
+rule study_b_sr3_aggregate:
+    input:
+        results=sr3_results() + other_systems_results("sr3_scaling"),
+        reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+    output:
+        table=f"{RESULTS}/study_b_sr3/scaling.csv",
+        table_md=f"{RESULTS}/study_b_sr3/scaling.md",
+        table_tex=f"{RESULTS}/study_b_sr3/scaling.tex",
+        efficiency=f"{RESULTS}/study_b_sr3/efficiency.csv",
+        efficiency_md=f"{RESULTS}/study_b_sr3/efficiency.md",
+        scaling=report(
+            f"{RESULTS}/study_b_sr3/fig_scaling.png",
+            caption="../report/study_b_sr3_scaling.rst",
+            category="Study B",
+        ),
+        samples=report(
+            f"{RESULTS}/study_b_sr3/fig_samples.png",
+            caption="../report/study_b_sr3_samples.rst",
+            category="Study B",
+        ),
+    log:
+        "logs/study_b_sr3_aggregate.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-b-sr3-aggregate --results {input.results} --reference {input.reference}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
