@@ -603,6 +603,10 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
         else:
             args = pre_args or TrainingArguments(**kw)
             trainer_cls, extra = Trainer, {}
+            if plan.strategy == "single" and system.backend == "cuda" and args.n_gpu > 1:
+                # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
+                # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
+                args._n_gpu = 1
         timer = make_step_timer(device, world)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
