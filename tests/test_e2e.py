@@ -1,27 +1,18 @@
 """End to end: the real Snakemake DAG on a tiny config, in a temporary working directory."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
+from dag import snakemake
+from dag import write_config as _write_config
 
 
 def write_config(workdir: Path, config: dict) -> None:
     """Study A only: the Study B experiments have end-to-end tests of their own."""
-    config = dict(config, experiments=["unet3d_profile", "unet3d_ncu"])
-    (workdir / "config.yaml").write_text(yaml.safe_dump(config))
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=1200)
+    _write_config(workdir, config, ["unet3d_profile", "unet3d_ncu"])
 
 
 @pytest.mark.e2e

@@ -3,21 +3,12 @@ eager and SDPA attention, DDP over 2 gloo processes, FSDP and ZeRO-3 recorded un
 
 import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=900)
+from dag import snakemake
 
 
 @pytest.mark.e2e

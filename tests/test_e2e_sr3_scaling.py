@@ -1,21 +1,12 @@
 """End to end: Study B's SR3 scaling part of the real Snakemake DAG on a tiny config (1 and 2 gloo ranks)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
-
-
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=900)
+from dag import snakemake
 
 
 @pytest.mark.e2e
