@@ -335,6 +335,15 @@ def cmd_gpu_smoke(args: argparse.Namespace) -> None:
     write_json_atomic(report, args.out)
 
 
+def _aggregate_parser(sub, name: str, help: str, func, reference: str, reference_help: str) -> None:
+    """An aggregation command: ``--results`` (result.json files of any systems), the published data, ``--out-dir``."""
+    s = sub.add_parser(name, help=help)
+    s.add_argument("--results", nargs="+", required=True, help="result.json files (any systems)")
+    s.add_argument(reference, required=True, help=reference_help)
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=func)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="accelbench", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true")
@@ -371,17 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(func=cmd_unet3d_ncu)
 
-    s = sub.add_parser("study-a-ncu-aggregate", help="Study A counter table and ratio figure")
-    s.add_argument("--results", nargs="+", required=True)
-    s.add_argument("--claims", required=True)
-    s.add_argument("--out-dir", required=True)
-    s.set_defaults(func=cmd_study_a_ncu_aggregate)
+    _aggregate_parser(sub, "study-a-ncu-aggregate", "Study A counter table and ratio figure", cmd_study_a_ncu_aggregate, "--claims",
+                      "published claims/numbers (CSV with its source lines)")
 
-    s = sub.add_parser("study-a-aggregate", help="Study A tables, figures and published-vs-measured comparison")
-    s.add_argument("--results", nargs="+", required=True, help="result.json files (any systems)")
-    s.add_argument("--claims", required=True, help="study_a_claims.csv (published claims, with source)")
-    s.add_argument("--out-dir", required=True)
-    s.set_defaults(func=cmd_study_a_aggregate)
+    _aggregate_parser(sub, "study-a-aggregate", "Study A tables, figures and published-vs-measured comparison", cmd_study_a_aggregate, "--claims",
+                      "study_a_claims.csv (published claims, with source)")
 
     s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
     s.add_argument("--spec", required=True, help="JSON: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
@@ -402,11 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(func=cmd_sr3_worker)
 
-    s = sub.add_parser("study-b-sr3-aggregate", help="Study B SR3 scaling figure, efficiency table, sample picture")
-    s.add_argument("--results", nargs="+", required=True, help="sr3_scaling result.json files (any systems)")
-    s.add_argument("--reference", required=True, help="study_b_sr3_scaling.csv (published times, with source)")
-    s.add_argument("--out-dir", required=True)
-    s.set_defaults(func=cmd_study_b_sr3_aggregate)
+    _aggregate_parser(sub, "study-b-sr3-aggregate", "Study B SR3 scaling figure, efficiency table, sample picture", cmd_study_b_sr3_aggregate, "--reference",
+                      "study_b_sr3_scaling.csv (published times, with source)")
 
     s = sub.add_parser("lora-finetune", help="Study B LoRA: one (model, attention, strategy, devices) run, one result")
     s.add_argument("--spec", required=True, help="JSON: {system, model_name, model, attention, strategy, devices, "
@@ -422,13 +422,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="folder to write (safetensors, config, tokenizer, accelbench.json)")
     s.set_defaults(func=cmd_llm_export)
 
-    s = sub.add_parser("study-b-lora-aggregate", help="Study B LoRA runtime figure, flash/sharding table")
-    s.add_argument("--results", nargs="+", required=True, help="lora_finetune result.json files (any systems)")
-    s.add_argument("--reference", required=True, help="study_b_finetune_runtime.csv (published minutes, with source)")
-    s.add_argument("--out-dir", required=True)
-    s.set_defaults(func=cmd_study_b_lora_aggregate)
+    _aggregate_parser(sub, "study-b-lora-aggregate", "Study B LoRA runtime figure, flash/sharding table", cmd_study_b_lora_aggregate, "--reference",
+                      "study_b_finetune_runtime.csv (published minutes, with source)")
 
-    s = sub.add_parser("llm-quant", help="Study B: LLM quantization (model cache, sensitivity map, one method)")
+    s = sub.add_parser("llm-quant", help="Study B: LLM quantization (sensitivity map, or one method and bit set)")
     s.add_argument("--stage", required=True, choices=["sensitivity", "method"])
     s.add_argument("--spec", required=True, help="JSON: {system, model, model_spec, data, method, bitset, ...}")
     s.add_argument("--model-dir", default=None, help="model folder written by `accelbench llm-export` (else load per spec)")
@@ -438,11 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
     s.set_defaults(func=cmd_llm_quant)
 
-    s = sub.add_parser("study-b-quant-aggregate", help="Study B quantization table and figures, published beside measured")
-    s.add_argument("--results", nargs="+", required=True, help="llm_quant result.json files (any systems)")
-    s.add_argument("--reference", required=True, help="study_b_quantization.csv (published, with source)")
-    s.add_argument("--out-dir", required=True)
-    s.set_defaults(func=cmd_study_b_quant_aggregate)
+    _aggregate_parser(sub, "study-b-quant-aggregate", "Study B quantization table and figures, published beside measured", cmd_study_b_quant_aggregate, "--reference",
+                      "study_b_quantization.csv (published, with source)")
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")

@@ -183,12 +183,17 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
     plt.close(fig)
 
 
+def _bar_labels(rows: pd.DataFrame) -> list[str]:
+    """``configuration`` over the short hardware name, one per bar."""
+    return [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(rows["configuration"], rows["hardware"])]
+
+
 def fig_breakdown(df: pd.DataFrame, path: str | Path) -> None:
     """Stacked bars: share of device time per kernel class, one bar per (hardware, configuration)."""
     ok = df[df["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4.5))
     bottom = np.zeros(len(ok))
-    labels = [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(ok["configuration"], ok["hardware"])]
+    labels = _bar_labels(ok)
     for i, cls in enumerate(CLASSES):
         vals = ok[f"share_{cls}"].to_numpy(dtype=float)
         ax.bar(range(len(ok)), vals, bottom=bottom, color=f"C{i}", label=cls)
@@ -209,8 +214,7 @@ def fig_counts(df: pd.DataFrame, path: str | Path) -> None:
     x = np.arange(len(ok))
     ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
     ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout conversion")
-    labels = [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(ok["configuration"], ok["hardware"])]
-    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+    ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("kernels per training step")
     ax.set_title(_title(df, "kernel counts"), fontsize=9)
     ax.legend(fontsize=7)
