@@ -82,3 +82,18 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     # 3. nothing left to do
     again = snakemake(tmp_path, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.e2e
+def test_lint_and_dry_run_without_cores():
+    """`snakemake --lint` is clean, and a dry run / report needs no --cores (rules ask for the machine lazily)."""
+    import subprocess
+    import sys
+
+    from dag import REPO
+
+    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(REPO)]
+    lint = subprocess.run([*base, "--lint"], capture_output=True, text=True, timeout=300)
+    assert "Congratulations, your workflow is in a good condition" in lint.stdout + lint.stderr, lint.stderr[-2000:]
+    dry = subprocess.run([*base, "-n", "--quiet", "rules"], capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-2000:]
