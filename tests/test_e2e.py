@@ -85,15 +85,26 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
 
 
 @pytest.mark.e2e
-def test_lint_and_dry_run_without_cores():
-    """`snakemake --lint` is clean, and a dry run / report needs no --cores (rules ask for the machine lazily)."""
+def test_lint_and_dry_run_without_cores(tmp_path, tiny_config):
+    """`snakemake --lint` is clean, and a dry run of every experiment needs no --cores (rules ask for the machine
+    lazily), as `snakemake -n` and `snakemake --report` are used."""
     import subprocess
     import sys
 
+    import yaml
+
     from dag import REPO
 
-    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(REPO)]
-    lint = subprocess.run([*base, "--lint"], capture_output=True, text=True, timeout=300)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
+    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path)]
+    config = ["--configfile", str(tmp_path / "config.yaml")]
+    lint = subprocess.run([*base, "--lint", *config], capture_output=True, text=True, timeout=300)
     assert "Congratulations, your workflow is in a good condition" in lint.stdout + lint.stderr, lint.stderr[-2000:]
-    dry = subprocess.run([*base, "-n", "--quiet", "rules"], capture_output=True, text=True, timeout=300)
+    dry = subprocess.run([*base, "-n", *config], capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-2000:]
+    for rule in ("unet3d_profile", "sr3_train", "llm_quant_sensitivity", "lora_finetune"):
+        assert rule in dry.stdout
+    # --report parses every rule without --cores (it then stops here only because nothing has been run yet)
+    report = subprocess.run([*base, "--report", str(tmp_path / "report.html"), *config], capture_output=True,
+                            text=True, timeout=300)
+    assert "marked for report but does not exist" in report.stderr, report.stderr[-2000:]
