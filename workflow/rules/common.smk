@@ -42,6 +42,12 @@ wildcard_constraints:
     scale="small|paper",
 
 
+def all_cores(wildcards):
+    """Threads of a measurement job: every core of the run (`--cores`), so that no other job shares the machine
+    while it is timed; 1 where no core count is given (dry runs, `--report`)."""
+    return workflow.cores if workflow._cores is not None else 1
+
+
 def device_resources():
     """Slurm/local resources of a measurement job: one accelerator (none on CPU)."""
     return {"gpu": 0 if SYSTEM.backend != "cuda" else 1}

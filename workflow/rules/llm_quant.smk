@@ -12,7 +12,7 @@ rule llm_quant_sensitivity:
     params:
         spec=llm_quant_spec,
         model_dir=lambda wildcards, input: f"--model-dir {input.model_dir}" if "model_dir" in input.keys() else "",
-    threads: lambda wildcards: workflow.cores
+    threads: all_cores
     resources:
         **device_resources(),
         runtime=120,
@@ -37,7 +37,7 @@ rule llm_quant_method:
     wildcard_constraints:
         method="fp32|fake|torchao|inc_fp8",
         bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
-    threads: lambda wildcards: workflow.cores
+    threads: all_cores
     resources:
         **device_resources(),
         runtime=60,

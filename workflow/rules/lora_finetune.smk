@@ -13,7 +13,7 @@ rule lora_finetune:
         attention="eager|flash",
         strategy="single|ddp|fsdp|zero3",
         devices="[0-9]+",
-    threads: lambda wildcards: workflow.cores  # one measurement at a time: the job owns the machine
+    threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
         gpu=lambda wildcards: int(wildcards.devices) if SYSTEM.backend == "cuda" else 0,
         runtime=120,

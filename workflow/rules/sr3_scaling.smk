@@ -24,7 +24,7 @@ rule sr3_train:
     wildcard_constraints:
         precision="fp32|bf16",
         devices="[0-9]+",
-    threads: lambda wildcards: workflow.cores  # the whole node: ranks of other jobs would distort the timing
+    threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:
         gpu=lambda wildcards: int(wildcards.devices) if SYSTEM.backend == "cuda" else 0,
         runtime=120,

@@ -8,7 +8,7 @@ rule unet3d_profile:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
     params:
         spec=unet3d_spec,
-    threads: lambda wildcards: workflow.cores  # one measurement at a time: the job owns the machine
+    threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
         **device_resources(),
         runtime=60,
@@ -30,7 +30,7 @@ rule unet3d_ncu:
         f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
     params:
         spec=unet3d_ncu_spec,
-    threads: lambda wildcards: workflow.cores  # counters need the GPU to itself
+    threads: all_cores  # counters need the GPU to itself
     resources:
         **device_resources(),
         runtime=120,
