@@ -27,6 +27,18 @@ def _system_from(spec: dict):
     return System(**d)
 
 
+def _write_result(experiment: str, outcome: dict, config: dict, system, out: Path, overwrite: bool,
+                  artefacts: dict | None = None) -> None:
+    """One result.json: ``outcome`` (``status``/``reason``/``measurements``) with ``config`` and the provenance."""
+    from . import provenance, results
+
+    result = results.make_result(experiment, outcome["status"], config,
+                                 provenance.collect(system.backend, system.to_dict(), config),
+                                 outcome["measurements"], outcome["reason"], artefacts)
+    results.write_result(result, out, overwrite=overwrite)
+    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+
+
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
     from .data import mri
 
@@ -38,7 +50,6 @@ def cmd_mri_prepare(args: argparse.Namespace) -> None:
 def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     import torch
 
-    from . import provenance, results
     from .data.mri import load_case
     from .experiments import unet3d_profile as exp
     from .measure import write_kernel_table
@@ -65,11 +76,7 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
         write_kernel_table(outcome["kernel_summary"], out.with_name("kernels.csv"))
         artefacts = {"kernel_table": "kernels.csv", "trace": trace.name}
     config = {**spec, "settings": settings.to_dict()}
-    result = results.make_result(exp.EXPERIMENT, outcome["status"], config,
-                                 provenance.collect(system.backend, system.to_dict(), config),
-                                 outcome["measurements"], outcome["reason"], artefacts)
-    results.write_result(result, out, overwrite=args.overwrite)
-    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+    _write_result(exp.EXPERIMENT, outcome, config, system, out, args.overwrite, artefacts)
 
 
 def cmd_unet3d_step(args: argparse.Namespace) -> None:
@@ -85,7 +92,6 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 
 
 def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
-    from . import provenance, results
     from .experiments import unet3d_ncu as exp
 
     spec = json.loads(args.spec)
@@ -100,11 +106,7 @@ def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
     profile = Path(args.profile_result)
     table = profile.with_name("kernels.csv")
     outcome = exp.run(spec, system, args.image, args.mask, str(table) if table.exists() else None, **spec["ncu"])
-    result = results.make_result(exp.EXPERIMENT, outcome["status"], spec,
-                                 provenance.collect(system.backend, system.to_dict(), spec),
-                                 outcome["measurements"], outcome["reason"], {"profile_result": str(profile)})
-    results.write_result(result, out, overwrite=args.overwrite)
-    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+    _write_result(exp.EXPERIMENT, outcome, spec, system, out, args.overwrite, {"profile_result": str(profile)})
 
 
 def cmd_study_a_ncu_aggregate(args: argparse.Namespace) -> None:
@@ -221,7 +223,6 @@ def cmd_study_b_sr3_aggregate(args: argparse.Namespace) -> None:
 
 
 def cmd_lora_finetune(args: argparse.Namespace) -> None:
-    from . import provenance, results
     from .experiments import lora_finetune as exp
     from .systems import require_backend
 
@@ -244,11 +245,7 @@ def cmd_lora_finetune(args: argparse.Namespace) -> None:
              spec["model_name"], spec["attention"], spec["strategy"], spec["devices"])
     outcome = exp.run(spec, system, threads=args.threads)
     config = {**spec, "plan": outcome["plan"]}
-    result = results.make_result(exp.EXPERIMENT, outcome["status"], config,
-                                 provenance.collect(system.backend, system.to_dict(), config),
-                                 outcome["measurements"], outcome["reason"])
-    results.write_result(result, out, overwrite=args.overwrite)
-    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+    _write_result(exp.EXPERIMENT, outcome, config, system, out, args.overwrite)
 
 
 def cmd_llm_export(args: argparse.Namespace) -> None:
@@ -270,7 +267,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
 
     import torch
 
-    from . import provenance, results
+    from . import results
     from .experiments import llm_quant as exp
     from .systems import require_backend
 
@@ -298,11 +295,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
         sensitivity = results.read_result(args.sensitivity)
         outcome = exp.run_method_job(spec, system, sensitivity, args.model_dir, stats_dir=str(out.parent / "inc_stats"))
         outcome["measurements"]["allocation"] = outcome.pop("allocation", {})
-    result = results.make_result(exp.EXPERIMENT, outcome["status"], spec,
-                                 provenance.collect(system.backend, system.to_dict(), spec),
-                                 outcome["measurements"], outcome["reason"], artefacts)
-    results.write_result(result, out, overwrite=args.overwrite)
-    log.info("%s: status %s%s", out, outcome["status"], f" ({outcome['reason']})" if outcome["reason"] else "")
+    _write_result(exp.EXPERIMENT, outcome, spec, system, out, args.overwrite, artefacts)
 
 
 def cmd_study_b_quant_aggregate(args: argparse.Namespace) -> None:
