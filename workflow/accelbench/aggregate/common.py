@@ -29,6 +29,11 @@ def load_results(paths: list[str | Path]) -> list[dict]:
     return out
 
 
+def joined_labels(df: pd.DataFrame, column: str = "hardware", empty: str = "none") -> str:
+    """The distinct provenance labels of ``column`` (e.g. every hardware measured), for captions and titles."""
+    return "; ".join(sorted(set(df[column]))) if not df.empty else empty
+
+
 def status_cell(result: dict) -> str | None:
     """``OOM`` / ``unsupported`` for results that did not run, None for ``ok``."""
     return STATUS_LABEL.get(result["status"])

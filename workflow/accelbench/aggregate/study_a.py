@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import joined_labels, load_results, status_cell, write_table  # noqa: E402
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
            "reduction", "memory", "other"]
@@ -233,8 +233,8 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
     df = result_rows(results)
-    hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
-    sw = "; ".join(sorted(set(df["software"]))) if not df.empty else ""
+    hw = joined_labels(df)
+    sw = joined_labels(df, "software", "")
     write_table(table(df), out_dir / "table",
                 f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
                 f"projected_sample_s = median reverse step x 250 (a projection).")

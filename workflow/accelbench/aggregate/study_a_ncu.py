@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from ..results import read_result  # noqa: E402
-from .common import load_results, write_table  # noqa: E402
+from .common import joined_labels, load_results, write_table  # noqa: E402
 from .study_a import read_claims  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
@@ -134,7 +134,7 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> None
         ax.set_ylabel(f"{ratio.replace('_', ' ')} (configuration / baseline)")
         if not vals:
             ax.text(0.5, 0.5, "no counters measured\n(see the table for why)", ha="center", transform=ax.transAxes)
-    hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
+    hw = joined_labels(df)
     fig.suptitle(f"Study A, Nsight Compute counters relative to baseline: measured on {hw}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=150)
@@ -151,7 +151,7 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
     df = counter_rows(results)
-    hw = "; ".join(sorted(set(df["hardware"]))) if not df.empty else "none"
+    hw = joined_labels(df)
     write_table(table(df), out_dir / "counters",
                 f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
                 f"device time) on {hw}. Ratios are configuration / baseline.")
