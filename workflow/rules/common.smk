@@ -187,15 +187,18 @@ def llm_quant_spec(wildcards):
         data["path"] = str(repo_path(data["path"]))
     keys = ("chunk_len", "sensitivity_tokens", "eval_tokens", "calibration_tokens", "eval_batch", "prune_amount",
             "sensitivity_metrics", "submodules", "group_size", "allocation", "throughput", "torchao_dtype",
-            "reuse_prefix", "prefix_cache_limit_gib", "seed")
+            "reuse_prefix", "prefix_cache_limit_gib", "seed", "accuracy")
     method = wildcards.get("method", "sensitivity")
     if method == "sensitivity":  # settings that only method jobs use stay out, so changing them reruns only those
         keys = tuple(k for k in keys if k not in ("eval_tokens", "calibration_tokens", "allocation", "throughput",
-                                                   "torchao_dtype"))
+                                                   "torchao_dtype", "accuracy"))
+    spec = {k: u[k] for k in keys if k in u}
+    if spec.get("accuracy", {}).get("data"):  # task folders relative to the repository, like data.path
+        spec["accuracy"] = {**spec["accuracy"], "data": {
+            t: (str(repo_path(p)) if p and Path(repo_path(p)).exists() else p) for t, p in spec["accuracy"]["data"].items()}}
     return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
-                       "method": method, "bitset": wildcards.get("bitset", "none"),
-                       **{k: u[k] for k in keys if k in u}})
+                       "method": method, "bitset": wildcards.get("bitset", "none"), **spec})
 
 
 # --------------------------------------------------------------------------- Study B: LoRA fine-tuning (lora_finetune)
