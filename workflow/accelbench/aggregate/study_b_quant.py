@@ -20,15 +20,35 @@ import pandas as pd  # noqa: E402
 
 from ..errors import ResultError  # noqa: E402
 from ..experiments.llm_quant import SUBMODULES  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import STATUS_LABEL, load_results, status_cell, write_table  # noqa: E402
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "inc_fp8", "real_int8", "real_fp8"]
 METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torchao": "torchao weight-only int8/int4",
                 "inc_fp8": "INC FP8 (half of MLP) + BF16"}
 PUBLISHED_MODEL = "TinyLlama-1.1B (published)"
 PUBLISHED_HARDWARE = {"gaudi2": "Intel Gaudi2, 1 HPU (published)", "a100": "4x NVIDIA A100-SXM4-40GB, DataParallel (published)"}
+# Study B's accuracy tasks (lm-evaluation-harness): HellaSwag acc_norm, BoolQ acc, in percent; `<task>_n` = documents
+ACCURACY_TASKS = ["hellaswag", "boolq"]
+ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS for c in (f"{t}_acc_pct", f"{t}_n")]
 COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "perplexity", "compression_x",
-           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "weights", "status", "reason"]
+           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", *ACCURACY_COLUMNS,
+           "weights", "status", "reason", "accuracy_reason"]
+
+
+def accuracy_cells(accuracy: dict) -> dict:
+    """Table cells of one result's ``measurements["accuracy"]``: ``<task>_acc_pct`` (Study B's metric x 100),
+    ``<task>_n`` (documents scored), ``unsupported`` where the task had no data, and ``accuracy_reason``."""
+    row, reasons = {}, []
+    for task, a in (accuracy or {}).items():
+        if a.get("status") == "ok":
+            row[f"{task}_acc_pct"] = 100.0 * a["value"]
+            row[f"{task}_n"] = a.get("samples")
+        else:
+            row[f"{task}_acc_pct"] = STATUS_LABEL.get(a.get("status"), a.get("status"))
+            reasons.append(a.get("reason") or task)
+    if reasons:
+        row["accuracy_reason"] = "; ".join(reasons)
+    return row
 
 
 def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
@@ -41,6 +61,7 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
     ref = pd.read_csv(path, comment="#")
     wt = ref[ref["dataset"] == "wikitext2"].set_index("metric")
+    acc = {t: ref[(ref["dataset"] == t) & (ref["metric"] == "accuracy_pct")] for t in ACCURACY_TASKS}
     rows = []
     for col in [c for c in ref.columns if c not in ("dataset", "metric")]:
         parts = col.split("_")
@@ -58,6 +79,7 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
                      "method": method, "bitset": bitset, "label": label,
                      "perplexity": wt.loc["perplexity", col], "compression_x": wt.loc["compression_x", col],
                      "throughput_tok_per_s": wt.loc["throughput_tok_per_s", col], "eval_time_s": wt.loc["eval_time_s", col],
+                     **{f"{t}_acc_pct": float(a[col].iloc[0]) for t, a in acc.items() if len(a)},
                      "weights": "pretrained", "status": "ok"})
     return pd.DataFrame(rows), source
 
@@ -76,11 +98,13 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         if r["status"] == "ok":
             row.update({"perplexity": m["perplexity"]["value"], "eval_tokens": m["perplexity"]["tokens"],
                         "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],
-                        "throughput_tok_per_s": m["throughput"]["tokens_per_s"], "eval_time_s": m["eval_time"]["value"]})
+                        "throughput_tok_per_s": m["throughput"]["tokens_per_s"], "eval_time_s": m["eval_time"]["value"],
+                        **accuracy_cells(m.get("accuracy"))})
         else:
             row["perplexity"] = status_cell(r)
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in COLUMNS))  # configured tasks beyond Study B's
+    return pd.DataFrame(rows, columns=COLUMNS[:-4] + extra + COLUMNS[-4:])
 
 
 def _order(df: pd.DataFrame) -> pd.DataFrame:
@@ -198,8 +222,10 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     published, source = read_reference(reference_path)
     table = _order(pd.concat([measured_rows(results), published.reindex(columns=COLUMNS)], ignore_index=True))
     caption = ("Study B quantization (WikiText-2 layout): perplexity, compression of the decoder-layer weights vs. FP32, "
-               "forward throughput (tokens/s) and evaluation time per method. Measured rows: our models and text "
-               "(see each result's provenance; eval_tokens says how much text); published rows: " + source)
+               "forward throughput (tokens/s) and evaluation time per method; HellaSwag acc_norm and BoolQ accuracy (%, "
+               "0-shot by default, lm-evaluation-harness on the quantized model; <task>_n = documents scored, "
+               "'unsupported' = no local copy of the task's data, reason in accuracy_reason). Measured rows: our models "
+               "and text (see each result's provenance; eval_tokens says how much text); published rows: " + source)
     write_table(table, out_dir / "table", caption)
     sens = sensitivity_rows(results)
     sens.to_csv(out_dir / "sensitivity_layers.csv", index=False)

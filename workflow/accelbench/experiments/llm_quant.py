@@ -393,6 +393,25 @@ def task_yaml(task: str):
     raise KeyError(f"lm-evaluation-harness {_lm_eval_version()} has no task {task!r}")
 
 
+def _task_config(path) -> dict:
+    """A task YAML as data (``!function`` tags left unresolved), with its ``include`` files merged under it."""
+    from pathlib import Path
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    path = Path(path)
+    cfg = yaml.load(path.read_text(), Loader=Loader) or {}  # noqa: S506 (SafeLoader subclass)
+    includes = cfg.pop("include", None) or []
+    merged: dict = {}
+    for inc in includes if isinstance(includes, list) else [includes]:
+        merged.update(_task_config(path.parent / inc))
+    return {**merged, **cfg}
+
+
 def local_task_dir(task: str, folder: str | None, work_dir) -> str:
     """A folder (in ``work_dir``) with one task YAML that includes lm-eval's registered ``task`` unchanged
     (data from the Hugging Face datasets cache, offline) or, with ``folder``, reads its data from there:
@@ -418,9 +437,7 @@ def local_task_dir(task: str, folder: str | None, work_dir) -> str:
         except Exception as exc:  # datasets raises many types for an unreadable folder
             raise DataError(f"llm_quant.accuracy.data.{task}: no data set in {folder!r}: {exc}") from None
         cfg.update(dataset_path=str(Path(folder).resolve()), dataset_name=None, dataset_kwargs={})
-        from lm_eval.tasks._yaml_loader import load_yaml  # the registered config, to see which splits it uses
-
-        base = load_yaml(task_yaml(task), resolve_func=False)
+        base = _task_config(task_yaml(task))  # the registered config, to see which splits it uses
         for key in ("training_split", "validation_split", "test_split", "fewshot_split"):
             if base.get(key) and base[key] not in splits:
                 cfg[key] = None
