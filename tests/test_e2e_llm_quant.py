@@ -12,6 +12,16 @@ from dag import snakemake
 @pytest.mark.e2e
 def test_llm_quant_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["llm_quant"])
+    # Study B's accuracy tasks: a HellaSwag-format set made here (BoolQ has no local data: `unsupported`)
+    hs = tmp_path / "hellaswag_local"
+    hs.mkdir()
+    recs = [{"ind": i, "activity_label": "Cooking", "ctx_a": "A man fills a pot with water and puts it on the stove.",
+             "ctx_b": "he", "ctx": "", "endings": ["waits for the water to boil.", "the the the the.",
+                                                   "stove water he pot a.", "blue seven quickly purple."],
+             "source_id": f"t~{i}", "split": "val", "split_type": "indomain", "label": "0"} for i in range(3)]
+    (hs / "validation.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
+    cfg["llm_quant"] = dict(cfg["llm_quant"], accuracy={"tasks": ["hellaswag", "boolq"], "num_fewshot": 0, "limit": 3,
+                                                        "batch_size": 4, "data": {"hellaswag": str(hs), "boolq": None}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -35,6 +45,10 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     assert fp32["measurements"]["compression_x"]["value"] == 1.0
     assert 5.0 < fake["measurements"]["compression_x"]["value"] < 8.0  # 8/4/4 bits vs FP32, with FP16 scales
     assert fake["measurements"]["perplexity"]["value"] != fp32["measurements"]["perplexity"]["value"]
+    for r in (fp32, fake):
+        acc = r["measurements"]["accuracy"]
+        assert acc["hellaswag"]["status"] == "ok" and acc["hellaswag"]["samples"] == 3, acc
+        assert acc["boolq"]["status"] == "unsupported" and "offline" in acc["boolq"]["reason"].lower()
     ao8 = result("torchao", "16_8_8")
     assert ao8["status"] == "ok" and ao8["measurements"]["compression_x"]["value"] > 1.5
     ao4 = result("torchao", "8_4_4")
@@ -54,6 +68,10 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     ours = table[table["source"] == "measured"]
     assert len(ours) == 5 and set(ours["model"]) == {"smollm2_135m"}
     assert "TinyLlama" in table[table["source"] == "published"]["model"].iloc[0]
+    fp32_row = ours[ours["method"] == "fp32"].iloc[0]
+    assert 0 <= float(fp32_row["hellaswag_acc_pct"]) <= 100 and fp32_row["hellaswag_n"] == 3
+    assert fp32_row["boolq_acc_pct"] == "unsupported" and "boolq" in fp32_row["accuracy_reason"]
+    assert table[table["source"] == "published"]["hellaswag_acc_pct"].notna().all()
     assert (tmp_path / "logs" / "cpu" / "llm_quant" / "smollm2_135m" / "sensitivity.log").exists()
 
     again = snakemake(tmp_path, "--dry-run")

@@ -98,3 +98,106 @@ def test_unsupported_paths(systems, monkeypatch, tmp_path):
     out = unet3d_ncu.run(spec, systems["h200"], "i", "m", str(table), **kw)
     assert out["status"] == "unsupported" and "ncu (Nsight Compute) not found" in out["reason"]
     json.dumps(out)
+
+
+# --------------------------------------------------------------------------- coverage pass (every kernel of the step)
+def _fixture_kernels(metrics=None):
+    return ncu.parse_csv(FIXTURE.read_text(), metrics or ncu.choose_metrics("hopper", _header_metrics()))
+
+
+def _profiler_table(kernels, path):
+    """A torch.profiler kernel table (kernels.csv) of the same step: one launch per recorded kernel, plus a memset."""
+    rows = {}
+    for k in kernels:
+        r = rows.setdefault(k.name, {"calls": 0, "t": 0.0})
+        r["calls"] += 1
+        r["t"] += k.values["duration_ns"] / 1e3
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["name", "class", "tensor_core", "calls", "device_time_us", "share"])
+        for n, r in rows.items():
+            w.writerow([n, measure.classify_kernel(n), False, r["calls"], r["t"], 0])
+        w.writerow(["Memset (Device)", "memory", False, 1, 50.0, 0])
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_unnamed_namespace_base_name():
+    assert ncu.kernel_base_name("void at::<unnamed>::RowwiseMomentsCUDAKernel<float>(long, T1)") == \
+        "RowwiseMomentsCUDAKernel"
+
+
+def test_coverage_pass_totals_and_time_share(tmp_path):
+    kernels = _fixture_kernels()
+    detail = sorted(kernels, key=lambda k: -k.values["duration_ns"])[:3]  # a bounded detail pass: top 3 kernels
+    rows = _profiler_table(kernels, tmp_path / "kernels.csv")
+    full, part = ncu.time_coverage(rows, kernels), ncu.time_coverage(rows, detail)
+    assert full["device_time_share"] == pytest.approx(1.0) and full["kernels_in_step"] == 15
+    dur = lambda ks: sum(k.values["duration_ns"] for k in ks)  # noqa: E731
+    # kernels sharing a base name count by launches: the profiler's time of that name times profiled/launched
+    assert 0.5 < part["device_time_share"] < 1.0 and part["kernels_profiled"] == 3
+    assert part["device_time_share"] >= dur(detail) / dur(kernels) - 1e-9
+    cov_metrics = {c: m for c, m in ncu.choose_metrics("hopper", _header_metrics()).items() if c in ncu.COVERAGE_COUNTERS}
+    coverage = [ncu.KernelCounters(k.name, {c: k.values[c] for c in cov_metrics}) for k in kernels]
+    merged = ncu.merge_coverage(ncu.reduce(detail, measure.classify_kernel), coverage, measure.classify_kernel)
+    t = merged["total"]
+    assert t["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels))  # measured over all kernels
+    assert t["instructions"] == pytest.approx(sum(k.values["instructions"] for k in kernels))
+    assert t["kernels"] == 15 and t["rate_kernels"] == 3
+    assert t["ipc"] == pytest.approx(ncu.reduce(detail, measure.classify_kernel)["total"]["ipc"])  # rates: detail pass
+    assert t["rates_time_share"] == pytest.approx(dur(detail) / dur(kernels))
+    conv = merged["by_class"]["convolution"]
+    assert conv["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels
+                                                  if measure.classify_kernel(k.name) == "convolution"))
+
+
+def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path):
+    """unet3d_ncu.run with a stand-in ncu replaying the recorded H200 export: the coverage pass sees all 15
+    kernels, the detail pass (kernel-name filter) 3; the counters table reports the coverage."""
+    import stat
+    import sys
+    import textwrap
+
+    import torch
+
+    from accelbench.aggregate import study_a_ncu
+
+    fake = tmp_path / "ncu"
+    fake.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import sys
+        a = sys.argv[1:]
+        if "--version" in a:
+            print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.0.0 (stand-in)"); sys.exit(0)
+        lines = open({str(FIXTURE)!r}).read().splitlines()
+        if "--kernel-name" in a:  # detail pass: keep the header, units row and three kernels
+            start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+            lines = lines[:start + 5]
+        open(a[a.index("--log-file") + 1], "w").write("\\n".join(lines) + "\\n")
+        """))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(ncu, "ncu_path", lambda: str(fake))
+    monkeypatch.setattr(ncu, "query_metrics", lambda exe: _header_metrics())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    table = tmp_path / "kernels.csv"
+    _profiler_table(_fixture_kernels(), table)
+    out = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+                         max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
+    assert out["status"] == "ok", out["reason"]
+    m = out["measurements"]
+    assert m["profiled_kernels"] == 15 and m["detail_kernels"] == 3
+    assert m["coverage"]["device_time_share"] == pytest.approx(1.0) and m["coverage"]["meets_target"]
+    assert m["coverage"]["detail"]["kernels_profiled"] == 3 and m["coverage"]["detail"]["device_time_share"] < 1
+    assert "--kernel-name" not in m["commands"]["coverage"] and "--kernel-name" in m["commands"]["detail"]
+    stall = "smsp__average_warps_issue_stalled"
+    assert stall not in m["commands"]["coverage"] and stall in m["commands"]["detail"]  # reduced metric set
+    json.dumps(out)
+    result = {"config": {"system": {"name": "h200"}, "model": "whole_head", "configuration": "baseline"},
+              "status": "ok", "reason": None, "measurements": m, "_hardware": "NVIDIA H200", "_path": str(tmp_path / "x")}
+    row = study_a_ncu.table(study_a_ncu.counter_rows([result])).iloc[0]
+    assert row["coverage_time_share"] == pytest.approx(1.0) and row["coverage_kernels"] == "15/15"
+    assert row["sm_cycles_step_est"] == pytest.approx(m["total"]["sm_cycles"])  # as measured, not extrapolated
+    assert 0 < row["rates_time_share"] < 1
+    off = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+                         max_kernels=4, launch_count=10, warmup=0, timeout_s=120, coverage_pass=False)
+    assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]

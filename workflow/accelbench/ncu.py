@@ -48,6 +48,11 @@ for _r in STALL_REASONS:
         "all": [f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"]}}
 
 
+# The reduced metric set of the coverage pass (one replay pass per kernel): enough for the step totals of SM cycles
+# and executed instructions, and for the device time each kernel took, over every kernel of the NVTX range.
+COVERAGE_COUNTERS = ("sm_cycles", "instructions", "duration_ns")
+
+
 def architecture(compute_capability: str) -> str:
     """``volta`` (7.x), ``ampere`` (8.x, Ada included) or ``hopper`` (9.x and newer) from e.g. ``"9.0"``."""
     major = int(str(compute_capability).split(".")[0])
@@ -94,7 +99,7 @@ def ncu_version(ncu: str) -> str | None:
 def kernel_base_name(name: str) -> str:
     """The function's own name from a demangled kernel name, as ncu's ``--kernel-name-base function`` sees it:
     ``void at::native::(anon)::RowwiseMomentsCUDAKernel<float>(long, ...)`` -> ``RowwiseMomentsCUDAKernel``."""
-    s = re.sub(r"^void\s+", "", name.strip()).replace("(anonymous namespace)", "anon")
+    s = re.sub(r"^void\s+", "", name.strip()).replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
     depth, cut = 0, len(s)
     for i, ch in enumerate(s):  # strip the parameter list and template arguments
         if ch in "<(":
@@ -184,3 +189,55 @@ def reduce(kernels: list[KernelCounters], classify) -> dict:
     stalls = {c[len("stall_"):]: v for c, v in total.items() if c.startswith("stall_")}
     total["top_stalls"] = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     return {"total": total, "by_class": {c: agg(ks) for c, ks in sorted(classes.items())}}
+
+
+def merge_coverage(detail: dict, coverage_kernels: list[KernelCounters], classify) -> dict:
+    """Merge a coverage pass (:data:`COVERAGE_COUNTERS` over every kernel of the range) into the reduction of a
+    bounded detail pass (all metrics, top kernels only): the "sum" counters (SM cycles, instructions, device
+    time) of the total and of every kernel class come from the coverage pass, as measured; rates and
+    percentages (IPC, pipe utilisation, hit rates, stalls) stay the detail pass's SM-cycle-weighted means over
+    its kernels, whose share of the coverage pass's device time is recorded as ``rates_time_share``.
+
+    Returns the merged ``{"total", "by_class"}``; ``kernels`` = coverage-pass kernels, ``rate_kernels`` = detail ones.
+    """
+    cov = reduce(coverage_kernels, classify)
+    sums = [c for c in COVERAGE_COUNTERS if COUNTERS[c]["agg"] == "sum"]
+
+    def merged(d: dict | None, c: dict | None) -> dict:
+        out = {k: v for k, v in (d or {}).items() if k not in sums and k != "kernels"}
+        out["kernels"] = (c or {}).get("kernels", 0)
+        out["rate_kernels"] = (d or {}).get("kernels", 0)
+        for k in sums:
+            if c and k in c:
+                out[k] = c[k]
+        if d and c and d.get("duration_ns") and c.get("duration_ns"):
+            out["rates_time_share"] = d["duration_ns"] / c["duration_ns"]
+        return out
+
+    classes = sorted(set(detail["by_class"]) | set(cov["by_class"]))
+    return {"total": merged(detail["total"], cov["total"]),
+            "by_class": {k: merged(detail["by_class"].get(k), cov["by_class"].get(k)) for k in classes}}
+
+
+def time_coverage(kernel_table_rows: list[dict], kernels: list[KernelCounters]) -> dict:
+    """Share of the step's device time (torch.profiler kernel table of the same configuration, per step) that the
+    ncu-profiled ``kernels`` account for: per kernel function base name, the profiler's device time times
+    min(1, launches profiled / launches per step). Memory copies/sets (not kernels) are left out of both sides.
+
+    Returns ``{"device_time_share", "kernels_profiled", "kernels_in_step"}``.
+    """
+    prof: dict[str, list[float]] = {}
+    for r in kernel_table_rows:
+        if r.get("class") == "memory":
+            continue
+        e = prof.setdefault(kernel_base_name(r["name"]), [0.0, 0.0])
+        e[0] += float(r["calls"])
+        e[1] += float(r["device_time_us"])
+    seen: dict[str, int] = {}
+    for k in kernels:
+        b = kernel_base_name(k.name)
+        seen[b] = seen.get(b, 0) + 1
+    total = sum(t for _, t in prof.values())
+    covered = sum(t * min(1.0, seen.get(b, 0) / calls) for b, (calls, t) in prof.items() if calls)
+    return {"device_time_share": covered / total if total else None, "kernels_profiled": len(kernels),
+            "kernels_in_step": sum(c for c, _ in prof.values())}

@@ -60,6 +60,12 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
             if profile and profile["status"] == "ok" and t.get("duration_ns"):
                 share = t["duration_ns"] / 1e3 / profile["measurements"]["kernels"]["device_time_us"]
             row["device_time_covered"] = share
+            cov = m.get("coverage") or {}
+            if cov.get("coverage"):  # coverage pass: every kernel of the step; totals as measured, no extrapolation
+                row["coverage_time_share"] = cov["device_time_share"]
+                row["coverage_kernels"] = f"{cov['coverage']['kernels_profiled']}/{cov['coverage']['kernels_in_step']:.0f}"
+                row["rates_time_share"] = t.get("rates_time_share")
+                share = 1.0
             for c in ("sm_cycles", "instructions"):
                 row[f"{c}_step_est"] = t.get(c) / share if share and t.get(c) is not None else np.nan
         rows.append(row)
@@ -99,7 +105,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered"]
+            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_time_share"]
     out = df.reindex(columns=cols).astype(object)
     for i, (status, reason) in enumerate(zip(df["status"], df["reason"])):
         if status != "ok":
@@ -154,7 +160,11 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     hw = joined_labels(df)
     write_table(table(df), out_dir / "counters",
                 f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
-                f"device time) on {hw}. Ratios are configuration / baseline.")
+                f"device time) on {hw}. Ratios are configuration / baseline. coverage_time_share: share of the step's "
+                f"device time (torch.profiler) whose kernels the coverage pass measured (SM cycles, instructions; "
+                f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
+                f"ratios are as measured, not extrapolated. rates_time_share: share of that time behind the rates "
+                f"(IPC, pipes, hit rates, stalls: the detail pass on the top kernels).")
     write_table(class_rows(results), out_dir / "counters_by_class",
                 f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")
