@@ -304,6 +304,16 @@ def cmd_study_b_quant_aggregate(args: argparse.Namespace) -> None:
     study_b_quant.aggregate(args.results, args.reference, args.out_dir)
 
 
+def cmd_reference_runs(args: argparse.Namespace) -> None:
+    """Regenerate (or with --check verify) each reference run's README.md and the main README's section."""
+    from .reference_runs import update
+
+    changed = update(args.root, args.readme, check=args.check)
+    if args.check and changed:
+        raise AccelbenchError("out of date (run `accelbench reference-runs`): " + ", ".join(map(str, changed)))
+    log.info("reference runs: %s", ", ".join(map(str, changed)) if changed else "up to date")
+
+
 def cmd_check_system(args: argparse.Namespace) -> None:
     from .config import load_config
     from .systems import load_systems, probe_devices, require_backend, resolve_system
@@ -430,6 +440,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     _aggregate_parser(sub, "study-b-quant-aggregate", "Study B quantization table and figures, published beside measured", cmd_study_b_quant_aggregate, "--reference",
                       "study_b_quantization.csv (published, with source)")
+
+    s = sub.add_parser("reference-runs", help="regenerate the READMEs of the committed reference runs (reference_runs/)")
+    s.add_argument("--root", default="reference_runs")
+    s.add_argument("--readme", default="README.md", help="the main README with the generated 'Reference runs' block")
+    s.add_argument("--check", action="store_true", help="only check that they are up to date (exit 1 otherwise)")
+    s.set_defaults(func=cmd_reference_runs)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")

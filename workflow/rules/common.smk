@@ -61,9 +61,13 @@ def unet3d_results(system=SYSTEM.name):
 
 
 def other_systems_results(experiment):
-    """Results of other systems copied into results/ (merging machines = copying folders)."""
+    """Results of other systems copied into results/ (merging machines = copying folders), and the committed
+    reference runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`)."""
+    from accelbench.reference_runs import result_paths
+
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
-    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name]
+    refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
+    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name] + refs
 
 
 def mri_inputs(wildcards):

@@ -14,17 +14,25 @@ STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 
 def load_results(paths: list[str | Path]) -> list[dict]:
     """Read every result (see :func:`accelbench.results.read_result`), adding ``_path``,
-    ``_hardware`` and ``_software`` labels derived from the provenance.
+    ``_hardware`` and ``_software`` labels derived from the provenance, and ``_series``: ``measured``, or for a
+    result of a committed reference run (:mod:`accelbench.reference_runs`) its label, which then also leads
+    ``_hardware`` so every aggregation draws it as its own series.
 
     Raises:
         ResultError: a missing or corrupt file (named in the message).
     """
+    from ..reference_runs import run_for
+
     out = []
     for p in paths:
         r = read_result(p)
         r["_path"] = str(p)
         r["_hardware"] = hardware_label(r["environment"])
         r["_software"] = software_label(r["environment"])
+        run = run_for(p)  # a committed reference run: its own labelled series, e.g. "reference run (H200, 2026-12-01)"
+        r["_series"] = run["label"] if run else "measured"
+        if run:
+            r["_hardware"] = f"{run['label']}: {r['_hardware']}"
         out.append(r)
     return out
 

@@ -92,7 +92,7 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         if cfg.get("method", "sensitivity") == "sensitivity":
             continue
         model_info = m.get("model", {})
-        row = {"source": "measured", "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
+        row = {"source": r.get("_series", "measured"), "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
                "method": cfg["method"], "bitset": cfg["bitset"], "label": METHOD_LABEL.get(cfg["method"], cfg["method"]),
                "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason")}
         if r["status"] == "ok":

@@ -1,0 +1,87 @@
+"""Committed reference runs: folder layout, generated READMEs (checked against the files), labelled series."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from accelbench import provenance, reference_runs, results
+from accelbench.errors import DataError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_readme_section_matches_the_committed_reference_runs():
+    """The main README's generated block and each run's README are current (`accelbench reference-runs`)."""
+    assert reference_runs.update(REPO / "reference_runs", REPO / "README.md", check=True) == []
+
+
+def _quant_result(path: Path, system: str, ppl: float) -> Path:
+    m = {"perplexity": {"value": ppl, "tokens": 93}, "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0},
+         "throughput": {"tokens_per_s": 100.0}, "eval_time": {"value": 1.0}, "model": {"weights": "pretrained"},
+         "accuracy": {"hellaswag": {"status": "ok", "value": 0.5, "samples": 10}}}
+    cfg = {"system": {"name": system}, "model": "smollm2_135m", "method": "fp32", "bitset": "none"}
+    return results.write_result(results.make_result("llm_quant", "ok", cfg, provenance.collect("cpu"), m), path)
+
+
+def _run(root: Path, **meta) -> Path:
+    d = root / "reference_runs" / "h200-2026-12-01"
+    d.mkdir(parents=True)
+    meta = {"date": "2026-12-01", "hardware": "2x NVIDIA H200 SXM 141 GB", "short": "H200", "commit": "abc123def4567890",
+            "commands": ["snakemake --cores all --configfile config/examples/gpu_paper.yaml"], **meta}
+    (d / "run.yaml").write_text(yaml.safe_dump(meta))
+    _quant_result(d / "results/h200/llm_quant/smollm2_135m/fp32/none/result.json", "h200", 14.3)
+    return d
+
+
+def test_generated_readmes_from_fixture_run(tmp_path):
+    run_dir = _run(tmp_path, notes=["300 iterations per rank, projected to 40,000"])
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Reference runs\n{reference_runs.BEGIN}\nstale\n{reference_runs.END}\n\n## Next\n")
+    changed = reference_runs.update(tmp_path / "reference_runs", readme)
+    assert set(changed) == {readme, run_dir / "README.md"}
+    text = readme.read_text()
+    assert "stale" not in text and text.endswith("## Next\n")
+    assert "reference run (H200, 2026-12-01)" in text and "`abc123def456`" in text and "`llm_quant`: 1 ok" in text
+    assert "gpu_paper.yaml" in text
+    own = (run_dir / "README.md").read_text()
+    assert "- When: 2026-12-01" in own and "2x NVIDIA H200" in own and "abc123def4567890" in own and "projected" in own
+    assert reference_runs.update(tmp_path / "reference_runs", readme, check=True) == []
+    # a new result makes both out of date
+    _quant_result(run_dir / "results/h200/llm_quant/smollm2_135m/fake/8_4_4/result.json", "h200", 15.0)
+    reference_runs._run_of_folder.cache_clear()
+    assert set(reference_runs.update(tmp_path / "reference_runs", readme, check=True)) == {readme, run_dir / "README.md"}
+
+
+def test_bad_run_yaml_names_the_key(tmp_path):
+    d = tmp_path / "reference_runs" / "x"
+    d.mkdir(parents=True)
+    (d / "run.yaml").write_text(yaml.safe_dump({"date": "2026-12-01", "hardware": "H200", "short": "H200"}))
+    with pytest.raises(DataError, match="missing commit, commands"):
+        reference_runs.find_runs(tmp_path / "reference_runs")
+    (d / "run.yaml").write_text(yaml.safe_dump({"date": "Dec 1", "hardware": "H", "short": "H", "commit": "a",
+                                                "commands": ["x"]}))
+    with pytest.raises(DataError, match="not YYYY-MM-DD"):
+        reference_runs.load_run(d)
+
+
+def test_reference_run_is_its_own_series_in_the_aggregation(tmp_path):
+    """Published, measured here, and the reference run: three labelled series in the quantization table."""
+    from accelbench.aggregate import study_b_quant
+    from accelbench.aggregate.common import load_results
+
+    run_dir = _run(tmp_path)
+    ref = run_dir / "results/h200/llm_quant/smollm2_135m/fp32/none/result.json"
+    assert reference_runs.result_paths(tmp_path / "reference_runs", "llm_quant") == [str(ref)]
+    assert reference_runs.result_paths(tmp_path / "reference_runs", "sr3_scaling") == []
+    ours = _quant_result(tmp_path / "results/cpu/llm_quant/smollm2_135m/fp32/none/result.json", "cpu", 14.9)
+    loaded = load_results([ours, ref])
+    assert loaded[0]["_series"] == "measured" and not loaded[0]["_hardware"].startswith("reference run")
+    assert loaded[1]["_series"] == "reference run (H200, 2026-12-01)"
+    assert loaded[1]["_hardware"].startswith("reference run (H200, 2026-12-01): ")
+    study_b_quant.aggregate([ours, ref], REPO / "resources/reference/study_b_quantization.csv", tmp_path / "agg")
+    table = pd.read_csv(tmp_path / "agg" / "table.csv")
+    assert {"measured", "published", "reference run (H200, 2026-12-01)"} == set(table["source"])
+    row = table[table["source"].str.startswith("reference run")].iloc[0]
+    assert row["perplexity"] == 14.3 and row["system"] == "h200" and row["hellaswag_acc_pct"] == 50.0
