@@ -69,6 +69,7 @@ def test_kernel_base_names_and_command():
                       launch_count=50)
     joined = " ".join(cmd)
     assert "--clock-control none" in joined and "--nvtx-include accelbench_step/" in joined
+    assert "--nvtx-include accelbench_step --nvtx-include" in joined  # the start/end range (backward thread too)
     assert "regex:^(a|b)$" in joined and "--launch-count 50" in joined and cmd[-3:] == ["--", "python", "x.py"]
 
 

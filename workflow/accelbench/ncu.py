@@ -116,8 +116,13 @@ def command(ncu: str, metrics: list[str], program: list[str], log_file: str, *, 
             kernel_names: list[str] | None = None, launch_count: int | None = None) -> list[str]:
     """The ``ncu`` command line: only kernels launched inside the NVTX range ``nvtx_range`` (the measured
     step), clocks left as they are (``--clock-control none``), raw per-kernel metrics as CSV into ``log_file``.
-    ``kernel_names`` (function base names) and ``launch_count`` bound the replay time."""
-    cmd = [ncu, "--nvtx", "--nvtx-include", f"{nvtx_range}/", "--clock-control", "none", "--csv", "--page", "raw",
+    ``kernel_names`` (function base names) and ``launch_count`` bound the replay time.
+
+    The range may be a process-wide start/end range (``nvtx_range``, what ``unet3d-step`` emits, so kernels
+    launched from autograd's backward thread count) or a thread-local push/pop range (``nvtx_range/``); both
+    filters are given, and ncu profiles a kernel inside either."""
+    cmd = [ncu, "--nvtx", "--nvtx-include", nvtx_range, "--nvtx-include", f"{nvtx_range}/",
+           "--clock-control", "none", "--csv", "--page", "raw",
            "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log_file]
     if kernel_names:
         names = "|".join(sorted({re.escape(n) for n in kernel_names if n}))
