@@ -27,6 +27,10 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    tensors and from their serialized state dict. A kernel the system lacks gives status
    ``unsupported`` with torchao's own error as the reason.
 
+6. **Accuracy** (:func:`accuracy_tasks`): Study B's HellaSwag (acc_norm) and BoolQ (acc) through EleutherAI's
+   lm-evaluation-harness on the quantized model in memory, from a local copy of the data only (a task
+   without one is ``unsupported`` with the reason).
+
 Kept in high precision as in Study B: embeddings, ``lm_head``, norms. Functions do no file I/O;
 :mod:`accelbench.cli` (``accelbench llm-quant``) reads inputs and writes results.
 """
