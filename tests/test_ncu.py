@@ -170,6 +170,9 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
         a = sys.argv[1:]
         if "--version" in a:
             print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.0.0 (stand-in)"); sys.exit(0)
+        import os
+        if "--kernel-name" not in a and os.environ.get("FAKE_NCU_FAIL_COVERAGE"):
+            print("==ERROR== simulated failure", file=sys.stderr); sys.exit(3)
         lines = open({str(FIXTURE)!r}).read().splitlines()
         if "--kernel-name" in a:  # detail pass: keep the header, units row and three kernels
             start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
@@ -202,3 +205,9 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     off = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
                          max_kernels=4, launch_count=10, warmup=0, timeout_s=120, coverage_pass=False)
     assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]
+    monkeypatch.setenv("FAKE_NCU_FAIL_COVERAGE", "1")  # a failed coverage pass: detail only, the error recorded
+    failed = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+                            max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
+    fc = failed["measurements"]["coverage"]
+    assert failed["status"] == "ok" and "simulated failure" in fc["coverage_error"] and not fc["meets_target"]
+    assert failed["measurements"]["profiled_kernels"] == 3 and "partial" in fc["totals_from"]

@@ -95,7 +95,7 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
                "--image", image, "--mask", mask, "--warmup", str(warmup)]
     with open(kernel_table) as fh:
         table_rows = list(csv.DictReader(fh))
-    passes, commands = {}, {}
+    passes, commands, errors = {}, {}, {}
     t_start = time.monotonic()
     plan = []
     if coverage_pass:
@@ -103,9 +103,13 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
                      coverage_launch_count))
     plan.append(("detail", metrics, names, launch_count))
     for name, pass_metrics, kernel_names, count in plan:
-        left = int(timeout_s - (time.monotonic() - t_start))
-        cmd, kernels, err = _ncu_pass(exe, pass_metrics, program, kernel_names, count, max(left, 1))
+        left = int(timeout_s - (time.monotonic() - t_start))  # the coverage pass gets at most 60% of the time
+        limit = min(left, int(0.6 * timeout_s)) if name == "coverage" and len(plan) > 1 else left
+        cmd, kernels, err = _ncu_pass(exe, pass_metrics, program, kernel_names, count, max(limit, 1))
         commands[name] = " ".join(cmd[: cmd.index("--")])
+        if err and name == "coverage":  # e.g. out of time: go on with the detail pass, totals then partial
+            errors[name] = err
+            continue
         if err:
             return _unsupported(f"{name} pass: {err}" if coverage_pass else err)
         passes[name] = kernels
@@ -113,12 +117,15 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
     reduced = ncu.reduce(detail, measure.classify_kernel)
     cov = {"target": 0.8, "detail": {**ncu.time_coverage(table_rows, detail), "pass": "detail",
                                      "metrics": "all counters", "kernel_selection_share": share}}
-    if coverage_pass:
+    covered = "coverage" in passes
+    if errors:
+        cov["coverage_error"] = errors["coverage"]
+    if covered:
         reduced = ncu.merge_coverage(reduced, passes["coverage"], measure.classify_kernel)
         cov["coverage"] = {**ncu.time_coverage(table_rows, passes["coverage"]), "pass": "coverage",
                            "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics)}
-    main = cov["coverage"] if coverage_pass else cov["detail"]
-    cov["totals_from"] = ("coverage pass: every kernel of the step, reduced metric set" if coverage_pass
+    main = cov["coverage"] if covered else cov["detail"]
+    cov["totals_from"] = ("coverage pass: every kernel of the step, reduced metric set" if covered
                           else "detail pass: the top kernels only (totals are partial)")
     cov["device_time_share"] = main["device_time_share"]
     cov["meets_target"] = main["device_time_share"] is not None and main["device_time_share"] >= cov["target"]
