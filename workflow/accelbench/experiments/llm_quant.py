@@ -481,8 +481,12 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     tasks = list(acc.get("tasks") or [])
     if not tasks:
         return out
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1),
-              device=str(device.torch_device))
+    try:
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1),
+                  device=str(device.torch_device))
+    except (ValueError, TypeError, RuntimeError, AttributeError) as exc:  # e.g. a device lm-eval does not know
+        reason = f"lm-evaluation-harness cannot wrap this model: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
     folders = acc.get("data") or {}
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         for task in tasks:
