@@ -82,7 +82,7 @@ def mri_spec(wildcards):
 def unet3d_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model, "configuration": wildcards.configuration,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -124,7 +124,7 @@ def sr3_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices), "precision": wildcards.precision,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
 
 
@@ -192,7 +192,7 @@ def llm_quant_spec(wildcards):
     if method == "sensitivity":  # settings that only method jobs use stay out, so changing them reruns only those
         keys = tuple(k for k in keys if k not in ("eval_tokens", "calibration_tokens", "allocation", "throughput",
                                                    "torchao_dtype"))
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
                        "method": method, "bitset": wildcards.get("bitset", "none"),
                        **{k: u[k] for k in keys if k in u}})
@@ -233,7 +233,7 @@ def lora_spec(wildcards):
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
-    return json.dumps({"system": SYSTEM.to_dict(), "model_name": wildcards.model,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
