@@ -18,6 +18,7 @@ import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from .common import joined_labels, load_results, status_cell, write_table  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
            "reduction", "memory", "other"]
@@ -32,6 +33,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         cfg, m = r["config"], r["measurements"]
         settings = cfg.get("settings", {})
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "origin": origin_of(r),
                "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
                "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
                "status": r["status"], "reason": r.get("reason")}
@@ -147,16 +149,25 @@ def read_claims(path: str | Path) -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 def _title(df: pd.DataFrame, what: str) -> str:
     models = ", ".join(f"{m} ({v})" for m, v in df[["model", "volume"]].drop_duplicates().itertuples(index=False))
-    return f"Study A, Med-DDPM U-Net {models}: {what}"
+    return f"Study A, Med-DDPM U-Net {models}:\n{what}"
 
 
-def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
-    """Grouped bars: speedup over baseline per configuration, one colour per hardware label."""
+def _series(g: pd.DataFrame, model: str | None = None) -> str:
+    """Legend text of one (hardware, model) group: origin, hardware, scale (volume), model."""
+    r = g.iloc[0]
+    return series_label(r.get("origin", "measured here"), r["hardware"], r["scale"],
+                        f"{model or r['model']} {r['volume']}")
+
+
+def fig_speedup(df: pd.DataFrame, path: str | Path) -> list[str]:
+    """Grouped bars: speedup over baseline per configuration, one colour per (hardware, model) series; whiskers span
+    the speedups implied by the p90 and p10 step times (stated in the figure). Returns the figure's problems."""
     confs = [c for c in ORDER if c in set(df["configuration"])]
     groups = list(df.groupby(["hardware", "model"]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(confs)), 4))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(confs)), 4.6))
     width = 0.8 / max(1, len(groups))
     for gi, ((hw, model), g) in enumerate(groups):
+        label = _series(g)
         g = g.set_index("configuration")
         xs = np.arange(len(confs)) + gi * width
         for x, c in zip(xs, confs):
@@ -164,23 +175,25 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
                 continue
             r = g.loc[c]
             if r["status"] != "ok":
-                ax.text(x, 0.05, status_cell({"status": r["status"]}), rotation=90, ha="center", va="bottom", fontsize=8)
+                ax.text(x, 0.05, status_cell({"status": r["status"]}), rotation=90, ha="center", va="bottom",
+                        fontsize=FONT["tick"])
                 continue
             s = r["speedup_vs_baseline"]
             lo = s - g.loc["baseline", "train_step_ms"] / r["train_step_p90_ms"] if "baseline" in g.index else 0
             hi = g.loc["baseline", "train_step_ms"] / r["train_step_p10_ms"] - s if "baseline" in g.index else 0
-            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3,
-                   label=f"{hw} [{model}]" if c == confs[0] or x == xs[0] else None)
+            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3, label=label)
+            label = None
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20)
+    ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20, fontsize=FONT["tick"])
+    ax.set_xlabel("configuration")
     ax.set_ylabel("training-step speedup over baseline (x)")
-    ax.set_title(_title(df, "speedup"), fontsize=9)
+    ax.set_title(wrap(_title(df, "training-step speedup over each system's baseline (bar: median step time; whiskers: "
+                                 "speedup at the p90 and p10 step times)"), fig, FONT["label"]), fontsize=FONT["label"])
     handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    if handles:
+        fig.legend(handles, labels, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
+    fig.tight_layout(rect=(0, 0.05 * max(1, len(handles)), 1, 1))
+    return save_figure(fig, path)
 
 
 def _bar_labels(rows: pd.DataFrame) -> list[str]:
@@ -188,39 +201,49 @@ def _bar_labels(rows: pd.DataFrame) -> list[str]:
     return [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(rows["configuration"], rows["hardware"])]
 
 
-def fig_breakdown(df: pd.DataFrame, path: str | Path) -> None:
+def _series_note(ok: pd.DataFrame) -> str:
+    """Below-axis note naming the series of the bars (origin, hardware, scale)."""
+    return "\n".join(_series(g) for _, g in ok.groupby(["hardware", "model"])) if not ok.empty else "nothing measured"
+
+
+def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Stacked bars: share of device time per kernel class, one bar per (hardware, configuration)."""
     ok = df[df["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok) + 4), 5))
     bottom = np.zeros(len(ok))
     labels = _bar_labels(ok)
     for i, cls in enumerate(CLASSES):
         vals = ok[f"share_{cls}"].to_numpy(dtype=float)
         ax.bar(range(len(ok)), vals, bottom=bottom, color=f"C{i}", label=cls)
         bottom += vals
-    ax.set_xticks(range(len(ok)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("share of device time")
-    ax.set_title(_title(df, "kernel-time breakdown of one training step"), fontsize=9)
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    ax.set_xticks(range(len(ok)), labels, rotation=60, ha="right", fontsize=FONT["legend"])
+    ax.set_xlabel("configuration, hardware")
+    ax.set_ylabel("share of device time (fraction)")
+    ax.set_title(wrap(_title(df, "kernel-time breakdown of one training step"), fig, FONT["label"], 0.6),
+                 fontsize=FONT["label"], loc="left")
+    ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title="kernel class",
+              title_fontsize=FONT["legend"])
+    fig.text(0.01, 0.01, _series_note(ok), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.06 * max(1, len(ok.groupby(["hardware", "model"]))), 1, 1))
+    return save_figure(fig, path)
 
 
-def fig_counts(df: pd.DataFrame, path: str | Path) -> None:
+def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Bars: kernel launches per training step, with the layout-conversion part hatched."""
     ok = df[df["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok) + 4), 5))
     x = np.arange(len(ok))
     ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
-    ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout conversion")
-    ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("kernels per training step")
-    ax.set_title(_title(df, "kernel counts"), fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")
+    ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=FONT["legend"])
+    ax.set_xlabel("configuration, hardware")
+    ax.set_ylabel("kernels per training step (count)")
+    ax.set_title(wrap(_title(df, "kernel launches per training step"), fig, FONT["label"], 0.6),
+                 fontsize=FONT["label"], loc="left")
+    ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left")  # outside: never over a bar
+    fig.text(0.01, 0.01, _series_note(ok), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.06 * max(1, len(ok.groupby(["hardware", "model"]))), 1, 1))
+    return save_figure(fig, path)
 
 
 def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> dict[str, Path]:

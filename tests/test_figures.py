@@ -1,0 +1,102 @@
+"""Every figure, rendered from small fixture results: no text outside the canvas, no overlapping titles/labels/
+legends, no legend over a bar, every numeric axis labelled with a unit, every series labelled with its origin."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from accelbench.aggregate import figures, study_a  # noqa: E402
+from test_aggregate import CLAIMS, _fake  # noqa: E402
+
+
+@pytest.fixture
+def capture(monkeypatch):
+    """Keep each figure open (instead of closing it after saving) so the test can read its legends."""
+    kept = {}
+    real = figures.save_figure
+
+    def save(fig, path, dpi=150):
+        problems = figures.figure_problems(fig)
+        fig.savefig(path, dpi=dpi)
+        kept[str(path).rsplit("/", 1)[-1]] = (fig, problems)
+        return problems
+
+    for mod in ("study_a", "study_a_ncu", "study_b_sr3", "study_b_lora", "study_b_quant"):
+        monkeypatch.setattr(f"accelbench.aggregate.{mod}.save_figure", save, raising=False)
+    yield kept
+    plt.close("all")
+    assert real is figures.save_figure
+
+
+def _legend_texts(fig):
+    out = []
+    for ax in fig.axes:
+        if ax.get_legend() is not None:
+            out += [t.get_text() for t in ax.get_legend().get_texts()]
+    for leg in fig.legends:
+        out += [t.get_text() for t in leg.get_texts()]
+    return out
+
+
+def assert_readable(kept, name, series_in_legend=True):
+    fig, problems = kept[name]
+    assert problems == [], f"{name}: {problems}"
+    if series_in_legend:
+        texts = _legend_texts(fig)
+        assert texts, f"{name}: no legend"
+        series = [t for t in texts if t.split(":")[0] in figures.ORIGINS]
+        assert series, f"{name}: no series label names its origin: {texts}"
+        for t in series:
+            assert "scale" in t, f"{name}: series label without its scale: {t!r}"
+
+
+# ---------------------------------------------------------------- the checker itself can fail
+def test_checker_finds_overflow_overlap_missing_unit_and_covered_bar(tmp_path):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(4, 3))
+    a.bar([0, 1], [1, 2], label="x")
+    a.legend(loc="center")  # over the bars
+    a.set_ylabel("time")  # no unit
+    b.plot([1, 2], [1, 2])
+    b.set_ylabel("time (ms)")
+    b.set_xlabel("devices (count)")
+    fig.suptitle("a very long title " * 10)  # wider than the canvas
+    fig.text(0.9, 0.5, "outside the canvas, to the right")
+    problems = " | ".join(figures.figure_problems(fig))
+    for expected in ("outside the canvas", "legend covers a bar", "states no unit", "x axis without a label"):
+        assert expected in problems
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [1, 2])
+    ax.set_xlabel("devices (count)")
+    ax.set_ylabel("time (ms)")
+    fig.tight_layout()
+    assert figures.figure_problems(fig) == []
+    plt.close(fig)
+
+
+def test_series_label_carries_origin_hardware_scale():
+    assert figures.series_label("published", "NVIDIA A100", "paper", "fp32") == "published: NVIDIA A100, paper scale, fp32"
+    assert figures.origin_of({"environment": {}}) == "measured here"
+    assert figures.origin_of({"environment": {"origin": "reference run"}}) == "reference run"
+
+
+# ---------------------------------------------------------------- Study A
+def test_study_a_figures(tmp_path, capture):
+    paths = [_fake(tmp_path, "h200", "baseline", step=100.0), _fake(tmp_path, "h200", "tf32", step=25.0),
+             _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
+             _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
+             _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
+             _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB")]
+    study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
+    assert_readable(capture, "fig_speedup.png")
+    fig, _ = capture["fig_speedup.png"]
+    assert "whiskers" in fig.axes[0].get_title()  # error bars explained in the figure
+    assert_readable(capture, "fig_kernel_breakdown.png", series_in_legend=False)
+    assert_readable(capture, "fig_kernel_counts.png", series_in_legend=False)
+    for name in ("fig_kernel_breakdown.png", "fig_kernel_counts.png"):
+        fig, _ = capture[name]
+        notes = " ".join(t.get_text() for t in fig.texts)
+        assert "measured here: NVIDIA H200" in notes and "paper scale" in notes
