@@ -136,3 +136,58 @@ def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, cap
     paths = [_ncu(tmp_path / "g", "h200", "baseline"), _ncu(tmp_path / "g", "h200", "tf32", cycles=2e8)]
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg2")
     assert_readable(capture, "fig_counter_ratios.png")
+
+
+# ---------------------------------------------------------------- Study B SR3
+def _env(hw, backend, threads=2):
+    from accelbench import provenance
+
+    env = provenance.collect("cpu")
+    env["hardware"].update(backend=backend, device_name=hw, device_count=8 if backend == "cuda" else 1,
+                           device_memory_gib=139.8 if backend == "cuda" else None, torch_threads=threads)
+    return env
+
+
+def _sr3(tmp_path, system, devices, scale, it_ms, backend="cpu", hw="AMD EPYC", status="ok"):
+    import numpy as np
+
+    from accelbench import results
+
+    cfg = {"system": {"name": system, "scale": scale}, "settings": {"scale": scale}, "precision": "fp32",
+           "devices": devices}
+    t = {"median": it_ms, "p10": it_ms * 0.9, "p90": it_ms * 1.1, "count": 5, "samples": [it_ms] * 5}
+    q = {"sr3": {"psnr_db": 20.0, "ssim": 0.5}, "bicubic": {"psnr_db": 25.0, "ssim": 0.7}, "beats_bicubic": False,
+         "sampler": "ddim", "sample_steps": 10}
+    m = {} if status != "ok" else {
+        "iteration": t, "images_per_s": 4 * devices / it_ms * 1e3, "iterations_per_device": 32 // devices,
+        "iterations_run": 32 // devices, "measured_wall_s": 1.0,
+        "strong_scaling_total": {"seconds": it_ms * 32 / devices / 1e3, "label": "measured"},
+        "study_b_projection": {"minutes": it_ms * 40000 / devices / 6e4}, "peak_mem_gib": 1.0,
+        "peak_rss_gib_per_rank": [1.0], "replica_max_abs_diff": 0.0, "quality": q}
+    path = tmp_path / system / "sr3_scaling" / "fp32" / f"devices_{devices}" / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    z = np.linspace(0, 1, 64 * 64).reshape(64, 64)
+    np.savez(path.with_name("samples.npz"), lr=z[::4, ::4], bicubic=z, sr3=z, truth=z)
+    r = results.make_result("sr3_scaling", status, cfg, _env(hw, backend), m,
+                            None if status == "ok" else "more devices than this system has", {"samples": "samples.npz"})
+    results.write_result(r, path)
+    return path
+
+
+def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture):
+    from accelbench.aggregate import study_b_sr3
+
+    paths = [_sr3(tmp_path, "cpu", 1, "small", 100.0), _sr3(tmp_path, "cpu", 2, "small", 60.0),
+             _sr3(tmp_path, "cpu", 4, "small", 0, status="unsupported"),
+             _sr3(tmp_path, "h200", 1, "paper", 171.0, backend="cuda", hw="NVIDIA H200"),
+             _sr3(tmp_path, "h200", 2, "paper", 100.0, backend="cuda", hw="NVIDIA H200")]
+    study_b_sr3.aggregate(paths, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "agg")
+    assert_readable(capture, "fig_scaling.png")
+    fig, _ = capture["fig_scaling.png"]
+    time_ax, speed_ax = fig.axes[:2]
+    time_labels = [ln.get_label() for ln in time_ax.get_lines()]
+    assert not any("small scale" in lb for lb in time_labels)  # only paper-scale series on the time axis
+    assert any("measured here: NVIDIA H200" in lb and "paper scale" in lb for lb in time_labels)
+    assert any("small scale" in ln.get_label() for ln in speed_ax.get_lines())  # normalised instead
+    assert "(min)" in time_ax.get_ylabel() and "(x)" in speed_ax.get_ylabel()
+    assert_readable(capture, "fig_samples.png", series_in_legend=False)
