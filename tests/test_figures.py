@@ -191,3 +191,39 @@ def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture)
     assert any("small scale" in ln.get_label() for ln in speed_ax.get_lines())  # normalised instead
     assert "(min)" in time_ax.get_ylabel() and "(x)" in speed_ax.get_ylabel()
     assert_readable(capture, "fig_samples.png", series_in_legend=False)
+
+
+# ---------------------------------------------------------------- Study B LoRA
+def _lora(tmp_path, attention, strategy, devices, step_ms, epoch_min=None, status="ok"):
+    from accelbench import results
+
+    cfg = {"system": {"name": "cpu", "scale": "small"}, "model_name": "smollm2_135m", "family": "smollm2-135m",
+           "attention": attention, "strategy": strategy, "devices": devices}
+    t = {"median": step_ms, "p10": step_ms * 0.9, "p90": step_ms * 1.1, "count": 4, "samples": [step_ms] * 4}
+    m = {} if status != "ok" else {
+        "projection": {"minutes_per_million_tokens": step_ms / 1e3, "minutes": epoch_min},
+        "model": {"weights": "pretrained", "parameters": 1.35e8}, "attn_implementation": "sdpa",
+        "precision": "bf16", "data": {"seq_len": 128}, "step": t, "step_slowest_rank_median_ms": step_ms,
+        "samples_per_s": 1.0, "tokens_per_s": 100.0, "peak_mem_gib_max": None, "host_peak_rss_gib_max": 1.0,
+        "throughput_6n": {"mfu": None, "tflop_per_s": 0.01}, "lora_parameters": {"trainable": 1e6},
+        "loss": {"first_mean": 3.0, "last_mean": 2.5, "eval_before": 3.0, "eval_after": 2.6}}
+    path = tmp_path / f"{attention}_{strategy}_{devices}" / "result.json"
+    results.write_result(results.make_result("lora_finetune", status, cfg, _env("AMD EPYC", "cpu"), m,
+                                             None if status == "ok" else "FSDP needs an accelerator"), path)
+    return path
+
+
+def test_lora_figure_no_blank_axis_and_readable_fonts(tmp_path, capture):
+    from accelbench.aggregate import study_b_lora
+
+    paths = [_lora(tmp_path, "eager", "single", 1, 700.0), _lora(tmp_path, "flash", "single", 1, 650.0),
+             _lora(tmp_path, "flash", "ddp", 2, 500.0), _lora(tmp_path, "flash", "fsdp", 2, 0, status="unsupported")]
+    study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
+    assert_readable(capture, "fig_runtime_vs_devices.png")
+    fig, _ = capture["fig_runtime_vs_devices.png"]
+    for ax in fig.axes:
+        assert ax.get_lines(), f"panel {ax.get_title()!r} is empty"
+        assert ax.get_yaxis().get_visible() and ax.get_ylabel()
+        assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= figures.FONT["tick"]
+    assert not fig._suptitle.get_text().rstrip().endswith(":")
+    assert any("smollm2" in ax.get_title() and "per million tokens" in ax.get_title() for ax in fig.axes)
