@@ -227,3 +227,40 @@ def test_lora_figure_no_blank_axis_and_readable_fonts(tmp_path, capture):
         assert min(t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()) >= figures.FONT["tick"]
     assert not fig._suptitle.get_text().rstrip().endswith(":")
     assert any("smollm2" in ax.get_title() and "per million tokens" in ax.get_title() for ax in fig.axes)
+
+
+# ---------------------------------------------------------------- Study B quantization
+def _quant_sens(tmp_path, per_layer=True):
+    from accelbench import results
+
+    n = 6
+    layers = [{"layer": i, "prune_ppl": 16 + i, "prune": [-0.4, 0.2, 1.5, 3.0, 30.0, 0.05][i],
+               "quant4_ppl": 16.1, "quant4": [0.1, -0.05, 0.3, 0.5, 2.0, 0.0][i]} for i in range(n)]
+    sub = [{"layer": str(i) if per_layer else "all", "module": m, "prune_ppl": 17.0, "prune": 0.5 * (j - 2) + i * 0.1}
+           for i in (range(n) if per_layer else ["all"]) for j, m in enumerate(
+               ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])]
+    clusters = [0, 0, 1, 1, 2, 0]
+    m = {"baseline_ppl": {"value": 28.2}, "layers": layers, "submodules": sub,
+         "allocation": {"prune": {"percentile": clusters}}}
+    cfg = {"system": {"name": "cpu", "scale": "small"}, "model": "smollm2_135m", "method": "sensitivity",
+           "bitset": "none"}
+    path = tmp_path / "sens" / "result.json"
+    results.write_result(results.make_result("llm_quant", "ok", cfg, _env("AMD EPYC", "cpu"), m), path)
+    return path
+
+
+def test_quant_figures_label_negative_ticks_units_and_colours(tmp_path, capture):
+    from accelbench.aggregate import study_b_quant
+
+    study_b_quant.aggregate([_quant_sens(tmp_path)], "resources/reference/study_b_quantization.csv", tmp_path / "agg")
+    assert_readable(capture, "fig_sensitivity_layers.png")
+    assert_readable(capture, "fig_sensitivity_submodules.png")
+    fig, _ = capture["fig_sensitivity_layers.png"]
+    ax = fig.axes[0]
+    neg = [t for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if v < 0 and ax.get_ylim()[0] <= v]
+    assert neg and all(t.get_text() for t in neg)  # the symlog axis labels its negative side
+    assert "validation split" in ax.get_title() and "test split" in ax.get_title()
+    fig, _ = capture["fig_sensitivity_submodules.png"]
+    assert fig.axes[0].get_xlabel()
+    texts = _legend_texts(fig)
+    assert any("attention" in t for t in texts) and any("MLP" in t for t in texts)
