@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
-from .common import joined_labels, load_results, status_cell, write_table  # noqa: E402
+from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
@@ -36,7 +36,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "origin": origin_of(r),
                "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
                "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
-               "status": r["status"], "reason": r.get("reason")}
+               "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r), "noise_why": noise_why(r)}
         if r["status"] == "ok":
             k = m["kernels"]
             row.update({
@@ -76,7 +76,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
             "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
             "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
-            "quality_psnr_db_sample", "quality_holds"]
+            "quality_psnr_db_sample", "quality_holds", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -85,6 +85,20 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- claims
+NOT_RELIABLE = "not measured reliably"
+
+
+def _noisy(row: pd.Series) -> bool:
+    """A result flagged ``noisy`` (measurements.noise.noisy): its timings are not evidence for or against a claim."""
+    return row.get("noise") == "noisy"
+
+
+def same_gpu(claim_gpu: str, hardware: str) -> bool:
+    """Whether ``hardware`` (a provenance label) is a GPU the claim was made on (``all`` = Study A's V100/A100/H100)."""
+    gpus = ["V100", "A100", "H100"] if claim_gpu.strip().lower() == "all" else claim_gpu.upper().split("/")
+    return any(g.strip() and g.strip() in hardware.upper() for g in gpus)
+
+
 def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str]:
     """(measured value, how it was measured) for one published claim on one system's rows."""
     def row(conf):
@@ -97,9 +111,12 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         b = row("baseline")
         if b is None or b["status"] != "ok":
             return "not measured", "baseline missing"
+        if _noisy(b):
+            return NOT_RELIABLE, f"baseline noisy: {b.get('noise_why')}"
         shares = {c: b[f"share_{c}"] for c in CLASSES}
         top = max(shares, key=shares.get)
-        return f"largest class: {top} ({shares[top]:.0%}); convolution {shares['convolution']:.0%}", "measured (torch.profiler)"
+        conv = "" if top == "convolution" else f"; convolution {shares['convolution']:.0%}"
+        return f"largest class: {top} ({shares[top]:.0%}){conv}", "measured (torch.profiler)"
     if metric == "synthesis_quality":
         ok = sysdf[sysdf["status"] == "ok"]
         if ok.empty:
@@ -111,6 +128,9 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         return "not measured", f"configuration {conf} not run"
     if r["status"] != "ok":
         return {"oom": "OOM", "unsupported": "unsupported"}[r["status"]], str(r["reason"])
+    noisy = [x for x in (r, row("baseline")) if x is not None and _noisy(x)]
+    if noisy and metric != "synthesis_quality":
+        return NOT_RELIABLE, "noisy: " + "; ".join(f"{x['configuration']}: {x.get('noise_why')}" for x in noisy)
     if metric in ("speedup_x", "throughput_gain"):
         extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step" if "channels_last" in conf else ""
         return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
@@ -137,7 +157,7 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
                          "configuration": claim["configuration"], "metric": claim["metric"],
                          "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
                          "model": model, "measured": value, "how": how,
-                         "same_gpu": claim["gpu"] in ("all",) or system in str(claim["gpu"]).split("/")})
+                         "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])})
     return pd.DataFrame(rows)
 
 
@@ -260,10 +280,13 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     sw = joined_labels(df, "software", "")
     write_table(table(df), out_dir / "table",
                 f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
-                f"projected_sample_s = median reverse step x 250 (a projection).")
+                f"projected_sample_s = median reverse step x 250 (a projection). noise: 'noisy' where other processes "
+                f"loaded the host or the timing spread p90/median passed the config's threshold (measurements.noise).")
     claims = claims_table(read_claims(claims_path), df)
     write_table(claims, out_dir / "claims_vs_measured",
-                f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}.")
+                f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}. A result "
+                f"flagged noisy (other load on the host, or a wide timing spread) reads '{NOT_RELIABLE}'.",
+                empty="No Study A result to compare with the claims.")
     fig_speedup(df, out_dir / "fig_speedup.png")
     fig_breakdown(df, out_dir / "fig_kernel_breakdown.png")
     fig_counts(df, out_dir / "fig_kernel_counts.png")

@@ -101,12 +101,11 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered"]
+            "profiled_kernels", "device_time_covered", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
-    for i, (status, reason) in enumerate(zip(df["status"], df["reason"])):
+    for i, status in enumerate(df["status"]):
         if status != "ok":
             out.loc[i, "sm_cycles"] = {"oom": "OOM", "unsupported": "unsupported"}[status]
-            out.loc[i, "top_stalls"] = reason
     return out
 
 
@@ -177,6 +176,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     write_table(table(df), out_dir / "counters",
                 f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
                 f"device time) on {hw}. Ratios are configuration / baseline.")
+    reasons = sorted({f"{h}: {st} ({r})" for h, st, r in zip(df.get("hardware", []), df.get("status", []),
+                                                               df.get("reason", [])) if st != "ok"})
     write_table(class_rows(results), out_dir / "counters_by_class",
-                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.")
+                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.",
+                empty="Nothing measured: " + ("; ".join(reasons) if reasons else "no unet3d_ncu result") + ".")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
@@ -66,7 +66,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
                "attention": cfg["attention"], "strategy": cfg["strategy"], "devices": int(cfg["devices"]),
                "status": r["status"], "reason": r.get("reason"), "origin": origin_of(r),
-               "scale": cfg["system"].get("scale")}
+               "scale": cfg["system"].get("scale"), "noise": noise_cell(r)}
         if r["status"] == "ok":
             proj = m["projection"]
             row.update({
@@ -95,7 +95,7 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "family", "weights", "attention", "attn_implementation", "strategy", "devices", "precision",
             "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "samples_per_s", "tokens_per_s", "peak_mem_gib",
             "host_peak_rss_gib", "mfu_6n", "eval_loss_before", "eval_loss_after", "projected_min_per_mtok",
-            "projected_epoch_min", "status", "reason"]
+            "projected_epoch_min", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -118,14 +118,19 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
     ok = ours[ours["status"] == "ok"].copy() if not ours.empty else ours
     if not ok.empty:
         ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
-        for p in _pairs(ok, "step_ms", ["hardware", "family", "strategy_ddp", "devices"], "attention", "eager", "flash"):
+        for p in _pairs(ok, "step_ms", ["hardware", "family", "strategy", "devices"], "attention", "eager", "flash"):
             rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"], "metric": "flash_gain",
-                         "strategy": p["strategy_ddp"], "devices": p["devices"], "value": p["ratio"] - 1})
+                         "strategy": p["strategy"], "devices": p["devices"], "value": p["ratio"] - 1})
         for sharded in ("fsdp", "zero3"):
             for p in _pairs(ok, "step_ms", ["hardware", "family", "attention", "devices"], "strategy_ddp", sharded, "ddp"):
                 rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"],
                              "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                              "value": p["ratio"]})
+        for row in rows:
+            sel = ok[(ok["hardware"] == row["hardware"]) & (ok["family"] == row["family"])
+                     & (ok["devices"] == row["devices"])]
+            flags = set(sel["noise"].dropna())  # the runs the row compares
+            row["noise"] = "noisy" if "noisy" in flags else ("quiet" if flags else None)
     r = ref.copy()
     r["attention"] = r["flash_attention"].map({True: "flash", False: "eager"})
     for p in _pairs(r, "minutes", ["accelerator", "model", "strategy", "devices"], "attention", "eager", "flash"):
@@ -136,7 +141,7 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
             rows.append({"source": "published (approx.)", "hardware": p["accelerator"], "family": p["model"],
                          "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                          "value": p["ratio"]})
-    return pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value"])
+    return pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value", "noise"])
 
 
 def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
@@ -211,7 +216,9 @@ def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path)
     write_table(runs_table(df), out / "runs", "Study B LoRA fine-tuning runs (times in ms per optimizer step; "
                 "projections labelled projected_*)")
     gains = gains_table(df, ref, src)
-    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1) and sharding slowdown (sharded/DDP), "
-                f"ours (median step time) and published (epoch minutes; {src})")
+    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1, at equal strategy and devices) and "
+                "sharding slowdown (sharded/DDP; a single-device run stands in for 1-device DDP), ours (median step "
+                f"time; noise 'noisy' = not measured reliably) and published (epoch minutes). Published: {src.rstrip(':')}",
+                empty="No pair of runs to compare.")
     runtime_figure(df, ref, out / "fig_runtime_vs_devices.png", src)
     return {"runs": len(df), "gains": len(gains)}

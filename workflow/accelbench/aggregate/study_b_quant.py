@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 
 from ..errors import ResultError  # noqa: E402
 from ..experiments.llm_quant import SUBMODULES  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "inc_fp8", "real_int8", "real_fp8"]
@@ -29,7 +29,8 @@ METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torc
 PUBLISHED_MODEL = "TinyLlama-1.1B (published)"
 PUBLISHED_HARDWARE = {"gaudi2": "Intel Gaudi2, 1 HPU (published)", "a100": "4x NVIDIA A100-SXM4-40GB, DataParallel (published)"}
 COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "perplexity", "compression_x",
-           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "weights", "status", "reason"]
+           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "weights", "noise", "status",
+           "reason"]
 
 
 def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
@@ -73,7 +74,8 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         model_info = m.get("model", {})
         row = {"source": "measured", "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
                "method": cfg["method"], "bitset": cfg["bitset"], "label": METHOD_LABEL.get(cfg["method"], cfg["method"]),
-               "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason")}
+               "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason"),
+               "noise": noise_cell(r)}
         if r["status"] == "ok":
             row.update({"perplexity": m["perplexity"]["value"], "eval_tokens": m["perplexity"]["tokens"],
                         "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],

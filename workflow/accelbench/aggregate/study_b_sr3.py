@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
@@ -65,7 +65,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
                "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
-               "reason": r.get("reason"), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
+               "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
         if r["status"] == "ok":
             q = m["quality"]
             row.update({
@@ -105,7 +105,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
             "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
-            "quality_sampler", "status", "reason"]
+            "quality_sampler", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, r in df.iterrows():
         if r["status"] != "ok":
@@ -121,7 +121,8 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                      "devices": r["devices"],
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
-                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict())})
+                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict()),
+                     "noise": r.get("noise"), "reason": r.get("reason")})
     return pd.concat([pd.DataFrame(rows), published_efficiency(ref)], ignore_index=True)
 
 
