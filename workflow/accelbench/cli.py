@@ -449,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .quiet import install
+
+    install()  # known-harmless library warnings (accelbench.quiet.KNOWN_HARMLESS) stay out of the job logs
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
