@@ -59,3 +59,24 @@ def test_job_noise_is_recorded_from_the_start_snapshot(monkeypatch):
     n = hostload.job_noise({"step": _timing(1.0, 1.1)})
     assert set(n) >= {"noisy", "why", "host", "spread_p90_over_median", "thresholds"}
     assert 0.0 <= n["host"]["cpu_other_fraction"] <= 1.0 and len(n["host"]["loadavg_start"]) == 3
+
+
+def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monkeypatch):
+    """cli._write_result (all experiments but SR3's ranks, which share the same code path) adds measurements.noise
+    with the config's thresholds; a result that did not run gets none."""
+    import json
+
+    from accelbench import cli
+
+    monkeypatch.delenv(hostload.START_ENV, raising=False)
+    hostload.start_job()
+    system = systems["cpu"]
+    out = tmp_path / "ok" / "result.json"
+    cli._write_result("unet3d_profile", {"status": "ok", "reason": None, "measurements": {"step": _timing(10.0, 30.0)}},
+                      {"noise": {"spread_max": 2.0}}, system, out, False)
+    noise = json.loads(out.read_text())["measurements"]["noise"]
+    assert noise["noisy"] and noise["thresholds"]["spread_max"] == 2.0 and noise["host"]["cpus"] >= 1
+    out2 = tmp_path / "unsupported" / "result.json"
+    cli._write_result("unet3d_profile", {"status": "unsupported", "reason": "no", "measurements": {}}, {}, system,
+                      out2, False)
+    assert "noise" not in json.loads(out2.read_text())["measurements"]
