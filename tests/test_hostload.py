@@ -1,5 +1,6 @@
 """Host load around a measurement and the `noisy` flag (accelbench.hostload)."""
 
+import json
 import multiprocessing as mp
 import os
 import time
@@ -53,9 +54,11 @@ def test_cpu_of_the_jobs_own_children_is_not_counted_as_other():
 
 
 def test_job_noise_is_recorded_from_the_start_snapshot(monkeypatch):
-    monkeypatch.delenv(hostload.START_ENV, raising=False)
+    monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
     start = hostload.start_job()
     assert os.environ[hostload.START_ENV] and hostload.start_job() == start  # children reuse the root's snapshot
+    monkeypatch.setenv(hostload.START_ENV, json.dumps({**start, "root": 2**30, "time": 0}))
+    assert hostload.start_job()["time"] > 0  # a stale snapshot of another process tree is not reused
     n = hostload.job_noise({"step": _timing(1.0, 1.1)})
     assert set(n) >= {"noisy", "why", "host", "spread_p90_over_median", "thresholds"}
     assert 0.0 <= n["host"]["cpu_other_fraction"] <= 1.0 and len(n["host"]["loadavg_start"]) == 3
@@ -68,7 +71,7 @@ def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monk
 
     from accelbench import cli
 
-    monkeypatch.delenv(hostload.START_ENV, raising=False)
+    monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
     hostload.start_job()
     system = systems["cpu"]
     out = tmp_path / "ok" / "result.json"

@@ -103,12 +103,24 @@ def snapshot(root: int | None = None) -> dict:
             "busy_s": busy, "tree_cpu_s": _tree_cpu_seconds(root), "gpus": _gpus(root)}
 
 
+def _is_ancestor(pid) -> bool:
+    """Whether ``pid`` is this process or one of its ancestors."""
+    import psutil
+
+    if not isinstance(pid, int):
+        return False
+    me = psutil.Process()
+    return pid == me.pid or any(p.pid == pid for p in me.parents())
+
+
 def start_job() -> dict:
     """Take the job's start snapshot once (the first accelbench process of a job) and hand it to children."""
-    if START_ENV in os.environ:
+    if os.environ.get(START_ENV):
         try:
-            return json.loads(os.environ[START_ENV])
-        except json.JSONDecodeError:
+            inherited = json.loads(os.environ[START_ENV])
+            if _is_ancestor(inherited.get("root")):  # a snapshot of this job, not a stale one from elsewhere
+                return inherited
+        except (json.JSONDecodeError, AttributeError):
             pass
     snap = snapshot()
     os.environ[START_ENV] = json.dumps(snap)
