@@ -8,7 +8,7 @@ import pandas as pd
 from accelbench.aggregate import study_a, study_a_ncu, study_b_lora
 from accelbench.aggregate.common import column_format, write_table
 from test_aggregate import CLAIMS, _fake
-from test_figures import _lora, _ncu
+from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
 
 
 def _mark_noisy(path, noisy=True):
@@ -87,3 +87,11 @@ def test_gains_label_single_device_runs_as_single(tmp_path):
     assert list(ours["strategy"]) == ["single"] and list(ours["metric"]) == ["flash_gain"]
     head = (tmp_path / "agg" / "gains.md").read_text().splitlines()[0]
     assert not head.endswith("):)") and not head.endswith(":")
+
+
+def test_noisy_bar_is_marked_in_the_speedup_figure(tmp_path, capture):
+    paths = [_fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
+             _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
+    study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
+    fig, problems = capture["fig_speedup.png"]
+    assert problems == [] and "noisy" in [t.get_text() for t in fig.axes[0].texts]

@@ -201,14 +201,20 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> list[str]:
             s = r["speedup_vs_baseline"]
             lo = s - g.loc["baseline", "train_step_ms"] / r["train_step_p90_ms"] if "baseline" in g.index else 0
             hi = g.loc["baseline", "train_step_ms"] / r["train_step_p10_ms"] - s if "baseline" in g.index else 0
-            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3, label=label)
+            noisy = r.get("noise") == "noisy"
+            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3, label=label,
+                   hatch="xx" if noisy else None, edgecolor="white" if noisy else None)
+            if noisy:  # measurements.noise: other load on the host or a wide spread
+                ax.text(x, s / 2, "noisy", rotation=90, ha="center", va="center", fontsize=FONT["tick"],
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
             label = None
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20, fontsize=FONT["tick"])
     ax.set_xlabel("configuration")
     ax.set_ylabel("training-step speedup over baseline (x)")
     ax.set_title(wrap(_title(df, "training-step speedup over each system's baseline (bar: median step time; whiskers: "
-                                 "speedup at the p90 and p10 step times)"), fig, FONT["label"]), fontsize=FONT["label"])
+                                 "speedup at the p90 and p10 step times; 'noisy': measured under other load or with a wide spread, "
+                                 "not reliable)"), fig, FONT["label"]), fontsize=FONT["label"])
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
