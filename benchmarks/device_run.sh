@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Run accelbench on an offline GPU machine whose image already has torch (never installs torch):
-# installs the carried wheels (.whl/, from ../shared/tools/gpu-wheels.sh) into /tmp/site, puts an
-# `accelbench` command on PATH, then runs the arguments (e.g. a snakemake command line).
+# Run accelbench on an air-gapped GPU node whose image already has torch (never installs torch), step 2 of 2:
+# installs the carried wheels (.whl/, prepared by benchmarks/node_wheels.sh on a machine with internet) into
+# /tmp/site, puts an `accelbench` command on PATH, then runs the arguments (e.g. a snakemake command line).
 #   ACCELBENCH_GIT_COMMIT=$(git rev-parse HEAD) benchmarks/device_run.sh snakemake --cores all --configfile ...
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -17,6 +17,8 @@ from pathlib import Path
 from .errors import AccelbenchError
 
 log = logging.getLogger("accelbench")
+# Commands whose results carry measurements.noise (host load over the job, see accelbench.hostload).
+MEASUREMENT_COMMANDS = ("unet3d-profile", "unet3d-ncu", "sr3-train", "sr3-worker", "lora-finetune", "llm-quant")
 
 
 def _system_from(spec: dict):
@@ -30,8 +32,10 @@ def _system_from(spec: dict):
 def _write_result(experiment: str, outcome: dict, config: dict, system, out: Path, overwrite: bool,
                   artefacts: dict | None = None) -> None:
     """One result.json: ``outcome`` (``status``/``reason``/``measurements``) with ``config`` and the provenance."""
-    from . import provenance, results
+    from . import hostload, provenance, results
 
+    if outcome["status"] == "ok":
+        outcome["measurements"]["noise"] = hostload.job_noise(outcome["measurements"], config.get("noise"))
     result = results.make_result(experiment, outcome["status"], config,
                                  provenance.collect(system.backend, system.to_dict(), config),
                                  outcome["measurements"], outcome["reason"], artefacts)
@@ -130,11 +134,13 @@ def cmd_sr3_prepare(args: argparse.Namespace) -> None:
 
 
 def _sr3_result(spec: dict, system, status: str, measurements: dict, reason: str | None, artefacts=None) -> dict:
-    from . import provenance, results
+    from . import hostload, provenance, results
     from .experiments import sr3_scaling as exp
 
     settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     config = {**spec, "settings": settings.to_dict()}
+    if status == "ok":
+        measurements["noise"] = hostload.job_noise(measurements, spec.get("noise"))
     return results.make_result(exp.EXPERIMENT, status, config, provenance.collect(system.backend, system.to_dict(), config),
                                measurements, reason, artefacts)
 
@@ -459,9 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .quiet import install
+
+    install()  # known-harmless library warnings (accelbench.quiet.KNOWN_HARMLESS) stay out of the job logs
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in MEASUREMENT_COMMANDS:
+        from .hostload import start_job
+
+        start_job()  # host load is recorded from here to the result (measurements.noise)
     try:
         args.func(args)
     except AccelbenchError as exc:

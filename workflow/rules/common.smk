@@ -86,7 +86,7 @@ def mri_spec(wildcards):
 def unet3d_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model, "configuration": wildcards.configuration,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -128,7 +128,7 @@ def sr3_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices), "precision": wildcards.precision,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
 
 
@@ -200,7 +200,7 @@ def llm_quant_spec(wildcards):
     if spec.get("accuracy", {}).get("data"):  # task folders relative to the repository, like data.path
         spec["accuracy"] = {**spec["accuracy"], "data": {
             t: (str(repo_path(p)) if p and Path(repo_path(p)).exists() else p) for t, p in spec["accuracy"]["data"].items()}}
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
                        "method": method, "bitset": wildcards.get("bitset", "none"), **spec})
 
@@ -240,7 +240,7 @@ def lora_spec(wildcards):
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
-    return json.dumps({"system": SYSTEM.to_dict(), "model_name": wildcards.model,
+    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),

@@ -47,8 +47,54 @@ def status_cell(result: dict) -> str | None:
     return STATUS_LABEL.get(result["status"])
 
 
-def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: str = "{:.3g}") -> list[Path]:
-    """Write ``df`` as ``<stem>.csv`` (full precision), ``<stem>.md`` and ``<stem>.tex`` (rounded).
+# Fixed decimals per unit, chosen by column name (first match wins); anything else: 3 significant digits.
+COLUMN_FORMATS: list[tuple[str, str]] = [
+    (r"(^|_)(sm_cycles|instructions)($|_)", "{:,.0f}"),           # counts of cycles/instructions
+    (r"_pct$", "{:.1f}"),                                         # percent
+    (r"_ms$", "{:.1f}"),                                          # milliseconds
+    (r"_gib$", "{:.2f}"),                                         # GiB
+    (r"per_s", "{:.1f}"),                                         # throughput (items/s)
+    (r"(_s|_min|minutes.*|_mtok)$", "{:.2f}"),                    # seconds, minutes
+    (r"(count|kernels|devices|steps$|tokens$|params$|iterations)", "{:.0f}"),  # counts
+    (r"(^share_|_share$|_fraction$|^mfu|efficiency|covered)", "{:.3f}"),  # fractions
+    (r"(speedup|_x$|ratio|^value$|slowdown|gain)", "{:.2f}"),     # ratios (x)
+    (r"(perplexity|psnr|_db|loss)", "{:.2f}"),                    # perplexity, dB, loss
+    (r"(ssim|^ipc)", "{:.3f}"),
+    (r"(rel_l2|abs_diff)", "{:.1e}"),                             # small relative errors
+]
+
+
+def column_format(column: str) -> str:
+    """The format of a numeric column of a shown table (see :data:`COLUMN_FORMATS`)."""
+    import re
+
+    for pattern, fmt in COLUMN_FORMATS:
+        if re.search(pattern, column):
+            return fmt
+    return "{:.3g}"
+
+
+def noise_cell(result: dict) -> str | None:
+    """``noisy`` / ``quiet`` from ``measurements.noise`` (see :mod:`accelbench.hostload`); None when not recorded."""
+    noise = (result.get("measurements") or {}).get("noise")
+    if not noise:
+        return None
+    return "noisy" if noise.get("noisy") else "quiet"
+
+
+def noise_why(result: dict) -> str | None:
+    """The reasons a result is ``noisy`` (one line), or None."""
+    noise = (result.get("measurements") or {}).get("noise") or {}
+    return "; ".join(noise.get("why") or []) or None
+
+
+def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: str | None = None,
+                empty: str | None = None) -> list[Path]:
+    """Write ``df`` as ``<stem>.csv`` (full precision), ``<stem>.md`` and ``<stem>.tex`` (fixed decimals per unit,
+    :func:`column_format`, unless ``float_format`` is given for every column).
+
+    Args:
+        empty: the one line printed instead of a header-only table when ``df`` has no rows (why nothing is there).
 
     Returns the written paths.
     """
@@ -56,8 +102,23 @@ def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: 
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
     df.to_csv(paths[0], index=False)
-    shown = df.map(lambda v: float_format.format(v) if isinstance(v, float) and pd.notna(v) else ("" if v is None or (isinstance(v, float) and pd.isna(v)) else v))
-    paths[1].write_text(f"{caption}\n\n" + shown.to_markdown(index=False) + "\n")
+    if df.empty and empty:
+        paths[1].write_text(f"{caption}\n\n{empty}\n")
+        paths[2].write_text(f"% {caption}\n{empty}\n")
+        return paths
+
+    def cell(v, fmt):
+        if v is None or (isinstance(v, float) and pd.isna(v)):
+            return ""
+        if isinstance(v, float):
+            return fmt.format(v)
+        return v
+
+    shown = df.astype(object).copy()
+    for col in shown.columns:
+        fmt = float_format or column_format(str(col))
+        shown[col] = [cell(v, fmt) for v in shown[col]]
+    paths[1].write_text(f"{caption}\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n")
     latex = shown.to_latex(index=False, caption=caption, escape=True, longtable=False)
     paths[2].write_text(latex)
     return paths

@@ -17,7 +17,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
-from .common import joined_labels, load_results, status_cell, write_table  # noqa: E402
+from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
            "reduction", "memory", "other"]
@@ -32,9 +33,10 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         cfg, m = r["config"], r["measurements"]
         settings = cfg.get("settings", {})
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "origin": origin_of(r),
                "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
                "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
-               "status": r["status"], "reason": r.get("reason")}
+               "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r), "noise_why": noise_why(r)}
         if r["status"] == "ok":
             k = m["kernels"]
             row.update({
@@ -74,7 +76,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
             "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
             "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
-            "quality_psnr_db_sample", "quality_holds"]
+            "quality_psnr_db_sample", "quality_holds", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -83,6 +85,20 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- claims
+NOT_RELIABLE = "not measured reliably"
+
+
+def _noisy(row: pd.Series) -> bool:
+    """A result flagged ``noisy`` (measurements.noise.noisy): its timings are not evidence for or against a claim."""
+    return row.get("noise") == "noisy"
+
+
+def same_gpu(claim_gpu: str, hardware: str) -> bool:
+    """Whether ``hardware`` (a provenance label) is a GPU the claim was made on (``all`` = Study A's V100/A100/H100)."""
+    gpus = ["V100", "A100", "H100"] if claim_gpu.strip().lower() == "all" else claim_gpu.upper().split("/")
+    return any(g.strip() and g.strip() in hardware.upper() for g in gpus)
+
+
 def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str]:
     """(measured value, how it was measured) for one published claim on one system's rows."""
     def row(conf):
@@ -95,9 +111,12 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         b = row("baseline")
         if b is None or b["status"] != "ok":
             return "not measured", "baseline missing"
+        if _noisy(b):
+            return NOT_RELIABLE, f"baseline noisy: {b.get('noise_why')}"
         shares = {c: b[f"share_{c}"] for c in CLASSES}
         top = max(shares, key=shares.get)
-        return f"largest class: {top} ({shares[top]:.0%}); convolution {shares['convolution']:.0%}", "measured (torch.profiler)"
+        conv = "" if top == "convolution" else f"; convolution {shares['convolution']:.0%}"
+        return f"largest class: {top} ({shares[top]:.0%}){conv}", "measured (torch.profiler)"
     if metric == "synthesis_quality":
         ok = sysdf[sysdf["status"] == "ok"]
         if ok.empty:
@@ -109,6 +128,9 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         return "not measured", f"configuration {conf} not run"
     if r["status"] != "ok":
         return {"oom": "OOM", "unsupported": "unsupported"}[r["status"]], str(r["reason"])
+    noisy = [x for x in (r, row("baseline")) if x is not None and _noisy(x)]
+    if noisy and metric != "synthesis_quality":
+        return NOT_RELIABLE, "noisy: " + "; ".join(f"{x['configuration']}: {x.get('noise_why')}" for x in noisy)
     if metric in ("speedup_x", "throughput_gain"):
         extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step" if "channels_last" in conf else ""
         return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
@@ -135,7 +157,7 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
                          "configuration": claim["configuration"], "metric": claim["metric"],
                          "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
                          "model": model, "measured": value, "how": how,
-                         "same_gpu": claim["gpu"] in ("all",) or system in str(claim["gpu"]).split("/")})
+                         "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])})
     return pd.DataFrame(rows)
 
 
@@ -147,16 +169,25 @@ def read_claims(path: str | Path) -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures
 def _title(df: pd.DataFrame, what: str) -> str:
     models = ", ".join(f"{m} ({v})" for m, v in df[["model", "volume"]].drop_duplicates().itertuples(index=False))
-    return f"Study A, Med-DDPM U-Net {models}: {what}"
+    return f"Study A, Med-DDPM U-Net {models}:\n{what}"
 
 
-def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
-    """Grouped bars: speedup over baseline per configuration, one colour per hardware label."""
+def _series(g: pd.DataFrame, model: str | None = None) -> str:
+    """Legend text of one (hardware, model) group: origin, hardware, scale (volume), model."""
+    r = g.iloc[0]
+    return series_label(r.get("origin", "measured here"), r["hardware"], r["scale"],
+                        f"{model or r['model']} {r['volume']}")
+
+
+def fig_speedup(df: pd.DataFrame, path: str | Path) -> list[str]:
+    """Grouped bars: speedup over baseline per configuration, one colour per (hardware, model) series; whiskers span
+    the speedups implied by the p90 and p10 step times (stated in the figure). Returns the figure's problems."""
     confs = [c for c in ORDER if c in set(df["configuration"])]
     groups = list(df.groupby(["hardware", "model"]))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(confs)), 4))
+    fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(confs)), 4.6))
     width = 0.8 / max(1, len(groups))
     for gi, ((hw, model), g) in enumerate(groups):
+        label = _series(g)
         g = g.set_index("configuration")
         xs = np.arange(len(confs)) + gi * width
         for x, c in zip(xs, confs):
@@ -164,23 +195,31 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> None:
                 continue
             r = g.loc[c]
             if r["status"] != "ok":
-                ax.text(x, 0.05, status_cell({"status": r["status"]}), rotation=90, ha="center", va="bottom", fontsize=8)
+                ax.text(x, 0.05, status_cell({"status": r["status"]}), rotation=90, ha="center", va="bottom",
+                        fontsize=FONT["tick"])
                 continue
             s = r["speedup_vs_baseline"]
             lo = s - g.loc["baseline", "train_step_ms"] / r["train_step_p90_ms"] if "baseline" in g.index else 0
             hi = g.loc["baseline", "train_step_ms"] / r["train_step_p10_ms"] - s if "baseline" in g.index else 0
-            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3,
-                   label=f"{hw} [{model}]" if c == confs[0] or x == xs[0] else None)
+            noisy = r.get("noise") == "noisy"
+            ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3, label=label,
+                   hatch="xx" if noisy else None, edgecolor="white" if noisy else None)
+            if noisy:  # measurements.noise: other load on the host or a wide spread
+                ax.text(x, s / 2, "noisy", rotation=90, ha="center", va="center", fontsize=FONT["tick"],
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+            label = None
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20)
+    ax.set_xticks(np.arange(len(confs)) + width * (len(groups) - 1) / 2, confs, rotation=20, fontsize=FONT["tick"])
+    ax.set_xlabel("configuration")
     ax.set_ylabel("training-step speedup over baseline (x)")
-    ax.set_title(_title(df, "speedup"), fontsize=9)
+    ax.set_title(wrap(_title(df, "training-step speedup over each system's baseline (bar: median step time; whiskers: "
+                                 "speedup at the p90 and p10 step times; 'noisy': measured under other load or with a wide spread, "
+                                 "not reliable)"), fig, FONT["label"]), fontsize=FONT["label"])
     handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    if handles:
+        fig.legend(handles, labels, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
+    fig.tight_layout(rect=(0, 0.05 * max(1, len(handles)), 1, 1))
+    return save_figure(fig, path)
 
 
 def _bar_labels(rows: pd.DataFrame) -> list[str]:
@@ -188,39 +227,49 @@ def _bar_labels(rows: pd.DataFrame) -> list[str]:
     return [f"{c}\n{h.split(' (')[0][:22]}" for c, h in zip(rows["configuration"], rows["hardware"])]
 
 
-def fig_breakdown(df: pd.DataFrame, path: str | Path) -> None:
+def _series_note(ok: pd.DataFrame) -> str:
+    """Below-axis note naming the series of the bars (origin, hardware, scale)."""
+    return "\n".join(_series(g) for _, g in ok.groupby(["hardware", "model"])) if not ok.empty else "nothing measured"
+
+
+def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Stacked bars: share of device time per kernel class, one bar per (hardware, configuration)."""
     ok = df[df["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok) + 4), 5))
     bottom = np.zeros(len(ok))
     labels = _bar_labels(ok)
     for i, cls in enumerate(CLASSES):
         vals = ok[f"share_{cls}"].to_numpy(dtype=float)
         ax.bar(range(len(ok)), vals, bottom=bottom, color=f"C{i}", label=cls)
         bottom += vals
-    ax.set_xticks(range(len(ok)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("share of device time")
-    ax.set_title(_title(df, "kernel-time breakdown of one training step"), fontsize=9)
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    ax.set_xticks(range(len(ok)), labels, rotation=60, ha="right", fontsize=FONT["legend"])
+    ax.set_xlabel("configuration, hardware")
+    ax.set_ylabel("share of device time (fraction)")
+    ax.set_title(wrap(_title(df, "kernel-time breakdown of one training step"), fig, FONT["label"], 0.6),
+                 fontsize=FONT["label"], loc="left")
+    ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title="kernel class",
+              title_fontsize=FONT["legend"])
+    fig.text(0.01, 0.01, _series_note(ok), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.06 * max(1, len(ok.groupby(["hardware", "model"]))), 1, 1))
+    return save_figure(fig, path)
 
 
-def fig_counts(df: pd.DataFrame, path: str | Path) -> None:
+def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Bars: kernel launches per training step, with the layout-conversion part hatched."""
     ok = df[df["status"] == "ok"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok) + 4), 5))
     x = np.arange(len(ok))
     ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
-    ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout conversion")
-    ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("kernels per training step")
-    ax.set_title(_title(df, "kernel counts"), fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")
+    ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=FONT["legend"])
+    ax.set_xlabel("configuration, hardware")
+    ax.set_ylabel("kernels per training step (count)")
+    ax.set_title(wrap(_title(df, "kernel launches per training step"), fig, FONT["label"], 0.6),
+                 fontsize=FONT["label"], loc="left")
+    ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left")  # outside: never over a bar
+    fig.text(0.01, 0.01, _series_note(ok), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.06 * max(1, len(ok.groupby(["hardware", "model"]))), 1, 1))
+    return save_figure(fig, path)
 
 
 def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> dict[str, Path]:
@@ -237,10 +286,13 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     sw = joined_labels(df, "software", "")
     write_table(table(df), out_dir / "table",
                 f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
-                f"projected_sample_s = median reverse step x 250 (a projection).")
+                f"projected_sample_s = median reverse step x 250 (a projection). noise: 'noisy' where other processes "
+                f"loaded the host or the timing spread p90/median passed the config's threshold (measurements.noise).")
     claims = claims_table(read_claims(claims_path), df)
     write_table(claims, out_dir / "claims_vs_measured",
-                f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}.")
+                f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}. A result "
+                f"flagged noisy (other load on the host, or a wide timing spread) reads '{NOT_RELIABLE}'.",
+                empty="No Study A result to compare with the claims.")
     fig_speedup(df, out_dir / "fig_speedup.png")
     fig_breakdown(df, out_dir / "fig_kernel_breakdown.png")
     fig_counts(df, out_dir / "fig_kernel_counts.png")

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from ..results import read_result  # noqa: E402
 from .common import joined_labels, load_results, write_table  # noqa: E402
+from .figures import FONT, save_figure, series_label, wrap  # noqa: E402
 from .study_a import read_claims  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
@@ -48,6 +49,7 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     for r in results:
         cfg, m = r["config"], r["measurements"]
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "model": cfg["model"],
+               "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "configuration": cfg["configuration"], "status": r["status"], "reason": r.get("reason")}
         if r["status"] == "ok":
             t = m["total"]
@@ -105,46 +107,66 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_time_share"]
+            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_time_share",
+            "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
-    for i, (status, reason) in enumerate(zip(df["status"], df["reason"])):
+    for i, status in enumerate(df["status"]):
         if status != "ok":
             out.loc[i, "sm_cycles"] = {"oom": "OOM", "unsupported": "unsupported"}[status]
-            out.loc[i, "top_stalls"] = reason
     return out
 
 
-def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> None:
-    """Bars: measured SM-cycle and instruction ratios to baseline per configuration and system; published
-    ratios (Study A, per GPU) as hatched bars beside them."""
-    ok = df[(df["status"] == "ok") & (df["configuration"] != "baseline")]
+def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list[str]:
+    """Bars: measured SM-cycle and instruction ratios to baseline per configuration and system (solid); published
+    ratios (Study A, per GPU) hatched beside them. Systems without counters are named in each panel with their
+    reason (e.g. ``unsupported``: no ncu on a CPU). Returns the figure's problems (:func:`figures.figure_problems`)."""
+    ok = df[(df["status"] == "ok") & (df["configuration"] != "baseline")] if not df.empty else df
     published = claims[claims["metric"].isin(list(RATIOS))]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+    missing = []
+    if not df.empty:
+        for hw, g in df.groupby("hardware"):
+            if not (g["status"] == "ok").any():
+                reasons = sorted({f"{s}: {r}" for s, r in zip(g["status"], g["reason"])})
+                missing.append(f"{hw}: {'; '.join(reasons)}")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=False)
     for ax, (ratio, _) in zip(axes, RATIOS.items()):
         labels, vals, colors, hatches = [], [], [], []
         for _, r in ok.iterrows():
             if pd.notna(r.get(ratio)):
-                labels.append(f"{r['configuration']}\n{r['hardware'].split(' (')[0]} (measured)")
+                labels.append(f"{r['configuration']}\n{r['hardware'].split(' (')[0]}")
                 vals.append(r[ratio])
                 colors.append("C0")
                 hatches.append("")
         for _, c in published[published["metric"] == ratio].iterrows():
-            labels.append(f"{c['configuration']}\n{c['gpu'].upper()} (published, {c['source']})")
+            labels.append(f"{c['configuration']}\n{c['gpu'].upper()} ({c['source']})")
             vals.append(float(c["value"]))
             colors.append("C1")
             hatches.append("//")
         x = np.arange(len(vals))
         ax.bar(x, vals, color=colors, hatch=hatches)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=FONT["legend"])
+        ax.set_xlabel("configuration, hardware")
         ax.set_ylabel(f"{ratio.replace('_', ' ')} (configuration / baseline)")
-        if not vals:
-            ax.text(0.5, 0.5, "no counters measured\n(see the table for why)", ha="center", transform=ax.transAxes)
-    hw = joined_labels(df)
-    fig.suptitle(f"Study A, Nsight Compute counters relative to baseline: measured on {hw}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+        if missing:
+            ax.text(0.02, 0.98, wrap("no counters measured on " + "\n".join(missing), fig, FONT["legend"], 0.3),
+                    transform=ax.transAxes, va="top", fontsize=FONT["legend"],
+                    bbox={"facecolor": "white", "edgecolor": "0.6"})
+        elif not vals:
+            ax.text(0.5, 0.5, "no counters measured", ha="center", transform=ax.transAxes)
+    from matplotlib.patches import Patch
+
+    gpus = "/".join(sorted({str(g).upper() for g in published["gpu"]})) or "none"
+    measured = "; ".join(sorted(set(ok["hardware"]))) if not ok.empty else "none"
+    scale = "/".join(sorted(set(df.get("scale", pd.Series(dtype=str)).dropna()))) or "paper"
+    handles = [Patch(facecolor="C1", hatch="//", label=series_label("published", f"NVIDIA {gpus} (Study A)", "paper")),
+               Patch(facecolor="C0", label=series_label("measured here", measured, scale) if not ok.empty
+                     else "measured here: no counters (see each panel for why)")]
+    fig.legend(handles=handles, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
+    fig.suptitle("Study A, Nsight Compute counters relative to baseline: published beside measured here",
+                 fontsize=FONT["title"])
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95), w_pad=3)
+    return save_figure(fig, path)
 
 
 def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> None:
@@ -165,6 +187,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
                 f"ratios are as measured, not extrapolated. rates_time_share: share of that time behind the rates "
                 f"(IPC, pipes, hit rates, stalls: the detail pass on the top kernels).")
+    reasons = sorted({f"{h}: {st} ({r})" for h, st, r in zip(df.get("hardware", []), df.get("status", []),
+                                                               df.get("reason", [])) if st != "ok"})
     write_table(class_rows(results), out_dir / "counters_by_class",
-                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.")
+                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.",
+                empty="Nothing measured: " + ("; ".join(reasons) if reasons else "no unet3d_ncu result") + ".")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")

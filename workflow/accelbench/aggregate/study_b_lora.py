@@ -22,7 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
 
@@ -64,7 +65,8 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
                "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
                "attention": cfg["attention"], "strategy": cfg["strategy"], "devices": int(cfg["devices"]),
-               "status": r["status"], "reason": r.get("reason")}
+               "status": r["status"], "reason": r.get("reason"), "origin": origin_of(r),
+               "scale": cfg["system"].get("scale"), "noise": noise_cell(r)}
         if r["status"] == "ok":
             proj = m["projection"]
             row.update({
@@ -93,7 +95,7 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "family", "weights", "attention", "attn_implementation", "strategy", "devices", "precision",
             "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "samples_per_s", "tokens_per_s", "peak_mem_gib",
             "host_peak_rss_gib", "mfu_6n", "eval_loss_before", "eval_loss_after", "projected_min_per_mtok",
-            "projected_epoch_min", "status", "reason"]
+            "projected_epoch_min", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -116,14 +118,19 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
     ok = ours[ours["status"] == "ok"].copy() if not ours.empty else ours
     if not ok.empty:
         ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
-        for p in _pairs(ok, "step_ms", ["hardware", "family", "strategy_ddp", "devices"], "attention", "eager", "flash"):
+        for p in _pairs(ok, "step_ms", ["hardware", "family", "strategy", "devices"], "attention", "eager", "flash"):
             rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"], "metric": "flash_gain",
-                         "strategy": p["strategy_ddp"], "devices": p["devices"], "value": p["ratio"] - 1})
+                         "strategy": p["strategy"], "devices": p["devices"], "value": p["ratio"] - 1})
         for sharded in ("fsdp", "zero3"):
             for p in _pairs(ok, "step_ms", ["hardware", "family", "attention", "devices"], "strategy_ddp", sharded, "ddp"):
                 rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"],
                              "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                              "value": p["ratio"]})
+        for row in rows:
+            sel = ok[(ok["hardware"] == row["hardware"]) & (ok["family"] == row["family"])
+                     & (ok["devices"] == row["devices"])]
+            flags = set(sel["noise"].dropna())  # the runs the row compares
+            row["noise"] = "noisy" if "noisy" in flags else ("quiet" if flags else None)
     r = ref.copy()
     r["attention"] = r["flash_attention"].map({True: "flash", False: "eager"})
     for p in _pairs(r, "minutes", ["accelerator", "model", "strategy", "devices"], "attention", "eager", "flash"):
@@ -134,51 +141,64 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
             rows.append({"source": "published (approx.)", "hardware": p["accelerator"], "family": p["model"],
                          "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                          "value": p["ratio"]})
-    return pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value"])
+    return pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value", "noise"])
 
 
-def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> None:
-    """Runtime vs. devices, one panel per model family: published series (dashed, left axis, epoch minutes) and ours
-    (solid; projected epoch minutes on the left axis when known, else minutes per million tokens on a right axis)."""
+def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
+    """Runtime vs. devices. One panel per model family with the published series (dashed, epoch minutes) and ours
+    where we know the epoch (projected epoch minutes, the same quantity on the same axis). Ours without a known
+    epoch size (minutes per million tokens, another quantity) get their own panel per family, on its left axis.
+    Returns the figure's problems (:func:`figures.figure_problems`)."""
     ok = ours[ours["status"] == "ok"] if not ours.empty else ours
-    families = list(dict.fromkeys(list(ref["model"]) + (list(ok["family"]) if not ok.empty else [])))
-    fig, axes = plt.subplots(1, len(families), figsize=(4.6 * len(families), 4.0), squeeze=False)
-    for ax, fam in zip(axes[0], families):
-        for series, g in ref[ref["model"] == fam].groupby("series", sort=False):
-            g = g.sort_values("devices")
-            ax.plot(g["devices"], g["minutes"], "--o", ms=3, alpha=0.7,
-                    label=f"published {g['accelerator'].iloc[0]} {g['strategy'].iloc[0]}"
-                          f"{' FA' if g['flash_attention'].iloc[0] else ''}")
+    panels = []  # (title, family, kind)
+    for fam in dict.fromkeys(list(ref["model"]) + (list(ok["family"]) if not ok.empty else [])):
         mine = ok[ok["family"] == fam] if not ok.empty else ok
-        right = None
-        for (hw, strat, att), g in (mine.groupby(["hardware", "strategy", "attention"]) if not mine.empty else []):
+        epoch = mine[mine["projected_epoch_min"].notna()] if not mine.empty else mine
+        per_tok = mine[mine["projected_epoch_min"].isna()] if not mine.empty else mine
+        if not ref[ref["model"] == fam].empty or not epoch.empty:
+            panels.append((f"{fam}: wall time per epoch", fam, "epoch", epoch))
+        if not per_tok.empty:
+            panels.append((f"{fam}: measured here, per million tokens", fam, "per_tok", per_tok))
+    n = max(1, len(panels))
+    n_series = sum(len(ref[ref["model"] == fam].groupby("series")) if kind == "epoch" else 0 for _, fam, kind, _ in panels) \
+        + sum(len(m.groupby(["hardware", "strategy", "attention"])) for *_, m in panels if not m.empty)
+    height = 4.5 + 0.22 * (n_series + 1) / (2 if n > 1 else 1)
+    fig, axes = plt.subplots(1, n, figsize=(5.5 * n, height), squeeze=False)
+    for ax, (title, fam, kind, mine) in zip(axes[0], panels):
+        xs = set(mine["devices"]) if not mine.empty else set()
+        if kind == "epoch":
+            for series, g in ref[ref["model"] == fam].groupby("series", sort=False):
+                g = g.sort_values("devices")
+                xs |= set(g["devices"])
+                ax.plot(g["devices"], g["minutes"], "--o", ms=4, alpha=0.7,
+                        label=series_label("published", g["accelerator"].iloc[0].capitalize(), "paper",
+                                           g["strategy"].iloc[0], "flash attention" if g["flash_attention"].iloc[0]
+                                           else "eager attention"))
+        for (hw, strat, att, origin, scale), g in (mine.groupby(["hardware", "strategy", "attention", "origin", "scale"])
+                                                   if not mine.empty else []):
             g = g.sort_values("devices")
-            label = f"ours: {hw} {strat} {att}"
-            if g["projected_epoch_min"].notna().all():
-                ax.plot(g["devices"], g["projected_epoch_min"], "-s", label=label + " (projected epoch)")
-            else:
-                right = right or ax.twinx()
-                right.plot(g["devices"], g["projected_min_per_mtok"], "-s", label=label)
-                right.set_ylabel("ours: minutes per 1M tokens (projected from step time)")
-        ax.set_title(fam)
-        ax.set_xlabel("devices")
-        xs = sorted(set(ref.loc[ref["model"] == fam, "devices"]) | (set(mine["devices"]) if not mine.empty else set()))
-        ax.set_xticks(xs)
-        if ref[ref["model"] == fam].empty and (mine.empty or mine["projected_epoch_min"].isna().all()):
-            ax.get_yaxis().set_visible(False)  # only the right axis (ours, per million tokens) carries data
-        else:
-            ax.set_ylabel("wall time per epoch [min]")
-        handles, labels = ax.get_legend_handles_labels()
-        if right is not None:
-            h2, l2 = right.get_legend_handles_labels()
-            handles, labels = handles + h2, labels + l2
-        if handles:
-            ax.legend(handles, labels, fontsize=6, loc="best")
+            y = g["projected_epoch_min"] if kind == "epoch" else g["projected_min_per_mtok"]
+            ax.plot(g["devices"], y, "-s", ms=5, label=series_label(origin, hw, scale, strat, f"{att} attention",
+                                                                     "projected"))
+        ax.set_title(title, fontsize=FONT["title"])
+        ax.set_xlabel("devices (count)")
+        ax.set_ylabel("wall time per epoch (min)" if kind == "epoch"
+                      else "time per 1M training tokens (min, projected)")
+        ax.set_xticks(sorted(xs) or [1])
         ax.grid(alpha=0.3)
-    fig.suptitle(f"Study B LoRA fine-tuning runtime. Published: {ref_source}", fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    handles, labels = [], []
+    for ax in axes[0]:
+        h, lb = ax.get_legend_handles_labels()
+        handles += h
+        labels += lb
+    if handles:
+        fig.legend(handles, labels, fontsize=FONT["legend"] + 1, loc="lower left", bbox_to_anchor=(0.01, 0.01),
+                   ncol=2 if n > 1 else 1)
+    rows = (len(handles) + (1 if n > 1 else 0)) // (2 if n > 1 else 1)
+    fig.suptitle(wrap(f"Study B LoRA fine-tuning runtime vs. devices. Published series: {ref_source.rstrip(':')}",
+                      fig, FONT["title"]), fontsize=FONT["title"])
+    fig.tight_layout(rect=(0, min(0.6, (0.2 * rows + 0.3) / height), 1, 1))
+    return save_figure(fig, path, dpi=130)
 
 
 def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path) -> dict:
@@ -196,7 +216,9 @@ def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path)
     write_table(runs_table(df), out / "runs", "Study B LoRA fine-tuning runs (times in ms per optimizer step; "
                 "projections labelled projected_*)")
     gains = gains_table(df, ref, src)
-    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1) and sharding slowdown (sharded/DDP), "
-                f"ours (median step time) and published (epoch minutes; {src})")
+    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1, at equal strategy and devices) and "
+                "sharding slowdown (sharded/DDP; a single-device run stands in for 1-device DDP), ours (median step "
+                f"time; noise 'noisy' = not measured reliably) and published (epoch minutes). Published: {src.rstrip(':')}",
+                empty="No pair of runs to compare.")
     runtime_figure(df, ref, out / "fig_runtime_vs_devices.png", src)
     return {"runs": len(df), "gains": len(gains)}

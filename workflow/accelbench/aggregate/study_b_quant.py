@@ -20,7 +20,8 @@ import pandas as pd  # noqa: E402
 
 from ..errors import ResultError  # noqa: E402
 from ..experiments.llm_quant import SUBMODULES  # noqa: E402
-from .common import STATUS_LABEL, load_results, status_cell, write_table  # noqa: E402
+from .common import STATUS_LABEL, load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "inc_fp8", "real_int8", "real_fp8"]
 METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torchao": "torchao weight-only int8/int4",
@@ -32,7 +33,7 @@ ACCURACY_TASKS = ["hellaswag", "boolq"]
 ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS for c in (f"{t}_acc_pct", f"{t}_n")]
 COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "perplexity", "compression_x",
            "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", *ACCURACY_COLUMNS,
-           "weights", "status", "reason", "accuracy_reason"]
+           "weights", "noise", "status", "reason", "accuracy_reason"]
 
 
 def accuracy_cells(accuracy: dict) -> dict:
@@ -94,7 +95,8 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         model_info = m.get("model", {})
         row = {"source": r.get("_series", "measured"), "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
                "method": cfg["method"], "bitset": cfg["bitset"], "label": METHOD_LABEL.get(cfg["method"], cfg["method"]),
-               "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason")}
+               "weights": model_info.get("weights"), "status": r["status"], "reason": r.get("reason"),
+               "noise": noise_cell(r)}
         if r["status"] == "ok":
             row.update({"perplexity": m["perplexity"]["value"], "eval_tokens": m["perplexity"]["tokens"],
                         "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],
@@ -139,6 +141,8 @@ def sensitivity_rows(results: list[dict]) -> pd.DataFrame:
             metric = next(iter(m["allocation"]))
         layers["cluster"] = m["allocation"][metric][clustering]
         layers.insert(0, "hardware", r["_hardware"])
+        layers.insert(0, "origin", origin_of(r))
+        layers.insert(0, "scale", cfg["system"].get("scale"))
         layers.insert(0, "system", cfg["system"]["name"])
         layers.insert(0, "model", cfg["model"])
         layers["baseline_ppl"] = m["baseline_ppl"]["value"]
@@ -154,60 +158,100 @@ def submodule_rows(results: list[dict]) -> pd.DataFrame:
             continue
         d = pd.DataFrame(r["measurements"]["submodules"])
         d.insert(0, "hardware", r["_hardware"])
+        d.insert(0, "origin", origin_of(r))
+        d.insert(0, "scale", r["config"]["system"].get("scale"))
         d.insert(0, "model", r["config"]["model"])
         frames.append(d)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def fig_layers(sens: pd.DataFrame, path: str | Path) -> None:
-    """Study B's figure 1: pruning sensitivity per layer, coloured by cluster, dashed cluster means."""
+def _symlog(ax, values, linthresh: float = 1.0) -> None:
+    """Symmetric log y axis with labelled decades on both sides of 0 (a perplexity decrease is negative)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter
+
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    ax.set_yscale("symlog", linthresh=linthresh)
+    top = int(np.ceil(np.log10(max(hi, linthresh) / linthresh)))
+    bottom = int(np.ceil(np.log10(max(-lo, linthresh) / linthresh))) if lo < 0 else None
+    ticks = [linthresh * 10 ** k for k in range(top + 1)] + [0.0]
+    if bottom is not None:
+        ticks += [-linthresh * 10 ** k for k in range(bottom + 1)]
+        ax.set_ylim(-linthresh * 10 ** bottom * 1.05, linthresh * 10 ** top * 1.05)
+    ax.yaxis.set_major_locator(FixedLocator(sorted(ticks)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
+    """Study B's figure 1: pruning sensitivity per layer, coloured by cluster, dashed cluster means. The baseline
+    perplexity in each title is the one the sensitivity is measured against: on the *validation* split (the
+    table's FP32 perplexity is on the *test* split, so the two differ). Returns the figure's problems."""
     groups = list(sens.groupby(["model", "hardware"], sort=True)) if not sens.empty else []
-    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(10, 3.2 * max(1, len(groups))), squeeze=False)
+    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(11, 4.2 * max(1, len(groups))), squeeze=False)
     colours = plt.get_cmap("viridis")
     for ax, ((model, hw), d) in zip(axes[:, 0], groups):
         k = int(d["cluster"].max()) + 1
         metric = d["allocation"].iloc[0].split("/")[0]
+        who = series_label(d["origin"].iloc[0] if "origin" in d else "measured here", hw,
+                           d["scale"].iloc[0] if "scale" in d else None)
         for c in range(k):
             sel = d[d["cluster"] == c]
             col = colours(c / max(1, k - 1))
-            ax.bar(sel["layer"], sel[metric], color=col, label=f"cluster {c} (mean {sel[metric].mean():.3g})")
+            ax.bar(sel["layer"], sel[metric], color=col, label=f"{who}: cluster {c} (mean {sel[metric].mean():.3g})")
             ax.axhline(sel[metric].mean(), color=col, ls="--", lw=1)
+        shown = [d[metric]]
         if "quant4" in d and metric != "quant4":
-            ax.plot(d["layer"], d["quant4"], "k.", label="only this layer in 4 bits (ours)")
-        ax.set_yscale("symlog", linthresh=1.0)
-        ax.set_xlabel("decoder layer")
-        ax.set_ylabel("perplexity increase")
-        ax.set_title(f"{model} on {hw}: {metric} sensitivity ({d['allocation'].iloc[0]}; "
-                     f"baseline ppl {d['baseline_ppl'].iloc[0]:.2f})", fontsize=9)
-        ax.legend(fontsize=7)
+            ax.plot(d["layer"], d["quant4"], "k.", label=f"{who}: only this layer in 4 bits (ours)")
+            shown.append(d["quant4"])
+        _symlog(ax, pd.concat(shown))
+        ax.set_xlabel("decoder layer (index)")
+        ax.set_ylabel("perplexity increase (symlog)")
+        ax.set_title(wrap(f"{model} on {hw}: {metric} sensitivity ({d['allocation'].iloc[0]}); against baseline "
+                          f"perplexity {d['baseline_ppl'].iloc[0]:.2f} on the validation split (the table's FP32 "
+                          f"perplexity is on the test split)", fig, FONT["label"]), fontsize=FONT["label"])
+        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=2)
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sensitivity results", ha="center")
+        axes[0, 0].axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    return save_figure(fig, path)
 
 
-def fig_submodules(sub: pd.DataFrame, path: str | Path) -> None:
-    """Pruning sensitivity per projection type (per type, or mean over layers with the per-layer spread)."""
+def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
+    """Pruning sensitivity per projection type (per type, or mean over layers with the per-layer spread):
+    attention projections (q/k/v/o) and MLP projections (gate/up/down) in two colours, named in a legend."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     groups = list(sub.groupby(["model", "hardware"], sort=True)) if not sub.empty else []
-    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(5 * max(1, len(groups)), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 5), squeeze=False)
     for ax, ((model, hw), d) in zip(axes[0], groups):
         mods = [m for m in SUBMODULES if m in set(d["module"])]
         mean = d.groupby("module")["prune"].mean().reindex(mods)
-        ax.bar(mods, mean.values, color=["tab:blue"] * 4 + ["tab:orange"] * 3)
-        if (d["layer"] != "all").any():
+        colour = {m: ("tab:blue" if m in ("q_proj", "k_proj", "v_proj", "o_proj") else "tab:orange") for m in mods}
+        ax.bar(mods, mean.values, color=[colour[m] for m in mods])
+        per_layer = (d["layer"] != "all").any()
+        if per_layer:
             for i, m in enumerate(mods):
                 v = d[d["module"] == m]["prune"]
                 ax.plot(np.full(len(v), i), v, "k.", ms=3)
-        ax.set_yscale("symlog", linthresh=1.0)
-        ax.set_ylabel("perplexity increase (30% pruned)")
-        ax.set_title(f"{model} on {hw}", fontsize=9)
+        _symlog(ax, d["prune"])
+        ax.set_xlabel("projection (sub-module type)")
+        ax.set_ylabel("perplexity increase, 30% pruned (symlog)")
+        who = series_label(d["origin"].iloc[0] if "origin" in d else "measured here", hw,
+                           d["scale"].iloc[0] if "scale" in d else None)
+        ax.set_title(wrap(f"{model}: {'mean over layers' if per_layer else 'all layers at once'}", fig,
+                          FONT["label"], 0.9 / max(1, len(groups))), fontsize=FONT["label"])
         ax.tick_params(axis="x", rotation=45)
+        handles = [Patch(color="tab:blue", label=f"{who}: attention (q/k/v/o)"),
+                   Patch(color="tab:orange", label=f"{who}: MLP (gate/up/down)")]
+        if per_layer:
+            handles.append(Line2D([], [], color="k", marker=".", ls="", label="one layer"))
+        ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.3))
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity", ha="center")
+        axes[0, 0].axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    return save_figure(fig, path)
 
 
 def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_dir: str | Path) -> dict[str, Path]:

@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .common import load_results, status_cell, write_table  # noqa: E402
+from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
                     "h100": "H100"}
@@ -62,9 +63,9 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     for r in results:
         cfg, m = r["config"], r["measurements"]
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
-               "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
+               "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
-               "reason": r.get("reason"), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
+               "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
         if r["status"] == "ok":
             q = m["quality"]
             row.update({
@@ -104,7 +105,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
             "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
-            "quality_sampler", "status", "reason"]
+            "quality_sampler", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, r in df.iterrows():
         if r["status"] != "ok":
@@ -120,45 +121,75 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                      "devices": r["devices"],
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
-                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict())})
+                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict()),
+                     "noise": r.get("noise"), "reason": r.get("reason")})
     return pd.concat([pd.DataFrame(rows), published_efficiency(ref)], ignore_index=True)
 
 
-def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> None:
-    """Time (minutes, 40,000-iteration workload) vs. devices, linear and log-log: published beside measured."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> list[str]:
+    """Two panels. Left: wall time (minutes) of Study B's 40,000-iteration workload vs. devices for the published
+    series and for measured series at *paper* scale only (a small-scale projection is not the same workload and
+    never shares this time axis). Right: speedup over 1 device, T(1)/T(N), for every series of any scale (the
+    normalised comparison), with ideal linear scaling dotted. Returns the figure's problems."""
+    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 6))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     ok = df[df["status"] == "ok"] if "status" in df else df
-    for ax, log in zip(axes, (False, True)):
-        for i, (system, g) in enumerate(ref.groupby("system", sort=False)):
-            g = g.sort_values("devices")
-            ax.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4,
-                    label=f"published {REFERENCE_LABELS.get(system, system)}")
-        for j, ((hw, prec, scale), g) in enumerate(ok.groupby(["hardware", "precision", "scale"], sort=True)):
-            g = g.sort_values("devices")
-            ax.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color="black" if j == 0 else colors[(j + 6) % len(colors)],
-                    linewidth=2, label=f"measured {hw}, {prec}, {scale} scale (projection)")
-            t1 = g.loc[g["devices"] == 1, "study_b_40k_minutes_projection"]
-            if len(t1):
-                n = np.array(sorted(set(g["devices"])))
-                ax.plot(n, float(t1.iloc[0]) / n, ":", color="grey", linewidth=1)
-        ax.set_xlabel("devices")
-        ax.set_ylabel("training time for 40,000 iterations x devices (min)")
-        if log:
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_title("log-log")
+    all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
+    for i, (system, g) in enumerate(ref.groupby("system", sort=False)):
+        g = g.sort_values("devices")
+        label = series_label("published", REFERENCE_LABELS.get(system, system), "paper", "fp32")
+        ax_t.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4, label=label)
+        t1 = g.loc[g["devices"] == 1, "minutes"]
+        if len(t1):
+            ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8,
+                      markersize=4, label=label)
+    small = []
+    for j, ((hw, prec, scale, origin), g) in enumerate(
+            ok.groupby(["hardware", "precision", "scale", "origin"], sort=True) if not ok.empty else []):
+        g = g.sort_values("devices")
+        color = "black" if j == 0 else colors[(j + 6) % len(colors)]
+        label = series_label(origin, hw, scale, prec)
+        if scale == "paper":
+            ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2,
+                      label=label)
         else:
-            ax.set_title("linear")
+            small.append(label)
+        t1 = g.loc[g["devices"] == 1, "iteration_ms"]
+        if len(t1):  # strong scaling: speedup = T(1) / T(N) = t_iter(1) * iters(1) / (t_iter(N) * iters(N))
+            ax_s.plot(g["devices"], g["speedup_vs_1"], "-s", color=color, linewidth=2, label=label)
+    n = np.array(sorted(all_n)) if all_n else np.array([1])
+    ax_s.plot(n, n, ":", color="grey", linewidth=1, label="ideal linear speedup")
+    if small:
+        ax_t.text(0.98, 0.98, wrap("not on this time axis (another workload scale; see the speedup panel): "
+                                   + "; ".join(small), fig, FONT["legend"], 0.4),
+                  transform=ax_t.transAxes, fontsize=FONT["legend"], va="top", ha="right",
+                  bbox={"facecolor": "white", "edgecolor": "0.6"})
+    ax_t.set_xlabel("devices (count)")
+    ax_t.set_ylabel("training time for 40,000 iterations (min)")
+    ax_t.set_xscale("log", base=2)
+    ax_t.set_yscale("log")
+    ax_t.set_title("wall time at paper scale (log-log; measured: projected from the median iteration)",
+                   fontsize=FONT["label"])
+    ax_s.set_xlabel("devices (count)")
+    ax_s.set_ylabel("speedup over 1 device, T(1) / T(N) (x)")
+    ax_s.set_title("speedup over 1 device, every scale (log-log)", fontsize=FONT["label"])
+    ax_s.set_xscale("log", base=2)
+    ax_s.set_yscale("log", base=2)
+    for ax in (ax_t, ax_s):
+        ax.set_xticks(n, [str(int(v)) for v in n])
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="upper right")
-    fig.suptitle(f"Study B SR3 strong scaling. Published: {source}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    handles, labels = ax_s.get_legend_handles_labels()
+    th, tl = ax_t.get_legend_handles_labels()
+    uniq = dict(zip(labels + tl, handles + th))
+    fig.legend(list(uniq.values()), list(uniq.keys()), fontsize=FONT["legend"], loc="lower left",
+               bbox_to_anchor=(0.01, 0.01), ncol=2)
+    fig.suptitle(wrap(f"Study B SR3 strong scaling (iterations x devices constant). Published: {source}", fig,
+                      FONT["title"]), fontsize=FONT["title"])
+    fig.tight_layout(rect=(0, 0.035 * ((len(uniq) + 1) // 2) + 0.03, 1, 1))
+    return save_figure(fig, path, dpi=120)
 
 
-def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> None:
+def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[str]:
     """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results."""
     ok = df[df["status"] == "ok"] if "status" in df else df
     panels = []
@@ -191,8 +222,7 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> None:
         for ax in axes[0]:
             ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save_figure(fig, path, dpi=110)
 
 
 def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_dir: str | Path) -> dict[str, Path]:

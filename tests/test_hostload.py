@@ -1,0 +1,85 @@
+"""Host load around a measurement and the `noisy` flag (accelbench.hostload)."""
+
+import json
+import multiprocessing as mp
+import os
+import time
+
+import pytest
+
+from accelbench import hostload
+
+psutil = pytest.importorskip("psutil")
+
+
+def _timing(median, p90):
+    return {"median": median, "p90": p90, "p10": median * 0.9, "samples": [median, p90]}
+
+
+def test_spread_above_threshold_is_noisy_and_named():
+    m = {"train_step": _timing(100.0, 120.0), "sample_step": _timing(10.0, 30.0)}
+    quiet = {"cpu_other_fraction": 0.0, "loadavg_1min_per_core": 0.1, "gpus": None}
+    n = hostload.assess(m, quiet, {"spread_max": 1.5})
+    assert n["noisy"] and n["spread_p90_over_median"] == pytest.approx(3.0) and n["spread_of"] == "sample_step"
+    assert "sample_step" in n["why"][0]
+    assert not hostload.assess(m, quiet, {"spread_max": 5})["noisy"]
+
+
+def test_other_processes_on_cpu_or_gpu_make_it_noisy():
+    m = {"step": _timing(100.0, 101.0)}
+    busy = {"cpu_other_fraction": 0.6, "loadavg_1min_per_core": 3.0, "gpus": None}
+    n = hostload.assess(m, busy)
+    assert n["noisy"] and "60%" in n["why"][0] and n["thresholds"]["cpu_other_max"] == 0.10
+    gpu = {"cpu_other_fraction": 0.0, "loadavg_1min_per_core": 0.0,
+           "gpus": [{"index": 0, "other_processes": [4242], "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980}]}
+    assert hostload.assess(m, gpu)["noisy"]
+    assert not hostload.assess(m, gpu, {"gpu_other_processes_max": 1})["noisy"]
+
+
+def _spin(seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+def test_cpu_of_the_jobs_own_children_is_not_counted_as_other():
+    """A busy child of the job (a torchrun rank) counts as the job, not as other load."""
+    start = hostload.snapshot()
+    child = mp.get_context("spawn").Process(target=_spin, args=(1.0,))
+    child.start()
+    child.join()
+    end = hostload.snapshot(start["root"])
+    load = hostload.host_load(start, end)
+    assert load["cpu_job_fraction"] * load["cpus"] * load["wall_s"] > 0.5  # the child's second of CPU is ours
+
+
+def test_job_noise_is_recorded_from_the_start_snapshot(monkeypatch):
+    monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
+    start = hostload.start_job()
+    assert os.environ[hostload.START_ENV] and hostload.start_job() == start  # children reuse the root's snapshot
+    monkeypatch.setenv(hostload.START_ENV, json.dumps({**start, "root": 2**30, "time": 0}))
+    assert hostload.start_job()["time"] > 0  # a stale snapshot of another process tree is not reused
+    n = hostload.job_noise({"step": _timing(1.0, 1.1)})
+    assert set(n) >= {"noisy", "why", "host", "spread_p90_over_median", "thresholds"}
+    assert 0.0 <= n["host"]["cpu_other_fraction"] <= 1.0 and len(n["host"]["loadavg_start"]) == 3
+
+
+def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monkeypatch):
+    """cli._write_result (all experiments but SR3's ranks, which share the same code path) adds measurements.noise
+    with the config's thresholds; a result that did not run gets none."""
+    import json
+
+    from accelbench import cli
+
+    monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
+    hostload.start_job()
+    system = systems["cpu"]
+    out = tmp_path / "ok" / "result.json"
+    cli._write_result("unet3d_profile", {"status": "ok", "reason": None, "measurements": {"step": _timing(10.0, 30.0)}},
+                      {"noise": {"spread_max": 2.0}}, system, out, False)
+    noise = json.loads(out.read_text())["measurements"]["noise"]
+    assert noise["noisy"] and noise["thresholds"]["spread_max"] == 2.0 and noise["host"]["cpus"] >= 1
+    out2 = tmp_path / "unsupported" / "result.json"
+    cli._write_result("unet3d_profile", {"status": "unsupported", "reason": "no", "measurements": {}}, {}, system,
+                      out2, False)
+    assert "noise" not in json.loads(out2.read_text())["measurements"]

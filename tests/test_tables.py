@@ -1,0 +1,97 @@
+"""Tables: fixed decimals per unit, a reason column, one line instead of a header-only table, claims that treat a
+noisy result as not measured reliably, honest labels in gains.md."""
+
+import json
+
+import pandas as pd
+
+from accelbench.aggregate import study_a, study_a_ncu, study_b_lora
+from accelbench.aggregate.common import column_format, write_table
+from test_aggregate import CLAIMS, _fake
+from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
+
+
+def _mark_noisy(path, noisy=True):
+    r = json.loads(path.read_text())
+    r["measurements"]["noise"] = {"noisy": noisy, "why": ["other processes used 60% of the CPU time"] if noisy else []}
+    path.write_text(json.dumps(r))
+    return path
+
+
+def test_fixed_decimals_per_unit_and_no_scientific_notation(tmp_path):
+    df = pd.DataFrame({"train_step_ms": [5950.123, 12.0], "share_gemm": [0.12345, 0.5], "peak_mem_gib": [1.234, 2.0],
+                       "kernel_count": [1234.0, 5.0], "speedup_vs_baseline": [7.4321, 1.0]})
+    write_table(df, tmp_path / "t", "caption")
+    md = (tmp_path / "t.md").read_text()
+    assert "5950.1" in md and "e+" not in md and "0.123" in md and "1.23" in md and "1234" in md and "7.43" in md
+    assert column_format("throughput_tok_per_s") == "{:.1f}" and column_format("sm_cycles") == "{:,.0f}"
+
+
+def test_header_only_table_becomes_one_line_why(tmp_path):
+    write_table(pd.DataFrame(columns=["a", "b"]), tmp_path / "t", "caption", empty="Nothing measured: no ncu here.")
+    md = (tmp_path / "t.md").read_text()
+    assert "Nothing measured: no ncu here." in md and "| a" not in md
+
+
+def test_study_a_table_reason_noise_and_claims(tmp_path):
+    paths = [_fake(tmp_path, "cpu", "baseline", step=5950.0, hw="AMD EPYC"),
+             _mark_noisy(_fake(tmp_path, "cpu", "bf16", step=800.0, hw="AMD EPYC")),
+             _fake(tmp_path, "cpu", "tf32", status="unsupported", hw="AMD EPYC"),
+             _fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100 80GB HBM3"),
+             _fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100 80GB HBM3")]
+    out = tmp_path / "agg"
+    study_a.aggregate(paths, CLAIMS, out)
+    md = (out / "table.md").read_text()
+    assert "5950.0" in md and "e+03" not in md
+    t = pd.read_csv(out / "table.csv")
+    unsupported = t[t["configuration"] == "tf32"].iloc[0]
+    assert unsupported["reason"] and unsupported["status"] == "unsupported"
+    assert t.set_index("configuration").loc["bf16", "noise"] == "noisy"
+    claims = pd.read_csv(out / "claims_vs_measured.csv")
+    cpu = claims[claims["system"] == "cpu"]
+    assert not cpu["same_gpu"].any()  # a CPU is never the GPU a claim was made on
+    assert claims[(claims["system"] == "h100") & (claims["claim_id"] == "a1")]["same_gpu"].all()
+    a1 = claims[(claims["claim_id"] == "a1") & (claims["system"] == "h100")].iloc[0]["measured"]
+    assert a1.count("convolution") == 1  # no repetition
+    bf16 = claims[(claims["system"] == "cpu") & (claims["configuration"] == "bf16")]
+    if not bf16.empty:
+        assert (bf16["measured"] == study_a.NOT_RELIABLE).all()
+    tf32_cpu = claims[(claims["system"] == "cpu") & (claims["configuration"] == "tf32")]
+    assert (tf32_cpu["measured"] == "unsupported").all()
+
+
+def test_noisy_result_is_not_measured_reliably_in_claims(tmp_path):
+    paths = [_fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
+             _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
+    study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
+    claims = pd.read_csv(tmp_path / "agg" / "claims_vs_measured.csv")
+    tf32 = claims[claims["configuration"] == "tf32"]
+    assert len(tf32) and (tf32["measured"] == study_a.NOT_RELIABLE).all()
+    assert tf32["how"].str.contains("other processes").all()
+
+
+def test_counter_tables_reason_column_and_empty_by_class_line(tmp_path):
+    paths = [_ncu(tmp_path, "cpu", c, status="unsupported", hw="AMD EPYC", backend="cpu") for c in ("baseline", "tf32")]
+    study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg")
+    t = pd.read_csv(tmp_path / "agg" / "counters.csv")
+    assert t["reason"].str.contains("Nsight Compute needs").all() and t["top_stalls"].isna().all()
+    md = (tmp_path / "agg" / "counters_by_class.md").read_text()
+    assert "Nothing measured" in md and "Nsight Compute needs" in md and "| hardware" not in md
+
+
+def test_gains_label_single_device_runs_as_single(tmp_path):
+    paths = [_lora(tmp_path, "eager", "single", 1, 700.0), _lora(tmp_path, "flash", "single", 1, 650.0)]
+    study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
+    g = pd.read_csv(tmp_path / "agg" / "gains.csv")
+    ours = g[g["source"] == "ours"]
+    assert list(ours["strategy"]) == ["single"] and list(ours["metric"]) == ["flash_gain"]
+    head = (tmp_path / "agg" / "gains.md").read_text().splitlines()[0]
+    assert not head.endswith("):)") and not head.endswith(":")
+
+
+def test_noisy_bar_is_marked_in_the_speedup_figure(tmp_path, capture):
+    paths = [_fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
+             _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
+    study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
+    fig, problems = capture["fig_speedup.png"]
+    assert problems == [] and "noisy" in [t.get_text() for t in fig.axes[0].texts]

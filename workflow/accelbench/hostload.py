@@ -1,0 +1,198 @@
+"""Host load around a measurement, and the ``noisy`` flag of a result.
+
+A timing taken while other processes compete for the cores (or for the GPU) is not the number the code would give
+on a quiet machine: the same LoRA step measured 647 ms on a quiet 2-core host and 26,516 ms under background load.
+Every measurement job therefore records what else ran while it ran, and flags itself:
+
+* :func:`snapshot` (psutil, and NVML through ``pynvml``/``nvidia-ml-py`` when present): load average, system-wide
+  busy CPU time, the CPU time of this job's process tree (the process that started the job and every descendant,
+  torchrun ranks included), and per GPU the other processes on it and its SM clock against its maximum.
+* :func:`host_load` turns a start and an end snapshot into ``cpu_other_fraction``: the share of all cores' time used
+  by processes outside the job's tree (0 = quiet, 1 = every core busy with something else).
+* :func:`assess` adds the spread of the job's timings (p90 / median, the largest over the result's timings) and
+  compares both with the thresholds of the config (``noise:`` in ``config/config.yaml``); the verdict is
+  ``measurements.noise.noisy`` with the reasons in ``measurements.noise.why``.
+
+The start snapshot is taken once per job by the first ``accelbench`` process and handed to its children (torchrun
+ranks) in the environment variable ``ACCELBENCH_LOAD_START``, so that the rank that writes the result measures the
+whole job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+START_ENV = "ACCELBENCH_LOAD_START"
+# Defaults of config `noise:` (config/config.schema.yaml documents them).
+DEFAULT_THRESHOLDS = {"cpu_other_max": 0.10, "spread_max": 1.5, "gpu_other_processes_max": 0}
+
+
+def _tree_cpu_seconds(root: int) -> float:
+    """CPU seconds (user + system) of ``root`` and all its descendants, reaped children included."""
+    import psutil
+
+    try:
+        proc = psutil.Process(root)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+        if p.pid == root:  # finished children already waited for (earlier torchrun ranks, subprocesses)
+            total += getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    return total
+
+
+def _gpus(root: int) -> list[dict] | None:
+    """Per GPU: other processes (not in the job's tree) and SM clock / max SM clock; None without NVML."""
+    try:
+        import psutil
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU
+        return None
+    try:
+        try:
+            ours = {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
+        except psutil.Error:
+            ours = {root}
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            procs = []
+            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    procs += [p.pid for p in getattr(pynvml, getter)(h)]
+                except Exception:
+                    pass
+            clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            max_clock = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+            out.append({"index": i, "other_processes": sorted(set(procs) - ours), "sm_clock_mhz": clock,
+                        "sm_clock_max_mhz": max_clock, "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu})
+        return out
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def snapshot(root: int | None = None) -> dict:
+    """The host's state now: ``time`` (s, monotonic wall clock), ``loadavg`` (1/5/15 min), ``cpus``,
+    ``busy_s`` (system-wide busy CPU seconds since boot), ``tree_cpu_s`` (CPU seconds of the job's process tree),
+    ``gpus`` (see :func:`_gpus`; None without NVML)."""
+    import psutil
+
+    root = root or os.getpid()
+    t = psutil.cpu_times()
+    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) \
+        + getattr(t, "steal", 0.0)
+    return {"time": time.time(), "root": root, "loadavg": list(os.getloadavg()), "cpus": psutil.cpu_count(),
+            "busy_s": busy, "tree_cpu_s": _tree_cpu_seconds(root), "gpus": _gpus(root)}
+
+
+def _is_ancestor(pid) -> bool:
+    """Whether ``pid`` is this process or one of its ancestors."""
+    import psutil
+
+    if not isinstance(pid, int):
+        return False
+    me = psutil.Process()
+    return pid == me.pid or any(p.pid == pid for p in me.parents())
+
+
+def start_job() -> dict:
+    """Take the job's start snapshot once (the first accelbench process of a job) and hand it to children."""
+    if os.environ.get(START_ENV):
+        try:
+            inherited = json.loads(os.environ[START_ENV])
+            if _is_ancestor(inherited.get("root")):  # a snapshot of this job, not a stale one from elsewhere
+                return inherited
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    snap = snapshot()
+    os.environ[START_ENV] = json.dumps(snap)
+    return snap
+
+
+def host_load(start: dict, end: dict) -> dict:
+    """What else ran between two snapshots. Fractions are of all cores' time over the interval.
+
+    Returns ``wall_s``, ``loadavg_start``/``loadavg_end`` (1, 5, 15 min), ``loadavg_1min_per_core`` (the larger
+    of start and end, divided by the cores), ``cpu_busy_fraction`` (everything), ``cpu_job_fraction`` (this job's
+    process tree), ``cpu_other_fraction`` (the rest, >= 0), ``gpus`` (end snapshot, with ``other_processes``
+    and ``sm_clock_mhz``/``sm_clock_max_mhz``) and ``method``.
+    """
+    wall = max(end["time"] - start["time"], 1e-9)
+    cpus = end.get("cpus") or 1
+    busy = (end["busy_s"] - start["busy_s"]) / (wall * cpus)
+    job = (end["tree_cpu_s"] - start["tree_cpu_s"]) / (wall * cpus)
+    return {"wall_s": wall, "cpus": cpus, "loadavg_start": start["loadavg"], "loadavg_end": end["loadavg"],
+            "loadavg_1min_per_core": max(start["loadavg"][0], end["loadavg"][0]) / cpus,
+            "cpu_busy_fraction": min(max(busy, 0.0), 1.0), "cpu_job_fraction": min(max(job, 0.0), 1.0),
+            "cpu_other_fraction": min(max(busy - job, 0.0), 1.0), "gpus": end.get("gpus"),
+            "method": "psutil: system busy CPU time minus the job's process tree, over the job's wall time"
+                      + ("; NVML per GPU" if end.get("gpus") is not None else "; no NVML")}
+
+
+def _timings(obj, path: str = ""):
+    """Every timing summary (a dict with ``median``, ``p90`` and ``samples``) inside ``measurements``."""
+    if isinstance(obj, dict):
+        if {"median", "p90", "samples"} <= set(obj) and obj.get("median"):
+            yield path or "timing", obj
+        for k, v in obj.items():
+            if isinstance(v, (dict, list)):
+                yield from _timings(v, f"{path}.{k}" if path else str(k))
+
+
+def assess(measurements: dict, load: dict | None, thresholds: dict | None = None) -> dict:
+    """The ``noise`` block of a result: host load, the largest timing spread (p90/median) and the verdict.
+
+    Args:
+        measurements: the result's measurements (timing summaries are found inside, see :class:`measure.Timing`).
+        load: :func:`host_load` over the job, or None where it could not be taken.
+        thresholds: ``cpu_other_max`` (fraction of all cores used by other processes), ``spread_max`` (p90 / median),
+            ``gpu_other_processes_max`` (processes of others on a GPU); missing keys take :data:`DEFAULT_THRESHOLDS`.
+
+    Returns:
+        ``{"noisy": bool, "why": [str], "spread_p90_over_median": float | None, "spread_of": str | None,
+        "host": load, "thresholds": {...}}``. ``noisy`` means "not measured reliably": a claims check treats it so.
+    """
+    th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
+    spreads = [(t["p90"] / t["median"], name) for name, t in _timings(measurements) if t["median"] > 0]
+    spread, spread_of = max(spreads) if spreads else (None, None)
+    why = []
+    if spread is not None and spread > th["spread_max"]:
+        why.append(f"timing spread p90/median {spread:.2f} > {th['spread_max']} ({spread_of})")
+    if load is not None:
+        if load["cpu_other_fraction"] > th["cpu_other_max"]:
+            why.append(f"other processes used {load['cpu_other_fraction']:.0%} of the CPU time "
+                       f"(> {th['cpu_other_max']:.0%}; load average {load['loadavg_1min_per_core']:.2f} per core)")
+        for g in load.get("gpus") or []:
+            if len(g["other_processes"]) > th["gpu_other_processes_max"]:
+                why.append(f"GPU {g['index']}: {len(g['other_processes'])} other process(es) "
+                           f"{g['other_processes'][:5]}")
+    return {"noisy": bool(why), "why": why, "spread_p90_over_median": spread, "spread_of": spread_of,
+            "host": load, "thresholds": th}
+
+
+def job_noise(measurements: dict, thresholds: dict | None = None) -> dict:
+    """:func:`assess` over this job: from the start snapshot (:func:`start_job`) to now."""
+    try:
+        start = start_job()
+        load = host_load(start, snapshot(start.get("root")))
+    except Exception as exc:  # psutil missing or /proc unreadable: say so rather than guess
+        return {**assess(measurements, None, thresholds), "host_error": repr(exc)}
+    return assess(measurements, load, thresholds)
