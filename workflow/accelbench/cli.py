@@ -144,7 +144,7 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     import os
     import subprocess
 
-    from . import results
+    from . import multinode, results
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
@@ -166,10 +166,24 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     worker = ["sr3-worker", "--spec", args.spec, "--data", args.data, "--out", str(out)]
     if args.overwrite:
         worker.append("--overwrite")
-    cmd = exp.torchrun_command(devices, worker)
-    log.info("launching %d rank(s): %s", devices, " ".join(cmd[:6]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu" else None  # one core per CPU rank
-    proc = subprocess.run(cmd, env=env)
+    # multi-node: srun + torchrun c10d inside the Slurm allocation; one node: torchrun --standalone (multinode.py)
+    plan = multinode.node_plan(system, devices, "sr3_scaling.devices")
+    alloc = multinode.allocation() if plan.nodes > 1 else None
+    reason = multinode.allocation_reason(plan, alloc)
+    if reason:
+        results.write_result(_sr3_result(spec, system, "unsupported", {"devices": devices, "precision": precision,
+                                         "launch": multinode.launch_record(plan, system.backend, None)}, reason),
+                             out, overwrite=args.overwrite)
+        log.info("%s: status unsupported (%s)", out, reason)
+        return
+    cmd, rdzv = multinode.launch_command(plan, worker, alloc)
+    log.info("launching %d rank(s) on %d node(s): %s", devices, plan.nodes, " ".join(cmd[:12]))
+    env = multinode.launch_env(system.backend, {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu"
+                               else None)  # one core per CPU rank
+    returncode, output = multinode.run_tee(cmd, env=env)
+    proc = subprocess.CompletedProcess(cmd, returncode)
+    if returncode == 0 and out.exists():
+        multinode.add_launch_record(out, multinode.launch_record(plan, system.backend, rdzv, output))
     markers = [exp.oom_marker(out, r) for r in range(devices)]
     ooms = [m.read_text() for m in markers if m.exists()]
     for m in markers:

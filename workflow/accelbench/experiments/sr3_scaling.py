@@ -143,11 +143,24 @@ def max_devices(system) -> int:
 
 
 def unsupported_reason(system, devices: int, precision: str, visible: int | None = None) -> str | None:
-    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now."""
+    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now.
+    Counts above ``devices_per_node`` run on several nodes (:func:`accelbench.multinode.node_plan`).
+
+    Raises:
+        ConfigError: a multi-node count that does not divide by ``devices_per_node``.
+    """
     if precision not in PRECISIONS:
         return f"precision {precision!r} is not one of {PRECISIONS}"
     if not system.supports(precision):
         return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
+    from ..multinode import job_limit_reason, node_plan
+
+    plan = node_plan(system, devices, "sr3_scaling.devices")
+    if plan.nodes > 1:  # ranks per node against what one node has; the allocation is checked by the launcher
+        if visible is not None and plan.per_node > visible:
+            return (f"{devices} devices = {plan.nodes} nodes x {plan.per_node}; only {visible} {system.backend} "
+                    f"device(s) are visible on this node")
+        return job_limit_reason(system, plan)
     limit = max_devices(system)
     if devices > limit:
         what = "usable CPU cores (one gloo process each)" if system.backend == "cpu" else "devices in its system file"
