@@ -320,7 +320,8 @@ def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output:
     coll = collective_backend(backend)
     rdzv = rendezvous or {}
     return {"nodes": plan.nodes, "ranks_per_node": plan.per_node, "world_size": plan.devices,
-            "launcher": ("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone") if rendezvous else "in-process",
+            "launcher": (("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone") if rendezvous else
+                         "in-process" if plan.devices == 1 else "not launched"),
             "rendezvous_backend": rdzv.get("backend"), "rendezvous_endpoint": rdzv.get("endpoint"),
             "hosts": rdzv.get("hosts"), "slurm_job_id": rdzv.get("slurm_job_id"),
             "collective_backend": coll if plan.devices > 1 else None,

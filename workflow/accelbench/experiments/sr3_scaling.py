@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -459,7 +460,8 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
     peak = device.peak_memory_bytes()
     per_rank = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "wall_s": wall,
                 "peak_mem_gib": peak / 2**30 if peak is not None else None, "peak_rss_gib": _peak_rss_gib(),
-                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads()}
+                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads(),
+                "node": os.environ.get("SLURMD_NODENAME") or platform.node()}
     ranks = _gather(per_rank)
     if world > 1:
         dist.barrier()
@@ -502,6 +504,7 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
         "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in ranks],
         "threads_per_rank": [r["threads"] for r in ranks],
         "rank_median_ms": [r["median_ms"] for r in ranks],
+        "rank_nodes": [r["node"] for r in ranks],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": spread,
         "loss": {"first": loss_first, "last10_mean": loss_last, "rank": 0},
         "quality": q,
