@@ -56,6 +56,19 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def layout_columns(launch: dict | None, devices: int) -> dict:
+    """``nodes``, ``ranks_per_node``, ``layout`` ("1 node" / "2 nodes x 8") and ``interconnect`` (NCCL's inter-node
+    transports, else the collective backend) of one result's launch record (:mod:`accelbench.multinode`); results
+    from before multi-node launching ran on one node."""
+    launch = launch or {}
+    nodes = int(launch.get("nodes") or 1)
+    per = int(launch.get("ranks_per_node") or devices)
+    nccl = launch.get("nccl") or {}
+    net = ", ".join(nccl.get("inter_node") or []) or (", ".join(sorted(nccl.get("via") or {})) if nccl else "")
+    return {"nodes": nodes, "ranks_per_node": per, "layout": "1 node" if nodes == 1 else f"{nodes} nodes x {per}",
+            "interconnect": net or launch.get("collective_backend")}
+
+
 def result_rows(results: list[dict]) -> pd.DataFrame:
     """One row per (system, precision, devices). Times: iteration ms, totals s/min; throughput images/s."""
     rows = []
@@ -65,6 +78,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
                "reason": r.get("reason"), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
+        row.update(layout_columns(m.get("launch"), int(cfg["devices"])))
         if r["status"] == "ok":
             q = m["quality"]
             row.update({
@@ -100,7 +114,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
-    cols = ["hardware", "scale", "precision", "devices", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
+    cols = ["hardware", "scale", "precision", "devices", "layout", "interconnect", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
             "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
@@ -117,7 +131,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
         rows.append({"series": f"measured {r['hardware']} ({r['scale']})", "precision": r["precision"],
-                     "devices": r["devices"],
+                     "devices": r["devices"], "layout": r.get("layout"),
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
                      "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict())})
@@ -138,6 +152,13 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
             g = g.sort_values("devices")
             ax.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color="black" if j == 0 else colors[(j + 6) % len(colors)],
                     linewidth=2, label=f"measured {hw}, {prec}, {scale} scale (projection)")
+            multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
+            if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
+                ax.scatter(multi["devices"], multi["study_b_40k_minutes_projection"], s=140, facecolors="none",
+                           edgecolors="red", linewidths=1.5, zorder=5, label="multi-node run (nodes x ranks per node)")
+                for _, mr in multi.iterrows():
+                    ax.annotate(mr["layout"], (mr["devices"], mr["study_b_40k_minutes_projection"]), fontsize=7,
+                                color="red", textcoords="offset points", xytext=(6, 6))
             t1 = g.loc[g["devices"] == 1, "study_b_40k_minutes_projection"]
             if len(t1):
                 n = np.array(sorted(set(g["devices"])))
