@@ -270,7 +270,7 @@ def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = Non
 
 
 # --------------------------------------------------------------------------- what NCCL chose
-_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : \S+ -> \S+ via (\S+)")
+_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : \S+ -> \S+ (?:\[\w+\] )?via (\S+)")
 _NET = re.compile(r"NCCL INFO Using network (\S+)")
 _IFACE = re.compile(r"NCCL INFO NET/(\w+)\s*: Using (.+)$")
 _VERSION = re.compile(r"NCCL version (\S+)")

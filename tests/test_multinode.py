@@ -1,0 +1,152 @@
+"""Multi-node planning, Slurm request, launch command and NCCL transport parsing (accelbench.multinode)."""
+
+import dataclasses
+
+import pytest
+
+from accelbench import multinode as mn
+from accelbench.errors import ConfigError
+from accelbench.experiments import net_smoke
+
+# NCCL 2.21 INFO lines of a 2-node x 2-GPU job: NVLink (P2P) inside a node, InfiniBand between nodes
+NCCL_LOG = """\
+gpu1:123:123 [0] NCCL INFO Bootstrap : Using ib0:10.1.0.1<0>
+gpu1:123:123 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+gpu1:123:140 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB ib0:10.1.0.1<0>
+gpu1:123:140 [0] NCCL INFO Using network IB
+gpu1:123:140 [0] NCCL INFO Channel 00/02 :    0   1   2   3
+gpu1:123:140 [0] NCCL INFO Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA
+gpu1:123:140 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+gpu1:123:140 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+gpu1:124:141 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/1/GDRDMA
+gpu1:123:140 [0] NCCL INFO Connected all rings
+"""
+
+
+def with_layout(system, **kw):
+    return dataclasses.replace(system, **kw)
+
+
+def test_node_plan_splits_whole_nodes_and_refuses_the_rest(systems):
+    gaudi1 = systems["gaudi1"]
+    assert gaudi1.devices_per_node == 8 and gaudi1.devices == 64  # Study B: 8 nodes x 8 cards
+    assert mn.node_plan(gaudi1, 4) == mn.NodePlan(4, 1, 4)
+    assert mn.node_plan(gaudi1, 8) == mn.NodePlan(8, 1, 8)
+    assert mn.node_plan(gaudi1, 64) == mn.NodePlan(64, 8, 8)
+    with pytest.raises(ConfigError, match=r"sr3_scaling.devices: 12 devices do not fill whole nodes of system "
+                                          r"'gaudi1' \(devices_per_node: 8\); use at most 8 \(one node\) or a multiple "
+                                          r"of 8 \(e.g. 8 or 16\)"):
+        mn.node_plan(gaudi1, 12, "sr3_scaling.devices")
+    with pytest.raises(ConfigError, match="at least 1"):
+        mn.node_plan(gaudi1, 0)
+    # cpu: `cores` keeps every count on one node (the old behaviour); an explicit per-node count splits
+    assert mn.node_plan(systems["cpu"], 64) == mn.NodePlan(64, 1, 64)
+    assert mn.node_plan(with_layout(systems["cpu"], devices_per_node=1, devices=2), 2) == mn.NodePlan(2, 2, 1)
+    # a system file without devices_per_node: one node of `devices`
+    assert mn.node_plan(with_layout(systems["h100"], devices_per_node=None), 8) == mn.NodePlan(8, 2, 4)
+    assert mn.job_limit_reason(systems["h100"], mn.NodePlan(8, 2, 4)).startswith("8 devices (2 nodes x 4) requested")
+    assert mn.job_limit_reason(gaudi1, mn.NodePlan(64, 8, 8)) is None
+
+
+def test_every_system_file_states_devices_per_node(systems):
+    for name, system in systems.items():
+        assert system.devices_per_node is not None, name
+        per = mn.devices_per_node(system)
+        assert per is None if name == "cpu" else system.devices % per == 0, name
+
+
+def test_slurm_request_one_node_and_several(systems):
+    h200 = with_layout(systems["h200"], devices=64)
+    assert mn.slurm_resources(h200, 4, {}) == {"gpu": 4}  # one node: as before (--gpus)
+    assert mn.slurm_resources(systems["gaudi1"], 8, {}) == {"gpu": 0}
+    many = mn.slurm_resources(h200, 16, {})
+    assert many == {"nodes": 2, "tasks": 2, "mpi": "srun", "gpu": 0,
+                    "slurm_extra": "--ntasks-per-node=1 --exclusive --gpus-per-node=8"}
+    site = {"multinode": {"gres": "gpu:h200", "exclusive": False}}
+    assert mn.slurm_resources(h200, 64, site) == {"nodes": 8, "tasks": 8, "mpi": "srun", "gpu": 0,
+                                                 "gres": "gpu:h200:8", "slurm_extra": "--ntasks-per-node=1"}
+    gaudi = mn.slurm_resources(systems["gaudi1"], 64, {"multinode": {"gres": "gpu"}})
+    assert gaudi["gres"] == "gpu:8" and gaudi["nodes"] == 8
+    with pytest.raises(ConfigError, match="do not fill whole nodes"):
+        mn.slurm_resources(h200, 12, {})
+
+
+def test_launch_command_standalone_and_srun(monkeypatch):
+    cmd, rdzv = mn.launch_command(mn.NodePlan(2, 1, 2), ["sr3-worker", "--spec", "{}"])
+    assert "--standalone" in cmd and "--nproc_per_node=2" in cmd and "srun" not in cmd
+    assert cmd[-4:] == ["accelbench", "sr3-worker", "--spec", "{}"] and rdzv["backend"] == "c10d"
+
+    monkeypatch.setattr(mn, "node_address", lambda node: {"gpu17": "10.1.0.17"}[node])
+    monkeypatch.setattr(mn, "free_port", lambda: 29555)
+    alloc = {"job_id": "4242", "hosts": ["gpu17", "gpu18"], "cpus_per_task": 64}
+    cmd, rdzv = mn.launch_command(mn.NodePlan(16, 2, 8), ["sr3-worker"], alloc)
+    assert cmd[:7] == ["srun", "--jobid=4242", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                       "--kill-on-bad-exit=1", "--cpus-per-task=64"]
+    assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=10.1.0.17:29555",
+            "--max-restarts=0"} <= set(cmd) and "--standalone" not in cmd
+    assert any(a.startswith("--rdzv-id=accelbench-4242-") for a in cmd)
+    assert rdzv == {"backend": "c10d", "endpoint": "10.1.0.17:29555", "hosts": ["gpu17", "gpu18"], "slurm_job_id": "4242"}
+
+    assert "outside a Slurm allocation" in mn.allocation_reason(mn.NodePlan(16, 2, 8), None)
+    assert "holds 1 node(s)" in mn.allocation_reason(mn.NodePlan(16, 2, 8), {"job_id": "1", "hosts": ["a"]})
+    with pytest.raises(ConfigError, match="outside a Slurm allocation"):
+        mn.launch_command(mn.NodePlan(16, 2, 8), ["sr3-worker"], None)
+
+
+def test_allocation_reads_slurm(monkeypatch):
+    assert mn.allocation({}) is None  # outside Slurm
+    calls = []
+
+    def scontrol(*args):
+        calls.append(args)
+        if args[:2] == ("show", "job"):
+            return "JobId=7 NumNodes=2 NodeList=n[1-2] CPUs/Task=3 TRES=cpu=6"
+        return "n1\nn2\n"
+
+    monkeypatch.setattr(mn.shutil, "which", lambda name: "/usr/bin/scontrol")
+    monkeypatch.setattr(mn, "_scontrol", scontrol)
+    # the Slurm executor's job step keeps only SLURM_JOB_ID: the node list comes from scontrol
+    assert mn.allocation({"SLURM_JOB_ID": "7"}) == {"job_id": "7", "hosts": ["n1", "n2"], "cpus_per_task": 3}
+    assert ("show", "hostnames", "n[1-2]") in calls
+
+
+def test_nccl_transports_are_parsed():
+    t = mn.parse_nccl_transports(NCCL_LOG)
+    assert t["version"] == "2.21.5+cuda12.4" and t["network"] == ["IB"]
+    assert t["via"] == {"NET/IB/0/GDRDMA": 1, "P2P/CUMEM/read": 2, "NET/IB/1/GDRDMA": 1}
+    assert t["inter_node"] == ["NET/IB"] and t["interfaces"]["IB"][0].startswith("[0]mlx5_0:1/IB")
+    one_node = mn.parse_nccl_transports("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n")
+    assert one_node["inter_node"] == [] and one_node["via"] == {"SHM/direct/direct": 1}
+    sockets = mn.parse_nccl_transports("x NCCL INFO Using network Socket\nx NCCL INFO Channel 00/0 : 1[0] -> 2[0] "
+                                       "[send] via NET/Socket/0\n")
+    assert sockets["network"] == ["Socket"] and sockets["inter_node"] == ["NET/Socket"]
+    assert mn.parse_nccl_transports("gloo only, no collective library log") is None
+
+
+def test_launch_record_and_env():
+    rec = mn.launch_record(mn.NodePlan(4, 2, 2), "cuda", {"backend": "c10d", "endpoint": "h:1", "hosts": ["a", "b"],
+                                                          "slurm_job_id": "9"}, NCCL_LOG)
+    assert rec["nodes"] == 2 and rec["ranks_per_node"] == 2 and rec["launcher"] == "srun + torchrun"
+    assert rec["collective_backend"] == "nccl" and rec["nccl"]["inter_node"] == ["NET/IB"]
+    assert mn.launch_record(mn.NodePlan(2, 1, 2), "cpu", None)["launcher"] == "not launched"
+    assert mn.launch_record(mn.NodePlan(2, 1, 2), "hpu", {"backend": "c10d"})["collective_backend"] == "hccl"
+    assert mn.launch_env("cuda", {})["NCCL_DEBUG"] == "INFO"
+    assert mn.launch_env("cuda", {"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"  # the user's setting wins
+    assert "NCCL_DEBUG" not in mn.launch_env("cpu", {})
+
+
+def test_run_tee_returns_output_and_times_out():
+    import subprocess
+    import sys
+
+    rc, out = mn.run_tee([sys.executable, "-c", "import sys; print('a'); print('b', file=sys.stderr); sys.exit(3)"])
+    assert rc == 3 and "a\n" in out and "b\n" in out
+    with pytest.raises(subprocess.TimeoutExpired):
+        mn.run_tee([sys.executable, "-c", "import time; time.sleep(30)"], timeout=1)
+
+
+def test_bus_bandwidth_follows_nccl_tests():
+    assert net_smoke.message_sizes(2**20) == [4096, 16384, 65536, 262144, 1048576]
+    bw = net_smoke.bandwidths(10**9, 0.5, 8)  # 1 GB in 0.5 s over 8 ranks
+    assert bw["algbw_gbps"] == pytest.approx(2.0) and bw["busbw_gbps"] == pytest.approx(2.0 * 2 * 7 / 8)
+    assert net_smoke.bandwidths(10**9, 1.0, 2)["busbw_gbps"] == pytest.approx(1.0)
