@@ -9,7 +9,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, require_backend, resolve_system
-from accelbench.multinode import load_site, node_plan, slurm_resources
+from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
 
 REPO = Path(workflow.basedir)
 
