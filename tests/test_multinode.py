@@ -166,3 +166,25 @@ def test_lora_across_nodes_is_planned_and_needs_slurm(systems):
     out = lf.run(spec, two_nodes)
     assert out["status"] == "unsupported" and "outside a Slurm allocation" in out["reason"]
     assert out["measurements"]["launch"]["nodes"] == 2
+
+
+def test_scaling_outputs_label_multi_node_points(tmp_path):
+    import pandas as pd
+
+    from accelbench.aggregate import study_b_sr3 as agg
+
+    nccl = mn.launch_record(mn.NodePlan(16, 2, 8), "cuda", {"backend": "c10d"}, NCCL_LOG)
+    assert agg.layout_columns(nccl, 16) == {"nodes": 2, "ranks_per_node": 8, "layout": "2 nodes x 8",
+                                            "interconnect": "NET/IB"}
+    assert agg.layout_columns(None, 4)["layout"] == "1 node"  # results from before multi-node launching
+    ref, source = agg.read_reference("resources/reference/study_b_sr3_scaling.csv")
+    rows = [{"system": "h100", "hardware": "H100", "scale": "paper", "precision": "fp32", "devices": d, "status": "ok",
+             "study_b_40k_minutes_projection": 130 / d * (1 if d <= 8 else 1.2), "efficiency_vs_1": 1 / (1 if d <= 8 else 1.2),
+             **agg.layout_columns({"nodes": max(1, d // 8), "ranks_per_node": min(d, 8)}, d)} for d in (1, 8, 16)]
+    df = pd.DataFrame(rows)
+    eff = agg.efficiency_table(df, ref).set_index(["series", "devices"])
+    assert eff.loc[("measured H100 (paper)", 16), "layout"] == "2 nodes x 8"
+    assert eff.loc[("published Gaudi1", 64), "layout"] == "8 nodes x 8"
+    assert eff.loc[("published Gaudi1", 8), "layout"] == "1 node"
+    agg.fig_scaling(df, ref, source, tmp_path / "fig.png")
+    assert (tmp_path / "fig.png").stat().st_size > 0

@@ -23,6 +23,9 @@ from .common import load_results, status_cell, write_table  # noqa: E402
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
                     "h100": "H100"}
+# Devices per node of the published runs (Study B: Voyager's Gaudi1 nodes hold 8 cards, its 64-card run spans 8 nodes;
+# every other published series fits one node), as in config/systems/<name>.yaml `devices_per_node`.
+REFERENCE_DEVICES_PER_NODE = {"gaudi1": 8, "gaudi2": 8, "gaudi3": 8, "v100": 4, "a100": 4, "h100": 4}
 
 
 def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
@@ -43,6 +46,13 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     return long.reset_index(drop=True), source
 
 
+def _published_layout(system: str, devices: int) -> str | None:
+    per = REFERENCE_DEVICES_PER_NODE.get(system)
+    if per is None:
+        return None
+    return "1 node" if devices <= per else f"{devices // per} nodes x {per}"
+
+
 def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
     """Efficiency of each published series against its own 1-device time: T(1) / (N * T(N))."""
     rows = []
@@ -51,7 +61,8 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
         for _, r in g.iterrows():
             eff = float(t1.iloc[0] / (r["devices"] * r["minutes"])) if len(t1) else np.nan
             rows.append({"series": f"published {REFERENCE_LABELS.get(system, system)}", "precision": "fp32",
-                         "devices": int(r["devices"]), "minutes_40k": float(r["minutes"]), "efficiency": eff,
+                         "devices": int(r["devices"]), "layout": _published_layout(system, int(r["devices"])),
+                         "minutes_40k": float(r["minutes"]), "efficiency": eff,
                          "label": "published"})
     return pd.DataFrame(rows)
 
@@ -148,14 +159,21 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
             g = g.sort_values("devices")
             ax.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4,
                     label=f"published {REFERENCE_LABELS.get(system, system)}")
+            per = REFERENCE_DEVICES_PER_NODE.get(system)
+            multi_ref = g[g["devices"] > per] if per else g.iloc[:0]
+            if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes)
+                ax.scatter(multi_ref["devices"], multi_ref["minutes"], s=90, facecolors="none", edgecolors="grey",
+                           linewidths=1.2, zorder=4, label=f"published multi-node ({per} per node)")
         for j, ((hw, prec, scale), g) in enumerate(ok.groupby(["hardware", "precision", "scale"], sort=True)):
             g = g.sort_values("devices")
             ax.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color="black" if j == 0 else colors[(j + 6) % len(colors)],
                     linewidth=2, label=f"measured {hw}, {prec}, {scale} scale (projection)")
             multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
             if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
+                labelled = any(h.get_label().startswith("measured multi-node") for h in ax.collections)
                 ax.scatter(multi["devices"], multi["study_b_40k_minutes_projection"], s=140, facecolors="none",
-                           edgecolors="red", linewidths=1.5, zorder=5, label="multi-node run (nodes x ranks per node)")
+                           edgecolors="red", linewidths=1.5, zorder=5,
+                           label="_" if labelled else "measured multi-node run (nodes x ranks per node)")
                 for _, mr in multi.iterrows():
                     ax.annotate(mr["layout"], (mr["devices"], mr["study_b_40k_minutes_projection"]), fontsize=7,
                                 color="red", textcoords="offset points", xytext=(6, 6))
