@@ -60,10 +60,10 @@ def test_slurm_request_one_node_and_several(systems):
     assert mn.slurm_resources(h200, 4, {}) == {"gpu": 4}  # one node: as before (--gpus)
     assert mn.slurm_resources(systems["gaudi1"], 8, {}) == {"gpu": 0}
     many = mn.slurm_resources(h200, 16, {})
-    assert many == {"nodes": 2, "tasks": 2, "mpi": "srun", "gpu": 0,
+    assert many == {"nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0,
                     "slurm_extra": "--ntasks-per-node=1 --exclusive --gpus-per-node=8"}
     site = {"multinode": {"gres": "gpu:h200", "exclusive": False}}
-    assert mn.slurm_resources(h200, 64, site) == {"nodes": 8, "tasks": 8, "mpi": "srun", "gpu": 0,
+    assert mn.slurm_resources(h200, 64, site) == {"nodes": 8, "tasks": 8, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0,
                                                  "gres": "gpu:h200:8", "slurm_extra": "--ntasks-per-node=1"}
     gaudi = mn.slurm_resources(systems["gaudi1"], 64, {"multinode": {"gres": "gpu"}})
     assert gaudi["gres"] == "gpu:8" and gaudi["nodes"] == 8
@@ -188,3 +188,30 @@ def test_scaling_outputs_label_multi_node_points(tmp_path):
     assert eff.loc[("published Gaudi1", 8), "layout"] == "1 node"
     agg.fig_scaling(df, ref, source, tmp_path / "fig.png")
     assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("site, backend, want", [
+    ({}, "cuda", ["--gpus-per-node=8"]),
+    ({"multinode": {"gres": "gpu:h200"}}, "cuda", ["--gres=gpu:h200:8"]),
+    ({"multinode": {"gres": "gpu"}}, "hpu", ["--gres=gpu:8"]),
+])
+def test_sbatch_call_of_a_multi_node_job(systems, site, backend, want):
+    """The plugin's own sbatch string for the resources: nodes, one task per node, exclusive, accelerators per node."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    class Resources(dict):
+        __getattr__ = dict.__getitem__
+
+    system = with_layout(systems["h200" if backend == "cuda" else "gaudi1"], devices=64)
+    res = Resources({**{k: v for k, v in mn.slurm_resources(system, 16, site).items() if v is not None},
+                     "mem_mb": 1000, "runtime": 60})
+    job = SimpleNamespace(resources=res, threads=16)
+    params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "", "partition": "",
+              "workdir": "/w"}
+    call = get_submit_command(job, params) + set_gres_string(job)
+    for flag in ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--exclusive", "--cpus-per-task=16", *want]:
+        assert flag in call.split(), (flag, call)
+    assert "--ntasks-per-gpu" not in call and "--gpus=" not in call

@@ -110,7 +110,7 @@ def slurm_resources(system, devices: int, site: dict | None = None, key: str = "
     """Snakemake resources of a job on ``devices`` ranks (read by snakemake-executor-plugin-slurm).
 
     One node: ``{"gpu": devices}`` on CUDA (``--gpus``), 0 elsewhere, as before. N > 1 nodes: ``nodes`` (``--nodes``),
-    ``tasks`` = N and ``mpi`` (the job step then runs the rule's command once, on the first node, which calls ``srun``
+    ``tasks`` = N (``tasks_per_gpu`` 0) and ``mpi`` (the job step then runs the rule's command once, on the first node, which calls ``srun``
     itself), ``slurm_extra`` with ``--ntasks-per-node=1``, ``--exclusive`` (site ``multinode.exclusive``) and the
     accelerators per node: ``--gpus-per-node=P``, or the site's GRES form (``multinode.gres: gpu`` ->
     ``gres: gpu:P``, which Slurm counts per node; Gaudi sites set their card's GRES name here).
@@ -125,7 +125,8 @@ def slurm_resources(system, devices: int, site: dict | None = None, key: str = "
     extra = ["--ntasks-per-node=1"]
     if mn.get("exclusive", True):
         extra.append("--exclusive")
-    res = {"nodes": plan.nodes, "tasks": plan.nodes, "mpi": "srun", "gpu": 0}
+    # tasks_per_gpu 0: the plugin would otherwise turn `tasks` into --ntasks-per-gpu for a GRES naming "gpu"
+    res = {"nodes": plan.nodes, "tasks": plan.nodes, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0}
     if mn.get("gres"):
         if system.backend != "cpu":
             res["gres"] = f"{mn['gres']}:{plan.per_node}"

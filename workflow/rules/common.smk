@@ -62,7 +62,7 @@ for _run in (config["lora_finetune"]["runs"] if "lora_finetune" in config["exper
 def node_resources(key):
     """Resources of a job on `{devices}` ranks: `gpu` on one node; `nodes`, `tasks`, `mpi`, `slurm_extra` (and the
     site's `gres`) across nodes (accelbench.multinode.slurm_resources; None = not set)."""
-    names = ("gpu", "nodes", "tasks", "mpi", "slurm_extra", "gres")
+    names = ("gpu", "nodes", "tasks", "tasks_per_gpu", "mpi", "slurm_extra", "gres")
     return {name: (lambda wildcards, name=name: slurm_resources(SYSTEM, int(wildcards.devices), SLURM_SITE, key).get(name))
             for name in names}
 
