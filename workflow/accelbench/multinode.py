@@ -208,7 +208,7 @@ def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = 
     if plan.nodes == 1:
         return ([*torchrun, "--standalone", f"--nproc_per_node={plan.devices}", *worker],
                 {"backend": RDZV_BACKEND, "endpoint": "localhost (standalone)", "hosts": [socket.gethostname()],
-                 "slurm_job_id": (alloc or {}).get("job_id")})
+                 "slurm_job_id": (alloc or {}).get("job_id") or os.environ.get("SLURM_JOB_ID")})
     reason = allocation_reason(plan, alloc)
     if reason:
         raise ConfigError(reason)
