@@ -18,6 +18,7 @@ include: "workflow/rules/sr3_scaling.smk"
 include: "workflow/rules/llm_models.smk"
 include: "workflow/rules/llm_quant.smk"
 include: "workflow/rules/cluster.smk"
+include: "workflow/rules/net_smoke.smk"
 include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
 

@@ -10,10 +10,14 @@
 # not write is never touched (the script stops instead), and `down` removes the one it wrote.
 # Accounting is off (no slurmdbd): submit with `--slurm-status-command squeue --slurm-no-account`; MinJobAge=300 keeps
 # finished jobs visible to squeue long enough for the executor to see them end. The node is NodeName=localhost.
+# ACCELBENCH_SLURM_NODES=N (N > 1) instead emulates N nodes n1..nN on this host, one slurmd each (NodeHostname=localhost,
+# ports 17001..; Debian's slurmd supports several per host), sharing the cores and memory: multi-node jobs (`--nodes N`).
 set -euo pipefail
 
 cmd=${1:-}
 STATE=${2:-${ACCELBENCH_SLURM_DIR:-/tmp/accelbench-slurm}}
+NODES=${ACCELBENCH_SLURM_NODES:-1}
+[[ "$NODES" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster.sh: ACCELBENCH_SLURM_NODES must be a positive integer, not '$NODES'" >&2; exit 1; }
 CONF=/etc/slurm/slurm.conf
 MARK="# written by slurm/local_cluster.sh"
 MUNGE_SOCKET=/run/munge/munge.socket.2   # the standard socket: slurm's auth/munge plugin only looks there
@@ -67,6 +71,16 @@ write_conf() {
     if [[ -n "$other" && "$other" != "$STATE" ]] && alive "$other/slurmctld.pid"; then
         die "another local cluster is up (state in $other): slurm/local_cluster.sh down $other first"
     fi
+    local node_lines="NodeName=localhost CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP"
+    if (( NODES > 1 )); then  # emulated nodes: per-node spool/pid/log files (%n), the host's cores and memory split
+        (( cpus >= NODES )) || die "ACCELBENCH_SLURM_NODES=$NODES needs at least $NODES cores (this host has $cpus)"
+        mkdir -p $(printf "$STATE/spool/n%d " $(seq "$NODES"))
+        node_lines="NodeName=n[1-$NODES] NodeHostname=localhost Port=17001-$(( 17000 + NODES )) CPUs=$(( cpus / NODES )) RealMemory=$(( mem_mib / NODES )) State=UNKNOWN
+PartitionName=debug Nodes=n[1-$NODES] Default=YES MaxTime=INFINITE State=UP"
+    fi
+    local spool="$STATE/spool" dpid="$STATE/slurmd.pidfile" dlog="$STATE/slurmd.log"
+    (( NODES > 1 )) && spool="$STATE/spool/%n" dpid="$STATE/slurmd.%n.pidfile" dlog="$STATE/slurmd.%n.log"
     cat >"$CONF" <<EOF
 $MARK: one node (this machine), no accounting; state in $STATE
 ClusterName=accelbench
@@ -75,11 +89,11 @@ SlurmUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/spool
+SlurmdSpoolDir=$spool
 SlurmctldPidFile=$STATE/slurmctld.pidfile
-SlurmdPidFile=$STATE/slurmd.pidfile
+SlurmdPidFile=$dpid
 SlurmctldLogFile=$STATE/slurmctld.log
-SlurmdLogFile=$STATE/slurmd.log
+SlurmdLogFile=$dlog
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -91,21 +105,41 @@ SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
 MinJobAge=300
 SlurmdTimeout=60
-NodeName=localhost CPUs=$cpus RealMemory=$mem_mib State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+$node_lines
 EOF
+}
+
+wait_nodes() {  # emulated nodes: wait until all $2 of $1 are idle
+    local t0=$SECONDS idle=0 f
+    while (( SECONDS - t0 < 90 )); do
+        alive "$STATE/slurmctld.pid" || die "slurmctld exited (log: $STATE/slurmctld.log, $STATE/slurmctld.out)"
+        for f in "$STATE"/slurmd.n*.pid; do alive "$f" || die "slurmd exited ($f; logs in $STATE)"; done
+        idle=$(sinfo -h -N -n "$1" -o %T 2>/dev/null | grep -c '^idle' || true)
+        (( idle == $2 )) && { echo "slurm up in $(( SECONDS - t0 )) s: $2 nodes $1 idle ($CONF, state in $STATE)"; return 0; }
+        scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+        sleep 1
+    done
+    die "nodes $1 not all idle after 90 s ($idle idle; logs in $STATE)"
 }
 
 up() {
     install_if_missing
     mkdir -p "$STATE"
-    if alive "$STATE/slurmctld.pid" && alive "$STATE/slurmd.pid"; then
+    if alive "$STATE/slurmctld.pid" && { alive "$STATE/slurmd.pid" || alive "$STATE/slurmd.n1.pid"; }; then
         echo "already up (state: $STATE)"; return 0
     fi
     start_munge
     write_conf
     setsid slurmctld -D -c -i -f "$CONF" </dev/null >>"$STATE/slurmctld.out" 2>&1 &
     echo $! >"$STATE/slurmctld.pid"
+    if (( NODES > 1 )); then
+        local i
+        for i in $(seq "$NODES"); do
+            setsid slurmd -D -N "n$i" -f "$CONF" </dev/null >>"$STATE/slurmd.n$i.out" 2>&1 &
+            echo $! >"$STATE/slurmd.n$i.pid"
+        done
+        wait_nodes "n[1-$NODES]" "$NODES"; return
+    fi
     setsid slurmd -D -N localhost -f "$CONF" </dev/null >>"$STATE/slurmd.out" 2>&1 &
     echo $! >"$STATE/slurmd.pid"
     local t0=$SECONDS state=""
@@ -124,7 +158,7 @@ up() {
 
 down() {
     local name pid
-    for name in slurmd slurmctld munged; do
+    for name in $(cd "$STATE" 2>/dev/null && ls slurmd.n*.pid 2>/dev/null | sed 's/\.pid$//') slurmd slurmctld munged; do
         [[ -s "$STATE/$name.pid" ]] || continue
         pid=$(cat "$STATE/$name.pid")
         if kill -0 "$pid" 2>/dev/null; then

@@ -92,7 +92,9 @@ def test_paper_settings_map_sr3(default_config):
 
 def test_unsupported_cases_have_reasons(systems):
     assert "no native bf16" in exp.unsupported_reason(systems["v100"], 1, "bf16")
-    assert "8 devices in its system file" in exp.unsupported_reason(systems["gaudi2"], 16, "bf16")
+    assert "allows 8 per job" in exp.unsupported_reason(systems["gaudi2"], 16, "bf16")  # 2 nodes, `devices: 8`
+    assert exp.unsupported_reason(systems["gaudi1"], 64, "bf16") is None  # Study B: 8 nodes x 8 Gaudi1
+    assert "2 nodes x 8; only 4" in exp.unsupported_reason(systems["gaudi1"], 16, "fp32", visible=4)
     assert "visible" in exp.unsupported_reason(systems["gaudi2"], 4, "fp32", visible=1)
     assert exp.unsupported_reason(systems["gaudi2"], 4, "bf16", visible=8) is None
     assert "CPU cores" in exp.unsupported_reason(systems["cpu"], 10_000, "fp32")
@@ -229,25 +231,20 @@ def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems,
 
     out = tmp_path / "o" / "result.json"
     calls = []
-    real_run = subprocess.run
+    from accelbench import multinode
 
-    def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory
-        if "sr3-worker" not in cmd:
-            return real_run(cmd, env=env, **kw)  # provenance's git calls
+    def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory (the launcher runs torchrun via run_tee)
         calls.append(cmd)
         exp.oom_marker(out, 1).write_text("rank 1: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-        return subprocess.CompletedProcess(cmd, 1)
+        return 1, ""
 
-    monkeypatch.setattr(subprocess, "run", fake_torchrun)
+    monkeypatch.setattr(multinode, "run_tee", fake_torchrun)
     spec = json.dumps(_spec(default_config, systems, 2))
     assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["status"] == "oom" and "Tried to allocate 2.00 GiB" in r["reason"]
-    assert "--nproc_per_node=2" in calls[0] and "sr3-worker" in calls[0]
+    assert "--nproc_per_node=2" in calls[0] and "sr3-worker" in calls[0] and "--standalone" in calls[0]
     assert not exp.oom_marker(out, 1).exists()
 
-    def failing(cmd, env=None, **kw):
-        return subprocess.CompletedProcess(cmd, 1) if "sr3-worker" in cmd else real_run(cmd, env=env, **kw)
-
-    monkeypatch.setattr(subprocess, "run", failing)
+    monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, ""))
     assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(tmp_path / "f" / "result.json")]) == 2

@@ -150,7 +150,7 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     import os
     import subprocess
 
-    from . import results
+    from . import multinode, results
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
@@ -172,10 +172,24 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     worker = ["sr3-worker", "--spec", args.spec, "--data", args.data, "--out", str(out)]
     if args.overwrite:
         worker.append("--overwrite")
-    cmd = exp.torchrun_command(devices, worker)
-    log.info("launching %d rank(s): %s", devices, " ".join(cmd[:6]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu" else None  # one core per CPU rank
-    proc = subprocess.run(cmd, env=env)
+    # multi-node: srun + torchrun c10d inside the Slurm allocation; one node: torchrun --standalone (multinode.py)
+    plan = multinode.node_plan(system, devices, "sr3_scaling.devices")
+    alloc = multinode.allocation() if plan.nodes > 1 else None
+    reason = multinode.allocation_reason(plan, alloc)
+    if reason:
+        results.write_result(_sr3_result(spec, system, "unsupported", {"devices": devices, "precision": precision,
+                                         "launch": multinode.launch_record(plan, system.backend, None)}, reason),
+                             out, overwrite=args.overwrite)
+        log.info("%s: status unsupported (%s)", out, reason)
+        return
+    cmd, rdzv = multinode.launch_command(plan, worker, alloc)
+    log.info("launching %d rank(s) on %d node(s): %s", devices, plan.nodes, " ".join(cmd[:12]))
+    env = multinode.launch_env(system.backend, {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu"
+                               else None)  # one core per CPU rank
+    returncode, output = multinode.run_tee(cmd, env=env)
+    proc = subprocess.CompletedProcess(cmd, returncode)
+    if returncode == 0 and out.exists():
+        multinode.add_launch_record(out, multinode.launch_record(plan, system.backend, rdzv, output))
     markers = [exp.oom_marker(out, r) for r in range(devices)]
     ooms = [m.read_text() for m in markers if m.exists()]
     for m in markers:
@@ -344,6 +358,73 @@ def cmd_gpu_smoke(args: argparse.Namespace) -> None:
     write_json_atomic(report, args.out)
 
 
+def cmd_net_smoke(args: argparse.Namespace) -> None:
+    """Launcher of the all-reduce sweep: the same node plan and launch path as SR3 (accelbench.multinode)."""
+    import os
+    import shutil
+    import subprocess
+
+    import pandas as pd
+
+    from . import multinode
+    from .systems import require_backend
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    require_backend(system)
+    plan = multinode.node_plan(system, int(spec["devices"]), "net_smoke devices")
+    if plan.devices < 2:
+        raise AccelbenchError("net-smoke needs at least 2 ranks to all-reduce between (ask for devices_2 or more)")
+    alloc = multinode.allocation() if plan.nodes > 1 else None
+    reason = multinode.allocation_reason(plan, alloc) or multinode.job_limit_reason(system, plan)
+    if reason:
+        raise AccelbenchError(f"net-smoke: {reason}")
+    cpu = system.backend == "cpu"
+    spec.setdefault("max_bytes", 16 * 2**20 if cpu else 2**30)
+    spec.setdefault("warmup", 2 if cpu else 5)
+    spec.setdefault("iters", 10 if cpu else 20)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    cmd, rdzv = multinode.launch_command(plan, ["net-smoke-worker", "--spec", json.dumps(spec), "--out", str(out)], alloc)
+    log.info("all-reduce sweep on %d rank(s), %d node(s): %s", plan.devices, plan.nodes, " ".join(cmd[:12]))
+    env = multinode.launch_env(system.backend, {**os.environ, "OMP_NUM_THREADS": "1"} if cpu else None)
+    returncode, output = multinode.run_tee(cmd, env=env)
+    if returncode != 0 or not out.exists():
+        raise AccelbenchError(f"net-smoke: the ranks failed (exit status {returncode}); see the log above")
+    record = multinode.launch_record(plan, system.backend, rdzv, output)
+    nccl_tests = shutil.which("all_reduce_perf")  # NCCL's nccl-tests, optional, one node (multi-node needs its MPI build)
+    if nccl_tests and system.backend == "cuda" and plan.nodes == 1:
+        run = subprocess.run([nccl_tests, "-b", "8", "-e", str(spec["max_bytes"]), "-f", "4", "-g", str(plan.devices)],
+                             capture_output=True, text=True)
+        record["nccl_tests"] = {"command": run.args, "returncode": run.returncode, "output": run.stdout[-8000:]}
+    else:
+        record["nccl_tests"] = None
+    multinode.add_launch_record(out, record)
+    table = pd.DataFrame(json.loads(out.read_text())["measurements"]["sizes"])
+    table.insert(0, "ranks", plan.devices)
+    table.insert(1, "nodes", plan.nodes)
+    table.to_csv(out.with_suffix(".csv"), index=False)
+    transports = (record["nccl"] or {}).get("inter_node") or (record["nccl"] or {}).get("via")
+    log.info("%s: peak bus bandwidth %.3g GB/s (%s, %s)", out, table["busbw_gbps"].max(), record["collective_backend"],
+             transports or "transports not reported")
+
+
+def cmd_net_smoke_worker(args: argparse.Namespace) -> None:
+    """One rank of the all-reduce sweep (started by ``net-smoke`` through torchrun); rank 0 writes ``--out``."""
+    from . import provenance, results
+    from .experiments import net_smoke as exp
+
+    spec = json.loads(args.spec)
+    system = _system_from(spec)
+    sizes = exp.message_sizes(int(spec["max_bytes"]))
+    m = exp.run_rank(system.backend, sizes, int(spec["warmup"]), int(spec["iters"]))
+    if m is None:
+        return
+    results.write_result(results.make_result(exp.EXPERIMENT, "ok", spec, provenance.collect(system.backend,
+                                             system.to_dict(), spec), m), args.out, overwrite=True)
+
+
 def _aggregate_parser(sub, name: str, help: str, func, reference: str, reference_help: str) -> None:
     """An aggregation command: ``--results`` (result.json files of any systems), the published data, ``--out-dir``."""
     s = sub.add_parser(name, help=help)
@@ -413,6 +494,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True)
     s.add_argument("--overwrite", action="store_true")
     s.set_defaults(func=cmd_sr3_worker)
+
+    s = sub.add_parser("net-smoke", help="network smoke test: all-reduce bus bandwidth per message size over N ranks")
+    s.add_argument("--spec", required=True, help="JSON: {system, devices[, max_bytes, warmup, iters]}")
+    s.add_argument("--out", required=True, help="allreduce.json (allreduce.csv beside it)")
+    s.set_defaults(func=cmd_net_smoke)
+
+    s = sub.add_parser("net-smoke-worker", help="network smoke test: one rank (started by net-smoke through torchrun)")
+    s.add_argument("--spec", required=True)
+    s.add_argument("--out", required=True)
+    s.set_defaults(func=cmd_net_smoke_worker)
 
     _aggregate_parser(sub, "study-b-sr3-aggregate", "Study B SR3 scaling figure, efficiency table, sample picture", cmd_study_b_sr3_aggregate, "--reference",
                       "study_b_sr3_scaling.csv (published times, with source)")

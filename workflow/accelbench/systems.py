@@ -38,6 +38,7 @@ class System:
     device_memory_gib: float | None = None
     match: tuple[str, ...] = ()
     peak_tflops: dict[str, float] = field(default_factory=dict)
+    devices_per_node: int | str | None = None  # ranks one node runs; None = ``devices`` (cpu: ``cores``)
 
     def supports(self, precision: str) -> bool:
         """True if ``precision`` (fp32, tf32, bf16, fp16, fp8) runs natively on this system."""

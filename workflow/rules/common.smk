@@ -9,6 +9,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, require_backend, resolve_system
+from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
 
 REPO = Path(workflow.basedir)
 
@@ -46,6 +47,24 @@ def all_cores(wildcards):
     """Threads of a measurement job: every core of the run (`--cores`), so that no other job shares the machine
     while it is timed; 1 where no core count is given (dry runs, `--report`)."""
     return workflow.cores if workflow._cores is not None else 1
+
+
+# Multi-node jobs (accelbench.multinode): device counts above the system's devices_per_node span nodes; a count that
+# does not divide stops the run here, before any job, naming the key.
+SLURM_SITE = load_site(os.environ.get("ACCELBENCH_SLURM_SITE") or REPO / "slurm/site.yaml")
+for _n in (config["sr3_scaling"]["devices"] if "sr3_scaling" in config["experiments"] else []):
+    node_plan(SYSTEM, _n, "sr3_scaling.devices")
+for _run in (config["lora_finetune"]["runs"] if "lora_finetune" in config["experiments"] else []):
+    for _n in _run["devices"]:
+        node_plan(SYSTEM, _n, "lora_finetune.runs devices")
+
+
+def node_resources(key):
+    """Resources of a job on `{devices}` ranks: `gpu` on one node; `nodes`, `tasks`, `mpi`, `slurm_extra` (and the
+    site's `gres`) across nodes (accelbench.multinode.slurm_resources; None = not set)."""
+    names = ("gpu", "nodes", "tasks", "tasks_per_gpu", "mpi", "slurm_extra", "gres")
+    return {name: (lambda wildcards, name=name: slurm_resources(SYSTEM, int(wildcards.devices), SLURM_SITE, key).get(name))
+            for name in names}
 
 
 def device_resources():

@@ -26,7 +26,7 @@ rule sr3_train:
         devices="[0-9]+",
     threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:
-        gpu=lambda wildcards: int(wildcards.devices) if SYSTEM.backend == "cuda" else 0,
+        **node_resources("sr3_scaling.devices"),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (multinode.py)
         runtime=120,
     container:
         CONTAINER

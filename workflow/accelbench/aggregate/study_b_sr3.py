@@ -24,6 +24,9 @@ from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
                     "h100": "H100"}
+# Devices per node of the published runs (Study B: Voyager's Gaudi1 nodes hold 8 cards, its 64-card run spans 8 nodes;
+# every other published series fits one node), as in config/systems/<name>.yaml `devices_per_node`.
+REFERENCE_DEVICES_PER_NODE = {"gaudi1": 8, "gaudi2": 8, "gaudi3": 8, "v100": 4, "a100": 4, "h100": 4}
 
 
 def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
@@ -44,6 +47,13 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     return long.reset_index(drop=True), source
 
 
+def _published_layout(system: str, devices: int) -> str | None:
+    per = REFERENCE_DEVICES_PER_NODE.get(system)
+    if per is None:
+        return None
+    return "1 node" if devices <= per else f"{devices // per} nodes x {per}"
+
+
 def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
     """Efficiency of each published series against its own 1-device time: T(1) / (N * T(N))."""
     rows = []
@@ -52,9 +62,23 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
         for _, r in g.iterrows():
             eff = float(t1.iloc[0] / (r["devices"] * r["minutes"])) if len(t1) else np.nan
             rows.append({"series": f"published {REFERENCE_LABELS.get(system, system)}", "precision": "fp32",
-                         "devices": int(r["devices"]), "minutes_40k": float(r["minutes"]), "efficiency": eff,
+                         "devices": int(r["devices"]), "layout": _published_layout(system, int(r["devices"])),
+                         "minutes_40k": float(r["minutes"]), "efficiency": eff,
                          "label": "published"})
     return pd.DataFrame(rows)
+
+
+def layout_columns(launch: dict | None, devices: int) -> dict:
+    """``nodes``, ``ranks_per_node``, ``layout`` ("1 node" / "2 nodes x 8") and ``interconnect`` (NCCL's inter-node
+    transports, else the collective backend) of one result's launch record (:mod:`accelbench.multinode`); results
+    from before multi-node launching ran on one node."""
+    launch = launch or {}
+    nodes = int(launch.get("nodes") or 1)
+    per = int(launch.get("ranks_per_node") or devices)
+    nccl = launch.get("nccl") or {}
+    net = ", ".join(nccl.get("inter_node") or []) or (", ".join(sorted(nccl.get("via") or {})) if nccl else "")
+    return {"nodes": nodes, "ranks_per_node": per, "layout": "1 node" if nodes == 1 else f"{nodes} nodes x {per}",
+            "interconnect": net or launch.get("collective_backend")}
 
 
 def result_rows(results: list[dict]) -> pd.DataFrame:
@@ -66,6 +90,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
                "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
+        row.update(layout_columns(m.get("launch"), int(cfg["devices"])))
         if r["status"] == "ok":
             q = m["quality"]
             row.update({
@@ -101,7 +126,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
-    cols = ["hardware", "scale", "precision", "devices", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
+    cols = ["hardware", "scale", "precision", "devices", "layout", "interconnect", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
             "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
@@ -118,7 +143,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in df.iterrows():
         rows.append({"series": f"measured {r['hardware']} ({r['scale']})", "precision": r["precision"],
-                     "devices": r["devices"],
+                     "devices": r["devices"], "layout": r.get("layout"),
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
                      "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict()),
@@ -139,6 +164,11 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         g = g.sort_values("devices")
         label = series_label("published", REFERENCE_LABELS.get(system, system), "paper", "fp32")
         ax_t.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4, label=label)
+        per = REFERENCE_DEVICES_PER_NODE.get(system)
+        multi_ref = g[g["devices"] > per] if per else g.iloc[:0]
+        if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes)
+            ax_t.scatter(multi_ref["devices"], multi_ref["minutes"], s=90, facecolors="none", edgecolors="grey",
+                         linewidths=1.2, zorder=4, label=f"published multi-node ({per} per node)")
         t1 = g.loc[g["devices"] == 1, "minutes"]
         if len(t1):
             ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8,
@@ -149,6 +179,16 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         g = g.sort_values("devices")
         color = "black" if j == 0 else colors[(j + 6) % len(colors)]
         label = series_label(origin, hw, scale, prec)
+        multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
+        if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
+            ax_m = ax_t if scale == "paper" else ax_s
+            y = "study_b_40k_minutes_projection" if scale == "paper" else "speedup_vs_1"
+            labelled = any(h.get_label().startswith("measured multi-node") for h in ax_m.collections)
+            ax_m.scatter(multi["devices"], multi[y], s=140, facecolors="none", edgecolors="red", linewidths=1.5,
+                         zorder=5, label="_" if labelled else "measured multi-node run (nodes x ranks per node)")
+            for _, mr in multi.iterrows():
+                ax_m.annotate(mr["layout"], (mr["devices"], mr[y]), fontsize=7, color="red",
+                              textcoords="offset points", xytext=(6, 6))
         if scale == "paper":
             ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2,
                       label=label)

@@ -182,6 +182,15 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
         notes.append(f"{system.name} has no native bf16: fp32 used")
     base = dict(strategy=strategy, devices=devices, attention=attention, attn_implementation=impl,
                 precision=precision, notes=notes)
+    from ..multinode import job_limit_reason, node_plan
+
+    nodes = node_plan(system, devices, "lora_finetune.runs devices")
+    if nodes.nodes > 1:  # several nodes: ranks per node against one node, the total against the system's `devices`
+        reason = job_limit_reason(system, nodes)
+        if reason:
+            return Plan(**base, status="unsupported", reason=reason)
+        per_node = available_devices(system.backend, nodes.per_node) if available is None else available
+        available = devices if per_node >= nodes.per_node else per_node
     available = available_devices(system.backend, system.devices) if available is None else available
     if strategy == "single" and devices != 1:
         return Plan(**base, status="unsupported", reason="strategy 'single' runs on exactly 1 device")
@@ -760,16 +769,22 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
     if plan.strategy == "single":
         ranks = [train_rank(spec, system, plan, threads)]
     else:
-        with tempfile.TemporaryDirectory(prefix="accelbench_ranks_") as rank_dir:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.devices}",
-                   "-m", "accelbench", "lora-finetune", "--spec", json.dumps(spec), "--rank-dir", rank_dir,
-                   "--threads", str(threads)]
-            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (threads or os.cpu_count() or 1) // plan.devices)))
+        from .. import multinode
+
+        layout = multinode.node_plan(system, plan.devices, "lora_finetune.runs devices")
+        alloc = multinode.allocation() if layout.nodes > 1 else None
+        if multinode.allocation_reason(layout, alloc):
+            return {"status": "unsupported", "reason": multinode.allocation_reason(layout, alloc), "plan": plan.to_dict(),
+                    "measurements": {"launch": multinode.launch_record(layout, system.backend, None)}}
+        # ranks on other nodes write their rank files too: a shared folder (the run's working directory) then
+        with tempfile.TemporaryDirectory(prefix="accelbench_ranks_", dir=Path.cwd() if layout.nodes > 1 else None) as rank_dir:
+            worker = ["lora-finetune", "--spec", json.dumps(spec), "--rank-dir", rank_dir, "--threads", str(threads)]
+            cmd, rdzv = multinode.launch_command(layout, worker, alloc)
+            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (threads or os.cpu_count() or 1) // layout.per_node)))
             if system.backend == "hpu":
                 env["PT_HPU_LAZY_MODE"] = hpu_lazy_mode(plan.strategy)
-            proc = subprocess.run(cmd, env=env, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
-            sys.stderr.write(proc.stdout)
+            returncode, output = multinode.run_tee(cmd, env=multinode.launch_env(system.backend, env), timeout=timeout_s)
+            proc = subprocess.CompletedProcess(cmd, returncode, stdout=output)
             ranks = [json.loads(p.read_text()) for p in sorted(Path(rank_dir).glob("rank*.json"))]
         failed = [r for r in ranks if r["status"] != "ok"]
         if failed:
@@ -784,8 +799,14 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
     if ranks[0]["status"] != "ok":
         return {"status": ranks[0]["status"], "reason": ranks[0]["reason"], "plan": plan.to_dict(),
                 "measurements": ranks[0]["measurements"]}
-    return {"status": "ok", "reason": None, "plan": plan.to_dict(),
-            "measurements": summarize(ranks, plan, settings, system, spec.get("projection", {}))}
+    measurements = summarize(ranks, plan, settings, system, spec.get("projection", {}))
+    if plan.strategy == "single":
+        from .. import multinode
+
+        measurements["launch"] = multinode.launch_record(multinode.NodePlan(1, 1, 1), system.backend, None)
+    else:
+        measurements["launch"] = multinode.launch_record(layout, system.backend, rdzv, proc.stdout)
+    return {"status": "ok", "reason": None, "plan": plan.to_dict(), "measurements": measurements}
 
 
 def rank_entry(spec: dict, system, rank_dir: str, threads: int = 0) -> None:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,11 +144,24 @@ def max_devices(system) -> int:
 
 
 def unsupported_reason(system, devices: int, precision: str, visible: int | None = None) -> str | None:
-    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now."""
+    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now.
+    Counts above ``devices_per_node`` run on several nodes (:func:`accelbench.multinode.node_plan`).
+
+    Raises:
+        ConfigError: a multi-node count that does not divide by ``devices_per_node``.
+    """
     if precision not in PRECISIONS:
         return f"precision {precision!r} is not one of {PRECISIONS}"
     if not system.supports(precision):
         return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
+    from ..multinode import job_limit_reason, node_plan
+
+    plan = node_plan(system, devices, "sr3_scaling.devices")
+    if plan.nodes > 1:  # ranks per node against what one node has; the allocation is checked by the launcher
+        if visible is not None and plan.per_node > visible:
+            return (f"{devices} devices = {plan.nodes} nodes x {plan.per_node}; only {visible} {system.backend} "
+                    f"device(s) are visible on this node")
+        return job_limit_reason(system, plan)
     limit = max_devices(system)
     if devices > limit:
         what = "usable CPU cores (one gloo process each)" if system.backend == "cpu" else "devices in its system file"
@@ -446,7 +460,8 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
     peak = device.peak_memory_bytes()
     per_rank = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "wall_s": wall,
                 "peak_mem_gib": peak / 2**30 if peak is not None else None, "peak_rss_gib": _peak_rss_gib(),
-                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads()}
+                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads(),
+                "node": os.environ.get("SLURMD_NODENAME") or platform.node()}
     ranks = _gather(per_rank)
     if world > 1:
         dist.barrier()
@@ -489,6 +504,7 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
         "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in ranks],
         "threads_per_rank": [r["threads"] for r in ranks],
         "rank_median_ms": [r["median_ms"] for r in ranks],
+        "rank_nodes": [r["node"] for r in ranks],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": spread,
         "loss": {"first": loss_first, "last10_mean": loss_last, "rank": 0},
         "quality": q,

@@ -1,0 +1,342 @@
+"""Multi-node jobs: node/rank plan, Slurm request, ``srun`` + ``torchrun`` c10d launch, and what each result records.
+
+Study B runs SR3 strong scaling up to 64 Gaudi1 cards on 8 nodes (8 per node) and fine-tunes across nodes. Here a
+system file states ``devices_per_node``; a device count above it becomes ``nodes x devices_per_node``
+(:func:`node_plan`; a count that does not divide is a :class:`~accelbench.errors.ConfigError`). Launching uses the
+stack's own engine, no launcher of ours:
+
+* one node, or outside Slurm: ``torchrun --standalone --nproc-per-node P`` (what every job did before);
+* N > 1 nodes inside a Slurm allocation: ``srun --nodes N --ntasks N --ntasks-per-node 1`` starts one torchrun agent
+  per node (``--nnodes N --nproc-per-node P``), joined by torchrun's c10d rendezvous on the first node's address
+  (``scontrol show hostnames`` of the job's node list, then that node's ``NodeAddr``) and a free port there.
+
+Every result records the layout (:func:`launch_record`): nodes, ranks per node, rendezvous backend and endpoint, the
+collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose, parsed from ``NCCL_DEBUG=INFO`` lines
+(:func:`parse_nccl_transports`), so a reviewer sees whether inter-node traffic used InfiniBand, sockets or NVLink.
+
+Example::
+
+    plan = node_plan(system, 16)               # h100 with devices_per_node 8 -> NodePlan(devices=16, nodes=2, per_node=8)
+    cmd, rdzv = launch_command(plan, ["sr3-worker", ...], allocation())
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+RDZV_BACKEND = "c10d"
+
+
+# --------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class NodePlan:
+    """How ``devices`` ranks are laid out: ``nodes`` x ``per_node`` (ranks per node)."""
+
+    devices: int
+    nodes: int
+    per_node: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def devices_per_node(system) -> int | None:
+    """Ranks one node of ``system`` runs: its ``devices_per_node`` (default: ``devices``); None on ``cpu`` with
+    ``devices_per_node: cores`` (one gloo rank per usable core of the one node that runs the job)."""
+    per = getattr(system, "devices_per_node", None)
+    if per is None:
+        return None if system.backend == "cpu" else system.devices
+    if per == "cores":
+        return None
+    return int(per)
+
+
+def node_plan(system, devices: int, key: str = "devices") -> NodePlan:
+    """Lay out ``devices`` ranks on ``system``: one node up to ``devices_per_node``, else ``devices / devices_per_node``
+    nodes of ``devices_per_node`` ranks each.
+
+    Raises:
+        ConfigError: ``devices`` is below 1, or above one node and not a multiple of ``devices_per_node``
+            (naming ``key``, the config key the count came from).
+    """
+    devices = int(devices)
+    if devices < 1:
+        raise ConfigError(f"{key}: {devices} devices requested; at least 1 is needed")
+    per = devices_per_node(system)
+    if per is None or devices <= per:
+        return NodePlan(devices, 1, devices)
+    if devices % per:
+        lower, upper = devices // per * per, (devices // per + 1) * per
+        raise ConfigError(f"{key}: {devices} devices do not fill whole nodes of system {system.name!r} "
+                          f"(devices_per_node: {per}); use at most {per} (one node) or a multiple of {per} "
+                          f"(e.g. {lower or per} or {upper})")
+    return NodePlan(devices, devices // per, per)
+
+
+def job_limit_reason(system, plan: NodePlan) -> str | None:
+    """Why a multi-node ``plan`` exceeds what one job of ``system`` may use (its ``devices``); None if it fits."""
+    if plan.nodes > 1 and system.backend != "cpu" and plan.devices > system.devices:
+        return (f"{plan.devices} devices ({plan.nodes} nodes x {plan.per_node}) requested; system {system.name} "
+                f"allows {system.devices} per job (`devices` in its system file: raise it to nodes x devices_per_node "
+                f"to span nodes)")
+    return None
+
+
+# --------------------------------------------------------------------------- Slurm request (rules)
+def load_site(path: str | Path | None = None) -> dict:
+    """The Slurm site file (``slurm/site.yaml``, or ``$ACCELBENCH_SLURM_SITE``); {} when absent."""
+    import yaml
+
+    path = Path(path or os.environ.get("ACCELBENCH_SLURM_SITE") or "slurm/site.yaml")
+    if not path.exists():
+        return {}
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Slurm site file {path} is not valid YAML: {exc}") from None
+
+
+def slurm_resources(system, devices: int, site: dict | None = None, key: str = "devices") -> dict:
+    """Snakemake resources of a job on ``devices`` ranks (read by snakemake-executor-plugin-slurm).
+
+    One node: ``{"gpu": devices}`` on CUDA (``--gpus``), 0 elsewhere, as before. N > 1 nodes: ``nodes`` (``--nodes``),
+    ``tasks`` = N (``tasks_per_gpu`` 0) and ``mpi`` (the job step then runs the rule's command once, on the first node, which calls ``srun``
+    itself), ``slurm_extra`` with ``--ntasks-per-node=1``, ``--exclusive`` (site ``multinode.exclusive``) and the
+    accelerators per node: ``--gpus-per-node=P``, or the site's GRES form (``multinode.gres: gpu`` ->
+    ``gres: gpu:P``, which Slurm counts per node; Gaudi sites set their card's GRES name here).
+
+    Raises:
+        ConfigError: the count does not fill whole nodes (:func:`node_plan`).
+    """
+    plan = node_plan(system, devices, key)
+    if plan.nodes == 1:
+        return {"gpu": plan.devices if system.backend == "cuda" else 0}
+    mn = (site or {}).get("multinode") or {}
+    extra = ["--ntasks-per-node=1"]
+    if mn.get("exclusive", True):
+        extra.append("--exclusive")
+    # tasks_per_gpu 0: the plugin would otherwise turn `tasks` into --ntasks-per-gpu for a GRES naming "gpu"
+    res = {"nodes": plan.nodes, "tasks": plan.nodes, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0}
+    if mn.get("gres"):
+        if system.backend != "cpu":
+            res["gres"] = f"{mn['gres']}:{plan.per_node}"
+    elif system.backend == "cuda":
+        extra.append(f"--gpus-per-node={plan.per_node}")
+    res["slurm_extra"] = " ".join(extra)
+    return res
+
+
+# --------------------------------------------------------------------------- allocation and rendezvous
+def _scontrol(*args: str) -> str:
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def _field(line: str, name: str) -> str | None:
+    m = re.search(rf"(?:^|\s){re.escape(name)}=(\S+)", line)
+    return m.group(1) if m else None
+
+
+def allocation(env: dict | None = None) -> dict | None:
+    """The Slurm allocation this process runs in: ``{"job_id", "hosts", "cpus_per_task"}``; None outside Slurm.
+
+    The node list comes from ``SLURM_JOB_NODELIST`` or, where the job step dropped it (the Slurm executor's job step
+    keeps only ``SLURM_JOB_ID``), from ``scontrol show job``; ``scontrol show hostnames`` expands it.
+    """
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID")
+    if not job or shutil.which("scontrol") is None:
+        return None
+    info = _scontrol("show", "job", "-o", job)
+    nodelist = env.get("SLURM_JOB_NODELIST") or _field(info, "NodeList")
+    hosts = _scontrol("show", "hostnames", nodelist).split() if nodelist and nodelist != "(null)" else []
+    cpt = _field(info, "CPUs/Task")
+    return {"job_id": job, "hosts": hosts, "cpus_per_task": int(cpt) if cpt and cpt.isdigit() else None}
+
+
+def allocation_reason(plan: NodePlan, alloc: dict | None) -> str | None:
+    """Why a multi-node ``plan`` cannot start here (None if it can): outside Slurm, or too few nodes allocated."""
+    if plan.nodes == 1:
+        return None
+    if alloc is None:
+        return (f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; this job runs outside a Slurm "
+                f"allocation (run with `--profile slurm`, which asks for {plan.nodes} nodes)")
+    if len(alloc["hosts"]) < plan.nodes:
+        return (f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; Slurm job {alloc['job_id']} "
+                f"holds {len(alloc['hosts'])} node(s)")
+    return None
+
+
+def node_address(node: str) -> str:
+    """The address Slurm reaches ``node`` at (``NodeAddr``; the name itself where scontrol does not say)."""
+    try:
+        return _field(_scontrol("show", "node", "-o", node), "NodeAddr") or node
+    except (subprocess.SubprocessError, OSError):
+        return node
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = None) -> tuple[list[str], dict]:
+    """The command that starts ``plan.devices`` ranks of ``python -m accelbench <worker_args>``, and its rendezvous.
+
+    One node: ``torchrun --standalone --nproc_per_node P`` (c10d on localhost, free port). N nodes (``alloc`` from
+    :func:`allocation`, holding >= N nodes): ``srun --nodes N --ntasks N --ntasks-per-node 1 --kill-on-bad-exit=1``
+    [``--cpus-per-task C``] ``torchrun --nnodes N --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint H:PORT
+    --rdzv-id <job>-<random> --max-restarts 0``, H the first node's address. The launcher runs on the first node
+    (the batch step), so the free port is picked there.
+
+    Returns:
+        ``(argv, rendezvous)`` with ``rendezvous = {"backend", "endpoint", "hosts", "slurm_job_id"}``.
+    """
+    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+    worker = ["-m", "accelbench", *worker_args]
+    if plan.nodes == 1:
+        return ([*torchrun, "--standalone", f"--nproc_per_node={plan.devices}", *worker],
+                {"backend": RDZV_BACKEND, "endpoint": "localhost (standalone)", "hosts": [socket.gethostname()],
+                 "slurm_job_id": (alloc or {}).get("job_id") or os.environ.get("SLURM_JOB_ID")})
+    reason = allocation_reason(plan, alloc)
+    if reason:
+        raise ConfigError(reason)
+    hosts = alloc["hosts"][:plan.nodes]
+    endpoint = f"{node_address(hosts[0])}:{free_port()}"
+    srun = ["srun", f"--jobid={alloc['job_id']}", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    if alloc.get("cpus_per_task"):
+        srun.append(f"--cpus-per-task={alloc['cpus_per_task']}")
+    cmd = [*srun, *torchrun, f"--nnodes={plan.nodes}", f"--nproc-per-node={plan.per_node}",
+           f"--rdzv-backend={RDZV_BACKEND}", f"--rdzv-endpoint={endpoint}",
+           f"--rdzv-id=accelbench-{alloc['job_id']}-{secrets.token_hex(4)}", "--max-restarts=0", *worker]
+    return cmd, {"backend": RDZV_BACKEND, "endpoint": endpoint, "hosts": hosts, "slurm_job_id": alloc["job_id"]}
+
+
+def collective_backend(backend: str) -> str:
+    """torch.distributed backend of a torch device type: NCCL (cuda), HCCL (hpu), gloo (cpu)."""
+    return {"cuda": "nccl", "hpu": "hccl"}.get(backend, "gloo")
+
+
+def launch_env(backend: str, env: dict | None = None) -> dict:
+    """Environment of the ranks: ``NCCL_DEBUG=INFO`` on CUDA (unless the user set it), so the transports NCCL picks
+    appear in the log and :func:`parse_nccl_transports` can record them."""
+    env = dict(os.environ if env is None else env)
+    if backend == "cuda":
+        env.setdefault("NCCL_DEBUG", "INFO")
+    return env
+
+
+def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = None) -> tuple[int, str]:
+    """Run ``cmd``, copying its output (stdout and stderr) to this process's stderr line by line; returns
+    ``(exit status, output)``.
+
+    Raises:
+        subprocess.TimeoutExpired: ``cmd`` ran longer than ``timeout`` seconds (it is killed first).
+    """
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    lines: list[str] = []
+
+    def pump():
+        for line in proc.stdout:
+            sys.stderr.write(line)
+            lines.append(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        reader.join(timeout=10)
+        sys.stderr.flush()
+    return rc, "".join(lines)
+
+
+# --------------------------------------------------------------------------- what NCCL chose
+_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : \S+ -> \S+ (?:\[\w+\] )?via (\S+)")
+_NET = re.compile(r"NCCL INFO Using network (\S+)")
+_IFACE = re.compile(r"NCCL INFO NET/(\w+)\s*: Using (.+)$")
+_VERSION = re.compile(r"NCCL version (\S+)")
+
+
+def parse_nccl_transports(text: str) -> dict | None:
+    """The transports NCCL chose, from ``NCCL_DEBUG=INFO`` output (None when there is no NCCL line).
+
+    ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` lines give the peer-to-peer paths (``P2P/...`` NVLink or PCIe
+    inside a node, ``SHM`` host memory, ``NET/IB/...`` InfiniBand/RoCE, ``NET/Socket/...`` TCP between nodes), counted
+    per transport; ``Using network IB`` and ``NET/IB : Using [0]mlx5_0:1/IB`` the network plugin and its devices;
+    NVLS/CollNet lines whether NVLink SHARP was set up.
+
+    Returns:
+        ``{"version", "network": [..], "interfaces": {net: [..]}, "via": {transport: count}, "inter_node": [..],
+        "nvls": bool}``; ``inter_node`` lists the ``NET/...`` transports (empty inside one node).
+    """
+    if "NCCL" not in text:
+        return None
+    via: dict[str, int] = {}
+    nets, ifaces, version, nvls = [], {}, None, False
+    for line in text.splitlines():
+        if "NCCL" not in line:
+            continue
+        if m := _VIA.search(line):
+            via[m.group(1)] = via.get(m.group(1), 0) + 1
+        elif m := _NET.search(line):
+            if m.group(1) not in nets:
+                nets.append(m.group(1))
+        elif m := _IFACE.search(line):
+            ifaces.setdefault(m.group(1), [])
+            if m.group(2).strip() not in ifaces[m.group(1)]:
+                ifaces[m.group(1)].append(m.group(2).strip())
+        elif version is None and (m := _VERSION.search(line)):
+            version = m.group(1)
+        if "NVLS" in line and ("Connected NVLS" in line or "NVLS comm" in line or "NVLS multicast support is available" in line):
+            nvls = True
+    if not (via or nets or ifaces or version):
+        return None
+    inter = sorted({"/".join(k.split("/")[:2]) for k in via if k.startswith("NET/")})
+    return {"version": version, "network": nets, "interfaces": ifaces, "via": via, "inter_node": inter, "nvls": nvls}
+
+
+def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output: str = "") -> dict:
+    """What a result records about its launch: nodes, ranks per node, world size, launcher, rendezvous backend and
+    endpoint, hosts, Slurm job, collective backend, and (NCCL) the parsed transports."""
+    coll = collective_backend(backend)
+    rdzv = rendezvous or {}
+    return {"nodes": plan.nodes, "ranks_per_node": plan.per_node, "world_size": plan.devices,
+            "launcher": (("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone") if rendezvous else
+                         "in-process" if plan.devices == 1 else "not launched"),
+            "rendezvous_backend": rdzv.get("backend"), "rendezvous_endpoint": rdzv.get("endpoint"),
+            "hosts": rdzv.get("hosts"), "slurm_job_id": rdzv.get("slurm_job_id"),
+            "collective_backend": coll if plan.devices > 1 else None,
+            "nccl": parse_nccl_transports(output) if coll == "nccl" else None}
+
+
+def add_launch_record(result_path: str | Path, record: dict) -> None:
+    """Put ``record`` (:func:`launch_record`) into ``measurements.launch`` of the result rank 0 wrote (atomic rewrite;
+    the launcher learns the NCCL transports only after the ranks end)."""
+    import json
+
+    from .results import write_json_atomic
+
+    path = Path(result_path)
+    data = json.loads(path.read_text())
+    data.setdefault("measurements", {})["launch"] = record
+    write_json_atomic(data, path)

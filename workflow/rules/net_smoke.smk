@@ -1,0 +1,22 @@
+# Network smoke test (not in `rule all`): an all-reduce bus-bandwidth sweep over {devices} ranks, launched like SR3 and
+# LoRA (srun + torchrun c10d across nodes when {devices} exceeds the system's devices_per_node; accelbench.multinode).
+#   snakemake --cores all --profile slurm --config system=h100 results/h100/net_smoke/devices_16/allreduce.json
+# A diagnostic, not a result: not write-protected, reruns whenever asked (`--forcerun net_smoke`).
+rule net_smoke:
+    output:
+        json=f"{RESULTS}/{{system}}/net_smoke/devices_{{devices}}/allreduce.json",
+        table=f"{RESULTS}/{{system}}/net_smoke/devices_{{devices}}/allreduce.csv",
+    log:
+        "logs/{system}/net_smoke/devices_{devices}.log",
+    params:
+        spec=lambda wildcards: json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices)}),
+    wildcard_constraints:
+        devices="[0-9]+",
+    threads: all_cores
+    resources:
+        **node_resources("net_smoke devices"),
+        runtime=20,
+    container:
+        CONTAINER
+    shell:
+        "accelbench net-smoke --spec {params.spec:q} --out {output.json} > {log} 2>&1 && cat {output.table}"
