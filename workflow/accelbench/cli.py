@@ -1,7 +1,8 @@
 """Command-line entry points: one per Snakemake rule (rules call these with ``shell:``).
 
-Run ``accelbench --help`` for the list. Each command takes its resolved settings as one JSON
-argument (the rule builds it from the validated config) and writes its outputs atomically.
+Run ``accelbench --help`` for the list. Each command takes its resolved settings as one JSON file
+(``--spec``: the rule writes it from the validated config under ``.snakemake/accelbench/spec/``; an
+inline JSON object is accepted too) and writes its outputs atomically.
 Errors the user can act on (bad config, missing accelerator, missing or corrupt files) end with
 a one-line message and exit status 2.
 """
@@ -17,6 +18,25 @@ from pathlib import Path
 from .errors import AccelbenchError
 
 log = logging.getLogger("accelbench")
+
+
+def _load_spec(value: str) -> dict:
+    """``--spec``: the path of a JSON file, or (for internal launches and tests) an inline JSON object.
+
+    Raises:
+        AccelbenchError: the file is missing or not a JSON object (names the file).
+    """
+    if value.lstrip().startswith("{"):
+        return json.loads(value)
+    try:
+        spec = json.loads(Path(value).read_text())
+    except FileNotFoundError:
+        raise AccelbenchError(f"spec file not found: {value}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
+    if not isinstance(spec, dict):
+        raise AccelbenchError(f"spec file {value} must hold a JSON object")
+    return spec
 
 
 def _system_from(spec: dict):
@@ -42,7 +62,7 @@ def _write_result(experiment: str, outcome: dict, config: dict, system, out: Pat
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
     from .data import mri
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
     log.info("prepared MRI pair: %s", json.dumps(summary))
 
@@ -55,7 +75,7 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     from .measure import write_kernel_table
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     require_backend(system)
     if args.threads:
@@ -83,7 +103,7 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
     from .data.mri import load_case
     from .experiments import unet3d_profile as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
@@ -94,7 +114,7 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
     from .experiments import unet3d_ncu as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -124,7 +144,7 @@ def cmd_study_a_aggregate(args: argparse.Namespace) -> None:
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
     from .data import sky
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
     log.info("prepared sky patches: %s", json.dumps(summary))
 
@@ -148,7 +168,7 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     require_backend(system)
     out = Path(args.out)
@@ -190,7 +210,7 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
     from .data import sky
     from .experiments import sr3_scaling as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     rank = int(os.environ.get("RANK", 0))
@@ -226,7 +246,7 @@ def cmd_lora_finetune(args: argparse.Namespace) -> None:
     from .experiments import lora_finetune as exp
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     if system.backend == "hpu":  # before anything imports habana_frameworks (Study B: lazy mode except FSDP)
         import os
@@ -251,7 +271,7 @@ def cmd_lora_finetune(args: argparse.Namespace) -> None:
 def cmd_llm_export(args: argparse.Namespace) -> None:
     from .models.export import export_hf_folder
 
-    info = export_hf_folder(json.loads(args.spec), args.out)
+    info = export_hf_folder(_load_spec(args.spec), args.out)
     log.info("exported %s to %s", info["name"], args.out)
 
 
@@ -271,7 +291,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
     from .experiments import llm_quant as exp
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -343,13 +363,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("mri-prepare", help="build the Study A MRI image/mask NIfTI pair")
-    s.add_argument("--spec", required=True, help="JSON: {volume, spacing_mm, data: {source, folder, case, label_values}}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {volume, spacing_mm, data: {source, folder, case, label_values}}")
     s.add_argument("--image", required=True)
     s.add_argument("--mask", required=True)
     s.set_defaults(func=cmd_mri_prepare)
 
     s = sub.add_parser("unet3d-profile", help="Study A: profile one Med-DDPM U-Net configuration")
-    s.add_argument("--spec", required=True, help="JSON: {system, model, configuration, presets, scales, run}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model, configuration, presets, scales, run}")
     s.add_argument("--image", required=True)
     s.add_argument("--mask", required=True)
     s.add_argument("--out", required=True, help="result.json (kernels.csv and trace.json.gz go beside it)")
@@ -380,12 +400,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "study_a_claims.csv (published claims, with source)")
 
     s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
-    s.add_argument("--spec", required=True, help="JSON: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
     s.add_argument("--out", required=True, help="patch set (.npz)")
     s.set_defaults(func=cmd_sr3_prepare)
 
     s = sub.add_parser("sr3-train", help="Study B SR3: DDP training on N devices (launches torchrun), one result")
-    s.add_argument("--spec", required=True, help="JSON: {system, devices, precision, preset, scales, run}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, devices, precision, preset, scales, run}")
     s.add_argument("--data", required=True, help="patch set from sr3-prepare")
     s.add_argument("--out", required=True, help="result.json (samples.npz goes beside it)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
@@ -402,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "study_b_sr3_scaling.csv (published times, with source)")
 
     s = sub.add_parser("lora-finetune", help="Study B LoRA: one (model, attention, strategy, devices) run, one result")
-    s.add_argument("--spec", required=True, help="JSON: {system, model_name, model, attention, strategy, devices, "
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model_name, model, attention, strategy, devices, "
                                                  "settings, data, projection}")
     s.add_argument("--out", help="result.json")
     s.add_argument("--rank-dir", help="internal: run as one torchrun rank and write rank<r>.json here")
@@ -420,8 +440,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("llm-quant", help="Study B: LLM quantization (sensitivity map, or one method and bit set)")
     s.add_argument("--stage", required=True, choices=["sensitivity", "method"])
-    s.add_argument("--spec", required=True, help="JSON: {system, model, model_spec, data, method, bitset, ...}")
-    s.add_argument("--model-dir", default=None, help="model folder written by `accelbench llm-export` (else load per spec)")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model, model_spec, data, method, bitset, ...}")
+    s.add_argument("--model-dir", default=None, type=lambda v: v or None,
+                   help="model folder written by `accelbench llm-export` (empty or absent: load per spec)")
     s.add_argument("--sensitivity", default=None, help="sensitivity result.json (--stage method)")
     s.add_argument("--out", required=True, help="result.json")
     s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")

@@ -1,4 +1,5 @@
 # Validation of the config and the systems, the resolved system, and the input functions of all rules.
+import hashlib
 import json
 from pathlib import Path
 
@@ -42,6 +43,23 @@ wildcard_constraints:
     scale="small|paper",
 
 
+SPEC_DIR = Path(".snakemake/accelbench/spec")
+
+
+def spec_file(spec):
+    """A job's resolved settings as a content-addressed file `.snakemake/accelbench/spec/<sha256[:16]>.json` (written
+    once, atomically); its short path is the job's `params.spec`, so a settings change still changes the params (and
+    reruns the job) while the shell line stays short and carries no config text."""
+    text = json.dumps(spec, indent=1) + "\n"
+    path = SPEC_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return str(path)
+
+
 def all_cores(wildcards):
     """Threads of a measurement job: every core of the run (`--cores`), so that no other job shares the machine
     while it is timed; 1 where no core count is given (dry runs, `--report`)."""
@@ -76,13 +94,13 @@ def mri_spec(wildcards):
 
     u = config["unet3d_profile"]
     s = resolve_settings(wildcards.model, u["presets"], wildcards.scale, u.get("scales", {}))
-    return json.dumps({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": config["data"]["mri"]})
+    return spec_file({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": config["data"]["mri"]})
 
 
 def unet3d_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model, "configuration": wildcards.configuration,
+    return spec_file({"system": SYSTEM.to_dict(), "model": wildcards.model, "configuration": wildcards.configuration,
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -93,9 +111,9 @@ def unet3d_ncu_results(system=SYSTEM.name):
 
 
 def unet3d_ncu_spec(wildcards):
-    spec = json.loads(unet3d_spec(wildcards))
+    spec = json.loads(Path(unet3d_spec(wildcards)).read_text())
     spec["ncu"] = {k: v for k, v in config["unet3d_ncu"].items() if k != "configurations"}
-    return json.dumps(spec)
+    return spec_file(spec)
 
 
 # --------------------------------------------------------------------------- Study B: SR3 scaling
@@ -117,14 +135,14 @@ def sr3_prepare_spec(wildcards):
     data = dict(u.get("data") or {})
     if data.get("folder"):
         data["folder"] = str(repo_path(data["folder"]))
-    return json.dumps({"hr_size": s.hr_size, "factor": s.factor, "data": data})
+    return spec_file({"hr_size": s.hr_size, "factor": s.factor, "data": data})
 
 
 def sr3_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices), "precision": wildcards.precision,
+    return spec_file({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices), "precision": wildcards.precision,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
 
 
@@ -177,7 +195,7 @@ def llm_export_spec(wildcards):
     if any(sp != specs[0] for sp in specs[1:]):
         raise ValueError(f"model {wildcards.model!r} is defined differently in llm_quant.models and "
                          f"lora_finetune.presets: {specs}; give the two different names")
-    return json.dumps(specs[0])
+    return spec_file(specs[0])
 
 
 def llm_quant_spec(wildcards):
@@ -192,7 +210,7 @@ def llm_quant_spec(wildcards):
     if method == "sensitivity":  # settings that only method jobs use stay out, so changing them reruns only those
         keys = tuple(k for k in keys if k not in ("eval_tokens", "calibration_tokens", "allocation", "throughput",
                                                    "torchao_dtype"))
-    return json.dumps({"system": SYSTEM.to_dict(), "model": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
                        "method": method, "bitset": wildcards.get("bitset", "none"),
                        **{k: u[k] for k in keys if k in u}})
@@ -233,7 +251,7 @@ def lora_spec(wildcards):
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
-    return json.dumps({"system": SYSTEM.to_dict(), "model_name": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
