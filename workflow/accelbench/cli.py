@@ -10,6 +10,8 @@ a one-line message and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import logging
 import sys
@@ -29,13 +31,17 @@ def _load_spec(value: str) -> dict:
     if value.lstrip().startswith("{"):
         return json.loads(value)
     try:
-        spec = json.loads(Path(value).read_text())
+        text = Path(value).read_text()
+        spec = json.loads(text)
     except FileNotFoundError:
         raise AccelbenchError(f"spec file not found: {value}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
     if not isinstance(spec, dict):
         raise AccelbenchError(f"spec file {value} must hold a JSON object")
+    from . import results
+
+    results.SPEC_SHA256 = hashlib.sha256(text.encode()).hexdigest()  # recorded in the result (stale-settings check)
     return spec
 
 
@@ -463,12 +469,32 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Measurement commands: the result they write (--out) and its experiment folder. Each runs holding the machine-wide
+# lock of its device set (locks.py) and inside results.superseding (an old result is moved aside, never deleted).
+MEASUREMENTS = {"unet3d-profile": "unet3d_profile", "unet3d-ncu": "unet3d_ncu", "sr3-train": "sr3_scaling",
+                "lora-finetune": "lora_finetune", "llm-quant": "llm_quant"}
+
+
+def _measurement_guard(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """Device lock + supersession around a measurement command (nothing for other commands and torchrun ranks)."""
+    if args.command not in MEASUREMENTS or not getattr(args, "out", None) or getattr(args, "rank_dir", None):
+        return contextlib.nullcontext()
+    from . import locks, results
+
+    system = _load_spec(args.spec)["system"]
+    stack = contextlib.ExitStack()
+    stack.enter_context(locks.device_lock(locks.device_set(system["backend"]), str(args.out)))
+    stack.enter_context(results.superseding(args.out, system["name"], MEASUREMENTS[args.command]))
+    return stack
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        args.func(args)
+        with _measurement_guard(args):
+            args.func(args)
     except AccelbenchError as exc:
         print(f"accelbench {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -1,6 +1,7 @@
 # Validation of the config and the systems, the resolved system, and the input functions of all rules.
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import os
@@ -79,9 +80,11 @@ def unet3d_results(system=SYSTEM.name):
 
 
 def other_systems_results(experiment):
-    """Results of other systems copied into results/ (merging machines = copying folders)."""
+    """Results of other systems copied into results/ (merging machines = copying folders); dot folders (such as
+    `<system>/.superseded/`) are skipped. Any folder name is safe: every rule quotes its inputs (`{input:q}`)."""
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
-    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name]
+    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name
+            and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)]
 
 
 def mri_inputs(wildcards):
@@ -273,3 +276,47 @@ def get_final_output():
     if "lora_finetune" in config["experiments"]:
         out += lora_results() + [f"{RESULTS}/study_b_lora/runs.csv", f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png"]
     return out
+
+
+# --------------------------------------------------------------------------- superseded results
+def stale_results():
+    """Finished results of this system (targets of `rule all`) whose recorded settings (`spec_sha256`, the sha256 of
+    the job's spec file) differ from the config's now: their jobs rerun, and move them (with their side files) to
+    `<results_dir>/<system>/.superseded/<UTC time>/` first (accelbench.results.superseding). Returns paths."""
+    from snakemake.io import Wildcards, regex_from_filepattern
+
+    r = f"{RESULTS}/{SYSTEM.name}"
+    patterns = [(f"{r}/unet3d_profile/{{model}}/{{configuration}}/result.json", unet3d_spec),
+                (f"{r}/unet3d_ncu/{{model}}/{{configuration}}/result.json", unet3d_ncu_spec),
+                (f"{r}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json", sr3_spec),
+                (f"{r}/llm_quant/{{model}}/sensitivity/result.json", llm_quant_spec),
+                (f"{r}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json", llm_quant_spec),
+                (f"{r}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json", lora_spec)]
+    stale = []
+    for target in get_final_output():
+        if not Path(target).is_file():
+            continue
+        for pattern, spec_function in patterns:
+            m = re.fullmatch(regex_from_filepattern(pattern).replace(".+)", "[^/]+)"), target)
+            if m:
+                try:
+                    recorded = json.loads(Path(target).read_text()).get("spec_sha256")
+                except (OSError, ValueError, AttributeError):
+                    recorded = None
+                if recorded:
+                    current = hashlib.sha256(Path(spec_function(Wildcards(fromdict=m.groupdict()))).read_bytes())
+                    if current.hexdigest() != recorded:
+                        stale.append(target)
+                break
+    return stale
+
+
+if workflow.is_main_process:
+    _stale = stale_results()
+    if _stale:
+        import sys
+
+        print(f"accelbench: {len(_stale)} finished result(s) were made with other settings than the config's now; "
+              f"{'a run would move' if workflow.dryrun else 'their jobs move'} each (with its side files) to "
+              f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ before measuring again (never deleted):\n  "
+              + "\n  ".join(_stale), file=sys.stderr)

@@ -4,9 +4,9 @@ rule llm_quant_sensitivity:
     input:
         unpack(llm_quant_model_input),
     output:
-        result=protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json"),
-        layers=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv",
-        submodules=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv",
+        result=protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json")),
+        layers=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv"),
+        submodules=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv"),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
     params:
@@ -28,7 +28,7 @@ rule llm_quant_method:
         unpack(llm_quant_model_input),
         sensitivity=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json",
     output:
-        protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json")),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
     params:

@@ -4,7 +4,7 @@ rule lora_finetune:
     input:
         unpack(lora_model_input),
     output:
-        protected(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     params:

@@ -16,7 +16,7 @@ rule sr3_train:
     input:
         data=sr3_data,
     output:
-        protected(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json")),
     log:
         f"logs/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}.log",
     params:

@@ -3,7 +3,7 @@ rule unet3d_profile:
     input:
         unpack(mri_inputs),
     output:
-        protected(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
     params:
@@ -25,7 +25,7 @@ rule unet3d_ncu:
         unpack(mri_inputs),
         profile=f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json",
     output:
-        protected(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
     params:
