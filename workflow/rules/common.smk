@@ -97,7 +97,10 @@ def mri_spec(wildcards):
 
     u = config["unet3d_profile"]
     s = resolve_settings(wildcards.model, u["presets"], wildcards.scale, u.get("scales", {}))
-    return spec_file({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": config["data"]["mri"]})
+    data = dict(config["data"]["mri"])
+    if data.get("folder"):
+        data["folder"] = str(repo_path(data["folder"]))  # like every path setting: relative = in the repository
+    return spec_file({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data})
 
 
 def unet3d_spec(wildcards):
