@@ -147,3 +147,40 @@ def test_device_set_names():
     assert locks.device_set("cuda", {"CUDA_VISIBLE_DEVICES": "0,1"}) == "cuda-0,1"
     assert locks.device_set("cuda", {}) == "cuda-all"
     assert locks.device_set("hpu", {"HABANA_VISIBLE_MODULES": "../x"}) == "hpu-___x"
+
+
+def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_path, default_config, systems,
+                                                                            monkeypatch):
+    """Through `accelbench sr3-train` (the launcher records `unsupported` for an impossible device count, and fails
+    when its torchrun fails): the guard of every measurement command, with the device lock in a private folder."""
+    import subprocess
+
+    from test_sr3_scaling import _spec
+
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_100000/result.json"
+    _finished(out.parent)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_spec(default_config, systems, 100_000)))
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["status"] == "unsupported" and sorted(p.name for p in out.parent.iterdir()) == \
+        ["result.json"]
+    [old] = (tmp_path / "results/cpu/.superseded").glob("*/sr3_scaling/fp32/devices_100000/result.json")
+    assert json.loads(old.read_text()) == {"v": "old"} and (old.parent / "kernels.csv").exists()
+    assert (tmp_path / "locks/accelbench-cpu.lock").exists()
+
+    out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_2/result.json"
+    _finished(out.parent)
+    spec.write_text(json.dumps(_spec(default_config, systems, 2)))
+    real_run = subprocess.run
+
+    def failing(cmd, env=None, **kw):  # torchrun fails after a rank wrote a partial side file
+        if "sr3-worker" not in cmd:
+            return real_run(cmd, env=env, **kw)
+        (out.parent / "samples.npz").write_bytes(b"PK partial")
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(subprocess, "run", failing)
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)]) == 2
+    assert json.loads(out.read_text()) == {"v": "old"}
+    assert sorted(p.name for p in out.parent.iterdir()) == ["kernels.csv", "result.json", "trace.json.gz"]

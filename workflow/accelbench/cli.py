@@ -481,7 +481,10 @@ def _measurement_guard(args: argparse.Namespace) -> contextlib.AbstractContextMa
         return contextlib.nullcontext()
     from . import locks, results
 
+    import signal
+
     system = _load_spec(args.spec)["system"]
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
     stack = contextlib.ExitStack()
     stack.enter_context(locks.device_lock(locks.device_set(system["backend"]), str(args.out)))
     stack.enter_context(results.superseding(args.out, system["name"], MEASUREMENTS[args.command]))
