@@ -81,7 +81,7 @@ def unet3d_results(system=SYSTEM.name):
 
 def other_systems_results(experiment):
     """Results of other systems copied into results/ (merging machines = copying folders); dot folders (such as
-    `<system>/.superseded/`) are skipped. Any folder name is safe: every rule quotes its inputs (`{input:q}`)."""
+    `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
     return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name
             and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)]
@@ -283,7 +283,7 @@ def get_final_output():
 
 # --------------------------------------------------------------------------- superseded results
 def stale_results():
-    """Finished results of this system (targets of `rule all`) whose recorded settings (`spec_sha256`, the sha256 of
+    """Finished results of this system (the final targets) whose recorded settings (`spec_sha256`, the sha256 of
     the job's spec file) differ from the config's now: their jobs rerun, and move them (with their side files) to
     `<results_dir>/<system>/.superseded/<UTC time>/` first (accelbench.results.superseding). Returns paths."""
     from snakemake.io import Wildcards, regex_from_filepattern
@@ -320,6 +320,6 @@ if workflow.is_main_process:
         import sys
 
         print(f"accelbench: {len(_stale)} finished result(s) were made with other settings than the config's now; "
-              f"{'a run would move' if workflow.dryrun else 'their jobs move'} each (with its side files) to "
-              f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ before measuring again (never deleted):\n  "
+              f"a run redoes them and first moves each (with its side files) to "
+              f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  "
               + "\n  ".join(_stale), file=sys.stderr)
