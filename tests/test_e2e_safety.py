@@ -99,3 +99,16 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     assert len(moved) == 1 and json.loads(moved[0].read_text()) == old
     assert (moved[0].parent / "kernels.csv").exists() and (moved[0].parent / "trace.json.gz").exists()
     assert not marker.exists()
+
+
+@pytest.mark.e2e
+def test_shell_lines_carry_spec_files_not_json_and_fit_a_screen(tmp_path, default_config):
+    """Every job of the embedded default, printed by a dry run: settings travel as a short spec-file path."""
+    _write_config(tmp_path, default_config, default_config["experiments"])
+    proc = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Shell command:")]
+    with_spec = [ln for ln in lines if "--spec" in ln]
+    assert len(with_spec) >= 10
+    assert all("--spec .snakemake/accelbench/spec/" in ln and '"system"' not in ln for ln in with_spec)
+    assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)
