@@ -96,11 +96,19 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     trace = out.with_name("trace.json.gz")
     log.info("system %s (%s), model %s at %s scale, configuration %s", system.name, system.backend,
              settings.preset, settings.scale, variant.name)
-    outcome = exp.run(settings, variant, system, image, mask, trace_path=trace, **spec["run"])
+    from . import results
+
     artefacts = {}
-    if outcome["status"] == "ok":
-        write_kernel_table(outcome["kernel_summary"], out.with_name("kernels.csv"))
-        artefacts = {"kernel_table": "kernels.csv", "trace": trace.name}
+    trace_tmp = out.with_name(f".partial.{trace.name}")  # side files appear whole, or not at all
+    try:
+        outcome = exp.run(settings, variant, system, image, mask, trace_path=trace_tmp, **spec["run"])
+        if outcome["status"] == "ok":
+            with results.atomic_path(out.with_name("kernels.csv")) as table:
+                write_kernel_table(outcome["kernel_summary"], table)
+            trace_tmp.replace(trace)
+            artefacts = {"kernel_table": "kernels.csv", "trace": trace.name}
+    finally:
+        trace_tmp.unlink(missing_ok=True)
     config = {**spec, "settings": settings.to_dict()}
     _write_result(exp.EXPERIMENT, outcome, config, system, out, args.overwrite, artefacts)
 
@@ -230,7 +238,8 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
         return
     out = Path(args.out)
     panel = out.with_name("samples.npz")
-    exp.save_panel(outcome["panel"], panel)
+    with results.atomic_path(panel) as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"
+        exp.save_panel(outcome["panel"], tmp)
     results.write_result(_sr3_result(spec, system, "ok", outcome["measurements"], None, {"samples": panel.name}),
                          out, overwrite=args.overwrite)
     log.info("%s: status ok", out)
@@ -311,7 +320,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
         for name, rows in tables.items():
             path = out.with_name(f"sensitivity_{name}.csv")
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", newline="") as fh:
+            with results.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
                 fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
                 writer = csv.DictWriter(fh, fieldnames=fields)
                 writer.writeheader()

@@ -81,6 +81,19 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
         raise
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary name beside ``path`` (``.partial.<name>``, same suffixes) to write a side file to; renamed to
+    ``path`` when the body succeeds, removed when it raises: a reader never sees a truncated side file."""
+    path = Path(path)
+    tmp = path.with_name(f".partial.{path.name}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_result(result: dict, path: str | Path, overwrite: bool = False) -> Path:
     """Write a result atomically.
 
