@@ -184,3 +184,16 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
     assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)]) == 2
     assert json.loads(out.read_text()) == {"v": "old"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["kernels.csv", "result.json", "trace.json.gz"]
+
+
+def test_side_files_appear_whole_or_not_at_all(tmp_path):
+    target = tmp_path / "trace.json.gz"
+    with pytest.raises(OSError):
+        with results.atomic_path(target) as tmp:
+            tmp.write_bytes(b"\x1f\x8b truncated")
+            raise OSError(28, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+    with results.atomic_path(target) as tmp:
+        assert tmp.name.endswith(".json.gz") and tmp.parent == tmp_path  # readers keyed on the suffix still work
+        tmp.write_bytes(b"whole")
+    assert target.read_bytes() == b"whole" and [p.name for p in tmp_path.iterdir()] == ["trace.json.gz"]
