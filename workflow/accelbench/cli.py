@@ -1,7 +1,8 @@
 """Command-line entry points: one per Snakemake rule (rules call these with ``shell:``).
 
-Run ``accelbench --help`` for the list. Each command takes its resolved settings as one JSON
-argument (the rule builds it from the validated config) and writes its outputs atomically.
+Run ``accelbench --help`` for the list. Each command takes its resolved settings as one JSON file
+(``--spec``: the rule writes it from the validated config under ``.snakemake/accelbench/spec/``; an
+inline JSON object is accepted too) and writes its outputs atomically.
 Errors the user can act on (bad config, missing accelerator, missing or corrupt files) end with
 a one-line message and exit status 2.
 """
@@ -9,6 +10,8 @@ a one-line message and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import logging
 import sys
@@ -19,6 +22,29 @@ from .errors import AccelbenchError
 log = logging.getLogger("accelbench")
 # Commands whose results carry measurements.noise (host load over the job, see accelbench.hostload).
 MEASUREMENT_COMMANDS = ("unet3d-profile", "unet3d-ncu", "sr3-train", "sr3-worker", "lora-finetune", "llm-quant")
+
+
+def _load_spec(value: str) -> dict:
+    """``--spec``: the path of a JSON file, or (for internal launches and tests) an inline JSON object.
+
+    Raises:
+        AccelbenchError: the file is missing or not a JSON object (names the file).
+    """
+    if value.lstrip().startswith("{"):
+        return json.loads(value)
+    try:
+        text = Path(value).read_text()
+        spec = json.loads(text)
+    except FileNotFoundError:
+        raise AccelbenchError(f"spec file not found: {value}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
+    if not isinstance(spec, dict):
+        raise AccelbenchError(f"spec file {value} must hold a JSON object")
+    from . import results
+
+    results.SPEC_SHA256 = hashlib.sha256(text.encode()).hexdigest()  # recorded in the result (stale-settings check)
+    return spec
 
 
 def _system_from(spec: dict):
@@ -46,7 +72,7 @@ def _write_result(experiment: str, outcome: dict, config: dict, system, out: Pat
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
     from .data import mri
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
     log.info("prepared MRI pair: %s", json.dumps(summary))
 
@@ -59,7 +85,7 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     from .measure import write_kernel_table
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     require_backend(system)
     if args.threads:
@@ -74,11 +100,19 @@ def cmd_unet3d_profile(args: argparse.Namespace) -> None:
     trace = out.with_name("trace.json.gz")
     log.info("system %s (%s), model %s at %s scale, configuration %s", system.name, system.backend,
              settings.preset, settings.scale, variant.name)
-    outcome = exp.run(settings, variant, system, image, mask, trace_path=trace, **spec["run"])
+    from . import results
+
     artefacts = {}
-    if outcome["status"] == "ok":
-        write_kernel_table(outcome["kernel_summary"], out.with_name("kernels.csv"))
-        artefacts = {"kernel_table": "kernels.csv", "trace": trace.name}
+    trace_tmp = out.with_name(f".partial.{trace.name}")  # side files appear whole, or not at all
+    try:
+        outcome = exp.run(settings, variant, system, image, mask, trace_path=trace_tmp, **spec["run"])
+        if outcome["status"] == "ok":
+            with results.atomic_path(out.with_name("kernels.csv")) as table:
+                write_kernel_table(outcome["kernel_summary"], table)
+            trace_tmp.replace(trace)
+            artefacts = {"kernel_table": "kernels.csv", "trace": trace.name}
+    finally:
+        trace_tmp.unlink(missing_ok=True)
     config = {**spec, "settings": settings.to_dict()}
     _write_result(exp.EXPERIMENT, outcome, config, system, out, args.overwrite, artefacts)
 
@@ -87,7 +121,7 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
     from .data.mri import load_case
     from .experiments import unet3d_profile as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
@@ -98,7 +132,7 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
     from .experiments import unet3d_ncu as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     out = Path(args.out)
     if out.exists() and not args.overwrite:
@@ -128,7 +162,7 @@ def cmd_study_a_aggregate(args: argparse.Namespace) -> None:
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
     from .data import sky
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
     log.info("prepared sky patches: %s", json.dumps(summary))
 
@@ -154,7 +188,7 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     require_backend(system)
     out = Path(args.out)
@@ -210,7 +244,7 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
     from .data import sky
     from .experiments import sr3_scaling as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     rank = int(os.environ.get("RANK", 0))
@@ -224,7 +258,8 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
         return
     out = Path(args.out)
     panel = out.with_name("samples.npz")
-    exp.save_panel(outcome["panel"], panel)
+    with results.atomic_path(panel) as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"
+        exp.save_panel(outcome["panel"], tmp)
     results.write_result(_sr3_result(spec, system, "ok", outcome["measurements"], None, {"samples": panel.name}),
                          out, overwrite=args.overwrite)
     log.info("%s: status ok", out)
@@ -246,7 +281,7 @@ def cmd_lora_finetune(args: argparse.Namespace) -> None:
     from .experiments import lora_finetune as exp
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     if system.backend == "hpu":  # before anything imports habana_frameworks (Study B: lazy mode except FSDP)
         import os
@@ -271,7 +306,7 @@ def cmd_lora_finetune(args: argparse.Namespace) -> None:
 def cmd_llm_export(args: argparse.Namespace) -> None:
     from .models.export import export_hf_folder
 
-    info = export_hf_folder(json.loads(args.spec), args.out)
+    info = export_hf_folder(_load_spec(args.spec), args.out)
     log.info("exported %s to %s", info["name"], args.out)
 
 
@@ -291,7 +326,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
     from .experiments import llm_quant as exp
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
@@ -305,7 +340,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
         for name, rows in tables.items():
             path = out.with_name(f"sensitivity_{name}.csv")
             path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", newline="") as fh:
+            with results.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
                 fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
                 writer = csv.DictWriter(fh, fieldnames=fields)
                 writer.writeheader()
@@ -369,7 +404,7 @@ def cmd_net_smoke(args: argparse.Namespace) -> None:
     from . import multinode
     from .systems import require_backend
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     require_backend(system)
     plan = multinode.node_plan(system, int(spec["devices"]), "net_smoke devices")
@@ -415,7 +450,7 @@ def cmd_net_smoke_worker(args: argparse.Namespace) -> None:
     from . import provenance, results
     from .experiments import net_smoke as exp
 
-    spec = json.loads(args.spec)
+    spec = _load_spec(args.spec)
     system = _system_from(spec)
     sizes = exp.message_sizes(int(spec["max_bytes"]))
     m = exp.run_rank(system.backend, sizes, int(spec["warmup"]), int(spec["iters"]))
@@ -440,13 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("mri-prepare", help="build the Study A MRI image/mask NIfTI pair")
-    s.add_argument("--spec", required=True, help="JSON: {volume, spacing_mm, data: {source, folder, case, label_values}}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {volume, spacing_mm, data: {source, folder, case, label_values}}")
     s.add_argument("--image", required=True)
     s.add_argument("--mask", required=True)
     s.set_defaults(func=cmd_mri_prepare)
 
     s = sub.add_parser("unet3d-profile", help="Study A: profile one Med-DDPM U-Net configuration")
-    s.add_argument("--spec", required=True, help="JSON: {system, model, configuration, presets, scales, run}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model, configuration, presets, scales, run}")
     s.add_argument("--image", required=True)
     s.add_argument("--mask", required=True)
     s.add_argument("--out", required=True, help="result.json (kernels.csv and trace.json.gz go beside it)")
@@ -477,12 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "study_a_claims.csv (published claims, with source)")
 
     s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
-    s.add_argument("--spec", required=True, help="JSON: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
     s.add_argument("--out", required=True, help="patch set (.npz)")
     s.set_defaults(func=cmd_sr3_prepare)
 
     s = sub.add_parser("sr3-train", help="Study B SR3: DDP training on N devices (launches torchrun), one result")
-    s.add_argument("--spec", required=True, help="JSON: {system, devices, precision, preset, scales, run}")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, devices, precision, preset, scales, run}")
     s.add_argument("--data", required=True, help="patch set from sr3-prepare")
     s.add_argument("--out", required=True, help="result.json (samples.npz goes beside it)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
@@ -509,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "study_b_sr3_scaling.csv (published times, with source)")
 
     s = sub.add_parser("lora-finetune", help="Study B LoRA: one (model, attention, strategy, devices) run, one result")
-    s.add_argument("--spec", required=True, help="JSON: {system, model_name, model, attention, strategy, devices, "
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model_name, model, attention, strategy, devices, "
                                                  "settings, data, projection}")
     s.add_argument("--out", help="result.json")
     s.add_argument("--rank-dir", help="internal: run as one torchrun rank and write rank<r>.json here")
@@ -527,8 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("llm-quant", help="Study B: LLM quantization (sensitivity map, or one method and bit set)")
     s.add_argument("--stage", required=True, choices=["sensitivity", "method"])
-    s.add_argument("--spec", required=True, help="JSON: {system, model, model_spec, data, method, bitset, ...}")
-    s.add_argument("--model-dir", default=None, help="model folder written by `accelbench llm-export` (else load per spec)")
+    s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, model, model_spec, data, method, bitset, ...}")
+    s.add_argument("--model-dir", default=None, type=lambda v: v or None,
+                   help="model folder written by `accelbench llm-export` (empty or absent: load per spec)")
     s.add_argument("--sensitivity", default=None, help="sensitivity result.json (--stage method)")
     s.add_argument("--out", required=True, help="result.json")
     s.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
@@ -555,6 +591,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Measurement commands: the result they write (--out) and its experiment folder. Each runs holding the machine-wide
+# lock of its device set (locks.py) and inside results.superseding (an old result is moved aside, never deleted).
+MEASUREMENTS = {"unet3d-profile": "unet3d_profile", "unet3d-ncu": "unet3d_ncu", "sr3-train": "sr3_scaling",
+                "lora-finetune": "lora_finetune", "llm-quant": "llm_quant"}
+
+
+def _measurement_guard(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """Device lock + supersession around a measurement command (nothing for other commands and torchrun ranks)."""
+    if args.command not in MEASUREMENTS or not getattr(args, "out", None) or getattr(args, "rank_dir", None):
+        return contextlib.nullcontext()
+    from . import locks, results
+
+    import signal
+
+    system = _load_spec(args.spec)["system"]
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
+    stack = contextlib.ExitStack()
+    stack.enter_context(locks.device_lock(locks.device_set(system["backend"]), str(args.out)))
+    stack.enter_context(results.superseding(args.out, system["name"], MEASUREMENTS[args.command]))
+    return stack
+
+
 def main(argv: list[str] | None = None) -> int:
     from .quiet import install
 
@@ -567,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
 
         start_job()  # host load is recorded from here to the result (measurements.noise)
     try:
-        args.func(args)
+        with _measurement_guard(args):
+            args.func(args)
     except AccelbenchError as exc:
         print(f"accelbench {args.command}: error: {exc}", file=sys.stderr)
         return 2

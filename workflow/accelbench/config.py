@@ -58,18 +58,105 @@ def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") 
     return [f"{what}: {_describe(e)}" for e in errors]
 
 
+def _coerce(value: Any, schema: dict, defs: dict) -> Any:
+    """``value`` with strings turned into the schema's integer/number/boolean/null where the schema has no string
+    type and the string parses (Snakemake hands nested ``--config key={a: 5}`` values over as strings)."""
+    if "$ref" in schema:
+        schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        return {k: _coerce(v, props.get(k, extra if isinstance(extra, dict) else {}), defs) for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_coerce(v, schema["items"], defs) for v in value]
+    if isinstance(value, str) and types and "string" not in types:
+        parsed = yaml.safe_load(value) if value.strip() else value
+        wanted = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
+        for t in types:
+            if t in wanted and isinstance(parsed, wanted[t]) and not (t != "boolean" and isinstance(parsed, bool)):
+                return parsed
+    return value
+
+
+def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
+    """Coerce string leaves of ``config`` in place to the schema's types (see :func:`_coerce`); returns it."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    coerced = _coerce(config, schema, schema.get("$defs", {}))
+    config.clear()
+    config.update(coerced)
+    return config
+
+
+def _divisible(where: str, what: str, channels: list[int], attention: list[int], p: dict) -> list[str]:
+    """MONAI's DiffusionModelUNet needs every level's channels divisible by norm_groups, and the channels of each
+    attention level by num_heads (head width = channels / num_heads)."""
+    out = []
+    for key, checked in (("norm_groups", channels), ("num_heads", attention)):
+        bad = [c for c in checked if c % p[key]]
+        if bad:
+            out.append(f"config key '{where}': channels {bad} ({what}{', attention levels' if key == 'num_heads' else ''})"
+                       f" are not multiples of {key} {p[key]}")
+    return out
+
+
+def cross_field_errors(config: dict) -> list[str]:
+    """Constraints between keys that a JSON schema cannot express, one line each naming the key (empty: none).
+
+    * ``lora_finetune.models``: every name is a key of ``lora_finetune.presets``;
+    * Study A presets at every scale: channels (base_channels x channel_mult) divisible by norm_groups (and by
+      num_heads at attention levels);
+      each volume side divisible by 2**(levels - 1) (levels = len(channel_mult), so six levels need multiples of 32);
+    * SR3 preset at every scale: the same for inner_channels x channel_mult (hr_size is checked by
+      ``sr3_scaling.resolve_settings``).
+    """
+    out = []
+    lora = config.get("lora_finetune") or {}
+    for i, name in enumerate(lora.get("models", [])):
+        if name not in (lora.get("presets") or {}):
+            out.append(f"config key 'lora_finetune.models[{i}]': {name!r} is not a key of lora_finetune.presets "
+                       f"(known: {', '.join(sorted(lora.get('presets') or {})) or 'none'})")
+    u = config.get("unet3d_profile") or {}
+    for name, preset in (u.get("presets") or {}).items():
+        for scale in ("paper", "small"):
+            p = dict(preset, **((u.get("scales") or {}).get(scale) or {}))
+            where = f"unet3d_profile.presets.{name}" + (f" with unet3d_profile.scales.{scale}" if scale != "paper" else "")
+            channels = [p["base_channels"] * m for m in p["channel_mult"]]
+            factors = {p["volume"][0] // r for r in p["attention_resolutions"] if p["volume"][0] % r == 0}
+            attention = [c for level, c in enumerate(channels) if 2**level in factors]
+            out += _divisible(where, "base_channels x channel_mult", channels, attention, p)
+            step = 2 ** (len(p["channel_mult"]) - 1)
+            if any(v % step for v in p["volume"]):
+                out.append(f"config key '{where}': volume {p['volume']} must be a multiple of {step} per side "
+                           f"({len(p['channel_mult'])} U-Net levels halve it {len(p['channel_mult']) - 1} times)")
+    sr3 = config.get("sr3_scaling") or {}
+    if sr3.get("preset"):
+        for scale in ("paper", "small"):
+            p = dict(sr3["preset"], **((sr3.get("scales") or {}).get(scale) or {}))
+            where = "sr3_scaling.preset" + (f" with sr3_scaling.scales.{scale}" if scale != "paper" else "")
+            channels = [p["inner_channels"] * m for m in p["channel_mult"]]
+            attention = [c for level, c in enumerate(channels) if p["hr_size"] // 2**level in p["attention_resolutions"]]
+            out += _divisible(where, "inner_channels x channel_mult", channels, attention, p)
+    return out
+
+
 def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
-    """Validate ``config`` in place (defaults filled) and return it.
+    """Validate ``config`` in place (string leaves coerced to the schema's types, defaults filled) and return it.
 
     Raises:
-        ConfigError: listing every violation (key path and allowed values).
+        ConfigError: listing every violation (key path and allowed values), then the cross-field ones
+            (:func:`cross_field_errors`).
     """
+    coerce_to_schema(config, schema_path)
     problems = schema_errors(config, schema_path)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     from snakemake.utils import validate  # fills defaults declared in the schema
 
     validate(config, str(schema_path), set_default=True)
+    problems = cross_field_errors(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
 
 

@@ -31,8 +31,8 @@ rule study_a_aggregate:
     container:
         CONTAINER
     shell:
-        "accelbench study-a-aggregate --results {input.results} --claims {input.claims}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "accelbench study-a-aggregate --results {input.results:q} --claims {input.claims:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
 rule study_a_ncu_aggregate:
@@ -57,5 +57,5 @@ rule study_a_ncu_aggregate:
     container:
         CONTAINER
     shell:
-        "accelbench study-a-ncu-aggregate --results {input.results} --claims {input.claims}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "accelbench study-a-ncu-aggregate --results {input.results:q} --claims {input.claims:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -15,7 +15,7 @@ rule gpu_smoke:
     container:
         CONTAINER
     shell:
-        "accelbench gpu-smoke --expect {resources.gpu} --out {output} > {log} 2>&1 && cat {log}"
+        "accelbench gpu-smoke --expect {resources.gpu} --out {output:q} > {log:q} 2>&1 && cat {log:q}"
 
 
 # A refused Slurm submission (bad partition/account/limits): name the rule and the file to fix, after Snakemake's error.

@@ -1,5 +1,7 @@
 # Validation of the config and the systems, the resolved system, and the input functions of all rules.
+import hashlib
 import json
+import re
 from pathlib import Path
 
 import os
@@ -43,6 +45,23 @@ wildcard_constraints:
     scale="small|paper",
 
 
+SPEC_DIR = Path(".snakemake/accelbench/spec")
+
+
+def spec_file(spec):
+    """A job's resolved settings as a content-addressed file `.snakemake/accelbench/spec/<sha256[:16]>.json` (written
+    once, atomically); its short path is the job's `params.spec`, so a settings change still changes the params (and
+    reruns the job) while the shell line stays short and carries no config text."""
+    text = json.dumps(spec, indent=1) + "\n"
+    path = SPEC_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return str(path)
+
+
 def all_cores(wildcards):
     """Threads of a measurement job: every core of the run (`--cores`), so that no other job shares the machine
     while it is timed; 1 where no core count is given (dry runs, `--report`)."""
@@ -81,12 +100,14 @@ def unet3d_results(system=SYSTEM.name):
 
 def other_systems_results(experiment):
     """Results of other systems copied into results/ (merging machines = copying folders), and the committed
-    reference runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`)."""
+    reference runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`). Dot
+    folders (such as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
     from accelbench.reference_runs import result_paths
 
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
     refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
-    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name] + refs
+    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name
+            and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)] + refs
 
 
 def mri_inputs(wildcards):
@@ -99,13 +120,16 @@ def mri_spec(wildcards):
 
     u = config["unet3d_profile"]
     s = resolve_settings(wildcards.model, u["presets"], wildcards.scale, u.get("scales", {}))
-    return json.dumps({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": config["data"]["mri"]})
+    data = dict(config["data"]["mri"])
+    if data.get("folder"):
+        data["folder"] = str(repo_path(data["folder"]))  # like every path setting: relative = in the repository
+    return spec_file({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data})
 
 
 def unet3d_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -116,9 +140,9 @@ def unet3d_ncu_results(system=SYSTEM.name):
 
 
 def unet3d_ncu_spec(wildcards):
-    spec = json.loads(unet3d_spec(wildcards))
+    spec = json.loads(Path(unet3d_spec(wildcards)).read_text())
     spec["ncu"] = {k: v for k, v in config["unet3d_ncu"].items() if k != "configurations"}
-    return json.dumps(spec)
+    return spec_file(spec)
 
 
 # --------------------------------------------------------------------------- Study B: SR3 scaling
@@ -140,14 +164,14 @@ def sr3_prepare_spec(wildcards):
     data = dict(u.get("data") or {})
     if data.get("folder"):
         data["folder"] = str(repo_path(data["folder"]))
-    return json.dumps({"hr_size": s.hr_size, "factor": s.factor, "data": data})
+    return spec_file({"hr_size": s.hr_size, "factor": s.factor, "data": data})
 
 
 def sr3_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
-    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
 
 
@@ -200,7 +224,7 @@ def llm_export_spec(wildcards):
     if any(sp != specs[0] for sp in specs[1:]):
         raise ValueError(f"model {wildcards.model!r} is defined differently in llm_quant.models and "
                          f"lora_finetune.presets: {specs}; give the two different names")
-    return json.dumps(specs[0])
+    return spec_file(specs[0])
 
 
 def llm_quant_spec(wildcards):
@@ -219,7 +243,7 @@ def llm_quant_spec(wildcards):
     if spec.get("accuracy", {}).get("data"):  # task folders relative to the repository, like data.path
         spec["accuracy"] = {**spec["accuracy"], "data": {
             t: (str(repo_path(p)) if p and Path(repo_path(p)).exists() else p) for t, p in spec["accuracy"]["data"].items()}}
-    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
                        "method": method, "bitset": wildcards.get("bitset", "none"), **spec})
 
@@ -259,7 +283,7 @@ def lora_spec(wildcards):
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
-    return json.dumps({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
@@ -281,3 +305,47 @@ def get_final_output():
     if "lora_finetune" in config["experiments"]:
         out += lora_results() + [f"{RESULTS}/study_b_lora/runs.csv", f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png"]
     return out
+
+
+# --------------------------------------------------------------------------- superseded results
+def stale_results():
+    """Finished results of this system (the final targets) whose recorded settings (`spec_sha256`, the sha256 of
+    the job's spec file) differ from the config's now: their jobs rerun, and move them (with their side files) to
+    `<results_dir>/<system>/.superseded/<UTC time>/` first (accelbench.results.superseding). Returns paths."""
+    from snakemake.io import Wildcards, regex_from_filepattern
+
+    r = f"{RESULTS}/{SYSTEM.name}"
+    patterns = [(f"{r}/unet3d_profile/{{model}}/{{configuration}}/result.json", unet3d_spec),
+                (f"{r}/unet3d_ncu/{{model}}/{{configuration}}/result.json", unet3d_ncu_spec),
+                (f"{r}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json", sr3_spec),
+                (f"{r}/llm_quant/{{model}}/sensitivity/result.json", llm_quant_spec),
+                (f"{r}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json", llm_quant_spec),
+                (f"{r}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json", lora_spec)]
+    stale = []
+    for target in get_final_output():
+        if not Path(target).is_file():
+            continue
+        for pattern, spec_function in patterns:
+            m = re.fullmatch(regex_from_filepattern(pattern).replace(".+)", "[^/]+)"), target)
+            if m:
+                try:
+                    recorded = json.loads(Path(target).read_text()).get("spec_sha256")
+                except (OSError, ValueError, AttributeError):
+                    recorded = None
+                if recorded:
+                    current = hashlib.sha256(Path(spec_function(Wildcards(fromdict=m.groupdict()))).read_bytes())
+                    if current.hexdigest() != recorded:
+                        stale.append(target)
+                break
+    return stale
+
+
+if workflow.is_main_process:
+    _stale = stale_results()
+    if _stale:
+        import sys
+
+        print(f"accelbench: {len(_stale)} finished result(s) were made with other settings than the config's now; "
+              f"a run redoes them and first moves each (with its side files) to "
+              f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  "
+              + "\n  ".join(_stale), file=sys.stderr)

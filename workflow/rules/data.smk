@@ -9,4 +9,4 @@ rule mri_prepare:
     container:
         CONTAINER
     shell:
-        "accelbench mri-prepare --spec {params.spec:q} --image {output.image} --mask {output.mask} > {log} 2>&1"
+        "accelbench mri-prepare --spec {params.spec:q} --image {output.image:q} --mask {output.mask:q} > {log:q} 2>&1"

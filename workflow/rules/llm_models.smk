@@ -11,4 +11,4 @@ rule llm_export:
     container:
         CONTAINER
     shell:
-        "accelbench llm-export --spec {params.spec:q} --out {output} > {log} 2>&1"
+        "accelbench llm-export --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"

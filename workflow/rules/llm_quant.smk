@@ -4,14 +4,14 @@ rule llm_quant_sensitivity:
     input:
         unpack(llm_quant_model_input),
     output:
-        result=protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json"),
-        layers=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv",
-        submodules=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv",
+        result=protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json")),
+        layers=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv"),
+        submodules=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv"),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
     params:
         spec=llm_quant_spec,
-        model_dir=lambda wildcards, input: f"--model-dir {input.model_dir}" if "model_dir" in input.keys() else "",
+        model_dir=lambda wildcards, input: input.model_dir if "model_dir" in input.keys() else "",
     threads: all_cores
     resources:
         **device_resources(),
@@ -19,8 +19,8 @@ rule llm_quant_sensitivity:
     container:
         CONTAINER
     shell:
-        "accelbench llm-quant --stage sensitivity --spec {params.spec:q} {params.model_dir} --out {output.result}"
-        " --threads {threads} > {log} 2>&1"
+        "accelbench llm-quant --stage sensitivity --spec {params.spec:q} --model-dir {params.model_dir:q}"
+        " --out {output.result:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule llm_quant_method:
@@ -28,12 +28,12 @@ rule llm_quant_method:
         unpack(llm_quant_model_input),
         sensitivity=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json",
     output:
-        protected(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json")),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
     params:
         spec=llm_quant_spec,
-        model_dir=lambda wildcards, input: f"--model-dir {input.model_dir}" if "model_dir" in input.keys() else "",
+        model_dir=lambda wildcards, input: input.model_dir if "model_dir" in input.keys() else "",
     wildcard_constraints:
         method="fp32|fake|torchao|inc_fp8",
         bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
@@ -44,8 +44,8 @@ rule llm_quant_method:
     container:
         CONTAINER
     shell:
-        "accelbench llm-quant --stage method --spec {params.spec:q} {params.model_dir}"
-        " --sensitivity {input.sensitivity} --out {output} --threads {threads} > {log} 2>&1"
+        "accelbench llm-quant --stage method --spec {params.spec:q} --model-dir {params.model_dir:q}"
+        " --sensitivity {input.sensitivity:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule study_b_quant_aggregate:
@@ -74,5 +74,5 @@ rule study_b_quant_aggregate:
     container:
         CONTAINER
     shell:
-        "accelbench study-b-quant-aggregate --results {input.results} --reference {input.reference}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "accelbench study-b-quant-aggregate --results {input.results:q} --reference {input.reference:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -4,7 +4,7 @@ rule lora_finetune:
     input:
         unpack(lora_model_input),
     output:
-        protected(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     params:
@@ -20,7 +20,7 @@ rule lora_finetune:
     container:
         CONTAINER
     shell:
-        "accelbench lora-finetune --spec {params.spec:q} --out {output} --threads {threads} > {log} 2>&1"
+        "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 
 rule study_b_lora_aggregate:
@@ -46,5 +46,5 @@ rule study_b_lora_aggregate:
     container:
         CONTAINER
     shell:
-        "accelbench study-b-lora-aggregate --results {input.results} --reference {input.reference}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "accelbench study-b-lora-aggregate --results {input.results:q} --reference {input.reference:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

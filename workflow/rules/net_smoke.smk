@@ -9,7 +9,7 @@ rule net_smoke:
     log:
         "logs/{system}/net_smoke/devices_{devices}.log",
     params:
-        spec=lambda wildcards: json.dumps({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices)}),
+        spec=lambda wildcards: spec_file({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices)}),
     wildcard_constraints:
         devices="[0-9]+",
     threads: all_cores
@@ -19,4 +19,4 @@ rule net_smoke:
     container:
         CONTAINER
     shell:
-        "accelbench net-smoke --spec {params.spec:q} --out {output.json} > {log} 2>&1 && cat {output.table}"
+        "accelbench net-smoke --spec {params.spec:q} --out {output.json:q} > {log:q} 2>&1 && cat {output.table:q}"

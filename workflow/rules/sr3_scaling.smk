@@ -9,14 +9,14 @@ rule sr3_prepare:
     container:
         CONTAINER
     shell:
-        "accelbench sr3-prepare --spec {params.spec:q} --out {output} > {log} 2>&1"
+        "accelbench sr3-prepare --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule sr3_train:
     input:
         data=sr3_data,
     output:
-        protected(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json")),
     log:
         f"logs/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}.log",
     params:
@@ -31,7 +31,7 @@ rule sr3_train:
     container:
         CONTAINER
     shell:
-        "accelbench sr3-train --spec {params.spec:q} --data {input.data} --out {output} > {log} 2>&1"
+        "accelbench sr3-train --spec {params.spec:q} --data {input.data:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule study_b_sr3_aggregate:
@@ -61,5 +61,5 @@ rule study_b_sr3_aggregate:
     container:
         CONTAINER
     shell:
-        "accelbench study-b-sr3-aggregate --results {input.results} --reference {input.reference}"
-        " --out-dir {params.out_dir} > {log} 2>&1"
+        "accelbench study-b-sr3-aggregate --results {input.results:q} --reference {input.reference:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -3,7 +3,7 @@ rule unet3d_profile:
     input:
         unpack(mri_inputs),
     output:
-        protected(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
     params:
@@ -15,8 +15,8 @@ rule unet3d_profile:
     container:
         CONTAINER
     shell:
-        "accelbench unet3d-profile --spec {params.spec:q} --image {input.image} --mask {input.mask}"
-        " --out {output} --threads {threads} > {log} 2>&1"
+        "accelbench unet3d-profile --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
+        " --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 
 # Study A at the hardware-counter level: ncu replays the top kernels of the profiled step (unsupported without ncu).
@@ -25,7 +25,7 @@ rule unet3d_ncu:
         unpack(mri_inputs),
         profile=f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json",
     output:
-        protected(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json"),
+        protected(update(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
     params:
@@ -37,5 +37,5 @@ rule unet3d_ncu:
     container:
         CONTAINER
     shell:
-        "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image} --mask {input.mask}"
-        " --profile-result {input.profile} --out {output} > {log} 2>&1"
+        "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
+        " --profile-result {input.profile:q} --out {output:q} > {log:q} 2>&1"

@@ -15,12 +15,15 @@ min-max scale the image to [-1, 1], one-hot encode the mask over ``label_values`
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 
 from ..errors import DataError
+
+log = logging.getLogger(__name__)
 
 
 def _load_nifti(path: Path) -> nib.Nifti1Image:
@@ -105,6 +108,23 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
         image_path, mask_path = find_case(folder, case)
         image_src, mask_src = _load_nifti(image_path), _load_nifti(mask_path)
         sources = {"image": str(image_path), "mask": str(mask_path)}
+        shape = tuple(image_src.shape)
+        if len(shape) == 4 and shape[3] == 1:
+            image_src = nib.funcs.squeeze_image(image_src)
+        elif len(shape) != 3:
+            raise DataError(f"MRI image {image_path} has shape {shape}: a 3-D volume (one channel) is needed; "
+                            f"pick one volume of a 4-D series (e.g. nibabel.funcs.four_to_three)")
+        if np.asanyarray(mask_src.dataobj).ndim == 3:
+            found = np.unique(np.rint(np.asanyarray(mask_src.dataobj)))
+            labels = sorted(int(v) for v in found if v != 0)
+            absent = [v for v in label_values if v not in labels]
+            if len(absent) == len(label_values):
+                raise DataError(f"mask {mask_path} holds the labels {labels[:20]}, none of data.mri.label_values "
+                                f"{list(label_values)}: the conditioning mask would be all zero; set "
+                                f"data.mri.label_values to the labels of your masks")
+            if absent:
+                log.warning("mask %s lacks the labels %s of data.mri.label_values (found %s): those channels stay "
+                            "zero", mask_path, absent, labels[:20])
     else:
         raise DataError(f"unknown MRI source {source!r} (mni152 | folder)")
 

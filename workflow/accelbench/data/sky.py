@@ -31,6 +31,32 @@ import numpy as np
 from ..errors import DataError
 
 IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".fits", ".fit", ".fts")
+FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz", ".fts.gz")  # astropy reads gzipped FITS too
+
+
+def _kind(path: Path) -> str | None:
+    """The image suffix of ``path`` (``.fits.gz`` counts as FITS), or None."""
+    name = path.name.lower()
+    for suffix in FITS_SUFFIXES:
+        if name.endswith(suffix):
+            return ".fits"
+    return path.suffix.lower() if path.suffix.lower() in IMAGE_SUFFIXES else None
+
+
+def _fits_image(path: Path) -> np.ndarray:
+    """The first HDU of a FITS file holding an image (tables are skipped).
+
+    Raises:
+        DataError: no image HDU (names the file and the HDU kinds found).
+    """
+    from astropy.io import fits
+
+    with fits.open(path) as hdus:
+        for hdu in hdus:
+            if isinstance(hdu, (fits.PrimaryHDU, fits.ImageHDU, fits.CompImageHDU)) and hdu.data is not None:
+                return np.array(hdu.data)
+        kinds = ", ".join(type(h).__name__ for h in hdus)
+    raise DataError(f"FITS file {path} holds no image HDU (found {kinds}); sr3_scaling.data.folder needs 2-D maps")
 
 
 def hubble_gray() -> np.ndarray:
@@ -47,25 +73,25 @@ def _read_image(path: Path) -> np.ndarray:
     Raises:
         DataError: unreadable file, FITS without astropy, or not a 2-D (or RGB) image.
     """
-    suffix = path.suffix.lower()
+    suffix = _kind(path)
     try:
         if suffix == ".npy":
             arr = np.load(path)
-        elif suffix in (".fits", ".fit", ".fts"):
+        elif suffix == ".fits":
             try:
-                from astropy.io import fits
+                import astropy  # noqa: F401
             except ImportError:
                 raise DataError(f"{path}: reading FITS needs astropy (pip install astropy)") from None
-            arr = fits.getdata(path)
+            arr = _fits_image(path)
         else:
             from skimage.io import imread
 
             arr = imread(path)
+        arr = np.asarray(arr, dtype=np.float64)
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader error becomes a clear message
         raise DataError(f"cannot read sky image {path}: {exc}") from None
-    arr = np.asarray(arr, dtype=np.float64)
     if arr.ndim == 3 and arr.shape[-1] in (3, 4):
         from skimage.color import rgb2gray
 
@@ -87,10 +113,11 @@ def folder_images(folder: str | Path) -> list[tuple[str, np.ndarray]]:
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise DataError(f"data.sky.folder {folder} is not a folder")
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        raise DataError(f"sr3_scaling.data.folder {folder} is not a folder")
+    files = sorted(p for p in folder.iterdir() if _kind(p))
     if not files:
-        raise DataError(f"data.sky.folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        raise DataError(f"sr3_scaling.data.folder {folder} holds no images "
+                        f"({', '.join(IMAGE_SUFFIXES + FITS_SUFFIXES[3:])})")
     return [(p.name, _read_image(p)) for p in files]
 
 
@@ -128,7 +155,7 @@ def downsample(hr: np.ndarray, factor: int) -> np.ndarray:
 
 
 def make_pairs(images: list[np.ndarray], patch: int, factor: int, held_out_every: int,
-               train_overlap: float) -> dict[str, np.ndarray]:
+               train_overlap: float, names: list[str] | None = None) -> dict[str, np.ndarray]:
     """Training and held-out HR patches (N, patch, patch) and LR pairs (N, patch/f, patch/f), float32 in [0, 1],
     plus their origins (N, 3) = (image index, y, x).
 
@@ -137,14 +164,17 @@ def make_pairs(images: list[np.ndarray], patch: int, factor: int, held_out_every
     """
     out: dict[str, list] = {"train_hr": [], "heldout_hr": [], "train_origin": [], "heldout_origin": []}
     for k, img in enumerate(images):
-        train, held = tile_origins(img.shape, patch, held_out_every, train_overlap)
+        try:
+            train, held = tile_origins(img.shape, patch, held_out_every, train_overlap)
+        except DataError as exc:
+            raise DataError(f"sky image {names[k] if names else k}: {exc}") from None
         for split, origins in (("train", train), ("heldout", held)):
             for y, x in origins:
                 out[f"{split}_hr"].append(img[y:y + patch, x:x + patch])
                 out[f"{split}_origin"].append((k, y, x))
     if not out["train_hr"] or not out["heldout_hr"]:
         raise DataError(f"tiling gave {len(out['train_hr'])} training and {len(out['heldout_hr'])} held-out "
-                        f"{patch}x{patch} patches; both must be > 0 (lower data.sky.held_out_every or use larger images)")
+                        f"{patch}x{patch} patches; both must be > 0 (lower sr3_scaling.data.held_out_every or use larger images)")
     res = {k: np.stack(v).astype(np.float32 if k.endswith("hr") else np.int64) for k, v in out.items()}
     res["train_lr"] = downsample(res["train_hr"], factor)
     res["heldout_lr"] = downsample(res["heldout_hr"], factor)
@@ -162,12 +192,12 @@ def prepare(out: str | Path, patch: int, factor: int, source: str = "hubble", fo
         names, images = ["skimage.data.hubble_deep_field"], [hubble_gray()]
     elif source == "folder":
         if not folder:
-            raise DataError("data.sky.source is 'folder' but data.sky.folder is not set")
+            raise DataError("sr3_scaling.data.source is 'folder' but sr3_scaling.data.folder is not set")
         pairs = folder_images(folder)
         names, images = [n for n, _ in pairs], [a for _, a in pairs]
     else:
-        raise DataError(f"data.sky.source must be 'hubble' or 'folder', not {source!r}")
-    pairs = make_pairs(images, patch, factor, held_out_every, train_overlap)
+        raise DataError(f"sr3_scaling.data.source must be 'hubble' or 'folder', not {source!r}")
+    pairs = make_pairs(images, patch, factor, held_out_every, train_overlap, names)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.npz")

@@ -326,13 +326,22 @@ def lora_config(s: LoraSettings):
 
 
 def expected_lora_parameters(model, s: LoraSettings) -> int:
-    """Trainable parameters LoRA must add: ``r * (in + out)`` for every ``nn.Linear`` named by ``target_modules``."""
+    """Trainable parameters LoRA must add: ``r * (in + out)`` for every module named by ``target_modules`` that peft
+    wraps with a LoRA layer: ``nn.Linear``, transformers' ``Conv1D`` (GPT-2 family: ``c_attn``, ``c_proj``, ``c_fc``;
+    weight (in, out)) and ``nn.Embedding`` (``r * (num_embeddings + embedding_dim)``)."""
     import torch
+    from transformers.pytorch_utils import Conv1D
 
     n = 0
     for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.Linear) and name.split(".")[-1] in s.target_modules:
+        if name.split(".")[-1] not in s.target_modules:
+            continue
+        if isinstance(mod, torch.nn.Linear):
             n += s.r * (mod.in_features + mod.out_features)
+        elif isinstance(mod, Conv1D):
+            n += s.r * (mod.weight.shape[0] + mod.weight.shape[1])
+        elif isinstance(mod, torch.nn.Embedding):
+            n += s.r * (mod.num_embeddings + mod.embedding_dim)
     return n
 
 
@@ -346,7 +355,8 @@ def apply_lora(model, s: LoraSettings):
 
     expected = expected_lora_parameters(model, s)
     if expected == 0:
-        raise ConfigError(f"lora_finetune: no nn.Linear named {list(s.target_modules)} in {type(model).__name__}")
+        raise ConfigError(f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
+                          f"{list(s.target_modules)} in {type(model).__name__}")
     pm = get_peft_model(model, lora_config(s))
     trainable = sum(p.numel() for p in pm.parameters() if p.requires_grad)
     total = sum(p.numel() for p in pm.parameters())

@@ -1,0 +1,114 @@
+"""End to end, as the CI user (root in containers): no path or config value runs as a command, and a settings change
+followed by a failing rerun never loses a finished result (issue 10)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dag import REPO
+from dag import write_config as _write_config
+
+
+def _snakemake(snakefile: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(snakefile), "--cores", "2", *args, "-d",
+                           str(workdir), "--configfile", str(workdir / "config.yaml")],
+                          capture_output=True, text=True, timeout=1200)
+
+
+def _study_a_one_job(config: dict) -> dict:
+    config["unet3d_profile"].update(models=["whole_head"], configurations=["baseline"])
+    return config
+
+
+@pytest.mark.e2e
+def test_config_value_with_shell_code_fails_cleanly_and_runs_nothing(tmp_path, tiny_config):
+    marker = tmp_path / "pwned"
+    _write_config(tmp_path, _study_a_one_job(tiny_config), ["unet3d_profile"])
+    proc = _snakemake(REPO / "Snakefile", tmp_path, "--config", f"results_dir=r;touch {marker};y")
+    assert proc.returncode != 0
+    assert "config key 'results_dir'" in proc.stderr and "does not match" in proc.stderr
+    assert not marker.exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.e2e
+def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_path, tiny_config):
+    """One DAG in a folder with a space, from a clone path with a space, with a copied results folder named like
+    shell code; then a settings change whose rerun fails (old result back in place), and one that succeeds (old
+    result under results/cpu/.superseded/)."""
+    clone = tmp_path / "my work" / "repo"  # a clone path with a space (a link to this checkout)
+    clone.parent.mkdir()
+    clone.symlink_to(REPO, target_is_directory=True)
+    work = tmp_path / "run dir; $(x)"
+    work.mkdir()
+    marker = tmp_path / "pwned"
+    config = _study_a_one_job(tiny_config)
+    _write_config(work, config, ["unet3d_profile"])
+    result = work / "results/cpu/unet3d_profile/whole_head/baseline/result.json"
+
+    first = _snakemake(clone / "Snakefile", work, str(result.relative_to(work)))
+    assert first.returncode == 0, first.stderr[-3000:]
+    old = json.loads(result.read_text())
+    assert old["spec_sha256"] and (result.parent / "kernels.csv").exists()
+    assert result.stat().st_mode & 0o044 == 0o044  # group/others can read it like every other output
+    assert "--spec .snakemake/accelbench/spec/" in first.stdout + first.stderr  # short shell lines, no JSON
+
+    # results of another machine copied in, in a folder named like shell code (the README's merge recipe)
+    evil = f"lab||touch $(echo {base64.b64encode(str(marker).encode()).decode()} | base64 -d)||x"
+    lab = work / "results" / evil / "unet3d_profile/whole_head/baseline/result.json"
+    lab.parent.mkdir(parents=True)
+    env = old["environment"]
+    lab_result = dict(old, config={**old["config"], "system": {**old["config"]["system"], "name": "lab"}},
+                      environment={**env, "hardware": {**env["hardware"], "device_name": "lab CPU"}})
+    lab.write_text(json.dumps(lab_result))
+    agg = _snakemake(clone / "Snakefile", work)
+    assert agg.returncode == 0, agg.stderr[-3000:]
+    assert not marker.exists()
+    table = pd.read_csv(work / "results/study_a/table.csv")
+    assert len(table) == 2 and table["hardware"].str.startswith("CPU: lab CPU").sum() == 1  # read, as data
+
+    # a settings change: the dry run says what would be superseded; the rerun fails (unreadable input)
+    config["unet3d_profile"]["repeat"] = 3
+    _write_config(work, config, ["unet3d_profile"])
+    dry = _snakemake(clone / "Snakefile", work, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "first moves each (with its side files) to results/cpu/.superseded/" in dry.stderr and str(result.relative_to(work)) in dry.stderr
+    image = work / "resources/mri/whole_head_small/image.nii.gz"
+    good_image = image.read_bytes()
+    image.write_bytes(b"not a NIfTI")
+    failed = _snakemake(clone / "Snakefile", work)
+    assert failed.returncode != 0
+    assert json.loads(result.read_text()) == old  # intact, in place
+    assert (result.parent / "kernels.csv").exists() and (result.parent / "trace.json.gz").exists()
+    assert not list((work / "results/cpu").glob(".superseded/*/unet3d_profile/**/result.json"))
+
+    # the rerun succeeds: the new result in place, the old one (and its side files) findable under .superseded/
+    image.write_bytes(good_image)
+    rerun = _snakemake(clone / "Snakefile", work)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    new = json.loads(result.read_text())
+    assert new["config"]["run"]["repeat"] == 3 and new["spec_sha256"] != old["spec_sha256"]
+    moved = list((work / "results/cpu").glob(".superseded/*/unet3d_profile/whole_head/baseline/result.json"))
+    assert len(moved) == 1 and json.loads(moved[0].read_text()) == old
+    assert (moved[0].parent / "kernels.csv").exists() and (moved[0].parent / "trace.json.gz").exists()
+    assert not marker.exists()
+
+
+@pytest.mark.e2e
+def test_shell_lines_carry_spec_files_not_json_and_fit_a_screen(tmp_path, default_config):
+    """Every job of the embedded default, printed by a dry run: settings travel as a short spec-file path."""
+    _write_config(tmp_path, default_config, default_config["experiments"])
+    proc = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Shell command:")]
+    with_spec = [ln for ln in lines if "--spec" in ln]
+    assert len(with_spec) >= 10
+    assert all("--spec .snakemake/accelbench/spec/" in ln and '"system"' not in ln for ln in with_spec)
+    assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)
