@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -77,3 +78,59 @@ def slurm_submission_hints(log_text: str) -> list[str]:
                      f"gpu_partition, account, qos, node_limits or rules: {{{m.group(1)}: ...}}) or point "
                      f"ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule was written.")
     return hints
+
+
+def require_backend_for_local_jobs(workflow, system) -> dict | None:
+    """Check ``system``'s backend on this host when this Snakemake process runs the jobs itself.
+
+    Called from ``onstart`` (after planning, before the first job; never in dry runs). An executor that submits jobs
+    elsewhere (``--executor slurm`` from a login node without accelerators) skips it: every job checks again on its
+    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.systems.require_backend`).
+
+    Returns:
+        The device probe of this host, or None when the check was left to the jobs.
+
+    Raises:
+        SystemMismatchError: local execution of a system whose backend this host lacks.
+    """
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    from .systems import require_backend
+
+    plugin = workflow.executor_plugin
+    if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
+        return None
+    return require_backend(system)
+
+
+def honour_slurm_no_account(workflow) -> bool:
+    """Make ``--slurm-no-account`` (slurm/site.yaml ``account: null``) submit without ``-A``.
+
+    snakemake-executor-plugin-slurm 2.8.0 declares ``no_account`` but never reads it: without a ``slurm_account``
+    resource it guesses an account from ``sacct`` and validates it with ``sacctmgr``/``sshare``, which fails on a
+    cluster whose accounting answers ``sacct`` but not ``sacctmgr`` ("Unable to test the validity of the given or
+    guessed SLURM account"). When the flag is set and the installed plugin's ``get_account_arg`` does not read it,
+    jobs without a ``slurm_account`` resource are submitted with no account (Slurm then uses the user's default);
+    an explicit ``slurm_account`` still goes through the plugin's own validation. A plugin version that reads the flag
+    itself is left untouched.
+
+    Returns:
+        True when the plugin's account lookup was replaced for this run.
+    """
+    if not getattr(workflow.executor_settings, "no_account", False):
+        return False
+    import snakemake_executor_plugin_slurm as plugin
+
+    original = plugin.Executor.get_account_arg
+    if getattr(original, "_accelbench_no_account", False) or "no_account" in inspect.getsource(original):
+        return False
+
+    def get_account_arg(self, job):
+        if job.resources.get("slurm_account"):
+            yield from original(self, job)
+        else:
+            yield ""  # sbatch without -A
+
+    get_account_arg._accelbench_no_account = True
+    plugin.Executor.get_account_arg = get_account_arg
+    return True

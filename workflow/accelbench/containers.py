@@ -77,20 +77,30 @@ def apptainer_environment(system, workdir: str | Path) -> dict[str, str]:
 
 
 def require_apptainer(uri: str, rules: str = "every rule") -> str:
-    """The apptainer (or singularity) executable on this host.
+    """The container command Snakemake 9 will run on this host: ``singularity`` on PATH.
+
+    Snakemake (``snakemake.deployment.singularity``) calls only ``singularity`` (``singularity --version``, ``singularity
+    exec``); Apptainer installs ``singularity`` as a link to itself, but a site module or a hand-built apptainer may
+    put ``apptainer`` alone on PATH, which Snakemake cannot use.
 
     Raises:
-        ConfigError: neither is on PATH; the message names the host, the rules and image, and the fixes.
+        ConfigError: no ``singularity`` on PATH; the message names the host, the rules and image, and ends with one
+            line to fix it (link apptainer as ``singularity`` when only ``apptainer`` was found).
     """
-    binary = shutil.which("apptainer") or shutil.which("singularity")
-    if binary is None:
-        raise ConfigError(
-            f"--software-deployment-method apptainer was given, but neither `apptainer` nor `singularity` is on PATH "
-            f"on host {socket.gethostname()}; {rules} runs in {uri}. Fix: install apptainer or load it (e.g. "
-            f"`module load apptainer`) on this host and on the compute nodes, or run without "
-            f"--software-deployment-method apptainer (slurm/site.yaml: `deployment: none`) where the project is "
-            f"installed as the README says.")
-    return binary
+    binary = shutil.which("singularity")
+    if binary is not None:
+        return binary
+    apptainer = shutil.which("apptainer")
+    if apptainer:
+        found = f"only `apptainer` ({apptainer}) is on PATH, but Snakemake runs `singularity`"
+        fix = (f"mkdir -p ~/bin && ln -s {apptainer} ~/bin/singularity && export PATH=~/bin:$PATH "
+               f"(or `deployment: none` in slurm/site.yaml)")
+    else:
+        found = "neither `singularity` nor `apptainer` is on PATH"
+        fix = ("install apptainer or `module load apptainer` (it provides `singularity`) on this host and the compute "
+               "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)")
+    raise ConfigError(f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
+                      f"{rules} runs in {uri}.\nFix: {fix}")
 
 
 # --------------------------------------------------------------------------- recipe parsing
