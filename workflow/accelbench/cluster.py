@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 # Scheduler and runtime variables that decide which devices a job gets.
 JOB_ENV = ("CUDA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "SLURM_JOB_ID", "SLURM_JOB_NAME",
@@ -134,3 +135,34 @@ def honour_slurm_no_account(workflow) -> bool:
     get_account_arg._accelbench_no_account = True
     plugin.Executor.get_account_arg = get_account_arg
     return True
+
+
+def failed_job_summaries(log_text: str, workdir: str | Path = ".") -> list[str]:
+    """One line per failed job, naming its rule and the error its own log ends with.
+
+    ``log_text`` is Snakemake's run log (``Error in rule R:`` blocks with ``log: PATH (check log file(s) ...)``, as
+    printed for local and Slurm jobs alike); each rule log is read from ``workdir``. A job whose rule log names no
+    error (a job killed by Slurm, a node failure) is reported with Snakemake's message (the Slurm job id and state).
+    """
+    lines = []
+    for block in re.split(r"(?=Error in rule )", log_text):
+        m = re.match(r"Error in rule (\w+):", block)
+        if not m or re.search(r"message: SLURM (?:sbatch|job submission) failed", block):
+            continue  # not run at all: slurm_submission_hints names those
+        logs = re.search(r"^\s*log: (.+?) \(check log file", block, flags=re.M)
+        message = re.search(r"^\s*message: (.+)$", block, flags=re.M)
+        reason, where = None, ""
+        for path in (logs.group(1).split(", ") if logs else []):
+            p = Path(workdir) / path
+            text = p.read_text(errors="replace").splitlines() if p.is_file() else []
+            errors = [ln.strip() for ln in text if re.search(r"\berror\b|Error:", ln)]
+            if errors:
+                reason, where = errors[-1], path
+                break
+        if reason is None:
+            reason = message.group(1).strip() if message else "no error line in its log"
+            where = logs.group(1) if logs else "no rule log"
+        line = f"Job of rule {m.group(1)} failed: {reason} (log: {where})"
+        if line not in lines:
+            lines.append(line)
+    return lines

@@ -27,12 +27,14 @@ onstart:
     honour_slurm_no_account(workflow)
 
 
-# A refused Slurm submission (bad partition/account/limits): name the rule and the file to fix, after Snakemake's error.
+# A refused Slurm submission (bad partition/account/limits): name the rule and the file to fix, after Snakemake's error;
+# then one line per failed job (local or on a Slurm node): its rule and the error its log ends with.
 onerror:
     import sys
 
-    from accelbench.cluster import slurm_submission_hints
+    from accelbench.cluster import failed_job_summaries, slurm_submission_hints
 
     logs = [log] if isinstance(log, str) else list(log or [])  # Snakemake's run log(s) of this invocation
-    for hint in slurm_submission_hints("".join(Path(p).read_text() for p in logs if Path(p).exists())):
+    text = "".join(Path(p).read_text() for p in logs if Path(p).exists())
+    for hint in slurm_submission_hints(text) + failed_job_summaries(text):
         print(hint, file=sys.stderr)
