@@ -66,6 +66,7 @@ def test_check_images_reports_each_disagreement(tmp_path, systems):
     facts = yaml.safe_load((dst / "versions.yaml").read_text())
     facts["cuda"]["python"] = "3.10"
     facts["habana"]["requires"]["monai"] = ["torch>=2.7"]
+    facts["habana"]["resolved"]["transformers"] = "4.56.0"
     (dst / "versions.yaml").write_text(yaml.safe_dump(facts))
     text = re.sub(r'\n\s*"transformers[^\n]*', "", pyproject.read_text())  # whatever the project pins now
     pyproject.write_text(text.replace("dependencies = [", 'dependencies = [\n    "transformers>=5.0",', 1))
@@ -75,6 +76,8 @@ def test_check_images_reports_each_disagreement(tmp_path, systems):
     assert "cuda: image Python 3.10 fails pyproject's requires-python >=3.11" in problems
     assert "monai==1.5.1 needs torch>=2.7, the image has torch 2.6.0" in problems
     assert "optimum-habana==1.18.1 needs transformers<4.52.0,>=4.51.0, pyproject needs transformers>=5.0" in problems
+    assert "habana: resolves transformers==4.56.0, which fails pyproject's transformers>=5.0" in problems
+    assert "habana: resolves transformers==4.56.0, but optimum-habana==1.18.1 needs transformers<4.52.0" in problems
 
 
 def test_every_system_names_an_existing_image(tmp_path, systems):

@@ -250,7 +250,9 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
     lists, and install the project (``pip install -e .``); the image's torch is named by its base tag and satisfies
     the project's torch requirement and every pinned package's torch requirement; the image's Python satisfies
     ``requires-python``; each pin satisfies the project's requirement on that package, and each published
-    requirement of a pin overlaps the project's requirement on the same package. Per system: its image exists.
+    requirement of a pin overlaps the project's requirement on the same package; each ``resolved`` version (what
+    pip installs for an unpinned package of the image, e.g. transformers under optimum-habana) satisfies both the
+    project's requirement and every pin's published requirement. Per system: its image exists.
 
     Returns:
         Messages, each naming the file and the two values that disagree; empty when everything agrees.
@@ -294,6 +296,15 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
                 if other and dep.name != "torch" and not specifiers_overlap(dep.specifier, other.specifier):
                     problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, pyproject needs {other}: "
                                     f"no version satisfies both")
+        for name, version in (want.get("resolved") or {}).items():  # what pip resolves the image's stack to
+            req = project.get(name.lower())
+            if req and not req.specifier.contains(str(version), prereleases=True):
+                problems.append(f"{image}: resolves {name}=={version}, which fails pyproject's {req}")
+            for pin, reqs in (want.get("requires") or {}).items():
+                for dep in map(Requirement, reqs):
+                    if dep.name.lower() == name.lower() and not dep.specifier.contains(str(version), prereleases=True):
+                        problems.append(f"{image}: resolves {name}=={version}, but {pin}=={want['pins'][pin]} "
+                                        f"needs {dep}")
     for name, system in (systems or {}).items():
         if system.image not in facts or not (containers_dir / system.image / "Dockerfile").is_file():
             problems.append(f"system {name!r} names image {system.image!r}, which is not in {containers_dir} "
