@@ -98,3 +98,23 @@ def test_dtype_keyword_across_declared_transformers_range(monkeypatch, version, 
 
     monkeypatch.setattr(transformers, "__version__", version)
     assert dtype_kwargs(torch.bfloat16) == {keyword: torch.bfloat16}
+
+
+def test_no_loader_call_names_the_dtype_keyword_itself():
+    """`from_pretrained(..., dtype=...)` fails on transformers < 4.56 (the Habana image): every loader call that sets
+    the weights' dtype goes through models.llm.dtype_kwargs."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "workflow/accelbench"
+    offenders = []
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        for m in re.finditer(r"\.(from_pretrained|from_config)\(", text):
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            if re.search(r"\b(torch_)?dtype\s*=", text[m.end():i]):
+                offenders.append(f"{path.relative_to(package)}: {text[m.start():i]}")
+    assert offenders == []
