@@ -12,8 +12,9 @@
 #                                     `accelbench` and the calling user (its default account) registered with sacctmgr,
 #                                     AccountingStorageEnforce=associations. `sacct` status checks and `-A accelbench`
 #                                     then work as on a production cluster; unset: no accounting (use `squeue` status).
-#   ACCELBENCH_SLURM_GPUS=N           the node offers N count-only `gpu` GRES (no devices behind them), so that jobs of
-#                                     a CUDA system are scheduled here and fail on the node with "no CUDA device".
+#   ACCELBENCH_SLURM_GPUS=N           the node offers N `gpu` GRES with no GPU behind them (device files: links to
+#                                     /dev/null), so that jobs of a CUDA system are scheduled here and fail on the node
+#                                     with "no accelerator".
 #
 # STATE_DIR (default /tmp/accelbench-slurm) holds the PID files, spool/state folders, the database and the daemon logs.
 # The config goes to Slurm's default path /etc/slurm/slurm.conf, because snakemake-executor-plugin-slurm-jobstep drops
@@ -121,8 +122,11 @@ AccountingStorageEnforce=associations"
     if (( gpus > 0 )); then
         gres_types="GresTypes=gpu"
         node_gres="Gres=gpu:$gpus"
-        printf '%s: %s count-only gpu GRES (no devices)\nNodeName=localhost Name=gpu Count=%s\n' \
-            "$MARK" "$gpus" "$gpus" >"$GRES_CONF"
+        # Slurm drops a GPU without a device file: each is a link to /dev/null (no TaskPlugin enforces it)
+        mkdir -p "$STATE/gpus"
+        for (( i = 0; i < gpus; i++ )); do ln -sfn /dev/null "$STATE/gpus/gpu$i"; done
+        printf '%s: %s gpu GRES without devices (links to /dev/null)\nNodeName=localhost Name=gpu File=%s/gpus/gpu[0-%s]\n' \
+            "$MARK" "$gpus" "$STATE" "$(( gpus - 1 ))" >"$GRES_CONF"
     fi
     cat >"$CONF" <<EOF
 $MARK: one node (this machine), accounting $(accounting && echo "slurmdbd" || echo "none"); state in $STATE
