@@ -66,6 +66,7 @@ def test_check_images_reports_each_disagreement(tmp_path, systems):
     facts = yaml.safe_load((dst / "versions.yaml").read_text())
     facts["cuda"]["python"] = "3.10"
     facts["habana"]["requires"]["monai"] = ["torch>=2.7"]
+    facts["habana"]["resolved"]["transformers"] = "4.56.0"
     (dst / "versions.yaml").write_text(yaml.safe_dump(facts))
     text = re.sub(r'\n\s*"transformers[^\n]*', "", pyproject.read_text())  # whatever the project pins now
     pyproject.write_text(text.replace("dependencies = [", 'dependencies = [\n    "transformers>=5.0",', 1))
@@ -75,6 +76,8 @@ def test_check_images_reports_each_disagreement(tmp_path, systems):
     assert "cuda: image Python 3.10 fails pyproject's requires-python >=3.11" in problems
     assert "monai==1.5.1 needs torch>=2.7, the image has torch 2.6.0" in problems
     assert "optimum-habana==1.18.1 needs transformers<4.52.0,>=4.51.0, pyproject needs transformers>=5.0" in problems
+    assert "habana: resolves transformers==4.56.0, which fails pyproject's transformers>=5.0" in problems
+    assert "habana: resolves transformers==4.56.0, but optimum-habana==1.18.1 needs transformers<4.52.0" in problems
 
 
 def test_every_system_names_an_existing_image(tmp_path, systems):
@@ -122,21 +125,56 @@ def test_apptainer_environment_per_image(tmp_path, systems, monkeypatch):
     assert (tmp_path / "logs/habana").is_dir()
 
 
+def fake_container_command(folder: Path, name: str) -> Path:
+    """An executable ``name`` in ``folder`` that answers ``--version`` like Apptainer 1.3 (Snakemake's check)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "apptainer version 1.3.4" && exit 0\nexit 1\n')
+    path.chmod(0o755)
+    return path
+
+
 def test_missing_apptainer_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ConfigError, match=r"neither `apptainer` nor `singularity`.*unet3d_profile.*docker://x.*"
-                                          r"module load apptainer.*deployment: none"):
+    with pytest.raises(ConfigError, match=r"neither `singularity` nor `apptainer`.*unet3d_profile.*docker://x.*\n"
+                                          r"Fix: .*module load apptainer.*deployment: none"):
         require_apptainer("docker://x", "rule unet3d_profile")
 
 
-@pytest.mark.skipif(bool(shutil.which("apptainer") or shutil.which("singularity")), reason="apptainer is installed")
+@pytest.mark.parametrize("commands", [["apptainer"], ["singularity"], ["apptainer", "singularity"]])
+def test_apptainer_check_matches_what_snakemake_runs(monkeypatch, tmp_path, commands):
+    """Ours accepts a host exactly when Snakemake's own apptainer check (which runs `singularity`) does."""
+    from snakemake.deployment.singularity import Singularity
+    from snakemake.exceptions import WorkflowError
+
+    for name in commands:
+        fake_container_command(tmp_path / "bin", name)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    try:
+        Singularity().check()
+        snakemake_accepts = True
+    except WorkflowError:
+        snakemake_accepts = False
+    assert snakemake_accepts == ("singularity" in commands)
+    if snakemake_accepts:
+        assert require_apptainer("docker://x") == str(tmp_path / "bin/singularity")
+    else:
+        with pytest.raises(ConfigError) as err:
+            require_apptainer("docker://x", "rule unet3d_profile")
+        message = str(err.value)
+        assert "only `apptainer`" in message and "Snakemake runs `singularity`" in message
+        fix = message.splitlines()[-1]  # the fix is one line
+        assert fix.startswith("Fix: ") and f"ln -s {tmp_path / 'bin/apptainer'} ~/bin/singularity" in fix
+
+
+@pytest.mark.skipif(bool(shutil.which("singularity")), reason="apptainer (singularity) is installed")
 def test_dag_with_apptainer_but_none_installed_stops_before_any_rule(tmp_path, tiny_config):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-n",
                            "--software-deployment-method", "apptainer", "-d", str(tmp_path),
                            "--configfile", str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "neither `apptainer` nor `singularity` is on PATH" in out
+    assert proc.returncode != 0 and "neither `singularity` nor `apptainer` is on PATH" in out
     assert "accelbench-cuda:0.1.0" in out and not (tmp_path / "results").exists()
 
 

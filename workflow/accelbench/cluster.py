@@ -10,11 +10,13 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 # Scheduler and runtime variables that decide which devices a job gets.
 JOB_ENV = ("CUDA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "SLURM_JOB_ID", "SLURM_JOB_NAME",
@@ -77,3 +79,90 @@ def slurm_submission_hints(log_text: str) -> list[str]:
                      f"gpu_partition, account, qos, node_limits or rules: {{{m.group(1)}: ...}}) or point "
                      f"ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule was written.")
     return hints
+
+
+def require_backend_for_local_jobs(workflow, system) -> dict | None:
+    """Check ``system``'s backend on this host when this Snakemake process runs the jobs itself.
+
+    Called from ``onstart`` (after planning, before the first job; never in dry runs). An executor that submits jobs
+    elsewhere (``--executor slurm`` from a login node without accelerators) skips it: every job checks again on its
+    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.systems.require_backend`).
+
+    Returns:
+        The device probe of this host, or None when the check was left to the jobs.
+
+    Raises:
+        SystemMismatchError: local execution of a system whose backend this host lacks.
+    """
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    from .systems import require_backend
+
+    plugin = workflow.executor_plugin
+    if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
+        return None
+    return require_backend(system)
+
+
+def honour_slurm_no_account(workflow) -> bool:
+    """Make ``--slurm-no-account`` (slurm/site.yaml ``account: null``) submit without ``-A``.
+
+    snakemake-executor-plugin-slurm 2.8.0 declares ``no_account`` but never reads it: without a ``slurm_account``
+    resource it guesses an account from ``sacct`` and validates it with ``sacctmgr``/``sshare``, which fails on a
+    cluster whose accounting answers ``sacct`` but not ``sacctmgr`` ("Unable to test the validity of the given or
+    guessed SLURM account"). When the flag is set and the installed plugin's ``get_account_arg`` does not read it,
+    jobs without a ``slurm_account`` resource are submitted with no account (Slurm then uses the user's default);
+    an explicit ``slurm_account`` still goes through the plugin's own validation. A plugin version that reads the flag
+    itself is left untouched.
+
+    Returns:
+        True when the plugin's account lookup was replaced for this run.
+    """
+    if not getattr(workflow.executor_settings, "no_account", False):
+        return False
+    import snakemake_executor_plugin_slurm as plugin
+
+    original = plugin.Executor.get_account_arg
+    if getattr(original, "_accelbench_no_account", False) or "no_account" in inspect.getsource(original):
+        return False
+
+    def get_account_arg(self, job):
+        if job.resources.get("slurm_account"):
+            yield from original(self, job)
+        else:
+            yield ""  # sbatch without -A
+
+    get_account_arg._accelbench_no_account = True
+    plugin.Executor.get_account_arg = get_account_arg
+    return True
+
+
+def failed_job_summaries(log_text: str, workdir: str | Path = ".") -> list[str]:
+    """One line per failed job, naming its rule and the error its own log ends with.
+
+    ``log_text`` is Snakemake's run log (``Error in rule R:`` blocks with ``log: PATH (check log file(s) ...)``, as
+    printed for local and Slurm jobs alike); each rule log is read from ``workdir``. A job whose rule log names no
+    error (a job killed by Slurm, a node failure) is reported with Snakemake's message (the Slurm job id and state).
+    """
+    lines = []
+    for block in re.split(r"(?=Error in rule )", log_text):
+        m = re.match(r"Error in rule (\w+):", block)
+        if not m or re.search(r"message: SLURM (?:sbatch|job submission) failed", block):
+            continue  # not run at all: slurm_submission_hints names those
+        logs = re.search(r"^\s*log: (.+?) \(check log file", block, flags=re.M)
+        message = re.search(r"^\s*message: (.+)$", block, flags=re.M)
+        reason, where = None, ""
+        for path in (logs.group(1).split(", ") if logs else []):
+            p = Path(workdir) / path
+            text = p.read_text(errors="replace").splitlines() if p.is_file() else []
+            errors = [ln.strip() for ln in text if re.search(r"\berror\b|Error:", ln)]
+            if errors:
+                reason, where = errors[-1], path
+                break
+        if reason is None:
+            reason = message.group(1).strip() if message else "no error line in its log"
+            where = logs.group(1) if logs else "no rule log"
+        line = f"Job of rule {m.group(1)} failed: {reason} (log: {where})"
+        if line not in lines:
+            lines.append(line)
+    return lines

@@ -77,20 +77,30 @@ def apptainer_environment(system, workdir: str | Path) -> dict[str, str]:
 
 
 def require_apptainer(uri: str, rules: str = "every rule") -> str:
-    """The apptainer (or singularity) executable on this host.
+    """The container command Snakemake 9 will run on this host: ``singularity`` on PATH.
+
+    Snakemake (``snakemake.deployment.singularity``) calls only ``singularity`` (``singularity --version``, ``singularity
+    exec``); Apptainer installs ``singularity`` as a link to itself, but a site module or a hand-built apptainer may
+    put ``apptainer`` alone on PATH, which Snakemake cannot use.
 
     Raises:
-        ConfigError: neither is on PATH; the message names the host, the rules and image, and the fixes.
+        ConfigError: no ``singularity`` on PATH; the message names the host, the rules and image, and ends with one
+            line to fix it (link apptainer as ``singularity`` when only ``apptainer`` was found).
     """
-    binary = shutil.which("apptainer") or shutil.which("singularity")
-    if binary is None:
-        raise ConfigError(
-            f"--software-deployment-method apptainer was given, but neither `apptainer` nor `singularity` is on PATH "
-            f"on host {socket.gethostname()}; {rules} runs in {uri}. Fix: install apptainer or load it (e.g. "
-            f"`module load apptainer`) on this host and on the compute nodes, or run without "
-            f"--software-deployment-method apptainer (slurm/site.yaml: `deployment: none`) where the project is "
-            f"installed as the README says.")
-    return binary
+    binary = shutil.which("singularity")
+    if binary is not None:
+        return binary
+    apptainer = shutil.which("apptainer")
+    if apptainer:
+        found = f"only `apptainer` ({apptainer}) is on PATH, but Snakemake runs `singularity`"
+        fix = (f"mkdir -p ~/bin && ln -s {apptainer} ~/bin/singularity && export PATH=~/bin:$PATH "
+               f"(or `deployment: none` in slurm/site.yaml)")
+    else:
+        found = "neither `singularity` nor `apptainer` is on PATH"
+        fix = ("install apptainer or `module load apptainer` (it provides `singularity`) on this host and the compute "
+               "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)")
+    raise ConfigError(f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
+                      f"{rules} runs in {uri}.\nFix: {fix}")
 
 
 # --------------------------------------------------------------------------- recipe parsing
@@ -240,7 +250,9 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
     lists, and install the project (``pip install -e .``); the image's torch is named by its base tag and satisfies
     the project's torch requirement and every pinned package's torch requirement; the image's Python satisfies
     ``requires-python``; each pin satisfies the project's requirement on that package, and each published
-    requirement of a pin overlaps the project's requirement on the same package. Per system: its image exists.
+    requirement of a pin overlaps the project's requirement on the same package; each ``resolved`` version (what
+    pip installs for an unpinned package of the image, e.g. transformers under optimum-habana) satisfies both the
+    project's requirement and every pin's published requirement. Per system: its image exists.
 
     Returns:
         Messages, each naming the file and the two values that disagree; empty when everything agrees.
@@ -284,6 +296,15 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
                 if other and dep.name != "torch" and not specifiers_overlap(dep.specifier, other.specifier):
                     problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, pyproject needs {other}: "
                                     f"no version satisfies both")
+        for name, version in (want.get("resolved") or {}).items():  # what pip resolves the image's stack to
+            req = project.get(name.lower())
+            if req and not req.specifier.contains(str(version), prereleases=True):
+                problems.append(f"{image}: resolves {name}=={version}, which fails pyproject's {req}")
+            for pin, reqs in (want.get("requires") or {}).items():
+                for dep in map(Requirement, reqs):
+                    if dep.name.lower() == name.lower() and not dep.specifier.contains(str(version), prereleases=True):
+                        problems.append(f"{image}: resolves {name}=={version}, but {pin}=={want['pins'][pin]} "
+                                        f"needs {dep}")
     for name, system in (systems or {}).items():
         if system.image not in facts or not (containers_dir / system.image / "Dockerfile").is_file():
             problems.append(f"system {name!r} names image {system.image!r}, which is not in {containers_dir} "

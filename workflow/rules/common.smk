@@ -10,7 +10,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
-from accelbench.systems import load_systems, require_backend, resolve_system
+from accelbench.systems import load_systems, resolve_system
 from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
 
 REPO = Path(workflow.basedir)
@@ -25,9 +25,8 @@ def repo_path(p):
 validate_config(config, REPO / "config/config.schema.yaml")
 SYSTEMS = load_systems(repo_path(config["systems_dir"]), REPO / "config/system.schema.yaml")
 SYSTEM = resolve_system(config["system"], SYSTEMS)
-if workflow.local_exec:
-    # Fails before any job runs when the backend is absent (on a cluster each job checks on its node).
-    require_backend(SYSTEM)
+# The backend is checked where jobs run: before the first job of a local run (`onstart` in cluster.smk) and inside
+# every job on its node; planning (`-n`, `--report`) and Slurm submission from a login node without one work.
 RESULTS = config["results_dir"]
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
 

