@@ -141,10 +141,7 @@ def _sr3_result(spec: dict, system, status: str, measurements: dict, reason: str
 
 def cmd_sr3_train(args: argparse.Namespace) -> None:
     """Launcher: records unsupported cases, else runs ``sr3-worker`` under torchrun with N processes."""
-    import os
-    import subprocess
-
-    from . import results
+    from . import launch, results
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
@@ -167,9 +164,10 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
     if args.overwrite:
         worker.append("--overwrite")
     cmd = exp.torchrun_command(devices, worker)
-    log.info("launching %d rank(s): %s", devices, " ".join(cmd[:6]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu" else None  # one core per CPU rank
-    proc = subprocess.run(cmd, env=env)
+    # CPU: one core per rank (a CPU "device" is one core); accelerators: the job's threads split over the ranks
+    env = launch.rank_env(args.threads, devices, per_rank=1 if system.backend == "cpu" else None)
+    log.info("launching %d rank(s), %s thread(s) each: %s", devices, env[launch.ENV_THREADS], " ".join(cmd[:6]))
+    proc = launch.run(cmd, env=env)
     markers = [exp.oom_marker(out, r) for r in range(devices)]
     ooms = [m.read_text() for m in markers if m.exists()]
     for m in markers:
@@ -186,17 +184,19 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
     """One DDP rank (started by ``sr3-train`` through torchrun); rank 0 writes the result."""
     import os
 
-    from . import results
+    from . import launch, results
     from .data import sky
     from .experiments import sr3_scaling as exp
 
+    placement = launch.place_this_rank()  # first: die with torchrun, this rank's threads and CPUs
     spec = json.loads(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     rank = int(os.environ.get("RANK", 0))
     data = sky.load(args.data)
     try:
-        outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, **spec["run"])
+        outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, placement=placement,
+                               **spec["run"])
     except torch_oom_errors() as exc:
         exp.oom_marker(args.out, rank).write_text(f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else exc!r}\n")
         os._exit(3)  # the other ranks would wait forever in the next all-reduce: torchrun stops them
@@ -388,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", required=True, help="JSON: {system, devices, precision, preset, scales, run}")
     s.add_argument("--data", required=True, help="patch set from sr3-prepare")
     s.add_argument("--out", required=True, help="result.json (samples.npz goes beside it)")
+    s.add_argument("--threads", type=int, default=0,
+                   help="CPU cores of the job, split over the ranks on accelerators (0 = every usable core)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
     s.set_defaults(func=cmd_sr3_train)
 

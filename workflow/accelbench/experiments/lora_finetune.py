@@ -523,10 +523,11 @@ def _host_peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # ru_maxrss is in KiB on Linux
 
 
-def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
+def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict | None = None) -> dict:
     """Run the LoRA fine-tuning of one rank (the whole run when ``plan.strategy == 'single'``).
 
-    Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE``.
+    Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE`` and ``placement`` is the
+    rank's thread/CPU placement (already applied; recorded). Without it, ``threads`` (0 = torch's default) is set.
 
     Returns:
         ``{"status", "reason", "rank", "measurements"}`` of this rank: step times (ms), loss curve, held-out loss
@@ -542,14 +543,15 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
     s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
-    if system.backend == "cpu" and threads:
+    if placement is None and threads:
         torch.set_num_threads(max(1, threads // world))
     if system.backend == "hpu":
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
     device = Device(system.backend, index=local if system.backend == "cuda" else 0)
     if system.backend == "cuda":
         torch.cuda.set_device(local)
-    m: dict = {"rank": rank, "world_size": world}
+    m: dict = {"rank": rank, "world_size": world, "threads": torch.get_num_threads(),
+               "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
     tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
     max_steps = s.warmup_steps + s.timed_steps
     try:
@@ -668,7 +670,8 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         rm = r["measurements"]
         t = measure.Timing.from_samples(rm["step_samples_ms"][w:], warmup=w, method=rm["timing_method"])
         per_rank.append({"rank": r["rank"], "step_median_ms": t.median, "peak_mem_gib": rm["peak_mem_gib"],
-                         "host_peak_rss_gib": rm["host_peak_rss_gib"], "timing": t.to_dict()})
+                         "host_peak_rss_gib": rm["host_peak_rss_gib"], "timing": t.to_dict(),
+                         "threads": rm.get("threads"), "placement": rm.get("placement")})
     timing = per_rank[0]["timing"]
     slowest = max(p["step_median_ms"] for p in per_rank)
     world = plan.devices
@@ -696,6 +699,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "samples_per_s": samples_per_step / (step_ms / 1e3), "tokens_per_s": tokens_per_step / (step_ms / 1e3),
         "flops_per_token": fpt, "throughput_6n": mfu["6n"], "throughput_lora": mfu["lora"],
         "peak_tflops_per_device": peak, "per_rank": per_rank,
+        "threads_per_rank": [p["threads"] for p in per_rank], "cudnn_benchmark": r0.get("cudnn_benchmark"),
         "peak_mem_gib_max": max((p["peak_mem_gib"] or 0) for p in per_rank) if r0["peak_mem_gib"] is not None else None,
         "host_peak_rss_gib_max": max(p["host_peak_rss_gib"] for p in per_rank),
         "loss": loss, "train_wall_s": r0["train_wall_s"],
@@ -740,7 +744,6 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
         AccelbenchError: a rank failed for another reason (its log tail in the message).
     """
     import json
-    import subprocess
     import sys
     import tempfile
 
@@ -760,15 +763,15 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
     if plan.strategy == "single":
         ranks = [train_rank(spec, system, plan, threads)]
     else:
+        from .. import launch
+
         with tempfile.TemporaryDirectory(prefix="accelbench_ranks_") as rank_dir:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={plan.devices}",
-                   "-m", "accelbench", "lora-finetune", "--spec", json.dumps(spec), "--rank-dir", rank_dir,
-                   "--threads", str(threads)]
-            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (threads or os.cpu_count() or 1) // plan.devices)))
+            cmd = launch.torchrun_command(plan.devices, ["-m", "accelbench", "lora-finetune", "--spec", json.dumps(spec),
+                                                         "--rank-dir", rank_dir, "--threads", str(threads)])
+            env = launch.rank_env(threads, plan.devices)  # threads // devices per rank, its own CPU block
             if system.backend == "hpu":
                 env["PT_HPU_LAZY_MODE"] = hpu_lazy_mode(plan.strategy)
-            proc = subprocess.run(cmd, env=env, timeout=timeout_s, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True)
+            proc = launch.run(cmd, env=env, timeout=timeout_s, capture=True)
             sys.stderr.write(proc.stdout)
             ranks = [json.loads(p.read_text()) for p in sorted(Path(rank_dir).glob("rank*.json"))]
         failed = [r for r in ranks if r["status"] != "ok"]
@@ -789,12 +792,15 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
 
 
 def rank_entry(spec: dict, system, rank_dir: str, threads: int = 0) -> None:
-    """Entry point of one torchrun rank: train, then write ``<rank_dir>/rank<RANK>.json``."""
+    """Entry point of one torchrun rank: take this rank's threads and CPUs (:func:`accelbench.launch.place_this_rank`,
+    also: die with torchrun), train, then write ``<rank_dir>/rank<RANK>.json``."""
+    from ..launch import place_this_rank
     from ..results import write_json_atomic
 
+    placement = place_this_rank()
     settings = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
     plan = plan_run(spec["strategy"], spec["devices"], spec["attention"], system, settings)
-    out = train_rank(spec, system, plan, threads)
+    out = train_rank(spec, system, plan, threads, placement)
     write_json_atomic(out, Path(rank_dir) / f"rank{out['rank']}.json")
     if out["status"] != "ok":  # a failed rank must end the group: torchrun then stops the ranks waiting on it
         os._exit(1)
