@@ -227,27 +227,27 @@ def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems,
     r = json.loads(out.read_text())
     assert r["status"] == "unsupported" and "100000 devices requested" in r["reason"] and r["environment"]["git"]
 
+    from accelbench import launch
+
     out = tmp_path / "o" / "result.json"
     calls = []
-    real_run = subprocess.run
 
     def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory
-        if "sr3-worker" not in cmd:
-            return real_run(cmd, env=env, **kw)  # provenance's git calls
-        calls.append(cmd)
+        calls.append((cmd, env))
         exp.oom_marker(out, 1).write_text("rank 1: CUDA out of memory. Tried to allocate 2.00 GiB\n")
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(subprocess, "run", fake_torchrun)
+    monkeypatch.setattr(launch, "run", fake_torchrun)
     spec = json.dumps(_spec(default_config, systems, 2))
     assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["status"] == "oom" and "Tried to allocate 2.00 GiB" in r["reason"]
-    assert "--nproc_per_node=2" in calls[0] and "sr3-worker" in calls[0]
+    assert "--nproc_per_node=2" in calls[0][0] and "sr3-worker" in calls[0][0]
+    assert calls[0][1]["OMP_NUM_THREADS"] == "1"  # a CPU "device" is one core
     assert not exp.oom_marker(out, 1).exists()
 
     def failing(cmd, env=None, **kw):
-        return subprocess.CompletedProcess(cmd, 1) if "sr3-worker" in cmd else real_run(cmd, env=env, **kw)
+        return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(subprocess, "run", failing)
+    monkeypatch.setattr(launch, "run", failing)
     assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(tmp_path / "f" / "result.json")]) == 2
