@@ -34,7 +34,8 @@ def test_threads_split_over_ranks():
     assert launch.rank_cpus(1, 2, [0, 1]) == [0, 1]  # fewer CPUs than ranks x threads: wraps around
     env = launch.rank_env(8, 2, base={"OMP_NUM_THREADS": "8"})
     assert env["OMP_NUM_THREADS"] == "4" and env[launch.ENV_THREADS] == "4"
-    assert env[launch.ENV_LAUNCHER] == str(os.getpid())
+    assert env[launch.ENV_LAUNCHER].endswith(f":{os.getpid()}") and not launch._launcher_gone(env[launch.ENV_LAUNCHER])
+    assert launch._launcher_gone(f"{launch._host()}:999999999") and not launch._launcher_gone("other-node:999999999")
     assert launch.rank_env(8, 2, per_rank=1, base={})["MKL_NUM_THREADS"] == "1"
 
 

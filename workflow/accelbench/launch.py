@@ -33,7 +33,7 @@ import sys
 
 ENV_THREADS = "ACCELBENCH_RANK_THREADS"      # threads of one rank, set by the launcher
 ENV_CPUS = "ACCELBENCH_JOB_CPUS"             # the job's CPUs (comma-separated), set by the launcher
-ENV_LAUNCHER = "ACCELBENCH_LAUNCHER_PID"     # the launcher's pid: a rank whose launcher is gone exits
+ENV_LAUNCHER = "ACCELBENCH_LAUNCHER_PID"     # "<host>:<pid>" of the launcher: a rank on that host whose launcher is gone exits
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
                "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 PR_SET_PDEATHSIG = 1
@@ -74,7 +74,7 @@ def rank_env(threads: int, ranks: int, per_rank: int | None = None, base: dict |
         cpus = cpus[:threads]
     n = per_rank if per_rank is not None else threads_per_rank(threads, ranks)
     env.update({v: str(n) for v in THREAD_VARS})
-    env.update({ENV_THREADS: str(n), ENV_CPUS: ",".join(map(str, cpus)), ENV_LAUNCHER: str(os.getpid())})
+    env.update({ENV_THREADS: str(n), ENV_CPUS: ",".join(map(str, cpus)), ENV_LAUNCHER: f"{_host()}:{os.getpid()}"})
     return env
 
 
@@ -101,6 +101,21 @@ def set_parent_death_signal(sig: int = signal.SIGKILL) -> bool:
         return _libc().prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _launcher_gone(value: str | None) -> bool:
+    """True when ``value`` (``"<host>:<pid>"``) names a launcher on this host that no longer runs (ranks on other
+    nodes of a multi-node job cannot check it and never exit for it)."""
+    if not value or ":" not in value:
+        return False
+    host, pid = value.rsplit(":", 1)
+    return host == _host() and pid.isdigit() and not _alive(int(pid))
 
 
 def _alive(pid: int) -> bool:
@@ -155,8 +170,7 @@ def place_this_rank(threads: int | None = None) -> dict:
     import torch
 
     pdeath = set_parent_death_signal()
-    launcher = os.environ.get(ENV_LAUNCHER)
-    if os.getppid() == 1 or (launcher and not _alive(int(launcher))):
+    if os.getppid() == 1 or _launcher_gone(os.environ.get(ENV_LAUNCHER)):
         os._exit(1)  # torchrun or the launcher died before the signal was armed
     local = int(os.environ.get("LOCAL_RANK", 0))
     n = threads or int(os.environ.get(ENV_THREADS, 0)) or torch.get_num_threads()
