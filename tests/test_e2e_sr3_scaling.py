@@ -28,6 +28,10 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         assert m["iterations_per_device"] * n == cfg["sr3_scaling"]["workload_iterations"]
         assert m["iteration"]["count"] == m["iterations_run"] - m["iteration"]["warmup"] and m["iteration"]["median"] > 0
         assert len(m["rank_median_ms"]) == n and len(m["peak_rss_gib_per_rank"]) == n
+        # thread placement and the cuDNN autotuning setting are recorded (a CPU "device" is one core)
+        assert m["threads_per_rank"] == [1] * n and len(m["placement_per_rank"]) == n
+        assert all(p["threads"] == 1 and p["parent_death_signal"] for p in m["placement_per_rank"])
+        assert m["cudnn_benchmark"] is False
         assert m["study_b_projection"]["label"] == "projection" and m["study_b_projection"]["iterations"] == 40000 // n
         assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]
         assert (res / f"devices_{n}" / "samples.npz").exists()

@@ -229,12 +229,14 @@ def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems,
     r = json.loads(out.read_text())
     assert r["status"] == "unsupported" and "100000 devices requested" in r["reason"] and r["environment"]["git"]
 
+    from accelbench import launch
+
     out = tmp_path / "o" / "result.json"
     calls = []
     from accelbench import multinode
 
     def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory (the launcher runs torchrun via run_tee)
-        calls.append(cmd)
+        calls.append((cmd, env))
         exp.oom_marker(out, 1).write_text("rank 1: CUDA out of memory. Tried to allocate 2.00 GiB\n")
         return 1, ""
 
@@ -243,7 +245,8 @@ def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems,
     assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["status"] == "oom" and "Tried to allocate 2.00 GiB" in r["reason"]
-    assert "--nproc_per_node=2" in calls[0] and "sr3-worker" in calls[0] and "--standalone" in calls[0]
+    assert "--nproc_per_node=2" in calls[0][0] and "sr3-worker" in calls[0][0] and "--standalone" in calls[0][0]
+    assert calls[0][1]["OMP_NUM_THREADS"] == "1"  # a CPU "device" is one core
     assert not exp.oom_marker(out, 1).exists()
 
     monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, ""))

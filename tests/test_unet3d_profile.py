@@ -100,3 +100,18 @@ def test_variants_cover_study_a():
     assert list(exp.VARIANTS)[:4] == ["baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d"]
     assert exp.VARIANTS["tf32_channels_last_3d"].precision == "tf32"
     assert dataclasses.asdict(exp.VARIANTS["bf16"])["autocast"] == "bf16"
+
+
+def test_cudnn_autotuning_is_a_recorded_axis():
+    """Plain names are Study A's series (autotuning off, as Med-DDPM's code); ``_autotuned`` turns it on and is
+    compared with its own baseline; math_mode applies and restores it."""
+    import torch
+
+    assert exp.VARIANTS["bf16"].cudnn_benchmark is False and exp.VARIANTS["bf16"].baseline == "baseline"
+    tuned = exp.VARIANTS["bf16_compile_autotuned"]
+    assert tuned.cudnn_benchmark and tuned.compile and tuned.autocast == "bf16" and tuned.baseline == "baseline_autotuned"
+    assert {"tf32_compile", "bf16_compile"} <= set(exp.VARIANTS)
+    before = torch.backends.cudnn.benchmark
+    with exp.math_mode(False, cudnn_benchmark=not before):
+        assert torch.backends.cudnn.benchmark is (not before) and exp.math_flags()["cudnn_benchmark"] is (not before)
+    assert torch.backends.cudnn.benchmark is before

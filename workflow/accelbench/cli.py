@@ -181,10 +181,9 @@ def _sr3_result(spec: dict, system, status: str, measurements: dict, reason: str
 
 def cmd_sr3_train(args: argparse.Namespace) -> None:
     """Launcher: records unsupported cases, else runs ``sr3-worker`` under torchrun with N processes."""
-    import os
     import subprocess
 
-    from . import multinode, results
+    from . import launch, multinode, results
     from .experiments import sr3_scaling as exp
     from .systems import probe_devices, require_backend
 
@@ -218,8 +217,10 @@ def cmd_sr3_train(args: argparse.Namespace) -> None:
         return
     cmd, rdzv = multinode.launch_command(plan, worker, alloc)
     log.info("launching %d rank(s) on %d node(s): %s", devices, plan.nodes, " ".join(cmd[:12]))
-    env = multinode.launch_env(system.backend, {**os.environ, "OMP_NUM_THREADS": "1"} if system.backend == "cpu"
-                               else None)  # one core per CPU rank
+    # CPU: one core per rank (a CPU "device" is one core); accelerators: the job's threads split over a node's ranks
+    env = multinode.launch_env(system.backend, launch.rank_env(args.threads, plan.per_node,
+                                                               per_rank=1 if system.backend == "cpu" else None))
+    log.info("%d rank(s) per node, %s thread(s) each", plan.per_node, env[launch.ENV_THREADS])
     returncode, output = multinode.run_tee(cmd, env=env)
     proc = subprocess.CompletedProcess(cmd, returncode)
     if returncode == 0 and out.exists():
@@ -240,17 +241,19 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
     """One DDP rank (started by ``sr3-train`` through torchrun); rank 0 writes the result."""
     import os
 
-    from . import results
+    from . import launch, results
     from .data import sky
     from .experiments import sr3_scaling as exp
 
+    placement = launch.place_this_rank()  # first: die with torchrun, this rank's threads and CPUs
     spec = _load_spec(args.spec)
     system = _system_from(spec)
     settings = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     rank = int(os.environ.get("RANK", 0))
     data = sky.load(args.data)
     try:
-        outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, **spec["run"])
+        outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, placement=placement,
+                               **spec["run"])
     except torch_oom_errors() as exc:
         exp.oom_marker(args.out, rank).write_text(f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else exc!r}\n")
         os._exit(3)  # the other ranks would wait forever in the next all-reduce: torchrun stops them
@@ -401,7 +404,7 @@ def cmd_net_smoke(args: argparse.Namespace) -> None:
 
     import pandas as pd
 
-    from . import multinode
+    from . import launch, multinode
     from .systems import require_backend
 
     spec = _load_spec(args.spec)
@@ -423,7 +426,7 @@ def cmd_net_smoke(args: argparse.Namespace) -> None:
     out.unlink(missing_ok=True)
     cmd, rdzv = multinode.launch_command(plan, ["net-smoke-worker", "--spec", json.dumps(spec), "--out", str(out)], alloc)
     log.info("all-reduce sweep on %d rank(s), %d node(s): %s", plan.devices, plan.nodes, " ".join(cmd[:12]))
-    env = multinode.launch_env(system.backend, {**os.environ, "OMP_NUM_THREADS": "1"} if cpu else None)
+    env = multinode.launch_env(system.backend, launch.rank_env(0, plan.per_node, per_rank=1 if cpu else None))
     returncode, output = multinode.run_tee(cmd, env=env)
     if returncode != 0 or not out.exists():
         raise AccelbenchError(f"net-smoke: the ranks failed (exit status {returncode}); see the log above")
@@ -520,6 +523,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", required=True, help="JSON file (or inline object): {system, devices, precision, preset, scales, run}")
     s.add_argument("--data", required=True, help="patch set from sr3-prepare")
     s.add_argument("--out", required=True, help="result.json (samples.npz goes beside it)")
+    s.add_argument("--threads", type=int, default=0,
+                   help="CPU cores of the job, split over the ranks on accelerators (0 = every usable core)")
     s.add_argument("--overwrite", action="store_true", help="replace an existing result")
     s.set_defaults(func=cmd_sr3_train)
 

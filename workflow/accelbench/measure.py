@@ -59,9 +59,9 @@ class Timing:
 def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "") -> Timing:
     """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed.
 
-    CUDA: one pair of CUDA events around each step (device time, no host sync inside the loop
-    beyond the one per step needed to read the events). CPU/HPU: ``synchronize`` then
-    ``time.perf_counter`` around each step.
+    CUDA: one pair of CUDA events around each step, read after the last step (device time; no host
+    sync inside the loop, so the host may queue the next step as in a plain training loop).
+    CPU/HPU: ``synchronize`` then ``time.perf_counter`` around each step.
 
     Returns:
         :class:`Timing` in milliseconds.
@@ -73,13 +73,15 @@ def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: 
     if device.backend == "cuda":
         import torch
 
+        events = []
         for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             step()
             end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end))
+            events.append((start, end))
+        torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) for start, end in events]
         method = "cuda_events"
     else:
         for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):

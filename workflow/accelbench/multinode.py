@@ -247,8 +247,10 @@ def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = Non
     """
     import threading
 
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace")
+    from . import launch
+
+    # in the job's process group, killed with this launcher (accelbench.launch: no rank outlives its job)
+    proc = launch.start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     lines: list[str] = []
 
     def pump():

@@ -31,7 +31,8 @@ rule sr3_train:
     container:
         CONTAINER
     shell:
-        "accelbench sr3-train --spec {params.spec:q} --data {input.data:q} --out {output:q} > {log:q} 2>&1"
+        "accelbench sr3-train --spec {params.spec:q} --data {input.data:q} --out {output:q} --threads {threads}"
+        " > {log:q} 2>&1"
 
 
 rule study_b_sr3_aggregate:

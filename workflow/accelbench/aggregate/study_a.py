@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
+from ..experiments.unet3d_profile import AUTOTUNED, VARIANTS  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
@@ -36,6 +36,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "origin": origin_of(r),
                "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
                "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
+               "series": VARIANTS[cfg["configuration"]].series if cfg["configuration"] in VARIANTS else None,
                "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r), "noise_why": noise_why(r)}
         if r["status"] == "ok":
             k = m["kernels"]
@@ -62,17 +63,19 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     df["configuration"] = pd.Categorical(df["configuration"], categories=ORDER + sorted(set(df["configuration"]) - set(ORDER)), ordered=True)
     df = df.sort_values(["system", "model", "configuration"]).reset_index(drop=True)
     df["configuration"] = df["configuration"].astype(str)
-    base = df[df["configuration"] == "baseline"].set_index(["system", "model"])["train_step_ms"] if "train_step_ms" in df else None
+    # speedups against the baseline of the same series (cuDNN autotuning off: baseline; on: baseline_autotuned)
+    base = df.set_index(["system", "model", "configuration"])["train_step_ms"] if "train_step_ms" in df else None
     if base is not None:
+        ref = [VARIANTS[c].baseline if c in VARIANTS else "baseline" for c in df["configuration"]]
         df["speedup_vs_baseline"] = [
-            base.get((s, mo), np.nan) / t if pd.notna(t) else np.nan
-            for s, mo, t in zip(df["system"], df["model"], df["train_step_ms"])]
+            base.get((s, mo, b), np.nan) / t if pd.notna(t) else np.nan
+            for s, mo, b, t in zip(df["system"], df["model"], ref, df["train_step_ms"])]
     return df
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The published-layout table: status labels in place of numbers for rows that did not run."""
-    cols = ["hardware", "model", "volume", "configuration", "train_step_ms", "speedup_vs_baseline", "sample_step_ms",
+    cols = ["hardware", "model", "volume", "configuration", "series", "train_step_ms", "speedup_vs_baseline", "sample_step_ms",
             "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
             "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
             "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
@@ -152,12 +155,18 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, claim in claims.iterrows():
         for (system, model), sysdf in (df.groupby(["system", "model"]) if not df.empty else []):
-            value, how = _measured_for_claim(claim, sysdf)
-            rows.append({"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
-                         "configuration": claim["configuration"], "metric": claim["metric"],
-                         "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
-                         "model": model, "measured": value, "how": how,
-                         "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])})
+            tuned = sysdf["configuration"].str.endswith(AUTOTUNED)
+            value, how = _measured_for_claim(claim, sysdf[~tuned])
+            row = {"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
+                   "configuration": claim["configuration"], "metric": claim["metric"],
+                   "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
+                   "model": model, "measured": value, "how": how + "; Study A-faithful series (cuDNN autotuning off)",
+                   "measured_autotuned": None,
+                   "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])}
+            if tuned.any():  # our series beside it, same claim on the _autotuned configurations
+                auto = sysdf[tuned].assign(configuration=sysdf.loc[tuned, "configuration"].str.removesuffix(AUTOTUNED))
+                row["measured_autotuned"] = _measured_for_claim(claim, auto)[0]
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -183,10 +192,10 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Grouped bars: speedup over baseline per configuration, one colour per (hardware, model) series; whiskers span
     the speedups implied by the p90 and p10 step times (stated in the figure). Returns the figure's problems."""
     confs = [c for c in ORDER if c in set(df["configuration"])]
-    groups = list(df.groupby(["hardware", "model"]))
+    groups = list(df.groupby(["system", "hardware", "model"]))  # two systems may share a hardware label
     fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(confs)), 4.6))
     width = 0.8 / max(1, len(groups))
-    for gi, ((hw, model), g) in enumerate(groups):
+    for gi, ((_, hw, model), g) in enumerate(groups):
         label = _series(g)
         g = g.set_index("configuration")
         xs = np.arange(len(confs)) + gi * width

@@ -77,6 +77,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "samples_per_s": m["samples_per_s"], "tokens_per_s": m["tokens_per_s"],
                 "peak_mem_gib": m.get("peak_mem_gib_max"), "host_peak_rss_gib": m.get("host_peak_rss_gib_max"),
                 "mfu_6n": m["throughput_6n"]["mfu"], "tflop_per_s_6n": m["throughput_6n"]["tflop_per_s"],
+                "mfu_lora": m.get("throughput_lora", {}).get("mfu"),
                 "trainable_params": m["lora_parameters"]["trainable"], "params": m["model"]["parameters"],
                 "loss_first": m["loss"]["first_mean"], "loss_last": m["loss"]["last_mean"],
                 "eval_loss_before": m["loss"]["eval_before"], "eval_loss_after": m["loss"]["eval_after"],
@@ -94,7 +95,7 @@ def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     """The run table with ``OOM``/``unsupported`` in place of numbers for cases that did not run."""
     cols = ["hardware", "family", "weights", "attention", "attn_implementation", "strategy", "devices", "precision",
             "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "samples_per_s", "tokens_per_s", "peak_mem_gib",
-            "host_peak_rss_gib", "mfu_6n", "eval_loss_before", "eval_loss_after", "projected_min_per_mtok",
+            "host_peak_rss_gib", "mfu_lora", "mfu_6n", "eval_loss_before", "eval_loss_after", "projected_min_per_mtok",
             "projected_epoch_min", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):

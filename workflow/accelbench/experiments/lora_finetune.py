@@ -378,18 +378,88 @@ def set_attention(model, plan: Plan) -> str:
     return model.config._attn_implementation
 
 
-def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int) -> dict:
-    """Training FLOPs per token by two named formulas (2 FLOPs per multiply-add):
+def lora_flop_counts(model) -> dict:
+    """Matmul sizes of a LoRA-wrapped causal LM that :func:`flops_per_token` needs (read from module attributes, so
+    also valid for sharded FSDP/ZeRO-3 parameters). Per token, in multiply-adds:
+
+    * ``frozen_matmul``: ``in x out`` of every frozen ``nn.Linear`` (projections, MLP, LM head). Embedding lookups
+      are not matmuls (0 FLOPs) and norms are left out.
+    * ``frozen_first_layer_qkv``: the first decoder layer's q/k/v projections, whose input (the frozen embedding
+      output) needs no gradient: forward only.
+    * ``adapter``: LoRA's ``r x (in + out)`` per adapted module; ``adapter_first_layer_a``: ``r x in`` of the first
+      layer's adapters (their input needs no gradient).
+    * ``layers``, ``attention_width`` (heads x head dim) and which of q/k/v the first layer adapts (for the
+      attention gradients that layer skips).
+    """
+    import torch
+
+    counts = {"frozen_matmul": 0, "frozen_first_layer_qkv": 0, "adapter": 0, "adapter_first_layer_a": 0}
+    first = ".layers.0."
+    qkv = ("q_proj", "k_proj", "v_proj")
+    adapted_first = set()
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear):
+            continue
+        mm = mod.in_features * mod.out_features
+        if ".lora_A." in name or ".lora_B." in name:
+            counts["adapter"] += mm
+            owner = name.split(".lora_")[0].split(".")[-1]
+            if first in name and owner in qkv:
+                adapted_first.add(owner)
+                if ".lora_A." in name:
+                    counts["adapter_first_layer_a"] += mm
+            continue
+        if any(p.requires_grad for p in mod.parameters(recurse=False)):
+            continue  # a trainable base layer is not LoRA's case (counted nowhere: 6N covers it)
+        counts["frozen_matmul"] += mm
+        owner = name.removesuffix(".base_layer").split(".")[-1]
+        if first in name and owner in qkv:
+            counts["frozen_first_layer_qkv"] += mm
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    counts.update(layers=cfg.num_hidden_layers, attention_width=heads * head_dim,
+                  first_layer_adapted=sorted(adapted_first))
+    return counts
+
+
+def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int,
+                    counts: dict | None = None) -> dict:
+    """Training FLOPs per token (2 FLOPs per multiply-add) by two named formulas.
 
     * ``6n``: PaLM's model FLOPs (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``):
-      ``6 N + 12 L d S`` (forward 2N, backward 4N, plus attention scores/values). The usual MFU convention.
-    * ``lora``: what LoRA executes: frozen weights need no weight gradients, so ``4 N_frozen + 6 N_trainable +
-      12 L d S``. Lower than ``6n`` by about a third.
+      ``6 N + 12 L d S`` (forward 2N, backward 4N, attention scores and values at sequence length S). The
+      conventional MFU, an **upper bound** for LoRA: frozen weights never compute weight gradients.
+    * ``lora``: the matmuls a LoRA step executes, from :func:`lora_flop_counts` (``counts``)::
+
+          2 M + 2 (M - M_qkv0)            frozen weights: forward + input gradient (none for layer 0's q/k/v)
+        + 6 A - 2 A_0                     adapters: forward, weight and input gradient (none into layer 0)
+        + 12 L a S - (8 - b_0) a S        attention (QK^T and PV) at sequence length S, forward + backward;
+                                          layer 0 computes only the gradients its adapters need (b_0 of 8)
+
+      where M = frozen matmul weights (no embedding lookup), A = adapter weights, a = heads x head dim. Checked
+      against ``torch.utils.flop_counter.FlopCounterMode`` on a tiny LoRA Llama (tests). Attention is counted
+      full (not causal-halved), as FlopCounterMode counts the eager path. Without ``counts`` (no model at hand)
+      the approximation ``4 (N - N_trainable) + 6 N_trainable + 12 L d S`` is used and named so.
     """
     attn = 12 * layers * hidden * seq_len
-    return {"6n": 6 * n_params + attn, "lora": 4 * (n_params - n_trainable) + 6 * n_trainable + attn,
-            "formula_6n": "6*N + 12*L*d*S (PaLM App. B)",
-            "formula_lora": "4*N_frozen + 6*N_trainable + 12*L*d*S"}
+    out = {"6n": 6 * n_params + attn, "formula_6n": "6*N + 12*L*d*S (PaLM App. B; upper bound for LoRA)"}
+    if counts is None:
+        out.update(lora=4 * (n_params - n_trainable) + 6 * n_trainable + attn,
+                   formula_lora="4*N_frozen + 6*N_trainable + 12*L*d*S (approximation: no module sizes)")
+        return out
+    m, m0 = counts["frozen_matmul"], counts["frozen_first_layer_qkv"]
+    a, a0 = counts["adapter"], counts["adapter_first_layer_a"]
+    width, n_layers = counts["attention_width"], counts["layers"]
+    ad = set(counts["first_layer_adapted"])
+    b0 = 2 * (("q_proj" in ad) or ("k_proj" in ad)) + 2 * ("q_proj" in ad) + 2 * ("k_proj" in ad) + 2 * ("v_proj" in ad)
+    attention = 12 * n_layers * width * seq_len - (8 - b0) * width * seq_len
+    out.update(lora=2 * m + 2 * (m - m0) + 6 * a - 2 * a0 + attention,
+               lora_terms={"frozen_forward": 2 * m, "frozen_input_grad": 2 * (m - m0),
+                           "adapters": 6 * a - 2 * a0, "attention": attention},
+               formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
+                            "(frozen: forward + input grad; adapters: full; attention at S)")
+    return out
 
 
 def count_parameters(model_spec: dict) -> int | None:
@@ -542,10 +612,11 @@ def _host_peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30  # ru_maxrss is in KiB on Linux
 
 
-def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
+def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict | None = None) -> dict:
     """Run the LoRA fine-tuning of one rank (the whole run when ``plan.strategy == 'single'``).
 
-    Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE``.
+    Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE`` and ``placement`` is the
+    rank's thread/CPU placement (already applied; recorded). Without it, ``threads`` (0 = torch's default) is set.
 
     Returns:
         ``{"status", "reason", "rank", "measurements"}`` of this rank: step times (ms), loss curve, held-out loss
@@ -561,14 +632,15 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
     s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
-    if system.backend == "cpu" and threads:
+    if placement is None and threads:
         torch.set_num_threads(max(1, threads // world))
     if system.backend == "hpu":
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
     device = Device(system.backend, index=local if system.backend == "cuda" else 0)
     if system.backend == "cuda":
         torch.cuda.set_device(local)
-    m: dict = {"rank": rank, "world_size": world}
+    m: dict = {"rank": rank, "world_size": world, "threads": torch.get_num_threads(),
+               "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
     tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
     max_steps = s.warmup_steps + s.timed_steps
     try:
@@ -609,6 +681,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0) -> dict:
         layer_cls = type(model.model.layers[0]).__name__ if hasattr(getattr(model, "model", None), "layers") else None
         torch.manual_seed(s.seed)  # LoRA A matrices: the same initialisation on every rank
         model, lora_counts = apply_lora(model, s)
+        m["flop_counts"] = lora_flop_counts(model)
         need = s.per_device_batch * s.grad_accum * world * max_steps
         per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
         n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
@@ -687,7 +760,8 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         rm = r["measurements"]
         t = measure.Timing.from_samples(rm["step_samples_ms"][w:], warmup=w, method=rm["timing_method"])
         per_rank.append({"rank": r["rank"], "step_median_ms": t.median, "peak_mem_gib": rm["peak_mem_gib"],
-                         "host_peak_rss_gib": rm["host_peak_rss_gib"], "timing": t.to_dict()})
+                         "host_peak_rss_gib": rm["host_peak_rss_gib"], "timing": t.to_dict(),
+                         "threads": rm.get("threads"), "placement": rm.get("placement")})
     timing = per_rank[0]["timing"]
     slowest = max(p["step_median_ms"] for p in per_rank)
     world = plan.devices
@@ -695,7 +769,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
     tokens_per_step = samples_per_step * settings.seq_len
     info = r0["model"]
     fpt = flops_per_token(info["parameters"], r0["lora_parameters"]["trainable"], info["layers"] or 0,
-                          info["hidden_size"] or 0, settings.seq_len)
+                          info["hidden_size"] or 0, settings.seq_len, r0.get("flop_counts"))
     peak = system.peak_tflops.get(plan.precision)
     peak_total = peak * world if peak else None
     step_ms = timing["median"]
@@ -715,6 +789,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "samples_per_s": samples_per_step / (step_ms / 1e3), "tokens_per_s": tokens_per_step / (step_ms / 1e3),
         "flops_per_token": fpt, "throughput_6n": mfu["6n"], "throughput_lora": mfu["lora"],
         "peak_tflops_per_device": peak, "per_rank": per_rank,
+        "threads_per_rank": [p["threads"] for p in per_rank], "cudnn_benchmark": r0.get("cudnn_benchmark"),
         "peak_mem_gib_max": max((p["peak_mem_gib"] or 0) for p in per_rank) if r0["peak_mem_gib"] is not None else None,
         "host_peak_rss_gib_max": max(p["host_peak_rss_gib"] for p in per_rank),
         "loss": loss, "train_wall_s": r0["train_wall_s"],
@@ -759,7 +834,6 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
         AccelbenchError: a rank failed for another reason (its log tail in the message).
     """
     import json
-    import subprocess
     import sys
     import tempfile
 
@@ -779,7 +853,7 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
     if plan.strategy == "single":
         ranks = [train_rank(spec, system, plan, threads)]
     else:
-        from .. import multinode
+        from .. import launch, multinode
 
         layout = multinode.node_plan(system, plan.devices, "lora_finetune.runs devices")
         alloc = multinode.allocation() if layout.nodes > 1 else None
@@ -790,7 +864,7 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
         with tempfile.TemporaryDirectory(prefix="accelbench_ranks_", dir=Path.cwd() if layout.nodes > 1 else None) as rank_dir:
             worker = ["lora-finetune", "--spec", json.dumps(spec), "--rank-dir", rank_dir, "--threads", str(threads)]
             cmd, rdzv = multinode.launch_command(layout, worker, alloc)
-            env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (threads or os.cpu_count() or 1) // layout.per_node)))
+            env = launch.rank_env(threads, layout.per_node)  # threads // ranks per node, each its own CPU block
             if system.backend == "hpu":
                 env["PT_HPU_LAZY_MODE"] = hpu_lazy_mode(plan.strategy)
             returncode, output = multinode.run_tee(cmd, env=multinode.launch_env(system.backend, env), timeout=timeout_s)
@@ -820,12 +894,15 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
 
 
 def rank_entry(spec: dict, system, rank_dir: str, threads: int = 0) -> None:
-    """Entry point of one torchrun rank: train, then write ``<rank_dir>/rank<RANK>.json``."""
+    """Entry point of one torchrun rank: take this rank's threads and CPUs (:func:`accelbench.launch.place_this_rank`,
+    also: die with torchrun), train, then write ``<rank_dir>/rank<RANK>.json``."""
+    from ..launch import place_this_rank
     from ..results import write_json_atomic
 
+    placement = place_this_rank()
     settings = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
     plan = plan_run(spec["strategy"], spec["devices"], spec["attention"], system, settings)
-    out = train_rank(spec, system, plan, threads)
+    out = train_rank(spec, system, plan, threads, placement)
     write_json_atomic(out, Path(rank_dir) / f"rank{out['rank']}.json")
     if out["status"] != "ok":  # a failed rank must end the group: torchrun then stops the ranks waiting on it
         os._exit(1)

@@ -419,12 +419,13 @@ def _peak_rss_gib() -> float:
 
 def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
              workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
-             quality_sample_steps: int, seed: int) -> dict | None:
+             quality_sample_steps: int, seed: int, placement: dict | None = None) -> dict | None:
     """Train SR3 on this DDP rank (launched by torchrun with ``devices`` processes) and measure it.
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed,
     the rest timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 gathers every rank's
-    samples, peak memory and the replica check, then samples the held-out patches for PSNR/SSIM.
+    samples, peak memory, thread placement (``placement``: :func:`accelbench.launch.place_this_rank`) and the
+    replica check, then samples the held-out patches for PSNR/SSIM.
 
     Returns:
         On rank 0 ``{"status": "ok", "reason": None, "measurements": ..., "panel": ...}``; None on other
@@ -461,7 +462,8 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
     per_rank = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "wall_s": wall,
                 "peak_mem_gib": peak / 2**30 if peak is not None else None, "peak_rss_gib": _peak_rss_gib(),
                 "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads(),
-                "node": os.environ.get("SLURMD_NODENAME") or platform.node()}
+                "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
+                "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
     ranks = _gather(per_rank)
     if world > 1:
         dist.barrier()
@@ -503,6 +505,8 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
         "peak_mem_gib": max(p for p in peaks) if all(p is not None for p in peaks) else None,
         "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in ranks],
         "threads_per_rank": [r["threads"] for r in ranks],
+        "placement_per_rank": [r["placement"] for r in ranks],
+        "cudnn_benchmark": ranks[0]["cudnn_benchmark"],
         "rank_median_ms": [r["median_ms"] for r in ranks],
         "rank_nodes": [r["node"] for r in ranks],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": spread,
@@ -516,11 +520,11 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
 # --------------------------------------------------------------------------- launching
 def torchrun_command(devices: int, worker_args: list[str]) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc_per_node N -m accelbench <worker_args>``:
-    one process per device on this node (``--standalone`` picks a free rendezvous port)."""
-    import sys
+    one process per device on this node (``--standalone`` picks a free rendezvous port); see
+    :func:`accelbench.launch.torchrun_command`."""
+    from ..launch import torchrun_command as cmd
 
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={devices}",
-            "-m", "accelbench", *worker_args]
+    return cmd(devices, ["-m", "accelbench", *worker_args])
 
 
 def oom_marker(out: str | Path, rank: int) -> Path:

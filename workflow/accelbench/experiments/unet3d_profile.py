@@ -32,8 +32,15 @@ backward + Adam step at batch 1 (Med-DDPM accumulates 2 such micro-batches per o
 
 Configurations (Study A's four, then ours):
 ``baseline`` (TF32 off for cuDNN convolutions and cuBLAS matmuls), ``tf32``, ``channels_last_3d``
-(model and inputs in ``torch.channels_last_3d``), ``tf32_channels_last_3d``, ``bf16`` (autocast)
-and ``compile`` (``torch.compile``, TF32 off).
+(model and inputs in ``torch.channels_last_3d``), ``tf32_channels_last_3d``, ``bf16`` (autocast),
+``compile`` (``torch.compile``, TF32 off), ``tf32_compile``, ``bf16_compile``, ``bf16_compile_fused_adam``
+(plus Adam's fused CUDA kernel) and ``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: CUDA graphs).
+
+cuDNN autotuning (``torch.backends.cudnn.benchmark``) is a recorded axis. Med-DDPM's own training code
+(``train.py``, ``diffusion_model/trainer.py`` in mobaidoctor/med-ddpm) never sets it, so Study A profiled with
+PyTorch's default, autotuning off: every plain name above is that Study A-faithful series. The same name with
+the suffix ``_autotuned`` (``baseline_autotuned``, ``bf16_compile_autotuned``, ...) is our series, autotuning on;
+its speedups are against ``baseline_autotuned``.
 """
 
 from __future__ import annotations
@@ -63,6 +70,18 @@ class Variant:
     channels_last_3d: bool = False
     autocast: str | None = None  # "bf16" or None
     compile: bool = False
+    compile_mode: str | None = None  # torch.compile mode ("reduce-overhead" = CUDA graphs, "max-autotune")
+    fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
+    cudnn_benchmark: bool = False  # cuDNN autotuning (Study A / Med-DDPM: PyTorch's default, off)
+
+    @property
+    def series(self) -> str:
+        return "ours (cuDNN autotuning on)" if self.cudnn_benchmark else "Study A-faithful (cuDNN autotuning off)"
+
+    @property
+    def baseline(self) -> str:
+        """The configuration this one's speedup is measured against (the baseline of the same series)."""
+        return "baseline_autotuned" if self.cudnn_benchmark else "baseline"
 
     @property
     def precision(self) -> str:
@@ -77,7 +96,14 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
     Variant("bf16", autocast="bf16"),
     Variant("compile", compile=True),
+    Variant("tf32_compile", tf32=True, compile=True),
+    Variant("bf16_compile", autocast="bf16", compile=True),
+    Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
+    Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
 )}
+AUTOTUNED = "_autotuned"
+VARIANTS.update({v.name + AUTOTUNED: dataclasses.replace(v, name=v.name + AUTOTUNED, cudnn_benchmark=True)
+                 for v in list(VARIANTS.values())})
 
 
 @dataclass(frozen=True)
@@ -161,9 +187,12 @@ def build_scheduler(s: ModelSettings):
 
 
 @contextlib.contextmanager
-def math_mode(tf32: bool):
+def math_mode(tf32: bool, cudnn_benchmark: bool = False):
     """Switch TF32 for both cuDNN convolutions and cuBLAS matmuls (Study A's baseline turns both off:
-    PyTorch enables cuDNN TF32 by default). Restores the previous settings on exit."""
+    PyTorch enables cuDNN TF32 by default) and cuDNN autotuning (``torch.backends.cudnn.benchmark``).
+    Restores the previous settings on exit."""
+    old_benchmark = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     new_api = hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision")
     if new_api:
         old = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)
@@ -177,6 +206,7 @@ def math_mode(tf32: bool):
     try:
         yield
     finally:
+        torch.backends.cudnn.benchmark = old_benchmark
         if new_api:
             torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = old
         else:
@@ -209,8 +239,9 @@ class Workload:
         self.mask = mask.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.fmt = fmt
         self.scheduler = build_scheduler(settings)
-        self.net = torch.compile(self.model) if variant.compile else self.model
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr)
+        self.net = torch.compile(self.model, mode=variant.compile_mode) if variant.compile else self.model
+        fused = {"fused": True} if variant.fused_adam and device.backend == "cuda" else {}
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr, **fused)
         self.amp = torch.bfloat16 if variant.autocast == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed)
         self.x_t = torch.randn(self.image.shape, generator=self.gen, device=dev).contiguous(memory_format=fmt)
@@ -299,7 +330,7 @@ def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Te
     (:mod:`accelbench.experiments.unet3d_ncu`)."""
     device = Device(system.backend)
     torch.manual_seed(seed)
-    with math_mode(variant.tf32):
+    with math_mode(variant.tf32, variant.cudnn_benchmark):
         w = Workload(build_unet(settings), settings, variant, device, image, mask, seed)
         for _ in range(warmup):
             w.train_step()
@@ -336,19 +367,21 @@ def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, 
     torch.manual_seed(seed)
     model = build_unet(settings)
     n_params = sum(p.numel() for p in model.parameters())
-    m: dict = {"parameters": n_params, "variant": dataclasses.asdict(variant), "precision": variant.precision}
+    m: dict = {"parameters": n_params, "variant": dataclasses.asdict(variant), "precision": variant.precision,
+               "series": variant.series, "cudnn_benchmark": variant.cudnn_benchmark}
     try:
         # 1. quality: same weights, seed and input; the baseline's outputs are the reference
         with math_mode(False):
             ref = quality_probe(Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
                                 quality_sample_steps, seed)
-        with math_mode(variant.tf32):
+        with math_mode(variant.tf32, variant.cudnn_benchmark):
             m["math_flags"] = math_flags()
             w = Workload(model, settings, variant, device, image, mask, seed)
             m["quality"] = compare_quality(quality_probe(w, quality_sample_steps, seed), ref, quality_rel_l2_max)
             del ref
             # 2. FLOPs (eager model: torch.compile does not change the arithmetic)
-            eager = Workload(copy.deepcopy(model), settings, dataclasses.replace(variant, compile=False), device,
+            eager = Workload(copy.deepcopy(model), settings, dataclasses.replace(variant, compile=False,
+                                                                                 compile_mode=None), device,
                              image, mask, seed) if variant.compile else w
             flops_train = measure.count_flops(eager.train_step)
             flops_fwd = measure.count_flops(eager.sample_step)

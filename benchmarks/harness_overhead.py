@@ -1,0 +1,404 @@
+"""Harness overhead: the rule's measured step vs a minimal bare loop of the same model, shapes and settings.
+
+For each product result (a ``result.json`` written by the rule, whose ``config`` is the rule's exact spec), this
+runs, in one process run (under torchrun for multi-device cases, with the product's own launcher settings from
+:mod:`accelbench.launch`):
+
+* ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
+  ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3_scaling.Trainer.train_step`` +
+  ``measure.time_steps``, per-iteration max over ranks; LoRA: ``lora_finetune.train_rank``, i.e. the HF Trainer
+  with the step-timer callback);
+* ``bare``: a plain PyTorch loop written here (model from the same builder, same shapes, dtype, math mode, cuDNN
+  autotuning, optimizer; CUDA events per step; DDP where the rule uses DDP),
+
+and appends one CSV row per case: ``harness_ms``, ``bare_ms`` and ``harness_over_bare`` (goal <= 1.03), with the
+device count, settings and rank thread placement. Efficiency rows (time at 1 device / time at N, weak scaling at a
+fixed per-device batch) are added for SR3 and LoRA when both device counts are present. A benchmark writes
+numbers; it asserts nothing.
+
+Usage (on the accelerator node, after the product's rules ran; paths of the rule's results and inputs)::
+
+    python benchmarks/harness_overhead.py study-a --result R/unet3d_profile/whole_head/baseline_autotuned/result.json \\
+        --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv benchmarks/harness_overhead_h200.csv
+    python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --csv ...
+    python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+FIELDS = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "steps",
+          "threads_per_rank", "cudnn_benchmark", "settings", "device", "when"]
+
+
+def _append(csv_path: str, row: dict) -> None:
+    new = not Path(csv_path).exists()
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, lineterminator="\n")
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k) for k in FIELDS})
+    print(json.dumps({k: row.get(k) for k in FIELDS}), flush=True)
+
+
+def _system(spec: dict):
+    from accelbench.cli import _system_from
+
+    return _system_from(spec)
+
+
+def _dev() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _empty_cache() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _events_loop(step, warmup: int, repeat: int) -> list[float]:
+    """CUDA-event time (ms) of each of ``repeat`` calls of ``step`` after ``warmup`` untimed calls (CPU smoke runs:
+    the host clock)."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    if not torch.cuda.is_available():
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            step()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    torch.cuda.synchronize()
+    pairs = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
+
+
+def _row(experiment, case, devices, harness, bare, product, steps, threads, benchmark, settings):
+    import torch
+
+    return {"experiment": experiment, "case": case, "devices": devices, "harness_ms": round(harness, 3),
+            "bare_ms": round(bare, 3), "harness_over_bare": round(harness / bare, 4),
+            "product_ms": round(product, 3) if product else None, "steps": steps, "threads_per_rank": threads,
+            "cudnn_benchmark": benchmark, "settings": settings,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+# --------------------------------------------------------------------------- Study A
+def study_a(args) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from accelbench import measure
+    from accelbench.data.mri import load_case
+    from accelbench.devices import Device
+    from accelbench.experiments import unet3d_profile as exp
+
+    result = json.loads(Path(args.result).read_text())
+    spec = result["config"]
+    system = _system(spec)
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    variant = exp.VARIANTS[spec["configuration"]]
+    image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
+    device = Device(system.backend)
+    warmup, repeat = args.warmup, args.repeat
+    seed = spec["run"]["seed"]
+
+    def harness() -> float:
+        torch.manual_seed(seed)
+        with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
+            w = exp.Workload(exp.build_unet(settings), settings, variant, device, image, mask, seed)
+            t = measure.time_steps(w.train_step, device, warmup, repeat, desc="harness")
+        del w
+        return t.median
+
+    def bare() -> float:
+        torch.manual_seed(seed)
+        with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
+            fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
+            model = exp.build_unet(settings).to(_dev(), memory_format=fmt)
+            net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
+            opt = torch.optim.Adam(model.parameters(), lr=settings.lr,
+                                   **({"fused": True} if variant.fused_adam else {}))
+            sched = exp.build_scheduler(settings)
+            x0 = image.to(_dev()).contiguous(memory_format=fmt)
+            m = mask.to(_dev()).contiguous(memory_format=fmt)
+            dtype = torch.bfloat16 if variant.autocast == "bf16" else None
+
+            def step():
+                t = torch.randint(0, settings.timesteps, (1,), device=_dev())
+                noise = torch.randn_like(x0)
+                x_t = sched.add_noise(original_samples=x0, noise=noise, timesteps=t)
+                with torch.autocast(_dev(), dtype=dtype, enabled=dtype is not None):
+                    pred = net(torch.cat([x_t, m], dim=1), t).float()
+                F.l1_loss(pred, noise).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            samples = _events_loop(step, warmup, repeat)
+        del model, net, opt
+        return statistics.median(samples)
+
+    h = harness()
+    _empty_cache()
+    b = bare()
+    product = result["measurements"]["train_step"]["median"] if result["status"] == "ok" else None
+    _append(args.csv, _row("study_a", spec["configuration"], 1, h, b, product, repeat, torch.get_num_threads(),
+                           variant.cudnn_benchmark, f"{settings.preset} {'x'.join(map(str, settings.volume))}, "
+                                                    f"{variant.precision}, compile={variant.compile}"))
+
+
+# --------------------------------------------------------------------------- SR3 (one process per rank)
+def sr3(args) -> None:
+    from accelbench import launch
+
+    spec = json.loads(Path(args.result).read_text())["config"]
+    n = int(spec["devices"])
+    cmd = launch.torchrun_command(n, [__file__, "sr3-rank", "--result", args.result, "--data", args.data,
+                                      "--csv", args.csv, "--warmup", str(args.warmup), "--repeat", str(args.repeat)])
+    proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
+    if proc.returncode:
+        sys.exit(proc.returncode)
+
+
+def sr3_rank(args) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from accelbench import launch, measure
+    from accelbench.data import sky
+    from accelbench.devices import Device
+    from accelbench.experiments import sr3_scaling as exp
+
+    placement = launch.place_this_rank()
+    result = json.loads(Path(args.result).read_text())
+    spec = result["config"]
+    system = _system(spec)
+    s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+    n, precision, seed = int(spec["devices"]), spec["precision"], spec["run"]["seed"]
+    rank, world, local, _ = exp._init_distributed(system.backend)
+    device = Device(system.backend, local if system.backend == "cuda" else 0)
+    dev = device.torch_device
+    data = sky.load(args.data)
+    ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=n * s.batch_size)
+
+    def gathered_max(samples: list[float]) -> float:
+        allv = exp._gather(samples)
+        return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
+
+    # harness: the rule's Trainer and timer
+    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1)
+    if world > 1:
+        dist.barrier()
+    t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
+    harness = gathered_max(t.samples)
+    del tr
+    _empty_cache()
+
+    # bare: DDP U-Net, Adam, batches from the same patches already on the device
+    torch.manual_seed(seed)
+    model = exp.build_unet(s).to(dev)
+    ids = [local] if system.backend == "cuda" else None
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids) if world > 1 else model
+    opt = torch.optim.Adam(model.parameters(), lr=s.lr)
+    sched = exp.build_scheduler(s, float64=False)
+    cond_all, target_all = ds.cond.to(dev), ds.target.to(dev)
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    g = torch.Generator(device=dev).manual_seed(seed + rank)
+
+    def step():
+        idx = torch.randint(0, ds.n, (s.batch_size,), device=dev, generator=g)
+        cond, target = cond_all[idx], target_all[idx]
+        tt = torch.randint(0, s.timesteps, (s.batch_size,), device=dev, generator=g)
+        noise = torch.randn(target.shape, device=dev, generator=g)
+        x_t = sched.add_noise(original_samples=target, noise=noise, timesteps=tt)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            pred = net(torch.cat([cond, x_t], dim=1), tt).float()
+        F.l1_loss(pred, noise).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if world > 1:
+        dist.barrier()
+    bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        m = result["measurements"]
+        _append(args.csv, _row("sr3", f"{precision}", n, harness, bare,
+                               m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
+                               placement["threads"], torch.backends.cudnn.benchmark,
+                               f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px"))
+
+
+# --------------------------------------------------------------------------- LoRA (one process per rank)
+def lora(args) -> None:
+    from accelbench import launch
+
+    spec = json.loads(Path(args.result).read_text())["config"]
+    n = int(spec["devices"])
+    if n == 1:  # the rule runs `single` in its own process, without torchrun
+        lora_rank(args)
+        return
+    cmd = launch.torchrun_command(n, [__file__, "lora-rank", "--result", args.result, "--csv", args.csv,
+                                      "--threads", str(args.threads)])
+    proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
+    if proc.returncode:
+        sys.exit(proc.returncode)
+
+
+def lora_rank(args) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from accelbench import launch
+    from accelbench.experiments import lora_finetune as exp
+    from accelbench.models.llm import load_causal_lm
+
+    placement = launch.place_this_rank()
+    result = json.loads(Path(args.result).read_text())
+    spec = {k: v for k, v in result["config"].items() if k != "plan"}
+    system = _system(spec)
+    s = exp.LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    plan = exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
+    if plan.strategy not in ("single", "ddp"):
+        raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
+    out = exp.train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
+    if out["status"] != "ok":
+        raise SystemExit(f"harness run: {out['status']}: {out['reason']}")
+    harness_samples = out["measurements"]["step_samples_ms"][s.warmup_steps:]
+    del out
+    _empty_cache()
+
+    rank, world, local = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+    cuda = system.backend == "cuda"
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(local)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if cuda else "gloo")
+    random_on_device = spec["model"].get("source") == "random" and cuda
+    with torch.device(dev) if random_on_device else contextlib.nullcontext():
+        lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
+    model = lm.model.to(dev)
+    exp.set_attention(model, plan)
+    model.config.use_cache = False
+    torch.manual_seed(s.seed)
+    model, _ = exp.apply_lora(model, s)
+    model.train()
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None) if world > 1 else model
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if cuda else {}))
+    vocab = min(model.config.vocab_size, 49152)
+    g = torch.Generator(device=dev).manual_seed(s.seed + rank)
+    dtype = torch.bfloat16 if plan.precision == "bf16" else None
+
+    def step():
+        for micro in range(s.grad_accum):
+            ids = torch.randint(0, vocab, (s.per_device_batch, s.seq_len), device=dev, generator=g)
+            ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
+            with ctx, torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+                loss = net(input_ids=ids, labels=ids).loss / s.grad_accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
+    allh, allb = [harness_samples], [bare_samples]
+    if world > 1:
+        allh, allb = [None] * world, [None] * world
+        dist.all_gather_object(allh, harness_samples)
+        dist.all_gather_object(allb, bare_samples)
+        dist.destroy_process_group()
+    if rank == 0:  # rank 0's median, as the product reports
+        m = result["measurements"]
+        _append(args.csv, _row("lora", f"{spec['model_name']} {spec['attention']} {spec['strategy']}", world,
+                               statistics.median(allh[0]), statistics.median(allb[0]),
+                               m["step"]["median"] if result["status"] == "ok" else None, s.timed_steps,
+                               placement["threads"], torch.backends.cudnn.benchmark,
+                               f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}, "
+                               f"slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
+                               f"bare {max(statistics.median(x) for x in allb):.1f} ms"))
+
+
+# --------------------------------------------------------------------------- efficiency
+def efficiency(args) -> None:
+    """Time at 1 device / time at N (per-device batch fixed) for the harness, the bare loop and the product; printed
+    and written beside the CSV as ``<name>_efficiency.csv``."""
+    import pandas as pd
+
+    df = pd.read_csv(args.csv)
+    rows = []
+    df = df[~df["case"].astype(str).str.startswith("efficiency")]
+    for (exp_name, case), g in df[df["experiment"].isin(["sr3", "lora"])].groupby(["experiment", "case"]):
+        g = g.drop_duplicates("devices", keep="last").set_index("devices")
+        if 1 not in g.index:
+            base = df[(df["experiment"] == exp_name) & (df["devices"] == 1)]
+            if base.empty:
+                continue
+            one = base.iloc[-1]
+        else:
+            one = g.loc[1]
+        for n, r in g.iterrows():
+            if n == 1:
+                continue
+            rows.append({"experiment": exp_name, "case": case, "devices": int(n),
+                         "efficiency_harness": round(one["harness_ms"] / r["harness_ms"], 4),
+                         "efficiency_bare": round(one["bare_ms"] / r["bare_ms"], 4),
+                         "efficiency_product": round(one["product_ms"] / r["product_ms"], 4)
+                         if pd.notna(r["product_ms"]) and pd.notna(one["product_ms"]) else None,
+                         "goal": 0.95})
+            print(json.dumps(rows[-1]))
+    out = Path(args.csv).with_name(Path(args.csv).stem + "_efficiency.csv")
+    pd.DataFrame(rows).to_csv(out, index=False)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("study-a", "sr3", "sr3-rank", "lora", "lora-rank", "efficiency"):
+        s = sub.add_parser(name)
+        s.add_argument("--csv", required=True)
+        if name == "efficiency":
+            continue
+        s.add_argument("--result", required=True, help="the product rule's result.json (its config = the rule's spec)")
+        s.add_argument("--threads", type=int, default=0, help="the job's cores (0 = every usable core)")
+        s.add_argument("--warmup", type=int, default=5)
+        s.add_argument("--repeat", type=int, default=20)
+        if name.startswith("study"):
+            s.add_argument("--image", required=True)
+            s.add_argument("--mask", required=True)
+        if name.startswith("sr3"):
+            s.add_argument("--data", required=True)
+    args = p.parse_args(argv)
+    {"study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
+     "efficiency": efficiency}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
