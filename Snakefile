@@ -20,6 +20,7 @@ include: "workflow/rules/llm_quant.smk"
 include: "workflow/rules/cluster.smk"
 include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/claims.smk"
 
 
 report: "workflow/report/workflow.rst"
