@@ -74,6 +74,7 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
     ("unet3d_profile oom", "reason", None, "'reason' is a required property"),
     ("quant ok", "measurements.perplexity.unit", "nats", "measurements.perplexity.unit"),
     ("quant ok", "measurements.compression_x.value", float("inf"), "measurements.compression_x.value: inf"),
+    ("quant ok", "measurements.throughput", None, "measurements: needs one of: throughput | forward_benchmark"),
     ("quant sensitivity", "measurements.layers", [], "measurements.layers"),
     ("lora ok", "measurements.per_rank.0.timing.count", 0, "measurements.per_rank.0.timing.count"),
     ("sr3 ok", "measurements.study_b_projection.label", "measured", "measurements.study_b_projection.label"),
@@ -103,6 +104,9 @@ def test_unreadable_and_non_json_files_are_named(tmp_path):
 
 
 def test_extra_fields_are_accepted():
+    q = VALID["quant ok"]()
+    q["measurements"]["forward_benchmark"] = q["measurements"].pop("throughput")  # the newer writers' name
+    assert problems_of(json.loads(json.dumps(q))) == []
     r = VALID["sr3 ok"]()
     r["measurements"]["noise"] = {"noisy": False, "why": []}
     r["environment"]["hardware"]["new_field"] = 1

@@ -49,6 +49,13 @@ def _where(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
+def _message(e) -> str:
+    """One readable line per schema error (alternatives named, long values cut)."""
+    if e.validator in ("anyOf", "oneOf") and all(isinstance(x, dict) and "required" in x for x in e.validator_value):
+        return "needs one of: " + " | ".join(", ".join(x["required"]) for x in e.validator_value)
+    return e.message if len(e.message) <= 240 else e.message[:237] + "..."
+
+
 def _non_finite(obj, where=()) -> list[str]:
     if isinstance(obj, float) and not math.isfinite(obj):
         return [f"{_where(where)}: {obj} is not a finite number (store null for 'no value')"]
@@ -63,11 +70,11 @@ def problems_of(data) -> list[str]:
     """Every problem of one parsed result, as ``field: message`` lines (empty when valid)."""
     if not isinstance(data, dict):
         return ["(top level): not a JSON object"]
-    out = [f"{_where(e.absolute_path)}: {e.message}"
+    out = [f"{_where(e.absolute_path)}: {_message(e)}"
            for e in sorted(validator(None).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
     exp = data.get("experiment")
     if exp in EXPERIMENTS and not out:
-        out += [f"{_where(e.absolute_path)}: {e.message}"
+        out += [f"{_where(e.absolute_path)}: {_message(e)}"
                 for e in sorted(validator(exp).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
     return out + _non_finite(data)
 
