@@ -352,8 +352,10 @@ def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate) -> dict:
     failed = [o for o in obs if not passes(claim, o.value)]
     if failed:
         return {**row, "verdict": "does not hold",
-                "why": f"{len(failed)} of {len(obs)} outside {tolerance_text(claim)}: {failed[0].text}"}
-    return {**row, "verdict": "holds", "why": f"all {len(obs)} within {tolerance_text(claim)}"}
+                "why": f"{len(failed)} of {len(obs)} " + ("false" if claim["check"] == "true" else
+                                                           f"outside {tolerance_text(claim)}") + f": {failed[0].text}"}
+    within = "true" if claim["check"] == "true" else f"within {tolerance_text(claim)}"
+    return {**row, "verdict": "holds", "why": f"{len(obs)} of {len(obs)} {within}"}
 
 
 def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
@@ -447,14 +449,14 @@ def fig_claims(df: pd.DataFrame, path: str | Path) -> None:
         s = str(s)
         return s if len(s) <= n else s[: n - 1] + "…"
 
-    cells = [[r["claim_id"], cut(r["claim"], 60), cut(r["system"], 10), cut(r["published"], 34),
-              cut(r["measured"], 44), r["verdict"], cut(r["why"], 60)] for _, r in df.iterrows()]
+    cells = [[r["claim_id"], cut(r["claim"], 68), cut(r["system"], 10), cut(r["published"], 38),
+              cut(r["measured"], 52), r["verdict"], cut(r["why"], 72)] for _, r in df.iterrows()]
     cells = cells or [["-", "no claims", "", "", "", "not measured here", ""]]
-    fig, ax = plt.subplots(figsize=(19, 0.28 * len(cells) + 1.0))
+    fig, ax = plt.subplots(figsize=(20, 0.22 * len(cells) + 0.6))
     ax.axis("off")
     t = ax.table(cellText=cells, colLabels=["id", "claim", "system", "published", "measured", "verdict", "why"],
                  loc="upper center", cellLoc="left", colLoc="left",
-                 colWidths=[0.03, 0.25, 0.05, 0.14, 0.19, 0.08, 0.26])
+                 colWidths=[0.025, 0.25, 0.045, 0.15, 0.2, 0.07, 0.26])
     t.auto_set_font_size(False)
     t.set_fontsize(6.5)
     for i, row in enumerate(cells, start=1):
@@ -463,8 +465,7 @@ def fig_claims(df: pd.DataFrame, path: str | Path) -> None:
     ax.set_title("Claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400) on "
                  f"{joined_labels(df[df['hardware'] != 'none']) if not df.empty else 'none'}: "
                  + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
