@@ -435,7 +435,8 @@ def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: pd.Da
         else:
             raise DataError(f"claim {claim['claim_id']}: unknown experiment {exp!r}")
     df = pd.DataFrame(rows, columns=COLUMNS)
-    assert df["verdict"].isin(VERDICTS).all() and (df["why"].astype(str).str.len() > 0).all()
+    if not (df["verdict"].isin(VERDICTS).all() and (df["why"].astype(str).str.len() > 0).all()):
+        raise DataError("claims table: a row without a verdict or a reason (a bug in accelbench.aggregate.claims)")
     return df
 
 
