@@ -21,6 +21,7 @@ include: "workflow/rules/cluster.smk"
 include: "workflow/rules/net_smoke.smk"
 include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/claims.smk"
 
 
 report: "workflow/report/workflow.rst"

@@ -372,6 +372,23 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
     log.info("reference runs: %s", ", ".join(map(str, changed)) if changed else "up to date")
 
 
+def cmd_validate_results(args: argparse.Namespace) -> None:
+    """Check result files against the package's schemas; write the list of valid files (the aggregations' input)."""
+    from .results import write_json_atomic
+    from .validate import validate_files
+
+    summary = validate_files([p for p in args.results if p])
+    write_json_atomic({"validated": summary, "count": len(summary)}, args.out)
+    log.info("%d result file(s) valid", len(summary))
+
+
+def cmd_claims(args: argparse.Namespace) -> None:
+    from .aggregate import claims
+
+    df = claims.aggregate([p for p in args.results if p], args.claims, args.sr3_reference, args.out_dir)
+    log.info("claims: %s", df["verdict"].value_counts().to_dict())
+
+
 def cmd_check_system(args: argparse.Namespace) -> None:
     from .config import load_config
     from .systems import load_systems, probe_devices, require_backend, resolve_system
@@ -584,6 +601,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--readme", default="README.md", help="the main README with the generated 'Reference runs' block")
     s.add_argument("--check", action="store_true", help="only check that they are up to date (exit 1 otherwise)")
     s.set_defaults(func=cmd_reference_runs)
+
+    s = sub.add_parser("validate-results", help="check result.json files against the result schemas (fails naming "
+                                                "each offending file and field)")
+    s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    s.add_argument("--out", required=True, help="JSON list of the validated files")
+    s.set_defaults(func=cmd_validate_results)
+
+    s = sub.add_parser("claims", help="every claim of both studies against every system's results (one table)")
+    s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    s.add_argument("--claims", nargs=2, required=True, metavar=("STUDY_A_CSV", "STUDY_B_CSV"))
+    s.add_argument("--sr3-reference", required=True, help="study_b_sr3_scaling.csv (published order of systems)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_claims)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")

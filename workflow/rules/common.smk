@@ -29,6 +29,7 @@ SYSTEM = resolve_system(config["system"], SYSTEMS)
 # every job on its node; planning (`-n`, `--report`) and Slurm submission from a login node without one work.
 RESULTS = config["results_dir"]
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
+CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
 
 # Rules run in the system's image under --software-deployment-method apptainer (see containers/).
 CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent
@@ -289,6 +290,23 @@ def lora_spec(wildcards):
                        "settings": settings.to_dict(), "data": data, "projection": u["projection"]})
 
 
+# --------------------------------------------------------------------------- validation (rule validate_results)
+EXPERIMENTS = ("unet3d_profile", "unet3d_ncu", "llm_quant", "lora_finetune", "sr3_scaling")
+
+
+def experiment_results(experiment):
+    """Every result of ``experiment`` an aggregation reads: this system's (when the experiment is configured) and
+    those copied in from other machines."""
+    own = {"unet3d_profile": unet3d_results, "unet3d_ncu": unet3d_ncu_results, "llm_quant": llm_quant_results,
+           "lora_finetune": lora_results, "sr3_scaling": sr3_results}[experiment]
+    return (own() if experiment in config["experiments"] else []) + other_systems_results(experiment)
+
+
+def validated(*experiments):
+    """The validation stamps an aggregation rule depends on (rule validate_results)."""
+    return [f"{RESULTS}/validation/{e}.json" for e in experiments]
+
+
 # --------------------------------------------------------------------------- targets
 def get_final_output():
     out = []
@@ -303,6 +321,8 @@ def get_final_output():
         out += sr3_results() + [f"{RESULTS}/study_b_sr3/scaling.csv", f"{RESULTS}/study_b_sr3/fig_scaling.png"]
     if "lora_finetune" in config["experiments"]:
         out += lora_results() + [f"{RESULTS}/study_b_lora/runs.csv", f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png"]
+    if out:
+        out.append(f"{RESULTS}/claims/claims.csv")
     return out
 
 

@@ -52,8 +52,13 @@ rule study_b_quant_aggregate:
     input:
         results=llm_quant_results() + other_systems_results("llm_quant"),
         reference=REPO / "resources/reference/study_b_quantization.csv",
+        validated=validated("llm_quant"),
     output:
-        table=f"{RESULTS}/study_b_quant/table.csv",
+        table=report(
+            f"{RESULTS}/study_b_quant/table.csv",
+            caption="../report/study_b_quant_table.rst",
+            category="Study B",
+        ),
         table_md=f"{RESULTS}/study_b_quant/table.md",
         table_tex=f"{RESULTS}/study_b_quant/table.tex",
         sensitivity=f"{RESULTS}/study_b_quant/sensitivity_layers.csv",

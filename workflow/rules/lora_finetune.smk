@@ -27,11 +27,20 @@ rule study_b_lora_aggregate:
     input:
         results=lora_results() + other_systems_results("lora_finetune"),
         reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
+        validated=validated("lora_finetune"),
     output:
-        runs=f"{RESULTS}/study_b_lora/runs.csv",
+        runs=report(
+            f"{RESULTS}/study_b_lora/runs.csv",
+            caption="../report/study_b_lora_runs.rst",
+            category="Study B",
+        ),
         runs_md=f"{RESULTS}/study_b_lora/runs.md",
         runs_tex=f"{RESULTS}/study_b_lora/runs.tex",
-        gains=f"{RESULTS}/study_b_lora/gains.csv",
+        gains=report(
+            f"{RESULTS}/study_b_lora/gains.csv",
+            caption="../report/study_b_lora_gains.rst",
+            category="Study B",
+        ),
         gains_md=f"{RESULTS}/study_b_lora/gains.md",
         gains_tex=f"{RESULTS}/study_b_lora/gains.tex",
         runtime=report(

@@ -39,11 +39,20 @@ rule study_b_sr3_aggregate:
     input:
         results=sr3_results() + other_systems_results("sr3_scaling"),
         reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+        validated=validated("sr3_scaling"),
     output:
-        table=f"{RESULTS}/study_b_sr3/scaling.csv",
+        table=report(
+            f"{RESULTS}/study_b_sr3/scaling.csv",
+            caption="../report/study_b_sr3_table.rst",
+            category="Study B",
+        ),
         table_md=f"{RESULTS}/study_b_sr3/scaling.md",
         table_tex=f"{RESULTS}/study_b_sr3/scaling.tex",
-        efficiency=f"{RESULTS}/study_b_sr3/efficiency.csv",
+        efficiency=report(
+            f"{RESULTS}/study_b_sr3/efficiency.csv",
+            caption="../report/study_b_sr3_efficiency.rst",
+            category="Study B",
+        ),
         efficiency_md=f"{RESULTS}/study_b_sr3/efficiency.md",
         scaling=report(
             f"{RESULTS}/study_b_sr3/fig_scaling.png",

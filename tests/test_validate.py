@@ -1,0 +1,152 @@
+"""Result schemas: every writer's results match; hand-made invalid results are refused with the file and field named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+import fake_results as fr
+from accelbench import cli
+from accelbench.errors import ResultError
+from accelbench.systems import System
+from accelbench.validate import EXPERIMENTS, _schemas, problems_of, validate_files
+
+VALID = {
+    "unet3d_profile ok": lambda: fr.unet3d("cpu", "baseline"),
+    "unet3d_profile unsupported": lambda: fr.unet3d("cpu", "tf32", status="unsupported", reason="TF32 needs CUDA"),
+    "unet3d_profile oom": lambda: fr.unet3d("h100", "baseline", status="oom", reason="out of device memory: 3 GiB"),
+    "sr3 ok": lambda: fr.sr3("cpu", 2, 100.0),
+    "lora ok": lambda: fr.lora("cpu", "flash", "ddp", 2),
+    "quant ok": lambda: fr.quant("cpu", "fake", "8_4_4", compression=5.9),
+    "quant sensitivity": lambda: fr.sensitivity("cpu", [3.0, 1.0, 1.0, 2.0]),
+}
+
+
+def test_schemas_are_valid_json_schemas_one_per_experiment():
+    schemas = _schemas()
+    assert set(schemas) == {"result.json", *(f"{e}.json" for e in EXPERIMENTS)}
+    for s in schemas.values():
+        Draft202012Validator.check_schema(s)
+
+
+@pytest.mark.parametrize("name", list(VALID))
+def test_hand_made_results_of_the_real_writers_are_valid(name):
+    assert problems_of(json.loads(json.dumps(VALID[name]()))) == []
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_cli_writer_results_are_valid(tmp_path, experiment):
+    """The one helper every command writes results with (cli._write_result): provenance, status and reason."""
+    system = System(name="cpu", backend="cpu", devices=1, precisions=("fp32",), image="cuda", scale="small")
+    config = {"system": system.to_dict(), "model": "m", "configuration": "tf32", "method": "fp32", "bitset": "none",
+              "model_name": "m", "attention": "eager", "strategy": "fsdp", "devices": 2, "precision": "fp32"}
+    out = tmp_path / "result.json"
+    cli._write_result(experiment, {"status": "unsupported", "reason": "not on a CPU", "measurements": {}}, config,
+                      system, out, overwrite=False)
+    assert validate_files([out])[0]["status"] == "unsupported"
+
+
+def _mutate(obj: dict, path: str, value=None, delete=False) -> dict:
+    obj = copy.deepcopy(obj)
+    *parents, last = path.split(".")
+    cur = obj
+    for k in parents:
+        cur = cur[int(k)] if isinstance(cur, list) else cur[k]
+    if delete:
+        del cur[last]
+    else:
+        cur[int(last) if isinstance(cur, list) else last] = value
+    return obj
+
+
+BROKEN = [  # (base, field changed, new value or None = delete, what the message must name)
+    ("unet3d_profile ok", "environment.git", None, "environment: 'git' is a required property"),
+    ("unet3d_profile ok", "environment.hardware.device_name", None, "environment.hardware: 'device_name'"),
+    ("unet3d_profile ok", "measurements.train_step.samples", [], "measurements.train_step.samples"),
+    ("unet3d_profile ok", "measurements.train_step.unit", "s", "measurements.train_step.unit"),
+    ("unet3d_profile ok", "measurements.train_step.median", float("nan"), "measurements.train_step.median: nan"),
+    ("unet3d_profile ok", "measurements.quality", None, "'quality' is a required property"),
+    ("unet3d_profile unsupported", "reason", "", "reason"),
+    ("unet3d_profile oom", "reason", None, "'reason' is a required property"),
+    ("quant ok", "measurements.perplexity.unit", "nats", "measurements.perplexity.unit"),
+    ("quant ok", "measurements.compression_x.value", float("inf"), "measurements.compression_x.value: inf"),
+    ("quant ok", "measurements.throughput", None, "measurements: needs one of: throughput | forward_benchmark"),
+    ("quant sensitivity", "measurements.layers", [], "measurements.layers"),
+    ("lora ok", "measurements.per_rank.0.timing.count", 0, "measurements.per_rank.0.timing.count"),
+    ("sr3 ok", "measurements.study_b_projection.label", "measured", "measurements.study_b_projection.label"),
+    ("sr3 ok", "status", "done", "status: 'done' is not one of"),
+    ("sr3 ok", "config.devices", None, "config: 'devices' is a required property"),
+]
+
+
+@pytest.mark.parametrize("base, field, value, expected", BROKEN, ids=[f"{b}:{f}" for b, f, _, _ in BROKEN])
+def test_a_hand_made_invalid_result_is_refused_by_file_and_field(tmp_path, base, field, value, expected):
+    good, bad = tmp_path / "good" / "result.json", tmp_path / "bad" / "result.json"
+    for p, obj in ((good, VALID[base]()), (bad, _mutate(VALID[base](), field, value, delete=value is None))):
+        p.parent.mkdir(parents=True)
+        p.write_text(json.dumps(obj))  # NaN/Infinity written as Python's json does
+    with pytest.raises(ResultError) as err:
+        validate_files([good, bad])
+    msg = str(err.value)
+    assert "1 of 2 result file(s)" in msg and f"{bad}: " in msg and str(good) not in msg
+    assert expected in msg, msg
+
+
+def test_unreadable_and_non_json_files_are_named(tmp_path):
+    p = tmp_path / "result.json"
+    p.write_text("{not json")
+    with pytest.raises(ResultError, match=r"result.json: \(file\): not valid JSON"):
+        validate_files([p])
+
+
+def test_extra_fields_are_accepted():
+    q = VALID["quant ok"]()
+    q["measurements"]["forward_benchmark"] = q["measurements"].pop("throughput")  # the newer writers' name
+    assert problems_of(json.loads(json.dumps(q))) == []
+    r = VALID["sr3 ok"]()
+    r["measurements"]["noise"] = {"noisy": False, "why": []}
+    r["environment"]["hardware"]["new_field"] = 1
+    assert problems_of(json.loads(json.dumps(r))) == []
+
+
+def test_validate_results_command_writes_the_list_and_fails_with_exit_2(tmp_path, capsys):
+    ok = fr.write(tmp_path / "results", [VALID["sr3 ok"]()])
+    out = tmp_path / "validation.json"
+    assert cli.main(["validate-results", "--results", *ok, "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["count"] == 1
+    bad = fr.write(tmp_path / "bad", [_mutate(VALID["sr3 ok"](), "environment.host", None, delete=True)])
+    assert cli.main(["validate-results", "--results", *ok, *bad, "--out", str(tmp_path / "v2.json")]) == 2
+    err = capsys.readouterr().err
+    assert bad[0] in err and "environment: 'host' is a required property" in err
+    assert not (tmp_path / "v2.json").exists()
+    assert Path(ok[0]).exists() and Path(bad[0]).exists()  # nothing is deleted
+
+
+@pytest.mark.e2e
+def test_dag_refuses_a_copied_in_invalid_result_naming_file_and_field(tmp_path, tiny_config):
+    """Merging machines = copying results/<system>/ folders: a bad copied-in file stops the DAG before any table."""
+    from dag import snakemake, write_config
+
+    write_config(tmp_path, tiny_config, ["unet3d_profile"])  # sr3 not run here: only the copied-in results
+    good = fr.sr3("h100", 1, 100.0)
+    bad = _mutate(fr.sr3("h100", 2, 120.0), "measurements.iteration.samples", [])
+    for n, r in ((1, good), (2, bad)):
+        p = tmp_path / f"results/h100/sr3_scaling/fp32/devices_{n}/result.json"
+        p.parent.mkdir(parents=True)
+        p.write_text(json.dumps(r))
+    proc = snakemake(tmp_path, "results/validation/sr3_scaling.json")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "results/h100/sr3_scaling/fp32/devices_2/result.json: measurements.iteration.samples" in out, out[-3000:]
+    assert "devices_1/result.json:" not in out
+    assert (tmp_path / "results/h100/sr3_scaling/fp32/devices_2/result.json").exists()  # nothing deleted
+    # every aggregation waits for the validation of what it reads
+    for table in ("study_a/table.csv", "study_a/counters.csv", "study_b_sr3/scaling.csv", "study_b_quant/table.csv",
+                  "study_b_lora/runs.csv", "claims/claims.csv"):
+        plan = snakemake(tmp_path, f"results/{table}", "-n", "--forceall", "--quiet", "rules")
+        assert plan.returncode == 0, plan.stderr[-2000:]
+        assert "validate_results" in plan.stdout, (table, plan.stdout)

@@ -1,0 +1,46 @@
+# Artifact evaluation: every result validated against the package's schemas before any table (each aggregation rule
+# takes validated(<experiment>) as input), and one table of every published claim of both studies checked per system.
+rule validate_results:
+    input:
+        results=lambda wildcards: experiment_results(wildcards.experiment),
+    output:
+        f"{RESULTS}/validation/{{experiment}}.json",
+    log:
+        "logs/validate_results/{experiment}.log",
+    wildcard_constraints:
+        experiment="|".join(EXPERIMENTS),
+    container:
+        CONTAINER
+    shell:  # on failure the list of offending files and fields is printed, not only logged
+        "accelbench validate-results --results {input.results:q} --out {output:q} > {log:q} 2>&1"
+        " || {{ cat {log:q} >&2; exit 1; }}"
+
+
+rule claims:
+    input:
+        validated=validated(*EXPERIMENTS),
+        results=[r for e in EXPERIMENTS for r in experiment_results(e)],
+        claims=[CLAIMS_A, CLAIMS_B],
+        sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+    output:
+        table=report(
+            f"{RESULTS}/claims/claims.csv",
+            caption="../report/claims_table.rst",
+            category="Claims",
+        ),
+        table_md=f"{RESULTS}/claims/claims.md",
+        table_tex=f"{RESULTS}/claims/claims.tex",
+        figure=report(
+            f"{RESULTS}/claims/fig_claims.png",
+            caption="../report/claims.rst",
+            category="Claims",
+        ),
+    log:
+        "logs/claims.log",
+    params:
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench claims --results {input.results:q} --claims {input.claims:q}"
+        " --sr3-reference {input.sr3_reference:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
