@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,20 @@ def test_time_steps_counts_calls():
     ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
     ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>", "elementwise"),
-    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "layout_conversion"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "cast_copy"),
+    # casts recorded in a bf16-autocast block on an H200: not layout conversions
+    ("void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>", "cast_copy"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
+     "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+     "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", "cast_copy"),
+    ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>", "layout_conversion"),
+    ("void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
+     "cast_copy"),
+    ("aten::copy_", "cast_copy"),
+    ("aten::to", "cast_copy"),
+    ("aten::topk", "other"),
     ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
     ("Memset (Device)", "memory"),
     ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
@@ -79,14 +93,36 @@ def test_recorded_cpu_trace_is_reduced():
     assert "aten::convolution" not in classes
 
 
-def test_recorded_cuda_trace_is_reduced():
-    """A real trace of a channels_last_3d conv3d training step recorded on an NVIDIA H200."""
+def check_cuda_trace_split() -> None:
+    """The recorded H200 trace (fp32, channels_last_3d) holds 6 cuDNN ``convertTensor_kernel<float, float, ...>``
+    NCDHW<->NDHWC transposes and 7 same-dtype ``direct_copy_kernel_cuda`` copies (``aten::contiguous``/
+    ``aten::to`` inside the convolutions and GroupNorm, counted by hand from the trace): the first are
+    layout conversions, the second casts/copies. Raises AssertionError when the classifier disagrees."""
     records, source, _ = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz"))
     assert source == "device_kernel"
     s = measure.summarize_kernels(records, source)
+    by_hand_layout = sum(1 for r in records if "convertTensor_kernel<float, float, float" in r.name)
+    by_hand_copy = sum(1 for r in records if "direct_copy_kernel_cuda" in r.name)
+    assert (by_hand_layout, by_hand_copy) == (6, 7)
+    assert s.layout_conversion_count == by_hand_layout  # channels_last_3d adds layout-conversion kernels
+    assert s.cast_copy_count == by_hand_copy
+    assert {row["class"] for row in s.table if "direct_copy" in row["name"]} == {"cast_copy"}
     assert s.class_share["convolution"] > 0.2
-    assert s.layout_conversion_count > 0  # channels_last_3d adds layout-conversion kernels
     assert 0 <= s.idle_fraction < 1
+
+
+def test_recorded_cuda_trace_is_reduced():
+    """A real trace of a channels_last_3d conv3d training step recorded on an NVIDIA H200."""
+    check_cuda_trace_split()
+
+
+def test_sabotage_cast_counted_as_layout_is_caught(monkeypatch):
+    """Sabotage: the old classifier (copies and casts inside layout_conversion) must fail the check."""
+    sabotaged = [("layout_conversion", re.compile(measure.KERNEL_CLASSES[0][1].pattern + "|direct_copy_kernel|copy_kernel",
+                                                  re.I))] + measure.KERNEL_CLASSES[1:]
+    monkeypatch.setattr(measure, "KERNEL_CLASSES", sabotaged)
+    with pytest.raises(AssertionError):
+        check_cuda_trace_split()
 
 
 def test_flops_and_mfu():

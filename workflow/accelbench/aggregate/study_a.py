@@ -19,8 +19,8 @@ import pandas as pd  # noqa: E402
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from .common import joined_labels, load_results, status_cell, write_table  # noqa: E402
 
-CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
-           "reduction", "memory", "other"]
+CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "cast_copy", "elementwise",
+           "optimizer", "reduction", "memory", "other"]
 ORDER = list(VARIANTS)
 
 
@@ -43,6 +43,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "sample_step_ms": m["sample_step"]["median"],
                 "projected_sample_s": m["sample_projection"]["seconds"],
                 "kernel_count": k["kernel_count"], "layout_conversion_kernels": k["layout_conversion_count"],
+                "cast_copy_kernels": k.get("cast_copy_count"),
                 "kernel_source": k["source"],
                 **{f"share_{c}": k["class_share"].get(c, 0.0) for c in CLASSES},
                 "tensor_core_share": k["tensor_core_share"], "idle_fraction": k["idle_fraction"],
@@ -71,8 +72,9 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The published-layout table: status labels in place of numbers for rows that did not run."""
     cols = ["hardware", "model", "volume", "configuration", "train_step_ms", "speedup_vs_baseline", "sample_step_ms",
-            "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
-            "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
+            "projected_sample_s", "kernel_count", "layout_conversion_kernels", "cast_copy_kernels", "share_convolution",
+            "share_gemm", "share_attention", "share_normalization", "share_layout_conversion", "share_cast_copy",
+            "share_elementwise",
             "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
             "quality_psnr_db_sample", "quality_holds"]
     out = df.reindex(columns=cols).astype(object)
@@ -208,12 +210,15 @@ def fig_breakdown(df: pd.DataFrame, path: str | Path) -> None:
 
 
 def fig_counts(df: pd.DataFrame, path: str | Path) -> None:
-    """Bars: kernel launches per training step, with the layout-conversion part hatched."""
+    """Bars: kernel launches per training step, with the layout-conversion and cast/copy parts hatched."""
     ok = df[df["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(ok) + 2), 4))
     x = np.arange(len(ok))
     ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
     ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout conversion")
+    if "cast_copy_kernels" in ok:
+        ax.bar(x, ok["cast_copy_kernels"].fillna(0), bottom=ok["layout_conversion_kernels"], color="C1", hatch="..",
+               label="cast / copy")
     ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("kernels per training step")
     ax.set_title(_title(df, "kernel counts"), fontsize=9)
