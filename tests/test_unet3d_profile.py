@@ -1,8 +1,10 @@
+import contextlib
 import dataclasses
 
 import pytest
 import torch
 
+from accelbench.devices import Device
 from accelbench.experiments import unet3d_profile as exp
 
 
@@ -43,12 +45,64 @@ def test_untrained_model_output_is_not_zero(tiny_settings):
     assert out.shape == (1, 1, 16, 16, 16) and out.abs().max() > 0
 
 
-def test_math_mode_restores_flags():
+@pytest.fixture
+def cuda_tf32_defaults():
+    """PyTorch's CUDA defaults before Study A's baseline switches them: cuDNN convolutions in TF32."""
     before = exp.math_flags()
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before["matmul_fp32_precision"]
+    torch.backends.cudnn.conv.fp32_precision = before["cudnn_conv_fp32_precision"]
+
+
+def check_math_mode() -> None:
+    """math_mode(False) gives IEEE FP32 (flags and numbers), math_mode(True) TF32, and both restore the flags.
+    Raises AssertionError otherwise."""
+    before = exp.math_flags()
+    with exp.math_mode(False):
+        chk = exp.ieee_fp32_check(Device("cpu"))
+        assert chk["flags_ieee"] and chk["holds"], chk
+        assert chk["matmul_rel_err"] < 1e-6 and chk["conv_rel_err"] < 1e-6
+    assert exp.math_flags() == before
     with exp.math_mode(True):
         flags = exp.math_flags()
-        assert "tf32" in str(flags.values()) or True in flags.values()
+        assert flags["matmul_fp32_precision"] == flags["cudnn_conv_fp32_precision"] == "tf32"
+        assert not exp.ieee_fp32_check(Device("cpu"))["holds"]
     assert exp.math_flags() == before
+
+
+def test_math_mode_gives_ieee_fp32_baseline(cuda_tf32_defaults):
+    check_math_mode()
+
+
+def test_sabotage_noop_math_mode_is_caught(cuda_tf32_defaults, monkeypatch, tiny_settings, systems, tmp_path):
+    """Sabotage: a math_mode that does nothing leaves cuDNN's TF32 default on; the check must fail, and so must
+    a baseline run."""
+    monkeypatch.setattr(exp, "math_mode", lambda tf32: contextlib.nullcontext())
+    with pytest.raises(AssertionError):
+        check_math_mode()
+    with pytest.raises(RuntimeError, match="IEEE FP32"):
+        _run(tiny_settings, "baseline", systems["cpu"], tmp_path)
+
+
+def _round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values to TF32 (10 explicit mantissa bits, round to nearest), as tensor cores do with their inputs."""
+    i = x.contiguous().view(torch.int32)
+    return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def test_ieee_check_rejects_tf32_numbers(monkeypatch):
+    """The numerical half of the check fails on TF32 arithmetic (emulated here by rounding the inputs as tensor
+    cores do), so a device that ignores the flags is caught too."""
+    with exp.math_mode(False):
+        assert exp.ieee_fp32_check(Device("cpu"))["holds"]
+        real_conv3d = exp.F.conv3d
+        monkeypatch.setattr(exp.F, "conv3d", lambda x, w, **kw: real_conv3d(
+            _round_to_tf32(x) if x.dtype == torch.float32 else x, _round_to_tf32(w) if w.dtype == torch.float32 else w,
+            **kw))
+        chk = exp.ieee_fp32_check(Device("cpu"))
+        assert chk["flags_ieee"] and not chk["holds"] and chk["conv_rel_err"] > 10 * exp.IEEE_FP32_REL_ERR_MAX
 
 
 def _run(settings, name, system, tmp_path, **kw):
@@ -67,6 +121,7 @@ def test_run_baseline_and_bf16(tiny_settings, systems, tmp_path):
     m = base["measurements"]
     assert m["train_step"]["count"] == 2 and m["train_step"]["median"] > 0 and m["sample_step"]["median"] > 0
     assert m["quality"]["predicted_noise"]["rel_l2"] == 0 and m["quality"]["holds"]
+    assert m["ieee_fp32_check"]["holds"] and m["ieee_fp32_check"]["flags_ieee"]
     assert m["kernels"]["kernel_count"] > 0 and m["kernels"]["class_share"]["convolution"] > 0.2
     assert m["flops"]["train_step"] > 2 * m["flops"]["forward"] > 0
     assert m["sample_projection"]["label"] == "projection"

@@ -193,6 +193,40 @@ def math_flags() -> dict:
             "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
 
 
+IEEE_FP32_REL_ERR_MAX = 1e-5
+
+
+def ieee_fp32_check(device: Device, seed: int = 0) -> dict:
+    """Evidence that FP32 math runs in IEEE FP32 now, as Study A's baseline requires.
+
+    Two checks: (1) the flags: every TF32 switch :func:`math_mode` sets reads ``ieee`` (new API) or
+    ``False`` (``allow_tf32``); (2) numbers: a (256 x 1024) @ (1024 x 256) matmul and a Conv3d
+    (1 x 16 x 16^3 input, 16 filters of 3^3) run on ``device`` in fp32 and compared with float64 on
+    the CPU (Frobenius relative error). IEEE fp32 gives about 1e-7; TF32 rounds the inputs to a
+    10-bit mantissa and gives about 3e-4. Both errors must be below :data:`IEEE_FP32_REL_ERR_MAX` (1e-5).
+
+    Returns:
+        ``{"flags", "flags_ieee", "matmul_rel_err", "conv_rel_err", "rel_err_max", "holds"}``.
+    """
+    flags = math_flags()
+    tf32_flags = {k: v for k, v in flags.items() if k != "cudnn_benchmark"}
+    flags_ieee = all(v in ("ieee", False) for v in tf32_flags.values())
+    g = torch.Generator().manual_seed(seed)
+    a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 256, generator=g)
+    x, w = torch.randn(1, 16, 16, 16, 16, generator=g), torch.randn(16, 16, 3, 3, 3, generator=g)
+    dev = device.torch_device
+
+    def rel(got: torch.Tensor, ref: torch.Tensor) -> float:
+        return float((got.double().cpu() - ref).norm() / ref.norm())
+
+    with torch.no_grad():
+        mm = rel(a.to(dev) @ b.to(dev), a.double() @ b.double())
+        conv = rel(F.conv3d(x.to(dev), w.to(dev), padding=1), F.conv3d(x.double(), w.double(), padding=1))
+    return {"flags": flags, "flags_ieee": bool(flags_ieee), "matmul_rel_err": mm, "conv_rel_err": conv,
+            "rel_err_max": IEEE_FP32_REL_ERR_MAX,
+            "holds": bool(flags_ieee and mm < IEEE_FP32_REL_ERR_MAX and conv < IEEE_FP32_REL_ERR_MAX)}
+
+
 class Workload:
     """Model, optimizer, scheduler and inputs for one variant on one device.
 
@@ -342,6 +376,11 @@ def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, 
                                 quality_sample_steps, seed)
         with math_mode(variant.tf32):
             m["math_flags"] = math_flags()
+            if not variant.tf32:  # every FP32 number of this configuration rests on IEEE FP32 math
+                m["ieee_fp32_check"] = ieee_fp32_check(device, seed)
+                if not m["ieee_fp32_check"]["holds"]:
+                    raise RuntimeError(f"configuration {variant.name} must run in IEEE FP32 but does not: "
+                                       f"{m['ieee_fp32_check']}")
             w = Workload(model, settings, variant, device, image, mask, seed)
             m["quality"] = compare_quality(quality_probe(w, quality_sample_steps, seed), ref, quality_rel_l2_max)
             del ref
