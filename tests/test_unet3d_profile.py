@@ -1,4 +1,5 @@
 import contextlib
+import copy
 import dataclasses
 
 import pytest
@@ -155,3 +156,35 @@ def test_variants_cover_study_a():
     assert list(exp.VARIANTS)[:4] == ["baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d"]
     assert exp.VARIANTS["tf32_channels_last_3d"].precision == "tf32"
     assert dataclasses.asdict(exp.VARIANTS["bf16"])["autocast"] == "bf16"
+
+
+def _probe(settings, model):
+    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    mask = torch.zeros(1, 2, 16, 16, 16)
+    mask[:, 0, 4:12, 4:12, 4:12] = 1
+    w = exp.Workload(model, settings, exp.VARIANTS["baseline"], Device("cpu"), image, mask, seed=0)
+    return exp.quality_probe(w, steps=2, seed=0)
+
+
+@pytest.mark.parametrize("sabotage", ["zeroed_convolution", "flipped_output", "zero_noise"])
+def test_default_tolerance_rejects_broken_configuration(tiny_settings, default_config, sabotage):
+    """Sabotage: the default tolerance (0.05) rejects a broken network: one zeroed convolution, a sign-flipped
+    output, a network that predicts zero noise. The sample metrics alone would not (see SAMPLE_NOTE)."""
+    tol = default_config["unet3d_profile"]["quality_rel_l2_max"]
+    assert tol == 0.05
+    torch.manual_seed(0)
+    model = exp.build_unet(tiny_settings)
+    with exp.math_mode(False):
+        ref = _probe(tiny_settings, copy.deepcopy(model))
+        broken = copy.deepcopy(model)
+        if sabotage == "zeroed_convolution":
+            with torch.no_grad():
+                broken.down_blocks[1].resnets[0].conv1.conv.weight.zero_()
+        else:
+            broken.register_forward_hook(lambda m, i, o: -o if sabotage == "flipped_output" else torch.zeros_like(o))
+        q = exp.compare_quality(_probe(tiny_settings, broken), ref, tol)
+        same = exp.compare_quality(_probe(tiny_settings, copy.deepcopy(model)), ref, tol)
+    assert same["holds"] and same["predicted_noise"]["rel_l2"] == 0
+    assert not q["holds"] and q["predicted_noise"]["rel_l2"] > 2 * tol
+    if sabotage == "zero_noise":  # why the sample is not in the verdict: it cannot see this
+        assert q["sample"]["rel_l2"] < tol and "not in the verdict" in q["sample"]["note"]

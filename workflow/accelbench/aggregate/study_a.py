@@ -42,6 +42,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "train_step_p90_ms": m["train_step"]["p90"], "timed_steps": m["train_step"]["count"],
                 "sample_step_ms": m["sample_step"]["median"],
                 "projected_sample_s": m["sample_projection"]["seconds"],
+                "projection_steps": m["sample_projection"].get("steps"),
                 "kernel_count": k["kernel_count"], "layout_conversion_kernels": k["layout_conversion_count"],
                 "cast_copy_kernels": k.get("cast_copy_count"),
                 "kernel_source": k["source"],
@@ -50,8 +51,8 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "peak_mem_gib": m.get("peak_mem_gib"),
                 "tflop_per_s": m["train_throughput"]["tflop_per_s"], "mfu": m["train_throughput"]["mfu"],
                 "quality_rel_l2_noise": m["quality"]["predicted_noise"]["rel_l2"],
-                "quality_psnr_db_sample": m["quality"]["sample"]["psnr_db"],
-                "quality_ssim_sample": m["quality"]["sample"]["ssim"],
+                "quality_psnr_db_noise": m["quality"]["predicted_noise"].get("psnr_db"),
+                "quality_ssim_noise": m["quality"]["predicted_noise"].get("ssim"),
                 "quality_holds": m["quality"]["holds"],
             })
         rows.append(row)
@@ -76,7 +77,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "share_gemm", "share_attention", "share_normalization", "share_layout_conversion", "share_cast_copy",
             "share_elementwise",
             "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
-            "quality_psnr_db_sample", "quality_holds"]
+            "quality_psnr_db_noise", "quality_ssim_noise", "quality_holds"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -105,7 +106,9 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         if ok.empty:
             return "not measured", "no configuration ran"
         return (f"holds for {int(ok['quality_holds'].sum())}/{len(ok)} configurations "
-                f"(max rel. L2 of predicted noise {ok['quality_rel_l2_noise'].max():.2g})", "measured (vs. baseline)")
+                f"(max rel. L2 of predicted noise {ok['quality_rel_l2_noise'].max():.2g})",
+                "proxy: an untrained network's predicted noise compared across configurations (vs. baseline); "
+                "synthesis quality itself needs a trained checkpoint and sample metrics (e.g. FID/MS-SSIM)")
     r = row(conf)
     if r is None:
         return "not measured", f"configuration {conf} not run"
@@ -240,9 +243,13 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     df = result_rows(results)
     hw = joined_labels(df)
     sw = joined_labels(df, "software", "")
+    steps = sorted({int(s) for s in df.get("projection_steps", pd.Series(dtype=float)).dropna()})
+    steps_text = " or ".join(map(str, steps)) or "the configured timesteps"
     write_table(table(df), out_dir / "table",
                 f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
-                f"projected_sample_s = median reverse step x 250 (a projection).")
+                f"projected_sample_s = median reverse step x {steps_text} (the configured timesteps; a projection). "
+                f"Quality: an untrained network's predicted noise vs. the baseline's (rel. L2, PSNR, SSIM; a proxy "
+                f"for synthesis quality).")
     claims = claims_table(read_claims(claims_path), df)
     write_table(claims, out_dir / "claims_vs_measured",
                 f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}.")

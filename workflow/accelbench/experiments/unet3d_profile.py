@@ -299,12 +299,25 @@ def quality_probe(w: Workload, steps: int, seed: int) -> dict[str, torch.Tensor]
     return {"predicted_noise": eps.float().cpu().contiguous(), "sample": x.float().cpu().contiguous()}
 
 
+# What the quality comparison is, stated in every result (Study A's claim "synthesis quality not degraded").
+QUALITY_METHOD = ("proxy: the predicted noise of one untrained network (same weights, seed and input) compared with "
+                  "the baseline configuration's; the verdict rests on its relative L2 only")
+SAMPLE_NOTE = ("informational, not in the verdict: the short reverse-diffusion sample is dominated by the scheduler's "
+               "own arithmetic; at 32^3 a network predicting zero noise still gives rel. L2 below 0.01")
+
+
 def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], tol_rel_l2: float) -> dict:
-    """Relative L2, PSNR (dB, data range of the reference) and 3D SSIM of each output vs. the baseline's."""
+    """Relative L2, PSNR (dB, data range of the reference) and 3D SSIM of each output vs. the baseline's.
+
+    The verdict ``holds`` is ``rel_l2(predicted_noise) <= tol_rel_l2``: the predicted noise
+    discriminates a broken configuration (one zeroed convolution gives about 0.2, a flipped output
+    2; bf16 about 0.01), whereas the metrics of the short sample do not (a network that predicts
+    zero noise gives a sample rel. L2 below 0.01 at 32^3) and are kept under ``sample`` with a note.
+    This is a proxy for Study A's synthesis quality: see :data:`QUALITY_METHOD`.
+    """
     from monai.metrics import PSNRMetric, SSIMMetric
 
-    res: dict = {"tolerance_rel_l2": tol_rel_l2}
-    holds = True
+    res: dict = {"tolerance_rel_l2": tol_rel_l2, "method": QUALITY_METHOD}
     for key in ("predicted_noise", "sample"):
         a, b = out[key].double(), ref[key].double()
         rel = float((a - b).norm() / b.norm().clamp_min(1e-30))
@@ -312,8 +325,8 @@ def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], 
         psnr = float(PSNRMetric(max_val=rng)(a, b).mean()) if rel > 0 else float("inf")
         ssim = float(SSIMMetric(spatial_dims=3, data_range=rng, win_size=7)(a.float(), b.float()).mean())
         res[key] = {"rel_l2": rel, "psnr_db": psnr, "ssim": ssim}
-        holds &= rel <= tol_rel_l2
-    res["holds"] = bool(holds)
+    res["sample"]["note"] = SAMPLE_NOTE
+    res["holds"] = bool(res["predicted_noise"]["rel_l2"] <= tol_rel_l2)
     return res
 
 
