@@ -157,7 +157,8 @@ def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
     assert m["perplexity"]["tokens"] == 3 * 31 and m["perplexity"]["value"] > 1
-    assert m["throughput"]["forward_step"]["count"] == 2 and m["throughput"]["tokens_per_s"] > 0
+    assert m["forward_benchmark"]["forward_step"]["count"] == 2 and m["forward_benchmark"]["tokens_per_s"] > 0
+    assert m["eval_tokens_per_s"]["value"] == pytest.approx(m["perplexity"]["tokens"] / m["eval_time"]["value"])
     layers = q.decoder_layers(model)
     if method == "fp32":
         assert m["compression_x"]["value"] == 1.0
@@ -226,3 +227,52 @@ def test_reference_table_parses_published_numbers():
     assert "Voyager_Gaudi_Benchmarks" in source and len(ref) == 10
     row = ref[(ref.system == "a100") & (ref.method == "fake") & (ref.bitset == "8_4_4")].iloc[0]
     assert row.perplexity == 12.94 and row.compression_x == 5.93
+
+
+def test_published_throughput_is_eval_tokens_over_eval_time():
+    """Study B's throughput column = evaluation tokens / evaluation time: throughput x eval time is the same
+    ~338.4k tokens (WikiText-2's test split) in all ten published columns. Our column must be the same kind."""
+    from accelbench.aggregate.study_b_quant import read_reference
+
+    ref, _ = read_reference("resources/reference/study_b_quantization.csv")
+    tokens = ref["throughput_tok_per_s"].astype(float) * ref["eval_time_s"].astype(float)
+    assert ((tokens / 338.4e3 - 1).abs() < 0.01).all(), tokens.tolist()
+
+
+def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
+    from accelbench import provenance, results
+
+    env = provenance.collect("cpu")
+    cfg = {"system": {"name": "cpu"}, "model": "smollm2_135m", "method": method, "bitset": bitset}
+    m = {"perplexity": {"value": 20.0, "tokens": 1022, "chunk_len": 512}, "eval_time": {"value": eval_s},
+         "eval_tokens_per_s": {"value": 1022 / eval_s}, "forward_benchmark": {"tokens_per_s": fwd},
+         "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0}, "model": info}
+    path = tmp_path / method / bitset / "result.json"
+    results.write_result(results.make_result("llm_quant", "ok", cfg, env, m, None), path)
+    return path
+
+
+def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
+    """The bundled model's baseline is named for what it is (Q4_1 weights dequantized, fp32 compute), the throughput
+    column is evaluation tokens / evaluation time (not the forward benchmark), and the caption says what the
+    Q4_1 baseline does to the comparison."""
+    import pandas as pd
+
+    from accelbench.aggregate import study_b_quant
+    from accelbench.models.llm import SMOLLM2_WEIGHT_FORMAT, model_label
+
+    gguf = {"name": "SmolLM2-135M-Instruct", "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT,
+            "quantized_file": "Q4_1", "label": model_label("SmolLM2-135M-Instruct", "float32", "Q4_1")}
+    paths = [_quant_result(tmp_path, "fp32", "none", gguf), _quant_result(tmp_path, "fake", "8_4_4", gguf, eval_s=4.0)]
+    out = tmp_path / "agg"
+    study_b_quant.aggregate(paths, "resources/reference/study_b_quantization.csv", out)
+    df = pd.read_csv(out / "table.csv")
+    ours = df[df["source"] == "measured"].set_index("method")
+    assert ours.loc["fp32", "label"] == "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)"
+    assert "FP32 baseline" not in set(ours["label"]) and (ours["weights"] == "pretrained, Q4_1 dequantized").all()
+    assert ours.loc["fp32", "throughput_tok_per_s"] == pytest.approx(1022 / 2.0)
+    assert ours.loc["fake", "throughput_tok_per_s"] == pytest.approx(1022 / 4.0)
+    assert (ours["forward_bench_tok_per_s"] == 999.0).all() and (ours["chunk_len"] == 512).all()
+    md = (out / "table.md").read_text()
+    assert "already 4-bit representable" in md and "understated" in md
+    assert model_label("TinyLlama-1.1B", "float32") == "TinyLlama-1.1B (fp32)"
