@@ -276,3 +276,40 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     md = (out / "table.md").read_text()
     assert "already 4-bit representable" in md and "understated" in md
     assert model_label("TinyLlama-1.1B", "float32") == "TinyLlama-1.1B (fp32)"
+
+
+def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
+    """``source: path`` with a real fp32 checkpoint on disk (here a tiny random Llama saved with save_pretrained)
+    loads the weights exactly as stored, says so, carries no quantized-file label, and its fp32 row is a real
+    FP32 baseline (compression 1.0 of real fp32 bytes)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from accelbench.models.llm import load_causal_lm
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+    saved = LlamaForCausalLM(cfg).float().eval()
+    saved.save_pretrained(tmp_path / "tiny")
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,")}  # one token per character
+    vocab["[UNK]"] = len(vocab)
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(tmp_path / "tiny")
+
+    lm = load_causal_lm({"source": "path", "path": str(tmp_path / "tiny"), "name": "tiny-llama"}, dtype="float32")
+    assert lm.info["weights"] == "pretrained" and "as stored" in lm.info["weight_format"]
+    assert lm.info["label"] == "tiny-llama (fp32)" and "quantized_file" not in lm.info
+    for (name, p), (_, ref) in zip(lm.model.named_parameters(), saved.named_parameters()):
+        assert p.dtype == torch.float32 and torch.equal(p, ref), name
+    ids = lm.tokenizer("the quick brown fox jumps over the lazy dog. " * 4)["input_ids"]
+    chunks = q.token_chunks(ids, chunk_len=32, max_tokens=None)
+    run = q.MethodRun(method="fp32", bitset="none", chunk_len=32, eval_tokens=None, group_size=128,
+                      clustering="percentile", metric="prune",
+                      throughput={"batch": 1, "seq_len": 16, "warmup": 0, "repeat": 1})
+    out = q.run_method(lm.model, len(lm.tokenizer), chunks, None, {}, run, Device("cpu"))
+    m = out["measurements"]
+    assert out["status"] == "ok" and m["compression_x"]["value"] == 1.0
+    assert m["size"]["decoder_linear_bytes_fp32"] == m["size"]["decoder_linear_bytes_after"]  # real fp32 storage
+    assert math.isfinite(m["perplexity"]["value"]) and m["perplexity"]["chunk_len"] == 32
