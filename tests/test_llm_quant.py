@@ -313,3 +313,49 @@ def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
     assert out["status"] == "ok" and m["compression_x"]["value"] == 1.0
     assert m["size"]["decoder_linear_bytes_fp32"] == m["size"]["decoder_linear_bytes_after"]  # real fp32 storage
     assert math.isfinite(m["perplexity"]["value"]) and m["perplexity"]["chunk_len"] == 32
+
+
+@pytest.mark.parametrize("exc,unsupported", [
+    (ImportError("Requires mslk >= 1.0.0"), True),  # torchao 0.18 int4 on a CPU
+    (NotImplementedError("_weight_int4pack_mm is not implemented for CPU"), True),
+    (RuntimeError("Could not run 'aten::_weight_int4pack_mm' with arguments from the 'CPU' backend."), True),
+    (AssertionError("Torch not compiled with CUDA enabled"), True),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x64 and 128x64)"), False),
+    (TypeError("apply_torchao() got an unexpected keyword argument 'bits'"), False),
+    (KeyError("q_proj"), False),
+    (AttributeError("'NoneType' object has no attribute 'weight'"), False),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB; requires more memory"), False),
+])
+def test_torchao_only_genuine_unsupported_errors(exc, unsupported):
+    reason = q.torchao_unsupported_reason(exc, "int4 weight-only on cpu")
+    assert (reason is not None) == unsupported
+    if unsupported:
+        assert reason.startswith("torchao ") and str(exc).splitlines()[0] in reason  # the library's own reason
+
+
+def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypatch):
+    """Sabotage: a bug in our own torchao code (a TypeError) must fail the job, not read as `unsupported`;
+    a missing kernel package is `unsupported` with torchao's reason."""
+    import copy
+
+    run = q.MethodRun(method="torchao", bitset="16_8_8", chunk_len=32, eval_tokens=96, group_size=128,
+                      clustering="kmeans", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1})
+    model = copy.deepcopy(tiny_llama)
+    sens = _sens(model, chunks)
+
+    def bug(*a, **kw):
+        raise TypeError("unexpected keyword argument 'bits'")
+
+    monkeypatch.setattr(q, "apply_torchao", bug)
+    with pytest.raises(TypeError):
+        q.run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+
+    def missing(*a, **kw):
+        raise ImportError("Requires mslk >= 1.0.0")
+
+    monkeypatch.setattr(q, "apply_torchao", missing)
+    out = q.run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    assert out["status"] == "unsupported" and "Requires mslk" in out["reason"]
+    monkeypatch.setattr(q, "torchao_config", bug)  # a bug inside the probe fails too
+    with pytest.raises(TypeError):
+        q.torchao_probe(8, Device("cpu"), torch.float32, 128)

@@ -27,8 +27,9 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    on Gaudi, Intel Neural Compressor FP8 (E4M3, measure-then-quantize with maxabs scaling) on the
    low-sensitivity half of the MLP modules, the rest BF16 (Study B's Gaudi2 setting; gated on
    ``habana_frameworks``, never imported otherwise). Real sizes are counted from the quantized
-   tensors and from their serialized state dict. A kernel the system lacks gives status
-   ``unsupported`` with torchao's own error as the reason.
+   tensors and from their serialized state dict. A kernel, dtype or backend the system lacks gives
+   status ``unsupported`` with torchao's own error as the reason; any other error fails the job
+   (:func:`torchao_unsupported_reason`).
 
 Kept in high precision as in Study B: embeddings, ``lm_head``, norms. Functions do no file I/O;
 :mod:`accelbench.cli` (``accelbench llm-quant``) reads inputs and writes results.
@@ -39,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -539,19 +541,45 @@ def apply_fake(model, layer_bits: list[int], group_size: int) -> dict:
             "compression_x": before / after if after else None}
 
 
-def torchao_probe(bits: int, device: Device, dtype: torch.dtype, group_size: int) -> str | None:
-    """None if torchao's ``bits``-bit weight-only quantization runs here, else the reason (its error)."""
+# What "unsupported here" looks like when torchao (or the dispatcher under it) lacks a kernel, dtype or backend:
+# ImportError (a kernel package such as mslk/fbgemm-gpu missing), NotImplementedError, and RuntimeError/
+# AssertionError/ValueError whose message says so (the dispatcher's "Could not run ... with arguments from the
+# 'CPU' backend", "not implemented for 'Float'", "only supports bfloat16", "Torch not compiled with CUDA").
+# Anything else (TypeError, KeyError, AttributeError, a CUDA error, ...) is a bug here and fails the job.
+_UNSUPPORTED_MESSAGE = re.compile(
+    r"not implemented for|not supported|unsupported|could not run|no kernel|requires? |only supports?|"
+    r"not compiled with|is only available|needs? (cuda|a gpu|bfloat16|bf16)|expected .*dtype", re.I)
+
+
+def torchao_unsupported_reason(exc: BaseException, what: str) -> str | None:
+    """The reason string if ``exc`` means torchao cannot run ``what`` here (missing kernel, dtype or
+    backend), else None (the caller re-raises: a bug must not read as a hardware limitation)."""
     import torchao
 
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    genuine = isinstance(exc, (ImportError, NotImplementedError)) or (
+        isinstance(exc, (RuntimeError, AssertionError, ValueError)) and not isinstance(exc, torch.OutOfMemoryError)
+        and bool(_UNSUPPORTED_MESSAGE.search(msg)))
+    return f"torchao {torchao.__version__} {what}: {type(exc).__name__}: {msg}" if genuine else None
+
+
+def torchao_probe(bits: int, device: Device, dtype: torch.dtype, group_size: int) -> str | None:
+    """None if torchao's ``bits``-bit weight-only quantization runs here, else the reason (its error).
+
+    Raises:
+        Exception: any error that does not mean "unsupported here" (:func:`torchao_unsupported_reason`).
+    """
     lin = torch.nn.Sequential(torch.nn.Linear(group_size * 2, 64, bias=False)).to(device.torch_device, dtype)
     try:
         from torchao.quantization import quantize_ as ao_quantize_
 
         ao_quantize_(lin, torchao_config(bits, group_size, device.backend))
         lin(torch.randn(2, group_size * 2, dtype=dtype, device=device.torch_device))
-    except Exception as exc:  # torchao raises ImportError/AssertionError/NotImplementedError/RuntimeError
-        return (f"torchao {torchao.__version__} int{bits} weight-only on {device.backend} with {dtype}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    except Exception as exc:
+        reason = torchao_unsupported_reason(exc, f"int{bits} weight-only on {device.backend} with {dtype}")
+        if reason is None:
+            raise
+        return reason
     return None
 
 
@@ -664,14 +692,11 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
                 return {"status": "unsupported", "reason": reason, "measurements": {}, "allocation": alloc}
         try:
             applied = apply_torchao(model, layer_bits, run.group_size, device.backend)
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:  # a kernel/shape this torchao build cannot handle on this system
-            import torchao
-
-            return {"status": "unsupported", "measurements": {}, "allocation": alloc,
-                    "reason": f"torchao {torchao.__version__} weight-only quantization on {device.backend} failed: "
-                              f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+        except Exception as exc:  # only a kernel/dtype/backend this torchao build lacks is "unsupported"
+            reason = torchao_unsupported_reason(exc, f"weight-only quantization on {device.backend}")
+            if reason is None:
+                raise
+            return {"status": "unsupported", "measurements": {}, "allocation": alloc, "reason": reason}
     elif run.method == "inc_fp8":
         names = fp8_modules(sens, n_layers)
         alloc = {"fp8_modules": names, "bf16_rest": True}
