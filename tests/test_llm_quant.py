@@ -359,3 +359,31 @@ def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypa
     monkeypatch.setattr(q, "torchao_config", bug)  # a bug inside the probe fails too
     with pytest.raises(TypeError):
         q.torchao_probe(8, Device("cpu"), torch.float32, 128)
+
+
+def check_perplexity_against_transformers(model, chunks) -> None:
+    """Evaluator's perplexity equals exp(mean of transformers' own causal-LM loss, which shifts labels itself), an
+    independent computation of the same next-token NLL (equal-length chunks: the mean of chunk means is the mean).
+    Raises AssertionError otherwise."""
+    with torch.inference_mode():
+        losses = [float(model(input_ids=c[None], labels=c[None], use_cache=False).loss) for c in chunks]
+    ref = math.exp(sum(losses) / len(losses))
+    got = q.Evaluator(model, chunks, Device("cpu")).perplexity()
+    assert math.isclose(got, ref, rel_tol=1e-5), (got, ref)
+
+
+def test_perplexity_matches_transformers_loss(tiny_llama, chunks):
+    check_perplexity_against_transformers(tiny_llama, chunks)
+
+
+@pytest.mark.parametrize("wrong", ["no_shift", "shift_backwards"])
+def test_sabotage_wrong_chunk_shift_is_caught(tiny_llama, chunks, monkeypatch, wrong):
+    """Sabotage: predicting the token itself (no shift) or the previous one must fail the perplexity check."""
+    def nll(logits, ids):
+        lg, tg = (logits, ids) if wrong == "no_shift" else (logits[:, 1:], ids[:, :-1])
+        return float(torch.nn.functional.cross_entropy(lg.flatten(0, 1).float(), tg.flatten(), reduction="sum")
+                     * (ids.shape[1] - 1) / tg.shape[1])
+
+    monkeypatch.setattr(q.Evaluator, "_nll", staticmethod(nll))
+    with pytest.raises(AssertionError):
+        check_perplexity_against_transformers(tiny_llama, chunks)
