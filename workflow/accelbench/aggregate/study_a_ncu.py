@@ -8,6 +8,14 @@ Replay is bounded (the top kernels, at most ``launch_count`` launches), so confi
 *extrapolated* step totals: counters summed over the profiled kernels, divided by the share of the step's
 device time those kernels take (their ncu ``gpu__time_duration`` over the torch.profiler step device time).
 This assumes the kernels not replayed have the same counter-per-time mix; the share is in the table.
+
+The two sides of that share come from different measurements: the numerator from ncu's kernel replay
+(ncu's default cache control flushes caches before each replayed kernel, and every kernel runs alone), the
+denominator from torch.profiler during a normal step. The table states this (``device_time_covered_basis``)
+and gives beside it the share with both sides from torch.profiler (``device_time_covered_profiler``: the
+selected kernel names' share of the profiled step; it counts every launch of those names, also launches that
+``launch_count`` kept out of the replay). Until ncu covers the whole step, the gap between the two shares
+is the uncertainty of the extrapolation.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from .study_a import read_claims  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
                    "l2_hit_pct", "duration_ns"]
+COVERAGE_BASIS = ("mixed: ncu replay gpu__time_duration (cache control on, kernels serialized) / torch.profiler "
+                  "step device time (normal run)")
 RATIOS = {"sm_cycles_ratio": "sm_cycles_step_est", "instructions_ratio": "instructions_step_est"}
 
 
@@ -60,6 +70,8 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
             if profile and profile["status"] == "ok" and t.get("duration_ns"):
                 share = t["duration_ns"] / 1e3 / profile["measurements"]["kernels"]["device_time_us"]
             row["device_time_covered"] = share
+            row["device_time_covered_basis"] = COVERAGE_BASIS if share else None
+            row["device_time_covered_profiler"] = m.get("kernel_selection", {}).get("device_time_share")
             for c in ("sm_cycles", "instructions"):
                 row[f"{c}_step_est"] = t.get(c) / share if share and t.get(c) is not None else np.nan
         rows.append(row)
@@ -99,7 +111,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered"]
+            "profiled_kernels", "device_time_covered", "device_time_covered_profiler", "device_time_covered_basis"]
     out = df.reindex(columns=cols).astype(object)
     for i, (status, reason) in enumerate(zip(df["status"], df["reason"])):
         if status != "ok":
@@ -154,7 +166,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     hw = joined_labels(df)
     write_table(table(df), out_dir / "counters",
                 f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
-                f"device time) on {hw}. Ratios are configuration / baseline.")
+                f"device time) on {hw}. Ratios are configuration / baseline, on step totals extrapolated by "
+                f"device_time_covered, whose two sides come from different measurements (ncu replay time over "
+                f"torch.profiler step time); device_time_covered_profiler takes both sides from torch.profiler.")
     write_table(class_rows(results), out_dir / "counters_by_class",
                 f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")
