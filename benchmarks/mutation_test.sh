@@ -8,6 +8,7 @@
 # WORKDIR (default: a new temporary folder) and never touches the checkout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[mutation]'" >&2; exit 2; }
 work=${1:-$(mktemp -d -t accelbench-mutmut.XXXXXX)}
 mkdir -p "$work/src"
 rm -rf "$work/src/accelbench" "$work/tests" "$work/mutants"
@@ -35,6 +36,7 @@ pytest_add_cli_args = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e"]
 TOML
 cd "$work"
 mutmut run --max-children "${MUTMUT_CHILDREN:-1}" || true
-mutmut results --all true > results.txt || true
+mutmut results --all true > results.txt
+[ -s results.txt ] || { echo "mutmut produced no results (see above)" >&2; exit 1; }
 echo "mutants by status:"; awk -F': ' 'NF>1 {print $NF}' results.txt | sort | uniq -c
 echo "survived: $(grep -c ': survived' results.txt || true)  (details: cd $work && mutmut show <name>)"
