@@ -115,7 +115,11 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
     if r["status"] != "ok":
         return {"oom": "OOM", "unsupported": "unsupported"}[r["status"]], str(r["reason"])
     if metric in ("speedup_x", "throughput_gain"):
-        extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step" if "channels_last" in conf else ""
+        extra = ""
+        if "channels_last" in conf:
+            extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step"
+            if pd.notna(r.get("cast_copy_kernels")):
+                extra += f" (+{r['cast_copy_kernels']:.0f} cast/copy kernels, counted apart)"
         return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
     if metric in ("sm_cycles_ratio", "sm_cycles_reduction_x"):
         ratio = 1 / r["speedup_vs_baseline"]
