@@ -18,6 +18,22 @@ def test_timing_summary():
         measure.Timing.from_samples([], warmup=0, method="test")
 
 
+def test_timing_summary_against_numpy():
+    """Median, mean, stdev and p10/p90 against numpy (linear interpolation = statistics' 'inclusive' method)."""
+    import numpy as np
+
+    samples = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0, 10.0, 30.0]
+    t = measure.Timing.from_samples(samples, warmup=0, method="test")
+    assert t.median == np.median(samples) and t.mean == pytest.approx(np.mean(samples))
+    assert t.stdev == pytest.approx(np.std(samples, ddof=1))
+    assert (t.p10, t.p90) == pytest.approx((np.percentile(samples, 10), np.percentile(samples, 90)))
+    assert (t.min, t.max, t.count) == (1.0, 30.0, 11)
+    one = measure.Timing.from_samples([4.0], warmup=1, method="test")
+    assert (one.median, one.p10, one.p90, one.stdev, one.mean) == (4.0, 4.0, 4.0, 0.0, 4.0)
+    two = measure.Timing.from_samples([2.0, 4.0], warmup=1, method="test")
+    assert two.p10 == pytest.approx(2.2) and two.p90 == pytest.approx(3.8) and two.stdev == pytest.approx(2**0.5)
+
+
 def test_time_steps_counts_calls():
     calls = []
     t = measure.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)
@@ -77,6 +93,34 @@ def test_busy_union_and_idle_fraction():
     assert s.span_us == 40 and s.idle_fraction == pytest.approx(1 - 25 / 40)
     assert s.kernel_count == 3 and s.distinct_kernels == 3
     assert sum(s.class_share.values()) == pytest.approx(1.0)
+
+
+def test_summarize_kernels_by_hand():
+    """Two profiled steps of 3 kernel names, counted by hand: per-step calls and times, order, shares, tensor-core
+    share, idle fraction from the kernel span (device) or the step window (CPU ops)."""
+    recs = [KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 0, 40),
+            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 40, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 60, 10),
+            KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 100, 40),
+            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 140, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 160, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 170, 20)]
+    s = measure.summarize_kernels(recs, "device_kernel", steps=2)
+    assert [r["name"][:12] for r in s.table] == ["sm80_xmma_fp", "void cudnn::", "void at::nat"]  # by device time
+    conv, layout, elem = s.table
+    assert (conv["calls"], conv["device_time_us"], conv["share"]) == (1.0, 40.0, pytest.approx(80 / 140))
+    assert (layout["calls"], layout["device_time_us"]) == (1.5, 20.0) and elem["device_time_us"] == 10.0
+    assert conv["tensor_core"] and not elem["tensor_core"]
+    assert s.kernel_count == 3.5 and s.distinct_kernels == 3 and s.device_time_us == 70.0
+    assert s.span_us == 95.0 and s.idle_fraction == pytest.approx(1 - 140 / 190)  # busy 140 of span 0..190
+    assert s.class_time_us["convolution"] == 40.0 and s.class_share["layout_conversion"] == pytest.approx(40 / 140)
+    assert s.tensor_core_share == pytest.approx(80 / 140) and s.layout_conversion_count == 1.5
+    assert s.cast_copy_count == 0 and s.source == "device_kernel" and s.steps == 2
+    cpu = measure.summarize_kernels(recs, "cpu_op", steps=2, window=(0.0, 400.0))
+    assert cpu.span_us == 200.0 and cpu.idle_fraction == pytest.approx(1 - 140 / 400)
+    assert measure.busy_union_us([KernelRecord("a", 0, 10), KernelRecord("b", 10, 5), KernelRecord("c", 20, 5)]) == 20
+    with pytest.raises(ValueError, match="no kernels"):
+        measure.summarize_kernels([], "device_kernel")
 
 
 def test_recorded_cpu_trace_is_reduced():

@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accelbench import measure, ncu
@@ -87,6 +88,15 @@ def check_reduction_against_raw_export(red: dict) -> None:
     assert total["instructions"] / (n_sm * total["sm_cycles"]) <= total["ipc"] <= ipc_max
     ipc = num("sm__inst_executed.avg.per_cycle_active")
     assert ipc.min() <= total["ipc"] <= ipc.max()
+    # rates: numpy's weighted average of the raw columns, SM cycles as weights; stalls ranked from the same
+    cycles = num("sm__cycles_elapsed.max").to_numpy()
+    for counter, col in (("ipc", "sm__inst_executed.avg.per_cycle_active"), ("l2_hit_pct", "lts__t_sector_hit_rate.pct")):
+        assert total[counter] == pytest.approx(np.average(num(col).to_numpy(), weights=cycles))
+    stalls = {c.split("stalled_")[1].split("_per_issue")[0]: np.average(num(c).to_numpy(), weights=cycles)
+              for c in raw.columns if c.startswith("smsp__average_warps_issue_stalled_") and c.endswith(".ratio")
+              and c.split("stalled_")[1].split("_per_issue")[0] in ncu.STALL_REASONS}
+    top3 = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+    assert [k for k, _ in total["top_stalls"]] == [k for k, _ in top3] and top3[0][1] > top3[2][1]
 
 
 def test_sabotage_ncu_reduction_is_caught(monkeypatch):
@@ -101,6 +111,18 @@ def test_sabotage_ncu_reduction_is_caught(monkeypatch):
     monkeypatch.setitem(ncu.COUNTERS, "ipc", {**ncu.COUNTERS["ipc"], "agg": "sum"})
     with pytest.raises(AssertionError):
         check_reduction_against_raw_export(ncu.reduce(kernels, measure.classify_kernel))
+
+
+def test_kernels_without_cycles_get_no_weight():
+    """A kernel without sm_cycles does not weigh in a rate; with no weights at all, rates are plain means."""
+    ks = [ncu.KernelCounters("a", {"sm_cycles": 100.0, "l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0})]
+    assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(50.0)
+    ks = [ncu.KernelCounters("a", {"l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0}),
+          ncu.KernelCounters("c", {"l2_hit_pct": 30.0})]
+    assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(30.0)
+    ks = [ncu.KernelCounters("a", {"sm_cycles": 1.0}), ncu.KernelCounters("b", {"sm_cycles": 2.0, "ipc": 3.0})]
+    total = ncu.reduce(ks, lambda n: "other")["total"]
+    assert total["ipc"] == 3.0 and total["sm_cycles"] == 3.0  # a kernel without a counter is skipped, not zero
 
 
 def test_cycle_weighted_ipc_is_instructions_over_cycles_when_sms_stay_active():
