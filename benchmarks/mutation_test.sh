@@ -33,8 +33,10 @@ only_mutate = ["$only"]
 also_copy = ["config", "resources"]
 pytest_add_cli_args_test_selection = [$tests]
 pytest_add_cli_args = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e"]
+process_isolation = "forkserver"
 TOML
 cd "$work"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1  # torch's thread pools and fork do not mix
 mutmut run --max-children "${MUTMUT_CHILDREN:-1}" || true
 mutmut results --all true > results.txt
 [ -s results.txt ] || { echo "mutmut produced no results (see above)" >&2; exit 1; }
