@@ -21,12 +21,14 @@ def _fake(tmp_path, system, conf, status="ok", step=100.0, hw="NVIDIA H200"):
     shares["layout_conversion"] = 0.1 if "channels_last" in conf else 0.0
     shares["elementwise"] = 0.3 - shares["layout_conversion"]
     m = {} if status != "ok" else {
-        "train_step": timing, "sample_step": timing, "sample_projection": {"seconds": step * 0.25},
+        "train_step": timing, "sample_step": timing, "sample_projection": {"seconds": step * 0.25, "steps": 1000},
         "kernels": {"kernel_count": 900, "layout_conversion_count": 40 if "channels_last" in conf else 0,
+                    "cast_copy_count": 25 if "channels_last" in conf else 10,
                     "source": "device_kernel", "class_share": shares, "tensor_core_share": 0.6 if "tf32" in conf else 0.0,
                     "idle_fraction": 0.1},
         "peak_mem_gib": 30.0, "train_throughput": {"tflop_per_s": 50.0, "mfu": 0.1},
-        "quality": {"predicted_noise": {"rel_l2": 1e-3}, "sample": {"psnr_db": 60.0, "ssim": 1.0}, "holds": True}}
+        "quality": {"predicted_noise": {"rel_l2": 1e-3, "psnr_db": 70.0, "ssim": 0.999},
+                    "sample": {"psnr_db": 60.0, "ssim": 1.0}, "holds": True}}
     r = results.make_result("unet3d_profile", status, cfg, env, m, None if status == "ok" else "out of device memory")
     path = tmp_path / system / "unet3d_profile" / "whole_head" / conf / "result.json"
     results.write_result(r, path)
@@ -53,8 +55,14 @@ def test_aggregate_tables_figures_and_claims(tmp_path):
     claims = pd.read_csv(out / "claims_vs_measured.csv")
     a12 = claims[(claims["claim_id"] == "a12") & (claims["system"] == "h200")].iloc[0]
     assert a12["measured"].startswith("5.00x") and a12["published"] == "3 to 5"
+    assert "40 layout-conversion kernels/step (+25 cast/copy kernels, counted apart)" in a12["measured"]
+    assert h.loc["tf32_channels_last_3d", "cast_copy_kernels"] == 25
     a7 = claims[(claims["claim_id"] == "a7") & (claims["system"] == "a100")].iloc[0]
     assert a7["measured"] == "0.20" and "proxy" in a7["how"]
+    assert "x 1000 (the configured timesteps" in md and "x 250" not in md  # from the results, not hard-coded
+    assert "quality_psnr_db_noise" in df and "quality_psnr_db_sample" not in df
+    a6 = claims[(claims["claim_id"] == "a6") & (claims["system"] == "h200")].iloc[0]
+    assert a6["how"].startswith("proxy") and "trained checkpoint" in a6["how"]
     for fig in ("fig_speedup.png", "fig_kernel_breakdown.png", "fig_kernel_counts.png"):
         assert (out / fig).stat().st_size > 10_000
 

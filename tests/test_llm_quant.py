@@ -157,7 +157,8 @@ def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
     assert m["perplexity"]["tokens"] == 3 * 31 and m["perplexity"]["value"] > 1
-    assert m["throughput"]["forward_step"]["count"] == 2 and m["throughput"]["tokens_per_s"] > 0
+    assert m["forward_benchmark"]["forward_step"]["count"] == 2 and m["forward_benchmark"]["tokens_per_s"] > 0
+    assert m["eval_tokens_per_s"]["value"] == pytest.approx(m["perplexity"]["tokens"] / m["eval_time"]["value"])
     layers = q.decoder_layers(model)
     if method == "fp32":
         assert m["compression_x"]["value"] == 1.0
@@ -321,7 +322,7 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
     acc = {"hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.375, "samples": 8},
            "boolq": {"status": "unsupported", "reason": "boolq: no local data (Hugging Face datasets cache (offline))"}}
     m = {"perplexity": {"value": 20.0, "tokens": 93}, "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0},
-         "throughput": {"tokens_per_s": 100.0}, "eval_time": {"value": 1.0}, "model": {"weights": "random init"},
+         "throughput": {"tokens_per_s": 100.0}, "eval_tokens_per_s": {"value": 100.0}, "eval_time": {"value": 1.0}, "model": {"weights": "random init"},
          "accuracy": acc}
     from accelbench import provenance, results
 
@@ -344,3 +345,163 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
     assert float(pub.loc[("fake", "8_4_4"), "hellaswag_acc_pct"]) == 56.45
     assert float(pub.loc[("fake", "8_4_4"), "boolq_acc_pct"]) == 51.87
     assert "HellaSwag acc_norm" in (tmp_path / "agg" / "table.md").read_text()
+
+
+def test_published_throughput_is_eval_tokens_over_eval_time():
+    """Study B's throughput column = evaluation tokens / evaluation time: throughput x eval time is the same
+    ~338.4k tokens (WikiText-2's test split) in all ten published columns. Our column must be the same kind."""
+    from accelbench.aggregate.study_b_quant import read_reference
+
+    ref, _ = read_reference("resources/reference/study_b_quantization.csv")
+    tokens = ref["throughput_tok_per_s"].astype(float) * ref["eval_time_s"].astype(float)
+    assert ((tokens / 338.4e3 - 1).abs() < 0.01).all(), tokens.tolist()
+
+
+def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
+    from accelbench import provenance, results
+
+    env = provenance.collect("cpu")
+    cfg = {"system": {"name": "cpu"}, "model": "smollm2_135m", "method": method, "bitset": bitset}
+    m = {"perplexity": {"value": 20.0, "tokens": 1022, "chunk_len": 512}, "eval_time": {"value": eval_s},
+         "eval_tokens_per_s": {"value": 1022 / eval_s}, "forward_benchmark": {"tokens_per_s": fwd},
+         "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0}, "model": info}
+    path = tmp_path / method / bitset / "result.json"
+    results.write_result(results.make_result("llm_quant", "ok", cfg, env, m, None), path)
+    return path
+
+
+def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
+    """The bundled model's baseline is named for what it is (Q4_1 weights dequantized, fp32 compute), the throughput
+    column is evaluation tokens / evaluation time (not the forward benchmark), and the caption says what the
+    Q4_1 baseline does to the comparison."""
+    import pandas as pd
+
+    from accelbench.aggregate import study_b_quant
+    from accelbench.models.llm import SMOLLM2_WEIGHT_FORMAT, model_label
+
+    gguf = {"name": "SmolLM2-135M-Instruct", "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT,
+            "quantized_file": "Q4_1", "label": model_label("SmolLM2-135M-Instruct", "float32", "Q4_1")}
+    paths = [_quant_result(tmp_path, "fp32", "none", gguf), _quant_result(tmp_path, "fake", "8_4_4", gguf, eval_s=4.0)]
+    out = tmp_path / "agg"
+    study_b_quant.aggregate(paths, "resources/reference/study_b_quantization.csv", out)
+    df = pd.read_csv(out / "table.csv")
+    ours = df[df["source"] == "measured"].set_index("method")
+    assert ours.loc["fp32", "label"] == "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)"
+    assert "FP32 baseline" not in set(ours["label"]) and (ours["weights"] == "pretrained, Q4_1 dequantized").all()
+    assert ours.loc["fp32", "throughput_tok_per_s"] == pytest.approx(1022 / 2.0)
+    assert ours.loc["fake", "throughput_tok_per_s"] == pytest.approx(1022 / 4.0)
+    assert (ours["forward_bench_tok_per_s"] == 999.0).all() and (ours["chunk_len"] == 512).all()
+    md = (out / "table.md").read_text()
+    assert "already 4-bit representable" in md and "understated" in md
+    assert model_label("TinyLlama-1.1B", "float32") == "TinyLlama-1.1B (fp32)"
+
+
+def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
+    """``source: path`` with a real fp32 checkpoint on disk (here a tiny random Llama saved with save_pretrained)
+    loads the weights exactly as stored, says so, carries no quantized-file label, and its fp32 row is a real
+    FP32 baseline (compression 1.0 of real fp32 bytes)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from accelbench.models.llm import load_causal_lm
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+    saved = LlamaForCausalLM(cfg).float().eval()
+    saved.save_pretrained(tmp_path / "tiny")
+    vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,")}  # one token per character
+    vocab["[UNK]"] = len(vocab)
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(tmp_path / "tiny")
+
+    lm = load_causal_lm({"source": "path", "path": str(tmp_path / "tiny"), "name": "tiny-llama"}, dtype="float32")
+    assert lm.info["weights"] == "pretrained" and "as stored" in lm.info["weight_format"]
+    assert lm.info["label"] == "tiny-llama (fp32)" and "quantized_file" not in lm.info
+    for (name, p), (_, ref) in zip(lm.model.named_parameters(), saved.named_parameters()):
+        assert p.dtype == torch.float32 and torch.equal(p, ref), name
+    ids = lm.tokenizer("the quick brown fox jumps over the lazy dog. " * 4)["input_ids"]
+    chunks = q.token_chunks(ids, chunk_len=32, max_tokens=None)
+    run = q.MethodRun(method="fp32", bitset="none", chunk_len=32, eval_tokens=None, group_size=128,
+                      clustering="percentile", metric="prune",
+                      throughput={"batch": 1, "seq_len": 16, "warmup": 0, "repeat": 1})
+    out = q.run_method(lm.model, len(lm.tokenizer), chunks, None, {}, run, Device("cpu"))
+    m = out["measurements"]
+    assert out["status"] == "ok" and m["compression_x"]["value"] == 1.0
+    assert m["size"]["decoder_linear_bytes_fp32"] == m["size"]["decoder_linear_bytes_after"]  # real fp32 storage
+    assert math.isfinite(m["perplexity"]["value"]) and m["perplexity"]["chunk_len"] == 32
+
+
+@pytest.mark.parametrize("exc,unsupported", [
+    (ImportError("Requires mslk >= 1.0.0"), True),  # torchao 0.18 int4 on a CPU
+    (NotImplementedError("_weight_int4pack_mm is not implemented for CPU"), True),
+    (RuntimeError("Could not run 'aten::_weight_int4pack_mm' with arguments from the 'CPU' backend."), True),
+    (AssertionError("Torch not compiled with CUDA enabled"), True),
+    (RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x64 and 128x64)"), False),
+    (TypeError("apply_torchao() got an unexpected keyword argument 'bits'"), False),
+    (KeyError("q_proj"), False),
+    (AttributeError("'NoneType' object has no attribute 'weight'"), False),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB; requires more memory"), False),
+])
+def test_torchao_only_genuine_unsupported_errors(exc, unsupported):
+    reason = q.torchao_unsupported_reason(exc, "int4 weight-only on cpu")
+    assert (reason is not None) == unsupported
+    if unsupported:
+        assert reason.startswith("torchao ") and str(exc).splitlines()[0] in reason  # the library's own reason
+
+
+def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypatch):
+    """Sabotage: a bug in our own torchao code (a TypeError) must fail the job, not read as `unsupported`;
+    a missing kernel package is `unsupported` with torchao's reason."""
+    import copy
+
+    run = q.MethodRun(method="torchao", bitset="16_8_8", chunk_len=32, eval_tokens=96, group_size=128,
+                      clustering="kmeans", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1})
+    model = copy.deepcopy(tiny_llama)
+    sens = _sens(model, chunks)
+
+    def bug(*a, **kw):
+        raise TypeError("unexpected keyword argument 'bits'")
+
+    monkeypatch.setattr(q, "apply_torchao", bug)
+    with pytest.raises(TypeError):
+        q.run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+
+    def missing(*a, **kw):
+        raise ImportError("Requires mslk >= 1.0.0")
+
+    monkeypatch.setattr(q, "apply_torchao", missing)
+    out = q.run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    assert out["status"] == "unsupported" and "Requires mslk" in out["reason"]
+    monkeypatch.setattr(q, "torchao_config", bug)  # a bug inside the probe fails too
+    with pytest.raises(TypeError):
+        q.torchao_probe(8, Device("cpu"), torch.float32, 128)
+
+
+def check_perplexity_against_transformers(model, chunks) -> None:
+    """Evaluator's perplexity equals exp(mean of transformers' own causal-LM loss, which shifts labels itself), an
+    independent computation of the same next-token NLL (equal-length chunks: the mean of chunk means is the mean).
+    Raises AssertionError otherwise."""
+    with torch.inference_mode():
+        losses = [float(model(input_ids=c[None], labels=c[None], use_cache=False).loss) for c in chunks]
+    ref = math.exp(sum(losses) / len(losses))
+    got = q.Evaluator(model, chunks, Device("cpu")).perplexity()
+    assert math.isclose(got, ref, rel_tol=1e-5), (got, ref)
+
+
+def test_perplexity_matches_transformers_loss(tiny_llama, chunks):
+    check_perplexity_against_transformers(tiny_llama, chunks)
+
+
+@pytest.mark.parametrize("wrong", ["no_shift", "shift_backwards"])
+def test_sabotage_wrong_chunk_shift_is_caught(tiny_llama, chunks, monkeypatch, wrong):
+    """Sabotage: predicting the token itself (no shift) or the previous one must fail the perplexity check."""
+    def nll(logits, ids):
+        lg, tg = (logits, ids) if wrong == "no_shift" else (logits[:, 1:], ids[:, :-1])
+        return float(torch.nn.functional.cross_entropy(lg.flatten(0, 1).float(), tg.flatten(), reduction="sum")
+                     * (ids.shape[1] - 1) / tg.shape[1])
+
+    monkeypatch.setattr(q.Evaluator, "_nll", staticmethod(nll))
+    with pytest.raises(AssertionError):
+        check_perplexity_against_transformers(tiny_llama, chunks)

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,22 @@ def test_timing_summary():
         measure.Timing.from_samples([], warmup=0, method="test")
 
 
+def test_timing_summary_against_numpy():
+    """Median, mean, stdev and p10/p90 against numpy (linear interpolation = statistics' 'inclusive' method)."""
+    import numpy as np
+
+    samples = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0, 10.0, 30.0]
+    t = measure.Timing.from_samples(samples, warmup=0, method="test")
+    assert t.median == np.median(samples) and t.mean == pytest.approx(np.mean(samples))
+    assert t.stdev == pytest.approx(np.std(samples, ddof=1))
+    assert (t.p10, t.p90) == pytest.approx((np.percentile(samples, 10), np.percentile(samples, 90)))
+    assert (t.min, t.max, t.count) == (1.0, 30.0, 11)
+    one = measure.Timing.from_samples([4.0], warmup=1, method="test")
+    assert (one.median, one.p10, one.p90, one.stdev, one.mean) == (4.0, 4.0, 4.0, 0.0, 4.0)
+    two = measure.Timing.from_samples([2.0, 4.0], warmup=1, method="test")
+    assert two.p10 == pytest.approx(2.2) and two.p90 == pytest.approx(3.8) and two.stdev == pytest.approx(2**0.5)
+
+
 def test_time_steps_counts_calls():
     calls = []
     t = measure.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)
@@ -33,7 +50,20 @@ def test_time_steps_counts_calls():
     ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
     ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>", "elementwise"),
-    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "layout_conversion"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "cast_copy"),
+    # casts recorded in a bf16-autocast block on an H200: not layout conversions
+    ("void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>", "cast_copy"),
+    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
+     "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+     "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", "cast_copy"),
+    ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>", "layout_conversion"),
+    ("void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
+     "cast_copy"),
+    ("aten::copy_", "cast_copy"),
+    ("aten::to", "cast_copy"),
+    ("aten::topk", "other"),
     ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
     ("Memset (Device)", "memory"),
     ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
@@ -65,6 +95,34 @@ def test_busy_union_and_idle_fraction():
     assert sum(s.class_share.values()) == pytest.approx(1.0)
 
 
+def test_summarize_kernels_by_hand():
+    """Two profiled steps of 3 kernel names, counted by hand: per-step calls and times, order, shares, tensor-core
+    share, idle fraction from the kernel span (device) or the step window (CPU ops)."""
+    recs = [KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 0, 40),
+            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 40, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 60, 10),
+            KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 100, 40),
+            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 140, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 160, 10),
+            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 170, 20)]
+    s = measure.summarize_kernels(recs, "device_kernel", steps=2)
+    assert [r["name"][:12] for r in s.table] == ["sm80_xmma_fp", "void cudnn::", "void at::nat"]  # by device time
+    conv, layout, elem = s.table
+    assert (conv["calls"], conv["device_time_us"], conv["share"]) == (1.0, 40.0, pytest.approx(80 / 140))
+    assert (layout["calls"], layout["device_time_us"]) == (1.5, 20.0) and elem["device_time_us"] == 10.0
+    assert conv["tensor_core"] and not elem["tensor_core"]
+    assert s.kernel_count == 3.5 and s.distinct_kernels == 3 and s.device_time_us == 70.0
+    assert s.span_us == 95.0 and s.idle_fraction == pytest.approx(1 - 140 / 190)  # busy 140 of span 0..190
+    assert s.class_time_us["convolution"] == 40.0 and s.class_share["layout_conversion"] == pytest.approx(40 / 140)
+    assert s.tensor_core_share == pytest.approx(80 / 140) and s.layout_conversion_count == 1.5
+    assert s.cast_copy_count == 0 and s.source == "device_kernel" and s.steps == 2
+    cpu = measure.summarize_kernels(recs, "cpu_op", steps=2, window=(0.0, 400.0))
+    assert cpu.span_us == 200.0 and cpu.idle_fraction == pytest.approx(1 - 140 / 400)
+    assert measure.busy_union_us([KernelRecord("a", 0, 10), KernelRecord("b", 10, 5), KernelRecord("c", 20, 5)]) == 20
+    with pytest.raises(ValueError, match="no kernels"):
+        measure.summarize_kernels([], "device_kernel")
+
+
 def test_recorded_cpu_trace_is_reduced():
     """A real torch.profiler trace (conv3d + GroupNorm + attention, forward and backward) on a CPU."""
     records, source, window = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cpu_trace.json.gz"))
@@ -79,14 +137,36 @@ def test_recorded_cpu_trace_is_reduced():
     assert "aten::convolution" not in classes
 
 
-def test_recorded_cuda_trace_is_reduced():
-    """A real trace of a channels_last_3d conv3d training step recorded on an NVIDIA H200."""
+def check_cuda_trace_split() -> None:
+    """The recorded H200 trace (fp32, channels_last_3d) holds 6 cuDNN ``convertTensor_kernel<float, float, ...>``
+    NCDHW<->NDHWC transposes and 7 same-dtype ``direct_copy_kernel_cuda`` copies (``aten::contiguous``/
+    ``aten::to`` inside the convolutions and GroupNorm, counted by hand from the trace): the first are
+    layout conversions, the second casts/copies. Raises AssertionError when the classifier disagrees."""
     records, source, _ = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz"))
     assert source == "device_kernel"
     s = measure.summarize_kernels(records, source)
+    by_hand_layout = sum(1 for r in records if "convertTensor_kernel<float, float, float" in r.name)
+    by_hand_copy = sum(1 for r in records if "direct_copy_kernel_cuda" in r.name)
+    assert (by_hand_layout, by_hand_copy) == (6, 7)
+    assert s.layout_conversion_count == by_hand_layout  # channels_last_3d adds layout-conversion kernels
+    assert s.cast_copy_count == by_hand_copy
+    assert {row["class"] for row in s.table if "direct_copy" in row["name"]} == {"cast_copy"}
     assert s.class_share["convolution"] > 0.2
-    assert s.layout_conversion_count > 0  # channels_last_3d adds layout-conversion kernels
     assert 0 <= s.idle_fraction < 1
+
+
+def test_recorded_cuda_trace_is_reduced():
+    """A real trace of a channels_last_3d conv3d training step recorded on an NVIDIA H200."""
+    check_cuda_trace_split()
+
+
+def test_sabotage_cast_counted_as_layout_is_caught(monkeypatch):
+    """Sabotage: the old classifier (copies and casts inside layout_conversion) must fail the check."""
+    sabotaged = [("layout_conversion", re.compile(measure.KERNEL_CLASSES[0][1].pattern + "|direct_copy_kernel|copy_kernel",
+                                                  re.I))] + measure.KERNEL_CLASSES[1:]
+    monkeypatch.setattr(measure, "KERNEL_CLASSES", sabotaged)
+    with pytest.raises(AssertionError):
+        check_cuda_trace_split()
 
 
 def test_flops_and_mfu():

@@ -2,9 +2,11 @@
 reduction, and the unsupported paths (Study A's counter-level analysis)."""
 
 import csv
+import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accelbench import measure, ncu
@@ -45,14 +47,93 @@ def test_recorded_h200_export_is_parsed_and_reduced():
     assert all(k.values["sm_cycles"] > 0 and k.values["instructions"] >= 0 for k in kernels)
     red = ncu.reduce(kernels, measure.classify_kernel)
     total = red["total"]
-    assert total["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels))
     assert total["kernels"] == 15 and {"convolution", "normalization", "layout_conversion"} <= set(red["by_class"])
-    w = [k.values["sm_cycles"] for k in kernels]
-    ipc = sum(k.values["ipc"] * wi for k, wi in zip(kernels, w)) / sum(w)
-    assert total["ipc"] == pytest.approx(ipc)  # rates are cycle-weighted means
     assert len(total["top_stalls"]) == 3 and total["top_stalls"][0][1] >= total["top_stalls"][1][1]
     conv = red["by_class"]["convolution"]
     assert conv["tensor_pipe_pct"] > 0  # TF32 convolutions ran on the tensor pipe
+    check_reduction_against_raw_export(red)
+
+
+def _raw_export():
+    """The fixture read by pandas, independently of ncu.parse_csv: one row per kernel, numbers as floats."""
+    import pandas as pd
+
+    lines = FIXTURE.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    df = pd.read_csv(io.StringIO("\n".join(lines[start:])), dtype=str)
+    return df[pd.to_numeric(df["ID"], errors="coerce").notna()].reset_index(drop=True)  # drop the units row
+
+
+def check_reduction_against_raw_export(red: dict) -> None:
+    """Independent measures of the reduction of the recorded H200 export. Raises AssertionError on a mismatch.
+
+    - sums: totals equal the column sums that pandas reads from the raw CSV;
+    - IPC: every kernel's ``sm__inst_executed.avg.per_cycle_active`` is per SM and per *active* cycle, so it is
+      at least its instructions / (SMs x elapsed cycles) and at most the device's IPC limit per SM (both from
+      other columns of the export); a cycle-weighted mean of them obeys the same bounds over the whole set.
+    """
+    raw = _raw_export()
+    num = lambda col: raw[col].astype(str).str.replace(",", "").astype(float)  # noqa: E731
+    total = red["total"]
+    assert total["kernels"] == len(raw)
+    assert total["sm_cycles"] == pytest.approx(num("sm__cycles_elapsed.max").sum())
+    assert total["instructions"] == pytest.approx(num("smsp__inst_executed.sum").sum())
+    assert total["duration_ns"] == pytest.approx(num("gpu__time_duration.sum").sum())
+    assert sum(c["sm_cycles"] for c in red["by_class"].values()) == pytest.approx(total["sm_cycles"])
+    n_sm = num("device__attribute_multiprocessor_count").iloc[0]
+    ipc_max = num("device__attribute_max_ipc_per_multiprocessor").iloc[0]
+    assert n_sm == 132 and ipc_max == 4  # H200
+    lower = num("smsp__inst_executed.sum") / (n_sm * num("sm__cycles_elapsed.max"))
+    assert (lower <= num("sm__inst_executed.avg.per_cycle_active") + 0.01).all()
+    assert total["instructions"] / (n_sm * total["sm_cycles"]) <= total["ipc"] <= ipc_max
+    ipc = num("sm__inst_executed.avg.per_cycle_active")
+    assert ipc.min() <= total["ipc"] <= ipc.max()
+    # rates: numpy's weighted average of the raw columns, SM cycles as weights; stalls ranked from the same
+    cycles = num("sm__cycles_elapsed.max").to_numpy()
+    for counter, col in (("ipc", "sm__inst_executed.avg.per_cycle_active"), ("l2_hit_pct", "lts__t_sector_hit_rate.pct")):
+        assert total[counter] == pytest.approx(np.average(num(col).to_numpy(), weights=cycles))
+    stalls = {c.split("stalled_")[1].split("_per_issue")[0]: np.average(num(c).to_numpy(), weights=cycles)
+              for c in raw.columns if c.startswith("smsp__average_warps_issue_stalled_") and c.endswith(".ratio")
+              and c.split("stalled_")[1].split("_per_issue")[0] in ncu.STALL_REASONS}
+    top3 = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
+    assert [k for k, _ in total["top_stalls"]] == [k for k, _ in top3] and top3[0][1] > top3[2][1]
+
+
+def test_sabotage_ncu_reduction_is_caught(monkeypatch):
+    """Sabotage: IPC as instructions / cycles (no SM count, what the old docstring said) or summed instead of
+    averaged must fail the independent check."""
+    metrics = ncu.choose_metrics("hopper", _header_metrics())
+    kernels = ncu.parse_csv(FIXTURE.read_text(), metrics)
+    red = ncu.reduce(kernels, measure.classify_kernel)
+    docstring_ipc = {**red, "total": {**red["total"], "ipc": red["total"]["instructions"] / red["total"]["sm_cycles"]}}
+    with pytest.raises(AssertionError):
+        check_reduction_against_raw_export(docstring_ipc)
+    monkeypatch.setitem(ncu.COUNTERS, "ipc", {**ncu.COUNTERS["ipc"], "agg": "sum"})
+    with pytest.raises(AssertionError):
+        check_reduction_against_raw_export(ncu.reduce(kernels, measure.classify_kernel))
+
+
+def test_kernels_without_cycles_get_no_weight():
+    """A kernel without sm_cycles does not weigh in a rate; with no weights at all, rates are plain means."""
+    ks = [ncu.KernelCounters("a", {"sm_cycles": 100.0, "l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0})]
+    assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(50.0)
+    ks = [ncu.KernelCounters("a", {"l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0}),
+          ncu.KernelCounters("c", {"l2_hit_pct": 30.0})]
+    assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(30.0)
+    ks = [ncu.KernelCounters("a", {"sm_cycles": 1.0}), ncu.KernelCounters("b", {"sm_cycles": 2.0, "ipc": 3.0})]
+    total = ncu.reduce(ks, lambda n: "other")["total"]
+    assert total["ipc"] == 3.0 and total["sm_cycles"] == 3.0  # a kernel without a counter is skipped, not zero
+
+
+def test_cycle_weighted_ipc_is_instructions_over_cycles_when_sms_stay_active():
+    """With every SM active for all of a kernel's cycles, per-kernel IPC = instructions / (SMs x cycles), and the
+    cycle-weighted mean that reduce() takes equals instructions / (SMs x cycles) of the whole set."""
+    n_sm = 132
+    spec = [(1.0e6, 2000.0), (5.0e4, 900.0), (3.3e7, 41000.0)]  # (instructions, cycles)
+    kernels = [ncu.KernelCounters(f"k{i}", {"instructions": inst, "sm_cycles": cyc, "ipc": inst / (n_sm * cyc)})
+               for i, (inst, cyc) in enumerate(spec)]
+    total = ncu.reduce(kernels, lambda name: "other")["total"]
+    assert total["ipc"] == pytest.approx(sum(i for i, _ in spec) / (n_sm * sum(c for _, c in spec)))
 
 
 def test_parse_rejects_non_csv():
@@ -211,3 +292,29 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     fc = failed["measurements"]["coverage"]
     assert failed["status"] == "ok" and "simulated failure" in fc["coverage_error"] and not fc["meets_target"]
     assert failed["measurements"]["profiled_kernels"] == 3 and "partial" in fc["totals_from"]
+
+
+def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
+    """The coverage share divides ncu replay time by torch.profiler step time: the table says so and gives the
+    share with both sides from torch.profiler beside it."""
+    from accelbench import provenance, results
+    from accelbench.aggregate import study_a_ncu
+
+    env = provenance.collect("cpu")
+    paths = []
+    for conf, inst in (("baseline", 1e9), ("tf32", 1e8)):
+        cfg = {"system": {"name": "h200"}, "model": "whole_head", "configuration": conf}
+        base = tmp_path / "h200"
+        prof = results.make_result("unet3d_profile", "ok", cfg, env, {"kernels": {"device_time_us": 1000.0}}, None)
+        results.write_result(prof, base / "unet3d_profile" / "whole_head" / conf / "result.json")
+        m = {"total": {"sm_cycles": 1e6, "instructions": inst, "ipc": 1.0, "duration_ns": 500e3},
+             "profiled_kernels": 10, "architecture": "hopper", "by_class": {},
+             "kernel_selection": {"device_time_share": 0.8}}
+        p = base / "unet3d_ncu" / "whole_head" / conf / "result.json"
+        results.write_result(results.make_result("unet3d_ncu", "ok", cfg, env, m, None), p)
+        paths.append(p)
+    df = study_a_ncu.counter_rows(study_a_ncu.load_results(paths)).set_index("configuration")
+    assert df.loc["tf32", "device_time_covered"] == pytest.approx(0.5)  # 500 us of ncu replay / 1000 us profiled
+    assert df.loc["tf32", "device_time_covered_profiler"] == pytest.approx(0.8)
+    assert "mixed" in df.loc["tf32", "device_time_covered_basis"] and "torch.profiler" in study_a_ncu.COVERAGE_BASIS
+    assert df.loc["tf32", "instructions_ratio"] == pytest.approx(0.1)

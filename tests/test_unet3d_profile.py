@@ -1,8 +1,11 @@
+import contextlib
+import copy
 import dataclasses
 
 import pytest
 import torch
 
+from accelbench.devices import Device
 from accelbench.experiments import unet3d_profile as exp
 
 
@@ -43,12 +46,64 @@ def test_untrained_model_output_is_not_zero(tiny_settings):
     assert out.shape == (1, 1, 16, 16, 16) and out.abs().max() > 0
 
 
-def test_math_mode_restores_flags():
+@pytest.fixture
+def cuda_tf32_defaults():
+    """PyTorch's CUDA defaults before Study A's baseline switches them: cuDNN convolutions in TF32."""
     before = exp.math_flags()
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    yield
+    torch.backends.cuda.matmul.fp32_precision = before["matmul_fp32_precision"]
+    torch.backends.cudnn.conv.fp32_precision = before["cudnn_conv_fp32_precision"]
+
+
+def check_math_mode() -> None:
+    """math_mode(False) gives IEEE FP32 (flags and numbers), math_mode(True) TF32, and both restore the flags.
+    Raises AssertionError otherwise."""
+    before = exp.math_flags()
+    with exp.math_mode(False):
+        chk = exp.ieee_fp32_check(Device("cpu"))
+        assert chk["flags_ieee"] and chk["holds"], chk
+        assert chk["matmul_rel_err"] < 1e-6 and chk["conv_rel_err"] < 1e-6
+    assert exp.math_flags() == before
     with exp.math_mode(True):
         flags = exp.math_flags()
-        assert "tf32" in str(flags.values()) or True in flags.values()
+        assert flags["matmul_fp32_precision"] == flags["cudnn_conv_fp32_precision"] == "tf32"
+        assert not exp.ieee_fp32_check(Device("cpu"))["holds"]
     assert exp.math_flags() == before
+
+
+def test_math_mode_gives_ieee_fp32_baseline(cuda_tf32_defaults):
+    check_math_mode()
+
+
+def test_sabotage_noop_math_mode_is_caught(cuda_tf32_defaults, monkeypatch, tiny_settings, systems, tmp_path):
+    """Sabotage: a math_mode that does nothing leaves cuDNN's TF32 default on; the check must fail, and so must
+    a baseline run."""
+    monkeypatch.setattr(exp, "math_mode", lambda tf32, cudnn_benchmark=False: contextlib.nullcontext())
+    with pytest.raises(AssertionError):
+        check_math_mode()
+    with pytest.raises(RuntimeError, match="IEEE FP32"):
+        _run(tiny_settings, "baseline", systems["cpu"], tmp_path)
+
+
+def _round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 values to TF32 (10 explicit mantissa bits, round to nearest), as tensor cores do with their inputs."""
+    i = x.contiguous().view(torch.int32)
+    return ((i + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def test_ieee_check_rejects_tf32_numbers(monkeypatch):
+    """The numerical half of the check fails on TF32 arithmetic (emulated here by rounding the inputs as tensor
+    cores do), so a device that ignores the flags is caught too."""
+    with exp.math_mode(False):
+        assert exp.ieee_fp32_check(Device("cpu"))["holds"]
+        real_conv3d = exp.F.conv3d
+        monkeypatch.setattr(exp.F, "conv3d", lambda x, w, **kw: real_conv3d(
+            _round_to_tf32(x) if x.dtype == torch.float32 else x, _round_to_tf32(w) if w.dtype == torch.float32 else w,
+            **kw))
+        chk = exp.ieee_fp32_check(Device("cpu"))
+        assert chk["flags_ieee"] and not chk["holds"] and chk["conv_rel_err"] > 10 * exp.IEEE_FP32_REL_ERR_MAX
 
 
 def _run(settings, name, system, tmp_path, **kw):
@@ -67,6 +122,7 @@ def test_run_baseline_and_bf16(tiny_settings, systems, tmp_path):
     m = base["measurements"]
     assert m["train_step"]["count"] == 2 and m["train_step"]["median"] > 0 and m["sample_step"]["median"] > 0
     assert m["quality"]["predicted_noise"]["rel_l2"] == 0 and m["quality"]["holds"]
+    assert m["ieee_fp32_check"]["holds"] and m["ieee_fp32_check"]["flags_ieee"]
     assert m["kernels"]["kernel_count"] > 0 and m["kernels"]["class_share"]["convolution"] > 0.2
     assert m["flops"]["train_step"] > 2 * m["flops"]["forward"] > 0
     assert m["sample_projection"]["label"] == "projection"
@@ -115,3 +171,35 @@ def test_cudnn_autotuning_is_a_recorded_axis():
     with exp.math_mode(False, cudnn_benchmark=not before):
         assert torch.backends.cudnn.benchmark is (not before) and exp.math_flags()["cudnn_benchmark"] is (not before)
     assert torch.backends.cudnn.benchmark is before
+
+
+def _probe(settings, model):
+    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    mask = torch.zeros(1, 2, 16, 16, 16)
+    mask[:, 0, 4:12, 4:12, 4:12] = 1
+    w = exp.Workload(model, settings, exp.VARIANTS["baseline"], Device("cpu"), image, mask, seed=0)
+    return exp.quality_probe(w, steps=2, seed=0)
+
+
+@pytest.mark.parametrize("sabotage", ["zeroed_convolution", "flipped_output", "zero_noise"])
+def test_default_tolerance_rejects_broken_configuration(tiny_settings, default_config, sabotage):
+    """Sabotage: the default tolerance (0.05) rejects a broken network: one zeroed convolution, a sign-flipped
+    output, a network that predicts zero noise. The sample metrics alone would not (see SAMPLE_NOTE)."""
+    tol = default_config["unet3d_profile"]["quality_rel_l2_max"]
+    assert tol == 0.05
+    torch.manual_seed(0)
+    model = exp.build_unet(tiny_settings)
+    with exp.math_mode(False):
+        ref = _probe(tiny_settings, copy.deepcopy(model))
+        broken = copy.deepcopy(model)
+        if sabotage == "zeroed_convolution":
+            with torch.no_grad():
+                broken.down_blocks[1].resnets[0].conv1.conv.weight.zero_()
+        else:
+            broken.register_forward_hook(lambda m, i, o: -o if sabotage == "flipped_output" else torch.zeros_like(o))
+        q = exp.compare_quality(_probe(tiny_settings, broken), ref, tol)
+        same = exp.compare_quality(_probe(tiny_settings, copy.deepcopy(model)), ref, tol)
+    assert same["holds"] and same["predicted_noise"]["rel_l2"] == 0
+    assert not q["holds"] and q["predicted_noise"]["rel_l2"] > 2 * tol
+    if sabotage == "zero_noise":  # why the sample is not in the verdict: it cannot see this
+        assert q["sample"]["rel_l2"] < tol and "not in the verdict" in q["sample"]["note"]

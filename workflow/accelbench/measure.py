@@ -104,12 +104,22 @@ class KernelRecord:
 
 
 # Ordered: the first matching class wins. Names seen in cuDNN/cuBLAS/CUTLASS/PyTorch kernels and in
-# CPU aten operators. "layout_conversion" covers NCHW<->NHWC transposes and the copies PyTorch
-# makes to change memory format.
+# CPU aten operators.
+# - "layout_conversion": kernels whose name says they transform the memory layout: cuDNN's
+#   NCHW<->NHWC / NCDHW<->NDHWC transposes (``nchwToNhwc``, ``convertTensor`` between equal dtypes),
+#   transposes/permutes, oneDNN reorders.
+# - "cast_copy": dtype casts (``bfloat16_copy_kernel_cuda``, ``direct_copy_kernel`` with a cast,
+#   ``convertTensor`` between different dtypes, ``aten::to``) and plain copies (``direct_copy_kernel``,
+#   ``aten::copy_``/``clone``/``contiguous``). A same-dtype copy that PyTorch launches to change the
+#   memory format (``contiguous(memory_format=channels_last_3d)``) has the same kernel name as any
+#   other copy, so it is counted here too: ``layout_conversion`` is a lower bound on layout work and
+#   ``layout_conversion + cast_copy`` an upper bound.
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("layout_conversion", re.compile(
-        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|"
-        r"direct_copy_kernel|copy_kernel|convertTensor|aten::copy_|aten::clone|aten::contiguous|reorder", re.I)),
+        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|convertTensor|reorder", re.I)),
+    ("cast_copy", re.compile(
+        r"direct_copy_kernel|copy_kernel|bfloat16_copy|float8_copy|LoadWithCast|StoreWithCast|aten::copy_|"
+        r"aten::clone|aten::contiguous|aten::to\b|aten::_to_copy|aten::_to_dtype|ToCopyBackward|CloneBackward", re.I)),
     ("attention", re.compile(
         r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I)),
     ("convolution", re.compile(
@@ -138,8 +148,20 @@ TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|i88
 NOT_TENSOR_CORE = re.compile(r"ffma|sgemm|scudnn|dgemm", re.I)
 
 
+# cuDNN's tensor conversion kernel: ``convertTensor_kernel<SRC, DST, COMPUTE, ...>``. Equal element
+# types: a layout transform; different element types: a cast (possibly with a layout change).
+_CONVERT_TENSOR = re.compile(r"convertTensor\w*<\s*([^,<>]+?)\s*,\s*([^,<>]+?)\s*,")
+
+
 def classify_kernel(name: str) -> str:
-    """Class of a kernel or operator name: one of :data:`KERNEL_CLASSES` or ``other``."""
+    """Class of a kernel or operator name: one of :data:`KERNEL_CLASSES` or ``other``.
+
+    Casts and copies (``cast_copy``) are kept apart from layout transforms (``layout_conversion``):
+    see the comment above :data:`KERNEL_CLASSES`.
+    """
+    m = _CONVERT_TENSOR.search(name)
+    if m and m.group(1) != m.group(2):
+        return "cast_copy"
     for cls, pattern in KERNEL_CLASSES:
         if pattern.search(name):
             return cls
@@ -243,6 +265,7 @@ class KernelSummary:
     class_share: dict[str, float]
     tensor_core_share: float
     layout_conversion_count: float
+    cast_copy_count: float
     table: list[dict]
 
     def to_dict(self, top: int | None = 25) -> dict:
@@ -257,7 +280,8 @@ def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
 
     ``idle_fraction`` = 1 - (time with at least one kernel running) / span, where span is the first
     kernel start to the last kernel end (device kernels) or the step annotation window (CPU ops).
-    Counts and times are divided by ``steps``.
+    Counts and times are divided by ``steps``. ``layout_conversion_count`` and ``cast_copy_count``
+    are kernel launches per step of those two classes.
     """
     if not records:
         raise ValueError("the trace holds no kernels or operators")
@@ -288,6 +312,7 @@ def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
         class_share={c: (t * steps / total if total else 0.0) for c, t in class_time.items()},
         tensor_core_share=sum(r["device_time_us"] for r in table if r["tensor_core"]) * steps / total if total else 0.0,
         layout_conversion_count=sum(r["calls"] for r in table if r["class"] == "layout_conversion"),
+        cast_copy_count=sum(r["calls"] for r in table if r["class"] == "cast_copy"),
         table=table)
 
 

@@ -171,7 +171,15 @@ def parse_csv(text: str, metrics: dict[str, str]) -> list[KernelCounters]:
 
 def reduce(kernels: list[KernelCounters], classify) -> dict:
     """Totals (sum counters) and SM-cycle-weighted means (rates, percentages) over all kernels and per
-    kernel class (``classify(name) -> class``), plus IPC recomputed as instructions / cycles per SM."""
+    kernel class (``classify(name) -> class``).
+
+    ``ipc`` is the mean of the per-kernel IPC that ncu reports (``sm__inst_executed.avg.per_cycle_active``,
+    instructions per active cycle of one SM), weighted by each kernel's ``sm_cycles``
+    (``sm__cycles_elapsed.max``): sum(ipc_k x cycles_k) / sum(cycles_k). It equals instructions / cycles
+    of the whole set only when every kernel keeps its SMs active for all of its elapsed cycles; it is not
+    recomputed from ``instructions`` (which counts all SMs) and ``sm_cycles`` (one SM). Kernels without
+    ``sm_cycles`` get weight 0; when no kernel has a weight, rates are plain means.
+    """
 
     def agg(ks: list[KernelCounters]) -> dict:
         res: dict = {"kernels": len(ks)}

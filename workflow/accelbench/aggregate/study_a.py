@@ -20,8 +20,8 @@ from ..experiments.unet3d_profile import AUTOTUNED, VARIANTS  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
-CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "elementwise", "optimizer",
-           "reduction", "memory", "other"]
+CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "cast_copy", "elementwise",
+           "optimizer", "reduction", "memory", "other"]
 ORDER = list(VARIANTS)
 
 
@@ -45,15 +45,17 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "train_step_p90_ms": m["train_step"]["p90"], "timed_steps": m["train_step"]["count"],
                 "sample_step_ms": m["sample_step"]["median"],
                 "projected_sample_s": m["sample_projection"]["seconds"],
+                "projection_steps": m["sample_projection"].get("steps"),
                 "kernel_count": k["kernel_count"], "layout_conversion_kernels": k["layout_conversion_count"],
+                "cast_copy_kernels": k.get("cast_copy_count"),
                 "kernel_source": k["source"],
                 **{f"share_{c}": k["class_share"].get(c, 0.0) for c in CLASSES},
                 "tensor_core_share": k["tensor_core_share"], "idle_fraction": k["idle_fraction"],
                 "peak_mem_gib": m.get("peak_mem_gib"),
                 "tflop_per_s": m["train_throughput"]["tflop_per_s"], "mfu": m["train_throughput"]["mfu"],
                 "quality_rel_l2_noise": m["quality"]["predicted_noise"]["rel_l2"],
-                "quality_psnr_db_sample": m["quality"]["sample"]["psnr_db"],
-                "quality_ssim_sample": m["quality"]["sample"]["ssim"],
+                "quality_psnr_db_noise": m["quality"]["predicted_noise"].get("psnr_db"),
+                "quality_ssim_noise": m["quality"]["predicted_noise"].get("ssim"),
                 "quality_holds": m["quality"]["holds"],
             })
         rows.append(row)
@@ -75,11 +77,12 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The published-layout table: status labels in place of numbers for rows that did not run."""
-    cols = ["hardware", "model", "volume", "configuration", "series", "train_step_ms", "speedup_vs_baseline", "sample_step_ms",
-            "projected_sample_s", "kernel_count", "layout_conversion_kernels", "share_convolution", "share_gemm",
-            "share_attention", "share_normalization", "share_layout_conversion", "share_elementwise",
-            "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s", "mfu", "quality_rel_l2_noise",
-            "quality_psnr_db_sample", "quality_holds", "noise", "status", "reason"]
+    cols = ["hardware", "model", "volume", "configuration", "series", "train_step_ms", "speedup_vs_baseline",
+            "sample_step_ms", "projected_sample_s", "kernel_count", "layout_conversion_kernels", "cast_copy_kernels",
+            "share_convolution", "share_gemm", "share_attention", "share_normalization", "share_layout_conversion",
+            "share_cast_copy", "share_elementwise", "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s",
+            "mfu", "quality_rel_l2_noise", "quality_psnr_db_noise", "quality_ssim_noise", "quality_holds", "noise",
+            "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -125,7 +128,9 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         if ok.empty:
             return "not measured", "no configuration ran"
         return (f"holds for {int(ok['quality_holds'].sum())}/{len(ok)} configurations "
-                f"(max rel. L2 of predicted noise {ok['quality_rel_l2_noise'].max():.2g})", "measured (vs. baseline)")
+                f"(max rel. L2 of predicted noise {ok['quality_rel_l2_noise'].max():.2g})",
+                "proxy: an untrained network's predicted noise compared across configurations (vs. baseline); "
+                "synthesis quality itself needs a trained checkpoint and sample metrics (e.g. FID/MS-SSIM)")
     r = row(conf)
     if r is None:
         return "not measured", f"configuration {conf} not run"
@@ -135,7 +140,11 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
     if noisy and metric != "synthesis_quality":
         return NOT_RELIABLE, "noisy: " + "; ".join(f"{x['configuration']}: {x.get('noise_why')}" for x in noisy)
     if metric in ("speedup_x", "throughput_gain"):
-        extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step" if "channels_last" in conf else ""
+        extra = ""
+        if "channels_last" in conf:
+            extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step"
+            if pd.notna(r.get("cast_copy_kernels")):
+                extra += f" (+{r['cast_copy_kernels']:.0f} cast/copy kernels, counted apart)"
         return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
     if metric in ("sm_cycles_ratio", "sm_cycles_reduction_x"):
         ratio = 1 / r["speedup_vs_baseline"]
@@ -264,12 +273,15 @@ def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
 
 
 def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
-    """Bars: kernel launches per training step, with the layout-conversion part hatched."""
+    """Bars: kernel launches per training step, with the layout-conversion and cast/copy parts hatched."""
     ok = df[df["status"] == "ok"]
     fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(ok) + 4), 5))
     x = np.arange(len(ok))
     ax.bar(x, ok["kernel_count"], color="C0", label="all kernels")
     ax.bar(x, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")
+    if "cast_copy_kernels" in ok:
+        ax.bar(x, ok["cast_copy_kernels"].fillna(0), bottom=ok["layout_conversion_kernels"], color="C1", hatch="..",
+               label="cast / copy kernels")
     ax.set_xticks(x, _bar_labels(ok), rotation=60, ha="right", fontsize=FONT["legend"])
     ax.set_xlabel("configuration, hardware")
     ax.set_ylabel("kernels per training step (count)")
@@ -293,10 +305,14 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     df = result_rows(results)
     hw = joined_labels(df)
     sw = joined_labels(df, "software", "")
+    steps = sorted({int(s) for s in df.get("projection_steps", pd.Series(dtype=float)).dropna()})
+    steps_text = " or ".join(map(str, steps)) or "the configured timesteps"
     write_table(table(df), out_dir / "table",
                 f"Study A (arXiv 2606.19365) reproduced on {hw} ({sw}). Times: median of timed steps (ms); "
-                f"projected_sample_s = median reverse step x 250 (a projection). noise: 'noisy' where other processes "
-                f"loaded the host or the timing spread p90/median passed the config's threshold (measurements.noise).")
+                f"projected_sample_s = median reverse step x {steps_text} (the configured timesteps; a projection). "
+                f"Quality: an untrained network's predicted noise vs. the baseline's (rel. L2, PSNR, SSIM; a proxy "
+                f"for synthesis quality). noise: 'noisy' where other processes loaded the host or the timing spread "
+                f"p90/median passed the config's threshold (measurements.noise).")
     claims = claims_table(read_claims(claims_path), df)
     write_table(claims, out_dir / "claims_vs_measured",
                 f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}. A result "

