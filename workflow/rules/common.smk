@@ -331,7 +331,10 @@ def stale_results():
     """Finished results of this system (the final targets) whose recorded settings (`spec_sha256`, the sha256 of
     the job's spec file) differ from the config's now: their jobs rerun, and move them (with their side files) to
     `<results_dir>/<system>/.superseded/<UTC time>/` first (accelbench.results.superseding). Returns paths."""
-    from snakemake.io import Wildcards, regex_from_filepattern
+    from snakemake.io import regex_from_filepattern
+
+    class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
+        __getattr__ = dict.__getitem__
 
     r = f"{RESULTS}/{SYSTEM.name}"
     patterns = [(f"{r}/unet3d_profile/{{model}}/{{configuration}}/result.json", unet3d_spec),
@@ -352,7 +355,7 @@ def stale_results():
                 except (OSError, ValueError, AttributeError):
                     recorded = None
                 if recorded:
-                    current = hashlib.sha256(Path(spec_function(Wildcards(fromdict=m.groupdict()))).read_bytes())
+                    current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes())
                     if current.hexdigest() != recorded:
                         stale.append(target)
                 break
