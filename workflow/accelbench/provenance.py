@@ -41,7 +41,11 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
 def git_info(cwd: str | Path | None = None) -> dict:
     """Commit, branch and dirty flag of the checkout holding this package (an editable install, as the
     README installs it), else of ``cwd``; inside an image built without ``.git``, ``ACCELBENCH_GIT_COMMIT``.
-    Values are None when none is known."""
+    Values are None when none is known. A set ``ACCELBENCH_GIT_COMMIT`` wins over any ``.git`` found: a copied
+    checkout (an air-gapped node, benchmarks/device_run.sh) may carry a stale ``.git`` of another commit."""
+    if os.environ.get("ACCELBENCH_GIT_COMMIT"):
+        return {"commit": os.environ["ACCELBENCH_GIT_COMMIT"], "branch": None, "dirty": None,
+                "source": "ACCELBENCH_GIT_COMMIT"}
     for where in (Path(__file__).resolve().parents[2], Path(cwd or ".")):
         if where.is_dir() and _run(["git", "rev-parse", "HEAD"], where):
             cwd = where

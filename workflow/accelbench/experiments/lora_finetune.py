@@ -38,6 +38,7 @@ import importlib.util
 import math
 import os
 import resource
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
