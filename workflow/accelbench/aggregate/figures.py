@@ -32,6 +32,9 @@ FONT = {"title": 10, "label": 9, "tick": 8, "legend": 7}  # smallest sizes used 
 def origin_of(result: dict) -> str:
     """The origin of a result: ``result["origin"]`` or ``environment["origin"]`` when set (e.g. ``reference run``
     for results shipped with the project), else ``measured here``."""
+    series = result.get("_series")
+    if series and series != "measured":  # a committed reference run: "reference run (H200, 2026-11-30)"
+        return series
     return result.get("origin") or result.get("environment", {}).get("origin") or "measured here"
 
 
@@ -44,6 +47,7 @@ def series_label(origin: str, hardware: str, scale: str | None = None, *details:
         scale: ``paper``, ``small`` or a free description (e.g. ``"paper (TinyLlama-1.1B)"``); None: not stated.
         details: further distinguishing parts (precision, strategy, ...).
     """
+    hardware = hardware.removeprefix(f"{origin}: ")  # a reference run's hardware label already leads with it
     parts = [hardware] + ([f"{scale} scale"] if scale else []) + [d for d in details if d]
     return f"{origin}: " + ", ".join(parts)
 

@@ -217,8 +217,9 @@ def fig_speedup(df: pd.DataFrame, path: str | Path) -> list[str]:
                         fontsize=FONT["tick"])
                 continue
             s = r["speedup_vs_baseline"]
-            lo = s - g.loc["baseline", "train_step_ms"] / r["train_step_p90_ms"] if "baseline" in g.index else 0
-            hi = g.loc["baseline", "train_step_ms"] / r["train_step_p10_ms"] - s if "baseline" in g.index else 0
+            base = "baseline" + AUTOTUNED if c.endswith(AUTOTUNED) else "baseline"  # each series' own baseline
+            lo = s - g.loc[base, "train_step_ms"] / r["train_step_p90_ms"] if base in g.index else 0
+            hi = g.loc[base, "train_step_ms"] / r["train_step_p10_ms"] - s if base in g.index else 0
             noisy = r.get("noise") == "noisy"
             ax.bar(x, s, width, color=f"C{gi}", yerr=[[max(lo, 0)], [max(hi, 0)]], capsize=3, label=label,
                    hatch="xx" if noisy else None, edgecolor="white" if noisy else None)
