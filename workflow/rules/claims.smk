@@ -42,5 +42,5 @@ rule claims:
     container:
         CONTAINER
     shell:
-        "accelbench claims --results {input.results:q} --claims {input.claims:q}"
+        "accelbench claims --validated {input.validated:q} --claims {input.claims:q}"
         " --sr3-reference {input.sr3_reference:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
