@@ -109,7 +109,9 @@ def test_lora_flops_match_flop_counter(targets, tied):
     measured = fc.get_total_flops() / (batch * seq)
     n = sum(p.numel() for p in model.parameters())
     f = lf.flops_per_token(n, counts["trainable"], 3, 64, seq, lf.lora_flop_counts(model))
-    assert f["lora"] == measured, (f["lora_terms"], measured)
+    # equal up to transformers' rotary-embedding matmul (inv_freq @ positions: 2 x head_dim/2 x seq per sequence), which
+    # FlopCounterMode counts in transformers < 4.56 (2e-5 of the total here) and later versions compute without a matmul
+    assert f["lora"] == pytest.approx(measured, rel=1e-4), (f["lora_terms"], measured)
     assert f["6n"] > 1.2 * measured  # the conventional 6N is an upper bound for LoRA
 
 
