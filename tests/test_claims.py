@@ -105,6 +105,10 @@ def test_claims_that_fail_and_noisy_results(tmp_path):
     assert b13["verdict"] == "not measured here" and "not measured reliably" in b13["why"]
     assert "60% of the cores" in b13["why"] and b13["measured"]  # the number is still shown
 
+    objs[4]["measurements"]["noise"] = {"noisy": True, "why": ["other processes used 60% of the cores"]}
+    df = table(tmp_path / "noisy_sensitivity", objs)  # a sensitivity rank does not depend on timing: still judged
+    assert verdict(df, "b6")["verdict"] == "does not hold"
+
 
 def test_oom_without_sharding_and_sharded_slowdown(tmp_path):
     fam = "llama-3.3-70b"
