@@ -26,6 +26,9 @@ def default_config() -> dict:
 def tiny_config(default_config) -> dict:
     """The embedded default shrunk to 16^3 and width 8: seconds per configuration on a CPU."""
     cfg = copy.deepcopy(default_config)
+    # the tables of these runs hold what they measured; the committed reference runs (reference_runs/, drawn beside
+    # every fresh run by default) are tested on their own (tests/test_reference_runs.py)
+    cfg["reference_runs"] = False
     cfg["unet3d_profile"].update(warmup=1, repeat=2, quality_sample_steps=2)
     cfg["unet3d_profile"]["scales"]["small"] = {"volume": [16, 16, 16], "base_channels": 8, "norm_groups": 4,
                                                  "attention_resolutions": [2]}

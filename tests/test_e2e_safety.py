@@ -50,7 +50,6 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     work.mkdir()
     marker = tmp_path / "pwned"
     config = _study_a_one_job(tiny_config)
-    config["reference_runs"] = False  # the table below holds this run and the copied-in machine only
     _write_config(work, config, ["unet3d_profile"])
     result = work / "results/cpu/unet3d_profile/whole_head/baseline/result.json"
 
