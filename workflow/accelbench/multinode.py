@@ -32,6 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import launch
 from .errors import ConfigError
 
 RDZV_BACKEND = "c10d"
@@ -206,7 +207,7 @@ def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = 
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     worker = ["-m", "accelbench", *worker_args]
     if plan.nodes == 1:
-        return ([*torchrun, "--standalone", f"--nproc_per_node={plan.devices}", *worker],
+        return (launch.torchrun_command(plan.devices, worker),  # --standalone on this node
                 {"backend": RDZV_BACKEND, "endpoint": "localhost (standalone)", "hosts": [socket.gethostname()],
                  "slurm_job_id": (alloc or {}).get("job_id") or os.environ.get("SLURM_JOB_ID")})
     reason = allocation_reason(plan, alloc)
@@ -246,8 +247,6 @@ def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = Non
         subprocess.TimeoutExpired: ``cmd`` ran longer than ``timeout`` seconds (it is killed first).
     """
     import threading
-
-    from . import launch
 
     # in the job's process group, killed with this launcher (accelbench.launch: no rank outlives its job)
     proc = launch.start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")

@@ -517,16 +517,7 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
     return {"status": "ok", "reason": None, "measurements": m, "panel": panel}
 
 
-# --------------------------------------------------------------------------- launching
-def torchrun_command(devices: int, worker_args: list[str]) -> list[str]:
-    """``python -m torch.distributed.run --standalone --nproc_per_node N -m accelbench <worker_args>``:
-    one process per device on this node (``--standalone`` picks a free rendezvous port); see
-    :func:`accelbench.launch.torchrun_command`."""
-    from ..launch import torchrun_command as cmd
-
-    return cmd(devices, ["-m", "accelbench", *worker_args])
-
-
+# --------------------------------------------------------------------------- launching (accelbench.multinode)
 def oom_marker(out: str | Path, rank: int) -> Path:
     """File a rank writes when it runs out of device memory (read by the launcher, then removed)."""
     out = Path(out)
