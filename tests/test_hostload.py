@@ -83,3 +83,16 @@ def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monk
     cli._write_result("unet3d_profile", {"status": "unsupported", "reason": "no", "measurements": {}}, {}, system,
                       out2, False)
     assert "noise" not in json.loads(out2.read_text())["measurements"]
+
+
+def test_only_the_jobs_gpus_are_checked_for_other_processes():
+    """Two jobs pinned to different GPUs of one host (CUDA_VISIBLE_DEVICES=0 / =1) are not each other's "other
+    processes"; CUDA's index, UUID and UUID-prefix forms and its stop-at-the-first-invalid-entry rule."""
+    uuids = ["GPU-aaaa-1111", "GPU-bbbb-2222", "GPU-cccc-3333"]
+    assert hostload.visible_gpus(3, uuids, {}) == [0, 1, 2]
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "1"}) == [1]
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}) == [1]
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [0]
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-"}) == []  # ambiguous prefix: invalid
+    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": ""}) == []

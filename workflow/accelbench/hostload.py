@@ -6,7 +6,8 @@ Every measurement job therefore records what else ran while it ran, and flags it
 
 * :func:`snapshot` (psutil, and NVML through ``pynvml``/``nvidia-ml-py`` when present): load average, system-wide
   busy CPU time, the CPU time of this job's process tree (the process that started the job and every descendant,
-  torchrun ranks included), and per GPU the other processes on it and its SM clock against its maximum.
+  torchrun ranks included), and per GPU the job may use (``CUDA_VISIBLE_DEVICES``) the other processes on it and
+  its SM clock against its maximum.
 * :func:`host_load` turns a start and an end snapshot into ``cpu_other_fraction``: the share of all cores' time used
   by processes outside the job's tree (0 = quiet, 1 = every core busy with something else).
 * :func:`assess` adds the spread of the job's timings (p90 / median, the largest over the result's timings) and
@@ -50,8 +51,41 @@ def _tree_cpu_seconds(root: int) -> float:
     return total
 
 
+def visible_gpus(count: int, uuids: list[str], environ: dict | None = None) -> list[int]:
+    """NVML indices of the GPUs a job may use: all ``count`` of them, or those ``CUDA_VISIBLE_DEVICES`` names.
+
+    Args:
+        count: GPUs NVML sees on the host.
+        uuids: NVML's UUID of each (``GPU-...``), index order.
+        environ: the job's environment (default ``os.environ``).
+
+    ``CUDA_VISIBLE_DEVICES`` entries are indices or (prefixes of) UUIDs, as CUDA accepts them; CUDA stops at the
+    first invalid entry, and so does this. Indices follow NVML's (PCI bus) order, which is CUDA's order with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on hosts of one GPU model. Two jobs pinned to different GPUs of one host
+    therefore do not count as each other's "other processes".
+    """
+    env = os.environ if environ is None else environ
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(range(count))
+    out: list[int] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if item.isdigit() and int(item) < count:
+            idx = int(item)
+        else:
+            match = [i for i, u in enumerate(uuids) if item and u.startswith(item)]
+            if len(match) != 1:
+                break
+            idx = match[0]
+        if idx in out:
+            break
+        out.append(idx)
+    return out
+
+
 def _gpus(root: int) -> list[dict] | None:
-    """Per GPU: other processes (not in the job's tree) and SM clock / max SM clock; None without NVML."""
+    """Per GPU the job may use (:func:`visible_gpus`): other processes (not in the job's tree) and SM clock / max SM
+    clock; None without NVML."""
     try:
         import psutil
         import pynvml
@@ -67,7 +101,12 @@ def _gpus(root: int) -> list[dict] | None:
         except psutil.Error:
             ours = {root}
         out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
+        count = pynvml.nvmlDeviceGetCount()
+        uuids = []
+        for i in range(count):
+            u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            uuids.append(u.decode() if isinstance(u, bytes) else str(u))
+        for i in visible_gpus(count, uuids):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             procs = []
             for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
