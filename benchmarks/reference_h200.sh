@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The committed H200 reference run, in parts that each fit one 10-minute call of a lent 2x H200 node (run through
+# device_run.sh, which installs the carried wheels):
+#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh benchmarks/reference_h200.sh PART OUT_DIR SECONDS
+# Settings: config/examples/gpu_paper.yaml + config/examples/reference_h200.yaml. Single-GPU work runs as two
+# streams, one per GPU (CUDA_VISIBLE_DEVICES=0 / =1, half the cores each, two `snakemake --nolock` runs on disjoint
+# targets; a job's noise check counts only its own GPU), and each stream takes its targets in priority order inside
+# the window (benchmarks/reference_run.sh); two-GPU work runs on both afterwards. The results of earlier parts
+# (reference_runs/h200-*/results/) are put in place first, so nothing is measured twice and the Nsight Compute jobs
+# find the profile results they need. Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (the result.json files and
+# logs made by this part).
+set -uo pipefail
+part=${1:?usage: reference_h200.sh PART OUT_DIR SECONDS}
+out=${2:?OUT_DIR}
+limit=${3:?SECONDS}
+cfg=(--configfile config/examples/gpu_paper.yaml config/examples/reference_h200.yaml --config system=h200)
+R=results/h200
+SA=$R/unet3d_profile/whole_head
+NCU=$R/unet3d_ncu/whole_head
+LORA=$R/lora_finetune
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+mkdir -p "$out"
+work=$(mktemp -d)
+touch "$work/start"
+log="$out/log.txt"
+half=$(( $(nproc) / 2 ))
+echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
+nvidia-smi -L 2>/dev/null | tee -a "$log"
+python3 -m snakemake resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz --cores all "${cfg[@]}" \
+  > "$work/prelude.log" 2>&1 || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+mkdir -p results
+for d in reference_runs/h200-*/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
+touch "$work/start"   # results newer than this were made by this part
+
+stream() {  # stream NAME GPUS SECONDS CORES TARGET_GROUP...  (runs in the background)
+  local name=$1 gpus=$2 secs=$3 cores=$4; shift 4
+  CUDA_VISIBLE_DEVICES=$gpus benchmarks/reference_run.sh "$work/$name" "$secs" -- --nolock --cores "$cores" \
+    "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
+}
+both() {  # both SECONDS_NEEDED command... : on both GPUs, if the time left allows
+  local need=$1; shift
+  if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
+  echo "=== ${SECONDS}s: $*" | tee -a "$log"
+  timeout $((limit - SECONDS)) "$@" >> "$work/both.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
+}
+smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
+
+case $part in
+  1)  # Study A: the configurations not yet run, Nsight Compute coverage for the rest; SR3 bf16 on one GPU
+    stream g0 0 "$limit" "$half" "$R/sr3_scaling/bf16/devices_1/result.json" \
+      "$SA/tf32_autotuned/result.json" "$SA/channels_last_3d_autotuned/result.json" \
+      "$SA/tf32_channels_last_3d_autotuned/result.json" "$SA/tf32_compile_autotuned/result.json" \
+      "$SA/bf16_compile/result.json" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" \
+      "$SA/compile/result.json"
+    stream g1 1 "$limit" "$half" "$NCU/baseline/result.json" "$NCU/tf32_channels_last_3d/result.json" \
+      "$NCU/channels_last_3d/result.json" "$SA/bf16_compile_fused_adam_autotuned/result.json" \
+      "$SA/bf16_compile_cudagraphs_autotuned/result.json" "$SA/bf16_compile_fused_adam/result.json" \
+      "$SA/bf16_compile_cudagraphs/result.json"
+    wait
+    ;;
+  *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
+esac
+for s in "$work"/g*/log.txt; do [ -f "$s" ] && { echo "--- stream $(basename "$(dirname "$s")")"; cat "$s"; }; done >> "$log"
+cat "$work/prelude.log" "$work/both.log" 2>/dev/null > "$out/commands.log"
+find results -name result.json -newer "$work/start" > "$work/new.txt"
+find logs -type f -newer "$work/start" >> "$work/new.txt" 2>/dev/null
+tar czf "$out/results.tgz" -T "$work/new.txt" 2>/dev/null
+echo "new results: $(grep -c result.json "$work/new.txt"); done in ${SECONDS}s" | tee -a "$log"
