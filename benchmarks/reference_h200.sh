@@ -32,8 +32,8 @@ mkdir -p results
 for d in reference_runs/h200-*/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
 touch "$work/start"   # results newer than this were made by this part
 
-stream() {  # stream NAME GPUS SECONDS CORES TARGET_GROUP...  (runs in the background)
-  local name=$1 gpus=$2 secs=$3 cores=$4; shift 4
+stream() {  # stream NAME GPUS CORES TARGET_GROUP...  (in the background, until the part's window ends)
+  local name=$1 gpus=$2 cores=$3 secs=$((limit - SECONDS)); shift 3
   CUDA_VISIBLE_DEVICES=$gpus benchmarks/reference_run.sh "$work/$name" "$secs" -- --nolock --cores "$cores" \
     "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
 }
@@ -47,12 +47,12 @@ smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
 
 case $part in
   1)  # Study A: the configurations not yet run, Nsight Compute coverage for the rest; SR3 bf16 on one GPU
-    stream g0 0 "$limit" "$half" "$R/sr3_scaling/bf16/devices_1/result.json" \
+    stream g0 0 "$half" "$R/sr3_scaling/bf16/devices_1/result.json" \
       "$SA/tf32_autotuned/result.json" "$SA/channels_last_3d_autotuned/result.json" \
       "$SA/tf32_channels_last_3d_autotuned/result.json" "$SA/tf32_compile_autotuned/result.json" \
       "$SA/bf16_compile/result.json" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" \
       "$SA/compile/result.json"
-    stream g1 1 "$limit" "$half" "$NCU/baseline/result.json" "$NCU/tf32_channels_last_3d/result.json" \
+    stream g1 1 "$half" "$NCU/baseline/result.json" "$NCU/tf32_channels_last_3d/result.json" \
       "$NCU/channels_last_3d/result.json" "$SA/bf16_compile_fused_adam_autotuned/result.json" \
       "$SA/bf16_compile_cudagraphs_autotuned/result.json" "$SA/bf16_compile_fused_adam/result.json" \
       "$SA/bf16_compile_cudagraphs/result.json"
