@@ -34,16 +34,18 @@ touch "$work/start"   # results newer than this were made by this part
 
 stream() {  # stream NAME GPUS CORES TARGET_GROUP...  (in the background, until the part's window ends)
   local name=$1 gpus=$2 cores=$3 secs=$((limit - SECONDS)); shift 3
-  CUDA_VISIBLE_DEVICES=$gpus benchmarks/reference_run.sh "$work/$name" "$secs" -- --nolock --cores "$cores" \
-    "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
+  CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 $((secs + 30)) benchmarks/reference_run.sh "$work/$name" "$secs" -- \
+    --nolock --cores "$cores" "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
 }
 both() {  # both SECONDS_NEEDED command... : on both GPUs, if the time left allows
   local need=$1; shift
   if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
   echo "=== ${SECONDS}s: $*" | tee -a "$log"
-  timeout $((limit - SECONDS)) "$@" >> "$work/both.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
+  timeout -k 20 $((limit - SECONDS)) "$@" >> "$work/both.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
 }
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
+bench() { python3 benchmarks/harness_overhead.py "$@" --csv "$out/harness_overhead_h200.csv"; }
+L8=$LORA/llama31_8b
 
 case $part in
   1)  # Study A: the configurations not yet run, Nsight Compute coverage for the rest; SR3 bf16 on one GPU
@@ -58,11 +60,41 @@ case $part in
       "$SA/bf16_compile_cudagraphs/result.json"
     wait
     ;;
+  2)  # two-GPU work: LoRA at Llama-3.1-8B shape (1 GPU and DDP, with the harness-overhead benchmark and the DDP
+      # profile), FSDP and ZeRO-3, then SR3 bf16 on 2 GPUs and SR3's DDP profile
+    both 100 smk "$L8/flash/single/n1/result.json"
+    both 60 bench lora --result "$L8/flash/single/n1/result.json"
+    both 100 smk "$L8/flash/ddp/n2/result.json"
+    both 60 bench lora --result "$L8/flash/ddp/n2/result.json"
+    both 90 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
+      --csv "$out/ddp_profile_h200.csv"
+    both 90 smk "$L8/eager/fsdp/n2/result.json"
+    both 100 smk "$L8/eager/zero3/n2/result.json"
+    both 90 smk "$R/sr3_scaling/bf16/devices_2/result.json"
+    both 60 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$R/sr3_scaling/fp32/devices_2/result.json" --csv "$out/ddp_profile_h200.csv"
+    python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
+    ;;
+  3)  # one GPU each: quantization (SmolLM2-135M on the full splits, TinyLlama-1.1B architecture) | Study A kernel
+      # tables and Nsight Compute coverage for the configurations still without counters
+    Q=$R/llm_quant
+    # re-measured here: the first part of the run kept no kernel table (kernels.csv) beside these results, and
+    # Nsight Compute's coverage is measured against it
+    for c in baseline channels_last_3d tf32_channels_last_3d; do rm -rf "${SA:?}/$c"; done
+    stream g0 0 "$half" "$Q/smollm2_135m/sensitivity/result.json" \
+      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json" \
+      "$Q/smollm2_135m/torchao/16_8_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json $Q/smollm2_135m/torchao/8_4_4/result.json $Q/smollm2_135m/torchao/16_8_8/result.json $Q/smollm2_135m/inc_fp8/bf16_fp8/result.json" \
+      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/16_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json"
+    stream g1 1 "$half" "$SA/baseline/result.json" "$NCU/baseline/result.json" \
+      "$SA/tf32_channels_last_3d/result.json" "$NCU/tf32_channels_last_3d/result.json" \
+      "$SA/channels_last_3d/result.json" "$NCU/channels_last_3d/result.json"
+    wait
+    ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
 for s in "$work"/g*/log.txt; do [ -f "$s" ] && { echo "--- stream $(basename "$(dirname "$s")")"; cat "$s"; }; done >> "$log"
 cat "$work/prelude.log" "$work/both.log" 2>/dev/null > "$out/commands.log"
-find results -name result.json -newer "$work/start" > "$work/new.txt"
+find results \( -name result.json -o -name kernels.csv \) -newer "$work/start" > "$work/new.txt"
 find logs -type f -newer "$work/start" >> "$work/new.txt" 2>/dev/null
 tar czf "$out/results.tgz" -T "$work/new.txt" 2>/dev/null
 echo "new results: $(grep -c result.json "$work/new.txt"); done in ${SECONDS}s" | tee -a "$log"

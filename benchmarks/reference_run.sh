@@ -24,9 +24,9 @@ for target in "$@"; do
   if (( left < 45 )); then echo "SKIPPED (time, ${SECONDS}s used): $target" | tee -a "$log"; continue; fi
   echo "=== ${SECONDS}s: $target" | tee -a "$log"
   read -ra group <<< "$target"
-  timeout "$left" python3 -m snakemake "${group[@]}" --cores all "${args[@]}" >> "$log" 2>&1 \
+  timeout -k 20 "$left" python3 -m snakemake "${group[@]}" --cores all "${args[@]}" >> "$log" 2>&1 \
     || echo "FAILED or stopped (rc $?, ${SECONDS}s): $target" | tee -a "$log"
 done
-find results -name result.json > "$out/files.txt" 2>/dev/null
+find results \( -name result.json -o -name kernels.csv \) > "$out/files.txt" 2>/dev/null
 tar czf "$out/results.tgz" -T "$out/files.txt" logs 2>/dev/null
 echo "done in ${SECONDS}s" | tee -a "$log"
