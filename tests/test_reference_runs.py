@@ -85,3 +85,22 @@ def test_reference_run_is_its_own_series_in_the_aggregation(tmp_path):
     assert {"measured", "published", "reference run (H200, 2026-12-01)"} == set(table["source"])
     row = table[table["source"].str.startswith("reference run")].iloc[0]
     assert row["perplexity"] == 14.3 and row["system"] == "h200" and row["hellaswag_acc_pct"] == 50.0
+
+
+def test_committed_tables_are_regenerated_from_the_run_alone(tmp_path):
+    """`accelbench reference-runs --tables`: a run's tables and claims come from its own result files; the Study A
+    table lists every committed configuration as the reference-run series, the claims table judges the run."""
+    import shutil
+
+    src = next((REPO / "reference_runs").glob("h200-*"))
+    dst = tmp_path / "reference_runs" / src.name
+    shutil.copytree(src / "results", dst / "results")
+    shutil.copy(src / "run.yaml", dst / "run.yaml")
+    run = reference_runs.load_run(dst)
+    written = reference_runs.write_tables(run, REPO / "resources" / "reference")
+    assert dst / "tables" / "claims" in written
+    configs = {Path(r).parent.name for r in run["results"] if "/unet3d_profile/" in r}
+    table = pd.read_csv(dst / "tables" / "study_a" / "table.csv")
+    assert configs and configs <= set(table.astype(str).stack()), "a committed configuration is missing"
+    claims = pd.read_csv(dst / "tables" / "claims" / "claims.csv")
+    assert (claims["system"] == "h200").any() and set(claims["verdict"]) & {"holds", "does not hold"}

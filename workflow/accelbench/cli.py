@@ -366,6 +366,11 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
     """Regenerate (or with --check verify) each reference run's README.md and the main README's section."""
     from .reference_runs import update
 
+    if args.tables:
+        from .reference_runs import find_runs, write_tables
+
+        for run in find_runs(args.root):
+            log.info("tables of %s: %s", run["name"], ", ".join(map(str, write_tables(run, args.reference_dir))))
     changed = update(args.root, args.readme, check=args.check)
     if args.check and changed:
         raise AccelbenchError("out of date (run `accelbench reference-runs`): " + ", ".join(map(str, changed)))
@@ -603,6 +608,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--root", default="reference_runs")
     s.add_argument("--readme", default="README.md", help="the main README with the generated 'Reference runs' block")
     s.add_argument("--check", action="store_true", help="only check that they are up to date (exit 1 otherwise)")
+    s.add_argument("--tables", action="store_true", help="also regenerate each run's tables and figures "
+                                                         "(<run>/tables/) from its result files")
+    s.add_argument("--reference-dir", default="resources/reference", help="the published numbers (claims, tables)")
     s.set_defaults(func=cmd_reference_runs)
 
     s = sub.add_parser("validate-results", help="check result.json files against the result schemas (fails naming "

@@ -159,3 +159,48 @@ def update(root: str | Path, readme: str | Path, check: bool = False) -> list[Pa
         if not check:
             readme.write_text(new)
     return changed
+
+
+# (experiment folders whose results feed it, published reference file under resources/reference/, output folder)
+TABLES = (
+    ("study_a", ("unet3d_profile",), "study_a_claims.csv"),
+    ("study_a_ncu", ("unet3d_ncu",), "study_a_claims.csv"),
+    ("study_b_sr3", ("sr3_scaling",), "study_b_sr3_scaling.csv"),
+    ("study_b_lora", ("lora_finetune",), "study_b_finetune_runtime.csv"),
+    ("study_b_quant", ("llm_quant",), "study_b_quantization.csv"),
+)
+
+
+def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
+    """The tables and figures of one reference run, regenerated from its result files alone into ``<run>/tables/``.
+
+    The same aggregation functions as the DAG's aggregation rules (one sub-folder each: ``study_a``,
+    ``study_a_ncu`` (its files land in ``study_a/``, as in ``results/``), ``study_b_sr3``, ``study_b_lora``,
+    ``study_b_quant``) and the claims table (``claims/``), with the published numbers of ``reference_dir``
+    (``resources/reference/``). An experiment without results in the run is left out.
+
+    Returns:
+        The folders written.
+
+    Raises:
+        DataError / ResultError: a corrupt result or reference file (named).
+    """
+    import importlib
+
+    from .aggregate import claims as claims_mod
+
+    reference_dir = Path(reference_dir)
+    out_root = Path(run["path"]) / "tables"
+    written = []
+    for module, experiments, reference in TABLES:
+        paths = [str(run["path"] / r) for r in run["results"] if any(f"/{e}/" in f"/{r}" for e in experiments)]
+        if not any(f"/{experiments[0]}/" in f"/{p}" for p in paths):
+            continue
+        out = out_root / ("study_a" if module == "study_a_ncu" else module)
+        importlib.import_module(f".aggregate.{module}", __package__).aggregate(paths, reference_dir / reference, out)
+        written.append(out)
+    every = [str(run["path"] / r) for r in run["results"]]
+    claims_mod.aggregate(every, [reference_dir / "study_a_claims.csv", reference_dir / "study_b_claims.csv"],
+                         reference_dir / "study_b_sr3_scaling.csv", out_root / "claims")
+    written.append(out_root / "claims")
+    return written
