@@ -26,14 +26,21 @@ log="$out/log.txt"
 half=$(( $(nproc) / 2 ))
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
-python3 -m snakemake resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz --cores all "${cfg[@]}" \
-  > "$work/prelude.log" 2>&1 || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+case $part in  # the inputs each part needs first (built once; the MRI volume may also be carried in prepared)
+  1|2) pre=(resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz) ;;
+  *) pre=() ;;
+esac
+if (( ${#pre[@]} )); then
+  python3 -m snakemake "${pre[@]}" --cores all "${cfg[@]}" > "$work/prelude.log" 2>&1 \
+    || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+fi
 mkdir -p results
 for d in reference_runs/h200-*/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
 touch "$work/start"   # results newer than this were made by this part
 
-stream() {  # stream NAME GPUS CORES TARGET_GROUP...  (in the background, until the part's window ends)
-  local name=$1 gpus=$2 cores=$3 secs=$((limit - SECONDS)); shift 3
+until=$limit  # when the streams of a part end (a part may keep the rest of its window for two-GPU work)
+stream() {  # stream NAME GPUS CORES TARGET_GROUP...  (in the background, until $until)
+  local name=$1 gpus=$2 cores=$3 secs=$((until - SECONDS)); shift 3
   CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 $((secs + 30)) benchmarks/reference_run.sh "$work/$name" "$secs" -- \
     --nolock --cores "$cores" "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
 }
@@ -60,35 +67,40 @@ case $part in
       "$SA/bf16_compile_cudagraphs/result.json"
     wait
     ;;
-  2)  # two-GPU work: LoRA at Llama-3.1-8B shape (1 GPU and DDP, with the harness-overhead benchmark and the DDP
-      # profile), FSDP and ZeRO-3, then SR3 bf16 on 2 GPUs and SR3's DDP profile
-    both 100 smk "$L8/flash/single/n1/result.json"
-    both 60 bench lora --result "$L8/flash/single/n1/result.json"
-    both 100 smk "$L8/flash/ddp/n2/result.json"
-    both 60 bench lora --result "$L8/flash/ddp/n2/result.json"
-    both 90 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
-      --csv "$out/ddp_profile_h200.csv"
-    both 90 smk "$L8/eager/fsdp/n2/result.json"
-    both 100 smk "$L8/eager/zero3/n2/result.json"
-    both 90 smk "$R/sr3_scaling/bf16/devices_2/result.json"
-    both 60 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
-      --result "$R/sr3_scaling/fp32/devices_2/result.json" --csv "$out/ddp_profile_h200.csv"
-    python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
-    ;;
-  3)  # one GPU each: quantization (SmolLM2-135M on the full splits, TinyLlama-1.1B architecture) | Study A kernel
-      # tables and Nsight Compute coverage for the configurations still without counters
-    Q=$R/llm_quant
-    # re-measured here: the first part of the run kept no kernel table (kernels.csv) beside these results, and
-    # Nsight Compute's coverage is measured against it
+  2)  # Study A: the compiled configurations not yet run | kernel tables and Nsight Compute coverage for the
+      # configurations still without counters; then SR3 bf16 on 2 GPUs and SR3's DDP profile
+    # re-measured here: part 1 kept no kernel table (kernels.csv) beside these results, and Nsight Compute's
+    # coverage is measured against it
     for c in baseline channels_last_3d tf32_channels_last_3d; do rm -rf "${SA:?}/$c"; done
-    stream g0 0 "$half" "$Q/smollm2_135m/sensitivity/result.json" \
-      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json" \
-      "$Q/smollm2_135m/torchao/16_8_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json $Q/smollm2_135m/torchao/8_4_4/result.json $Q/smollm2_135m/torchao/16_8_8/result.json $Q/smollm2_135m/inc_fp8/bf16_fp8/result.json" \
-      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/16_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json"
+    until=$(( limit - 130 ))
+    stream g0 0 "$half" "$SA/tf32_compile_autotuned/result.json" "$SA/bf16_compile/result.json" \
+      "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" "$SA/compile/result.json"
     stream g1 1 "$half" "$SA/baseline/result.json" "$NCU/baseline/result.json" \
       "$SA/tf32_channels_last_3d/result.json" "$NCU/tf32_channels_last_3d/result.json" \
       "$SA/channels_last_3d/result.json" "$NCU/channels_last_3d/result.json"
     wait
+    both 80 smk "$R/sr3_scaling/bf16/devices_2/result.json"
+    both 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$R/sr3_scaling/fp32/devices_2/result.json" --csv "$out/ddp_profile_h200.csv"
+    ;;
+  3)  # quantization (SmolLM2-135M on the full splits, TinyLlama-1.1B architecture) | LoRA at Llama-3.1-8B shape
+      # on 1 GPU with the harness-overhead benchmark; then DDP (benchmark, profile), FSDP and ZeRO-3 on 2 GPUs
+    Q=$R/llm_quant
+    until=$(( limit - 230 ))
+    stream g0 0 "$half" "$Q/smollm2_135m/sensitivity/result.json" \
+      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/torchao/16_8_4/result.json" \
+      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
+      "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json $Q/smollm2_135m/torchao/8_4_4/result.json"
+    stream g1 1 "$half" "$L8/flash/single/n1/result.json" "$R/lora_finetune/gemma2_27b/flash/single/n1/result.json"
+    wait
+    both 60 bench lora --result "$L8/flash/single/n1/result.json"
+    both 80 smk "$L8/flash/ddp/n2/result.json"
+    both 60 bench lora --result "$L8/flash/ddp/n2/result.json"
+    both 50 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
+      --csv "$out/ddp_profile_h200.csv"
+    both 70 smk "$L8/eager/fsdp/n2/result.json"
+    both 80 smk "$L8/eager/zero3/n2/result.json"
+    python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
