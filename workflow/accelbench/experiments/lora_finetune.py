@@ -276,10 +276,15 @@ def concat_blocks(token_lists: list[list[int]], seq_len: int, eos_id: int | None
 
 class BlockDataset:
     """Map-style dataset of token blocks: each item is ``{input_ids, attention_mask, labels}`` (LongTensor (seq_len,)),
-    labels equal to input_ids (causal LM: every token is trained on; the model shifts internally)."""
+    labels equal to input_ids (causal LM: every token is trained on; the model shifts internally).
 
-    def __init__(self, blocks: list[list[int]]):
+    ``attention_mask=False`` leaves the all-ones mask out: concatenated blocks have no padding, so the model computes
+    the same causal attention without the mask's extra operations: the forward of a bare loop (``model(input_ids,
+    labels)``)."""
+
+    def __init__(self, blocks: list[list[int]], attention_mask: bool = True):
         self.blocks = blocks
+        self.attention_mask = attention_mask
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -288,11 +293,15 @@ class BlockDataset:
         import torch
 
         ids = torch.tensor(self.blocks[i], dtype=torch.long)
+        if not self.attention_mask:
+            return {"input_ids": ids, "labels": ids.clone()}
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
-def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int):
-    """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict.
+def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int,
+                   attention_mask: bool = True):
+    """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict (``attention_mask``:
+    see :class:`BlockDataset`).
 
     Raises:
         DataError: fewer train blocks than the run needs (``min_train_blocks``).
@@ -314,7 +323,7 @@ def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: in
                "train_tokens": sum(len(t) + 1 for t in train_tokens), "train_blocks": len(train_blocks),
                "eval_blocks": len(eval_b), "seq_len": seq_len,
                "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs))}
-    return BlockDataset(train_blocks), BlockDataset(eval_b), summary
+    return BlockDataset(train_blocks, attention_mask), BlockDataset(eval_b, attention_mask), summary
 
 
 # --------------------------------------------------------------------------- model
@@ -503,6 +512,20 @@ def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: 
 
 
 # --------------------------------------------------------------------------- trainer
+# TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
+# training loop; issue 12: the Trainer step was 1.12x a bare loop of the same work on an H200):
+# * logging_nan_inf_filter: `torch.isnan(loss) or torch.isinf(loss)` after every micro-batch is a host sync;
+# * logging_strategy "no" (was logging_steps=1): each log does `.item()` on the all-gathered loss and the grad norm;
+#   the per-step loss curve comes from :class:`LossCurveMixin` instead (device tensors, read after training);
+# * include_num_input_tokens_seen: `.item()` of an all-gathered token count per micro-batch when on;
+# * average_tokens_across_devices: an all-gather of the label-token count before every optimizer step. Off, each rank
+#   divides by its own count; with concatenated full blocks (no padding, nothing masked) every rank has the same
+#   count, so the gradients are the same.
+# The held-out losses (eval on start and at the last step) are logged by evaluate(), outside the timed steps.
+NO_STEP_SYNC_ARGS = {"logging_strategy": "no", "logging_nan_inf_filter": False,
+                     "include_num_input_tokens_seen": False, "average_tokens_across_devices": False}
+
+
 def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir: str, max_steps: int,
                               layer_cls: str | None, eval_blocks: int = 0) -> dict:
     """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan.
@@ -519,9 +542,12 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     kw = dict(output_dir=out_dir, per_device_train_batch_size=s.per_device_batch,
               per_device_eval_batch_size=s.per_device_batch, gradient_accumulation_steps=s.grad_accum,
               learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, **warmup,
-              max_grad_norm=s.max_grad_norm, max_steps=max_steps, logging_steps=1, save_strategy="no",
+              max_grad_norm=s.max_grad_norm, max_steps=max_steps, save_strategy="no",
               report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
               dataloader_drop_last=True, disable_tqdm=False, use_cpu=backend == "cpu")
+    kw.update(NO_STEP_SYNC_ARGS)
+    if "average_tokens_across_devices" not in fields:  # transformers < 4.46: no such option (nothing gathered)
+        kw.pop("average_tokens_across_devices")
     # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
     # the timed window). Note: a Trainer.evaluate() call before train() would leave the model unwrapped (no DDP).
     if eval_blocks:
@@ -544,6 +570,66 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
                            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
                            "train_batch_size": "auto"}
     return kw
+
+
+class LossCurveMixin:
+    """Mixin for ``transformers.Trainer`` / optimum-habana's ``GaudiTrainer`` (4.x and 5.x): the per-step loss curve
+    without a host synchronisation inside the training loop, and the DDP options of ``lora_finetune.ddp``.
+
+    ``training_step`` keeps each micro-batch's detached loss tensor on the device, keyed by the optimizer step it
+    belongs to (``state.global_step`` while its micro-batches run). :meth:`loss_curve` sums them per step (the value
+    Trainer would log with ``logging_steps=1``: its losses are already divided over the accumulated micro-batches),
+    averages over ranks (as Trainer's log does) and reads them once, after training.
+
+    ``ddp_options`` (``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``; None = DDP's default) are set on
+    accelerate's ``DistributedDataParallelKwargs`` after Trainer made it (transformers 5.x at init, 4.x in
+    ``_wrap_model``), just before the model is wrapped.
+    """
+
+    ddp_options: dict = {}
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        self.__dict__.setdefault("_step_losses", {}).setdefault(self.state.global_step, []).append(loss.detach())
+        return loss
+
+    def _wrap_model(self, *args, **kwargs):
+        out = super()._wrap_model(*args, **kwargs)
+        handler = getattr(self.accelerator, "ddp_handler", None)
+        if handler is not None:
+            for k, v in self.ddp_options.items():
+                if v is not None:
+                    setattr(handler, k, v)
+        return out
+
+    def loss_curve(self) -> list[float]:
+        """Loss of each optimizer step (mean over ranks), in step order; one host read."""
+        import torch
+        import torch.distributed as dist
+
+        losses = self.__dict__.get("_step_losses", {})
+        if not losses:
+            return []
+        per_step = torch.stack([torch.stack(losses[k]).float().sum() for k in sorted(losses)])
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(per_step)
+            per_step /= dist.get_world_size()
+        return per_step.tolist()
+
+
+DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
+
+
+def ddp_options_for(plan: Plan, ddp: dict | None) -> dict:
+    """The ``lora_finetune.ddp`` options that apply to the plan (DDP only; unset = DDP's default, not recorded)."""
+    if plan.strategy != "ddp":
+        return {}
+    return {k: v for k, v in (ddp or {}).items() if k in DDP_OPTIONS and v is not None}
+
+
+def loss_curve_trainer(base: type, ddp_options: dict | None = None) -> type:
+    """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin` and the given DDP options."""
+    return type(f"LossCurve{base.__name__}", (LossCurveMixin, base), {"ddp_options": dict(ddp_options or {})})
 
 
 def make_step_timer(device, world: int):
@@ -686,8 +772,14 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         need = s.per_device_batch * s.grad_accum * world * max_steps
         per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
         n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
-        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval)
+        # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
+        with_mask = system.backend == "hpu"
+        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
+        ddp_options = ddp_options_for(plan, spec.get("ddp"))
+        m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
+                                 "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
+                                 "loss_curve": "LossCurveMixin (device tensors, read after training)"}
         if gaudi:
             args = GaudiTrainingArguments(**kw, use_habana=True, use_lazy_mode=plan.strategy != "fsdp",
                                           distribution_strategy="ddp")
@@ -701,6 +793,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
                 args._n_gpu = 1
         timer = make_step_timer(device, world)
+        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
         timer.trainer = trainer
@@ -710,6 +803,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         device.synchronize()
         train_s = time.perf_counter() - t0
         samples, method = timer.finish()
+        losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
         evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
         eval_before, eval_after = (evals[0], evals[-1]) if len(evals) >= 2 else (None, None)
@@ -726,11 +820,12 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         return {"status": "unsupported", "rank": rank, "measurements": m,
                 "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
                           f"(distributed type {(m['distributed'] or {}).get('distributed_type')})"}
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     m.update({
         "model": lm.info, "lora_parameters": lora_counts, "data": data_summary,
         "step_samples_ms": samples, "timing_method": method, "train_wall_s": train_s,
-        "loss_curve": losses, "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "loss_curve": losses, "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
+                                                  "device, mean over ranks, read after training",
+        "eval_loss_before": eval_before, "eval_loss_after": eval_after,
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
         "host_peak_rss_gib": _host_peak_rss_gib(),
@@ -791,6 +886,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "flops_per_token": fpt, "throughput_6n": mfu["6n"], "throughput_lora": mfu["lora"],
         "peak_tflops_per_device": peak, "per_rank": per_rank,
         "threads_per_rank": [p["threads"] for p in per_rank], "cudnn_benchmark": r0.get("cudnn_benchmark"),
+        "trainer_settings": r0.get("trainer_settings"),  # what keeps host syncs out of the step; DDP options
         "peak_mem_gib_max": max((p["peak_mem_gib"] or 0) for p in per_rank) if r0["peak_mem_gib"] is not None else None,
         "host_peak_rss_gib_max": max(p["host_peak_rss_gib"] for p in per_rank),
         "loss": loss, "train_wall_s": r0["train_wall_s"],
