@@ -22,6 +22,20 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
         --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv benchmarks/harness_overhead_h200.csv
     python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --csv ...
     python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
+
+DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torchrun job per rank count (default
+``--nprocs 1,2``), per rank and DDP variant (default; ``gradient_as_bucket_view``; ``static_graph`` +
+``gradient_as_bucket_view``, recorded as not run with gradient accumulation; one bucket via a huge
+``bucket_cap_mb``): step time (CUDA events, median of ``--repeat``), then ``--profiled`` steps under torch.profiler
+(CPU + CUDA) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
+not overlapped by compute kernels), device idle time in the step, kernels per step and host time per step; one CSV
+row per (rank count, variant, rank) in ``benchmarks/ddp_profile_h200.csv`` with settings, device, threads per rank
+and UTC time. On the 2-GPU node, after the product's rules wrote these results::
+
+    NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment lora \
+        --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
+    NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+        --result results/h200/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2
 """
 
 from __future__ import annotations

@@ -80,3 +80,28 @@ def test_ddp_profile_two_gloo_ranks(ho, tmp_path):
         assert float(r["step_ms"]) > 0 and float(r["host_launch_ms"]) > 0 and r["device"] == "cpu"
         assert r["gpu_busy_ms"] == "" and r["when"].endswith("Z")  # no device activity on CPU: left empty
     assert {r["threads_per_rank"] for r in two} == {"1"}  # 2 cores / 2 ranks
+
+
+def test_ddp_profile_sr3_two_gloo_ranks(ho, tmp_path, default_config, systems):
+    """`ddp-profile --experiment sr3` on the small SR3 U-Net (2 gloo ranks): every variant runs (no accumulation)."""
+    import subprocess
+
+    from accelbench.data import sky
+
+    u = default_config["sr3_scaling"]
+    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
+                             "quality_sample_steps", "seed")}
+    spec = {"system": systems["cpu"].to_dict(), "devices": 2, "precision": "fp32", "preset": u["preset"],
+            "scales": u["scales"], "run": run}
+    hr = u["scales"]["small"]["hr_size"]
+    sky.prepare(tmp_path / "d.npz", patch=hr, factor=u["preset"]["factor"])
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "config": spec}))
+    out = tmp_path / "p.csv"
+    cmd = [sys.executable, str(REPO / "benchmarks/harness_overhead.py"), "ddp-profile", "--experiment", "sr3",
+           "--result", str(tmp_path / "result.json"), "--data", str(tmp_path / "d.npz"), "--csv", str(out),
+           "--nprocs", "2", "--threads", "2", "--warmup", "1", "--repeat", "1", "--profiled", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 8 and all(float(r["step_ms"]) > 0 and not r["note"] for r in rows)
+    assert {r["variant"] for r in rows} == {"default", "bucket_view", "static_graph+bucket_view", "one_bucket"}
