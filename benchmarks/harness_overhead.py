@@ -27,7 +27,7 @@ DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torc
 ``--nprocs 1,2``), per rank and DDP variant (default; ``gradient_as_bucket_view``; ``static_graph`` +
 ``gradient_as_bucket_view``, recorded as not run with gradient accumulation; one bucket via a huge
 ``bucket_cap_mb``): step time (CUDA events, median of ``--repeat``), then ``--profiled`` steps under torch.profiler
-(CPU + CUDA) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
+(CUDA kernels) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
 not overlapped by compute kernels), device idle time in the step, kernels per step and host time per step; one CSV
 row per (rank count, variant, rank) in ``benchmarks/ddp_profile_h200.csv`` with settings, device, threads per rank
 and UTC time. On the 2-GPU node, after the product's rules wrote these results::
@@ -492,7 +492,7 @@ def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str |
 
 def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
     """Warm up, time ``repeat`` steps (CUDA events; host clock on CPU), then profile ``profiled`` back-to-back steps
-    with torch.profiler (CPU + CUDA activities) and return step times, host time per step (the Python call of
+    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time per step (the Python call of
     ``step``, not waiting for the device) and :func:`profile_metrics`."""
     import tempfile
 
@@ -500,7 +500,7 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
     from torch.profiler import ProfilerActivity, profile
 
     step_ms = statistics.median(_events_loop(step, warmup, repeat))
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]  # device kernels; host time from the clock
     host, pairs = [], []
     if cuda:
         torch.cuda.synchronize()
