@@ -225,7 +225,7 @@ def sr3_rank(args) -> None:
         return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
 
     # harness: the rule's Trainer and timer
-    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1)
+    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=spec.get("ddp"))
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
@@ -234,7 +234,8 @@ def sr3_rank(args) -> None:
     _empty_cache()
 
     # bare: DDP U-Net, Adam, batches from the same patches already on the device
-    step, _ = sr3_bare(s, ds, dev, precision, seed, rank, world, local if system.backend == "cuda" else None)
+    step, _ = sr3_bare(s, ds, dev, precision, seed, rank, world, local if system.backend == "cuda" else None,
+                       exp.ddp_kwargs(spec.get("ddp")))
     if world > 1:
         dist.barrier()
     bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
@@ -320,7 +321,7 @@ def lora_rank(args) -> None:
     rank, world, local = _ranks()
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if system.backend == "cuda" else "gloo")
-    step, _ = lora_bare(spec, system, plan, s, rank, world, local)
+    step, _ = lora_bare(spec, system, plan, s, rank, world, local, exp.ddp_options_for(plan, spec.get("ddp"), s.grad_accum))
     bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
     allh, allb = [harness_samples], [bare_samples]
     if world > 1:

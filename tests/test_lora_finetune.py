@@ -294,7 +294,7 @@ def test_no_host_sync_inside_timed_steps(monkeypatch):
     calls, out = _timed_syncs(monkeypatch, TINY)
     # transformers' own causal-mask code tests one value per model forward (5.x: `find_packed_sequence_indices`
     # without a mask, `padding_mask.all()` with one); a bare loop's forward does the same, so it is no harness cost
-    model_forward = [c for c in calls if "/masking_utils.py:" in c]
+    model_forward = [c for c in calls if "/masking_utils.py:" in c or "/modeling_attn_mask_utils.py:" in c]
     assert [c for c in calls if c not in model_forward] == []
     assert len(model_forward) <= TINY.timed_steps * TINY.grad_accum
     m = out["measurements"]
@@ -314,6 +314,31 @@ def test_sync_counter_sees_the_old_settings(monkeypatch):
     calls, _ = _timed_syncs(monkeypatch, TINY)
     trainer = [c for c in calls if "/transformers/trainer.py:" in c]
     assert len(trainer) >= 2 * TINY.timed_steps, calls  # the NaN/Inf filter per micro-batch, the log's .item()s
+
+
+def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
+    """lora_finetune.ddp goes to accelerate's DistributedDataParallelKwargs when Trainer wraps the model; unknown
+    options and static_graph with gradient accumulation are refused with the key named."""
+    from accelerate.utils import DistributedDataParallelKwargs
+    from transformers import Trainer, TrainingArguments
+
+    opts = {"gradient_as_bucket_view": True, "bucket_cap_mb": 7, "static_graph": None}
+    assert lf.check_ddp_options(opts, 2) == {"gradient_as_bucket_view": True, "bucket_cap_mb": 7}
+    assert lf.ddp_options_for(lf.Plan("single", 1, "flash", "sdpa", "fp32"), opts) == {}
+    with pytest.raises(ConfigError, match="lora_finetune.ddp.static_graph needs"):
+        lf.check_ddp_options({"static_graph": True}, 2)
+    assert lf.check_ddp_options({"static_graph": True}, 1) == {"static_graph": True}
+    with pytest.raises(ConfigError, match="unknown option"):
+        lf.check_ddp_options({"bucket_size": 3}, 1)
+    kw = lf.training_arguments_kwargs(lf.Plan("single", 1, "eager", "eager", "fp32"), lf.LoraSettings(), "cpu",
+                                      str(tmp_path), 2, None)
+    cls = lf.loss_curve_trainer(Trainer, lf.check_ddp_options(opts, 2))
+    trainer = cls(model=tiny_llama(), args=TrainingArguments(**kw))
+    if trainer.accelerator.ddp_handler is None:  # transformers 4.x makes it in _wrap_model, when distributed
+        trainer.accelerator.ddp_handler = DistributedDataParallelKwargs()
+    trainer._wrap_model(trainer.model)
+    assert trainer.accelerator.ddp_handler.to_kwargs() | {"find_unused_parameters": None} == {
+        "gradient_as_bucket_view": True, "bucket_cap_mb": 7, "find_unused_parameters": None}
 
 
 def test_projection_is_labelled():

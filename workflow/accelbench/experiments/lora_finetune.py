@@ -620,11 +620,28 @@ class LossCurveMixin:
 DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
 
 
-def ddp_options_for(plan: Plan, ddp: dict | None) -> dict:
+def check_ddp_options(ddp: dict | None, grad_accum: int) -> dict:
+    """``lora_finetune.ddp`` without unset (None) entries.
+
+    Raises:
+        ConfigError: an unknown option, or ``static_graph`` with gradient accumulation (found on CPU/gloo, torch 2.13:
+            DDP's reducer fails its ``expect_autograd_hooks_`` assertion on the step after a ``no_sync`` micro-batch).
+    """
+    d = {k: v for k, v in (ddp or {}).items() if v is not None}
+    bad = sorted(set(d) - set(DDP_OPTIONS))
+    if bad:
+        raise ConfigError(f"lora_finetune.ddp: unknown option(s) {bad}; allowed: {list(DDP_OPTIONS)}")
+    if d.get("static_graph") and grad_accum > 1:
+        raise ConfigError(f"lora_finetune.ddp.static_graph needs lora_finetune.train.grad_accum 1 (is {grad_accum}): "
+                          "DDP's static graph fails with no_sync gradient accumulation")
+    return d
+
+
+def ddp_options_for(plan: Plan, ddp: dict | None, grad_accum: int = 1) -> dict:
     """The ``lora_finetune.ddp`` options that apply to the plan (DDP only; unset = DDP's default, not recorded)."""
     if plan.strategy != "ddp":
         return {}
-    return {k: v for k, v in (ddp or {}).items() if k in DDP_OPTIONS and v is not None}
+    return check_ddp_options(ddp, grad_accum)
 
 
 def loss_curve_trainer(base: type, ddp_options: dict | None = None) -> type:
@@ -663,7 +680,12 @@ def make_step_timer(device, world: int):
 
                 t = self.trainer
                 self.wrapped_as = type(t.model_wrapped).__name__
+                w = t.model_wrapped
                 self.distributed = {"distributed_type": str(t.accelerator.distributed_type),
+                                    "ddp": {"static_graph": getattr(w, "static_graph", None),
+                                            "gradient_as_bucket_view": getattr(w, "gradient_as_bucket_view", None),
+                                            "bucket_cap_mb": getattr(w, "bucket_bytes_cap", 0) / 2**20 or None}
+                                    if type(w).__name__ == "DistributedDataParallel" else None,
                                     "args_world_size": t.args.world_size,
                                     "process_group": dist.get_backend() if dist.is_initialized() else None,
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
@@ -776,7 +798,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         with_mask = system.backend == "hpu"
         train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
-        ddp_options = ddp_options_for(plan, spec.get("ddp"))
+        ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
         m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
                                  "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
                                  "loss_curve": "LossCurveMixin (device tensors, read after training)"}
