@@ -321,7 +321,8 @@ def lora_rank(args) -> None:
     rank, world, local = _ranks()
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if system.backend == "cuda" else "gloo")
-    step, _ = lora_bare(spec, system, plan, s, rank, world, local, exp.ddp_options_for(plan, spec.get("ddp"), s.grad_accum))
+    ddp = exp.ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
+    step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp)
     bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
     allh, allb = [harness_samples], [bare_samples]
     if world > 1:
@@ -493,8 +494,8 @@ def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str |
 
 def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
     """Warm up, time ``repeat`` steps (CUDA events; host clock on CPU), then profile ``profiled`` back-to-back steps
-    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time per step (the Python call of
-    ``step``, not waiting for the device) and :func:`profile_metrics`."""
+    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time
+    per step (the Python call of ``step``, not waiting for the device) and :func:`profile_metrics`."""
     import tempfile
 
     import torch
@@ -532,10 +533,11 @@ def ddp_profile(args) -> None:
     from accelbench import launch
 
     for n in [int(x) for x in str(args.nprocs).split(",") if x]:
+        data = ["--data", args.data] if args.data else []
         cmd = launch.torchrun_command(n, [__file__, "ddp-profile-rank", "--experiment", args.experiment,
                                           "--result", args.result, "--csv", args.csv, "--threads", str(args.threads),
                                           "--warmup", str(args.warmup), "--repeat", str(args.repeat),
-                                          "--profiled", str(args.profiled), *(["--data", args.data] if args.data else [])])
+                                          "--profiled", str(args.profiled), *data])
         proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
         if proc.returncode:
             sys.exit(proc.returncode)

@@ -36,7 +36,8 @@ bench 60 lora --result $lora/ddp/n2/result.json
 bench 50 lora --result $lora/single/n1/result.json
 profile() { step "$1" python3 benchmarks/harness_overhead.py ddp-profile "${@:2}" --csv "$out/ddp_profile_h200.csv"; }
 profile 120 --experiment lora --result $lora/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
-profile 60 --experiment sr3 --result $sr3/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2 --warmup 3 --repeat 10
+profile 60 --experiment sr3 --result $sr3/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2 \
+  --warmup 3 --repeat 10
 sa=$R/unet3d_profile/whole_head
 mri=(--image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz)
 product 90 $sa/baseline_autotuned/result.json $sa/bf16_autotuned/result.json

@@ -32,8 +32,9 @@ def test_union_and_overlap(ho):
 
 def test_profile_metrics_from_a_synthetic_trace(ho):
     k = lambda name, ts, dur, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}  # noqa: E731
-    events = [k("gemm", 0, 400), k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300), k("Memcpy HtoD", 700, 100,
-              "gpu_memcpy"), k("gemm", 900, 100), {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000}]
+    events = [k("gemm", 0, 400), k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300),
+              k("Memcpy HtoD", 700, 100, "gpu_memcpy"), k("gemm", 900, 100),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000}]
     m = ho.profile_metrics(events, steps=2)  # µs in, ms per step out
     assert m["window_ms"] == 0.5  # 0 .. 1000 µs over 2 steps
     assert m["gpu_busy_ms"] == pytest.approx(0.4)  # 0-600, 700-800, 900-1000 = 800 µs

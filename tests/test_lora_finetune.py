@@ -300,7 +300,8 @@ def test_no_host_sync_inside_timed_steps(monkeypatch):
     m = out["measurements"]
     assert len(m["loss_curve"]) == TINY.warmup_steps + TINY.timed_steps
     assert all(math.isfinite(x) and x > 0 for x in m["loss_curve"])
-    assert m["trainer_settings"]["logging_nan_inf_filter"] is False and not m["trainer_settings"]["attention_mask_in_batch"]
+    ts = m["trainer_settings"]
+    assert ts["logging_nan_inf_filter"] is False and ts["logging_strategy"] == "no" and not ts["attention_mask_in_batch"]
     assert m["eval_loss_before"] is not None and m["eval_loss_after"] is not None
 
 

@@ -155,7 +155,8 @@ def test_quality_metrics_rank_bicubic_above_noise():
 
 # --------------------------------------------------------------------------- DDP
 def test_ddp_options():
-    assert exp.ddp_kwargs(None) == {} and exp.ddp_kwargs({"bucket_cap_mb": 50, "static_graph": None}) == {"bucket_cap_mb": 50}
+    assert exp.ddp_kwargs(None) == {}
+    assert exp.ddp_kwargs({"bucket_cap_mb": 50, "static_graph": None}) == {"bucket_cap_mb": 50}
     with pytest.raises(ConfigError, match="sr3_scaling.ddp: unknown"):
         exp.ddp_kwargs({"find_unused_parameters": True})
 
