@@ -44,12 +44,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+# data preparation and FLOP accounting live in their own modules; re-exported here (public names of this module)
+from .lora_data import (PROMPT, BlockDataset, build_datasets, build_pairs, concat_blocks,  # noqa: F401
+                        format_pair, split_pairs)
+from .lora_flops import flops_per_token, lora_flop_counts  # noqa: F401
 
 EXPERIMENT = "lora_finetune"
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
 ATTENTIONS = ("eager", "flash")
-PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request."
-          "\n\n### Instruction:\n{instruction}\n\n### Response:\n")
 DIST_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl"}
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
 WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
@@ -209,123 +211,6 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     return Plan(**base)
 
 
-# --------------------------------------------------------------------------- data
-def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key: str = "instruction",
-                output_key: str = "output") -> list[dict]:
-    """Instruction/response pairs ``[{"id", "instruction", "output"}]`` in a deterministic order.
-
-    ``pydoc``: one pair per ``pydoc_data.topics`` topic (sorted): "Explain the Python topic '<topic>'." ->
-    the reference-manual text. ``file``: a JSON (list of objects), JSONL or parquet file with ``instruction_key`` and
-    ``output_key`` columns (Study B's BoltMonkey/psychology-instruction-output uses ``instruction``/``output``).
-
-    Raises:
-        DataError: missing file, unsupported suffix, or missing columns (named).
-    """
-    if source == "pydoc":
-        from ..data.text import pydoc_topics
-
-        return [{"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
-                for t, text in pydoc_topics().items() if text.strip()]
-    if source != "file":
-        raise ConfigError(f"lora_finetune.data.source {source!r} unknown (pydoc | file)")
-    import pandas as pd
-
-    p = Path(path or "")
-    if not p.is_file():
-        raise DataError(f"lora_finetune.data.path: instruction file {p} not found")
-    if p.suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif p.suffix in (".jsonl", ".json"):
-        try:
-            df = pd.read_json(p, lines=p.suffix == ".jsonl")
-        except ValueError as exc:
-            raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
-    else:
-        raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")
-    missing = [k for k in (instruction_key, output_key) if k not in df.columns]
-    if missing:
-        raise DataError(f"instruction file {p} lacks column(s) {missing}; has {list(df.columns)}")
-    return [{"id": str(i), "instruction": str(a), "output": str(b)}
-            for i, (a, b) in enumerate(zip(df[instruction_key], df[output_key]))]
-
-
-def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
-    """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
-    from ..data.text import split_topics
-
-    parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})
-    return list(parts["train"].values()), list(parts["eval"].values())
-
-
-def format_pair(pair: dict) -> str:
-    """Prompt + response as one training text (``run_lora_clm.py``'s prompt without input)."""
-    return PROMPT.format(instruction=pair["instruction"]) + pair["output"]
-
-
-def concat_blocks(token_lists: list[list[int]], seq_len: int, eos_id: int | None) -> list[list[int]]:
-    """Dataset concatenation: join the examples (EOS after each) and cut into ``seq_len`` blocks; the tail that
-    does not fill a block is dropped (as ``run_lora_clm.py``'s ``group_texts``)."""
-    flat: list[int] = []
-    for ids in token_lists:
-        flat.extend(ids)
-        if eos_id is not None:
-            flat.append(eos_id)
-    n = len(flat) // seq_len
-    return [flat[i * seq_len:(i + 1) * seq_len] for i in range(n)]
-
-
-class BlockDataset:
-    """Map-style dataset of token blocks: each item is ``{input_ids, attention_mask, labels}`` (LongTensor (seq_len,)),
-    labels equal to input_ids (causal LM: every token is trained on; the model shifts internally).
-
-    ``attention_mask=False`` leaves the all-ones mask out: concatenated blocks have no padding, so the model computes
-    the same causal attention without the mask's extra operations: the forward of a bare loop (``model(input_ids,
-    labels)``)."""
-
-    def __init__(self, blocks: list[list[int]], attention_mask: bool = True):
-        self.blocks = blocks
-        self.attention_mask = attention_mask
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __getitem__(self, i: int) -> dict:
-        import torch
-
-        ids = torch.tensor(self.blocks[i], dtype=torch.long)
-        if not self.attention_mask:
-            return {"input_ids": ids, "labels": ids.clone()}
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-
-
-def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int,
-                   attention_mask: bool = True):
-    """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict (``attention_mask``:
-    see :class:`BlockDataset`).
-
-    Raises:
-        DataError: fewer train blocks than the run needs (``min_train_blocks``).
-    """
-    from ..data.text import corpus_fingerprint
-
-    pairs = build_pairs(data_cfg.get("source", "pydoc"), data_cfg.get("path"),
-                        data_cfg.get("instruction_key", "instruction"), data_cfg.get("output_key", "output"))
-    train, held = split_pairs(pairs, data_cfg.get("eval_fraction", 0.1))
-    tok = lambda ps: [tokenizer(format_pair(p), add_special_tokens=False)["input_ids"] for p in ps]  # noqa: E731
-    train_tokens, held_tokens = tok(train), tok(held)
-    train_blocks = concat_blocks(train_tokens, seq_len, tokenizer.eos_token_id)
-    eval_b = concat_blocks(held_tokens, seq_len, tokenizer.eos_token_id)[:eval_blocks]
-    if len(train_blocks) < min_train_blocks:
-        raise DataError(f"instruction data gives {len(train_blocks)} blocks of {seq_len} tokens; the run needs "
-                        f"{min_train_blocks} (lower timed_steps or add data)")
-    summary = {"source": data_cfg.get("source", "pydoc"), "path": data_cfg.get("path"), "pairs": len(pairs),
-               "train_pairs": len(train), "eval_pairs": len(held),
-               "train_tokens": sum(len(t) + 1 for t in train_tokens), "train_blocks": len(train_blocks),
-               "eval_blocks": len(eval_b), "seq_len": seq_len,
-               "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs))}
-    return BlockDataset(train_blocks, attention_mask), BlockDataset(eval_b, attention_mask), summary
-
-
 # --------------------------------------------------------------------------- model
 def lora_config(s: LoraSettings):
     """peft ``LoraConfig`` of Study B (rank, alpha, dropout, q_proj/v_proj, no bias, causal LM)."""
@@ -386,90 +271,6 @@ def set_attention(model, plan: Plan) -> str:
     else:  # older transformers
         model.config._attn_implementation = plan.attn_implementation
     return model.config._attn_implementation
-
-
-def lora_flop_counts(model) -> dict:
-    """Matmul sizes of a LoRA-wrapped causal LM that :func:`flops_per_token` needs (read from module attributes, so
-    also valid for sharded FSDP/ZeRO-3 parameters). Per token, in multiply-adds:
-
-    * ``frozen_matmul``: ``in x out`` of every frozen ``nn.Linear`` (projections, MLP, LM head). Embedding lookups
-      are not matmuls (0 FLOPs) and norms are left out.
-    * ``frozen_first_layer_qkv``: the first decoder layer's q/k/v projections, whose input (the frozen embedding
-      output) needs no gradient: forward only.
-    * ``adapter``: LoRA's ``r x (in + out)`` per adapted module; ``adapter_first_layer_a``: ``r x in`` of the first
-      layer's adapters (their input needs no gradient).
-    * ``layers``, ``attention_width`` (heads x head dim) and which of q/k/v the first layer adapts (for the
-      attention gradients that layer skips).
-    """
-    import torch
-
-    counts = {"frozen_matmul": 0, "frozen_first_layer_qkv": 0, "adapter": 0, "adapter_first_layer_a": 0}
-    first = ".layers.0."
-    qkv = ("q_proj", "k_proj", "v_proj")
-    adapted_first = set()
-    for name, mod in model.named_modules():
-        if not isinstance(mod, torch.nn.Linear):
-            continue
-        mm = mod.in_features * mod.out_features
-        if ".lora_A." in name or ".lora_B." in name:
-            counts["adapter"] += mm
-            owner = name.split(".lora_")[0].split(".")[-1]
-            if first in name and owner in qkv:
-                adapted_first.add(owner)
-                if ".lora_A." in name:
-                    counts["adapter_first_layer_a"] += mm
-            continue
-        if any(p.requires_grad for p in mod.parameters(recurse=False)):
-            continue  # a trainable base layer is not LoRA's case (counted nowhere: 6N covers it)
-        counts["frozen_matmul"] += mm
-        owner = name.removesuffix(".base_layer").split(".")[-1]
-        if first in name and owner in qkv:
-            counts["frozen_first_layer_qkv"] += mm
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    counts.update(layers=cfg.num_hidden_layers, attention_width=heads * head_dim,
-                  first_layer_adapted=sorted(adapted_first))
-    return counts
-
-
-def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int,
-                    counts: dict | None = None) -> dict:
-    """Training FLOPs per token (2 FLOPs per multiply-add) by two named formulas.
-
-    * ``6n``: PaLM's model FLOPs (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``):
-      ``6 N + 12 L d S`` (forward 2N, backward 4N, attention scores and values at sequence length S). The
-      conventional MFU, an **upper bound** for LoRA: frozen weights never compute weight gradients.
-    * ``lora``: the matmuls a LoRA step executes, from :func:`lora_flop_counts` (``counts``)::
-
-          2 M + 2 (M - M_qkv0)            frozen weights: forward + input gradient (none for layer 0's q/k/v)
-        + 6 A - 2 A_0                     adapters: forward, weight and input gradient (none into layer 0)
-        + 12 L a S - (8 - b_0) a S        attention (QK^T and PV) at sequence length S, forward + backward;
-                                          layer 0 computes only the gradients its adapters need (b_0 of 8)
-
-      where M = frozen matmul weights (no embedding lookup), A = adapter weights, a = heads x head dim. Checked
-      against ``torch.utils.flop_counter.FlopCounterMode`` on a tiny LoRA Llama (tests). Attention is counted
-      full (not causal-halved), as FlopCounterMode counts the eager path. Without ``counts`` (no model at hand)
-      the approximation ``4 (N - N_trainable) + 6 N_trainable + 12 L d S`` is used and named so.
-    """
-    attn = 12 * layers * hidden * seq_len
-    out = {"6n": 6 * n_params + attn, "formula_6n": "6*N + 12*L*d*S (PaLM App. B; upper bound for LoRA)"}
-    if counts is None:
-        out.update(lora=4 * (n_params - n_trainable) + 6 * n_trainable + attn,
-                   formula_lora="4*N_frozen + 6*N_trainable + 12*L*d*S (approximation: no module sizes)")
-        return out
-    m, m0 = counts["frozen_matmul"], counts["frozen_first_layer_qkv"]
-    a, a0 = counts["adapter"], counts["adapter_first_layer_a"]
-    width, n_layers = counts["attention_width"], counts["layers"]
-    ad = set(counts["first_layer_adapted"])
-    b0 = 2 * (("q_proj" in ad) or ("k_proj" in ad)) + 2 * ("q_proj" in ad) + 2 * ("k_proj" in ad) + 2 * ("v_proj" in ad)
-    attention = 12 * n_layers * width * seq_len - (8 - b0) * width * seq_len
-    out.update(lora=2 * m + 2 * (m - m0) + 6 * a - 2 * a0 + attention,
-               lora_terms={"frozen_forward": 2 * m, "frozen_input_grad": 2 * (m - m0),
-                           "adapters": 6 * a - 2 * a0, "attention": attention},
-               formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
-                            "(frozen: forward + input grad; adapters: full; attention at S)")
-    return out
 
 
 def count_parameters(model_spec: dict) -> int | None:
