@@ -702,6 +702,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "strategy": plan.strategy, "devices": world, "attention": plan.attention,
         "attn_implementation": r0["attn_implementation"], "precision": plan.precision,
         "wrapped_as": r0.get("wrapped_as"),  # the model class Trainer trained (DDP/FSDP wrapper or the peft model)
+        "distributed": r0.get("distributed"),  # accelerate's distributed type, process group, DDP's options as used
         "model": info, "lora_parameters": r0["lora_parameters"], "data": r0["data"],
         "step": timing, "step_slowest_rank_median_ms": slowest,
         "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
