@@ -338,6 +338,15 @@ def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
     if trainer.accelerator.ddp_handler is None:  # transformers 4.x makes it in _wrap_model, when distributed
         trainer.accelerator.ddp_handler = DistributedDataParallelKwargs()
     trainer._wrap_model(trainer.model)
+    # and Trainer's FLOP estimate is the base class's, with the parameters counted once
+    base = Trainer(model=trainer.model, args=trainer.args)
+    batches = [{"input_ids": torch.zeros(2, n, dtype=torch.long)} for n in (4, 8, 4)]
+    expected = [base.floating_point_ops(b) for b in batches]
+    calls = []
+    count = trainer.model.num_parameters
+    trainer.model.num_parameters = lambda **kw: calls.append(kw) or count(**kw)
+    assert [trainer.floating_point_ops(b) for b in batches] == expected and expected[0] > 0
+    assert len(calls) == 1
     assert trainer.accelerator.ddp_handler.to_kwargs() | {"find_unused_parameters": None} == {
         "gradient_as_bucket_view": True, "bucket_cap_mb": 7, "find_unused_parameters": None}
 
