@@ -22,6 +22,20 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
         --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv benchmarks/harness_overhead_h200.csv
     python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --csv ...
     python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
+
+DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torchrun job per rank count (default
+``--nprocs 1,2``), per rank and DDP variant (default; ``gradient_as_bucket_view``; ``static_graph`` +
+``gradient_as_bucket_view``, recorded as not run with gradient accumulation; one bucket via a huge
+``bucket_cap_mb``): step time (CUDA events, median of ``--repeat``), then ``--profiled`` steps under torch.profiler
+(CUDA kernels) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
+not overlapped by compute kernels), device idle time in the step, kernels per step and host time per step; one CSV
+row per (rank count, variant, rank) in ``benchmarks/ddp_profile_h200.csv`` with settings, device, threads per rank
+and UTC time. On the 2-GPU node, after the product's rules wrote these results::
+
+    NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment lora \
+        --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
+    NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+        --result results/h200/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2
 """
 
 from __future__ import annotations
@@ -188,7 +202,6 @@ def sr3(args) -> None:
 def sr3_rank(args) -> None:
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     from accelbench import launch, measure
     from accelbench.data import sky
@@ -212,7 +225,7 @@ def sr3_rank(args) -> None:
         return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
 
     # harness: the rule's Trainer and timer
-    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1)
+    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=spec.get("ddp"))
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
@@ -221,10 +234,35 @@ def sr3_rank(args) -> None:
     _empty_cache()
 
     # bare: DDP U-Net, Adam, batches from the same patches already on the device
+    step, _ = sr3_bare(s, ds, dev, precision, seed, rank, world, local if system.backend == "cuda" else None,
+                       exp.ddp_kwargs(spec.get("ddp")))
+    if world > 1:
+        dist.barrier()
+    bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        m = result["measurements"]
+        _append(args.csv, _row("sr3", f"{precision}", n, harness, bare,
+                               m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
+                               placement["threads"], torch.backends.cudnn.benchmark,
+                               f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px"))
+
+
+def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, device_id: int | None,
+             ddp_kwargs: dict | None = None):
+    """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
+    patches already on the device. Returns ``(step, model)``."""
+    import torch
+    import torch.nn.functional as F
+
+    from accelbench.experiments import sr3_scaling as exp
+
     torch.manual_seed(seed)
     model = exp.build_unet(s).to(dev)
-    ids = [local] if system.backend == "cuda" else None
-    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids) if world > 1 else model
+    ids = [device_id] if device_id is not None else None
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs or {})) if world > 1 else model
     opt = torch.optim.Adam(model.parameters(), lr=s.lr)
     sched = exp.build_scheduler(s, float64=False)
     cond_all, target_all = ds.cond.to(dev), ds.target.to(dev)
@@ -242,18 +280,7 @@ def sr3_rank(args) -> None:
         F.l1_loss(pred, noise).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    if world > 1:
-        dist.barrier()
-    bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if rank == 0:
-        m = result["measurements"]
-        _append(args.csv, _row("sr3", f"{precision}", n, harness, bare,
-                               m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
-                               placement["threads"], torch.backends.cudnn.benchmark,
-                               f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px"))
+    return step, net
 
 
 # --------------------------------------------------------------------------- LoRA (one process per rank)
@@ -278,14 +305,10 @@ def lora_rank(args) -> None:
 
     from accelbench import launch
     from accelbench.experiments import lora_finetune as exp
-    from accelbench.models.llm import load_causal_lm
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())
-    spec = {k: v for k, v in result["config"].items() if k != "plan"}
-    system = _system(spec)
-    s = exp.LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
-    plan = exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
+    spec, system, s, plan = _lora_case(result)
     if plan.strategy not in ("single", "ddp"):
         raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
     out = exp.train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
@@ -295,39 +318,11 @@ def lora_rank(args) -> None:
     del out
     _empty_cache()
 
-    rank, world, local = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-    cuda = system.backend == "cuda"
-    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(local)
+    rank, world, local = _ranks()
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
-    random_on_device = spec["model"].get("source") == "random" and cuda
-    with torch.device(dev) if random_on_device else contextlib.nullcontext():
-        lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
-    model = lm.model.to(dev)
-    exp.set_attention(model, plan)
-    model.config.use_cache = False
-    torch.manual_seed(s.seed)
-    model, _ = exp.apply_lora(model, s)
-    model.train()
-    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None) if world > 1 else model
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if cuda else {}))
-    vocab = min(model.config.vocab_size, 49152)
-    g = torch.Generator(device=dev).manual_seed(s.seed + rank)
-    dtype = torch.bfloat16 if plan.precision == "bf16" else None
-
-    def step():
-        for micro in range(s.grad_accum):
-            ids = torch.randint(0, vocab, (s.per_device_batch, s.seq_len), device=dev, generator=g)
-            ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
-            with ctx, torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-                loss = net(input_ids=ids, labels=ids).loss / s.grad_accum
-            loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        dist.init_process_group("nccl" if system.backend == "cuda" else "gloo")
+    ddp = exp.ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
+    step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp)
     bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
     allh, allb = [harness_samples], [bare_samples]
     if world > 1:
@@ -344,6 +339,279 @@ def lora_rank(args) -> None:
                                f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}, "
                                f"slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
                                f"bare {max(statistics.median(x) for x in allb):.1f} ms"))
+
+
+def _ranks() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _lora_case(result: dict):
+    """(spec, system, LoRA settings, plan) of a LoRA result."""
+    from accelbench.experiments import lora_finetune as exp
+
+    spec = {k: v for k, v in result["config"].items() if k != "plan"}
+    system = _system(spec)
+    s = exp.LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    return spec, system, s, exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
+
+
+def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None):
+    """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
+    LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); fused AdamW on the adapters; ``grad_accum``
+    micro-batches of random token ids drawn on the device (``no_sync`` but the last); gradient clipping. The
+    process group must exist when ``world > 1``. Returns ``(step, model)``."""
+    import torch
+
+    from accelbench.experiments import lora_finetune as exp
+    from accelbench.models.llm import load_causal_lm
+
+    cuda = system.backend == "cuda"
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(local)
+    random_on_device = spec["model"].get("source") == "random" and cuda
+    with torch.device(dev) if random_on_device else contextlib.nullcontext():
+        lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
+    model = lm.model.to(dev)
+    exp.set_attention(model, plan)
+    model.config.use_cache = False
+    torch.manual_seed(s.seed)
+    model, _ = exp.apply_lora(model, s)
+    model.train()
+    net = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
+           if world > 1 else model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if cuda else {}))
+    vocab = min(model.config.vocab_size, 49152)
+    g = torch.Generator(device=dev).manual_seed(s.seed + rank)
+    dtype = torch.bfloat16 if plan.precision == "bf16" else None
+
+    def step():
+        for micro in range(s.grad_accum):
+            ids = torch.randint(0, vocab, (s.per_device_batch, s.seq_len), device=dev, generator=g)
+            ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
+            with ctx, torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+                loss = net(input_ids=ids, labels=ids).loss / s.grad_accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step, net
+
+
+# --------------------------------------------------------------------------- DDP profile of the bare loop
+PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
+                  "window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms", "gpu_idle_ms",
+                  "kernels_per_step", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
+                  "device", "note", "when"]
+ONE_BUCKET_MB = 100_000  # larger than any model's gradients here: DDP then all-reduces them in one bucket
+
+
+def union(intervals) -> list[tuple[float, float]]:
+    """Merged, sorted union of ``(start, end)`` intervals (any unit; empty or reversed intervals dropped)."""
+    out: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in intervals if b > a):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def covered(intervals) -> float:
+    """Total length of the union of ``intervals`` (overlaps counted once)."""
+    return sum(b - a for a, b in union(intervals))
+
+
+def overlap(a, b) -> float:
+    """Length of the time covered by both interval sets ``a`` and ``b`` (each merged first)."""
+    ua, ub = union(a), union(b)
+    i = j = 0
+    total = 0.0
+    while i < len(ua) and j < len(ub):
+        lo, hi = max(ua[i][0], ub[j][0]), min(ua[i][1], ub[j][1])
+        total += max(0.0, hi - lo)
+        if ua[i][1] < ub[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def not_overlapped(a, b) -> float:
+    """Length of the time covered by ``a`` and not by ``b``: e.g. communication kernels (``a``) not hidden behind
+    compute kernels (``b``) = exposed communication."""
+    return covered(a) - overlap(a, b)
+
+
+def device_intervals(trace_events: list[dict]) -> tuple[list, list]:
+    """(all device activity, NCCL kernels) as ``(start_us, end_us)`` lists from a Chrome trace's ``traceEvents``
+    (torch.profiler/Kineto): kernels, memcpy and memset; NCCL kernels by name (``nccl...``)."""
+    busy, comm = [], []
+    for e in trace_events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        busy.append(iv)
+        if e["cat"] == "kernel" and "nccl" in str(e.get("name", "")).lower():
+            comm.append(iv)
+    return busy, comm
+
+
+def profile_metrics(trace_events: list[dict], steps: int) -> dict:
+    """Per-step device metrics (ms) of ``steps`` back-to-back profiled steps: the device window (first activity's
+    start to last activity's end), busy time (union of kernels/copies), compute (non-NCCL) and NCCL kernel time,
+    exposed communication (NCCL time not overlapped by compute), device idle within the window, kernel count.
+    All None where the trace has no device activity (CPU runs)."""
+    busy, comm = device_intervals(trace_events)
+    if not busy:
+        return {k: None for k in ("window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms",
+                                  "gpu_idle_ms", "kernels_per_step")}
+    comm_set = set(comm)
+    compute = [iv for iv in busy if iv not in comm_set]
+    window = max(b for _, b in busy) - min(a for a, _ in busy)
+    per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
+    n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    return {"window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
+            "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
+            "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
+
+
+STATIC_GRAPH_NO_SYNC = ("not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "
+                        "(torch 2.13: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED', found on CPU/gloo)")
+
+
+def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str | None]]:
+    """The DDP options compared on the bare loop, as ``(name, DDP kwargs, reason not run)``; on one rank only
+    ``no_ddp`` (no wrapper). ``static_graph`` is not run with gradient accumulation (:data:`STATIC_GRAPH_NO_SYNC`)."""
+    if world == 1:
+        return [("no_ddp", {}, None)]
+    return [("default", {}, None), ("bucket_view", {"gradient_as_bucket_view": True}, None),
+            ("static_graph+bucket_view", {"static_graph": True, "gradient_as_bucket_view": True},
+             STATIC_GRAPH_NO_SYNC if grad_accum > 1 else None),
+            ("one_bucket", {"bucket_cap_mb": ONE_BUCKET_MB}, None)]
+
+
+def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
+    """Warm up, time ``repeat`` steps (CUDA events; host clock on CPU), then profile ``profiled`` back-to-back steps
+    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time
+    per step (the Python call of ``step``, not waiting for the device) and :func:`profile_metrics`."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    step_ms = statistics.median(_events_loop(step, warmup, repeat))
+    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]  # device kernels; host time from the clock
+    host, pairs = [], []
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=acts) as prof:
+        for _ in range(profiled):
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            t0 = time.perf_counter()
+            step()
+            host.append((time.perf_counter() - t0) * 1e3)
+            if cuda:
+                b.record()
+                pairs.append((a, b))
+        if cuda:
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    profiled_ms = [a.elapsed_time(b) for a, b in pairs] if cuda else host
+    return {"step_ms": round(step_ms, 3), "step_ms_profiled": round(statistics.median(profiled_ms), 3),
+            "host_launch_ms": round(statistics.median(host), 3), **profile_metrics(events, profiled)}
+
+
+def ddp_profile(args) -> None:
+    """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
+    from accelbench import launch
+
+    for n in [int(x) for x in str(args.nprocs).split(",") if x]:
+        data = ["--data", args.data] if args.data else []
+        cmd = launch.torchrun_command(n, [__file__, "ddp-profile-rank", "--experiment", args.experiment,
+                                          "--result", args.result, "--csv", args.csv, "--threads", str(args.threads),
+                                          "--warmup", str(args.warmup), "--repeat", str(args.repeat),
+                                          "--profiled", str(args.profiled), *data])
+        proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
+        if proc.returncode:
+            sys.exit(proc.returncode)
+
+
+def ddp_profile_rank(args) -> None:
+    """Bare loop of a LoRA or SR3 result under each DDP variant (:func:`ddp_variants`) on this torchrun job's ranks;
+    each rank's :func:`profile_step` numbers are gathered and rank 0 appends one CSV row per (variant, rank)."""
+    import torch
+    import torch.distributed as dist
+
+    from accelbench import launch
+
+    placement = launch.place_this_rank()
+    result = json.loads(Path(args.result).read_text())
+    rank, world, local = _ranks()
+    if args.experiment == "lora":
+        spec, system, s, plan = _lora_case(result)
+        case = f"{spec['model_name']} {spec['attention']}"
+        settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
+    else:
+        from accelbench.data import sky
+        from accelbench.experiments import sr3_scaling as exp
+
+        spec = result["config"]
+        system = _system(spec)
+        s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+        data = sky.load(args.data)
+        ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)
+        case = spec["precision"]
+        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {spec['precision']}"
+    cuda = system.backend == "cuda"
+    if cuda:
+        torch.cuda.set_device(local)
+    if world > 1:
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rows = []
+    for variant, kw, not_run in ddp_variants(world, s.grad_accum if args.experiment == "lora" else 1):
+        row = {"experiment": args.experiment, "case": case, "devices": world, "rank": rank, "variant": variant,
+               "ddp_kwargs": json.dumps(kw, sort_keys=True), "steps": args.repeat, "profiled_steps": args.profiled,
+               "threads_per_rank": placement["threads"], "settings": settings,
+               "device": torch.cuda.get_device_name(local) if cuda else "cpu"}
+        if not_run:
+            rows.append({**row, "note": not_run, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            continue
+        if args.experiment == "lora":
+            step, net = lora_bare(spec, system, plan, s, rank, world, local, kw)
+        else:
+            dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+            step, net = sr3_bare(s, ds, dev, spec["precision"], spec["run"]["seed"], rank, world,
+                                 local if cuda else None, kw)
+        if world > 1:
+            dist.barrier()
+        m = profile_step(step, args.warmup, args.repeat, args.profiled, cuda)
+        rows.append({**row, **m, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        del step, net
+        _empty_cache()
+    allrows = [rows]
+    if world > 1:
+        allrows = [None] * world
+        dist.all_gather_object(allrows, rows)
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        new = not Path(args.csv).exists()
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=PROFILE_FIELDS, lineterminator="\n")
+            if new:
+                w.writeheader()
+            for i in range(len(rows)):
+                for r in allrows:
+                    w.writerow({k: r[i].get(k) for k in PROFILE_FIELDS})
+                    print(json.dumps({k: r[i].get(k) for k in PROFILE_FIELDS}), flush=True)
 
 
 # --------------------------------------------------------------------------- efficiency
@@ -381,11 +649,17 @@ def efficiency(args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("study-a", "sr3", "sr3-rank", "lora", "lora-rank", "efficiency"):
+    for name in ("study-a", "sr3", "sr3-rank", "lora", "lora-rank", "efficiency", "ddp-profile", "ddp-profile-rank"):
         s = sub.add_parser(name)
-        s.add_argument("--csv", required=True)
+        s.add_argument("--csv", required=not name.startswith("ddp-profile"),
+                       default="benchmarks/ddp_profile_h200.csv" if name.startswith("ddp-profile") else None)
         if name == "efficiency":
             continue
+        if name.startswith("ddp-profile"):
+            s.add_argument("--experiment", required=True, choices=["lora", "sr3"])
+            s.add_argument("--data", help="SR3: the rule's sky data (.npz)")
+            s.add_argument("--nprocs", default="1,2", help="rank counts, one torchrun job each (comma-separated)")
+            s.add_argument("--profiled", type=int, default=3, help="steps under torch.profiler (after the timed ones)")
         s.add_argument("--result", required=True, help="the product rule's result.json (its config = the rule's spec)")
         s.add_argument("--threads", type=int, default=0, help="the job's cores (0 = every usable core)")
         s.add_argument("--warmup", type=int, default=5)
@@ -397,7 +671,7 @@ def main(argv=None) -> None:
             s.add_argument("--data", required=True)
     args = p.parse_args(argv)
     {"study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
-     "efficiency": efficiency}[args.cmd](args)
+     "efficiency": efficiency, "ddp-profile": ddp_profile, "ddp-profile-rank": ddp_profile_rank}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
         {"strategy": "single", "attention": ["eager", "flash"], "devices": [1]},
         {"strategy": "ddp", "attention": ["flash"], "devices": [2, 4096]},
         {"strategy": "fsdp", "attention": ["flash"], "devices": [2]},
-        {"strategy": "zero3", "attention": ["flash"], "devices": [2]}])
+        {"strategy": "zero3", "attention": ["flash"], "devices": [2]}],
+        ddp={"gradient_as_bucket_view": True, "bucket_cap_mb": 10})  # lora_finetune.ddp reaches DDP (below)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -48,6 +49,9 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
         assert m["projection"]["label"] == "projection" and m["projection"]["minutes_per_million_tokens"] > 0
     ddp = runs[("flash", "ddp", 2)]["measurements"]
     assert ddp["wrapped_as"] == "DistributedDataParallel" and [p["rank"] for p in ddp["per_rank"]] == [0, 1]
+    assert ddp["distributed"]["ddp"] == {"static_graph": False, "gradient_as_bucket_view": True, "bucket_cap_mb": 10}
+    assert ddp["trainer_settings"]["ddp_options"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 10}
+    assert ddp["trainer_settings"]["logging_nan_inf_filter"] is False  # no host sync in the step (issue 12)
     assert runs[("flash", "single", 1)]["measurements"]["wrapped_as"] == "PeftModelForCausalLM"
     for r in runs.values():  # held-out loss measured before the first and after the last step
         assert r["measurements"]["loss"]["eval_before"] > 0 and r["measurements"]["loss"]["eval_after"] > 0

@@ -154,6 +154,13 @@ def test_quality_metrics_rank_bicubic_above_noise():
 
 
 # --------------------------------------------------------------------------- DDP
+def test_ddp_options():
+    assert exp.ddp_kwargs(None) == {}
+    assert exp.ddp_kwargs({"bucket_cap_mb": 50, "static_graph": None}) == {"bucket_cap_mb": 50}
+    with pytest.raises(ConfigError, match="sr3_scaling.ddp: unknown"):
+        exp.ddp_kwargs({"find_unused_parameters": True})
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -174,7 +181,9 @@ def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
     rng = np.random.default_rng(0)
     hr = rng.uniform(size=(16, 32, 32)).astype(np.float32)
     ds = exp.PatchSet(hr, sky.downsample(hr, 4), 32)
-    tr = exp.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True)
+    ddp = {"gradient_as_bucket_view": True, "static_graph": True, "bucket_cap_mb": None}  # sr3_scaling.ddp
+    tr = exp.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp)
+    assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
     indices = sorted(tr.sampler)
     tr.train_step()

@@ -253,7 +253,7 @@ def cmd_sr3_worker(args: argparse.Namespace) -> None:
     data = sky.load(args.data)
     try:
         outcome = exp.run_rank(settings, system, int(spec["devices"]), spec["precision"], data, placement=placement,
-                               **spec["run"])
+                               ddp=spec.get("ddp"), **spec["run"])
     except torch_oom_errors() as exc:
         exp.oom_marker(args.out, rank).write_text(f"rank {rank}: {str(exc).splitlines()[0] if str(exc) else exc!r}\n")
         os._exit(3)  # the other ranks would wait forever in the next all-reduce: torchrun stops them

@@ -171,8 +171,9 @@ def sr3_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
+    ddp = {k: v for k, v in (u.get("ddp") or {}).items() if v is not None}  # in the spec only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
-                       "preset": u["preset"], "scales": u.get("scales", {}), "run": run})
+                       "preset": u["preset"], "scales": u.get("scales", {}), "run": run, **({"ddp": ddp} if ddp else {})})
 
 
 # --------------------------------------------------------------------------- Study B: quantization (llm_quant)
@@ -276,18 +277,20 @@ def lora_model_input(wildcards):
 
 
 def lora_spec(wildcards):
-    from accelbench.experiments.lora_finetune import resolve_settings
+    from accelbench.experiments.lora_finetune import check_ddp_options, resolve_settings
 
     u = config["lora_finetune"]
     data = dict(u["data"])
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
+    ddp = check_ddp_options(u.get("ddp"), settings.grad_accum)  # in the spec only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
-                       "settings": settings.to_dict(), "data": data, "projection": u["projection"]})
+                       "settings": settings.to_dict(), "data": data, "projection": u["projection"],
+                       **({"ddp": ddp} if ddp else {})})
 
 
 # --------------------------------------------------------------------------- validation (rule validate_results)

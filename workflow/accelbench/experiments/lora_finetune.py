@@ -44,12 +44,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+# data preparation and FLOP accounting live in their own modules; re-exported here (public names of this module)
+from .lora_data import (PROMPT, BlockDataset, build_datasets, build_pairs, concat_blocks,  # noqa: F401
+                        format_pair, split_pairs)
+from .lora_flops import flops_per_token, lora_flop_counts  # noqa: F401
 
 EXPERIMENT = "lora_finetune"
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
 ATTENTIONS = ("eager", "flash")
-PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request."
-          "\n\n### Instruction:\n{instruction}\n\n### Response:\n")
 DIST_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl"}
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
 WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
@@ -209,114 +211,6 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     return Plan(**base)
 
 
-# --------------------------------------------------------------------------- data
-def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key: str = "instruction",
-                output_key: str = "output") -> list[dict]:
-    """Instruction/response pairs ``[{"id", "instruction", "output"}]`` in a deterministic order.
-
-    ``pydoc``: one pair per ``pydoc_data.topics`` topic (sorted): "Explain the Python topic '<topic>'." ->
-    the reference-manual text. ``file``: a JSON (list of objects), JSONL or parquet file with ``instruction_key`` and
-    ``output_key`` columns (Study B's BoltMonkey/psychology-instruction-output uses ``instruction``/``output``).
-
-    Raises:
-        DataError: missing file, unsupported suffix, or missing columns (named).
-    """
-    if source == "pydoc":
-        from ..data.text import pydoc_topics
-
-        return [{"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
-                for t, text in pydoc_topics().items() if text.strip()]
-    if source != "file":
-        raise ConfigError(f"lora_finetune.data.source {source!r} unknown (pydoc | file)")
-    import pandas as pd
-
-    p = Path(path or "")
-    if not p.is_file():
-        raise DataError(f"lora_finetune.data.path: instruction file {p} not found")
-    if p.suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif p.suffix in (".jsonl", ".json"):
-        try:
-            df = pd.read_json(p, lines=p.suffix == ".jsonl")
-        except ValueError as exc:
-            raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
-    else:
-        raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")
-    missing = [k for k in (instruction_key, output_key) if k not in df.columns]
-    if missing:
-        raise DataError(f"instruction file {p} lacks column(s) {missing}; has {list(df.columns)}")
-    return [{"id": str(i), "instruction": str(a), "output": str(b)}
-            for i, (a, b) in enumerate(zip(df[instruction_key], df[output_key]))]
-
-
-def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
-    """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
-    from ..data.text import split_topics
-
-    parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})
-    return list(parts["train"].values()), list(parts["eval"].values())
-
-
-def format_pair(pair: dict) -> str:
-    """Prompt + response as one training text (``run_lora_clm.py``'s prompt without input)."""
-    return PROMPT.format(instruction=pair["instruction"]) + pair["output"]
-
-
-def concat_blocks(token_lists: list[list[int]], seq_len: int, eos_id: int | None) -> list[list[int]]:
-    """Dataset concatenation: join the examples (EOS after each) and cut into ``seq_len`` blocks; the tail that
-    does not fill a block is dropped (as ``run_lora_clm.py``'s ``group_texts``)."""
-    flat: list[int] = []
-    for ids in token_lists:
-        flat.extend(ids)
-        if eos_id is not None:
-            flat.append(eos_id)
-    n = len(flat) // seq_len
-    return [flat[i * seq_len:(i + 1) * seq_len] for i in range(n)]
-
-
-class BlockDataset:
-    """Map-style dataset of token blocks: each item is ``{input_ids, attention_mask, labels}`` (LongTensor (seq_len,)),
-    labels equal to input_ids (causal LM: every token is trained on; the model shifts internally)."""
-
-    def __init__(self, blocks: list[list[int]]):
-        self.blocks = blocks
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def __getitem__(self, i: int) -> dict:
-        import torch
-
-        ids = torch.tensor(self.blocks[i], dtype=torch.long)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
-
-
-def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int):
-    """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict.
-
-    Raises:
-        DataError: fewer train blocks than the run needs (``min_train_blocks``).
-    """
-    from ..data.text import corpus_fingerprint
-
-    pairs = build_pairs(data_cfg.get("source", "pydoc"), data_cfg.get("path"),
-                        data_cfg.get("instruction_key", "instruction"), data_cfg.get("output_key", "output"))
-    train, held = split_pairs(pairs, data_cfg.get("eval_fraction", 0.1))
-    tok = lambda ps: [tokenizer(format_pair(p), add_special_tokens=False)["input_ids"] for p in ps]  # noqa: E731
-    train_tokens, held_tokens = tok(train), tok(held)
-    train_blocks = concat_blocks(train_tokens, seq_len, tokenizer.eos_token_id)
-    eval_b = concat_blocks(held_tokens, seq_len, tokenizer.eos_token_id)[:eval_blocks]
-    if len(train_blocks) < min_train_blocks:
-        raise DataError(f"instruction data gives {len(train_blocks)} blocks of {seq_len} tokens; the run needs "
-                        f"{min_train_blocks} (lower timed_steps or add data)")
-    summary = {"source": data_cfg.get("source", "pydoc"), "path": data_cfg.get("path"), "pairs": len(pairs),
-               "train_pairs": len(train), "eval_pairs": len(held),
-               "train_tokens": sum(len(t) + 1 for t in train_tokens), "train_blocks": len(train_blocks),
-               "eval_blocks": len(eval_b), "seq_len": seq_len,
-               "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs))}
-    return BlockDataset(train_blocks), BlockDataset(eval_b), summary
-
-
 # --------------------------------------------------------------------------- model
 def lora_config(s: LoraSettings):
     """peft ``LoraConfig`` of Study B (rank, alpha, dropout, q_proj/v_proj, no bias, causal LM)."""
@@ -379,90 +273,6 @@ def set_attention(model, plan: Plan) -> str:
     return model.config._attn_implementation
 
 
-def lora_flop_counts(model) -> dict:
-    """Matmul sizes of a LoRA-wrapped causal LM that :func:`flops_per_token` needs (read from module attributes, so
-    also valid for sharded FSDP/ZeRO-3 parameters). Per token, in multiply-adds:
-
-    * ``frozen_matmul``: ``in x out`` of every frozen ``nn.Linear`` (projections, MLP, LM head). Embedding lookups
-      are not matmuls (0 FLOPs) and norms are left out.
-    * ``frozen_first_layer_qkv``: the first decoder layer's q/k/v projections, whose input (the frozen embedding
-      output) needs no gradient: forward only.
-    * ``adapter``: LoRA's ``r x (in + out)`` per adapted module; ``adapter_first_layer_a``: ``r x in`` of the first
-      layer's adapters (their input needs no gradient).
-    * ``layers``, ``attention_width`` (heads x head dim) and which of q/k/v the first layer adapts (for the
-      attention gradients that layer skips).
-    """
-    import torch
-
-    counts = {"frozen_matmul": 0, "frozen_first_layer_qkv": 0, "adapter": 0, "adapter_first_layer_a": 0}
-    first = ".layers.0."
-    qkv = ("q_proj", "k_proj", "v_proj")
-    adapted_first = set()
-    for name, mod in model.named_modules():
-        if not isinstance(mod, torch.nn.Linear):
-            continue
-        mm = mod.in_features * mod.out_features
-        if ".lora_A." in name or ".lora_B." in name:
-            counts["adapter"] += mm
-            owner = name.split(".lora_")[0].split(".")[-1]
-            if first in name and owner in qkv:
-                adapted_first.add(owner)
-                if ".lora_A." in name:
-                    counts["adapter_first_layer_a"] += mm
-            continue
-        if any(p.requires_grad for p in mod.parameters(recurse=False)):
-            continue  # a trainable base layer is not LoRA's case (counted nowhere: 6N covers it)
-        counts["frozen_matmul"] += mm
-        owner = name.removesuffix(".base_layer").split(".")[-1]
-        if first in name and owner in qkv:
-            counts["frozen_first_layer_qkv"] += mm
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    counts.update(layers=cfg.num_hidden_layers, attention_width=heads * head_dim,
-                  first_layer_adapted=sorted(adapted_first))
-    return counts
-
-
-def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int,
-                    counts: dict | None = None) -> dict:
-    """Training FLOPs per token (2 FLOPs per multiply-add) by two named formulas.
-
-    * ``6n``: PaLM's model FLOPs (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``):
-      ``6 N + 12 L d S`` (forward 2N, backward 4N, attention scores and values at sequence length S). The
-      conventional MFU, an **upper bound** for LoRA: frozen weights never compute weight gradients.
-    * ``lora``: the matmuls a LoRA step executes, from :func:`lora_flop_counts` (``counts``)::
-
-          2 M + 2 (M - M_qkv0)            frozen weights: forward + input gradient (none for layer 0's q/k/v)
-        + 6 A - 2 A_0                     adapters: forward, weight and input gradient (none into layer 0)
-        + 12 L a S - (8 - b_0) a S        attention (QK^T and PV) at sequence length S, forward + backward;
-                                          layer 0 computes only the gradients its adapters need (b_0 of 8)
-
-      where M = frozen matmul weights (no embedding lookup), A = adapter weights, a = heads x head dim. Checked
-      against ``torch.utils.flop_counter.FlopCounterMode`` on a tiny LoRA Llama (tests). Attention is counted
-      full (not causal-halved), as FlopCounterMode counts the eager path. Without ``counts`` (no model at hand)
-      the approximation ``4 (N - N_trainable) + 6 N_trainable + 12 L d S`` is used and named so.
-    """
-    attn = 12 * layers * hidden * seq_len
-    out = {"6n": 6 * n_params + attn, "formula_6n": "6*N + 12*L*d*S (PaLM App. B; upper bound for LoRA)"}
-    if counts is None:
-        out.update(lora=4 * (n_params - n_trainable) + 6 * n_trainable + attn,
-                   formula_lora="4*N_frozen + 6*N_trainable + 12*L*d*S (approximation: no module sizes)")
-        return out
-    m, m0 = counts["frozen_matmul"], counts["frozen_first_layer_qkv"]
-    a, a0 = counts["adapter"], counts["adapter_first_layer_a"]
-    width, n_layers = counts["attention_width"], counts["layers"]
-    ad = set(counts["first_layer_adapted"])
-    b0 = 2 * (("q_proj" in ad) or ("k_proj" in ad)) + 2 * ("q_proj" in ad) + 2 * ("k_proj" in ad) + 2 * ("v_proj" in ad)
-    attention = 12 * n_layers * width * seq_len - (8 - b0) * width * seq_len
-    out.update(lora=2 * m + 2 * (m - m0) + 6 * a - 2 * a0 + attention,
-               lora_terms={"frozen_forward": 2 * m, "frozen_input_grad": 2 * (m - m0),
-                           "adapters": 6 * a - 2 * a0, "attention": attention},
-               formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
-                            "(frozen: forward + input grad; adapters: full; attention at S)")
-    return out
-
-
 def count_parameters(model_spec: dict) -> int | None:
     """Parameters of a model spec's architecture, counted on the meta device (no weights loaded); None if the
     architecture cannot be read offline (the run then reports the loaded count)."""
@@ -503,6 +313,20 @@ def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: 
 
 
 # --------------------------------------------------------------------------- trainer
+# TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
+# training loop; issue 12: the Trainer step was 1.12x a bare loop of the same work on an H200):
+# * logging_nan_inf_filter: `torch.isnan(loss) or torch.isinf(loss)` after every micro-batch is a host sync;
+# * logging_strategy "no" (was logging_steps=1): each log does `.item()` on the all-gathered loss and the grad norm;
+#   the per-step loss curve comes from :class:`LossCurveMixin` instead (device tensors, read after training);
+# * include_num_input_tokens_seen: `.item()` of an all-gathered token count per micro-batch when on;
+# * average_tokens_across_devices: an all-gather of the label-token count before every optimizer step. Off, each rank
+#   divides by its own count; with concatenated full blocks (no padding, nothing masked) every rank has the same
+#   count, so the gradients are the same.
+# The held-out losses (eval on start and at the last step) are logged by evaluate(), outside the timed steps.
+NO_STEP_SYNC_ARGS = {"logging_strategy": "no", "logging_nan_inf_filter": False,
+                     "include_num_input_tokens_seen": False, "average_tokens_across_devices": False}
+
+
 def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir: str, max_steps: int,
                               layer_cls: str | None, eval_blocks: int = 0) -> dict:
     """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan.
@@ -519,9 +343,12 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     kw = dict(output_dir=out_dir, per_device_train_batch_size=s.per_device_batch,
               per_device_eval_batch_size=s.per_device_batch, gradient_accumulation_steps=s.grad_accum,
               learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, **warmup,
-              max_grad_norm=s.max_grad_norm, max_steps=max_steps, logging_steps=1, save_strategy="no",
+              max_grad_norm=s.max_grad_norm, max_steps=max_steps, save_strategy="no",
               report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
               dataloader_drop_last=True, disable_tqdm=False, use_cpu=backend == "cpu")
+    kw.update(NO_STEP_SYNC_ARGS)
+    if "average_tokens_across_devices" not in fields:  # transformers < 4.46: no such option (nothing gathered)
+        kw.pop("average_tokens_across_devices")
     # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
     # the timed window). Note: a Trainer.evaluate() call before train() would leave the model unwrapped (no DDP).
     if eval_blocks:
@@ -544,6 +371,94 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
                            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
                            "train_batch_size": "auto"}
     return kw
+
+
+class LossCurveMixin:
+    """Mixin for ``transformers.Trainer`` / optimum-habana's ``GaudiTrainer`` (4.x and 5.x): the per-step loss curve
+    without a host synchronisation inside the training loop, and the DDP options of ``lora_finetune.ddp``.
+
+    ``training_step`` keeps each micro-batch's detached loss tensor on the device, keyed by the optimizer step it
+    belongs to (``state.global_step`` while its micro-batches run). :meth:`loss_curve` sums them per step (the value
+    Trainer would log with ``logging_steps=1``: its losses are already divided over the accumulated micro-batches),
+    averages over ranks (as Trainer's log does) and reads them once, after training.
+
+    ``ddp_options`` (``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``; None = DDP's default) are set on
+    accelerate's ``DistributedDataParallelKwargs`` after Trainer made it (transformers 5.x at init, 4.x in
+    ``_wrap_model``), just before the model is wrapped.
+    """
+
+    ddp_options: dict = {}
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        self.__dict__.setdefault("_step_losses", {}).setdefault(self.state.global_step, []).append(loss.detach())
+        return loss
+
+    def floating_point_ops(self, inputs) -> int:
+        """Trainer's FLOP estimate for ``state.total_flos`` (6 x input tokens x non-embedding parameters; this module
+        reports its own FLOPs, :func:`flops_per_token`), with the parameters counted once: Trainer's own method walks
+        every module and parameter after each micro-batch (about 2 ms of host time per call for an 8B model)."""
+        main = getattr(self.model, "main_input_name", "input_ids")
+        if main not in inputs:
+            return super().floating_point_ops(inputs)
+        if "_flops_per_input" not in self.__dict__:
+            self._flops_per_input = super().floating_point_ops(inputs) / max(1, inputs[main].numel())
+        return int(self._flops_per_input * inputs[main].numel())
+
+    def _wrap_model(self, *args, **kwargs):
+        out = super()._wrap_model(*args, **kwargs)
+        handler = getattr(self.accelerator, "ddp_handler", None)
+        if handler is not None:
+            for k, v in self.ddp_options.items():
+                if v is not None:
+                    setattr(handler, k, v)
+        return out
+
+    def loss_curve(self) -> list[float]:
+        """Loss of each optimizer step (mean over ranks), in step order; one host read."""
+        import torch
+        import torch.distributed as dist
+
+        losses = self.__dict__.get("_step_losses", {})
+        if not losses:
+            return []
+        per_step = torch.stack([torch.stack(losses[k]).float().sum() for k in sorted(losses)])
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(per_step)
+            per_step /= dist.get_world_size()
+        return per_step.tolist()
+
+
+DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
+
+
+def check_ddp_options(ddp: dict | None, grad_accum: int) -> dict:
+    """``lora_finetune.ddp`` without unset (None) entries.
+
+    Raises:
+        ConfigError: an unknown option, or ``static_graph`` with gradient accumulation (found on CPU/gloo, torch 2.13:
+            DDP's reducer fails its ``expect_autograd_hooks_`` assertion on the step after a ``no_sync`` micro-batch).
+    """
+    d = {k: v for k, v in (ddp or {}).items() if v is not None}
+    bad = sorted(set(d) - set(DDP_OPTIONS))
+    if bad:
+        raise ConfigError(f"lora_finetune.ddp: unknown option(s) {bad}; allowed: {list(DDP_OPTIONS)}")
+    if d.get("static_graph") and grad_accum > 1:
+        raise ConfigError(f"lora_finetune.ddp.static_graph needs lora_finetune.train.grad_accum 1 (is {grad_accum}): "
+                          "DDP's static graph fails with no_sync gradient accumulation")
+    return d
+
+
+def ddp_options_for(plan: Plan, ddp: dict | None, grad_accum: int = 1) -> dict:
+    """The ``lora_finetune.ddp`` options that apply to the plan (DDP only; unset = DDP's default, not recorded)."""
+    if plan.strategy != "ddp":
+        return {}
+    return check_ddp_options(ddp, grad_accum)
+
+
+def loss_curve_trainer(base: type, ddp_options: dict | None = None) -> type:
+    """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin` and the given DDP options."""
+    return type(f"LossCurve{base.__name__}", (LossCurveMixin, base), {"ddp_options": dict(ddp_options or {})})
 
 
 def make_step_timer(device, world: int):
@@ -577,7 +492,12 @@ def make_step_timer(device, world: int):
 
                 t = self.trainer
                 self.wrapped_as = type(t.model_wrapped).__name__
+                w = t.model_wrapped
                 self.distributed = {"distributed_type": str(t.accelerator.distributed_type),
+                                    "ddp": {"static_graph": getattr(w, "static_graph", None),
+                                            "gradient_as_bucket_view": getattr(w, "gradient_as_bucket_view", None),
+                                            "bucket_cap_mb": getattr(w, "bucket_bytes_cap", 0) / 2**20 or None}
+                                    if type(w).__name__ == "DistributedDataParallel" else None,
                                     "args_world_size": t.args.world_size,
                                     "process_group": dist.get_backend() if dist.is_initialized() else None,
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
@@ -686,8 +606,14 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         need = s.per_device_batch * s.grad_accum * world * max_steps
         per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
         n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
-        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval)
+        # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
+        with_mask = system.backend == "hpu"
+        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
+        ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
+        m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
+                                 "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
+                                 "loss_curve": "LossCurveMixin (device tensors, read after training)"}
         if gaudi:
             args = GaudiTrainingArguments(**kw, use_habana=True, use_lazy_mode=plan.strategy != "fsdp",
                                           distribution_strategy="ddp")
@@ -701,6 +627,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
                 args._n_gpu = 1
         timer = make_step_timer(device, world)
+        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
         timer.trainer = trainer
@@ -710,6 +637,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         device.synchronize()
         train_s = time.perf_counter() - t0
         samples, method = timer.finish()
+        losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
         evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
         eval_before, eval_after = (evals[0], evals[-1]) if len(evals) >= 2 else (None, None)
@@ -726,11 +654,12 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         return {"status": "unsupported", "rank": rank, "measurements": m,
                 "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
                           f"(distributed type {(m['distributed'] or {}).get('distributed_type')})"}
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     m.update({
         "model": lm.info, "lora_parameters": lora_counts, "data": data_summary,
         "step_samples_ms": samples, "timing_method": method, "train_wall_s": train_s,
-        "loss_curve": losses, "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "loss_curve": losses, "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
+                                                  "device, mean over ranks, read after training",
+        "eval_loss_before": eval_before, "eval_loss_after": eval_after,
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
         "host_peak_rss_gib": _host_peak_rss_gib(),
@@ -784,6 +713,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "strategy": plan.strategy, "devices": world, "attention": plan.attention,
         "attn_implementation": r0["attn_implementation"], "precision": plan.precision,
         "wrapped_as": r0.get("wrapped_as"),  # the model class Trainer trained (DDP/FSDP wrapper or the peft model)
+        "distributed": r0.get("distributed"),  # accelerate's distributed type, process group, DDP's options as used
         "model": info, "lora_parameters": r0["lora_parameters"], "data": r0["data"],
         "step": timing, "step_slowest_rank_median_ms": slowest,
         "samples_per_step": samples_per_step, "tokens_per_step": tokens_per_step,
@@ -791,6 +721,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "flops_per_token": fpt, "throughput_6n": mfu["6n"], "throughput_lora": mfu["lora"],
         "peak_tflops_per_device": peak, "per_rank": per_rank,
         "threads_per_rank": [p["threads"] for p in per_rank], "cudnn_benchmark": r0.get("cudnn_benchmark"),
+        "trainer_settings": r0.get("trainer_settings"),  # what keeps host syncs out of the step; DDP options
         "peak_mem_gib_max": max((p["peak_mem_gib"] or 0) for p in per_rank) if r0["peak_mem_gib"] is not None else None,
         "host_peak_rss_gib_max": max(p["host_peak_rss_gib"] for p in per_rank),
         "loss": loss, "train_wall_s": r0["train_wall_s"],

@@ -251,11 +251,28 @@ class PatchSet(torch.utils.data.Dataset):
         return self.cond[i % self.n], self.target[i % self.n]
 
 
+DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
+
+
+def ddp_kwargs(ddp: dict | None) -> dict:
+    """``sr3_scaling.ddp`` as ``DistributedDataParallel`` keyword arguments (unset/None = DDP's default).
+
+    Raises:
+        ConfigError: an unknown option (named).
+    """
+    d = {k: v for k, v in (ddp or {}).items() if v is not None}
+    bad = sorted(set(d) - set(DDP_OPTIONS))
+    if bad:
+        raise ConfigError(f"sr3_scaling.ddp: unknown option(s) {bad}; allowed: {list(DDP_OPTIONS)}")
+    return d
+
+
 class Trainer:
-    """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed), Adam, scheduler, batches."""
+    """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed, with the ``ddp`` options of
+    :func:`ddp_kwargs`), Adam, scheduler, batches."""
 
     def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
-                 rank: int = 0, world: int = 1, distributed: bool = False):
+                 rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None):
         self.s, self.device, self.rank, self.world = s, device, rank, world
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -263,7 +280,8 @@ class Trainer:
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.net = DDP(self.model, device_ids=[device.index] if device.backend == "cuda" else None)
+            self.net = DDP(self.model, device_ids=[device.index] if device.backend == "cuda" else None,
+                           **ddp_kwargs(ddp))
         else:
             self.net = self.model
         self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
@@ -419,7 +437,8 @@ def _peak_rss_gib() -> float:
 
 def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
              workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
-             quality_sample_steps: int, seed: int, placement: dict | None = None) -> dict | None:
+             quality_sample_steps: int, seed: int, placement: dict | None = None,
+             ddp: dict | None = None) -> dict | None:
     """Train SR3 on this DDP rank (launched by torchrun with ``devices`` processes) and measure it.
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed,
@@ -446,7 +465,7 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
     run_iters = min(iters, max_iterations)
     warm = min(warmup, run_iters - 1)
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1)
+    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp)
     n_params = sum(p.numel() for p in tr.model.parameters())
     device.reset_peak_memory()
     if world > 1:
@@ -507,6 +526,7 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
         "threads_per_rank": [r["threads"] for r in ranks],
         "placement_per_rank": [r["placement"] for r in ranks],
         "cudnn_benchmark": ranks[0]["cudnn_benchmark"],
+        "ddp_options": ddp_kwargs(ddp) if world > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
         "rank_median_ms": [r["median_ms"] for r in ranks],
         "rank_nodes": [r["node"] for r in ranks],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": spread,
