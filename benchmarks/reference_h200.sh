@@ -81,7 +81,8 @@ case $part in
     wait
     both 80 smk "$R/sr3_scaling/bf16/devices_2/result.json"
     both 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
-      --result "$R/sr3_scaling/fp32/devices_2/result.json" --csv "$out/ddp_profile_h200.csv"
+      --result "$R/sr3_scaling/fp32/devices_2/result.json" --data resources/sky/sr3_paper.npz --nprocs 1,2 \
+      --warmup 3 --repeat 10 --csv "$out/ddp_profile_h200.csv"
     ;;
   3)  # quantization (SmolLM2-135M on the full splits, TinyLlama-1.1B architecture) | LoRA at Llama-3.1-8B shape
       # on 1 GPU with the harness-overhead benchmark; then DDP (benchmark, profile), FSDP and ZeRO-3 on 2 GPUs
@@ -97,7 +98,7 @@ case $part in
     both 80 smk "$L8/flash/ddp/n2/result.json"
     both 60 bench lora --result "$L8/flash/ddp/n2/result.json"
     both 50 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
-      --csv "$out/ddp_profile_h200.csv"
+      --nprocs 1,2 --warmup 3 --repeat 10 --csv "$out/ddp_profile_h200.csv"
     both 70 smk "$L8/eager/fsdp/n2/result.json"
     both 80 smk "$L8/eager/zero3/n2/result.json"
     python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
