@@ -308,9 +308,9 @@ def validated(*experiments):
 
 
 def results_file(wildcards, input):
-    """`params.results_file` of a rule that reads many results: its `input.results` (which stay inputs, so the DAG
-    and reruns follow every file) as a content-addressed spec file `{"results": [paths]}` (spec_file), passed as
-    `--results-file`; the shell line stays the same length however many results are copied in or committed."""
+    """`params.results_file` of the validation and aggregation jobs: their `input.results` (which stay inputs, so
+    the DAG and reruns follow every file) as a content-addressed spec file `{"results": [paths]}` (spec_file), passed
+    as `--results-file`; the shell line stays the same length however many results are copied in or committed."""
     return spec_file({"results": [str(p) for p in input.results]})
 
 
