@@ -75,3 +75,19 @@ def test_corrupt_result_stops_aggregation_with_the_file_named(tmp_path):
     with pytest.raises(ResultError, match=str(bad)):
         study_a.aggregate([good, bad], CLAIMS, tmp_path / "agg")
     assert not (tmp_path / "agg" / "table.csv").exists()
+
+
+def test_aggregate_command_reads_a_results_file_like_the_results_option(tmp_path, capsys):
+    """The rules pass `--results-file` (a short shell line however many results); `--results` by hand still works."""
+    from accelbench import cli
+
+    paths = [str(_fake(tmp_path, "h200", "baseline", step=100.0)), str(_fake(tmp_path, "h200", "tf32", step=25.0))]
+    listing = tmp_path / "list.json"
+    listing.write_text(json.dumps({"results": paths}))
+    by_file, by_hand = tmp_path / "by_file", tmp_path / "by_hand"
+    assert cli.main(["study-a-aggregate", "--results-file", str(listing), "--claims", CLAIMS, "--out-dir", str(by_file)]) == 0
+    assert cli.main(["study-a-aggregate", "--results", *paths, "--claims", CLAIMS, "--out-dir", str(by_hand)]) == 0
+    assert (by_file / "table.csv").read_text() == (by_hand / "table.csv").read_text()
+    assert len(pd.read_csv(by_file / "table.csv")) == 2
+    assert cli.main(["study-a-aggregate", "--claims", CLAIMS, "--out-dir", str(tmp_path / "none")]) == 2
+    assert "no result files given" in capsys.readouterr().err

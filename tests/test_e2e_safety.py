@@ -112,3 +112,38 @@ def test_shell_lines_carry_spec_files_not_json_and_fit_a_screen(tmp_path, defaul
     assert len(with_spec) >= 10
     assert all("--spec .snakemake/accelbench/spec/" in ln and '"system"' not in ln for ln in with_spec)
     assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)
+
+
+@pytest.mark.e2e
+def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, tiny_config):
+    """Every experiment, the committed reference runs drawn in, and 60 machines' results copied in (300 files): the
+    dry run's shell lines still fit a screen and name no result file; each rule that reads results gets them as one
+    `--results-file` list (a spec file) that holds every one of them."""
+    config = dict(tiny_config, reference_runs=True)
+    _write_config(tmp_path, config, config["experiments"])
+    reference = sorted(str(p) for p in (REPO / "reference_runs").glob("*/results/*/*/**/result.json"))
+    assert reference  # the committed reference runs are part of this plan
+    text = Path(reference[0]).read_text()
+    copied = []
+    for i in range(60):
+        for rel in ("unet3d_profile/whole_head/baseline", "unet3d_ncu/whole_head/tf32", "sr3_scaling/fp32/devices_1",
+                    "llm_quant/smollm2_135m/fake/8_4_4", "lora_finetune/smollm2_135m/flash/ddp/n1"):
+            p = tmp_path / f"results/lab_{i:02d}/{rel}/result.json"
+            p.parent.mkdir(parents=True)
+            p.write_text(text)
+            copied.append(str(p.relative_to(tmp_path)))
+    proc = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Shell command:")]
+    assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)[:3000]
+    assert not [ln for ln in lines if "results/lab_" in ln or "reference_runs/" in ln]  # their own outputs only
+    with_list = [ln for ln in lines if "--results-file" in ln]
+    assert {ln.split()[3] for ln in with_list} == {  # validate-results for each experiment, and every aggregation
+        "validate-results", "study-a-aggregate", "study-a-ncu-aggregate", "study-b-sr3-aggregate",
+        "study-b-quant-aggregate", "study-b-lora-aggregate"}, with_list
+    assert all("--results-file .snakemake/accelbench/spec/" in ln for ln in with_list)
+    listed = set()
+    for ln in with_list:
+        spec = ln.split("--results-file ")[1].split()[0]
+        listed |= set(json.loads((tmp_path / spec).read_text())["results"])
+    assert set(copied) <= listed and set(reference) <= listed

@@ -150,3 +150,26 @@ def test_dag_refuses_a_copied_in_invalid_result_naming_file_and_field(tmp_path, 
         plan = snakemake(tmp_path, f"results/{table}", "-n", "--forceall", "--quiet", "rules")
         assert plan.returncode == 0, plan.stderr[-2000:]
         assert "validate_results" in plan.stdout, (table, plan.stdout)
+
+
+def test_result_lists_travel_as_a_file_and_the_old_option_still_works(tmp_path, capsys):
+    """`--results-file` (what the rules pass: the spec file `{"results": [...]}`, a plain JSON list, or another
+    validate-results output) reads the same files as `--results` on the command line; both add up, once each."""
+    ok = fr.write(tmp_path / "results", [VALID["sr3 ok"](), VALID["lora ok"](), VALID["quant ok"]()])
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"results": ok[:2]}))
+    out = tmp_path / "v.json"
+    assert cli.main(["validate-results", "--results-file", str(spec), "--out", str(out)]) == 0
+    assert [v["path"] for v in json.loads(out.read_text())["validated"]] == ok[:2]
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(ok[1:]))
+    out2 = tmp_path / "v2.json"
+    assert cli.main(["validate-results", "--results", ok[0], "--results-file", str(plain), "--results-file", str(out),
+                     "--out", str(out2)]) == 0
+    assert [v["path"] for v in json.loads(out2.read_text())["validated"]] == ok  # order kept, duplicates once
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": "not a list"}))
+    assert cli.main(["validate-results", "--results-file", str(bad), "--out", str(tmp_path / "v3.json")]) == 2
+    assert f"--results-file {bad}: expected a JSON list" in capsys.readouterr().err
+    assert cli.main(["validate-results", "--results-file", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    assert "missing.json: unreadable list of result files" in capsys.readouterr().err

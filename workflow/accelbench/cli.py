@@ -55,6 +55,37 @@ def _system_from(spec: dict):
     return System(**d)
 
 
+def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
+    """The result files a command reads: ``--results`` (paths on the command line, for calls by hand) plus every path
+    in ``--results-file`` (what the rules pass, so a shell line does not grow with the number of results): a JSON
+    file holding a list of paths, ``{"results": [...]}`` (the rules' content-addressed spec file), or a
+    validate-results output (``{"validated": [{"path": ...}, ...]}``). Relative paths are relative to the working
+    directory. Order kept, duplicates dropped.
+
+    Raises:
+        DataError: the list file is missing or not one of these forms, or (``required``) no result file is given.
+    """
+    from .errors import DataError
+
+    paths = [p for p in (args.results or []) if p]
+    for listing in args.results_file or []:
+        try:
+            data = json.loads(Path(listing).read_text())
+        except (OSError, ValueError) as exc:
+            raise DataError(f"--results-file {listing}: unreadable list of result files: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("validated"), list):
+            data = [v.get("path") if isinstance(v, dict) else None for v in data["validated"]]
+        elif isinstance(data, dict):
+            data = data.get("results")
+        if not isinstance(data, list) or not all(isinstance(v, str) and v for v in data):
+            raise DataError(f"--results-file {listing}: expected a JSON list of result.json paths, "
+                            '{"results": [paths]} or a validate-results output')
+        paths += data
+    if required and not paths:
+        raise DataError("no result files given: pass --results PATH... or --results-file LIST.json")
+    return list(dict.fromkeys(paths))
+
+
 def _write_result(experiment: str, outcome: dict, config: dict, system, out: Path, overwrite: bool,
                   artefacts: dict | None = None) -> None:
     """One result.json: ``outcome`` (``status``/``reason``/``measurements``) with ``config`` and the provenance."""
@@ -150,13 +181,13 @@ def cmd_unet3d_ncu(args: argparse.Namespace) -> None:
 def cmd_study_a_ncu_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_a_ncu
 
-    study_a_ncu.aggregate(args.results, args.claims, args.out_dir)
+    study_a_ncu.aggregate(_result_paths(args), args.claims, args.out_dir)
 
 
 def cmd_study_a_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_a
 
-    study_a.aggregate(args.results, args.claims, args.out_dir)
+    study_a.aggregate(_result_paths(args), args.claims, args.out_dir)
 
 
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
@@ -277,7 +308,7 @@ def torch_oom_errors() -> tuple[type[BaseException], ...]:
 def cmd_study_b_sr3_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_b_sr3
 
-    study_b_sr3.aggregate(args.results, args.reference, args.out_dir)
+    study_b_sr3.aggregate(_result_paths(args), args.reference, args.out_dir)
 
 
 def cmd_lora_finetune(args: argparse.Namespace) -> None:
@@ -316,7 +347,7 @@ def cmd_llm_export(args: argparse.Namespace) -> None:
 def cmd_study_b_lora_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_b_lora
 
-    study_b_lora.aggregate(args.results, args.reference, args.out_dir)
+    study_b_lora.aggregate(_result_paths(args), args.reference, args.out_dir)
 
 
 def cmd_llm_quant(args: argparse.Namespace) -> None:
@@ -359,7 +390,7 @@ def cmd_llm_quant(args: argparse.Namespace) -> None:
 def cmd_study_b_quant_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_b_quant
 
-    study_b_quant.aggregate(args.results, args.reference, args.out_dir)
+    study_b_quant.aggregate(_result_paths(args), args.reference, args.out_dir)
 
 
 def cmd_reference_runs(args: argparse.Namespace) -> None:
@@ -382,7 +413,7 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
     from .results import write_json_atomic
     from .validate import validate_files
 
-    summary = validate_files([p for p in args.results if p])
+    summary = validate_files(_result_paths(args, required=False))
     write_json_atomic({"validated": summary, "count": len(summary)}, args.out)
     log.info("%d result file(s) valid", len(summary))
 
@@ -390,7 +421,7 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 def cmd_claims(args: argparse.Namespace) -> None:
     from .aggregate import claims
 
-    results = [p for p in args.results if p]
+    results = _result_paths(args, required=False)
     for listing in args.validated:  # validate_results' lists: every result file it checked, fresh and copied in
         results += [v["path"] for v in json.loads(Path(listing).read_text())["validated"]]
     df = claims.aggregate(list(dict.fromkeys(results)), args.claims, args.sr3_reference, args.out_dir)
@@ -488,10 +519,18 @@ def cmd_net_smoke_worker(args: argparse.Namespace) -> None:
                                              system.to_dict(), spec), m), args.out, overwrite=True)
 
 
+def _results_file_option(s) -> None:
+    s.add_argument("--results-file", action="append", default=[], metavar="LIST.json",
+                   help="a JSON list of result.json files (or {\"results\": [...]}, or a validate-results output); "
+                        "what the rules pass, so the shell line stays short; may be repeated, adds to --results")
+
+
 def _aggregate_parser(sub, name: str, help: str, func, reference: str, reference_help: str) -> None:
-    """An aggregation command: ``--results`` (result.json files of any systems), the published data, ``--out-dir``."""
+    """An aggregation command: ``--results`` and/or ``--results-file`` (result.json files of any systems), the published
+    data, ``--out-dir``."""
     s = sub.add_parser(name, help=help)
-    s.add_argument("--results", nargs="+", required=True, help="result.json files (any systems)")
+    s.add_argument("--results", nargs="+", default=[], help="result.json files (any systems)")
+    _results_file_option(s)
     s.add_argument(reference, required=True, help=reference_help)
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=func)
@@ -616,11 +655,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate-results", help="check result.json files against the result schemas (fails naming "
                                                 "each offending file and field)")
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    _results_file_option(s)
     s.add_argument("--out", required=True, help="JSON list of the validated files")
     s.set_defaults(func=cmd_validate_results)
 
     s = sub.add_parser("claims", help="every claim of both studies against every system's results (one table)")
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    _results_file_option(s)
     s.add_argument("--validated", nargs="*", default=[],
                    help="validate-results outputs: the result files they list are read too (keeps the shell line short)")
     s.add_argument("--claims", nargs=2, required=True, metavar=("STUDY_A_CSV", "STUDY_B_CSV"))

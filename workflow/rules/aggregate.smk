@@ -36,11 +36,12 @@ rule study_a_aggregate:
     log:
         "logs/study_a_aggregate.log",
     params:
+        results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
     container:
         CONTAINER
     shell:
-        "accelbench study-a-aggregate --results {input.results:q} --claims {input.claims:q}"
+        "accelbench study-a-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
 
 
@@ -67,9 +68,10 @@ rule study_a_ncu_aggregate:
     log:
         "logs/study_a_ncu_aggregate.log",
     params:
+        results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
     container:
         CONTAINER
     shell:
-        "accelbench study-a-ncu-aggregate --results {input.results:q} --claims {input.claims:q}"
+        "accelbench study-a-ncu-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -7,12 +7,14 @@ rule validate_results:
         f"{RESULTS}/validation/{{experiment}}.json",
     log:
         "logs/validate_results/{experiment}.log",
+    params:
+        results_file=results_file,
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS),
     container:
         CONTAINER
     shell:  # on failure the list of offending files and fields is printed, not only logged
-        "accelbench validate-results --results {input.results:q} --out {output:q} > {log:q} 2>&1"
+        "accelbench validate-results --results-file {params.results_file:q} --out {output:q} > {log:q} 2>&1"
         " || {{ cat {log:q} >&2; exit 1; }}"
 
 

@@ -310,6 +310,13 @@ def validated(*experiments):
     return [f"{RESULTS}/validation/{e}.json" for e in experiments]
 
 
+def results_file(wildcards, input):
+    """`params.results_file` of the validation and aggregation jobs: their `input.results` (which stay inputs, so
+    the DAG and reruns follow every file) as a content-addressed spec file `{"results": [paths]}` (spec_file), passed
+    as `--results-file`; the shell line stays the same length however many results are copied in or committed."""
+    return spec_file({"results": [str(p) for p in input.results]})
+
+
 # --------------------------------------------------------------------------- targets
 def get_final_output():
     out = []

@@ -75,9 +75,10 @@ rule study_b_quant_aggregate:
     log:
         "logs/study_b_quant_aggregate.log",
     params:
+        results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
     container:
         CONTAINER
     shell:
-        "accelbench study-b-quant-aggregate --results {input.results:q} --reference {input.reference:q}"
+        "accelbench study-b-quant-aggregate --results-file {params.results_file:q} --reference {input.reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

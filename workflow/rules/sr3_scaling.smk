@@ -67,9 +67,10 @@ rule study_b_sr3_aggregate:
     log:
         "logs/study_b_sr3_aggregate.log",
     params:
+        results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
     container:
         CONTAINER
     shell:
-        "accelbench study-b-sr3-aggregate --results {input.results:q} --reference {input.reference:q}"
+        "accelbench study-b-sr3-aggregate --results-file {params.results_file:q} --reference {input.reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
