@@ -48,7 +48,8 @@ both() {  # both SECONDS_NEEDED command... : on both GPUs, if the time left allo
   local need=$1; shift
   if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
   echo "=== ${SECONDS}s: $*" | tee -a "$log"
-  timeout -k 20 $((limit - SECONDS)) "$@" >> "$work/both.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
+  timeout -k 20 $((limit - SECONDS)) bash -c "$(declare -p cfg out); $(declare -f smk bench); \"\$@\"" both "$@" \
+    >> "$work/both.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
 }
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
 bench() { python3 benchmarks/harness_overhead.py "$@" --csv "$out/harness_overhead_h200.csv"; }
