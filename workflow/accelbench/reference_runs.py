@@ -5,7 +5,9 @@ Layout (``reference_runs/`` at the repository root)::
     reference_runs/<system>-<YYYY-MM-DD>/
         run.yaml        when, hardware, commands, commit (the source of both READMEs below)
         README.md       generated from run.yaml and the result files (``accelbench reference-runs``)
-        results/<system>/<experiment>/.../result.json   copied from results/ (no traces, no checkpoints)
+        results/<system>/<experiment>/.../result.json   copied from results/ (no traces, no checkpoints; Study A
+                                                        kernel tables, kernels.csv, where kept: ncu needs them)
+        tables/         the run's tables, figures and claims (``accelbench reference-runs --tables``)
 
 ``run.yaml`` keys: ``date`` (YYYY-MM-DD), ``hardware`` (long description), ``short`` (e.g. ``H200``: the series
 label), ``commit`` (git commit of the harness that ran), ``commands`` (list of shell commands, in order), optional
