@@ -226,7 +226,13 @@ def test_coverage_pass_totals_and_time_share(tmp_path):
     assert t["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels))  # measured over all kernels
     assert t["instructions"] == pytest.approx(sum(k.values["instructions"] for k in kernels))
     assert t["kernels"] == 15 and t["rate_kernels"] == 3
-    assert t["ipc"] == pytest.approx(ncu.reduce(detail, measure.classify_kernel)["total"]["ipc"])  # rates: detail pass
+    every = ncu.reduce(kernels, measure.classify_kernel)["total"]
+    top = ncu.reduce(detail, measure.classify_kernel)["total"]
+    assert every["ipc"] != pytest.approx(top["ipc"])  # the fixture tells the two apart
+    assert t["ipc"] == pytest.approx(every["ipc"])  # IPC and tensor pipe: measured over every kernel
+    assert t["tensor_pipe_pct"] == pytest.approx(every["tensor_pipe_pct"])
+    assert t["l2_hit_pct"] == pytest.approx(top["l2_hit_pct"])  # the other rates: the detail pass
+    assert {"ipc", "tensor_pipe_pct", "sm_cycles"} <= set(t["coverage_counters"])
     assert t["rates_time_share"] == pytest.approx(dur(detail) / dur(kernels))
     conv = merged["by_class"]["convolution"]
     assert conv["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels
@@ -282,7 +288,8 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     row = study_a_ncu.table(study_a_ncu.counter_rows([result])).iloc[0]
     assert row["coverage_time_share"] == pytest.approx(1.0) and row["coverage_kernels"] == "15/15"
     assert row["sm_cycles_step_est"] == pytest.approx(m["total"]["sm_cycles"])  # as measured, not extrapolated
-    assert 0 < row["rates_time_share"] < 1
+    assert 0 < row["rates_time_share"] < 1 and row["rates_over_every_kernel"] == "ipc, tensor_pipe_pct"
+    assert "sm__inst_executed.avg.per_cycle_active" in m["commands"]["coverage"]
     off = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
                          max_kernels=4, launch_count=10, warmup=0, timeout_s=120, coverage_pass=False)
     assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]

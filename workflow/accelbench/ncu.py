@@ -48,9 +48,10 @@ for _r in STALL_REASONS:
         "all": [f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"]}}
 
 
-# The reduced metric set of the coverage pass (one replay pass per kernel): enough for the step totals of SM cycles
-# and executed instructions, and for the device time each kernel took, over every kernel of the NVTX range.
-COVERAGE_COUNTERS = ("sm_cycles", "instructions", "duration_ns")
+# The reduced metric set of the coverage pass (a few replay passes per kernel): the step totals of SM cycles and
+# executed instructions, the device time each kernel took, and the two rates Study A's claims compare (IPC and the
+# tensor-pipe utilisation), over every kernel of the NVTX range.
+COVERAGE_COUNTERS = ("sm_cycles", "instructions", "duration_ns", "ipc", "tensor_pipe_pct")
 
 
 def architecture(compute_capability: str) -> str:
@@ -206,21 +207,24 @@ def reduce(kernels: list[KernelCounters], classify) -> dict:
 
 def merge_coverage(detail: dict, coverage_kernels: list[KernelCounters], classify) -> dict:
     """Merge a coverage pass (:data:`COVERAGE_COUNTERS` over every kernel of the range) into the reduction of a
-    bounded detail pass (all metrics, top kernels only): the "sum" counters (SM cycles, instructions, device
-    time) of the total and of every kernel class come from the coverage pass, as measured; rates and
-    percentages (IPC, pipe utilisation, hit rates, stalls) stay the detail pass's SM-cycle-weighted means over
-    its kernels, whose share of the coverage pass's device time is recorded as ``rates_time_share``.
+    bounded detail pass (all metrics, top kernels only): every counter the coverage pass measured (the sums: SM
+    cycles, instructions, device time; and the rates it carries: IPC, tensor-pipe utilisation, SM-cycle-weighted
+    over every kernel) comes from the coverage pass, as measured, for the total and for every kernel class; they
+    are listed in ``coverage_counters``. The other rates and percentages (hit rates, DRAM, stalls) stay the detail
+    pass's SM-cycle-weighted means over its kernels, whose share of the coverage pass's device time is recorded as
+    ``rates_time_share``.
 
     Returns the merged ``{"total", "by_class"}``; ``kernels`` = coverage-pass kernels, ``rate_kernels`` = detail ones.
     """
     cov = reduce(coverage_kernels, classify)
-    sums = [c for c in COVERAGE_COUNTERS if COUNTERS[c]["agg"] == "sum"]
+    measured = [c for c in COVERAGE_COUNTERS if any(c in k.values for k in coverage_kernels)]
 
     def merged(d: dict | None, c: dict | None) -> dict:
-        out = {k: v for k, v in (d or {}).items() if k not in sums and k != "kernels"}
+        out = {k: v for k, v in (d or {}).items() if k not in measured and k != "kernels"}
         out["kernels"] = (c or {}).get("kernels", 0)
         out["rate_kernels"] = (d or {}).get("kernels", 0)
-        for k in sums:
+        out["coverage_counters"] = [k for k in measured if c and k in c]
+        for k in measured:
             if c and k in c:
                 out[k] = c[k]
         if d and c and d.get("duration_ns") and c.get("duration_ns"):

@@ -79,6 +79,8 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
                 row["coverage_time_share"] = cov["device_time_share"]
                 row["coverage_kernels"] = f"{cov['coverage']['kernels_profiled']}/{cov['coverage']['kernels_in_step']:.0f}"
                 row["rates_time_share"] = t.get("rates_time_share")
+                row["rates_over_every_kernel"] = ", ".join(c for c in t.get("coverage_counters", [])
+                                                           if c not in ("sm_cycles", "instructions", "duration_ns"))
                 share = 1.0
             for c in ("sm_cycles", "instructions"):
                 row[f"{c}_step_est"] = t.get(c) / share if share and t.get(c) is not None else np.nan
@@ -119,7 +121,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_time_share",
+            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_over_every_kernel", "rates_time_share",
             "device_time_covered_profiler", "device_time_covered_basis", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
@@ -197,8 +199,10 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"device time) on {hw}. Ratios are configuration / baseline. coverage_time_share: share of the step's "
                 f"device time (torch.profiler) whose kernels the coverage pass measured (SM cycles, instructions; "
                 f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
-                f"ratios are as measured, not extrapolated. rates_time_share: share of that time behind the rates "
-                f"(IPC, pipes, hit rates, stalls: the detail pass on the top kernels). Without a coverage pass, step totals "
+                f"ratios are as measured, not extrapolated. rates_over_every_kernel: the rates the coverage pass also "
+                f"measured over every kernel (IPC, tensor pipe, where listed); rates_time_share: share of that time "
+                f"behind the other rates (hit rates, DRAM, stalls, and IPC/tensor pipe where not listed: the detail "
+                f"pass on the top kernels). Without a coverage pass, step totals "
                 f"are extrapolated by device_time_covered, whose two sides come from different measurements (ncu "
                 f"replay time over torch.profiler step time); device_time_covered_profiler takes both sides from "
                 f"torch.profiler.")

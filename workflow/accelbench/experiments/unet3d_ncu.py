@@ -57,7 +57,8 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
 
     1. **coverage pass** (``coverage_pass``): the reduced metric set :data:`accelbench.ncu.COVERAGE_COUNTERS`
-       (SM cycles, executed instructions, duration; one replay pass per kernel) over *every* kernel launched
+       (SM cycles, executed instructions, duration, IPC, tensor-pipe utilisation; a few replay passes per kernel)
+       over *every* kernel launched
        in the NVTX range (at most ``coverage_launch_count``, None = all). Step totals of SM cycles and
        instructions, and so the ratios to baseline, are then measured over the whole step, not extrapolated.
     2. **detail pass**: every counter of :data:`accelbench.ncu.COUNTERS` (stalls, hit rates, pipes: many
