@@ -344,6 +344,13 @@ def cmd_llm_export(args: argparse.Namespace) -> None:
     log.info("exported %s to %s", info["name"], args.out)
 
 
+def cmd_llm_tokenizer_export(args: argparse.Namespace) -> None:
+    from .models.export import export_tokenizer
+
+    info = export_tokenizer(args.name, args.out)
+    log.info("exported %s (%d ids) to %s", info["name"], info["vocab_size"], args.out)
+
+
 def cmd_study_b_lora_aggregate(args: argparse.Namespace) -> None:
     from .aggregate import study_b_lora
 
@@ -625,6 +632,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--spec", required=True, help="JSON model spec of accelbench.models.llm.load_causal_lm")
     s.add_argument("--out", required=True, help="folder to write (safetensors, config, tokenizer, accelbench.json)")
     s.set_defaults(func=cmd_llm_export)
+
+    s = sub.add_parser("llm-tokenizer-export", help="Study B: save a tokenizer of random-init models (SmolLM2's, from "
+                                                    "its GGUF) as a small plain HF folder")
+    s.add_argument("--name", required=True, help="tokenizer to export (smollm2)")
+    s.add_argument("--out", required=True, help="folder to write (tokenizer.json, tokenizer_config.json, accelbench.json)")
+    s.set_defaults(func=cmd_llm_tokenizer_export)
 
     _aggregate_parser(sub, "study-b-lora-aggregate", "Study B LoRA runtime figure, flash/sharding table", cmd_study_b_lora_aggregate, "--reference",
                       "study_b_finetune_runtime.csv (published minutes, with source)")

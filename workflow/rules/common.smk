@@ -12,6 +12,7 @@ from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, resolve_system
 from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
+from accelbench.models.llm import EXPORTABLE_TOKENIZERS, TOKENIZER_DIR, exported_tokenizer
 
 REPO = Path(workflow.basedir)
 
@@ -199,11 +200,29 @@ def llm_quant_results(system=SYSTEM.name):
     return out
 
 
+def tokenizer_dir(spec):
+    """The exported tokenizer folder (written by the llm_tokenizer_export rule) that a random-init spec with
+    `tokenizer: smollm2_gguf` loads instead of parsing the SmolLM2 GGUF; None for other specs (real weights, a
+    tokenizer folder of their own)."""
+    if spec.get("source") != "random":
+        return None
+    if spec.get("tokenizer") in {f"{TOKENIZER_DIR}/{n}" for n in EXPORTABLE_TOKENIZERS}:
+        return spec["tokenizer"]  # already replaced (with_tokenizer_dir)
+    name = exported_tokenizer(spec.get("tokenizer"))
+    return f"{TOKENIZER_DIR}/{name}" if name else None
+
+
+def with_tokenizer_dir(spec):
+    """``spec`` with `tokenizer: smollm2_gguf` replaced by its exported folder (what the job loads, and depends on)."""
+    folder = tokenizer_dir(spec)
+    return {**spec, "tokenizer": folder} if folder else spec
+
+
 def llm_quant_model_spec(model):
     spec = dict(config["llm_quant"]["models"][model])
     if spec.get("source") == "path" and spec.get("path") and Path(repo_path(spec["path"])).exists():
         spec["path"] = str(repo_path(spec["path"]))  # a local folder; otherwise a hub id in the local cache
-    return spec
+    return with_tokenizer_dir(spec)
 
 
 def llm_quant_model_input(wildcards):
@@ -213,19 +232,30 @@ def llm_quant_model_input(wildcards):
     return {"model_dir": f"resources/llm/{wildcards.model}"}
 
 
-def llm_export_spec(wildcards):
+def llm_export_model(wildcards):
     """Loader spec of an exported model: a `llm_quant.models` or `lora_finetune.presets` entry (same name, same spec)."""
     specs = []
     if wildcards.model in config.get("llm_quant", {}).get("models", {}):
         specs.append(llm_quant_model_spec(wildcards.model))
     if wildcards.model in config.get("lora_finetune", {}).get("presets", {}):
-        specs.append({k: v for k, v in config["lora_finetune"]["presets"][wildcards.model].items() if k != "family"})
+        specs.append(with_tokenizer_dir({k: v for k, v in config["lora_finetune"]["presets"][wildcards.model].items()
+                                         if k != "family"}))
     if not specs:
         raise ValueError(f"model {wildcards.model!r} is in neither llm_quant.models nor lora_finetune.presets")
     if any(sp != specs[0] for sp in specs[1:]):
         raise ValueError(f"model {wildcards.model!r} is defined differently in llm_quant.models and "
                          f"lora_finetune.presets: {specs}; give the two different names")
-    return spec_file(specs[0])
+    return specs[0]
+
+
+def llm_export_spec(wildcards):
+    return spec_file(llm_export_model(wildcards))
+
+
+def llm_export_input(wildcards):
+    """The exported tokenizer folder of a random-init model (never the GGUF); nothing for other models."""
+    folder = tokenizer_dir(llm_export_model(wildcards))
+    return {"tokenizer": folder} if folder else {}
 
 
 def llm_quant_spec(wildcards):
@@ -267,13 +297,14 @@ def lora_model_spec(model):
         return {"source": "path", "path": f"{LORA_MODELS}/{model}"}
     if spec.get("path") and Path(repo_path(spec["path"])).exists():
         spec["path"] = str(repo_path(spec["path"]))
-    return spec
+    return with_tokenizer_dir(spec)  # random init with SmolLM2's tokenizer: its exported folder, not the GGUF
 
 
 def lora_model_input(wildcards):
     if config["lora_finetune"]["presets"][wildcards.model]["source"] == "smollm2_gguf":
         return {"model_dir": f"{LORA_MODELS}/{wildcards.model}"}
-    return {}
+    folder = tokenizer_dir(config["lora_finetune"]["presets"][wildcards.model])
+    return {"tokenizer_dir": folder} if folder else {}
 
 
 def lora_spec(wildcards):

