@@ -8,7 +8,8 @@
 # the window (benchmarks/reference_run.sh); two-GPU work runs on both afterwards. The results of earlier parts
 # (reference_runs/h200-*/results/) are put in place first, so nothing is measured twice and the Nsight Compute jobs
 # find the profile results they need. Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (the result.json files and
-# logs made by this part).
+# logs made by this part). Parts 1-2 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml); part 3 could not
+# run there (its LoRA jobs needed the SmolLM2 GGUF for the tokenizer, since fixed); parts 4-6 are what is left.
 set -uo pipefail
 part=${1:?usage: reference_h200.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -103,6 +104,52 @@ case $part in
     both 70 smk "$L8/eager/fsdp/n2/result.json"
     both 80 smk "$L8/eager/zero3/n2/result.json"
     python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
+    ;;
+  # What the pieces above could not run, for the next lease (each part one call of a 2x H200 node). Part 4 carries
+  # .whl/ (Snakemake, MONAI, nibabel), .whl_b/ (DeepSpeed, torchao), resources/llm/tokenizers/smollm2 (the random-init
+  # LLM presets need only this tokenizer) and resources/mri/whole_head_paper; parts 5 and 6 carry the two parts of
+  # the SmolLM2 GGUF (benchmarks/smollm2_parts.sh .gpu_smollm2 41,60) back to back on the same warm node.
+  4)  # LoRA at Llama-3.1-8B shape: 1 GPU (+ Gemma-2-27B) | the last Study A configurations and Nsight Compute; then
+      # the harness-overhead benchmark, DDP (benchmark, profile), FSDP and ZeRO-3 on 2 GPUs
+    rm -rf "${SA:?}/channels_last_3d"  # re-measured with its kernel table (part 1 kept none), for Nsight Compute
+    until=$(( limit - 250 ))
+    stream g0 0 "$half" "$L8/flash/single/n1/result.json" "$R/lora_finetune/gemma2_27b/flash/single/n1/result.json" \
+      "$L8/eager/single/n1/result.json"
+    stream g1 1 "$half" "$NCU/tf32_channels_last_3d/result.json" "$SA/channels_last_3d/result.json" \
+      "$NCU/channels_last_3d/result.json" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" \
+      "$SA/compile/result.json"
+    wait
+    both 50 bench lora --result "$L8/flash/single/n1/result.json"
+    both 70 smk "$L8/flash/ddp/n2/result.json"
+    both 50 bench lora --result "$L8/flash/ddp/n2/result.json"
+    both 50 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
+      --nprocs 1,2 --warmup 3 --repeat 10 --csv "$out/ddp_profile_h200.csv"
+    both 60 smk "$L8/eager/fsdp/n2/result.json"
+    both 70 smk "$L8/eager/zero3/n2/result.json"
+    python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
+    ;;
+  5)  # (GGUF part 1 arrives) the larger shapes on 2 GPUs: Gemma-2-27B DDP/FSDP/ZeRO-3, Llama-3.3-70B (OOM recorded
+      # where the weights cannot fit), Llama-3.1-8B eager DDP
+    G=$R/lora_finetune/gemma2_27b
+    L70=$R/lora_finetune/llama33_70b
+    both 90 smk "$G/flash/ddp/n2/result.json"
+    both 90 smk "$G/eager/fsdp/n2/result.json"
+    both 100 smk "$G/eager/zero3/n2/result.json"
+    both 30 smk "$L70/flash/single/n1/result.json" "$L70/flash/ddp/n2/result.json"
+    both 120 smk "$L70/eager/fsdp/n2/result.json"
+    both 60 smk "$L8/eager/ddp/n2/result.json"
+    ;;
+  6)  # (GGUF part 2 arrives: SmolLM2 complete) quantization on the full splits | the TinyLlama-1.1B architecture
+    Q=$R/llm_quant
+    stream g0 0 "$half" "$Q/smollm2_135m/sensitivity/result.json" \
+      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/torchao/16_8_4/result.json" \
+      "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json" \
+      "$Q/smollm2_135m/torchao/8_4_4/result.json $Q/smollm2_135m/torchao/16_8_8/result.json $Q/smollm2_135m/inc_fp8/bf16_fp8/result.json"
+    stream g1 1 "$half" "$Q/tinyllama_arch_random/sensitivity/result.json" \
+      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/16_8_4/result.json" \
+      "$Q/tinyllama_arch_random/torchao/8_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
+      "$Q/tinyllama_arch_random/fake/16_8_4/result.json $Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
+    wait
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
