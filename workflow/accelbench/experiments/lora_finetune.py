@@ -347,6 +347,8 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
               report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
               dataloader_drop_last=True, disable_tqdm=False, use_cpu=backend == "cpu")
     kw.update(NO_STEP_SYNC_ARGS)
+    if backend == "cuda":  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
+        kw["optim"] = "adamw_torch_fused"  # per-tensor loop, whose `step` counter is read on the host)
     if "average_tokens_across_devices" not in fields:  # transformers < 4.46: no such option (nothing gathered)
         kw.pop("average_tokens_across_devices")
     # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
@@ -612,6 +614,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
         m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
+                                 "optim": kw.get("optim", "TrainingArguments default"),
                                  "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
                                  "loss_curve": "LossCurveMixin (device tensors, read after training)"}
         if gaudi:
