@@ -112,6 +112,16 @@ def _events_loop(step, warmup: int, repeat: int) -> list[float]:
     return [a.elapsed_time(b) for a, b in pairs]
 
 
+def _torchrun(n: int, argv: list[str], threads: int) -> None:
+    """Run ``argv`` (this script's rank subcommand) on ``n`` torchrun ranks, each with its share of ``threads``;
+    exit with the job's status if it fails."""
+    from accelbench import launch
+
+    proc = launch.run(launch.torchrun_command(n, [__file__, *argv]), env=launch.rank_env(threads, n))
+    if proc.returncode:
+        sys.exit(proc.returncode)
+
+
 def _row(experiment, case, devices, harness, bare, product, steps, threads, benchmark, settings):
     import torch
 
@@ -188,15 +198,9 @@ def study_a(args) -> None:
 
 # --------------------------------------------------------------------------- SR3 (one process per rank)
 def sr3(args) -> None:
-    from accelbench import launch
-
     spec = json.loads(Path(args.result).read_text())["config"]
-    n = int(spec["devices"])
-    cmd = launch.torchrun_command(n, [__file__, "sr3-rank", "--result", args.result, "--data", args.data,
-                                      "--csv", args.csv, "--warmup", str(args.warmup), "--repeat", str(args.repeat)])
-    proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
-    if proc.returncode:
-        sys.exit(proc.returncode)
+    _torchrun(int(spec["devices"]), ["sr3-rank", "--result", args.result, "--data", args.data, "--csv", args.csv,
+                                     "--warmup", str(args.warmup), "--repeat", str(args.repeat)], args.threads)
 
 
 def sr3_rank(args) -> None:
@@ -285,18 +289,12 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
 
 # --------------------------------------------------------------------------- LoRA (one process per rank)
 def lora(args) -> None:
-    from accelbench import launch
-
     spec = json.loads(Path(args.result).read_text())["config"]
     n = int(spec["devices"])
     if n == 1:  # the rule runs `single` in its own process, without torchrun
         lora_rank(args)
         return
-    cmd = launch.torchrun_command(n, [__file__, "lora-rank", "--result", args.result, "--csv", args.csv,
-                                      "--threads", str(args.threads)])
-    proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
-    if proc.returncode:
-        sys.exit(proc.returncode)
+    _torchrun(n, ["lora-rank", "--result", args.result, "--csv", args.csv, "--threads", str(args.threads)], args.threads)
 
 
 def lora_rank(args) -> None:
@@ -530,17 +528,11 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
 
 def ddp_profile(args) -> None:
     """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
-    from accelbench import launch
-
+    data = ["--data", args.data] if args.data else []
     for n in [int(x) for x in str(args.nprocs).split(",") if x]:
-        data = ["--data", args.data] if args.data else []
-        cmd = launch.torchrun_command(n, [__file__, "ddp-profile-rank", "--experiment", args.experiment,
-                                          "--result", args.result, "--csv", args.csv, "--threads", str(args.threads),
-                                          "--warmup", str(args.warmup), "--repeat", str(args.repeat),
-                                          "--profiled", str(args.profiled), *data])
-        proc = launch.run(cmd, env=launch.rank_env(args.threads, n))
-        if proc.returncode:
-            sys.exit(proc.returncode)
+        _torchrun(n, ["ddp-profile-rank", "--experiment", args.experiment, "--result", args.result, "--csv", args.csv,
+                      "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeat", str(args.repeat),
+                      "--profiled", str(args.profiled), *data], args.threads)
 
 
 def ddp_profile_rank(args) -> None:

@@ -8,8 +8,9 @@
 # the window (benchmarks/reference_run.sh); two-GPU work runs on both afterwards. The results of earlier parts
 # (reference_runs/h200-*/results/) are put in place first, so nothing is measured twice and the Nsight Compute jobs
 # find the profile results they need. Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (the result.json files and
-# logs made by this part). Parts 1-2 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml); part 3 could not
-# run there (its LoRA jobs needed the SmolLM2 GGUF for the tokenizer, since fixed); parts 4-6 are what is left.
+# logs made by this part). Parts 1-2 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml); the LoRA and
+# quantization part could not run there (its LoRA jobs needed the SmolLM2 GGUF for the tokenizer, since fixed);
+# parts 4-6 are what is left.
 set -uo pipefail
 part=${1:?usage: reference_h200.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -85,25 +86,6 @@ case $part in
     both 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
       --result "$R/sr3_scaling/fp32/devices_2/result.json" --data resources/sky/sr3_paper.npz --nprocs 1,2 \
       --warmup 3 --repeat 10 --csv "$out/ddp_profile_h200.csv"
-    ;;
-  3)  # quantization (SmolLM2-135M on the full splits, TinyLlama-1.1B architecture) | LoRA at Llama-3.1-8B shape
-      # on 1 GPU with the harness-overhead benchmark; then DDP (benchmark, profile), FSDP and ZeRO-3 on 2 GPUs
-    Q=$R/llm_quant
-    until=$(( limit - 230 ))
-    stream g0 0 "$half" "$Q/smollm2_135m/sensitivity/result.json" \
-      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/torchao/16_8_4/result.json" \
-      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
-      "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json $Q/smollm2_135m/torchao/8_4_4/result.json"
-    stream g1 1 "$half" "$L8/flash/single/n1/result.json" "$R/lora_finetune/gemma2_27b/flash/single/n1/result.json"
-    wait
-    both 60 bench lora --result "$L8/flash/single/n1/result.json"
-    both 80 smk "$L8/flash/ddp/n2/result.json"
-    both 60 bench lora --result "$L8/flash/ddp/n2/result.json"
-    both 50 python3 benchmarks/harness_overhead.py ddp-profile --experiment lora --result "$L8/flash/ddp/n2/result.json" \
-      --nprocs 1,2 --warmup 3 --repeat 10 --csv "$out/ddp_profile_h200.csv"
-    both 70 smk "$L8/eager/fsdp/n2/result.json"
-    both 80 smk "$L8/eager/zero3/n2/result.json"
-    python3 benchmarks/harness_overhead.py efficiency --csv "$out/harness_overhead_h200.csv" >> "$work/both.log" 2>&1
     ;;
   # What the pieces above could not run, for the next lease (each part one call of a 2x H200 node). Part 4 carries
   # .whl/ (Snakemake, MONAI, nibabel), .whl_b/ (DeepSpeed, torchao), resources/llm/tokenizers/smollm2 (the random-init

@@ -428,10 +428,9 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 def cmd_claims(args: argparse.Namespace) -> None:
     from .aggregate import claims
 
-    results = _result_paths(args, required=False)
-    for listing in args.validated:  # validate_results' lists: every result file it checked, fresh and copied in
-        results += [v["path"] for v in json.loads(Path(listing).read_text())["validated"]]
-    df = claims.aggregate(list(dict.fromkeys(results)), args.claims, args.sr3_reference, args.out_dir)
+    # validate_results' lists (every result file it checked, fresh and copied in) are result-list files too
+    args.results_file = [*(args.results_file or []), *args.validated]
+    df = claims.aggregate(_result_paths(args, required=False), args.claims, args.sr3_reference, args.out_dir)
     log.info("claims: %s", df["verdict"].value_counts().to_dict())
 
 
