@@ -2,6 +2,8 @@
 
 import math
 
+import sys
+
 import pytest
 import torch
 
@@ -308,6 +310,16 @@ def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(tiny_
     assert out["boolq"]["status"] == "unsupported" and "datasets cache" in out["boolq"]["reason"]
     assert "Offline" in out["boolq"]["reason"] or "offline" in out["boolq"]["reason"]
     assert out["no_such_task_xyz"]["status"] == "unsupported" and "no task" in out["no_such_task_xyz"]["reason"]
+
+
+def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, word_tokenizer, monkeypatch):
+    """An image without lm-eval's dependencies (found on the H200 node: no `datasets`) records each task as
+    `unsupported` with the missing module named, instead of failing the method job and losing its perplexity."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    out = q.accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["hellaswag", "boolq"], "limit": 2}, Device("cpu"))
+    assert set(out) == {"hellaswag", "boolq"}
+    for task in out.values():
+        assert task["status"] == "unsupported" and "datasets" in task["reason"] and "lm-evaluation-harness" in task["reason"]
 
 
 def test_accuracy_flows_into_the_quantization_table(tmp_path):

@@ -479,16 +479,21 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     import logging
     import tempfile
 
-    _offline_datasets()
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
-
-    logging.getLogger("lm_eval").setLevel(logging.WARNING)
     out: dict = {}
     tasks = list(acc.get("tasks") or [])
     if not tasks:
         return out
+    try:
+        _offline_datasets()
+        from lm_eval import simple_evaluate
+        from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks import TaskManager
+    except ImportError as exc:  # an image without lm-eval or datasets: recorded per task, the perplexity still runs
+        reason = (f"lm-evaluation-harness is not importable here ({type(exc).__name__}: {exc}); "
+                  "install the project's dependencies (lm_eval, datasets)")
+        return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
     try:
         lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1),
                   device=str(device.torch_device))
