@@ -309,6 +309,9 @@ def test_no_host_sync_inside_timed_steps(monkeypatch):
     ts = m["trainer_settings"]
     assert ts["logging_nan_inf_filter"] is False and ts["logging_strategy"] == "no" and not ts["attention_mask_in_batch"]
     assert m["eval_loss_before"] is not None and m["eval_loss_after"] is not None
+    # set-up phases, timed and logged per rank (a 27B FSDP job on the H200 spent its whole window before step 1)
+    assert set(m["setup_s"]) == {"model_build", "lora_and_data", "trainer_init", "train"}
+    assert all(v >= 0 for v in m["setup_s"].values()) and m["model_built_on"] == "host"
 
 
 def test_sync_counter_sees_the_old_settings(monkeypatch):

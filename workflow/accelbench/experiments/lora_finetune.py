@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import math
 import os
 import resource
@@ -566,6 +567,15 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
     tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
     max_steps = s.warmup_steps + s.timed_steps
+    phases = m["setup_s"] = {}  # wall seconds of each set-up phase of this rank, logged as it ends
+
+    def phase_done(name: str, since: float, note: str = "") -> float:
+        now = time.perf_counter()
+        phases[name] = round(now - since, 3)
+        logging.getLogger("accelbench").info("rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since)
+        return now
+
+    t_phase = time.perf_counter()
     try:
         gaudi = system.backend == "hpu"
         if gaudi:  # gated: only on Gaudi systems
@@ -588,6 +598,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                      and plan.strategy in ("single", "ddp"))
         with torch.device(device.torch_device) if on_device else contextlib.nullcontext():
             lm = load_causal_lm(model_spec, dtype=weight_dtype)
+        t_phase = phase_done("model_build", t_phase, " (on the device)" if on_device else " (on the host)")
+        m["model_built_on"] = "device" if on_device else "host"
         if model_spec.get("source") == "path":  # a folder written by `accelbench lora-model-export` says its origin
             from ..models.export import exported_info
 
@@ -629,16 +641,19 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
                 # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
                 args._n_gpu = 1
+        t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
         trainer_cls = loss_curve_trainer(trainer_cls, ddp_options)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
         timer.trainer = trainer
+        phase_done("trainer_init", t_phase)
         device.reset_peak_memory()
         t0 = time.perf_counter()
         trainer.train()
         device.synchronize()
         train_s = time.perf_counter() - t0
+        phase_done("train", t0, " (wrapping, evaluations and every step)")
         samples, method = timer.finish()
         losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
