@@ -95,23 +95,24 @@ def lora(system: str, attention: str, strategy: str, devices: int, step_ms: floa
 
 
 def quant(system: str, method: str, bitset: str, ppl: float = 10.0, compression: float = 1.0, status: str = "ok",
-          reason=None) -> dict:
+          reason=None, weights: str = "pretrained") -> dict:
     m = None
     if status == "ok":
         m = {"perplexity": {"value": ppl, "unit": "ppl", "tokens": 512}, "eval_time": {"value": 1.0, "unit": "s"},
              "throughput": {"forward_step": timing(10.0), "tokens_per_step": 128, "tokens_per_s": 12800.0,
                             "unit": "tokens/s"},
              "size": {"unit": "bytes"}, "compression_x": {"value": compression, "unit": "x"},
-             "model_compression_x": {"value": compression / 2, "unit": "x"}, "model": {"weights": "pretrained"}}
+             "model_compression_x": {"value": compression / 2, "unit": "x"}, "model": {"weights": weights}}
     return result("llm_quant", system, {"model": "smollm2_135m", "method": method, "bitset": bitset}, m, status, reason)
 
 
-def sensitivity(system: str, prune: list[float]) -> dict:
+def sensitivity(system: str, prune: list[float], weights: str = "pretrained") -> dict:
     n = len(prune)
     clusters = [0 if p >= sorted(prune)[-max(1, n // 3)] else 2 for p in prune]
     m = {"baseline_ppl": {"value": 10.0, "unit": "ppl", "tokens": 128},
          "layers": [{"layer": i, "prune": p} for i, p in enumerate(prune)], "submodules": [],
-         "allocation": {"prune": {"percentile": clusters}}, "sensitivity_time": {"value": 1.0, "unit": "s"}}
+         "allocation": {"prune": {"percentile": clusters}}, "sensitivity_time": {"value": 1.0, "unit": "s"},
+         "model": {"weights": weights}}
     return result("llm_quant", system, {"model": "smollm2_135m", "method": "sensitivity", "bitset": "none"}, m)
 
 

@@ -82,7 +82,7 @@ def test_every_claim_of_both_studies_gets_a_verdict_and_a_reason(tmp_path):
     b9 = verdict(df, "b9")
     assert b9["verdict"] == "holds" and "+11.1%" in b9["measured"]
     assert "accelerate enables FSDP only" in verdict(df, "b10")["why"]
-    assert "no zero3 run" in verdict(df, "b11")["why"]
+    assert "no zero3 result" in verdict(df, "b11")["why"]
     assert verdict(df, "b12")["verdict"] == "not measured here"
     b13 = verdict(df, "b13")
     assert b13["verdict"] == "holds" and "0.91" in b13["measured"] and b13["hardware"].startswith("CPU")
@@ -108,6 +108,20 @@ def test_claims_that_fail_and_noisy_results(tmp_path):
     objs[4]["measurements"]["noise"] = {"noisy": True, "why": ["other processes used 60% of the cores"]}
     df = table(tmp_path / "noisy_sensitivity", objs)  # a sensitivity rank does not depend on timing: still judged
     assert verdict(df, "b6")["verdict"] == "does not hold"
+
+
+def test_quality_claims_need_pretrained_weights(tmp_path):
+    """A random-init model (throughput only) gets no perplexity or sensitivity verdict; its compression still counts
+    (the H200 reference run's TinyLlama architecture had "does not hold" for b6 on random weights)."""
+    rnd = "random init"
+    objs = [fr.quant("h100", "fp32", "none", ppl=50000.0, compression=1.0, weights=rnd),
+            fr.quant("h100", "fake", "16_8_4", ppl=49000.0, compression=3.43, weights=rnd),
+            fr.sensitivity("h100", [1.0, 1.0, 9.0, 1.0, 1.0], weights=rnd)]
+    df = table(tmp_path, objs)
+    for claim_id in ("b4", "b5", "b6"):
+        row = verdict(df, claim_id)
+        assert row["verdict"] == "not measured here" and "random-init weights" in row["why"], row
+    assert verdict(df, "b1")["verdict"] == "holds"
 
 
 def test_oom_without_sharding_and_sharded_slowdown(tmp_path):

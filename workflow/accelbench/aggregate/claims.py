@@ -174,8 +174,19 @@ def study_a_observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame
 
 
 # --------------------------------------------------------------------------- Study B
+# quantities that measure model quality (meaningless for random-init weights)
+QUALITY_QUANTITIES = ("sensitivity_max_over_median", "first_last_layer_top_share", "perplexity_increase_pct")
+
+
 def _quant_obs(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res: dict) -> list[Observation]:
     q, sel = claim["quantity"], claim["selector"]
+    if q in QUALITY_QUANTITIES:  # a quality claim says nothing on random weights (compression does not depend on them)
+        weights = {str(r.get("measurements", {}).get("model", {}).get("weights", "")) for r in res.values()}
+        if "weights" in rows:
+            weights |= {str(w) for w in rows["weights"].dropna()}
+        if any("random" in w for w in weights):
+            raise NotMeasured("random-init weights (a throughput-only model): perplexity and sensitivity "
+                              "claims need pretrained weights")
     if q in ("sensitivity_max_over_median", "first_last_layer_top_share"):
         if sens.empty:
             st = res.get(("sensitivity",))
@@ -199,7 +210,7 @@ def _quant_obs(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res: di
     if bitset != "*":
         mine = mine[mine["bitset"].astype(str) == bitset]
     if mine.empty:
-        raise NotMeasured(f"{sel} not run (config llm_quant.methods / bitsets)")
+        raise NotMeasured(f"{sel}: no result (not in config llm_quant.methods / bitsets, or not run yet)")
     bad = mine[mine["status"] != "ok"]
     if len(bad) == len(mine):
         r = bad.iloc[0]
@@ -232,7 +243,7 @@ def _lora_obs(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation
     def absent(strategy):
         mine = df[df["strategy"] == strategy]
         if mine.empty:
-            raise NotMeasured(f"no {strategy} run (config lora_finetune.runs)")
+            raise NotMeasured(f"no {strategy} result (not in config lora_finetune.runs, or not run yet)")
         r = mine[mine["status"] != "ok"]
         if len(r) == len(mine):
             raise NotMeasured(f"{strategy}: {r['status'].iloc[0]} ({r['reason'].iloc[0]})")
