@@ -8,9 +8,8 @@
 # the window (benchmarks/reference_run.sh); two-GPU work runs on both afterwards. The results of earlier parts
 # (reference_runs/h200-*/results/) are put in place first, so nothing is measured twice and the Nsight Compute jobs
 # find the profile results they need. Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (the result.json files and
-# logs made by this part). Parts 1-2 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml); the LoRA and
-# quantization part could not run there (its LoRA jobs needed the SmolLM2 GGUF for the tokenizer, since fixed);
-# parts 4-6 are what is left.
+# logs made by this part). Parts 1-2 and 4-6 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml, pieces
+# 3-4 and 6-9); parts 7-9 are what is left.
 set -uo pipefail
 part=${1:?usage: reference_h200.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -128,6 +127,38 @@ case $part in
       "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json" \
       "$Q/smollm2_135m/torchao/8_4_4/result.json $Q/smollm2_135m/torchao/16_8_8/result.json $Q/smollm2_135m/inc_fp8/bf16_fp8/result.json"
     stream g1 1 "$half" "$Q/tinyllama_arch_random/sensitivity/result.json" \
+      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/16_8_4/result.json" \
+      "$Q/tinyllama_arch_random/torchao/8_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
+      "$Q/tinyllama_arch_random/fake/16_8_4/result.json $Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
+    wait
+    ;;
+  # Parts 4-6 ran on 2026-11-30 (pieces 6-9 of run.yaml). What they left, for the next lease: part 7 carries .whl/,
+  # .whl_b/, .whl_c/ (lm-evaluation-harness and datasets: node_wheels.sh .whl_c "lm_eval>=0.4.13,<0.5" datasets),
+  # resources/llm/tokenizers/smollm2 and resources/mri/whole_head_paper; parts 8 and 9 carry the GGUF's two parts.
+  # FSDP/ZeRO-3 at paper shape build the random-init model on the host: give each a window of its own.
+  7)  # the last Study A configurations | Nsight Compute channels_last_3d; then LoRA 8B eager DDP, ZeRO-3, FSDP
+    until=$(( limit - 420 ))
+    stream g0 0 "$half" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" "$SA/compile/result.json"
+    stream g1 1 "$half" "$NCU/channels_last_3d/result.json"
+    wait
+    both 60 smk "$L8/eager/ddp/n2/result.json"
+    both 150 smk "$L8/eager/zero3/n2/result.json"
+    both 200 smk "$L8/eager/fsdp/n2/result.json"
+    ;;
+  8)  # (GGUF part 1 arrives) Gemma-2-27B ZeRO-3 and FSDP, Llama-3.3-70B (OOM recorded where it cannot fit)
+    G=$R/lora_finetune/gemma2_27b
+    L70=$R/lora_finetune/llama33_70b
+    both 30 smk "$L70/flash/single/n1/result.json" "$L70/flash/ddp/n2/result.json"
+    both 200 smk "$G/eager/zero3/n2/result.json"
+    both 220 smk "$G/eager/fsdp/n2/result.json"
+    ;;
+  9)  # (GGUF part 2 arrives: SmolLM2 complete) the quantization methods (sensitivity kept from part 6)
+    Q=$R/llm_quant
+    stream g0 0 "$half" \
+      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/torchao/16_8_4/result.json" \
+      "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json" \
+      "$Q/smollm2_135m/torchao/8_4_4/result.json $Q/smollm2_135m/torchao/16_8_8/result.json"
+    stream g1 1 "$half" \
       "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/torchao/16_8_4/result.json" \
       "$Q/tinyllama_arch_random/torchao/8_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
       "$Q/tinyllama_arch_random/fake/16_8_4/result.json $Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
