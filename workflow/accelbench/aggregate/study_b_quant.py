@@ -214,21 +214,21 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
         for c in range(k):
             sel = d[d["cluster"] == c]
             col = colours(c / max(1, k - 1))
-            ax.bar(sel["layer"], sel[metric], color=col, label=f"{who}: cluster {c} (mean {sel[metric].mean():.3g})")
+            ax.bar(sel["layer"], sel[metric], color=col, label=f"cluster {c} (mean {sel[metric].mean():.3g})")
             ax.axhline(sel[metric].mean(), color=col, ls="--", lw=1)
         shown = [d[metric]]
         if "quant4" in d and metric != "quant4":
-            ax.plot(d["layer"], d["quant4"], "k.", label=f"{who}: only this layer in 4 bits (ours)")
+            ax.plot(d["layer"], d["quant4"], "k.", label="only this layer in 4 bits (ours)")
             shown.append(d["quant4"])
         _symlog(ax, pd.concat(shown))
         ax.set_xlabel("decoder layer (index)")
         ax.set_ylabel("perplexity increase (symlog)")
-        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model} on {hw}: {metric} "
+        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}, {who}: {metric} "
                           f"sensitivity ({d['allocation'].iloc[0]}); against baseline perplexity "
                           f"{d['baseline_ppl'].iloc[0]:.2f} on the validation split in "
                           f"{d['chunk_len'].iloc[0] if 'chunk_len' in d else '?'}-token chunks (the table's "
-                          f"FP32 perplexity is on the test split)", fig, FONT["label"]), fontsize=FONT["label"])
-        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=2)
+                          f"FP32 perplexity is on the test split)", fig, FONT["label"], 0.8), fontsize=FONT["label"])
+        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=3)
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sensitivity results", ha="center")
         axes[0, 0].axis("off")
@@ -259,14 +259,16 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
         ax.set_ylabel("perplexity increase, 30% pruned (symlog)")
         who = series_label(d["origin"].iloc[0] if "origin" in d else "measured here", hw,
                            d["scale"].iloc[0] if "scale" in d else None)
-        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}: {'mean over layers' if per_layer else 'all layers at once'}", fig,
+        # the series (who measured, on what) goes in the title once; the legend names only the colours
+        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}: "
+                          f"{'mean over layers' if per_layer else 'all layers at once'}; {who}", fig,
                           FONT["label"], 0.9 / max(1, len(groups))), fontsize=FONT["label"])
         ax.tick_params(axis="x", rotation=45)
-        handles = [Patch(color="tab:blue", label=f"{who}: attention (q/k/v/o)"),
-                   Patch(color="tab:orange", label=f"{who}: MLP (gate/up/down)")]
+        handles = [Patch(color="tab:blue", label="attention (q/k/v/o)"),
+                   Patch(color="tab:orange", label="MLP (gate/up/down)")]
         if per_layer:
             handles.append(Line2D([], [], color="k", marker=".", ls="", label="one layer"))
-        ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.3))
+        ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.42), ncol=3)
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity", ha="center")
         axes[0, 0].axis("off")
