@@ -33,11 +33,9 @@ def capture(monkeypatch):
 
 def _legend_texts(fig):
     out = []
-    for ax in fig.axes:
-        if ax.get_legend() is not None:
-            out += [t.get_text() for t in ax.get_legend().get_texts()]
-    for leg in fig.legends:
-        out += [t.get_text() for t in leg.get_texts()]
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
+    for leg in legends:  # a legend's title may name the series once for all its entries
+        out += [t.get_text() for t in leg.get_texts()] + ([leg.get_title().get_text()] if leg.get_title().get_text() else [])
     return out
 
 

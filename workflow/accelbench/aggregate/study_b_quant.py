@@ -223,12 +223,13 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
         _symlog(ax, pd.concat(shown))
         ax.set_xlabel("decoder layer (index)")
         ax.set_ylabel("perplexity increase (symlog)")
-        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}, {who}: {metric} "
+        ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}: {metric} "
                           f"sensitivity ({d['allocation'].iloc[0]}); against baseline perplexity "
                           f"{d['baseline_ppl'].iloc[0]:.2f} on the validation split in "
                           f"{d['chunk_len'].iloc[0] if 'chunk_len' in d else '?'}-token chunks (the table's "
                           f"FP32 perplexity is on the test split)", fig, FONT["label"], 0.8), fontsize=FONT["label"])
-        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=3)
+        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=3, title=who,
+                  title_fontsize=FONT["legend"], alignment="left")  # the series once, as the legend's title
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sensitivity results", ha="center")
         axes[0, 0].axis("off")
@@ -259,16 +260,17 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
         ax.set_ylabel("perplexity increase, 30% pruned (symlog)")
         who = series_label(d["origin"].iloc[0] if "origin" in d else "measured here", hw,
                            d["scale"].iloc[0] if "scale" in d else None)
-        # the series (who measured, on what) goes in the title once; the legend names only the colours
         ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}: "
-                          f"{'mean over layers' if per_layer else 'all layers at once'}; {who}", fig,
+                          f"{'mean over layers' if per_layer else 'all layers at once'}", fig,
                           FONT["label"], 0.9 / max(1, len(groups))), fontsize=FONT["label"])
         ax.tick_params(axis="x", rotation=45)
         handles = [Patch(color="tab:blue", label="attention (q/k/v/o)"),
                    Patch(color="tab:orange", label="MLP (gate/up/down)")]
         if per_layer:
             handles.append(Line2D([], [], color="k", marker=".", ls="", label="one layer"))
-        ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.42), ncol=3)
+        ax.legend(handles=handles, fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.42), ncol=3,
+                  title=wrap(who, fig, FONT["legend"], 0.9 / max(1, len(groups))), title_fontsize=FONT["legend"],
+                  alignment="left")  # the series once, as the legend's title
     if not groups:
         axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity", ha="center")
         axes[0, 0].axis("off")
