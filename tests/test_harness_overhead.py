@@ -30,6 +30,28 @@ def test_union_and_overlap(ho):
     assert ho.not_overlapped(comm, []) == 20 and ho.not_overlapped([], compute) == 0
 
 
+def test_efficiency_pairs_each_run_with_its_own_one_device_row(ho, tmp_path):
+    """The CSV accumulates sessions (other nodes, other days): an N-device row is divided into the 1-device row of the
+    same model measured closest in time, not into another session's."""
+    fields = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "when"]
+    rows = [["lora", "llama31_8b flash ddp", 2, 200.0, 200.0, 1.0, 250.0, "2026-11-30T08:13:29Z"],
+            ["lora", "llama31_8b flash single", 1, 180.0, 160.0, 1.125, 190.0, "2026-11-30T08:13:48Z"],
+            ["lora", "llama31_8b flash single", 1, 300.0, 300.0, 1.0, 280.0, "2026-11-30T13:20:06Z"],
+            ["lora", "llama31_8b flash ddp", 2, 400.0, 375.0, 1.067, 350.0, "2026-11-30T13:21:42Z"],
+            ["sr3", "fp32", 2, 100.0, 100.0, 1.0, 100.0, "2026-11-30T08:11:34Z"]]  # no 1-device SR3 row: skipped
+    path = tmp_path / "h.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(fields)
+        w.writerows(rows)
+    ho.efficiency(type("A", (), {"csv": str(path)}))
+    out = list(csv.DictReader(open(tmp_path / "h_efficiency.csv")))
+    assert [(r["when"], r["one_device_when"]) for r in out] == [("2026-11-30T08:13:29Z", "2026-11-30T08:13:48Z"),
+                                                                ("2026-11-30T13:21:42Z", "2026-11-30T13:20:06Z")]
+    assert [float(r["efficiency_harness"]) for r in out] == [0.9, 0.75]
+    assert [float(r["efficiency_product"]) for r in out] == [0.76, 0.8]
+
+
 def test_profile_metrics_from_a_synthetic_trace(ho):
     k = lambda name, ts, dur, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}  # noqa: E731
     events = [k("gemm", 0, 400), k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300),
