@@ -353,11 +353,13 @@ def _lora_case(result: dict):
     return spec, system, s, exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
 
 
-def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None):
+def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None,
+              fused: bool | None = None):
     """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
     LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); fused AdamW on the adapters; ``grad_accum``
     micro-batches of random token ids drawn on the device (``no_sync`` but the last); gradient clipping. The
-    process group must exist when ``world > 1``. Returns ``(step, model)``."""
+    process group must exist when ``world > 1``. ``fused``: fused AdamW (None = on CUDA only). Returns
+    ``(step, model)``."""
     import torch
 
     from accelbench.experiments import lora_finetune as exp
@@ -379,7 +381,7 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
     net = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
            if world > 1 else model)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if cuda else {}))
+    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if (cuda if fused is None else fused) else {}))
     vocab = min(model.config.vocab_size, 49152)
     g = torch.Generator(device=dev).manual_seed(s.seed + rank)
     dtype = torch.bfloat16 if plan.precision == "bf16" else None
@@ -606,6 +608,268 @@ def ddp_profile_rank(args) -> None:
                     print(json.dumps({k: r[i].get(k) for k in PROFILE_FIELDS}), flush=True)
 
 
+# --------------------------------------------------------------------------- host overhead of the Trainer step (CPU)
+HOST_FIELDS = ["side", "median_ms", "p10_ms", "p90_ms", "steps", "rounds", "layers", "hidden", "vocab", "seq_len",
+               "batch", "precision", "threads", "settings", "device", "versions", "when"]
+ATTRIBUTION_FIELDS = ["layers", "part", "trainer_ms_per_step", "bare_ms_per_step", "extra_ms_per_step", "calls_per_step",
+                      "where", "note"]
+# Trainer-side parts looked up in the cProfile of the timed Trainer steps: (label, file suffix, function, note).
+# Cumulative time per optimizer step; nested parts are listed under their parent (indented labels).
+TRAINER_PARTS = [
+    ("step loop total (timed steps, begin to begin)", None, None, "all host time of the timed optimizer steps"),
+    ("get_batch_samples", "transformers/trainer.py", "get_batch_samples",
+     "outside the step timer's window: dataloader + collator + device placement + token count"),
+    ("  dataloader __next__ (accelerate DataLoaderShard)", "accelerate/data_loader.py", "__iter__",
+     "fetch, default_data_collator, send_to_device"),
+    ("  _get_num_items_in_batch", "transformers/trainer.py", "_get_num_items_in_batch",
+     "labels[..., 1:].ne(-100).sum() per micro-batch; the loss then divides by it"),
+    ("training_step (all micro-batches)", "transformers/trainer.py", "training_step", "incl. forward and backward"),
+    ("  model.train() per micro-batch", "torch/nn/modules/module.py", "train", "walks every module"),
+    ("  _prepare_inputs", "transformers/trainer.py", "_prepare_inputs", ".to(device) of every batch tensor"),
+    ("  compute_loss_context_manager", "transformers/trainer.py", "compute_loss_context_manager", ""),
+    ("  compute_loss (incl. forward)", "transformers/trainer.py", "compute_loss", ""),
+    ("    accelerate forward wrapper (autocast + outputs to fp32)", "accelerate/utils/operations.py", "__call__",
+     "ConvertOutputsToFp32: converts logits to fp32"),
+    ("    model forward (peft)", "peft/peft_model.py", "forward", "same function as in the bare loop"),
+    ("  accelerator.backward", "accelerate/accelerator.py", "backward", "incl. autograd"),
+    ("  autograd backward", "torch/autograd/__init__.py", "backward", "same work as in the bare loop"),
+    ("accelerator.no_sync", "accelerate/accelerator.py", "no_sync", "context per non-last micro-batch"),
+    ("floating_point_ops (LossCurveMixin)", "lora_finetune.py", "floating_point_ops", "FLOP count for state.total_flos"),
+    ("_track_num_input_tokens", "transformers/trainer.py", "_track_num_input_tokens", ""),
+    ("_clip_grad_norm", "transformers/trainer.py", "_clip_grad_norm", "accelerator.clip_grad_norm_ over all parameters"),
+    ("_get_grad_norm", "transformers/trainer.py", "_get_grad_norm", ""),
+    ("optimizer.step (AcceleratedOptimizer)", "accelerate/optimizer.py", "step", "incl. the torch optimizer"),
+    ("  torch optimizer step", "torch/optim/adam.py", "step", "AdamW (torch's Adam.step; fused as chosen)"),
+    ("_get_learning_rate", "transformers/trainer.py", "_get_learning_rate", ""),
+    ("lr_scheduler.step", "torch/optim/lr_scheduler.py", "step", "LambdaLR constant_with_warmup"),
+    ("model.zero_grad", "torch/nn/modules/module.py", "zero_grad", "over all parameters (frozen ones too)"),
+    ("callbacks (all events)", "transformers/trainer_callback.py", "call_event",
+     "incl. StepTimer, ProgressCallback (tqdm), DefaultFlowCallback"),
+    ("  StepTimer (product)", "lora_finetune.py", "on_step_end", "model-wrapper check + timing"),
+    ("  on_step_end of transformers' callbacks", "transformers/trainer_callback.py", "on_step_end",
+     "handler + DefaultFlowCallback + ProgressCallback (tqdm)"),
+    ("_maybe_log_save_evaluate", "transformers/trainer.py", "_maybe_log_save_evaluate", "log/save/eval checks"),
+]
+BARE_PARTS = {  # the bare loop's counterparts of the Trainer parts above (same label)
+    "step loop total (timed steps, begin to begin)": (None, None),
+    "    model forward (peft)": ("peft/peft_model.py", "forward"),
+    "  autograd backward": ("torch/autograd/__init__.py", "backward"),
+    "_clip_grad_norm": ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
+    "  torch optimizer step": ("torch/optim/adam.py", "step"),
+}
+
+
+def percentiles(samples: list[float]) -> dict:
+    """Median, 10th and 90th percentile (ms, 3 decimals) of per-step samples (linear interpolation between order
+    statistics, as ``statistics.quantiles(method="inclusive")``); one sample gives that sample for all three."""
+    if not samples:
+        raise ValueError("no samples")
+    if len(samples) == 1:
+        v = round(float(samples[0]), 3)
+        return {"median_ms": v, "p10_ms": v, "p90_ms": v}
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return {"median_ms": round(statistics.median(samples), 3), "p10_ms": round(q[0], 3), "p90_ms": round(q[-1], 3)}
+
+
+def profile_costs(stats, parts: list[tuple[str, str | None, str | None]], steps: int, total_s: float) -> dict:
+    """``{label: (ms per step, calls per step)}`` from a ``pstats.Stats``: cumulative time of the function named by
+    (file suffix, function name) summed over matching entries (``None`` file = ``total_s``, the profiled wall time)."""
+    out = {}
+    for label, suffix, func in parts:
+        if suffix is None:
+            out[label] = (total_s * 1e3 / steps, 1.0)
+            continue
+        cum = calls = 0.0
+        for (file, _line, name), (_cc, nc, _tt, ct, _callers) in stats.stats.items():
+            if name == func and file.replace("\\", "/").endswith(suffix):
+                cum += ct
+                calls += nc
+        out[label] = (cum * 1e3 / steps, calls / steps)
+    return out
+
+
+def tiny_tokenizer(folder: str, vocab: int) -> str:
+    """A word-level tokenizer of the ``vocab - 2`` most frequent words of the pydoc instruction pairs (+ ``<unk>``,
+    ``<eos>``), saved as a transformers tokenizer folder (offline; for a tiny-vocabulary random-init model)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from accelbench.experiments.lora_data import build_pairs, format_pair
+
+    words = Counter(w for p in build_pairs("pydoc") for w in format_pair(p).split())
+    table = {"<unk>": 0, "<eos>": 1}
+    for w, _ in words.most_common(vocab - 2):
+        table[w] = len(table)
+    tok = Tokenizer(models.WordLevel(table, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    return folder
+
+
+def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision: str, warmup: int, timed: int,
+                   tokenizer: str) -> dict:
+    """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
+    layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
+    ``seq_len``, ``precision`` and the step counts given."""
+    from accelbench.experiments import lora_finetune as exp
+    from accelbench.systems import load_systems
+
+    system = load_systems(Path(__file__).resolve().parents[1] / "config" / "systems")["cpu"]
+    s = exp.LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
+    return {"settings": s.to_dict(), "data": {"source": "pydoc"}, "model_name": f"tiny_llama_{layers}x{hidden}",
+            "attention": "flash", "strategy": "single", "devices": 1, "system": system.to_dict(),
+            "model": {"source": "random", "name": f"tiny Llama {layers}x{hidden}", "tokenizer": tokenizer,
+                      "config": {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden,
+                                 "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "vocab_size": vocab}}}
+
+
+def _trainer_run(spec, system, plan, s, profiler=None) -> tuple[list[float], list[float]]:
+    """The product's Trainer run (``train_rank``): its step-timer samples of the timed steps and the host intervals
+    between the timed steps' ``on_step_begin`` calls (the whole loop per step, batch fetching included). With a
+    ``cProfile.Profile``, it profiles from the first timed step's begin to the begin after the last timed step."""
+    from accelbench.experiments import lora_finetune as exp
+
+    begins: list[float] = []
+    real = exp.make_step_timer
+    last = s.warmup_steps + s.timed_steps
+
+    def timer(device, world):
+        t = real(device, world)
+        begin, end = t.on_step_begin, t.on_step_end
+
+        def on_step_begin(args, state, control, **kw):
+            if state.global_step >= s.warmup_steps:
+                begins.append(time.perf_counter())
+                if profiler is not None and state.global_step == s.warmup_steps:
+                    profiler.enable()
+            return begin(args, state, control, **kw)
+
+        def on_step_end(args, state, control, **kw):
+            out = end(args, state, control, **kw)
+            if state.global_step == last:  # the loop's work after the last step's end, up to the next fetch
+                begins.append(time.perf_counter())
+                if profiler is not None:
+                    profiler.disable()
+            return out
+        t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
+        return t
+    exp.make_step_timer = timer
+    try:
+        out = exp.train_rank(spec, system, plan, threads=1)
+    finally:
+        exp.make_step_timer = real
+    if out["status"] != "ok":
+        raise SystemExit(f"Trainer run: {out['status']}: {out['reason']}")
+    window = out["measurements"]["step_samples_ms"][s.warmup_steps:]
+    intervals = [(b - a) * 1e3 for a, b in zip(begins, begins[1:])]
+    return window, intervals
+
+
+def host_overhead(args) -> None:
+    """Host time per optimizer step of the product's Trainer step (``train_rank``) vs the bare loop
+    (:func:`lora_bare`), same tiny model and settings, on the CPU with 1 thread (device work negligible, so the step
+    time is host time). Appends rows to ``--csv`` and the cProfile attribution to ``<csv stem>_attribution.csv``."""
+    import cProfile
+    import pstats
+    import tempfile
+
+    import torch
+    import transformers
+
+    import accelerate
+
+    torch.set_num_threads(1)
+    tok_dir = tiny_tokenizer(tempfile.mkdtemp(prefix="accelbench_tok_"), args.vocab)
+    spec = tiny_lora_spec(args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup,
+                          args.repeat, tok_dir)
+    spec, system, s, plan = _lora_case({"config": spec})
+    fused = args.fused
+    window, intervals, bare = [], [], []
+    for _ in range(args.rounds):  # alternated: load from other processes hits both sides alike
+        w, i = _trainer_run(spec, system, plan, s)
+        window += w
+        intervals += i
+        _empty_cache()
+        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        bare += _events_loop(step, s.warmup_steps, s.timed_steps)
+        del step, net
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
+    common = {"steps": s.timed_steps, "rounds": args.rounds, "layers": args.layers, "hidden": args.hidden,
+              "vocab": args.vocab, "seq_len": s.seq_len, "batch": f"{s.per_device_batch}x{s.grad_accum}",
+              "precision": plan.precision, "threads": torch.get_num_threads(), "device": "cpu", "versions": versions}
+    settings = (f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
+                f"clip {s.max_grad_norm}, attention {plan.attn_implementation}" + (f"; {args.note}" if args.note else ""))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    rows = {"trainer_window": window, "trainer_loop": intervals, "bare": bare}
+    stats = {k: percentiles(v) for k, v in rows.items()}
+    for side, v in stats.items():
+        _append_to(args.csv, HOST_FIELDS, {"side": side, **v, **common, "settings": settings, "when": now})
+    for side in ("trainer_window", "trainer_loop"):
+        diff = {k: round(stats[side][k] - stats["bare"][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
+        _append_to(args.csv, HOST_FIELDS, {"side": f"{side} - bare", **diff, **common,
+                                           "settings": settings + "; differences of the percentiles", "when": now})
+
+    # attribution: cProfile over the timed steps of one more run of each side
+    prof = cProfile.Profile()
+    _trainer_run(spec, system, plan, s, profiler=prof)
+    pt = pstats.Stats(prof)
+    t_total = pt.total_tt
+    step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+    for _ in range(s.warmup_steps):
+        step()
+    bprof = cProfile.Profile()
+    t0 = time.perf_counter()
+    bprof.enable()
+    for _ in range(s.timed_steps):
+        step()
+    bprof.disable()
+    b_total = time.perf_counter() - t0
+    pb = pstats.Stats(bprof)
+    tcost = profile_costs(pt, [(p[0], p[1], p[2]) for p in TRAINER_PARTS], s.timed_steps, t_total)
+    bcost = profile_costs(pb, [(k, *v) for k, v in BARE_PARTS.items()], s.timed_steps, b_total)
+    attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
+    for label, suffix, func, note in TRAINER_PARTS:
+        ms, calls = tcost[label]
+        bms = bcost.get(label, (None, None))[0]
+        _append_to(str(attr), ATTRIBUTION_FIELDS, {
+            "layers": args.layers, "part": label, "trainer_ms_per_step": round(ms, 3),
+            "bare_ms_per_step": round(bms, 3) if bms is not None else None,
+            "extra_ms_per_step": round(ms - (bms or 0.0), 3), "calls_per_step": round(calls, 2),
+            "where": f"{suffix}:{func}" if suffix else "profiled wall time",
+            "note": f"{note} (cProfile, {s.timed_steps} steps; profiled times are inflated)"})
+    if args.top:
+        print("--- Trainer, top cumulative (timed steps) ---")
+        pt.sort_stats("cumulative").print_stats(args.top)
+        print("--- bare loop, top cumulative ---")
+        pb.sort_stats("cumulative").print_stats(args.top)
+
+
+def _trainer_optim(s, plan) -> str:
+    """The optimizer the product's TrainingArguments give on the CPU (what ``train_rank`` trains with)."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    from accelbench.experiments import lora_finetune as exp
+
+    kw = exp.training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
+    return str(TrainingArguments(**kw).optim.value)
+
+
+def _append_to(csv_path: str, fields: list[str], row: dict) -> None:
+    new = not Path(csv_path).exists()
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k) for k in fields})
+    print(json.dumps({k: row.get(k) for k in fields}), flush=True)
+
+
 # --------------------------------------------------------------------------- efficiency
 def efficiency(args) -> None:
     """Time at 1 device / time at N (per-device batch fixed) for the harness, the bare loop and the product; printed
@@ -661,8 +925,22 @@ def main(argv=None) -> None:
             s.add_argument("--mask", required=True)
         if name.startswith("sr3"):
             s.add_argument("--data", required=True)
+    h = sub.add_parser("host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, "
+                                             "CPU, 1 thread")
+    h.add_argument("--csv", default="benchmarks/harness_overhead_host_cpu.csv")
+    h.add_argument("--layers", type=int, default=2)
+    h.add_argument("--hidden", type=int, default=64)
+    h.add_argument("--vocab", type=int, default=256)
+    h.add_argument("--seq-len", type=int, default=32)
+    h.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    h.add_argument("--warmup", type=int, default=5)
+    h.add_argument("--repeat", type=int, default=20)
+    h.add_argument("--rounds", type=int, default=3, help="Trainer and bare runs, alternated")
+    h.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True, help="bare loop: fused AdamW")
+    h.add_argument("--top", type=int, default=0, help="print the top N cumulative cProfile entries of both sides")
+    h.add_argument("--note", default="", help="added to the settings column")
     args = p.parse_args(argv)
-    {"study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
+    {"host-overhead": host_overhead, "study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
      "efficiency": efficiency, "ddp-profile": ddp_profile, "ddp-profile-rank": ddp_profile_rank}[args.cmd](args)
 
 
