@@ -36,6 +36,18 @@ and UTC time. On the 2-GPU node, after the product's rules wrote these results::
         --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
     NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
         --result results/h200/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2
+
+Host overhead of the LoRA Trainer step (``host-overhead``, on any CPU machine; no result.json needed): the GPU step at
+Llama-3.1-8B shape is host/launch-bound (9590 kernels per step, the GPU busy 149 ms of 239 ms), so every host
+millisecond the Trainer adds shows. This runs, in one process on 1 CPU thread, a random-init Llama of ``--layers``
+decoder layers of width 64 (vocabulary 256, word-level tokenizer of the pydoc pairs; device work small and the same on
+both sides) through the product's ``train_rank`` (Trainer, step-timer window and step-to-step loop time; also with
+``LossCurveMixin.fast_host_step`` off, i.e. Trainer's own per-step module walks) and through :func:`lora_bare`
+(same spec, grad_accum 2, micro-batch 2), alternated ``--rounds`` times; median, p10, p90 per optimizer step and the
+differences go to ``benchmarks/harness_overhead_host_cpu.csv``; a cProfile of the timed Trainer steps, split into the
+Trainer's parts (:data:`TRAINER_PARTS`) against the bare loop's, to ``..._attribution.csv``::
+
+    python benchmarks/harness_overhead.py host-overhead --layers 32   # 32 = Llama-3.1-8B's decoder layer count
 """
 
 from __future__ import annotations
@@ -609,54 +621,108 @@ def ddp_profile_rank(args) -> None:
 
 
 # --------------------------------------------------------------------------- host overhead of the Trainer step (CPU)
-HOST_FIELDS = ["side", "median_ms", "p10_ms", "p90_ms", "steps", "rounds", "layers", "hidden", "vocab", "seq_len",
+HOST_FIELDS = ["side", "clock", "median_ms", "p10_ms", "p90_ms", "steps", "rounds", "layers", "hidden", "vocab", "seq_len",
                "batch", "precision", "threads", "settings", "device", "versions", "when"]
-ATTRIBUTION_FIELDS = ["layers", "part", "trainer_ms_per_step", "bare_ms_per_step", "extra_ms_per_step", "calls_per_step",
-                      "where", "note"]
-# Trainer-side parts looked up in the cProfile of the timed Trainer steps: (label, file suffix, function, note).
-# Cumulative time per optimizer step; nested parts are listed under their parent (indented labels).
-TRAINER_PARTS = [
-    ("step loop total (timed steps, begin to begin)", None, None, "all host time of the timed optimizer steps"),
-    ("get_batch_samples", "transformers/trainer.py", "get_batch_samples",
-     "outside the step timer's window: dataloader + collator + device placement + token count"),
-    ("  dataloader __next__ (accelerate DataLoaderShard)", "accelerate/data_loader.py", "__iter__",
-     "fetch, default_data_collator, send_to_device"),
-    ("  _get_num_items_in_batch", "transformers/trainer.py", "_get_num_items_in_batch",
-     "labels[..., 1:].ne(-100).sum() per micro-batch; the loss then divides by it"),
-    ("training_step (all micro-batches)", "transformers/trainer.py", "training_step", "incl. forward and backward"),
-    ("  model.train() per micro-batch", "torch/nn/modules/module.py", "train", "walks every module"),
-    ("  _prepare_inputs", "transformers/trainer.py", "_prepare_inputs", ".to(device) of every batch tensor"),
-    ("  compute_loss_context_manager", "transformers/trainer.py", "compute_loss_context_manager", ""),
-    ("  compute_loss (incl. forward)", "transformers/trainer.py", "compute_loss", ""),
-    ("    accelerate forward wrapper (autocast + outputs to fp32)", "accelerate/utils/operations.py", "__call__",
-     "ConvertOutputsToFp32: converts logits to fp32"),
-    ("    model forward (peft)", "peft/peft_model.py", "forward", "same function as in the bare loop"),
-    ("  accelerator.backward", "accelerate/accelerator.py", "backward", "incl. autograd"),
-    ("  autograd backward", "torch/autograd/__init__.py", "backward", "same work as in the bare loop"),
-    ("accelerator.no_sync", "accelerate/accelerator.py", "no_sync", "context per non-last micro-batch"),
-    ("floating_point_ops (LossCurveMixin)", "lora_finetune.py", "floating_point_ops", "FLOP count for state.total_flos"),
-    ("_track_num_input_tokens", "transformers/trainer.py", "_track_num_input_tokens", ""),
-    ("_clip_grad_norm", "transformers/trainer.py", "_clip_grad_norm", "accelerator.clip_grad_norm_ over all parameters"),
-    ("_get_grad_norm", "transformers/trainer.py", "_get_grad_norm", ""),
-    ("optimizer.step (AcceleratedOptimizer)", "accelerate/optimizer.py", "step", "incl. the torch optimizer"),
-    ("  torch optimizer step", "torch/optim/adam.py", "step", "AdamW (torch's Adam.step; fused as chosen)"),
-    ("_get_learning_rate", "transformers/trainer.py", "_get_learning_rate", ""),
-    ("lr_scheduler.step", "torch/optim/lr_scheduler.py", "step", "LambdaLR constant_with_warmup"),
-    ("model.zero_grad", "torch/nn/modules/module.py", "zero_grad", "over all parameters (frozen ones too)"),
-    ("callbacks (all events)", "transformers/trainer_callback.py", "call_event",
-     "incl. StepTimer, ProgressCallback (tqdm), DefaultFlowCallback"),
-    ("  StepTimer (product)", "lora_finetune.py", "on_step_end", "model-wrapper check + timing"),
-    ("  on_step_end of transformers' callbacks", "transformers/trainer_callback.py", "on_step_end",
-     "handler + DefaultFlowCallback + ProgressCallback (tqdm)"),
-    ("_maybe_log_save_evaluate", "transformers/trainer.py", "_maybe_log_save_evaluate", "log/save/eval checks"),
-]
-BARE_PARTS = {  # the bare loop's counterparts of the Trainer parts above (same label)
-    "step loop total (timed steps, begin to begin)": (None, None),
-    "    model forward (peft)": ("peft/peft_model.py", "forward"),
-    "  autograd backward": ("torch/autograd/__init__.py", "backward"),
-    "_clip_grad_norm": ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
-    "  torch optimizer step": ("torch/optim/adam.py", "step"),
-}
+ATTRIBUTION_FIELDS = ["layers", "fast_host_step", "part", "trainer_ms_per_step", "bare_ms_per_step",
+                      "extra_ms_per_step", "trainer_calls_per_step", "where", "note"]
+
+
+def _parts() -> list[tuple[str, object, str, str, str]]:
+    """The timed parts of a step: ``(label, owner, attribute, side, note)``; side ``both`` (the same function runs in
+    the Trainer step and the bare loop), ``trainer`` or ``bare``. Indented labels are inside the part above them."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+    from accelerate.utils.operations import ConvertOutputsToFp32
+    from peft import PeftModelForCausalLM
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import Trainer
+    from transformers.trainer_callback import CallbackHandler
+
+    from accelbench.experiments.lora_finetune import LossCurveMixin
+
+    return [
+        ("get_batch_samples (dataloader, collator, device placement, token count)", Trainer, "get_batch_samples",
+         "trainer", "before on_step_begin: outside the product's step window"),
+        ("  _get_num_items_in_batch", Trainer, "_get_num_items_in_batch", "trainer",
+         "labels[..., 1:].ne(-100).sum() per micro-batch"),
+        ("training_step x grad_accum", Trainer, "training_step", "trainer", "forward + backward and Trainer's wrapping"),
+        ("  model.train() (Module.train, outermost calls)", torch.nn.Module, "train", "trainer",
+         "Trainer: before every micro-batch, a walk over every module"),
+        ("  _prepare_inputs", Trainer, "_prepare_inputs", "trainer", ".to(device) of the batch"),
+        ("  compute_loss", Trainer, "compute_loss", "trainer", "incl. the forward"),
+        ("    accelerate forward wrapper (autocast, outputs to fp32)", ConvertOutputsToFp32, "__call__", "trainer",
+         "incl. the model forward; converts the logits to fp32"),
+        ("    model forward (PeftModelForCausalLM.forward)", PeftModelForCausalLM, "forward", "both",
+         "bare: under torch.autocast"),
+        ("  accelerator.backward", Accelerator, "backward", "trainer", "incl. autograd"),
+        ("    autograd backward (torch.autograd.backward)", torch.autograd, "backward", "both", ""),
+        ("floating_point_ops (LossCurveMixin)", LossCurveMixin, "floating_point_ops", "trainer", "state.total_flos"),
+        ("_clip_grad_norm (LossCurveMixin, then Trainer's)", LossCurveMixin, "_clip_grad_norm", "trainer",
+         "fast_host_step: the parameters that require gradients; else model.parameters() (frozen ones too)"),
+        ("  torch.nn.utils.clip_grad_norm_", torch.nn.utils, "clip_grad_norm_", "both", "bare: adapter parameters"),
+        ("_get_grad_norm", Trainer, "_get_grad_norm", "trainer", ""),
+        ("optimizer.step (AcceleratedOptimizer)", AcceleratedOptimizer, "step", "trainer", "incl. the torch optimizer"),
+        ("  AdamW step (torch.optim.AdamW.step)", torch.optim.AdamW, "step", "both", "fused AdamW on both sides"),
+        ("_get_learning_rate", Trainer, "_get_learning_rate", "trainer", ""),
+        ("lr_scheduler.step", LRScheduler, "step", "trainer", "constant_with_warmup (LambdaLR)"),
+        ("model.zero_grad (Module.zero_grad)", torch.nn.Module, "zero_grad", "trainer",
+         "Trainer: a walk over every parameter; fast_host_step: a cached list (not timed here, ~0.03 ms)"),
+        ("optimizer.zero_grad (bare)", torch.optim.Optimizer, "zero_grad", "bare", "adapter parameters"),
+        ("callbacks (CallbackHandler.call_event)", CallbackHandler, "call_event", "trainer",
+         "StepTimer, DefaultFlowCallback, ProgressCallback (tqdm)"),
+        ("_maybe_log_save_evaluate", Trainer, "_maybe_log_save_evaluate", "trainer", "log/save/eval checks"),
+    ]
+
+
+class PartTimers:
+    """Thread-CPU time and calls of each part of :func:`_parts` while enabled (wrappers set on the owners' attributes,
+    outermost calls only; about 1 us per call). ``enable``/``disable`` as a ``cProfile.Profile``; ``restore`` puts
+    the originals back."""
+
+    def __init__(self, parts):
+        self.on = False
+        self.ms = {p[0]: 0.0 for p in parts}
+        self.calls = {p[0]: 0 for p in parts}
+        self._saved = []
+        for label, owner, attr, _side, _note in parts:
+            orig = owner.__dict__.get(attr) or getattr(owner, attr)  # own or inherited (optimizers: hooked)
+            self._saved.append((owner, attr, orig))
+            setattr(owner, attr, self._wrap(label, orig))
+
+    def _wrap(self, label, orig):
+        import functools
+
+        depth = [0]
+        timers = self
+
+        @functools.wraps(orig)
+        def wrapped(*a, **k):
+            if not timers.on or depth[0]:
+                depth[0] += 1
+                try:
+                    return orig(*a, **k)
+                finally:
+                    depth[0] -= 1
+            depth[0] += 1
+            t0 = time.thread_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                timers.ms[label] += (time.thread_time() - t0) * 1e3
+                timers.calls[label] += 1
+                depth[0] -= 1
+        return wrapped
+
+    def enable(self):
+        self.on = True
+
+    def disable(self):
+        self.on = False
+
+    def restore(self):
+        for owner, attr, orig in reversed(self._saved):
+            setattr(owner, attr, orig)
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -669,23 +735,6 @@ def percentiles(samples: list[float]) -> dict:
         return {"median_ms": v, "p10_ms": v, "p90_ms": v}
     q = statistics.quantiles(samples, n=10, method="inclusive")
     return {"median_ms": round(statistics.median(samples), 3), "p10_ms": round(q[0], 3), "p90_ms": round(q[-1], 3)}
-
-
-def profile_costs(stats, parts: list[tuple[str, str | None, str | None]], steps: int, total_s: float) -> dict:
-    """``{label: (ms per step, calls per step)}`` from a ``pstats.Stats``: cumulative time of the function named by
-    (file suffix, function name) summed over matching entries (``None`` file = ``total_s``, the profiled wall time)."""
-    out = {}
-    for label, suffix, func in parts:
-        if suffix is None:
-            out[label] = (total_s * 1e3 / steps, 1.0)
-            continue
-        cum = calls = 0.0
-        for (file, _line, name), (_cc, nc, _tt, ct, _callers) in stats.stats.items():
-            if name == func and file.replace("\\", "/").endswith(suffix):
-                cum += ct
-                calls += nc
-        out[label] = (cum * 1e3 / steps, calls / steps)
-    return out
 
 
 def tiny_tokenizer(folder: str, vocab: int) -> str:
@@ -726,13 +775,22 @@ def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision
                                  "vocab_size": vocab}}}
 
 
-def _trainer_run(spec, system, plan, s, profiler=None) -> tuple[list[float], list[float]]:
-    """The product's Trainer run (``train_rank``): its step-timer samples of the timed steps and the host intervals
-    between the timed steps' ``on_step_begin`` calls (the whole loop per step, batch fetching included). With a
-    ``cProfile.Profile``, it profiles from the first timed step's begin to the begin after the last timed step."""
+def _clocks() -> tuple[float, float]:
+    """(wall, this thread's CPU time) in seconds: with 1 torch thread the CPU step runs in this thread (autograd runs
+    CPU backward in the calling thread), so its CPU time is the step's host time without the time other processes
+    on the machine took the core."""
+    return time.perf_counter(), time.thread_time()
+
+
+def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
+    """The product's Trainer run (``train_rank``) with per-step clocks of its timed steps: ``window`` (the step
+    timer's window: ``on_step_begin`` to ``on_step_end``; wall = the product's own samples) and ``loop`` (one
+    ``on_step_begin`` to the next: the whole loop per step, batch fetching included; ``timed - 1`` samples), each as
+    wall and thread-CPU ms: ``{"window_wall", "window_cpu", "loop_wall", "loop_cpu"}``. With a ``cProfile.Profile``,
+    it profiles from the first timed step's begin to the last timed step's end."""
     from accelbench.experiments import lora_finetune as exp
 
-    begins: list[float] = []
+    begins, ends = [], []
     real = exp.make_step_timer
     last = s.warmup_steps + s.timed_steps
 
@@ -741,19 +799,19 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> tuple[list[float], lis
         begin, end = t.on_step_begin, t.on_step_end
 
         def on_step_begin(args, state, control, **kw):
+            out = begin(args, state, control, **kw)
             if state.global_step >= s.warmup_steps:
-                begins.append(time.perf_counter())
+                begins.append(_clocks())
                 if profiler is not None and state.global_step == s.warmup_steps:
                     profiler.enable()
-            return begin(args, state, control, **kw)
+            return out
 
         def on_step_end(args, state, control, **kw):
-            out = end(args, state, control, **kw)
-            if state.global_step == last:  # the loop's work after the last step's end, up to the next fetch
-                begins.append(time.perf_counter())
-                if profiler is not None:
-                    profiler.disable()
-            return out
+            if state.global_step > s.warmup_steps:  # global_step is already the finished step's number + 1
+                ends.append(_clocks())
+            if state.global_step == last and profiler is not None:
+                profiler.disable()
+            return end(args, state, control, **kw)
         t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
         return t
     exp.make_step_timer = timer
@@ -763,9 +821,24 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> tuple[list[float], lis
         exp.make_step_timer = real
     if out["status"] != "ok":
         raise SystemExit(f"Trainer run: {out['status']}: {out['reason']}")
-    window = out["measurements"]["step_samples_ms"][s.warmup_steps:]
-    intervals = [(b - a) * 1e3 for a, b in zip(begins, begins[1:])]
-    return window, intervals
+    ms = lambda pairs, i: [(b[i] - a[i]) * 1e3 for a, b in pairs]  # noqa: E731
+    return {"window_wall": out["measurements"]["step_samples_ms"][s.warmup_steps:],
+            "window_cpu": ms(list(zip(begins, ends)), 1),
+            "loop_wall": ms(list(zip(begins, begins[1:])), 0), "loop_cpu": ms(list(zip(begins, begins[1:])), 1)}
+
+
+def _bare_run(step, warmup: int, repeat: int) -> dict:
+    """``{"wall", "cpu"}`` ms of each of ``repeat`` calls of ``step`` after ``warmup`` (CPU: no device to wait for)."""
+    for _ in range(warmup):
+        step()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        a = _clocks()
+        step()
+        b = _clocks()
+        wall.append((b[0] - a[0]) * 1e3)
+        cpu.append((b[1] - a[1]) * 1e3)
+    return {"wall": wall, "cpu": cpu}
 
 
 def host_overhead(args) -> None:
@@ -787,15 +860,33 @@ def host_overhead(args) -> None:
                           args.repeat, tok_dir)
     spec, system, s, plan = _lora_case({"config": spec})
     fused = args.fused
-    window, intervals, bare = [], [], []
-    for _ in range(args.rounds):  # alternated: load from other processes hits both sides alike
-        w, i = _trainer_run(spec, system, plan, s)
-        window += w
-        intervals += i
+    from accelbench.experiments.lora_finetune import LossCurveMixin
+
+    modes = [True, False] if args.before else [True]  # the product's fast host step, then Trainer's own walks
+    samples: dict[str, list[float]] = {}
+
+    def trainer(mode: bool) -> None:
+        LossCurveMixin.fast_host_step = mode
+        tag = "" if mode else " (fast_host_step off)"
+        try:
+            for k, v in _trainer_run(spec, system, plan, s).items():
+                side, clock = k.split("_")
+                samples.setdefault((f"trainer_{side}{tag}", clock), []).extend(v)
+        finally:
+            LossCurveMixin.fast_host_step = True
         _empty_cache()
+
+    def bare() -> None:
         step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
-        bare += _events_loop(step, s.warmup_steps, s.timed_steps)
+        for clock, v in _bare_run(step, s.warmup_steps, s.timed_steps).items():
+            samples.setdefault(("bare", clock), []).extend(v)
         del step, net
+        _empty_cache()
+
+    runs = [lambda m=m: trainer(m) for m in modes] + [bare]
+    for r in range(args.rounds):  # interleaved, order reversed every other round: drift and load hit all sides
+        for run in (runs if r % 2 == 0 else runs[::-1]):
+            run()
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
     common = {"steps": s.timed_steps, "rounds": args.rounds, "layers": args.layers, "hidden": args.hidden,
               "vocab": args.vocab, "seq_len": s.seq_len, "batch": f"{s.per_device_batch}x{s.grad_accum}",
@@ -803,48 +894,62 @@ def host_overhead(args) -> None:
     settings = (f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
                 f"clip {s.max_grad_norm}, attention {plan.attn_implementation}" + (f"; {args.note}" if args.note else ""))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    rows = {"trainer_window": window, "trainer_loop": intervals, "bare": bare}
-    stats = {k: percentiles(v) for k, v in rows.items()}
-    for side, v in stats.items():
-        _append_to(args.csv, HOST_FIELDS, {"side": side, **v, **common, "settings": settings, "when": now})
-    for side in ("trainer_window", "trainer_loop"):
-        diff = {k: round(stats[side][k] - stats["bare"][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
-        _append_to(args.csv, HOST_FIELDS, {"side": f"{side} - bare", **diff, **common,
+    stats = {k: percentiles(v) for k, v in samples.items()}
+    for (side, clock), v in stats.items():
+        _append_to(args.csv, HOST_FIELDS, {"side": side, "clock": clock, **v, **common, "settings": settings,
+                                           "when": now})
+    for (side, clock) in [k for k in stats if k[0] != "bare"]:
+        diff = {k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
+        _append_to(args.csv, HOST_FIELDS, {"side": f"{side} - bare", "clock": clock, **diff, **common,
                                            "settings": settings + "; differences of the percentiles", "when": now})
 
-    # attribution: cProfile over the timed steps of one more run of each side
-    prof = cProfile.Profile()
-    _trainer_run(spec, system, plan, s, profiler=prof)
-    pt = pstats.Stats(prof)
-    t_total = pt.total_tt
-    step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
-    for _ in range(s.warmup_steps):
-        step()
-    bprof = cProfile.Profile()
-    t0 = time.perf_counter()
-    bprof.enable()
-    for _ in range(s.timed_steps):
-        step()
-    bprof.disable()
-    b_total = time.perf_counter() - t0
-    pb = pstats.Stats(bprof)
-    tcost = profile_costs(pt, [(p[0], p[1], p[2]) for p in TRAINER_PARTS], s.timed_steps, t_total)
-    bcost = profile_costs(pb, [(k, *v) for k, v in BARE_PARTS.items()], s.timed_steps, b_total)
+    # attribution: thread-CPU time of each part (:func:`_parts`) in one more run of each side (the Trainer with
+    # fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
+    parts = _parts()
+    LossCurveMixin.fast_host_step = not args.before
+    timers = PartTimers(parts)
+    try:
+        trainer_clocks = _trainer_run(spec, system, plan, s, profiler=timers)
+        t_ms, t_calls = dict(timers.ms), dict(timers.calls)
+        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        for _ in range(s.warmup_steps):
+            step()
+        timers.ms = {k: 0.0 for k in t_ms}
+        timers.enable()
+        bare_clocks = _bare_run(step, 0, s.timed_steps)
+        timers.disable()
+        b_ms = dict(timers.ms)
+        del step, net
+    finally:
+        timers.restore()
+        LossCurveMixin.fast_host_step = True
+    n = s.timed_steps
+    rows = [("step window (on_step_begin to on_step_end)", statistics.mean(trainer_clocks["window_cpu"]),
+             statistics.mean(bare_clocks["cpu"]), 1.0, "-", "bare: the step call"),
+            ("step loop (on_step_begin to the next)", statistics.mean(trainer_clocks["loop_cpu"]),
+             statistics.mean(bare_clocks["cpu"]), 1.0, "-", f"mean of {n - 1} intervals; incl. get_batch_samples")]
+    for label, owner, name, side, note in parts:
+        where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', getattr(owner, '__name__', ''))}"
+        rows.append((label, t_ms[label] / n if side != "bare" else None, b_ms[label] / n if side != "trainer" else None,
+                     t_calls[label] / n if side != "bare" else None, f"{where}.{name}".lstrip("."), note))
     attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
-    for label, suffix, func, note in TRAINER_PARTS:
-        ms, calls = tcost[label]
-        bms = bcost.get(label, (None, None))[0]
+    for label, tm, bm, calls, where, note in rows:
         _append_to(str(attr), ATTRIBUTION_FIELDS, {
-            "layers": args.layers, "part": label, "trainer_ms_per_step": round(ms, 3),
-            "bare_ms_per_step": round(bms, 3) if bms is not None else None,
-            "extra_ms_per_step": round(ms - (bms or 0.0), 3), "calls_per_step": round(calls, 2),
-            "where": f"{suffix}:{func}" if suffix else "profiled wall time",
-            "note": f"{note} (cProfile, {s.timed_steps} steps; profiled times are inflated)"})
+            "layers": args.layers, "fast_host_step": not args.before, "part": label,
+            "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
+            "bare_ms_per_step": round(bm, 3) if bm is not None else None,
+            "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
+            "trainer_calls_per_step": round(calls, 2) if calls is not None else None, "where": where,
+            "note": "; ".join(x for x in (note, f"thread CPU ms per step, {n} steps of one run") if x)})
     if args.top:
+        prof = cProfile.Profile()
+        LossCurveMixin.fast_host_step = not args.before
+        try:
+            _trainer_run(spec, system, plan, s, profiler=prof)
+        finally:
+            LossCurveMixin.fast_host_step = True
         print("--- Trainer, top cumulative (timed steps) ---")
-        pt.sort_stats("cumulative").print_stats(args.top)
-        print("--- bare loop, top cumulative ---")
-        pb.sort_stats("cumulative").print_stats(args.top)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
 
 
 def _trainer_optim(s, plan) -> str:
@@ -937,6 +1042,9 @@ def main(argv=None) -> None:
     h.add_argument("--repeat", type=int, default=20)
     h.add_argument("--rounds", type=int, default=3, help="Trainer and bare runs, alternated")
     h.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True, help="bare loop: fused AdamW")
+    h.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the Trainer with LossCurveMixin.fast_host_step off (Trainer's own per-step walks); "
+                        "the cProfile attribution is then of that run")
     h.add_argument("--top", type=int, default=0, help="print the top N cumulative cProfile entries of both sides")
     h.add_argument("--note", default="", help="added to the settings column")
     args = p.parse_args(argv)
