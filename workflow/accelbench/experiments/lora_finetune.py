@@ -414,11 +414,12 @@ class LossCurveMixin:
 
         cache = self.__dict__.setdefault("_host_caches", {})
         if id(model) not in cache:
-            try:
+            # trains() that only set the modules' mode: PreTrainedModel's does more only on a change, DDP's returns self
+            plain_train = (torch.nn.Module.train, torch.nn.parallel.DistributedDataParallel.train)
+            with contextlib.suppress(ImportError):
                 from transformers import PreTrainedModel
-                plain_train = (torch.nn.Module.train, PreTrainedModel.train)  # the latter: extra work only on a change
-            except ImportError:
-                plain_train = (torch.nn.Module.train,)
+
+                plain_train += (PreTrainedModel.train,)
             modules = list(model.modules())
             params = list(model.parameters())
             cache[id(model)] = {
