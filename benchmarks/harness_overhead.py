@@ -855,6 +855,7 @@ def host_overhead(args) -> None:
     import accelerate
 
     torch.set_num_threads(1)
+    load_start = os.getloadavg()[0]
     tok_dir = tiny_tokenizer(tempfile.mkdtemp(prefix="accelbench_tok_"), args.vocab)
     spec = tiny_lora_spec(args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup,
                           args.repeat, tok_dir)
@@ -890,9 +891,12 @@ def host_overhead(args) -> None:
     versions = f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
     common = {"steps": s.timed_steps, "rounds": args.rounds, "layers": args.layers, "hidden": args.hidden,
               "vocab": args.vocab, "seq_len": s.seq_len, "batch": f"{s.per_device_batch}x{s.grad_accum}",
-              "precision": plan.precision, "threads": torch.get_num_threads(), "device": "cpu", "versions": versions}
+              "precision": plan.precision, "threads": torch.get_num_threads(), "device": f"cpu: {_cpu_name()}",
+              "versions": versions}
     settings = (f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
-                f"clip {s.max_grad_norm}, attention {plan.attn_implementation}" + (f"; {args.note}" if args.note else ""))
+                f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
+                f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
+                + (f"; {args.note}" if args.note else ""))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     stats = {k: percentiles(v) for k, v in samples.items()}
     for (side, clock), v in stats.items():
@@ -950,6 +954,17 @@ def host_overhead(args) -> None:
             LossCurveMixin.fast_host_step = True
         print("--- Trainer, top cumulative (timed steps) ---")
         pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
+
+
+def _cpu_name() -> str:
+    """The host CPU's model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``)."""
+    import platform
+
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
 
 
 def _trainer_optim(s, plan) -> str:
