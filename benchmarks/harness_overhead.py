@@ -36,6 +36,18 @@ and UTC time. On the 2-GPU node, after the product's rules wrote these results::
         --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
     NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
         --result results/h200/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --nprocs 1,2
+
+Host overhead of the LoRA Trainer step (``host-overhead``, on any CPU machine; no result.json needed): the GPU step at
+Llama-3.1-8B shape is host/launch-bound (9590 kernels per step, the GPU busy 149 ms of 239 ms), so every host
+millisecond the Trainer adds shows. This runs, in one process on 1 CPU thread, a random-init Llama of ``--layers``
+decoder layers of width 64 (vocabulary 256, word-level tokenizer of the pydoc pairs; device work small and the same on
+both sides) through the product's ``train_rank`` (Trainer, step-timer window and step-to-step loop time; also with
+``LossCurveMixin.fast_host_step`` off, i.e. Trainer's own per-step module walks) and through :func:`lora_bare`
+(same spec, grad_accum 2, micro-batch 2), alternated ``--rounds`` times; median, p10, p90 per optimizer step and the
+differences go to ``benchmarks/harness_overhead_host_cpu.csv``; a cProfile of the timed Trainer steps, split into the
+Trainer's parts (:data:`TRAINER_PARTS`) against the bare loop's, to ``..._attribution.csv``::
+
+    python benchmarks/harness_overhead.py host-overhead --layers 32   # 32 = Llama-3.1-8B's decoder layer count
 """
 
 from __future__ import annotations
@@ -353,11 +365,13 @@ def _lora_case(result: dict):
     return spec, system, s, exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
 
 
-def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None):
+def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None,
+              fused: bool | None = None):
     """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
     LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); fused AdamW on the adapters; ``grad_accum``
     micro-batches of random token ids drawn on the device (``no_sync`` but the last); gradient clipping. The
-    process group must exist when ``world > 1``. Returns ``(step, model)``."""
+    process group must exist when ``world > 1``. ``fused``: fused AdamW (None = on CUDA only). Returns
+    ``(step, model)``."""
     import torch
 
     from accelbench.experiments import lora_finetune as exp
@@ -379,7 +393,7 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
     net = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
            if world > 1 else model)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if cuda else {}))
+    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if (cuda if fused is None else fused) else {}))
     vocab = min(model.config.vocab_size, 49152)
     g = torch.Generator(device=dev).manual_seed(s.seed + rank)
     dtype = torch.bfloat16 if plan.precision == "bf16" else None
@@ -606,6 +620,376 @@ def ddp_profile_rank(args) -> None:
                     print(json.dumps({k: r[i].get(k) for k in PROFILE_FIELDS}), flush=True)
 
 
+# --------------------------------------------------------------------------- host overhead of the Trainer step (CPU)
+HOST_FIELDS = ["side", "clock", "median_ms", "p10_ms", "p90_ms", "steps", "rounds", "layers", "hidden", "vocab", "seq_len",
+               "batch", "precision", "threads", "settings", "device", "versions", "when"]
+ATTRIBUTION_FIELDS = ["layers", "fast_host_step", "part", "trainer_ms_per_step", "bare_ms_per_step",
+                      "extra_ms_per_step", "trainer_calls_per_step", "where", "note"]
+
+
+def _parts() -> list[tuple[str, object, str, str, str]]:
+    """The timed parts of a step: ``(label, owner, attribute, side, note)``; side ``both`` (the same function runs in
+    the Trainer step and the bare loop), ``trainer`` or ``bare``. Indented labels are inside the part above them."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+    from accelerate.utils.operations import ConvertOutputsToFp32
+    from peft import PeftModelForCausalLM
+    from torch.optim.lr_scheduler import LRScheduler
+    from transformers import Trainer
+    from transformers.trainer_callback import CallbackHandler
+
+    from accelbench.experiments.lora_finetune import LossCurveMixin
+
+    return [
+        ("get_batch_samples (dataloader, collator, device placement, token count)", Trainer, "get_batch_samples",
+         "trainer", "before on_step_begin: outside the product's step window"),
+        ("  _get_num_items_in_batch", Trainer, "_get_num_items_in_batch", "trainer",
+         "labels[..., 1:].ne(-100).sum() per micro-batch"),
+        ("training_step x grad_accum", Trainer, "training_step", "trainer", "forward + backward and Trainer's wrapping"),
+        ("  model.train() (Module.train, outermost calls)", torch.nn.Module, "train", "trainer",
+         "Trainer: before every micro-batch, a walk over every module"),
+        ("  _prepare_inputs", Trainer, "_prepare_inputs", "trainer", ".to(device) of the batch"),
+        ("  compute_loss", Trainer, "compute_loss", "trainer", "incl. the forward"),
+        ("    accelerate forward wrapper (autocast, outputs to fp32)", ConvertOutputsToFp32, "__call__", "trainer",
+         "incl. the model forward; converts the logits to fp32"),
+        ("    model forward (PeftModelForCausalLM.forward)", PeftModelForCausalLM, "forward", "both",
+         "bare: under torch.autocast"),
+        ("  accelerator.backward", Accelerator, "backward", "trainer", "incl. autograd"),
+        ("    autograd backward (torch.autograd.backward)", torch.autograd, "backward", "both", ""),
+        ("floating_point_ops (LossCurveMixin)", LossCurveMixin, "floating_point_ops", "trainer", "state.total_flos"),
+        ("_clip_grad_norm (LossCurveMixin, then Trainer's)", LossCurveMixin, "_clip_grad_norm", "trainer",
+         "fast_host_step: the parameters that require gradients; else model.parameters() (frozen ones too)"),
+        ("  torch.nn.utils.clip_grad_norm_", torch.nn.utils, "clip_grad_norm_", "both", "bare: adapter parameters"),
+        ("_get_grad_norm", Trainer, "_get_grad_norm", "trainer", ""),
+        ("optimizer.step (AcceleratedOptimizer)", AcceleratedOptimizer, "step", "trainer", "incl. the torch optimizer"),
+        ("  AdamW step (torch.optim.AdamW.step)", torch.optim.AdamW, "step", "both", "fused AdamW on both sides"),
+        ("_get_learning_rate", Trainer, "_get_learning_rate", "trainer", ""),
+        ("lr_scheduler.step", LRScheduler, "step", "trainer", "constant_with_warmup (LambdaLR)"),
+        ("model.zero_grad (Module.zero_grad)", torch.nn.Module, "zero_grad", "trainer",
+         "Trainer: a walk over every parameter; fast_host_step: a cached list (not timed here, ~0.03 ms)"),
+        ("optimizer.zero_grad (bare)", torch.optim.Optimizer, "zero_grad", "bare", "adapter parameters"),
+        ("callbacks (CallbackHandler.call_event)", CallbackHandler, "call_event", "trainer",
+         "StepTimer, DefaultFlowCallback, ProgressCallback (tqdm)"),
+        ("_maybe_log_save_evaluate", Trainer, "_maybe_log_save_evaluate", "trainer", "log/save/eval checks"),
+    ]
+
+
+class PartTimers:
+    """Thread-CPU time and calls of each part of :func:`_parts` while enabled (wrappers set on the owners' attributes,
+    outermost calls only; about 1 us per call). ``enable``/``disable`` as a ``cProfile.Profile``; ``restore`` puts
+    the originals back."""
+
+    def __init__(self, parts):
+        self.on = False
+        self.ms = {p[0]: 0.0 for p in parts}
+        self.calls = {p[0]: 0 for p in parts}
+        self._saved = []
+        for label, owner, attr, _side, _note in parts:
+            orig = owner.__dict__.get(attr) or getattr(owner, attr)  # own or inherited (optimizers: hooked)
+            self._saved.append((owner, attr, orig))
+            setattr(owner, attr, self._wrap(label, orig))
+
+    def _wrap(self, label, orig):
+        import functools
+
+        depth = [0]
+        timers = self
+
+        @functools.wraps(orig)
+        def wrapped(*a, **k):
+            if not timers.on or depth[0]:
+                depth[0] += 1
+                try:
+                    return orig(*a, **k)
+                finally:
+                    depth[0] -= 1
+            depth[0] += 1
+            t0 = time.thread_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                timers.ms[label] += (time.thread_time() - t0) * 1e3
+                timers.calls[label] += 1
+                depth[0] -= 1
+        return wrapped
+
+    def enable(self):
+        self.on = True
+
+    def disable(self):
+        self.on = False
+
+    def restore(self):
+        for owner, attr, orig in reversed(self._saved):
+            setattr(owner, attr, orig)
+
+
+def percentiles(samples: list[float]) -> dict:
+    """Median, 10th and 90th percentile (ms, 3 decimals) of per-step samples (linear interpolation between order
+    statistics, as ``statistics.quantiles(method="inclusive")``); one sample gives that sample for all three."""
+    if not samples:
+        raise ValueError("no samples")
+    if len(samples) == 1:
+        v = round(float(samples[0]), 3)
+        return {"median_ms": v, "p10_ms": v, "p90_ms": v}
+    q = statistics.quantiles(samples, n=10, method="inclusive")
+    return {"median_ms": round(statistics.median(samples), 3), "p10_ms": round(q[0], 3), "p90_ms": round(q[-1], 3)}
+
+
+def tiny_tokenizer(folder: str, vocab: int) -> str:
+    """A word-level tokenizer of the ``vocab - 2`` most frequent words of the pydoc instruction pairs (+ ``<unk>``,
+    ``<eos>``), saved as a transformers tokenizer folder (offline; for a tiny-vocabulary random-init model)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from accelbench.experiments.lora_data import build_pairs, format_pair
+
+    words = Counter(w for p in build_pairs("pydoc") for w in format_pair(p).split())
+    table = {"<unk>": 0, "<eos>": 1}
+    for w, _ in words.most_common(vocab - 2):
+        table[w] = len(table)
+    tok = Tokenizer(models.WordLevel(table, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>").save_pretrained(folder)
+    return folder
+
+
+def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision: str, warmup: int, timed: int,
+                   tokenizer: str) -> dict:
+    """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
+    layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
+    ``seq_len``, ``precision`` and the step counts given."""
+    from accelbench.experiments import lora_finetune as exp
+    from accelbench.systems import load_systems
+
+    system = load_systems(Path(__file__).resolve().parents[1] / "config" / "systems")["cpu"]
+    s = exp.LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
+    return {"settings": s.to_dict(), "data": {"source": "pydoc"}, "model_name": f"tiny_llama_{layers}x{hidden}",
+            "attention": "flash", "strategy": "single", "devices": 1, "system": system.to_dict(),
+            "model": {"source": "random", "name": f"tiny Llama {layers}x{hidden}", "tokenizer": tokenizer,
+                      "config": {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden,
+                                 "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "vocab_size": vocab}}}
+
+
+def _clocks() -> tuple[float, float]:
+    """(wall, this thread's CPU time) in seconds: with 1 torch thread the CPU step runs in this thread (autograd runs
+    CPU backward in the calling thread), so its CPU time is the step's host time without the time other processes
+    on the machine took the core."""
+    return time.perf_counter(), time.thread_time()
+
+
+def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
+    """The product's Trainer run (``train_rank``) with per-step clocks of its timed steps: ``window`` (the step
+    timer's window: ``on_step_begin`` to ``on_step_end``; wall = the product's own samples) and ``loop`` (one
+    ``on_step_begin`` to the next: the whole loop per step, batch fetching included; ``timed - 1`` samples), each as
+    wall and thread-CPU ms: ``{"window_wall", "window_cpu", "loop_wall", "loop_cpu"}``. With a ``cProfile.Profile``,
+    it profiles from the first timed step's begin to the last timed step's end."""
+    from accelbench.experiments import lora_finetune as exp
+
+    begins, ends = [], []
+    real = exp.make_step_timer
+    last = s.warmup_steps + s.timed_steps
+
+    def timer(device, world):
+        t = real(device, world)
+        begin, end = t.on_step_begin, t.on_step_end
+
+        def on_step_begin(args, state, control, **kw):
+            out = begin(args, state, control, **kw)
+            if state.global_step >= s.warmup_steps:
+                begins.append(_clocks())
+                if profiler is not None and state.global_step == s.warmup_steps:
+                    profiler.enable()
+            return out
+
+        def on_step_end(args, state, control, **kw):
+            if state.global_step > s.warmup_steps:  # global_step is already the finished step's number + 1
+                ends.append(_clocks())
+            if state.global_step == last and profiler is not None:
+                profiler.disable()
+            return end(args, state, control, **kw)
+        t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
+        return t
+    exp.make_step_timer = timer
+    try:
+        out = exp.train_rank(spec, system, plan, threads=1)
+    finally:
+        exp.make_step_timer = real
+    if out["status"] != "ok":
+        raise SystemExit(f"Trainer run: {out['status']}: {out['reason']}")
+    ms = lambda pairs, i: [(b[i] - a[i]) * 1e3 for a, b in pairs]  # noqa: E731
+    return {"window_wall": out["measurements"]["step_samples_ms"][s.warmup_steps:],
+            "window_cpu": ms(list(zip(begins, ends)), 1),
+            "loop_wall": ms(list(zip(begins, begins[1:])), 0), "loop_cpu": ms(list(zip(begins, begins[1:])), 1)}
+
+
+def _bare_run(step, warmup: int, repeat: int) -> dict:
+    """``{"wall", "cpu"}`` ms of each of ``repeat`` calls of ``step`` after ``warmup`` (CPU: no device to wait for)."""
+    for _ in range(warmup):
+        step()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        a = _clocks()
+        step()
+        b = _clocks()
+        wall.append((b[0] - a[0]) * 1e3)
+        cpu.append((b[1] - a[1]) * 1e3)
+    return {"wall": wall, "cpu": cpu}
+
+
+def host_overhead(args) -> None:
+    """Host time per optimizer step of the product's Trainer step (``train_rank``) vs the bare loop
+    (:func:`lora_bare`), same tiny model and settings, on the CPU with 1 thread (device work negligible, so the step
+    time is host time). Appends rows to ``--csv`` and the cProfile attribution to ``<csv stem>_attribution.csv``."""
+    import cProfile
+    import pstats
+    import tempfile
+
+    import torch
+    import transformers
+
+    import accelerate
+
+    torch.set_num_threads(1)
+    load_start = os.getloadavg()[0]
+    tok_dir = tiny_tokenizer(tempfile.mkdtemp(prefix="accelbench_tok_"), args.vocab)
+    spec = tiny_lora_spec(args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup,
+                          args.repeat, tok_dir)
+    spec, system, s, plan = _lora_case({"config": spec})
+    fused = args.fused
+    from accelbench.experiments.lora_finetune import LossCurveMixin
+
+    modes = [True, False] if args.before else [True]  # the product's fast host step, then Trainer's own walks
+    samples: dict[str, list[float]] = {}
+
+    def trainer(mode: bool) -> None:
+        LossCurveMixin.fast_host_step = mode
+        tag = "" if mode else " (fast_host_step off)"
+        try:
+            for k, v in _trainer_run(spec, system, plan, s).items():
+                side, clock = k.split("_")
+                samples.setdefault((f"trainer_{side}{tag}", clock), []).extend(v)
+        finally:
+            LossCurveMixin.fast_host_step = True
+        _empty_cache()
+
+    def bare() -> None:
+        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        for clock, v in _bare_run(step, s.warmup_steps, s.timed_steps).items():
+            samples.setdefault(("bare", clock), []).extend(v)
+        del step, net
+        _empty_cache()
+
+    runs = [lambda m=m: trainer(m) for m in modes] + [bare]
+    for r in range(args.rounds):  # interleaved, order reversed every other round: drift and load hit all sides
+        for run in (runs if r % 2 == 0 else runs[::-1]):
+            run()
+    versions = f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
+    common = {"steps": s.timed_steps, "rounds": args.rounds, "layers": args.layers, "hidden": args.hidden,
+              "vocab": args.vocab, "seq_len": s.seq_len, "batch": f"{s.per_device_batch}x{s.grad_accum}",
+              "precision": plan.precision, "threads": torch.get_num_threads(), "device": f"cpu: {_cpu_name()}",
+              "versions": versions}
+    settings = (f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
+                f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
+                f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
+                + (f"; {args.note}" if args.note else ""))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    stats = {k: percentiles(v) for k, v in samples.items()}
+    for (side, clock), v in stats.items():
+        _append_to(args.csv, HOST_FIELDS, {"side": side, "clock": clock, **v, **common, "settings": settings,
+                                           "when": now})
+    for (side, clock) in [k for k in stats if k[0] != "bare"]:
+        diff = {k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
+        _append_to(args.csv, HOST_FIELDS, {"side": f"{side} - bare", "clock": clock, **diff, **common,
+                                           "settings": settings + "; differences of the percentiles", "when": now})
+
+    # attribution: thread-CPU time of each part (:func:`_parts`) in one more run of each side (the Trainer with
+    # fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
+    parts = _parts()
+    LossCurveMixin.fast_host_step = not args.before
+    timers = PartTimers(parts)
+    try:
+        trainer_clocks = _trainer_run(spec, system, plan, s, profiler=timers)
+        t_ms, t_calls = dict(timers.ms), dict(timers.calls)
+        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        for _ in range(s.warmup_steps):
+            step()
+        timers.ms = {k: 0.0 for k in t_ms}
+        timers.enable()
+        bare_clocks = _bare_run(step, 0, s.timed_steps)
+        timers.disable()
+        b_ms = dict(timers.ms)
+        del step, net
+    finally:
+        timers.restore()
+        LossCurveMixin.fast_host_step = True
+    n = s.timed_steps
+    rows = [("step window (on_step_begin to on_step_end)", statistics.mean(trainer_clocks["window_cpu"]),
+             statistics.mean(bare_clocks["cpu"]), 1.0, "-", "bare: the step call"),
+            ("step loop (on_step_begin to the next)", statistics.mean(trainer_clocks["loop_cpu"]),
+             statistics.mean(bare_clocks["cpu"]), 1.0, "-", f"mean of {n - 1} intervals; incl. get_batch_samples")]
+    for label, owner, name, side, note in parts:
+        where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', getattr(owner, '__name__', ''))}"
+        rows.append((label, t_ms[label] / n if side != "bare" else None, b_ms[label] / n if side != "trainer" else None,
+                     t_calls[label] / n if side != "bare" else None, f"{where}.{name}".lstrip("."), note))
+    attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
+    for label, tm, bm, calls, where, note in rows:
+        _append_to(str(attr), ATTRIBUTION_FIELDS, {
+            "layers": args.layers, "fast_host_step": not args.before, "part": label,
+            "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
+            "bare_ms_per_step": round(bm, 3) if bm is not None else None,
+            "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
+            "trainer_calls_per_step": round(calls, 2) if calls is not None else None, "where": where,
+            "note": "; ".join(x for x in (note, f"thread CPU ms per step, {n} steps of one run") if x)})
+    if args.top:
+        prof = cProfile.Profile()
+        LossCurveMixin.fast_host_step = not args.before
+        try:
+            _trainer_run(spec, system, plan, s, profiler=prof)
+        finally:
+            LossCurveMixin.fast_host_step = True
+        print("--- Trainer, top cumulative (timed steps) ---")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
+
+
+def _cpu_name() -> str:
+    """The host CPU's model name (Linux ``/proc/cpuinfo``; else ``platform.processor()``)."""
+    import platform
+
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _trainer_optim(s, plan) -> str:
+    """The optimizer the product's TrainingArguments give on the CPU (what ``train_rank`` trains with)."""
+    import tempfile
+
+    from transformers import TrainingArguments
+
+    from accelbench.experiments import lora_finetune as exp
+
+    kw = exp.training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
+    return str(TrainingArguments(**kw).optim.value)
+
+
+def _append_to(csv_path: str, fields: list[str], row: dict) -> None:
+    new = not Path(csv_path).exists()
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k) for k in fields})
+    print(json.dumps({k: row.get(k) for k in fields}), flush=True)
+
+
 # --------------------------------------------------------------------------- efficiency
 def efficiency(args) -> None:
     """Time at 1 device / time at N (per-device batch fixed) for the harness, the bare loop and the product; printed
@@ -657,8 +1041,25 @@ def main(argv=None) -> None:
             s.add_argument("--mask", required=True)
         if name.startswith("sr3"):
             s.add_argument("--data", required=True)
+    h = sub.add_parser("host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, "
+                                             "CPU, 1 thread")
+    h.add_argument("--csv", default="benchmarks/harness_overhead_host_cpu.csv")
+    h.add_argument("--layers", type=int, default=2)
+    h.add_argument("--hidden", type=int, default=64)
+    h.add_argument("--vocab", type=int, default=256)
+    h.add_argument("--seq-len", type=int, default=32)
+    h.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    h.add_argument("--warmup", type=int, default=5)
+    h.add_argument("--repeat", type=int, default=20)
+    h.add_argument("--rounds", type=int, default=3, help="Trainer and bare runs, alternated")
+    h.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True, help="bare loop: fused AdamW")
+    h.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the Trainer with LossCurveMixin.fast_host_step off (Trainer's own per-step walks); "
+                        "the cProfile attribution is then of that run")
+    h.add_argument("--top", type=int, default=0, help="print the top N cumulative cProfile entries of both sides")
+    h.add_argument("--note", default="", help="added to the settings column")
     args = p.parse_args(argv)
-    {"study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
+    {"host-overhead": host_overhead, "study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
      "efficiency": efficiency, "ddp-profile": ddp_profile, "ddp-profile-rank": ddp_profile_rank}[args.cmd](args)
 
 

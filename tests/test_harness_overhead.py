@@ -128,3 +128,31 @@ def test_ddp_profile_sr3_two_gloo_ranks(ho, tmp_path, default_config, systems):
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 8 and all(float(r["step_ms"]) > 0 and not r["note"] for r in rows)
     assert {r["variant"] for r in rows} == {"default", "bucket_view", "static_graph+bucket_view", "one_bucket"}
+
+
+def test_percentiles(ho):
+    assert ho.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
+    p = ho.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values
+    assert p == {"median_ms": 6.0, "p10_ms": 2.0, "p90_ms": 10.0}
+    with pytest.raises(ValueError):
+        ho.percentiles([])
+
+
+def test_part_timers_count_outermost_calls_while_enabled_and_restore(ho):
+    """`host-overhead` attributes host time with wrappers on the Trainer's parts: a recursive part (Module.train walks
+    every module) counts once per outermost call, nothing is counted while disabled, and the originals come back."""
+
+    class Tree:
+        def walk(self, n):
+            return 1 if n == 0 else 1 + self.walk(n - 1)
+
+    orig = Tree.__dict__["walk"]
+    timers = ho.PartTimers([("walk", Tree, "walk", "trainer", "")])
+    assert Tree().walk(3) == 4 and timers.calls["walk"] == 0  # disabled: not counted
+    timers.enable()
+    assert Tree().walk(5) == 6 and Tree().walk(0) == 1
+    timers.disable()
+    Tree().walk(2)
+    assert timers.calls["walk"] == 2 and timers.ms["walk"] >= 0
+    timers.restore()
+    assert Tree.__dict__["walk"] is orig

@@ -233,24 +233,24 @@ class CrcTokenizer:
 SYNC_METHODS = ("item", "__bool__", "__int__", "__float__", "tolist")  # what reads a device value on the host
 
 
-def _timed_syncs(monkeypatch, settings: lf.LoraSettings):
+def _timed_syncs(monkeypatch, settings: lf.LoraSettings, extra: tuple = ()):
     """Run a tiny LoRA Llama through the product's ``train_rank`` (real Trainer, CPU) and list every call of a
-    :data:`SYNC_METHODS` method from the first timed step's ``on_step_begin`` to the last step's ``on_step_end``
-    (``file:line method``), with the run's result."""
+    :data:`SYNC_METHODS` method (and of the ``(class, method)`` pairs in ``extra``) from the first timed step's
+    ``on_step_begin`` to the last step's ``on_step_end`` (``file:line method``), with the run's result."""
     import sys
 
     import accelbench.models.llm as llm
 
     calls, on = [], [False]
-    for name in SYNC_METHODS:
-        orig = getattr(torch.Tensor, name)
+    for owner, name in [(torch.Tensor, n) for n in SYNC_METHODS] + list(extra):
+        orig = getattr(owner, name)
 
         def wrapped(self, *a, _orig=orig, _name=name, **k):
             if on[0]:
                 f = sys._getframe(1)
                 calls.append(f"{f.f_code.co_filename}:{f.f_lineno} {_name}")
             return _orig(self, *a, **k)
-        monkeypatch.setattr(torch.Tensor, name, wrapped)
+        monkeypatch.setattr(owner, name, wrapped)
     real_timer, real_load = lf.make_step_timer, llm.load_causal_lm
 
     def timer(device, world):
@@ -324,6 +324,29 @@ def test_sync_counter_sees_the_old_settings(monkeypatch):
     calls, _ = _timed_syncs(monkeypatch, TINY)
     trainer = [c for c in calls if "/transformers/trainer.py:" in c]
     assert len(trainer) >= 2 * TINY.timed_steps, calls  # the NaN/Inf filter per micro-batch, the log's .item()s
+
+
+def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
+    """Inside the timed steps the product's Trainer step calls no ``nn.Module.train`` (Trainer's per-micro-batch
+    ``model.train()``), ``nn.Module.zero_grad`` or ``nn.Module.parameters`` walk (issue 12: 2.5 + 1.9 + 1.7 ms of
+    host time per step for 32 LoRA decoder layers, which a bare loop does not spend), and trains exactly as
+    Trainer's own calls do: the same loss per step, dropout active, gradients cleared and clipped as before."""
+    module = torch.nn.Module
+    walks = ((module, "train"), (module, "zero_grad"), (module, "parameters"))
+    calls, out = _timed_syncs(monkeypatch, TINY, walks)
+    assert [c for c in calls if c.split()[-1] in ("train", "zero_grad", "parameters")] == []
+    assert out["measurements"]["trainer_settings"]["fast_host_step"] is True
+    fast = out["measurements"]["loss_curve"]
+    monkeypatch.undo()
+
+    monkeypatch.setattr(lf.LossCurveMixin, "fast_host_step", False)  # Trainer's own walks
+    calls, out = _timed_syncs(monkeypatch, TINY, walks)
+    names = [c.split()[-1] for c in calls]
+    assert names.count("zero_grad") >= TINY.timed_steps and names.count("parameters") >= TINY.timed_steps
+    assert names.count("train") >= TINY.timed_steps * TINY.grad_accum, calls  # the counter sees the walks
+    assert out["measurements"]["loss_curve"] == pytest.approx(fast, rel=1e-6, abs=0)
+    # dropout was active in the fast run too: without it (eval mode) the losses would differ
+    assert TINY.dropout > 0
 
 
 def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
