@@ -187,6 +187,20 @@ def test_training_arguments_are_accepted_by_transformers(tmp_path):
 
 
 # --------------------------------------------------------------------------- memory
+def test_random_init_is_drawn_on_the_device_where_it_fits():
+    """FSDP at Gemma-2-27B shape spent its whole 410 s window in the host's one-threaded random init: FSDP now draws the
+    weights on the device when they fit and moves them to the host (its peak memory stays FSDP's own)."""
+    rnd, disk = {"source": "random"}, {"source": "path"}
+    place = lf.random_init_place
+    assert place(rnd, "cuda", "single", None, None) == place(rnd, "cuda", "ddp", 150.0, 139.0) == "device"
+    assert place(rnd, "cuda", "fsdp", 50.4, 139.0) == "device_then_host"          # Gemma-2-27B bf16 on an H200
+    assert place(rnd, "cuda", "fsdp", 131.5, 139.0) == "host"                     # Llama-3.3-70B bf16: too large
+    assert place(rnd, "cuda", "fsdp", None, 139.0) == place(rnd, "cuda", "fsdp", 10.0, None) == "host"
+    assert place(rnd, "cuda", "zero3", 10.0, 139.0) == "host"                     # zero.Init partitions at build
+    assert place(rnd, "cpu", "single", 1.0, None) == place(rnd, "hpu", "fsdp", 1.0, 90.0) == "host"
+    assert place(disk, "cuda", "single", 1.0, 139.0) == "host"
+
+
 def test_memory_precheck_and_oom_recorded(monkeypatch):
     p = lf.Plan("single", 1, "flash", "sdpa", "bf16")
     assert "weights alone need" in lf.memory_precheck(70_000_000_000, p, 80)  # 130 GiB in bf16
