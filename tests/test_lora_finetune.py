@@ -348,7 +348,14 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
     module = torch.nn.Module
     walks = ((module, "train"), (module, "zero_grad"), (module, "parameters"))
     calls, out = _timed_syncs(monkeypatch, TINY, walks)
-    assert [c for c in calls if c.split()[-1] in ("train", "zero_grad", "parameters")] == []
+    from transformers import Trainer
+
+    # transformers 4.x (the Habana image's pins) clips over model.parameters() inline in its training loop, with no
+    # method to override: that one walk per step remains there
+    inline_clip = [c for c in calls if not hasattr(Trainer, "_clip_grad_norm") and "/transformers/trainer.py:" in c
+                   and c.split()[-1] == "parameters"]
+    assert len(inline_clip) <= TINY.timed_steps
+    assert [c for c in calls if c.split()[-1] in ("train", "zero_grad", "parameters") and c not in inline_clip] == []
     assert out["measurements"]["trainer_settings"]["fast_host_step"] is True
     fast = out["measurements"]["loss_curve"]
     monkeypatch.undo()
