@@ -136,11 +136,14 @@ case $part in
   # .whl_b/, .whl_c/ (lm-evaluation-harness and datasets: node_wheels.sh .whl_c "lm_eval>=0.4.13,<0.5" datasets),
   # resources/llm/tokenizers/smollm2 and resources/mri/whole_head_paper; parts 8 and 9 carry the GGUF's two parts.
   # FSDP/ZeRO-3 at paper shape build the random-init model on the host: give each a window of its own.
-  7)  # the last Study A configurations | Nsight Compute channels_last_3d; then LoRA 8B eager DDP, ZeRO-3, FSDP
-    until=$(( limit - 420 ))
+  7)  # the last Study A configurations | Nsight Compute channels_last_3d; then the LoRA benchmark, 8B eager DDP,
+      # ZeRO-3, FSDP
+    until=$(( limit - 470 ))
     stream g0 0 "$half" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" "$SA/compile/result.json"
     stream g1 1 "$half" "$NCU/channels_last_3d/result.json"
     wait
+    # the LoRA Trainer step without its module walks (fast_host_step, measured on CPU only so far): 1 GPU vs bare
+    both 50 bench lora --result "$L8/flash/single/n1/result.json"
     both 60 smk "$L8/eager/ddp/n2/result.json"
     both 150 smk "$L8/eager/zero3/n2/result.json"
     both 200 smk "$L8/eager/fsdp/n2/result.json"
