@@ -184,6 +184,13 @@ def test_training_arguments_are_accepted_by_transformers(tmp_path):
                                       str(tmp_path), 5, None)
     args = TrainingArguments(**kw)
     assert args.max_steps == 5 and args.get_warmup_steps(5) == 1
+    # on CUDA the batches are copied without a host wait (accelerate's non_blocking, pinned DataLoader memory)
+    cuda = lf.training_arguments_kwargs(lf.Plan("single", 1, "flash", "sdpa", "bf16"), lf.LoraSettings(), "cuda",
+                                        str(tmp_path), 5, None)
+    assert cuda["accelerator_config"] == {"non_blocking": True} and cuda["dataloader_pin_memory"] is True
+    assert "accelerator_config" not in kw
+    cuda.update(use_cpu=True, bf16=False)  # this machine has no GPU (TrainingArguments then turns pinning off)
+    assert TrainingArguments(**cuda).accelerator_config.non_blocking is True
 
 
 # --------------------------------------------------------------------------- memory

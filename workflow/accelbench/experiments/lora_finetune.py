@@ -375,6 +375,9 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     kw.update(NO_STEP_SYNC_ARGS)
     if backend == "cuda":  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
         kw["optim"] = "adamw_torch_fused"  # per-tensor loop, whose `step` counter is read on the host)
+        # batches copied to the device without waiting for it (accelerate's default copy blocks the host until the
+        # GPU has drained its queue, once per batch tensor of each micro-batch); the DataLoader pins them
+        kw.update(accelerator_config={"non_blocking": True}, dataloader_pin_memory=True)
     if "average_tokens_across_devices" not in fields:  # transformers < 4.46: no such option (nothing gathered)
         kw.pop("average_tokens_across_devices")
     # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
@@ -742,6 +745,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
         m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
                                  "optim": kw.get("optim", "TrainingArguments default"),
+                                 "batch_copy": ("non_blocking, pinned" if (kw.get("accelerator_config") or {})
+                                                .get("non_blocking") else "accelerate default (blocking)"),
                                  "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
                                  "loss_curve": "LossCurveMixin (device tensors, read after training)",
                                  "fast_host_step": LossCurveMixin.fast_host_step}
