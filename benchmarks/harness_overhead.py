@@ -67,15 +67,16 @@ FIELDS = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_ove
           "threads_per_rank", "cudnn_benchmark", "settings", "device", "when"]
 
 
-def _append(csv_path: str, row: dict) -> None:
+def _append(csv_path: str, row: dict, fields: list[str] = FIELDS) -> None:
+    """Append ``row`` (its ``fields``) to ``csv_path``, writing the header first for a new file; echo it as JSON."""
     new = not Path(csv_path).exists()
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, lineterminator="\n")
+        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
         if new:
             w.writeheader()
-        w.writerow({k: row.get(k) for k in FIELDS})
-    print(json.dumps({k: row.get(k) for k in FIELDS}), flush=True)
+        w.writerow({k: row.get(k) for k in fields})
+    print(json.dumps({k: row.get(k) for k in fields}), flush=True)
 
 
 def _system(spec: dict):
@@ -900,12 +901,13 @@ def host_overhead(args) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     stats = {k: percentiles(v) for k, v in samples.items()}
     for (side, clock), v in stats.items():
-        _append_to(args.csv, HOST_FIELDS, {"side": side, "clock": clock, **v, **common, "settings": settings,
-                                           "when": now})
+        _append(args.csv, fields=HOST_FIELDS,
+                row={"side": side, "clock": clock, **v, **common, "settings": settings, "when": now})
     for (side, clock) in [k for k in stats if k[0] != "bare"]:
         diff = {k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
-        _append_to(args.csv, HOST_FIELDS, {"side": f"{side} - bare", "clock": clock, **diff, **common,
-                                           "settings": settings + "; differences of the percentiles", "when": now})
+        _append(args.csv, fields=HOST_FIELDS,
+                row={"side": f"{side} - bare", "clock": clock, **diff, **common,
+                     "settings": settings + "; differences of the percentiles", "when": now})
 
     # attribution: thread-CPU time of each part (:func:`_parts`) in one more run of each side (the Trainer with
     # fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
@@ -938,7 +940,7 @@ def host_overhead(args) -> None:
                      t_calls[label] / n if side != "bare" else None, f"{where}.{name}".lstrip("."), note))
     attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
     for label, tm, bm, calls, where, note in rows:
-        _append_to(str(attr), ATTRIBUTION_FIELDS, {
+        _append(str(attr), fields=ATTRIBUTION_FIELDS, row={
             "layers": args.layers, "fast_host_step": not args.before, "part": label,
             "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
             "bare_ms_per_step": round(bm, 3) if bm is not None else None,
@@ -977,17 +979,6 @@ def _trainer_optim(s, plan) -> str:
 
     kw = exp.training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
     return str(TrainingArguments(**kw).optim.value)
-
-
-def _append_to(csv_path: str, fields: list[str], row: dict) -> None:
-    new = not Path(csv_path).exists()
-    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k) for k in fields})
-    print(json.dumps({k: row.get(k) for k in fields}), flush=True)
 
 
 # --------------------------------------------------------------------------- efficiency
