@@ -136,27 +136,29 @@ case $part in
   # .whl_b/, .whl_c/ (lm-evaluation-harness and datasets: node_wheels.sh .whl_c "lm_eval>=0.4.13,<0.5" datasets),
   # resources/llm/tokenizers/smollm2 and resources/mri/whole_head_paper; parts 8 and 9 carry the GGUF's two parts.
   # FSDP/ZeRO-3 at paper shape build the random-init model on the host: give each a window of its own.
-  7)  # the last Study A configurations | Nsight Compute channels_last_3d; then the LoRA benchmark, 8B eager DDP,
-      # ZeRO-3, FSDP
-    until=$(( limit - 470 ))
-    stream g0 0 "$half" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json" "$SA/compile/result.json"
-    stream g1 1 "$half" "$NCU/channels_last_3d/result.json"
+  7)  # Nsight Compute channels_last_3d, then compile | tf32_compile, compile_autotuned; then LoRA 8B eager DDP and the
+      # LoRA benchmark (fast_host_step, measured on CPU only so far)
+    until=$(( limit - 120 ))
+    stream g0 0 "$half" "$NCU/channels_last_3d/result.json" "$SA/compile/result.json"
+    stream g1 1 "$half" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json"
     wait
-    # the LoRA Trainer step without its module walks (fast_host_step, measured on CPU only so far): 1 GPU vs bare
-    both 50 bench lora --result "$L8/flash/single/n1/result.json"
     both 60 smk "$L8/eager/ddp/n2/result.json"
-    both 150 smk "$L8/eager/zero3/n2/result.json"
-    both 200 smk "$L8/eager/fsdp/n2/result.json"
+    both 50 bench lora --result "$L8/flash/single/n1/result.json"
     ;;
-  8)  # (GGUF part 1 arrives) Gemma-2-27B ZeRO-3 and FSDP, Llama-3.3-70B (OOM recorded where it cannot fit)
+  8)  # (GGUF part 1 arrives) Llama-3.1-8B ZeRO-3 and FSDP, Llama-3.3-70B (OOM recorded where it cannot fit),
+      # Gemma-2-27B ZeRO-3
     G=$R/lora_finetune/gemma2_27b
     L70=$R/lora_finetune/llama33_70b
-    both 30 smk "$L70/flash/single/n1/result.json" "$L70/flash/ddp/n2/result.json"
-    both 200 smk "$G/eager/zero3/n2/result.json"
-    both 220 smk "$G/eager/fsdp/n2/result.json"
+    both 150 smk "$L8/eager/zero3/n2/result.json"
+    both 150 smk "$L8/eager/fsdp/n2/result.json"
+    both 60 smk "$L70/flash/single/n1/result.json" "$L70/flash/ddp/n2/result.json"
+    both 150 smk "$G/eager/zero3/n2/result.json"
     ;;
-  9)  # (GGUF part 2 arrives: SmolLM2 complete) the quantization methods (sensitivity kept from part 6)
+  9)  # (GGUF part 2 arrives: SmolLM2 complete) the quantization methods (sensitivity kept from part 6) | the
+      # TinyLlama-1.1B architecture's; then Gemma-2-27B FSDP
     Q=$R/llm_quant
+    G=$R/lora_finetune/gemma2_27b
+    until=$(( limit - 200 ))
     stream g0 0 "$half" \
       "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json $Q/smollm2_135m/torchao/16_8_4/result.json" \
       "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json $Q/smollm2_135m/torchao/8_8_4/result.json" \
@@ -166,6 +168,7 @@ case $part in
       "$Q/tinyllama_arch_random/torchao/8_8_4/result.json $Q/tinyllama_arch_random/torchao/8_4_4/result.json" \
       "$Q/tinyllama_arch_random/fake/16_8_4/result.json $Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
     wait
+    both 150 smk "$G/eager/fsdp/n2/result.json"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
