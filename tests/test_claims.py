@@ -81,6 +81,8 @@ def test_every_claim_of_both_studies_gets_a_verdict_and_a_reason(tmp_path):
     assert "INC FP8 needs Intel Gaudi" in verdict(df, "b8")["why"]
     b9 = verdict(df, "b9")
     assert b9["verdict"] == "holds" and "+11.1%" in b9["measured"]
+    # a 1-device pair is named single (it was once labelled "ddp n=1"); spreads apart (+-2%) are not flagged
+    assert "single n=1" in b9["measured"] and "overlap" not in b9["measured"]
     assert "accelerate enables FSDP only" in verdict(df, "b10")["why"]
     assert "no zero3 result" in verdict(df, "b11")["why"]
     assert verdict(df, "b12")["verdict"] == "not measured here"
@@ -95,6 +97,7 @@ def test_claims_that_fail_and_noisy_results(tmp_path):
             fr.sensitivity("cpu", [1.0, 1.0, 9.0, 1.0, 1.0])]
     df = table(tmp_path, objs)
     assert verdict(df, "b9")["verdict"] == "does not hold" and "-10.0%" in verdict(df, "b9")["why"]
+
     assert verdict(df, "b13")["verdict"] == "does not hold"  # efficiency 0.5
     assert verdict(df, "b6")["verdict"] == "does not hold"  # the middle layer is the most sensitive
     assert verdict(df, "b1")["verdict"] == "not measured here"
@@ -151,3 +154,11 @@ def test_hardware_specific_claims_apply_only_there(tmp_path):
     df = table(tmp_path, objs)
     assert verdict(df, "a13")["verdict"] == "not measured here"  # a V100 claim on an A100
     assert "unet3d_ncu" in verdict(df, "a7")["why"]  # an A100 claim, but it needs counters
+
+
+def test_flash_gain_inside_the_spread_says_so(tmp_path):
+    """A -0.5% gain whose p10-p90 ranges overlap is reported as such (H200 reference run, Llama-3.1-8B DDP)."""
+    df = table(tmp_path, [fr.lora("cpu", "eager", "ddp", 2, 1000.0), fr.lora("cpu", "flash", "ddp", 2, 1005.0)])
+    b9 = verdict(df, "b9")
+    assert b9["verdict"] == "does not hold" and "ddp n=2" in b9["why"]
+    assert "-0.5% (the p10-p90 spreads overlap)" in b9["why"]

@@ -25,6 +25,9 @@ def test_fixed_decimals_per_unit_and_no_scientific_notation(tmp_path):
     md = (tmp_path / "t.md").read_text()
     assert "5950.1" in md and "e+" not in md and "0.123" in md and "1.23" in md and "1234" in md and "7.43" in md
     assert column_format("throughput_tok_per_s") == "{:.1f}" and column_format("sm_cycles") == "{:,.0f}"
+    # the ratios of counts are ratios: 0.172 once showed as "0" in the H200 counters table
+    assert column_format("sm_cycles_ratio") == column_format("instructions_ratio") == "{:.2f}"
+    assert column_format("instructions_step_est") == "{:,.0f}"
 
 
 def test_header_only_table_becomes_one_line_why(tmp_path):

@@ -255,10 +255,13 @@ def _lora_obs(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation
             spread = dict(zip(g["attention"], zip(g["step_p10_ms"], g["step_p90_ms"])))
             if "eager" in t and "flash" in t:
                 v = 100 * (t["eager"] / t["flash"] - 1)
-                obs.append(Observation(v, f"{fam} {strat} n={n}: eager {t['eager']:.0f} ms "
-                                          f"(p10-p90 {spread['eager'][0]:.0f}-{spread['eager'][1]:.0f}), flash "
-                                          f"{t['flash']:.0f} ms ({spread['flash'][0]:.0f}-{spread['flash'][1]:.0f}): "
-                                          f"{v:+.1f}%", used(g)))
+                (e_lo, e_hi), (f_lo, f_hi) = spread["eager"], spread["flash"]
+                overlap = "" if pd.isna([e_lo, e_hi, f_lo, f_hi]).any() or e_hi < f_lo or f_hi < e_lo \
+                    else " (the p10-p90 spreads overlap)"
+                label = "single" if n == 1 else strat
+                obs.append(Observation(v, f"{fam} {label} n={n}: eager {t['eager']:.0f} ms "
+                                          f"(p10-p90 {e_lo:.0f}-{e_hi:.0f}), flash {t['flash']:.0f} ms "
+                                          f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%{overlap}", used(g)))
         if not obs:
             raise NotMeasured("no pair of eager and flash runs at equal model, strategy and devices")
         return obs

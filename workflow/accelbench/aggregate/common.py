@@ -49,7 +49,7 @@ def status_cell(result: dict) -> str | None:
 
 # Fixed decimals per unit, chosen by column name (first match wins); anything else: 3 significant digits.
 COLUMN_FORMATS: list[tuple[str, str]] = [
-    (r"(^|_)(sm_cycles|instructions)($|_)", "{:,.0f}"),           # counts of cycles/instructions
+    (r"(^|_)(sm_cycles|instructions)(_step_est)?$", "{:,.0f}"),   # counts of cycles/instructions (not their ratios)
     (r"_pct$", "{:.1f}"),                                         # percent
     (r"_ms$", "{:.1f}"),                                          # milliseconds
     (r"_gib$", "{:.2f}"),                                         # GiB
