@@ -159,7 +159,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
         if not ref[ref["model"] == fam].empty or not epoch.empty:
             panels.append((f"{fam}: wall time per epoch", fam, "epoch", epoch))
         if not per_tok.empty:
-            panels.append((f"{fam}: measured here, per million tokens", fam, "per_tok", per_tok))
+            panels.append((f"{fam}: measured (projected), per million tokens", fam, "per_tok", per_tok))
     n = max(1, len(panels))
     n_series = sum(len(ref[ref["model"] == fam].groupby("series")) if kind == "epoch" else 0 for _, fam, kind, _ in panels) \
         + sum(len(m.groupby(["hardware", "strategy", "attention"])) for *_, m in panels if not m.empty)
