@@ -201,13 +201,43 @@ def test_random_init_is_drawn_on_the_device_where_it_fits():
     place = lf.random_init_place
     assert place(rnd, "cuda", "single", None, None) == place(rnd, "cuda", "ddp", 150.0, 139.0) == "device"
     assert place(rnd, "cuda", "fsdp", 50.4, 139.0) == "device_then_host"          # Gemma-2-27B bf16 on an H200
-    assert place(rnd, "cuda", "fsdp", 131.5, 139.0) == "host"                     # Llama-3.3-70B bf16: too large
-    assert place(rnd, "cuda", "fsdp", None, 139.0) == place(rnd, "cuda", "fsdp", 10.0, None) == "host"
+    # Llama-3.3-70B bf16 does not fit: drawn on the device module by module, kept on the host (its host init would
+    # take about 19 minutes, longer than any 10-minute call)
+    assert place(rnd, "cuda", "fsdp", 131.5, 139.0) == "device_by_module"
+    assert place(rnd, "cuda", "fsdp", None, 139.0) == place(rnd, "cuda", "fsdp", 10.0, None) == "device_by_module"
     # zero.Init draws and partitions each parameter on the device as it is built (70B on 2 H200s: 13.5 s), whatever
     # the source; it was once recorded as "host"
     assert place(rnd, "cuda", "zero3", 10.0, 139.0) == place(disk, "hpu", "zero3", None, None) == "zero3_init"
     assert place(rnd, "cpu", "single", 1.0, None) == place(rnd, "hpu", "fsdp", 1.0, 90.0) == "host"
     assert place(disk, "cuda", "single", 1.0, 139.0) == "host"
+
+
+@pytest.mark.parametrize("model_type,tied", [("llama", True), ("gemma2", False)])
+def test_module_by_module_init_draws_the_same_distributions(model_type, tied):
+    """``load_causal_lm(init_device=...)`` (FSDP's random init where the full weights do not fit one device) gives the
+    distributions of a plain ``from_config`` per parameter, the same buffers, ties kept, and a finite loss. Run with
+    the CPU as the init device here: the path is the same on an accelerator, only the storage's device differs."""
+    import torch
+    from accelbench.models.llm import load_causal_lm
+
+    config = {"model_type": model_type, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "head_dim": 16,
+              "tie_word_embeddings": tied}
+    spec = {"source": "random", "config": config}
+    plain = load_causal_lm(spec, dtype="float32").model
+    by_module = load_causal_lm(spec, dtype="float32", init_device=torch.device("cpu")).model
+    for (name, a), (_, b) in zip(plain.named_parameters(), by_module.named_parameters()):
+        assert b.device.type == "cpu" and b.dtype == a.dtype and bool(torch.isfinite(b).all()), name
+        a, b = a.detach(), b.detach()
+        assert abs(float(a.std()) - float(b.std())) <= 0.25 * float(a.std()) + 1e-6, name   # N(0, 0.02) or constant
+        assert abs(float(a.mean()) - float(b.mean())) <= 0.01, name
+        if float(a.std()) > 0:  # drawn, not copied from the uninitialised host memory
+            assert not torch.equal(b, torch.zeros_like(b)), name
+    for (name, a), (_, b) in zip(plain.named_buffers(), by_module.named_buffers()):
+        assert torch.equal(a, b), name
+    assert (by_module.lm_head.weight is by_module.get_input_embeddings().weight) == tied
+    ids = torch.randint(0, 512, (2, 8))
+    assert torch.isfinite(by_module(input_ids=ids, labels=ids).loss)
 
 
 def test_memory_precheck_and_oom_recorded(monkeypatch):
@@ -224,6 +254,28 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
     monkeypatch.setattr(lf, "available_devices", lambda backend, n: 1)
     out = lf.run(spec, system("cuda", devices=1, memory=80))
     assert out["status"] == "oom" and "GiB" in out["reason"] and out["measurements"]["weights_gib_needed"] > 130
+
+
+def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
+    """Llama-3.3-70B FSDP on a 2x H200 node (256 GiB): each rank's host copy of the weights (131 GiB) would not fit
+    twice; recorded as oom with the host memory it saw, before any rank starts."""
+    import psutil
+
+    f = lf.Plan("fsdp", 2, "eager", "eager", "bf16")
+    assert "262.8 GiB in all, more than the 250.0 GiB" in lf.host_memory_precheck(70_553_706_496, f, 2, 250.0)
+    assert lf.host_memory_precheck(70_553_706_496, f, 1, 250.0) is None                     # one rank per node fits
+    assert lf.host_memory_precheck(70_553_706_496, lf.Plan("zero3", 2, "eager", "eager", "bf16"), 2, 250.0) is None
+    assert lf.host_memory_precheck(8_030_261_248, f, 2, 250.0) is None
+    spec = {"settings": lf.LoraSettings().to_dict(), "strategy": "fsdp", "devices": 2, "attention": "eager",
+            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 8192,
+                                                     "intermediate_size": 28672, "num_hidden_layers": 80,
+                                                     "num_attention_heads": 64, "num_key_value_heads": 8,
+                                                     "vocab_size": 128256}}}
+    monkeypatch.setattr(lf, "available_devices", lambda backend, n: 2)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 250 * 2**30})())
+    out = lf.run(spec, system("cuda", devices=2, memory=139.8))
+    assert out["status"] == "oom" and out["reason"].startswith("host memory: under fsdp each of the 2 ranks")
+    assert out["measurements"]["host_available_gib"] == 250.0 and out["measurements"]["ranks_per_node"] == 2
 
 
 def test_runtime_oom_becomes_a_result(monkeypatch):

@@ -294,7 +294,8 @@ def count_parameters(model_spec: dict) -> int | None:
 
 def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib_full: float | None,
                       free_gib: float | None, share: float = 0.8) -> str:
-    """Where a model is built: ``"device"``, ``"device_then_host"``, ``"zero3_init"`` or ``"host"``.
+    """Where a model is built: ``"device"``, ``"device_then_host"``, ``"device_by_module"``, ``"zero3_init"`` or
+    ``"host"``.
 
     Random-init weights are drawn on the accelerator where possible: PyTorch draws ``normal_`` on the CPU in one thread
     (measured: 137 s per 8 B parameters), and at Gemma-2-27B shape the host init alone outlasted a 410 s window on an
@@ -302,11 +303,13 @@ def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib
     ``share`` of the free device memory and then moves it to the host (``"device_then_host"``), so FSDP shards from a
     host copy as it does with loaded weights and the measured peak memory is FSDP's own. ZeRO-3 builds under
     DeepSpeed's ``zero.Init``, which draws each parameter on the rank's device and partitions it as it is built
-    (``"zero3_init"``; Llama-3.3-70B on 2 H200s: 13.5 s). Weights read from disk and non-CUDA backends otherwise build
+    (``"zero3_init"``; Llama-3.3-70B on 2 H200s: 13.5 s). Where FSDP's full weights do not fit (Llama-3.3-70B: 131 GiB),
+    they are drawn on the device one module at a time and kept on the host (``"device_by_module"``,
+    :func:`accelbench.models.llm.init_module_by_module`). Weights read from disk and non-CUDA backends otherwise build
     on the host.
 
     Args:
-        weights_gib_full: the unsharded weights in GiB (None: unknown, build on the host for FSDP).
+        weights_gib_full: the unsharded weights in GiB (None: unknown; FSDP then draws them module by module).
         free_gib: free device memory in GiB (None: unknown).
     """
     if strategy == "zero3":
@@ -315,9 +318,10 @@ def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib
         return "host"
     if strategy in ("single", "ddp"):
         return "device"
-    if strategy == "fsdp" and weights_gib_full is not None and free_gib is not None \
-            and weights_gib_full <= share * free_gib:
-        return "device_then_host"
+    if strategy == "fsdp":
+        if weights_gib_full is not None and free_gib is not None and weights_gib_full <= share * free_gib:
+            return "device_then_host"
+        return "device_by_module"
     return "host"
 
 
@@ -339,6 +343,24 @@ def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: 
     if need > device_memory_gib:
         return (f"the {plan.precision} weights alone need {need:.1f} GiB per device under {plan.strategy} on "
                 f"{plan.devices} device(s), more than the {device_memory_gib} GiB of one device")
+    return None
+
+
+def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node: int,
+                         host_available_gib: float | None) -> str | None:
+    """OOM reason when FSDP's per-rank host copies of the full weights cannot fit the node's memory (None otherwise).
+
+    Under FSDP every rank of a node builds (or loads) the full model on the host before FSDP shards it to the devices,
+    so a node needs ``ranks_per_node`` x the full weights of free host memory: Llama-3.3-70B in bf16 on 2 ranks of a
+    2x H200 node needs 262.8 GiB of its 256 GiB. Other strategies build on the device (or partition under zero.Init).
+    """
+    if plan.strategy != "fsdp" or not n_params_config or not host_available_gib:
+        return None
+    need = ranks_per_node * weights_gib(n_params_config, plan.precision)
+    if need > host_available_gib:
+        return (f"host memory: under fsdp each of the {ranks_per_node} ranks of a node holds the full {plan.precision} "
+                f"weights ({weights_gib(n_params_config, plan.precision):.1f} GiB) on the host before sharding them, "
+                f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available")
     return None
 
 
@@ -716,7 +738,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         place = random_init_place(model_spec, system.backend, plan.strategy,
                                   weights_gib(n_config, plan.precision) if n_config else None, free_gib)
         with torch.device(device.torch_device) if place in ("device", "device_then_host") else contextlib.nullcontext():
-            lm = load_causal_lm(model_spec, dtype=weight_dtype)
+            by_module = {"init_device": device.torch_device} if place == "device_by_module" else {}
+            lm = load_causal_lm(model_spec, dtype=weight_dtype, **by_module)
         if place == "device_then_host":  # FSDP shards from the host copy, as with loaded weights
             lm.model.to("cpu")
             device.empty_cache()
@@ -923,10 +946,19 @@ def run(spec: dict, system, threads: int = 0, timeout_s: float | None = None) ->
     if plan.status == "ok" and system.backend != "cpu":
         n_params = count_parameters(spec["model"])
         reason = memory_precheck(n_params, plan, system.device_memory_gib)
+        host = {}
+        if not reason and plan.strategy == "fsdp":
+            import psutil
+
+            from .. import multinode
+
+            per_node = multinode.node_plan(system, plan.devices, "lora_finetune.runs devices").per_node
+            host = {"host_available_gib": psutil.virtual_memory().available / 2**30, "ranks_per_node": per_node}
+            reason = host_memory_precheck(n_params, plan, per_node, host["host_available_gib"])
         if reason:
             return {"status": "oom", "reason": reason, "plan": plan.to_dict(),
                     "measurements": {"parameters": n_params, "weights_gib_needed": weights_gib(n_params, plan.precision),
-                                     "estimate": "frozen weights only (lower bound); not run"}}
+                                     "estimate": "frozen weights only (lower bound); not run", **host}}
     if plan.status != "ok":
         return {"status": plan.status, "reason": plan.reason, "plan": plan.to_dict(), "measurements": {}}
     if plan.strategy == "single":
