@@ -8,8 +8,8 @@
 # the window (benchmarks/reference_run.sh); two-GPU work runs on both afterwards. The results of earlier parts
 # (reference_runs/h200-*/results/) are put in place first, so nothing is measured twice and the Nsight Compute jobs
 # find the profile results they need. Writes OUT_DIR/log.txt and OUT_DIR/results.tgz (the result.json files and
-# logs made by this part). Parts 1-2 and 4-6 ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml, pieces
-# 3-4 and 6-9); parts 7-9 are what is left.
+# logs made by this part). Every part ran on 2026-11-30 (reference_runs/h200-2026-11-30/run.yaml, pieces 3-4, 6-12;
+# pieces 13-14 are the single commands that finished the run, listed there).
 set -uo pipefail
 part=${1:?usage: reference_h200.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -132,12 +132,13 @@ case $part in
       "$Q/tinyllama_arch_random/fake/16_8_4/result.json $Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
     wait
     ;;
-  # Parts 4-6 ran on 2026-11-30 (pieces 6-9 of run.yaml). What they left, for the next lease: part 7 carries .whl/,
-  # .whl_b/, .whl_c/ (lm-evaluation-harness and datasets: node_wheels.sh .whl_c "lm_eval>=0.4.13,<0.5" datasets),
+  # Parts 7-9 (pieces 10-12, one lease, the node kept warm between calls): part 7 carries .whl/, .whl_b/, .whl_c/
+  # (lm-evaluation-harness and datasets: node_wheels.sh .whl_c "lm_eval>=0.4.13,<0.5" datasets),
   # resources/llm/tokenizers/smollm2 and resources/mri/whole_head_paper; parts 8 and 9 carry the GGUF's two parts.
-  # FSDP/ZeRO-3 at paper shape build the random-init model on the host: give each a window of its own.
+  # The exported model folders (resources/llm/<model>) are node-local: a fresh node rebuilds them and what depends on
+  # them (part 9 re-measured both sensitivity jobs, and its TinyLlama stream ran out of window before the methods).
   7)  # Nsight Compute channels_last_3d, then compile | tf32_compile, compile_autotuned; then LoRA 8B eager DDP and the
-      # LoRA benchmark (fast_host_step, measured on CPU only so far)
+      # LoRA benchmark (fast_host_step and the non-blocking batch copies, on a GPU)
     until=$(( limit - 120 ))
     stream g0 0 "$half" "$NCU/channels_last_3d/result.json" "$SA/compile/result.json"
     stream g1 1 "$half" "$SA/tf32_compile/result.json" "$SA/compile_autotuned/result.json"
