@@ -376,7 +376,8 @@ def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
     cfg = {"system": {"name": "cpu"}, "model": "smollm2_135m", "method": method, "bitset": bitset}
     m = {"perplexity": {"value": 20.0, "tokens": 1022, "chunk_len": 512}, "eval_time": {"value": eval_s},
          "eval_tokens_per_s": {"value": 1022 / eval_s}, "forward_benchmark": {"tokens_per_s": fwd},
-         "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0}, "model": info}
+         "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0}, "model": info,
+         "data": {"name": "CPython pydoc_data.topics", "part": "test"}}
     path = tmp_path / method / bitset / "result.json"
     results.write_result(results.make_result("llm_quant", "ok", cfg, env, m, None), path)
     return path
@@ -405,6 +406,9 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     assert (ours["forward_bench_tok_per_s"] == 999.0).all() and (ours["chunk_len"] == 512).all()
     md = (out / "table.md").read_text()
     assert "already 4-bit representable" in md and "understated" in md
+    # each row names the text its perplexity is on (the caption once said "WikiText-2" for every row)
+    assert (ours["text"] == "CPython pydoc_data.topics test").all()
+    assert set(df[df["source"] == "published"]["text"]) == {"WikiText-2 test"} and "WikiText-2 layout" not in md
     assert model_label("TinyLlama-1.1B", "float32") == "TinyLlama-1.1B (fp32)"
 
 

@@ -34,7 +34,7 @@ ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS for c in (f"{t}_acc_pct", f"{t}_n"
 # throughput_tok_per_s is Study B's throughput: evaluation tokens / evaluation time (ours: eval_tokens_per_s; the
 # published columns satisfy throughput x eval time = 338.4k tokens, WikiText-2's test split). The forward benchmark
 # on random token ids is a different number and keeps its own column, forward_bench_tok_per_s.
-COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "perplexity", "compression_x",
+COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "text", "perplexity", "compression_x",
            "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "chunk_len",
            "forward_bench_tok_per_s", *ACCURACY_COLUMNS, "weights", "noise", "status", "reason", "accuracy_reason"]
 BASELINE_CAVEAT = ("A model loaded from a quantized file (the bundled SmolLM2-135M GGUF: Q4_1 decoder weights, Q8_0 "
@@ -85,7 +85,7 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
             label = "INC FP8 (half of MLP) + BF16" if method == "real_fp8" else "INT8 weight-only + FP16"
         rows.append({"source": "published", "model": PUBLISHED_MODEL, "hardware": PUBLISHED_HARDWARE.get(system, system),
                      "system": system,
-                     "method": method, "bitset": bitset, "label": label,
+                     "method": method, "bitset": bitset, "label": label, "text": "WikiText-2 test",
                      "perplexity": wt.loc["perplexity", col], "compression_x": wt.loc["compression_x", col],
                      "throughput_tok_per_s": wt.loc["throughput_tok_per_s", col], "eval_time_s": wt.loc["eval_time_s", col],
                      **{f"{t}_acc_pct": float(a[col].iloc[0]) for t, a in acc.items() if len(a)},
@@ -107,8 +107,10 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         weights = model_info.get("weights")
         if weights and model_info.get("quantized_file"):
             weights = f"{weights}, {model_info['quantized_file']} dequantized"
+        data = m.get("data") or {}
+        text = " ".join(str(x) for x in (data.get("name"), data.get("part")) if x) or None
         row = {"source": r.get("_series", "measured"), "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
-               "method": cfg["method"], "bitset": cfg["bitset"], "label": label,
+               "method": cfg["method"], "bitset": cfg["bitset"], "label": label, "text": text,
                "weights": weights, "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r)}
         if r["status"] == "ok":
             row.update({"perplexity": m["perplexity"]["value"], "eval_tokens": m["perplexity"]["tokens"],
@@ -289,7 +291,8 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     results = load_results(result_paths)
     published, source = read_reference(reference_path)
     table = _order(pd.concat([measured_rows(results), published.reindex(columns=COLUMNS)], ignore_index=True))
-    caption = ("Study B quantization (WikiText-2 layout): perplexity on chunk_len-token chunks, compression of the "
+    caption = ("Study B quantization: perplexity on chunk_len-token chunks of each row's text (Study B: the WikiText-2 "
+               "test split; measured rows: the text their result names, which may be another corpus), compression of the "
                "decoder-layer weights vs. FP32, throughput (evaluation tokens / evaluation time, tokens/s, as Study B) "
                "and evaluation time per method; forward_bench_tok_per_s is a separate forward benchmark on random "
                "token ids. HellaSwag acc_norm and BoolQ accuracy (%, 0-shot by default, lm-evaluation-harness on the "
