@@ -261,3 +261,9 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     vs = pd.read_csv(tmp_path / "no_ncu" / "claims_vs_measured.csv").set_index("claim_id")
     assert "proxy" in vs.loc["a8", "how"] and vs.loc["a8", "verdict"] == "not measured here"  # an H100 claim, on H100
     assert "no unet3d_ncu results" in vs.loc["a8", "why"]
+
+    unsupported = [fr.ncu("h100", c, status="unsupported", reason="ncu: counters not readable (ERR_NVGPUCTRPERM)")
+                   for c in ("baseline", "tf32")]  # counters tried but not measured: the proxy stays, labelled so
+    study_a.aggregate(paths[:2] + fr.write(tmp_path / "unsupported", unsupported), CLAIMS[0], tmp_path / "unsup")
+    vs = pd.read_csv(tmp_path / "unsup" / "claims_vs_measured.csv").set_index("claim_id")
+    assert "proxy" in vs.loc["a8", "how"] and "ERR_NVGPUCTRPERM" in vs.loc["a8", "why"]

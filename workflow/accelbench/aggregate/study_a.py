@@ -166,8 +166,8 @@ COUNTER_HOW = "Nsight Compute counters (unet3d_ncu), the value and verdict of cl
 def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | None = None) -> pd.DataFrame:
     """Each published claim beside what each measured system shows (or why it is not measured), with the verdict and
     reason of the claims table (``accelbench.aggregate.claims``, same code). ``results``: the loaded unet3d_profile and
-    unet3d_ncu results; where a (system, model) has unet3d_ncu results its counter claims show the counter values of
-    the claims table, not a time-ratio proxy."""
+    unet3d_ncu results; where a (system, model) has measured unet3d_ncu counters (status ok) its counter claims show
+    the counter values of the claims table, not a time-ratio proxy."""
     from . import claims as cl  # claims imports this module
     from . import study_a_ncu
 
@@ -184,7 +184,7 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
             value, how = _measured_for_claim(claim, sysdf[~tuned])
             verdict = judged.get((claim["claim_id"], system, model), {})
             counters = claim["metric"] in cl.NCU_QUANTITIES and not ncu.empty and \
-                ((ncu["system"] == system) & (ncu["model"] == model)).any()
+                ((ncu["system"] == system) & (ncu["model"] == model) & (ncu["status"] == "ok")).any()
             if counters:  # the counters measured it: the claims table's value, no proxy beside it
                 value, how = verdict.get("measured") or "not measured", COUNTER_HOW
             row = {"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
