@@ -141,8 +141,8 @@ def _ok_row(df: pd.DataFrame, conf: str, what: str):
     return r
 
 
-# A rate (IPC, tensor-pipe utilisation) describes the kernels it was measured over: a claim comparing two configurations'
-# rates is judged only when each covers at least this share of the step's device time (the ncu coverage target).
+# A rate (IPC, tensor-pipe utilisation) describes the kernels it was measured over: a claim comparing two
+# configurations' rates is judged only when each covers at least this share of the step's device time (the ncu coverage target).
 RATE_COVERAGE_MIN = 0.8
 QUALITY_PROXY = ("proxy: the predicted noise of one untrained network compared with the baseline configuration's "
                  "(the result names no method)")
@@ -419,7 +419,8 @@ TIMING_FREE = {"compression_x", "perplexity_increase_pct", "sensitivity_max_over
                "synthesis_quality", "oom_without_sharding", "dynamic_instructions_reduction_x", "instructions_ratio"}
 
 
-# Claims whose check is the direction only (sharded slower than DDP: x >= 1); the published magnitude is shown, not judged.
+# Claims whose check is the direction only (sharded slower than DDP: x >= 1); the published magnitude is shown, not
+# judged.
 DIRECTION_ONLY = {"fsdp_slowdown_vs_ddp", "zero3_slowdown_vs_ddp"}
 
 
@@ -461,7 +462,8 @@ def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate) -> dict:
         tail += " (direction; the published magnitude is not judged)"
     notes = list(dict.fromkeys(o.note for o in obs if o.note))
     if notes:
-        tail += "; measured with a proxy, not the claimed quantity: " + " / ".join(n.removeprefix("proxy: ") for n in notes)
+        tail += "; measured with a proxy, not the claimed quantity: " + " / ".join(
+            n.removeprefix("proxy: ") for n in notes)
     failed = [o for o in judged if not passes(claim, o.value)]
     if failed:
         return {**row, "verdict": "does not hold",

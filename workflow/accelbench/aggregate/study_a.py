@@ -1,9 +1,9 @@
 """Study A aggregation: the profiling table, three figures, and published claims beside measured values.
 
 Inputs are ``unet3d_profile`` result files from any number of systems (and ``unet3d_ncu`` results, which only the
-counter claims of ``claims_vs_measured`` read: its verdicts are those of :mod:`accelbench.aggregate.claims`). Hardware labels in tables
-and figures come from each result's provenance. Rows that did not run carry an explicit ``OOM`` or
-``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
+counter claims of ``claims_vs_measured`` read: its verdicts are those of :mod:`accelbench.aggregate.claims`).
+Hardware labels in tables and figures come from each result's provenance. Rows that did not run carry an explicit
+``OOM`` or ``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
 """
 
 from __future__ import annotations
