@@ -61,6 +61,26 @@ def unet3d(system: str, configuration: str, step_ms: float = 100.0, status: str 
                   m, status, reason)
 
 
+def ncu(system: str, configuration: str, sm_cycles: float = 1e9, instructions: float = 2e9, ipc: float = 2.0,
+        tensor_pipe_pct: float = 10.0, rates_time_share: float | None = 0.7, rates_over_every_kernel: bool = False,
+        status: str = "ok", reason=None) -> dict:
+    """An unet3d_ncu result with a coverage pass (SM cycles and instructions over every kernel of the step) and, as
+    ``measurements.total``, IPC and tensor pipe over every kernel too (``rates_over_every_kernel``) or only over the
+    detail pass's kernels, which take ``rates_time_share`` of the step's device time."""
+    m = None
+    if status == "ok":
+        every = ["sm_cycles", "instructions", "duration_ns"] + (["ipc", "tensor_pipe_pct"] if rates_over_every_kernel else [])
+        total = {"sm_cycles": sm_cycles, "instructions": instructions, "ipc": ipc, "tensor_pipe_pct": tensor_pipe_pct,
+                 "dram_throughput_pct": 10.0, "l1_hit_pct": 20.0, "l2_hit_pct": 50.0, "duration_ns": 1e8,
+                 "top_stalls": [["long_scoreboard", 1.0]], "kernels": 1000, "rate_kernels": 100,
+                 "coverage_counters": every, "rates_time_share": rates_time_share}
+        m = {"architecture": "hopper", "metrics": {}, "kernel_selection": {"device_time_share": 0.85},
+             "profiled_kernels": 1000, "total": total, "by_class": {"convolution": {"kernels": 100, **total}},
+             "coverage": {"target": 0.8, "device_time_share": 1.0,
+                          "coverage": {"device_time_share": 1.0, "kernels_profiled": 1000, "kernels_in_step": 1000.0}}}
+    return result("unet3d_ncu", system, {"model": "whole_head", "configuration": configuration}, m, status, reason)
+
+
 def sr3(system: str, devices: int, iteration_ms: float, precision: str = "fp32", status: str = "ok", reason=None) -> dict:
     m = None
     if status == "ok":

@@ -19,6 +19,7 @@ VALID = {
     "unet3d_profile ok": lambda: fr.unet3d("cpu", "baseline"),
     "unet3d_profile unsupported": lambda: fr.unet3d("cpu", "tf32", status="unsupported", reason="TF32 needs CUDA"),
     "unet3d_profile oom": lambda: fr.unet3d("h100", "baseline", status="oom", reason="out of device memory: 3 GiB"),
+    "unet3d_ncu ok": lambda: fr.ncu("h100", "tf32"),
     "sr3 ok": lambda: fr.sr3("cpu", 2, 100.0),
     "lora ok": lambda: fr.lora("cpu", "flash", "ddp", 2),
     "quant ok": lambda: fr.quant("cpu", "fake", "8_4_4", compression=5.9),

@@ -165,7 +165,7 @@ def update(root: str | Path, readme: str | Path, check: bool = False) -> list[Pa
 
 # (experiment folders whose results feed it, published reference file under resources/reference/, output folder)
 TABLES = (
-    ("study_a", ("unet3d_profile",), "study_a_claims.csv"),
+    ("study_a", ("unet3d_profile", "unet3d_ncu"), "study_a_claims.csv"),
     ("study_a_ncu", ("unet3d_ncu",), "study_a_claims.csv"),
     ("study_b_sr3", ("sr3_scaling",), "study_b_sr3_scaling.csv"),
     ("study_b_lora", ("lora_finetune",), "study_b_finetune_runtime.csv"),

@@ -10,8 +10,10 @@ claims of Study A (``study_a_claims.csv``) and Study B (``study_b_claims.csv``),
 A system is checked on every observation the claim covers (each bit set, device count, model family...);
 ``holds`` needs all of them to pass. The verdict is one of :data:`VERDICTS`; ``not measured here`` always says
 why: the experiment was not run, the case was ``unsupported``/``OOM`` (with the result's reason), the claim is
-about other hardware (``applies_to``), or the result was flagged noisy (``measurements.noise.noisy``: not measured
-reliably). Hardware labels come from each result's provenance.
+about other hardware (``applies_to``; the value measured here is still shown), a rate counter (IPC, tensor pipe)
+covers less than :data:`RATE_COVERAGE_MIN` of a compared configuration's step device time, every pair of a
+flash-attention gain lies within its timing spread, or the result was flagged noisy (``measurements.noise.noisy``: not
+measured reliably). Hardware labels come from each result's provenance.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ COLUMNS = ["study", "claim_id", "claim", "source", "quantity", "tolerance", "pub
 
 
 class NotMeasured(Exception):
-    """A claim cannot be checked on a system; the message says why."""
+    """A claim cannot be checked on a system; the message says why, ``measured`` what was observed all the same."""
+
+    def __init__(self, why: str, measured: str = ""):
+        super().__init__(why)
+        self.measured = measured
 
 
 @dataclass
@@ -47,6 +53,8 @@ class Observation:
     value: float | bool
     text: str
     results: list[dict] = field(default_factory=list)
+    unresolved: bool = False  # inside the measurement spread: evidence neither way, left out of the verdict
+    note: str = ""  # how it was measured, when that is not what the claim names (a proxy); shown in measured and why
 
 
 # --------------------------------------------------------------------------- reading
@@ -61,8 +69,14 @@ def read_claims(path: str | Path, study: str) -> pd.DataFrame:
         df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise DataError(f"claims file not found: {path}") from None
+    return claims_frame(df, study, str(path))
+
+
+def claims_frame(df: pd.DataFrame, study: str, name: str = "claims") -> pd.DataFrame:
+    """:func:`read_claims` on a claims table already read (``name`` labels it in errors)."""
     if "check" not in df:
-        raise DataError(f"{path}: no 'check' column (each claim needs check, low, high)")
+        raise DataError(f"{name}: no 'check' column (each claim needs check, low, high)")
+    df = df.copy()
     if "metric" in df and "quantity" not in df:  # Study A's layout
         conf = df["configuration"]
         df = df.assign(
@@ -127,6 +141,43 @@ def _ok_row(df: pd.DataFrame, conf: str, what: str):
     return r
 
 
+# A rate (IPC, tensor-pipe utilisation) describes the kernels it was measured over: a claim comparing two
+# configurations' rates is judged only when each covers at least this share of the step's device time (the ncu coverage target).
+RATE_COVERAGE_MIN = 0.8
+QUALITY_PROXY = ("proxy: the predicted noise of one untrained network compared with the baseline configuration's "
+                 "(the result names no method)")
+
+
+def rate_coverage(row: pd.Series, rate: str) -> tuple[float | None, str]:
+    """(share of the step's device time a rate column of a study_a_ncu.counter_rows row was measured over, basis):
+    1.0 when the coverage pass measured it over every kernel (``rates_over_every_kernel``), else ``rates_time_share``
+    (the detail pass on the top kernels), else ``device_time_covered`` (no coverage pass: the profiled kernels);
+    (None, "unknown") when the row says nothing."""
+    every = [c.strip() for c in str(row.get("rates_over_every_kernel") or "").split(",")]
+    if rate in every:
+        return 1.0, "every kernel"
+    for col, basis in (("rates_time_share", "detail pass"), ("device_time_covered", "profiled kernels")):
+        v = row.get(col)
+        if v is not None and pd.notna(v):
+            return float(v), basis
+    return None, "unknown"
+
+
+def _check_rate_coverage(rate: str, rows: dict, measured: str) -> None:
+    """Raise NotMeasured (with ``measured`` kept) unless the ``rate`` of every row (by configuration) covers at least
+    RATE_COVERAGE_MIN of its step's device time."""
+    short = []
+    for conf, row in rows.items():
+        share, basis = rate_coverage(row, rate)
+        if share is None:
+            short.append(f"{conf}: the share of the step's device time behind its IPC/tensor-pipe rates is unknown")
+        elif share < RATE_COVERAGE_MIN:
+            short.append(f"{conf}: IPC/tensor-pipe rates cover {share:.0%} of the step's device time ({basis}), "
+                         f"below {RATE_COVERAGE_MIN:.0%}")
+    if short:
+        raise NotMeasured("; ".join(short), measured)
+
+
 def study_a_observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame, res: dict) -> list[Observation]:
     """Observations of one Study A claim on one (system, model): ``prof`` rows of study_a.result_rows, ``ncu`` rows
     of study_a_ncu.counter_rows, ``res`` the result dicts by (experiment, configuration)."""
@@ -142,8 +193,14 @@ def study_a_observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame
         ok = prof[prof["status"] == "ok"]
         if ok.empty:
             raise NotMeasured("no unet3d_profile configuration ran")
+        def method(conf):  # each result names how its quality was measured (a proxy)
+            r = res.get(("unet3d_profile", conf))
+            q = ((r or {}).get("measurements") or {}).get("quality") or {}
+            return q.get("method") or QUALITY_PROXY
+
         return [Observation(bool(r["quality_holds"]), f"{r['configuration']}: rel. L2 {r['quality_rel_l2_noise']:.2g}",
-                            used(("unet3d_profile", r["configuration"]))) for _, r in ok.iterrows()]
+                            used(("unet3d_profile", r["configuration"])), note=method(r["configuration"]))
+                for _, r in ok.iterrows()]
     if q in ("speedup_x", "throughput_gain"):
         r = _ok_row(prof, conf, "unet3d_profile")
         _ok_row(prof, "baseline", "unet3d_profile")
@@ -163,14 +220,19 @@ def study_a_observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame
         if not (pd.notna(r.get("tensor_pipe_pct")) and pd.notna(b.get("tensor_pipe_pct")) and b["tensor_pipe_pct"] > 0):
             raise NotMeasured("tensor-pipe utilisation not read by ncu on this GPU")
         v = r["tensor_pipe_pct"] / b["tensor_pipe_pct"]
-        return [Observation(v, f"{conf}: tensor pipe {b['tensor_pipe_pct']:.1f}% -> {r['tensor_pipe_pct']:.1f}% ({v:.2f}x)", pair)]
+        text = f"{conf}: tensor pipe {b['tensor_pipe_pct']:.1f}% -> {r['tensor_pipe_pct']:.1f}% ({v:.2f}x)"
+        _check_rate_coverage("tensor_pipe_pct", {"baseline": b, conf: r}, text)
+        return [Observation(v, text, pair)]
     if col is None:
         raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
     v = r.get(col)
     if v is None or pd.isna(v):
         raise NotMeasured(f"{col} not available from the ncu results (see counters.csv)")
     v = 1 / v if invert else float(v)
-    return [Observation(v, f"{conf}: {q.replace('_', ' ')} {v:.3g}", pair)]
+    text = f"{conf}: {q.replace('_', ' ')} {v:.3g}"
+    if q == "ipc_change_pct":
+        _check_rate_coverage("ipc", {"baseline": b, conf: r}, text)
+    return [Observation(v, text, pair)]
 
 
 # --------------------------------------------------------------------------- Study B
@@ -256,12 +318,14 @@ def _lora_obs(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation
             if "eager" in t and "flash" in t:
                 v = 100 * (t["eager"] / t["flash"] - 1)
                 (e_lo, e_hi), (f_lo, f_hi) = spread["eager"], spread["flash"]
-                overlap = "" if pd.isna([e_lo, e_hi, f_lo, f_hi]).any() or e_hi < f_lo or f_hi < e_lo \
-                    else " (the p10-p90 spreads overlap)"
+                # spreads that overlap: the difference is inside the measurement spread, evidence neither way
+                overlap = not (pd.isna([e_lo, e_hi, f_lo, f_hi]).any() or e_hi < f_lo or f_hi < e_lo)
                 label = "single" if n == 1 else strat
                 obs.append(Observation(v, f"{fam} {label} n={n}: eager {t['eager']:.0f} ms "
                                           f"(p10-p90 {e_lo:.0f}-{e_hi:.0f}), flash {t['flash']:.0f} ms "
-                                          f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%{overlap}", used(g)))
+                                          f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%"
+                                          + (" (the p10-p90 spreads overlap: unresolved)" if overlap else ""),
+                                       used(g), unresolved=overlap))
         if not obs:
             raise NotMeasured("no pair of eager and flash runs at equal model, strategy and devices")
         return obs
@@ -355,27 +419,58 @@ TIMING_FREE = {"compression_x", "perplexity_increase_pct", "sensitivity_max_over
                "synthesis_quality", "oom_without_sharding", "dynamic_instructions_reduction_x", "instructions_ratio"}
 
 
+# Claims whose check is the direction only (sharded slower than DDP: x >= 1); the published magnitude is shown, not
+# judged.
+DIRECTION_ONLY = {"fsdp_slowdown_vs_ddp", "zero3_slowdown_vs_ddp"}
+
+
+def _measured_text(obs: list[Observation]) -> str:
+    notes = list(dict.fromkeys(o.note for o in obs if o.note))
+    return (f"({' / '.join(notes)}) " if notes else "") + "; ".join(o.text for o in obs)
+
+
 def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate) -> dict:
-    """Evaluate one claim on one system: ``evaluate()`` returns the observations or raises NotMeasured."""
+    """Evaluate one claim on one system: ``evaluate()`` returns the observations or raises NotMeasured.
+
+    A claim about other hardware (``applies_to``) is ``not measured here`` with the value measured here still shown.
+    Observations marked ``unresolved`` (inside their timing spread) are listed but left out of the verdict; if all
+    are, the claim is ``not measured here``."""
     row = {**_claim_cells(claim), "system": system, "hardware": hardware, "measured": ""}
     if not _applies(claim, system, hardware):
-        return {**row, "verdict": "not measured here",
-                "why": f"the claim is about {claim['applies_to'].upper()}; this is {hardware}"}
+        why = f"the claim is about {claim['applies_to'].upper()}; this is {hardware}"
+        try:
+            row["measured"] = _measured_text(evaluate())
+        except NotMeasured as exc:
+            row["measured"], why = exc.measured, f"{why} (and here: {exc})"
+        return {**row, "verdict": "not measured here", "why": why}
     try:
         obs = evaluate()
     except NotMeasured as exc:
-        return {**row, "verdict": "not measured here", "why": str(exc)}
-    row["measured"] = "; ".join(o.text for o in obs)
+        return {**row, "measured": exc.measured, "verdict": "not measured here", "why": str(exc)}
+    row["measured"] = _measured_text(obs)
     noisy = [w for o in obs for r in o.results if (w := noise_why(r))]
     if noisy and claim["quantity"] not in TIMING_FREE:
         return {**row, "verdict": "not measured here", "why": f"not measured reliably: result flagged noisy ({noisy[0]})"}
-    failed = [o for o in obs if not passes(claim, o.value)]
+    unresolved = [o for o in obs if o.unresolved]
+    judged = [o for o in obs if not o.unresolved]
+    if not judged:
+        return {**row, "verdict": "not measured here", "why": "every pair within its timing spread (p10-p90 overlap)"}
+    of = f"{len(judged)} resolved pair{'s' if len(judged) > 1 else ''}" if unresolved else str(len(judged))
+    tail = (f"; {len(unresolved)} pair{'s' if len(unresolved) > 1 else ''} within "
+            f"{'their' if len(unresolved) > 1 else 'its'} timing spread") if unresolved else ""
+    if claim["quantity"] in DIRECTION_ONLY:
+        tail += " (direction; the published magnitude is not judged)"
+    notes = list(dict.fromkeys(o.note for o in obs if o.note))
+    if notes:
+        tail += "; measured with a proxy, not the claimed quantity: " + " / ".join(
+            n.removeprefix("proxy: ") for n in notes)
+    failed = [o for o in judged if not passes(claim, o.value)]
     if failed:
         return {**row, "verdict": "does not hold",
-                "why": f"{len(failed)} of {len(obs)} " + ("false" if claim["check"] == "true" else
-                                                           f"outside {tolerance_text(claim)}") + f": {failed[0].text}"}
+                "why": f"{len(failed)} of {of} " + ("false" if claim["check"] == "true" else
+                                                     f"outside {tolerance_text(claim)}") + f": {failed[0].text}{tail}"}
     within = "true" if claim["check"] == "true" else f"within {tolerance_text(claim)}"
-    return {**row, "verdict": "holds", "why": f"{len(obs)} of {len(obs)} {within}"}
+    return {**row, "verdict": "holds", "why": f"{len(judged)} of {of} {within}{tail}"}
 
 
 def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
@@ -395,6 +490,23 @@ def _key(r: dict) -> tuple:
             "lora_finetune": lambda: (c.get("family", c.get("model_name")), c["attention"], c["strategy"],
                                       int(c["devices"])),
             "sr3_scaling": lambda: (c["precision"], int(c["devices"]))}[r["experiment"]]()
+
+
+def study_a_verdicts(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame,
+                     results: list[dict]) -> list[tuple[str, str, dict]]:
+    """(system, model, claims-table row) of one Study A claim per (system, model) of ``prof``
+    (study_a.result_rows); ``ncu``: study_a_ncu.counter_rows; ``results``: the unet3d_profile and unet3d_ncu results.
+    Also used by study_a's claims_vs_measured table, so both tables say the same."""
+    out = []
+    for (system, model), g in prof.groupby(["system", "model"]) if not prof.empty else []:
+        res = {_key(r): r for r in results
+               if r["config"]["system"]["name"] == system and r["config"]["model"] == model}
+        n = ncu[(ncu["system"] == system) & (ncu["model"] == model)] if not ncu.empty else ncu
+        row = verdict_row(claim, system, g["hardware"].iloc[0],
+                          lambda c=claim, g=g, n=n, res=res: study_a_observations(c, g, n, res))
+        row["claim"] = f"{claim['claim']} [{model}]"
+        out.append((system, model, row))
+    return out
 
 
 def _not_run(claim: pd.Series, experiment: str) -> dict:
@@ -425,13 +537,8 @@ def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: pd.Da
             rows.append(_not_run(claim, exp))
             continue
         if exp in ("unet3d_profile", "unet3d_ncu"):
-            for (system, model), g in prof.groupby(["system", "model"]) if not prof.empty else []:
-                res = {_key(r): r for r in by.get("unet3d_profile", []) + by.get("unet3d_ncu", [])
-                       if r["config"]["system"]["name"] == system and r["config"]["model"] == model}
-                n = ncu[(ncu["system"] == system) & (ncu["model"] == model)] if not ncu.empty else ncu
-                rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
-                                        lambda c=claim, g=g, n=n, res=res: study_a_observations(c, g, n, res)))
-                rows[-1]["claim"] = f"{claim['claim']} [{model}]"
+            rows += [row for _, _, row in study_a_verdicts(claim, prof, ncu, by.get("unet3d_profile", [])
+                                                             + by.get("unet3d_ncu", []))]
         elif exp == "llm_quant":
             models = sorted({(r["config"]["system"]["name"], r["config"]["model"]) for r in group})
             for system, model in models:

@@ -1,8 +1,9 @@
 """Study A aggregation: the profiling table, three figures, and published claims beside measured values.
 
-Inputs are ``unet3d_profile`` result files from any number of systems. Hardware labels in tables
-and figures come from each result's provenance. Rows that did not run carry an explicit ``OOM`` or
-``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
+Inputs are ``unet3d_profile`` result files from any number of systems (and ``unet3d_ncu`` results, which only the
+counter claims of ``claims_vs_measured`` read: its verdicts are those of :mod:`accelbench.aggregate.claims`).
+Hardware labels in tables and figures come from each result's provenance. Rows that did not run carry an explicit
+``OOM`` or ``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
 """
 
 from __future__ import annotations
@@ -159,22 +160,43 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
     return "not measured", "needs Nsight Compute hardware counters"
 
 
-def claims_table(claims: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Each published claim beside what each measured system shows (or why it is not measured)."""
+COUNTER_HOW = "Nsight Compute counters (unet3d_ncu), the value and verdict of claims/claims.csv"
+
+
+def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | None = None) -> pd.DataFrame:
+    """Each published claim beside what each measured system shows (or why it is not measured), with the verdict and
+    reason of the claims table (``accelbench.aggregate.claims``, same code). ``results``: the loaded unet3d_profile and
+    unet3d_ncu results; where a (system, model) has measured unet3d_ncu counters (status ok) its counter claims show
+    the counter values of the claims table, not a time-ratio proxy."""
+    from . import claims as cl  # claims imports this module
+    from . import study_a_ncu
+
+    results = results or []
+    ncu = study_a_ncu.counter_rows([r for r in results if r["experiment"] == "unet3d_ncu"])
+    judged = {}
+    for _, c in cl.claims_frame(claims, "A").iterrows():
+        for system, model, row in cl.study_a_verdicts(c, df, ncu, results):
+            judged[(c["claim_id"], system, model)] = row
     rows = []
     for _, claim in claims.iterrows():
         for (system, model), sysdf in (df.groupby(["system", "model"]) if not df.empty else []):
             tuned = sysdf["configuration"].str.endswith(AUTOTUNED)
             value, how = _measured_for_claim(claim, sysdf[~tuned])
+            verdict = judged.get((claim["claim_id"], system, model), {})
+            counters = claim["metric"] in cl.NCU_QUANTITIES and not ncu.empty and \
+                ((ncu["system"] == system) & (ncu["model"] == model) & (ncu["status"] == "ok")).any()
+            if counters:  # the counters measured it: the claims table's value, no proxy beside it
+                value, how = verdict.get("measured") or "not measured", COUNTER_HOW
             row = {"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
                    "configuration": claim["configuration"], "metric": claim["metric"],
                    "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
                    "model": model, "measured": value, "how": how + "; Study A-faithful series (cuDNN autotuning off)",
                    "measured_autotuned": None,
                    "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])}
-            if tuned.any():  # our series beside it, same claim on the _autotuned configurations
+            if tuned.any() and not counters:  # our series beside it, same claim on the _autotuned configurations
                 auto = sysdf[tuned].assign(configuration=sysdf.loc[tuned, "configuration"].str.removesuffix(AUTOTUNED))
                 row["measured_autotuned"] = _measured_for_claim(claim, auto)[0]
+            row["verdict"], row["why"] = verdict.get("verdict"), verdict.get("why")
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -296,13 +318,15 @@ def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
 
 def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: str | Path) -> dict[str, Path]:
     """Write table.{csv,md,tex}, claims_vs_measured.{csv,md,tex} and the three figures to ``out_dir``.
+    ``result_paths``: unet3d_profile results, and any unet3d_ncu results (used only by the counter claims).
 
     Raises:
         ResultError: a result file is missing or corrupt.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = load_results(result_paths)
+    loaded = load_results(result_paths)
+    results = [r for r in loaded if r.get("experiment") != "unet3d_ncu"]  # the counters feed the claims only
     df = result_rows(results)
     hw = joined_labels(df)
     sw = joined_labels(df, "software", "")
@@ -314,10 +338,12 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"Quality: an untrained network's predicted noise vs. the baseline's (rel. L2, PSNR, SSIM; a proxy "
                 f"for synthesis quality). noise: 'noisy' where other processes loaded the host or the timing spread "
                 f"p90/median passed the config's threshold (measurements.noise).")
-    claims = claims_table(read_claims(claims_path), df)
+    claims = claims_table(read_claims(claims_path), df, loaded)
     write_table(claims, out_dir / "claims_vs_measured",
                 f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}. A result "
-                f"flagged noisy (other load on the host, or a wide timing spread) reads '{NOT_RELIABLE}'.",
+                f"flagged noisy (other load on the host, or a wide timing spread) reads '{NOT_RELIABLE}'. verdict, why: "
+                f"as in claims/claims.csv; where unet3d_ncu results exist, the counter claims show the counter values "
+                f"judged there.",
                 empty="No Study A result to compare with the claims.")
     fig_speedup(df, out_dir / "fig_speedup.png")
     fig_breakdown(df, out_dir / "fig_kernel_breakdown.png")
