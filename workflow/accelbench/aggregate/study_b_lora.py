@@ -2,7 +2,9 @@
 
 Inputs are ``lora_finetune`` result files from any number of systems plus the published series
 (``study_b_finetune_runtime.csv``: minutes per epoch read off Study B's Fig. 2, approximate). Hardware labels come
-from each result's provenance, with the devices the job used (pairs match on them, not on the devices visible); rows that did not run carry ``OOM``/``unsupported`` and the reason.
+from each result's provenance, with the devices the job used (pairs match on them, not on the devices visible on the
+node); rows that did not run carry ``OOM``/``unsupported`` and the reason. An ok row whose result lacks the model's
+parameter count (0 or absent) shows no MFU-6N (6N needs N) and says so in ``reason``.
 
 Definitions (same for ours and the published series):
   * flash-attention gain = time(eager) / time(flash) - 1 at equal system, model, strategy and devices;

@@ -86,8 +86,9 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
-        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "device": r.get("_device", r["_hardware"]),
-               "software": r["_software"], "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
+        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "device": r.get("_device", r["_hardware"]),  # the label without a count: the series over devices
+               "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
                "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
         row.update(layout_columns(m.get("launch"), int(cfg["devices"])))
