@@ -85,6 +85,46 @@ def test_lora_touches_only_q_and_v():
         lf.apply_lora(tiny_llama(), lf.LoraSettings(target_modules=("nonexistent",)))
 
 
+def _partition_like_zero3(model):
+    """What DeepSpeed's ``zero.Init`` leaves on a rank: every parameter's storage emptied (``numel() == 0``), its full
+    element count in ``ds_numel`` and full shape in ``ds_shape``."""
+    for p in model.parameters():
+        p.ds_numel, p.ds_shape = p.numel(), p.shape
+        p.data = torch.empty(0, dtype=p.dtype)
+    return model
+
+
+def test_parameter_counts_see_through_zero3_partitioning(monkeypatch):
+    """ZeRO-3 reference results recorded ``model.parameters: 0`` (numel of partitioned parameters), making 6N and
+    MFU-6N ~1000x too small: counts use DeepSpeed's ``ds_numel`` where present."""
+    import transformers
+    from accelbench.models import llm
+
+    class Fake:  # a partitioned parameter: no local elements, the full size in ds_numel
+        ds_numel = 4096
+
+        def numel(self):
+            return 0
+
+    class Plain:
+        def numel(self):
+            return 7
+
+    assert llm.numel_full(Fake()) == 4096 and llm.parameter_count([Fake(), Plain()]) == 4103
+    full = sum(p.numel() for p in tiny_llama().parameters())
+    model, counts = lf.apply_lora(_partition_like_zero3(tiny_llama()), lf.LoraSettings(r=8, alpha=8))
+    assert counts["trainable"] == counts["expected"] == 2 * 8 * ((64 + 64) + (64 + 32))
+    assert counts["total"] == full + counts["trainable"]
+    # load_causal_lm's info["parameters"] (the N of 6N) for a model built partitioned
+    build = transformers.AutoModelForCausalLM.from_config
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config",
+                        lambda *a, **kw: _partition_like_zero3(build(*a, **kw)))
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+    info = llm.load_causal_lm({"source": "random", "config": config}, dtype="float32").info
+    assert info["parameters"] == full > 0
+
+
 def test_flops_formula():
     f = lf.flops_per_token(n_params=1000, n_trainable=10, layers=2, hidden=8, seq_len=4)
     assert f["6n"] == 6 * 1000 + 12 * 2 * 8 * 4

@@ -25,6 +25,10 @@ def test_labels_for_gpu_environment():
                         "cuda": "13.0", "cudnn": 91300, "driver": "580.159.04"},
            "software": {"libraries": {"torch": "2.11.0"}}}
     assert provenance.hardware_label(env) == "NVIDIA H200 (1x, 139.8 GiB)"
+    # the devices the job used, not the devices visible on the node; without a count for a curve over devices
+    env["hardware"]["device_count"] = 2
+    assert provenance.hardware_label(env, devices=1) == "NVIDIA H200 (1x, 139.8 GiB)"
+    assert provenance.hardware_label(env, count=False) == "NVIDIA H200 (139.8 GiB)"
     assert provenance.software_label(env) == "torch 2.11.0, CUDA 13.0, cuDNN 91300, driver 580.159.04"
 
 

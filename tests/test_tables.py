@@ -4,6 +4,7 @@ noisy result as not measured reliably, honest labels in gains.md."""
 import json
 
 import pandas as pd
+import pytest
 
 from accelbench.aggregate import study_a, study_a_ncu, study_b_lora
 from accelbench.aggregate.common import column_format, write_table
@@ -98,3 +99,80 @@ def test_noisy_bar_is_marked_in_the_speedup_figure(tmp_path, capture):
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     fig, problems = capture["fig_speedup.png"]
     assert problems == [] and "noisy" in [t.get_text() for t in fig.axes[0].texts]
+
+
+def _h100_lora(attention, strategy, devices, step_ms, visible, **measured):
+    """A fake H100 LoRA result (tests/fake_results.py) on a node showing ``visible`` GPUs, with measurements
+    overridden by ``measured`` (``model``: merged into measurements.model)."""
+    import fake_results as fr
+
+    r = fr.lora("h100", attention, strategy, devices, step_ms)
+    r["environment"]["hardware"]["device_count"] = visible
+    r["measurements"]["model"].update(measured.pop("model", {}))
+    r["measurements"].update(measured)
+    return r
+
+
+def test_gains_pair_runs_by_the_devices_used_not_the_devices_visible(tmp_path):
+    """A 1-device eager job on a 2-GPU node and a 1-device flash job on a 1-GPU node are the same hardware: the label
+    counts the devices the job used (it read '2x' and '1x' before, and the pair was dropped from gains)."""
+    import fake_results as fr
+
+    paths = fr.write(tmp_path / "results", [_h100_lora("eager", "single", 1, 700.0, visible=2),
+                                            _h100_lora("flash", "single", 1, 650.0, visible=1),
+                                            _h100_lora("eager", "ddp", 2, 997.4, visible=8),
+                                            _h100_lora("flash", "ddp", 2, 1000.0, visible=2)])
+    study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
+    runs = pd.read_csv(tmp_path / "agg" / "runs.csv")
+    assert set(runs.loc[runs["devices"] == 1, "hardware"]) == {"NVIDIA H100 80GB HBM3 (1x, 79.1 GiB)"}
+    assert set(runs.loc[runs["devices"] == 2, "hardware"]) == {"NVIDIA H100 80GB HBM3 (2x, 79.1 GiB)"}
+    g = pd.read_csv(tmp_path / "agg" / "gains.csv")
+    ours = g[g["source"] == "ours"].set_index("strategy")
+    assert set(ours.index) == {"single", "ddp"}
+    assert ours.loc["single", "value"] == pytest.approx(700 / 650 - 1)
+    assert ours.loc["ddp", "value"] == pytest.approx(997.4 / 1000 - 1)  # -0.0026: the CSV keeps full precision
+    assert ours.loc["ddp", "flash_gain_pct"] == pytest.approx(100 * (997.4 / 1000 - 1))
+    # the shown table gives the gain in percent with one decimal: sign and size readable, not "-0.00"
+    md = (tmp_path / "agg" / "gains.md").read_text()
+    row = next(line for line in md.splitlines() if "| ours" in line and "| ddp" in line)
+    assert "| -0.3 " in row and "| 7.7 " in next(line for line in md.splitlines() if "| single" in line)
+    pub = g[(g["source"] != "ours") & (g["metric"] != "flash_gain")]
+    assert len(pub) and pub["flash_gain_pct"].isna().all()  # a slowdown has no gain in percent
+
+
+def test_lora_result_without_parameter_count_shows_no_mfu_6n(tmp_path):
+    """ZeRO-3 results recorded ``model.parameters: 0`` (counted after partitioning): their MFU-6N was ~1000x too
+    small with status ok. Such a row (0 or absent) shows no MFU-6N and says why; MFU-LoRA and the times stay."""
+    import fake_results as fr
+
+    zero = _h100_lora("eager", "zero3", 2, 900.0, visible=2, model={"parameters": 0},
+                      throughput_6n={"tflop_per_s": 1.6, "mfu": 0.0008}, throughput_lora={"mfu": 0.07})
+    absent = _h100_lora("flash", "zero3", 2, 800.0, visible=2, throughput_6n={"tflop_per_s": 1.6, "mfu": 0.0008})
+    del absent["measurements"]["model"]["parameters"]
+    fine = _h100_lora("eager", "ddp", 2, 500.0, visible=2, throughput_6n={"tflop_per_s": 500.0, "mfu": 0.5})
+    paths = fr.write(tmp_path / "results", [zero, absent, fine])
+    study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
+    runs = pd.read_csv(tmp_path / "agg" / "runs.csv").set_index(["strategy", "attention"])
+    for key in (("zero3", "eager"), ("zero3", "flash")):
+        assert pd.isna(runs.loc[key, "mfu_6n"]) and runs.loc[key, "status"] == "ok"
+        assert "parameters not recorded in the result" in runs.loc[key, "reason"]
+        assert runs.loc[key, "step_ms"] in (900.0, 800.0)
+    assert runs.loc[("zero3", "eager"), "mfu_lora"] == pytest.approx(0.07)
+    assert runs.loc[("ddp", "eager"), "mfu_6n"] == pytest.approx(0.5) and pd.isna(runs.loc[("ddp", "eager"), "reason"])
+
+
+def test_sr3_labels_count_devices_used_and_curves_span_them(tmp_path):
+    """SR3's 1-device fp32 job on a 2-GPU node reads 1x (it read 2x); the scaling series (efficiency table, figure)
+    is one per device type, over 1 and 2 devices."""
+    import fake_results as fr
+    from accelbench.aggregate import study_b_sr3
+    from accelbench.aggregate.common import load_results
+
+    one, two = fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 60.0)
+    one["environment"]["hardware"]["device_count"] = two["environment"]["hardware"]["device_count"] = 2
+    df = study_b_sr3.result_rows(load_results(fr.write(tmp_path / "results", [one, two])))
+    assert list(df["hardware"]) == ["NVIDIA H100 80GB HBM3 (1x, 79.1 GiB)", "NVIDIA H100 80GB HBM3 (2x, 79.1 GiB)"]
+    ref, _ = study_b_sr3.read_reference("resources/reference/study_b_sr3_scaling.csv")
+    eff = study_b_sr3.efficiency_table(df, ref)
+    assert set(eff.loc[eff["series"].str.startswith("measured"), "series"]) == {
+        "measured NVIDIA H100 80GB HBM3 (79.1 GiB) (paper)"}

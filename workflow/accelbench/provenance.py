@@ -130,13 +130,21 @@ def collect(backend: str, system: dict | None = None, config: dict | None = None
     }
 
 
-def hardware_label(environment: dict) -> str:
-    """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or ``"CPU: AMD EPYC ... (2 threads)"``."""
+def hardware_label(environment: dict, devices: int | None = None, count: bool = True) -> str:
+    """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or ``"CPU: AMD EPYC ... (2 threads)"``.
+
+    Args:
+        devices: the devices the job used (the ``Nx``); None: the devices visible on the node
+            (``hardware.device_count``, which stays recorded in the provenance either way). Aggregations pass the
+            devices used, so a 1-device job on a 2-GPU node reads ``1x`` and pairs with 1-device jobs elsewhere.
+        count: False leaves the count out (``"NVIDIA H200 (139.8 GiB)"``): the series of a curve over devices.
+    """
     hw = environment.get("hardware", {})
     if hw.get("backend") == "cpu":
         return f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
-    mem = f", {hw['device_memory_gib']} GiB" if hw.get("device_memory_gib") else ""
-    return f"{hw.get('device_name')} ({hw.get('device_count')}x{mem})"
+    n = devices if devices is not None else hw.get("device_count")
+    parts = ([f"{n}x"] if count else []) + ([f"{hw['device_memory_gib']} GiB"] if hw.get("device_memory_gib") else [])
+    return f"{hw.get('device_name')} ({', '.join(parts)})" if parts else str(hw.get("device_name"))
 
 
 def software_label(environment: dict) -> str:

@@ -14,7 +14,8 @@ STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 
 def load_results(paths: list[str | Path]) -> list[dict]:
     """Read every result (see :func:`accelbench.results.read_result`), adding ``_path``,
-    ``_hardware`` and ``_software`` labels derived from the provenance, and ``_series``: ``measured``, or for a
+    ``_hardware`` (with the devices the job used, :func:`devices_used`), ``_device`` (the same without a count: the
+    series of a curve over devices) and ``_software`` labels derived from the provenance, and ``_series``: ``measured``, or for a
     result of a committed reference run (:mod:`accelbench.reference_runs`) its label, which then also leads
     ``_hardware`` so every aggregation draws it as its own series.
 
@@ -27,14 +28,26 @@ def load_results(paths: list[str | Path]) -> list[dict]:
     for p in paths:
         r = read_result(p)
         r["_path"] = str(p)
-        r["_hardware"] = hardware_label(r["environment"])
+        r["_hardware"] = hardware_label(r["environment"], devices_used(r))
+        r["_device"] = hardware_label(r["environment"], count=False)
         r["_software"] = software_label(r["environment"])
         run = run_for(p)  # a committed reference run: its own labelled series, e.g. "reference run (H200, 2026-12-01)"
         r["_series"] = run["label"] if run else "measured"
         if run:
             r["_hardware"] = f"{run['label']}: {r['_hardware']}"
+            r["_device"] = f"{run['label']}: {r['_device']}"
         out.append(r)
     return out
+
+
+def devices_used(result: dict) -> int:
+    """Devices the job used: ``config.devices`` (LoRA, SR3), else ``measurements.devices``, else 1 (the single-device
+    experiments). Not the devices visible on the node (``environment.hardware.device_count``)."""
+    for where in ("config", "measurements"):
+        n = (result.get(where) or {}).get("devices")
+        if isinstance(n, (int, float)) and not isinstance(n, bool) and n >= 1:
+            return int(n)
+    return 1
 
 
 def joined_labels(df: pd.DataFrame, column: str = "hardware", empty: str = "none") -> str:

@@ -2,7 +2,9 @@
 
 Inputs are ``lora_finetune`` result files from any number of systems plus the published series
 (``study_b_finetune_runtime.csv``: minutes per epoch read off Study B's Fig. 2, approximate). Hardware labels come
-from each result's provenance; rows that did not run carry ``OOM``/``unsupported`` and the reason.
+from each result's provenance, with the devices the job used (pairs match on them, not on the devices visible on the
+node); rows that did not run carry ``OOM``/``unsupported`` and the reason. An ok row whose result lacks the model's
+parameter count (0 or absent) shows no MFU-6N (6N needs N) and says so in ``reason``.
 
 Definitions (same for ours and the published series):
   * flash-attention gain = time(eager) / time(flash) - 1 at equal system, model, strategy and devices;
@@ -26,6 +28,9 @@ from .common import load_results, noise_cell, status_cell, write_table  # noqa: 
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
+# an ok result whose model.parameters is 0 or absent (e.g. counted after ZeRO-3 partitioned the weights, before
+# parameters were counted by ds_numel): its MFU-6N cell stays empty and the row says why
+PARAMS_MISSING = "MFU-6N not shown: parameters not recorded in the result"
 
 
 def read_reference(path: str | Path) -> pd.DataFrame:
@@ -62,8 +67,8 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
-        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
-               "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
+        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "device": r.get("_device", r["_hardware"]),
+               "software": r["_software"], "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
                "attention": cfg["attention"], "strategy": cfg["strategy"], "devices": int(cfg["devices"]),
                "status": r["status"], "reason": r.get("reason"), "origin": origin_of(r),
                "scale": cfg["system"].get("scale"), "noise": noise_cell(r)}
@@ -78,12 +83,14 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "peak_mem_gib": m.get("peak_mem_gib_max"), "host_peak_rss_gib": m.get("host_peak_rss_gib_max"),
                 "mfu_6n": m["throughput_6n"]["mfu"], "tflop_per_s_6n": m["throughput_6n"]["tflop_per_s"],
                 "mfu_lora": m.get("throughput_lora", {}).get("mfu"),
-                "trainable_params": m["lora_parameters"]["trainable"], "params": m["model"]["parameters"],
+                "trainable_params": m["lora_parameters"]["trainable"], "params": m["model"].get("parameters"),
                 "loss_first": m["loss"]["first_mean"], "loss_last": m["loss"]["last_mean"],
                 "eval_loss_before": m["loss"]["eval_before"], "eval_loss_after": m["loss"]["eval_after"],
                 "projected_min_per_mtok": proj["minutes_per_million_tokens"],
                 "projected_epoch_min": proj.get("minutes"),
             })
+            if not m["model"].get("parameters"):  # 6N needs N: without it MFU-6N is wrong, not small
+                row.update({"mfu_6n": None, "tflop_per_s_6n": None, "reason": PARAMS_MISSING})
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty:
@@ -142,7 +149,16 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
             rows.append({"source": "published (approx.)", "hardware": p["accelerator"], "family": p["model"],
                          "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                          "value": p["ratio"]})
-    return pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value", "noise"])
+    out = pd.DataFrame(rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value", "noise"])
+    # the gain in percent (one decimal in the shown tables, so -0.0026 reads -0.3, not -0.00); CSV: full precision
+    out.insert(out.columns.get_loc("value") + 1, "flash_gain_pct",
+               (100 * out["value"]).where(out["metric"] == "flash_gain").astype(float))
+    return out
+
+
+def _series_key(df: pd.DataFrame) -> str:
+    """The column naming a curve over devices: ``device`` (the hardware label without a count), else ``hardware``."""
+    return "device" if "device" in df else "hardware"
 
 
 def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
@@ -162,7 +178,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             panels.append((f"{fam}: measured (projected), per million tokens", fam, "per_tok", per_tok))
     n = max(1, len(panels))
     n_series = sum(len(ref[ref["model"] == fam].groupby("series")) if kind == "epoch" else 0 for _, fam, kind, _ in panels) \
-        + sum(len(m.groupby(["hardware", "strategy", "attention"])) for *_, m in panels if not m.empty)
+        + sum(len(m.groupby([_series_key(m), "strategy", "attention"])) for *_, m in panels if not m.empty)
     height = 4.5 + 0.22 * (n_series + 1) / (2 if n > 1 else 1)
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, height), squeeze=False)
     for ax, (title, fam, kind, mine) in zip(axes[0], panels):
@@ -175,7 +191,8 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                         label=series_label("published", g["accelerator"].iloc[0].capitalize(), "paper",
                                            g["strategy"].iloc[0], "flash attention" if g["flash_attention"].iloc[0]
                                            else "eager attention"))
-        for (hw, strat, att, origin, scale), g in (mine.groupby(["hardware", "strategy", "attention", "origin", "scale"])
+        # one curve over devices per device type (the label without a count: each point's count is its x)
+        for (hw, strat, att, origin, scale), g in (mine.groupby([_series_key(mine), "strategy", "attention", "origin", "scale"])
                                                    if not mine.empty else []):
             g = g.sort_values("devices")
             y = g["projected_epoch_min"] if kind == "epoch" else g["projected_min_per_mtok"]
@@ -217,7 +234,8 @@ def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path)
     write_table(runs_table(df), out / "runs", "Study B LoRA fine-tuning runs (times in ms per optimizer step; "
                 "projections labelled projected_*)")
     gains = gains_table(df, ref, src)
-    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1, at equal strategy and devices) and "
+    write_table(gains, out / "gains", "Flash-attention gain (eager/flash - 1, at equal strategy and devices; "
+                "flash_gain_pct = 100 x gain) and "
                 "sharding slowdown (sharded/DDP; a single-device run stands in for 1-device DDP), ours (median step "
                 f"time; noise 'noisy' = not measured reliably) and published (epoch minutes). Published: {src.rstrip(':')}",
                 empty="No pair of runs to compare.")

@@ -87,6 +87,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     for r in results:
         cfg, m = r["config"], r["measurements"]
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+               "device": r.get("_device", r["_hardware"]),  # the label without a count: the series over devices
                "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
                "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
@@ -142,7 +143,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Scaling efficiency per series and device count: measured (this run's results) beside published."""
     rows = []
     for _, r in df.iterrows():
-        rows.append({"series": f"measured {r['hardware']} ({r['scale']})", "precision": r["precision"],
+        rows.append({"series": f"measured {r.get('device', r['hardware'])} ({r['scale']})", "precision": r["precision"],
                      "devices": r["devices"], "layout": r.get("layout"),
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
@@ -175,7 +176,9 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                       markersize=4, label=label)
     small = []
     for j, ((hw, prec, scale, origin), g) in enumerate(
-            ok.groupby(["hardware", "precision", "scale", "origin"], sort=True) if not ok.empty else []):
+            # one curve per device type: the label without a count (each point's count is its x)
+            ok.groupby(["device" if "device" in ok else "hardware", "precision", "scale", "origin"], sort=True)
+            if not ok.empty else []):
         g = g.sort_values("devices")
         color = "black" if j == 0 else colors[(j + 6) % len(colors)]
         label = series_label(origin, hw, scale, prec)

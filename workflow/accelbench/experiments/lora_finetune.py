@@ -235,7 +235,8 @@ def expected_lora_parameters(model, s: LoraSettings) -> int:
         if isinstance(mod, torch.nn.Linear):
             n += s.r * (mod.in_features + mod.out_features)
         elif isinstance(mod, Conv1D):
-            n += s.r * (mod.weight.shape[0] + mod.weight.shape[1])
+            shape = getattr(mod.weight, "ds_shape", None) or mod.weight.shape  # ZeRO-3: the full shape
+            n += s.r * (shape[0] + shape[1])
         elif isinstance(mod, torch.nn.Embedding):
             n += s.r * (mod.num_embeddings + mod.embedding_dim)
     return n
@@ -254,8 +255,11 @@ def apply_lora(model, s: LoraSettings):
         raise ConfigError(f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
                           f"{list(s.target_modules)} in {type(model).__name__}")
     pm = get_peft_model(model, lora_config(s))
-    trainable = sum(p.numel() for p in pm.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in pm.parameters())
+    from ..models.llm import parameter_count
+
+    # full sizes: under ZeRO-3 the frozen weights are partitioned at build time (numel 0, full size in ds_numel)
+    trainable = parameter_count(p for p in pm.parameters() if p.requires_grad)
+    total = parameter_count(pm.parameters())
     if trainable != expected:
         raise ConfigError(f"LoRA trains {trainable} parameters, expected {expected} (targets {list(s.target_modules)})")
     return pm, {"trainable": trainable, "total": total, "expected": expected}
@@ -280,6 +284,8 @@ def count_parameters(model_spec: dict) -> int | None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from ..models.llm import parameter_count
+
     try:
         if model_spec.get("source") == "random" and model_spec.get("config"):
             cfg = AutoConfig.for_model(**model_spec["config"])
@@ -287,7 +293,7 @@ def count_parameters(model_spec: dict) -> int | None:
             cfg = AutoConfig.from_pretrained(model_spec.get("config_from") or model_spec["path"], local_files_only=True)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(cfg)
-        return sum(p.numel() for p in model.parameters())
+        return parameter_count(model.parameters())
     except (OSError, ValueError, KeyError):
         return None
 

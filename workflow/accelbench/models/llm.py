@@ -35,6 +35,17 @@ from pathlib import Path
 
 from ..errors import DataError
 
+def numel_full(p) -> int:
+    """Elements of parameter ``p`` as the model defines it: DeepSpeed ZeRO-3 (``zero.Init``) partitions parameters at
+    build time, leaving ``p.numel() == 0`` on every rank and the full size in ``p.ds_numel``."""
+    return int(getattr(p, "ds_numel", None) or p.numel())
+
+
+def parameter_count(params) -> int:
+    """Full element count of an iterable of parameters, ZeRO-3 partitioned ones included (:func:`numel_full`)."""
+    return sum(numel_full(p) for p in params)
+
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_WEIGHT_FORMAT = ("GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
                          "embedding, dequantized to float by transformers")
@@ -228,5 +239,5 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
     model.eval()
     info.update({"architecture": type(model).__name__, "layers": getattr(model.config, "num_hidden_layers", None),
                  "hidden_size": getattr(model.config, "hidden_size", None),
-                 "parameters": sum(p.numel() for p in model.parameters()), "dtype": dtype})
+                 "parameters": parameter_count(model.parameters()), "dtype": dtype})
     return LoadedModel(model, tok, info)
