@@ -157,9 +157,10 @@ def init_module_by_module(model, device) -> None:
     """Draw a host model's random-init weights on ``device`` one module at a time, leaving them on the host.
 
     PyTorch draws ``normal_`` on the CPU in one thread (137 s per 8 B parameters measured on an H200 node's host), so
-    Llama-3.3-70B's host init takes about 19 minutes. Here each module with parameters of its own gets fresh storage on
-    ``device`` (no copy of the uninitialised host memory), is initialised there by the model's own ``_init_weights``
-    (the same distributions as a plain ``from_config``) and is moved back; device memory holds one module at a time.
+    Llama-3.3-70B's host init takes about 19 minutes. Here each module with parameters of its own is copied to
+    ``device``, initialised there by the model's own ``_init_weights`` (the same distributions as a plain
+    ``from_config``; what ``_init_weights`` leaves alone keeps its constructor value, e.g. RMSNorm weights under
+    transformers 4.x) and moved back; device memory holds one module at a time.
     Buffers (e.g. rotary frequencies) are untouched: they are computed at construction. The caller ties the
     embeddings afterwards (``model.tie_weights()``), as ``from_config`` does after its init.
     """
@@ -169,7 +170,8 @@ def init_module_by_module(model, device) -> None:
         if next(module.parameters(recurse=False), None) is None:
             continue
         with torch.no_grad():
-            module._apply(lambda t: torch.empty_like(t, device=device), recurse=False)
+            # copied, not left empty: transformers 4.x's _init_weights leaves e.g. RMSNorm weights to their constructor
+            module._apply(lambda t: t.to(device), recurse=False)
             model._init_weights(module)
             module._apply(lambda t: t.to("cpu"), recurse=False)
 
