@@ -280,6 +280,13 @@ def test_module_by_module_init_draws_the_same_distributions(model_type, tied):
     assert torch.isfinite(by_module(input_ids=ids, labels=ids).loss)
 
 
+# Llama-3.3-70B's architecture, random init (the shape that does not fit one device)
+LLAMA33_70B_RANDOM = {"source": "random",
+                      "config": {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
+                                 "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+                                 "vocab_size": 128256}}
+
+
 def test_memory_precheck_and_oom_recorded(monkeypatch):
     p = lf.Plan("single", 1, "flash", "sdpa", "bf16")
     assert "weights alone need" in lf.memory_precheck(70_000_000_000, p, 80)  # 130 GiB in bf16
@@ -287,10 +294,7 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
     assert lf.memory_precheck(70_000_000_000, lf.Plan("fsdp", 4, "flash", "sdpa", "bf16"), 96) is None
     # a run whose weights cannot fit is recorded as oom, not raised
     spec = {"settings": lf.LoraSettings().to_dict(), "strategy": "single", "devices": 1, "attention": "flash",
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 8192,
-                                                     "intermediate_size": 28672, "num_hidden_layers": 80,
-                                                     "num_attention_heads": 64, "num_key_value_heads": 8,
-                                                     "vocab_size": 128256}}}
+            "model": LLAMA33_70B_RANDOM}
     monkeypatch.setattr(lf, "available_devices", lambda backend, n: 1)
     out = lf.run(spec, system("cuda", devices=1, memory=80))
     assert out["status"] == "oom" and "GiB" in out["reason"] and out["measurements"]["weights_gib_needed"] > 130
@@ -307,10 +311,7 @@ def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
     assert lf.host_memory_precheck(70_553_706_496, lf.Plan("zero3", 2, "eager", "eager", "bf16"), 2, 250.0) is None
     assert lf.host_memory_precheck(8_030_261_248, f, 2, 250.0) is None
     spec = {"settings": lf.LoraSettings().to_dict(), "strategy": "fsdp", "devices": 2, "attention": "eager",
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 8192,
-                                                     "intermediate_size": 28672, "num_hidden_layers": 80,
-                                                     "num_attention_heads": 64, "num_key_value_heads": 8,
-                                                     "vocab_size": 128256}}}
+            "model": LLAMA33_70B_RANDOM}
     monkeypatch.setattr(lf, "available_devices", lambda backend, n: 2)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 250 * 2**30})())
     out = lf.run(spec, system("cuda", devices=2, memory=139.8))

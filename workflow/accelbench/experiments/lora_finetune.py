@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError, DataError
+from ..models.llm import parameter_count
 # data preparation and FLOP accounting live in their own modules; re-exported here (public names of this module)
 from .lora_data import (PROMPT, BlockDataset, build_datasets, build_pairs, concat_blocks,  # noqa: F401
                         format_pair, split_pairs)
@@ -255,8 +256,6 @@ def apply_lora(model, s: LoraSettings):
         raise ConfigError(f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
                           f"{list(s.target_modules)} in {type(model).__name__}")
     pm = get_peft_model(model, lora_config(s))
-    from ..models.llm import parameter_count
-
     # full sizes: under ZeRO-3 the frozen weights are partitioned at build time (numel 0, full size in ds_numel)
     trainable = parameter_count(p for p in pm.parameters() if p.requires_grad)
     total = parameter_count(pm.parameters())
@@ -283,8 +282,6 @@ def count_parameters(model_spec: dict) -> int | None:
     architecture cannot be read offline (the run then reports the loaded count)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
-
-    from ..models.llm import parameter_count
 
     try:
         if model_spec.get("source") == "random" and model_spec.get("config"):
@@ -362,10 +359,11 @@ def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node
     """
     if plan.strategy != "fsdp" or not n_params_config or not host_available_gib:
         return None
-    need = ranks_per_node * weights_gib(n_params_config, plan.precision)
+    per_rank = weights_gib(n_params_config, plan.precision)
+    need = ranks_per_node * per_rank
     if need > host_available_gib:
         return (f"host memory: under fsdp each of the {ranks_per_node} ranks of a node holds the full {plan.precision} "
-                f"weights ({weights_gib(n_params_config, plan.precision):.1f} GiB) on the host before sharding them, "
+                f"weights ({per_rank:.1f} GiB) on the host before sharding them, "
                 f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available")
     return None
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ..errors import DataError
 
+
 def numel_full(p) -> int:
     """Elements of parameter ``p`` as the model defines it: DeepSpeed ZeRO-3 (``zero.Init``) partitions parameters at
     build time, leaving ``p.numel() == 0`` on every rank and the full size in ``p.ds_numel``."""
