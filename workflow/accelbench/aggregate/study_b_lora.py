@@ -156,11 +156,6 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
     return out
 
 
-def _series_key(df: pd.DataFrame) -> str:
-    """The column naming a curve over devices: ``device`` (the hardware label without a count), else ``hardware``."""
-    return "device" if "device" in df else "hardware"
-
-
 def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
     """Runtime vs. devices. One panel per model family with the published series (dashed, epoch minutes) and ours
     where we know the epoch (projected epoch minutes, the same quantity on the same axis). Ours without a known
@@ -178,7 +173,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             panels.append((f"{fam}: measured (projected), per million tokens", fam, "per_tok", per_tok))
     n = max(1, len(panels))
     n_series = sum(len(ref[ref["model"] == fam].groupby("series")) if kind == "epoch" else 0 for _, fam, kind, _ in panels) \
-        + sum(len(m.groupby([_series_key(m), "strategy", "attention"])) for *_, m in panels if not m.empty)
+        + sum(len(m.groupby(["device", "strategy", "attention"])) for *_, m in panels if not m.empty)
     height = 4.5 + 0.22 * (n_series + 1) / (2 if n > 1 else 1)
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, height), squeeze=False)
     for ax, (title, fam, kind, mine) in zip(axes[0], panels):
@@ -192,7 +187,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                                            g["strategy"].iloc[0], "flash attention" if g["flash_attention"].iloc[0]
                                            else "eager attention"))
         # one curve over devices per device type (the label without a count: each point's count is its x)
-        for (hw, strat, att, origin, scale), g in (mine.groupby([_series_key(mine), "strategy", "attention", "origin", "scale"])
+        for (hw, strat, att, origin, scale), g in (mine.groupby(["device", "strategy", "attention", "origin", "scale"])
                                                    if not mine.empty else []):
             g = g.sort_values("devices")
             y = g["projected_epoch_min"] if kind == "epoch" else g["projected_min_per_mtok"]
