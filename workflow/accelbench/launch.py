@@ -52,6 +52,18 @@ def threads_per_rank(threads: int, ranks: int) -> int:
     return max(1, threads // max(1, ranks))
 
 
+def rank_threads(system, threads: int, ranks_per_node: int) -> int:
+    """The thread policy of every multi-rank job, stated once: a rank's share of the job's ``threads`` cores.
+
+    ``max(1, threads // ranks_per_node)`` (0 threads = every usable CPU); on a system whose device *is* a core
+    (backend ``cpu`` with ``devices_per_node: cores``, the embedded default) exactly 1, so that adding CPU
+    "devices" adds cores, as adding GPUs adds GPUs (SR3 strong scaling on a CPU).
+    """
+    if system.backend == "cpu" and getattr(system, "devices_per_node", None) == "cores":
+        return 1
+    return threads_per_rank(threads, ranks_per_node)
+
+
 def rank_cpus(local_rank: int, per_rank: int, cpus: list[int]) -> list[int]:
     """The CPUs of rank ``local_rank``: the ``local_rank``-th block of ``per_rank`` CPUs of ``cpus`` (wrapping
     around when there are fewer CPUs than ranks x threads, so every rank still gets ``min(per_rank, len(cpus))``)."""

@@ -93,6 +93,27 @@ def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: 
     return Timing.from_samples(samples, warmup=warmup, method=method)
 
 
+def merge_ranks(samples_per_rank: list[list[float]], warmup: int, method: str) -> Timing:
+    """Step time of a synchronous multi-rank job, stated once for every experiment: the slowest rank sets the pace
+    of each step, so step ``i`` takes ``max`` over ranks of their step ``i`` (SR3 DDP, LoRA DDP/FSDP/ZeRO-3,
+    net_smoke's all-reduce calls).
+
+    Args:
+        samples_per_rank: each rank's per-step times (same unit, same step count; extra steps of a longer list are
+            dropped).
+        warmup: untimed steps before them (recorded).
+        method: how each rank timed its steps (``Timing.method``); ``", max over N ranks"`` is appended.
+
+    Raises:
+        ValueError: no rank or no step.
+    """
+    if not samples_per_rank or not all(samples_per_rank):
+        raise ValueError("no rank timings to merge")
+    steps = min(len(s) for s in samples_per_rank)
+    merged = [max(s[i] for s in samples_per_rank) for i in range(steps)]
+    return Timing.from_samples(merged, warmup=warmup, method=f"{method}, max over {len(samples_per_rank)} ranks")
+
+
 # --------------------------------------------------------------------------- kernel traces
 @dataclass(frozen=True)
 class KernelRecord:

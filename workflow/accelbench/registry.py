@@ -45,6 +45,8 @@ class Experiment:
         reads: other experiments whose results its aggregation reads too (Study A's claims read the counters).
         side_files: files a job may write beside its result (moved aside with it when it is superseded).
         ranks: True when a job runs several ranks through :mod:`accelbench.launcher` (SR3, LoRA, net_smoke).
+        inputs: the named inputs its command takes besides ``--spec``/``--out`` (``--image``, ``--data``, ...), passed
+            to the run as ``ctx.inputs``.
     """
 
     name: str
@@ -58,7 +60,7 @@ class Experiment:
     reads: tuple[str, ...] = ()
     side_files: tuple[str, ...] = ()
     ranks: bool = False
-    tags: tuple[str, ...] = field(default=())
+    inputs: tuple[str, ...] = field(default=())
 
     @property
     def selectable(self) -> bool:
@@ -77,15 +79,17 @@ class Experiment:
 _ENTRIES = (
     Experiment("unet3d_profile", "A", "unet3d_profile", "unet3d-profile", ("{model}/{configuration}",),
                aggregate="study_a", reference="study_a_claims.csv", reads=("unet3d_ncu",),
-               side_files=("kernels.csv", "trace.json.gz")),
+               side_files=("kernels.csv", "trace.json.gz"), inputs=("image", "mask")),
     Experiment("unet3d_ncu", "A", "unet3d_ncu", "unet3d-ncu", ("{model}/{configuration}",),
-               aggregate="study_a_ncu", reference="study_a_claims.csv", reads=("unet3d_profile",)),
+               aggregate="study_a_ncu", reference="study_a_claims.csv", reads=("unet3d_profile",),
+               inputs=("image", "mask", "profile_result")),
     Experiment("sr3_scaling", "B", "sr3_scaling", "sr3-train", ("{precision}/devices_{devices}",),
                aggregate="study_b_sr3", reference="study_b_sr3_scaling.csv", side_files=("samples.npz",),
-               ranks=True),
+               ranks=True, inputs=("data",)),
     Experiment("llm_quant", "B", "llm_quant", "llm-quant", ("{model}/sensitivity", "{model}/{method}/{bitset}"),
                aggregate="study_b_quant", reference="study_b_quantization.csv",
-               side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv")),
+               side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
+               inputs=("stage", "model_dir", "sensitivity")),
     Experiment("lora_finetune", "B", "lora", "lora-finetune", ("{model}/{attention}/{strategy}/n{devices}",),
                aggregate="study_b_lora", reference="study_b_finetune_runtime.csv", ranks=True),
     Experiment("net_smoke", "diagnostic", "net_smoke", "net-smoke", ("devices_{devices}",), result="allreduce.json",

@@ -30,7 +30,6 @@ from .errors import ResultError
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "unsupported")
 REQUIRED_KEYS = ("schema_version", "experiment", "status", "config", "environment", "measurements")
-SPEC_SHA256: str | None = None  # sha256 of the job's --spec file (set by the CLI), recorded in each result
 SUPERSEDED = ".superseded"  # results/<system>/.superseded/<UTC time>/<experiment>/...: dot folder, aggregations skip it
 log = logging.getLogger(__name__)
 
@@ -49,8 +48,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 def make_result(experiment: str, status: str, config: dict, environment: dict, measurements: dict,
-                reason: str | None = None, artefacts: dict | None = None) -> dict:
-    """Assemble a result object. ``reason`` is required when ``status`` is not ``ok``."""
+                reason: str | None = None, artefacts: dict | None = None, spec_sha256: str | None = None) -> dict:
+    """Assemble a result object. ``reason`` is required when ``status`` is not ``ok``; ``spec_sha256`` (the sha256
+    of the job's spec file, :func:`accelbench.harness.load_spec`) is recorded for the DAG's stale-settings check."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
     if status != "ok" and not reason:
@@ -58,8 +58,8 @@ def make_result(experiment: str, status: str, config: dict, environment: dict, m
     result = {"schema_version": SCHEMA_VERSION, "experiment": experiment, "status": status, "reason": reason,
               "config": config, "environment": environment, "measurements": measurements,
               "artefacts": artefacts or {}}
-    if SPEC_SHA256:
-        result["spec_sha256"] = SPEC_SHA256  # the settings file it was made from (stale-settings check of the DAG)
+    if spec_sha256:
+        result["spec_sha256"] = spec_sha256  # the settings file it was made from (stale-settings check of the DAG)
     return result
 
 

@@ -3,7 +3,7 @@
 For each Study A configuration, ``ncu`` replays the kernels of one training step of the Med-DDPM U-Net
 (the same :class:`~accelbench.experiments.unet3d_profile.Workload`, after warm-up, inside the NVTX range
 ``accelbench_step``) with the clocks left alone (``--clock-control none``), and records raw per-kernel
-counters (:mod:`accelbench.ncu`) in two passes (see :func:`run`): a coverage pass with a reduced metric set over
+counters (:mod:`accelbench.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced metric set over
 every kernel of the step (SM-cycle and instruction totals as measured), and a detail pass with every counter on
 the kernels that make up most of the step's device time in the torch.profiler kernel table of the same
 configuration (``coverage``/``max_kernels``/``launch_count``). The result records the share of the step's
@@ -18,12 +18,12 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from .. import measure, ncu
+from ..launcher import accelbench_command
 from .unet3d_profile import VARIANTS, unsupported_reason
 
 EXPERIMENT = "unet3d_ncu"
@@ -49,9 +49,9 @@ def select_kernels(kernel_table: str | Path, coverage: float, max_kernels: int) 
     return list(names), share
 
 
-def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, coverage: float, max_kernels: int,
-        launch_count: int, warmup: int, timeout_s: int, coverage_pass: bool = True,
-        coverage_launch_count: int | None = None) -> dict:
+def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, coverage: float,
+                     max_kernels: int, launch_count: int, warmup: int, timeout_s: int, coverage_pass: bool = True,
+                     coverage_launch_count: int | None = None, spec_file: str | None = None) -> dict:
     """Profile one configuration under ncu. Returns ``{"status", "reason", "measurements"}``.
 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
@@ -70,6 +70,7 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
     Args:
         spec: the ``unet3d-step`` spec (system, model, configuration, presets, scales, run.seed).
         kernel_table: the configuration's ``kernels.csv`` from ``unet3d_profile`` (None: it did not run).
+        spec_file: the job's spec file, passed to the replayed ``unet3d-step`` (None: ``spec`` inline, for tests).
     """
     variant = VARIANTS[spec["configuration"]]
     if system.backend != "cuda":
@@ -92,8 +93,8 @@ def run(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, 
         return _unsupported(f"ncu --query-metrics failed: {exc}")
     metrics = ncu.choose_metrics(arch, available)
     names, share = select_kernels(kernel_table, coverage, max_kernels)
-    program = [sys.executable, "-m", "accelbench", "unet3d-step", "--spec", json.dumps(spec),
-               "--image", image, "--mask", mask, "--warmup", str(warmup)]
+    program = accelbench_command(["unet3d-step", "--spec", spec_file or json.dumps(spec),
+                                  "--image", image, "--mask", mask, "--warmup", str(warmup)])
     with open(kernel_table) as fh:
         table_rows = list(csv.DictReader(fh))
     passes, commands, errors = {}, {}, {}
@@ -169,3 +170,26 @@ def _ncu_pass(exe: str, metrics: dict[str, str], program: list[str], kernel_name
 
 def _unsupported(reason: str) -> dict:
     return {"status": "unsupported", "reason": reason, "measurements": {}}
+
+
+# --------------------------------------------------------------------------- the job (accelbench.harness)
+class Settings(dict):
+    """One unet3d_ncu job: unet3d_profile's spec plus ``ncu`` (coverage, max_kernels, launch_count, warmup,
+    timeout_s, ...: config ``unet3d_ncu``)."""
+
+    @classmethod
+    def from_spec(cls, spec: dict, system) -> "Settings":
+        return cls(spec)
+
+
+def run(spec: Settings, ctx) -> "Outcome":
+    """Counters of the configuration's step (:func:`profile_counters`), selected from the kernel table beside
+    ``ctx.inputs["profile_result"]``."""
+    from ..harness import Outcome
+
+    profile = Path(ctx.inputs["profile_result"])
+    table = profile.with_name("kernels.csv")
+    out = profile_counters(dict(spec), ctx.system, ctx.inputs["image"], ctx.inputs["mask"],
+                           str(table) if table.exists() else None, spec_file=ctx.spec_path, **spec["ncu"])
+    ctx.artefacts["profile_result"] = str(profile)
+    return Outcome(out["status"], out["measurements"], out["reason"])

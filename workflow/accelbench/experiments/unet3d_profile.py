@@ -390,9 +390,9 @@ def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Te
         torch.cuda.nvtx.range_end(range_id)
 
 
-def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
-        warmup: int, repeat: int, profile_steps: int, quality_sample_steps: int, quality_rel_l2_max: float,
-        seed: int, trace_path: str | Path) -> dict:
+def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
+            warmup: int, repeat: int, profile_steps: int, quality_sample_steps: int, quality_rel_l2_max: float,
+            seed: int, trace_path: str | Path) -> dict:
     """Profile one configuration: quality probe vs. baseline, timed training and sampling steps,
     peak memory, FLOPs/MFU, and a torch.profiler kernel breakdown of one training step.
 
@@ -469,3 +469,41 @@ def run(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, 
         "kernels": kernels.to_dict(top=25),
     })
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
+
+
+# --------------------------------------------------------------------------- the job (accelbench.harness)
+@dataclass(frozen=True)
+class Settings:
+    """One unet3d_profile job: the model at the system's scale, the configuration, and the run parameters
+    (``warmup``, ``repeat``, ``profile_steps``, ``quality_sample_steps``, ``quality_rel_l2_max``, ``seed``)."""
+
+    model: ModelSettings
+    variant: Variant
+    params: dict
+
+    @classmethod
+    def from_spec(cls, spec: dict, system) -> "Settings":
+        """From the rule's spec: ``{model, configuration, presets, scales, run}`` (config ``unet3d_profile``)."""
+        return cls(resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {})),
+                   VARIANTS[spec["configuration"]], dict(spec["run"]))
+
+
+def run(s: Settings, ctx) -> "Outcome":
+    """Profile the job's configuration (:func:`profile`) on the MRI pair ``ctx.inputs`` ``image``/``mask``; the
+    kernel table (``kernels.csv``) and the Chrome trace (``trace.json.gz``) go beside the result when it is ``ok``."""
+    import logging
+
+    from ..data.mri import load_case
+    from ..harness import Outcome
+
+    image, mask = load_case(ctx.inputs["image"], ctx.inputs["mask"], s.model.image_channels, s.model.mask_channels)
+    logging.getLogger("accelbench").info("system %s (%s), model %s at %s scale, configuration %s", ctx.system.name,
+                                         ctx.system.backend, s.model.preset, s.model.scale, s.variant.name)
+    with ctx.side_file("trace.json.gz", "trace") as trace:
+        out = profile(s.model, s.variant, ctx.system, image, mask, trace_path=trace, **s.params)
+        if out["status"] != "ok":
+            trace.unlink(missing_ok=True)  # no trace beside an oom/unsupported result
+    if out["status"] == "ok":
+        with ctx.side_file("kernels.csv", "kernel_table") as table:
+            measure.write_kernel_table(out["kernel_summary"], table)
+    return Outcome(out["status"], out["measurements"], out["reason"], {"settings": s.model.to_dict()})

@@ -1,0 +1,264 @@
+"""The one job harness: every measurement command of every experiment runs through :func:`run_job`.
+
+One sequence, for every experiment of the registry (:mod:`accelbench.registry`)::
+
+    spec file -> settings and system -> device check -> lock -> supersede -> run -> result.json
+
+1. **Spec.** The rule passes the job's resolved settings as a content-addressed JSON file (``--spec``); its sha256
+   is recorded in the result (``spec_sha256``: the DAG's stale-settings check reads it).
+2. **Settings and system.** ``Settings.from_spec(spec, system)`` of the experiment module; the system comes from the
+   spec (the rule resolved it from ``config/systems/``).
+3. **Device check** (:func:`accelbench.systems.require_backend`): the backend the system names must be here; a
+   mismatch stops the job with one line.
+4. **Lock** (:mod:`accelbench.locks`): one measurement per device set at a time, machine-wide.
+5. **Supersede** (:func:`accelbench.results.superseding`): an old result and its side files are moved aside, never
+   deleted, and put back if this job fails.
+6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
+   (:mod:`accelbench.launcher`), which starts their ``run_rank(settings, ctx)`` in every rank.
+7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``, :mod:`accelbench.hostload`)
+   and the provenance (:mod:`accelbench.provenance`), then writes ``result.json`` atomically. Side files are written
+   through :meth:`JobContext.side_file` (whole, or not at all) and listed under ``artefacts``.
+
+An experiment module therefore has no launching and no file writing of its own. Its contract::
+
+    EXPERIMENT = "<registry name>"
+    class Settings:                       # any class; usually a frozen dataclass
+        @classmethod
+        def from_spec(cls, spec: dict, system) -> "Settings": ...
+    def run(settings, ctx: JobContext) -> Outcome: ...
+    def run_rank(settings, ctx: JobContext) -> dict: ...   # only experiments whose registry entry has ranks=True
+
+Errors the user can act on raise :class:`~accelbench.errors.AccelbenchError` (one line, exit status 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import AccelbenchError
+from .outcome import Outcome
+from .registry import Experiment
+
+log = logging.getLogger("accelbench")
+
+
+# --------------------------------------------------------------------------- the job's context
+@dataclass
+class JobContext:
+    """Everything a run may use besides its settings.
+
+    Attributes:
+        experiment: the registry entry.
+        spec: the job's resolved settings (the ``--spec`` file's JSON object).
+        spec_path: the spec file (passed on to ranks and helper processes; never inline JSON).
+        spec_sha256: sha256 of the spec file's bytes (None for an inline spec).
+        system: the :class:`accelbench.systems.System` the spec names.
+        out: the result file this job writes.
+        inputs: the rule's named inputs (``image``, ``mask``, ``data``, ``model_dir``, ...; None where not given).
+        threads: CPU cores of the job (``--threads``, Snakemake's ``{threads}``; 0 = every usable core).
+        artefacts: side files written so far (name -> file name beside the result).
+        placement: in a rank, this rank's threads and CPUs (:func:`accelbench.launch.place_this_rank`).
+    """
+
+    experiment: Experiment
+    spec: dict
+    spec_path: str
+    spec_sha256: str | None
+    system: Any
+    out: Path
+    inputs: dict = field(default_factory=dict)
+    threads: int = 0
+    overwrite: bool = False
+    artefacts: dict = field(default_factory=dict)
+    placement: dict | None = None
+    _device: Any = None
+
+    @property
+    def device(self):
+        """This job's :class:`accelbench.devices.Device` (made on first use)."""
+        if self._device is None:
+            from .devices import Device
+
+            self._device = Device(self.system.backend)
+        return self._device
+
+    @contextlib.contextmanager
+    def side_file(self, name: str, key: str | None = None) -> Iterator[Path]:
+        """A temporary path (``.partial.<name>``, same suffixes) to write side file ``name`` to; renamed beside the
+        result when the body succeeds (a reader never sees a truncated file) and recorded in
+        ``artefacts[key or stem]``. A body that leaves the path unwritten records nothing; one that raises leaves
+        nothing behind."""
+        import os
+
+        path = self.out.with_name(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".partial.{name}")
+        try:
+            yield tmp
+            if tmp.exists():
+                os.replace(tmp, path)
+                self.artefacts[key or name.split(".")[0]] = name
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def run_ranks(self, settings, devices: int, key: str):
+        """Launch ``devices`` ranks of this experiment's ``run_rank`` and collect them
+        (:func:`accelbench.launcher.run_ranks`). Returns the :class:`~accelbench.launcher.Ranks` or an
+        ``oom``/``unsupported`` :class:`Outcome`."""
+        from .launcher import run_ranks
+
+        return run_ranks(self, settings, devices, key)
+
+
+# --------------------------------------------------------------------------- spec and system
+def load_spec(value: str) -> tuple[dict, str | None]:
+    """``--spec``: the path of a JSON file (what rules and launches pass), or an inline JSON object (calls by hand).
+
+    Returns:
+        ``(spec, sha256 of the file's bytes)`` (None for an inline object).
+
+    Raises:
+        AccelbenchError: the file is missing or not a JSON object (names the file).
+    """
+    if value.lstrip().startswith("{"):
+        return json.loads(value), None
+    try:
+        text = Path(value).read_text()
+        spec = json.loads(text)
+    except FileNotFoundError:
+        raise AccelbenchError(f"spec file not found: {value}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
+    if not isinstance(spec, dict):
+        raise AccelbenchError(f"spec file {value} must hold a JSON object")
+    return spec, hashlib.sha256(text.encode()).hexdigest()
+
+
+def spec_path_of(spec: dict) -> str:
+    """A spec file for ``spec`` (content-addressed, like the rules' files): internal launches always pass a file."""
+    from .results import write_json_atomic
+
+    text = json.dumps(spec, indent=1) + "\n"
+    path = Path(".snakemake/accelbench/spec") / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        write_json_atomic(spec, path)
+    return str(path)
+
+
+def system_from(spec: dict):
+    """The :class:`accelbench.systems.System` recorded in a spec (``spec["system"]``)."""
+    from .systems import System
+
+    d = dict(spec["system"])
+    d["precisions"], d["match"] = tuple(d["precisions"]), tuple(d.get("match", ()))
+    return System(**d)
+
+
+def context(experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict | None = None, threads: int = 0,
+            overwrite: bool = False) -> JobContext:
+    """The :class:`JobContext` of a job (spec loaded, system made; nothing checked or started yet)."""
+    spec, sha = load_spec(spec_arg)
+    path = spec_arg if sha is not None else spec_path_of(spec)
+    return JobContext(experiment, spec, path, sha, system_from(spec), Path(out), dict(inputs or {}), threads or 0,
+                      overwrite)
+
+
+# --------------------------------------------------------------------------- the result
+def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
+    """Write ``outcome`` as the job's result: ``config`` = spec + ``outcome.config``; ``measurements.noise`` for
+    ``ok`` results; provenance; ``artefacts``; ``spec_sha256``. Atomic. Returns the result object."""
+    from . import hostload, provenance, results
+
+    config = {**ctx.spec, **outcome.config}
+    if outcome.status == "ok":
+        outcome.measurements["noise"] = hostload.job_noise(outcome.measurements, ctx.spec.get("noise"))
+    result = results.make_result(ctx.experiment.name, outcome.status, config,
+                                 provenance.collect(ctx.system.backend, ctx.system.to_dict(), config),
+                                 outcome.measurements, outcome.reason, ctx.artefacts, spec_sha256=ctx.spec_sha256)
+    results.write_result(result, ctx.out, overwrite=True)
+    log.info("%s: status %s%s", ctx.out, outcome.status, f" ({outcome.reason})" if outcome.reason else "")
+    return result
+
+
+@contextlib.contextmanager
+def guarded(ctx: JobContext) -> Iterator[None]:
+    """Refuse to overwrite a finished result (unless ``--overwrite``), then hold the device lock and supersede the old
+    result for the body (SIGTERM restores it, like Ctrl-C)."""
+    from . import locks, results
+
+    if ctx.out.exists() and not ctx.overwrite:
+        raise AccelbenchError(f"refusing to overwrite the finished result {ctx.out}; move it away to rerun")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
+    with locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)), \
+            results.superseding(ctx.out, ctx.system.name, ctx.experiment.name):
+        yield
+
+
+def run_job(ctx: JobContext) -> dict:
+    """The whole sequence of the module docstring for one job; returns the result written.
+
+    Raises:
+        AccelbenchError: bad spec, the system's backend missing here, a finished result in the way, or a failure
+            the experiment reports (the old result is then put back).
+    """
+    from .hostload import start_job
+    from .systems import require_backend
+
+    start_job()  # host load is recorded from here to the result (measurements.noise)
+    module = ctx.experiment.load()
+    prepare = getattr(module, "prepare_environment", None)
+    if prepare:  # before the device check imports a vendor stack (Gaudi: lazy or eager mode)
+        prepare(ctx.spec, ctx.system)
+    require_backend(ctx.system)
+    if ctx.threads:
+        import torch
+
+        torch.set_num_threads(ctx.threads)
+    settings = module.Settings.from_spec(ctx.spec, ctx.system)
+    with guarded(ctx):
+        outcome = module.run(settings, ctx)
+        return write_outcome(ctx, outcome)
+
+
+def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int = 0, inputs: dict | None = None) -> int:
+    """Entry point of one rank (``accelbench rank``, started by :func:`accelbench.launcher.run_ranks`): placement
+    first (threads, CPUs, die with torchrun), then the experiment's ``run_rank(settings, ctx)``, then
+    ``<rank_dir>/rank<RANK>.json`` (the launcher's rank-file protocol). Out of device memory becomes ``status: oom``
+    here, for every experiment. Returns the exit status: non-zero when this rank failed, so torchrun stops the
+    others."""
+    import os
+
+    from . import launch
+    from .devices import Device
+    from .registry import get
+    from .results import write_json_atomic
+
+    placement = launch.place_this_rank()
+    ctx = context(get(experiment), spec, out, inputs, threads)
+    ctx.placement = placement
+    module = ctx.experiment.load()
+    prepare = getattr(module, "prepare_environment", None)
+    if prepare:
+        prepare(ctx.spec, ctx.system)
+    settings = module.Settings.from_spec(ctx.spec, ctx.system)
+    rank = int(os.environ.get("RANK", 0))
+    path = Path(rank_dir) / f"rank{rank}.json"
+    try:
+        record = module.run_rank(settings, ctx)
+    except Device.out_of_memory_errors() as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        write_json_atomic({"rank": rank, "status": "oom", "reason": f"out of device memory: rank {rank}: {msg}",
+                           "record": None, "artefacts": {}}, path)
+        return 3
+    status = record.get("status", "ok") if isinstance(record, dict) else "ok"
+    write_json_atomic({"rank": rank, "status": status, "reason": record.get("reason") if status != "ok" else None,
+                       "record": record, "artefacts": ctx.artefacts}, path)
+    return 0 if status == "ok" else 1
