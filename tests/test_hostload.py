@@ -65,23 +65,24 @@ def test_job_noise_is_recorded_from_the_start_snapshot(monkeypatch):
 
 
 def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monkeypatch):
-    """cli._write_result (all experiments but SR3's ranks, which share the same code path) adds measurements.noise
-    with the config's thresholds; a result that did not run gets none."""
+    """harness.write_outcome (every experiment's result, multi-rank ones included) adds measurements.noise with the
+    config's thresholds; a result that did not run gets none."""
     import json
 
-    from accelbench import cli
+    from accelbench import harness, registry
+    from accelbench.outcome import Outcome
 
     monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
     hostload.start_job()
     system = systems["cpu"]
     out = tmp_path / "ok" / "result.json"
-    cli._write_result("unet3d_profile", {"status": "ok", "reason": None, "measurements": {"step": _timing(10.0, 30.0)}},
-                      {"noise": {"spread_max": 2.0}}, system, out, False)
+    harness.write_outcome(harness.JobContext(registry.get("unet3d_profile"), {"noise": {"spread_max": 2.0}}, "s.json",
+                                             None, system, out), Outcome("ok", {"step": _timing(10.0, 30.0)}))
     noise = json.loads(out.read_text())["measurements"]["noise"]
     assert noise["noisy"] and noise["thresholds"]["spread_max"] == 2.0 and noise["host"]["cpus"] >= 1
     out2 = tmp_path / "unsupported" / "result.json"
-    cli._write_result("unet3d_profile", {"status": "unsupported", "reason": "no", "measurements": {}}, {}, system,
-                      out2, False)
+    harness.write_outcome(harness.JobContext(registry.get("unet3d_profile"), {}, "s.json", None, system, out2),
+                          Outcome.unsupported("no"))
     assert "noise" not in json.loads(out2.read_text())["measurements"]
 
 

@@ -171,13 +171,13 @@ def test_select_kernels_by_device_time(tmp_path):
 def test_unsupported_paths(systems, monkeypatch, tmp_path):
     kw = dict(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=60)
     spec = {"configuration": "baseline"}
-    out = unet3d_ncu.run(spec, systems["cpu"], "i", "m", None, **kw)
+    out = unet3d_ncu.profile_counters(spec, systems["cpu"], "i", "m", None, **kw)
     assert out["status"] == "unsupported" and "NVIDIA GPUs" in out["reason"]
-    assert unet3d_ncu.run({"configuration": "tf32"}, systems["v100"], "i", "m", None, **kw)["status"] == "unsupported"
+    assert unet3d_ncu.profile_counters({"configuration": "tf32"}, systems["v100"], "i", "m", None, **kw)["status"] == "unsupported"
     table = tmp_path / "kernels.csv"
     table.write_text("name,class,tensor_core,calls,device_time_us,share\nk,convolution,False,1,1.0,1.0\n")
     monkeypatch.setattr(ncu, "ncu_path", lambda: None)
-    out = unet3d_ncu.run(spec, systems["h200"], "i", "m", str(table), **kw)
+    out = unet3d_ncu.profile_counters(spec, systems["h200"], "i", "m", str(table), **kw)
     assert out["status"] == "unsupported" and "ncu (Nsight Compute) not found" in out["reason"]
     json.dumps(out)
 
@@ -272,7 +272,7 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     table = tmp_path / "kernels.csv"
     _profiler_table(_fixture_kernels(), table)
-    out = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+    out = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
                          max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
@@ -290,11 +290,11 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     assert row["sm_cycles_step_est"] == pytest.approx(m["total"]["sm_cycles"])  # as measured, not extrapolated
     assert 0 < row["rates_time_share"] < 1 and row["rates_over_every_kernel"] == "ipc, tensor_pipe_pct"
     assert "sm__inst_executed.avg.per_cycle_active" in m["commands"]["coverage"]
-    off = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+    off = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
                          max_kernels=4, launch_count=10, warmup=0, timeout_s=120, coverage_pass=False)
     assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]
     monkeypatch.setenv("FAKE_NCU_FAIL_COVERAGE", "1")  # a failed coverage pass: detail only, the error recorded
-    failed = unet3d_ncu.run({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
+    failed = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
                             max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
     fc = failed["measurements"]["coverage"]
     assert failed["status"] == "ok" and "simulated failure" in fc["coverage_error"] and not fc["meets_target"]

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from accelbench import cli, locks, results
+from accelbench import cli, harness, locks, results
+from accelbench.errors import AccelbenchError
 from accelbench.config import schema_errors
 from conftest import REPO
 
@@ -82,16 +83,16 @@ def test_result_files_are_group_readable(tmp_path):
 def test_spec_file_is_read_and_its_hash_recorded(tmp_path, monkeypatch):
     spec = tmp_path / "0123456789abcdef.json"
     spec.write_text('{"a": 1}\n')
-    monkeypatch.setattr(results, "SPEC_SHA256", None)
-    assert cli._load_spec(str(spec)) == {"a": 1}
-    assert results.SPEC_SHA256 == hashlib.sha256(b'{"a": 1}\n').hexdigest()
-    assert results.make_result("e", "ok", {}, {}, {})["spec_sha256"] == results.SPEC_SHA256
-    assert cli._load_spec('{"inline": true}') == {"inline": True}
-    with pytest.raises(cli.AccelbenchError, match="spec file not found: .*nope.json"):
-        cli._load_spec(str(tmp_path / "nope.json"))
+    loaded, sha = harness.load_spec(str(spec))
+    assert loaded == {"a": 1} and sha == hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    assert results.make_result("e", "ok", {}, {}, {}, spec_sha256=sha)["spec_sha256"] == sha
+    assert "spec_sha256" not in results.make_result("e", "ok", {}, {}, {})
+    assert harness.load_spec('{"inline": true}') == ({"inline": True}, None)
+    with pytest.raises(AccelbenchError, match="spec file not found: .*nope.json"):
+        harness.load_spec(str(tmp_path / "nope.json"))
     (tmp_path / "bad.json").write_text("[1]")
-    with pytest.raises(cli.AccelbenchError, match="must hold a JSON object"):
-        cli._load_spec(str(tmp_path / "bad.json"))
+    with pytest.raises(AccelbenchError, match="must hold a JSON object"):
+        harness.load_spec(str(tmp_path / "bad.json"))
 
 
 @pytest.mark.parametrize("key, value", [("results_dir", "r;touch /tmp/x;y"), ("results_dir", "lab||x"),

@@ -113,7 +113,7 @@ def _run(settings, name, system, tmp_path, **kw):
     args = dict(warmup=1, repeat=2, profile_steps=1, quality_sample_steps=2, quality_rel_l2_max=0.05, seed=0,
                 trace_path=tmp_path / f"{name}.json.gz")
     args.update(kw)
-    return exp.run(settings, exp.VARIANTS[name], system, image, mask, **args)
+    return exp.profile(settings, exp.VARIANTS[name], system, image, mask, **args)
 
 
 def test_run_baseline_and_bf16(tiny_settings, systems, tmp_path):

@@ -10,7 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import fake_results as fr
-from accelbench import cli
+from accelbench import cli, harness, registry
+from accelbench.outcome import Outcome
 from accelbench.errors import ResultError
 from accelbench.systems import System
 from accelbench.validate import EXPERIMENTS, _schemas, problems_of, validate_files
@@ -41,13 +42,13 @@ def test_hand_made_results_of_the_real_writers_are_valid(name):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_cli_writer_results_are_valid(tmp_path, experiment):
-    """The one helper every command writes results with (cli._write_result): provenance, status and reason."""
+    """The one writer every job's result goes through (harness.write_outcome): provenance, status and reason."""
     system = System(name="cpu", backend="cpu", devices=1, precisions=("fp32",), image="cuda", scale="small")
     config = {"system": system.to_dict(), "model": "m", "configuration": "tf32", "method": "fp32", "bitset": "none",
               "model_name": "m", "attention": "eager", "strategy": "fsdp", "devices": 2, "precision": "fp32"}
     out = tmp_path / "result.json"
-    cli._write_result(experiment, {"status": "unsupported", "reason": "not on a CPU", "measurements": {}}, config,
-                      system, out, overwrite=False)
+    ctx = harness.JobContext(registry.get(experiment), config, "spec.json", None, system, out)
+    harness.write_outcome(ctx, Outcome.unsupported("not on a CPU"))
     assert validate_files([out])[0]["status"] == "unsupported"
 
 

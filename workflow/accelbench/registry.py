@@ -45,6 +45,7 @@ class Experiment:
         reads: other experiments whose results its aggregation reads too (Study A's claims read the counters).
         side_files: files a job may write beside its result (moved aside with it when it is superseded).
         ranks: True when a job runs several ranks through :mod:`accelbench.launcher` (SR3, LoRA, net_smoke).
+        targets: the main outputs of its aggregation under the results folder (``rule all`` asks for them).
         inputs: the named inputs its command takes besides ``--spec``/``--out`` (``--image``, ``--data``, ...), passed
             to the run as ``ctx.inputs``.
     """
@@ -61,6 +62,7 @@ class Experiment:
     side_files: tuple[str, ...] = ()
     ranks: bool = False
     inputs: tuple[str, ...] = field(default=())
+    targets: tuple[str, ...] = field(default=())
 
     @property
     def selectable(self) -> bool:
@@ -79,19 +81,22 @@ class Experiment:
 _ENTRIES = (
     Experiment("unet3d_profile", "A", "unet3d_profile", "unet3d-profile", ("{model}/{configuration}",),
                aggregate="study_a", reference="study_a_claims.csv", reads=("unet3d_ncu",),
-               side_files=("kernels.csv", "trace.json.gz"), inputs=("image", "mask")),
+               side_files=("kernels.csv", "trace.json.gz"), inputs=("image", "mask"),
+               targets=("study_a/table.csv", "study_a/claims_vs_measured.csv")),
     Experiment("unet3d_ncu", "A", "unet3d_ncu", "unet3d-ncu", ("{model}/{configuration}",),
                aggregate="study_a_ncu", reference="study_a_claims.csv", reads=("unet3d_profile",),
-               inputs=("image", "mask", "profile_result")),
+               inputs=("image", "mask", "profile_result"), targets=("study_a/counters.csv",)),
     Experiment("sr3_scaling", "B", "sr3_scaling", "sr3-train", ("{precision}/devices_{devices}",),
                aggregate="study_b_sr3", reference="study_b_sr3_scaling.csv", side_files=("samples.npz",),
-               ranks=True, inputs=("data",)),
+               ranks=True, inputs=("data",), targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png")),
     Experiment("llm_quant", "B", "llm_quant", "llm-quant", ("{model}/sensitivity", "{model}/{method}/{bitset}"),
                aggregate="study_b_quant", reference="study_b_quantization.csv",
                side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
-               inputs=("stage", "model_dir", "sensitivity")),
+               inputs=("stage", "model_dir", "sensitivity"),
+               targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png")),
     Experiment("lora_finetune", "B", "lora", "lora-finetune", ("{model}/{attention}/{strategy}/n{devices}",),
-               aggregate="study_b_lora", reference="study_b_finetune_runtime.csv", ranks=True),
+               aggregate="study_b_lora", reference="study_b_finetune_runtime.csv", ranks=True,
+               targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png")),
     Experiment("net_smoke", "diagnostic", "net_smoke", "net-smoke", ("devices_{devices}",), result="allreduce.json",
                side_files=("allreduce.csv",), ranks=True),
 )

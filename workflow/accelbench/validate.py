@@ -24,9 +24,10 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from .errors import ResultError
+from .registry import names
 from .results import SCHEMA_VERSION
 
-EXPERIMENTS = ("unet3d_profile", "unet3d_ncu", "llm_quant", "lora_finetune", "sr3_scaling")
+EXPERIMENTS = names()  # the study experiments of the registry (net_smoke, a diagnostic, has no schema)
 BASE = "result.json"
 
 

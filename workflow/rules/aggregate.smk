@@ -2,9 +2,9 @@
 rule study_a_aggregate:
     input:
         # the counter results too: claims_vs_measured judges the counter claims as rule claims does
-        results=unet3d_results() + other_systems_results("unet3d_profile") + experiment_results("unet3d_ncu"),
+        results=unet3d_profile_results() + other_systems_results("unet3d_profile") + experiment_results("unet3d_ncu"),
         claims=CLAIMS_A,
-        validated=validated("unet3d_profile", "unet3d_ncu"),
+        validated=validated(*reads("unet3d_profile")),
     output:
         table=report(
             f"{RESULTS}/study_a/table.csv",
@@ -49,9 +49,9 @@ rule study_a_aggregate:
 rule study_a_ncu_aggregate:
     input:
         results=unet3d_ncu_results() + other_systems_results("unet3d_ncu"),
-        profiles=unet3d_results(),  # the step device time that ncu's bounded replay is scaled to
+        profiles=unet3d_profile_results(),  # the step device time that ncu's bounded replay is scaled to
         claims=CLAIMS_A,
-        validated=validated("unet3d_ncu", "unet3d_profile"),
+        validated=validated(*reads("unet3d_ncu")),
     output:
         table=report(
             f"{RESULTS}/study_a/counters.csv",

@@ -8,6 +8,7 @@ import os
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
+from accelbench import registry
 from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, resolve_system
@@ -93,7 +94,7 @@ def device_resources():
 
 
 # --------------------------------------------------------------------------- Study A
-def unet3d_results(system=SYSTEM.name):
+def unet3d_profile_results(system=SYSTEM.name):
     u = config["unet3d_profile"]
     return expand(f"{RESULTS}/{system}/unet3d_profile/{{model}}/{{configuration}}/result.json",
                   model=u["models"], configuration=u["configurations"])
@@ -127,7 +128,7 @@ def mri_spec(wildcards):
     return spec_file({"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data})
 
 
-def unet3d_spec(wildcards):
+def unet3d_profile_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
@@ -141,13 +142,13 @@ def unet3d_ncu_results(system=SYSTEM.name):
 
 
 def unet3d_ncu_spec(wildcards):
-    spec = json.loads(Path(unet3d_spec(wildcards)).read_text())
+    spec = json.loads(Path(unet3d_profile_spec(wildcards)).read_text())
     spec["ncu"] = {k: v for k, v in config["unet3d_ncu"].items() if k != "configurations"}
     return spec_file(spec)
 
 
 # --------------------------------------------------------------------------- Study B: SR3 scaling
-def sr3_results(system=SYSTEM.name):
+def sr3_scaling_results(system=SYSTEM.name):
     u = config["sr3_scaling"]
     return expand(f"{RESULTS}/{system}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json",
                   precision=u["precisions"], devices=u["devices"])
@@ -168,7 +169,7 @@ def sr3_prepare_spec(wildcards):
     return spec_file({"hr_size": s.hr_size, "factor": s.factor, "data": data})
 
 
-def sr3_spec(wildcards):
+def sr3_scaling_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
@@ -283,7 +284,7 @@ def llm_quant_spec(wildcards):
 LORA_MODELS = "resources/llm"  # exported plain-HF copies of bundled models (rule llm_export)
 
 
-def lora_results(system=SYSTEM.name):
+def lora_finetune_results(system=SYSTEM.name):
     """One result per (model, attention, strategy, devices) of config lora_finetune.runs."""
     u = config["lora_finetune"]
     return [f"{RESULTS}/{system}/lora_finetune/{model}/{att}/{run['strategy']}/n{n}/result.json"
@@ -307,7 +308,7 @@ def lora_model_input(wildcards):
     return {"tokenizer_dir": folder} if folder else {}
 
 
-def lora_spec(wildcards):
+def lora_finetune_spec(wildcards):
     from accelbench.experiments.lora_finetune import check_ddp_options, resolve_settings
 
     u = config["lora_finetune"]
@@ -325,15 +326,24 @@ def lora_spec(wildcards):
 
 
 # --------------------------------------------------------------------------- validation (rule validate_results)
-EXPERIMENTS = ("unet3d_profile", "unet3d_ncu", "llm_quant", "lora_finetune", "sr3_scaling")
+# Every experiment of the registry (accelbench.registry) has `<name>_results()` and `<name>_spec(wildcards)` here.
+EXPERIMENTS = registry.names()
+
+
+def own_results(experiment):
+    """This system's results of ``experiment`` as configured (its ``<name>_results()`` function)."""
+    return globals()[f"{experiment}_results"]()
 
 
 def experiment_results(experiment):
     """Every result of ``experiment`` an aggregation reads: this system's (when the experiment is configured) and
     those copied in from other machines."""
-    own = {"unet3d_profile": unet3d_results, "unet3d_ncu": unet3d_ncu_results, "llm_quant": llm_quant_results,
-           "lora_finetune": lora_results, "sr3_scaling": sr3_results}[experiment]
-    return (own() if experiment in config["experiments"] else []) + other_systems_results(experiment)
+    return (own_results(experiment) if experiment in config["experiments"] else []) + other_systems_results(experiment)
+
+
+def reads(experiment):
+    """``experiment`` and the experiments its aggregation reads too (the registry's ``reads``)."""
+    return (experiment, *registry.get(experiment).reads)
 
 
 def validated(*experiments):
@@ -350,18 +360,12 @@ def results_file(wildcards, input):
 
 # --------------------------------------------------------------------------- targets
 def get_final_output():
+    """Every configured experiment's results and the main outputs of its aggregation (the registry's ``targets``),
+    then the claims table."""
     out = []
-    if "unet3d_profile" in config["experiments"]:
-        out += unet3d_results()
-        out += [f"{RESULTS}/study_a/table.csv", f"{RESULTS}/study_a/claims_vs_measured.csv"]
-    if "unet3d_ncu" in config["experiments"]:
-        out += unet3d_ncu_results() + [f"{RESULTS}/study_a/counters.csv"]
-    if "llm_quant" in config["experiments"]:
-        out += llm_quant_results() + [f"{RESULTS}/study_b_quant/table.csv", f"{RESULTS}/study_b_quant/fig_sensitivity_layers.png"]
-    if "sr3_scaling" in config["experiments"]:
-        out += sr3_results() + [f"{RESULTS}/study_b_sr3/scaling.csv", f"{RESULTS}/study_b_sr3/fig_scaling.png"]
-    if "lora_finetune" in config["experiments"]:
-        out += lora_results() + [f"{RESULTS}/study_b_lora/runs.csv", f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png"]
+    for name in EXPERIMENTS:
+        if name in config["experiments"]:
+            out += own_results(name) + [f"{RESULTS}/{t}" for t in registry.get(name).targets]
     if out:
         out.append(f"{RESULTS}/claims/claims.csv")
     return out
@@ -377,13 +381,8 @@ def stale_results():
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
 
-    r = f"{RESULTS}/{SYSTEM.name}"
-    patterns = [(f"{r}/unet3d_profile/{{model}}/{{configuration}}/result.json", unet3d_spec),
-                (f"{r}/unet3d_ncu/{{model}}/{{configuration}}/result.json", unet3d_ncu_spec),
-                (f"{r}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json", sr3_spec),
-                (f"{r}/llm_quant/{{model}}/sensitivity/result.json", llm_quant_spec),
-                (f"{r}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json", llm_quant_spec),
-                (f"{r}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json", lora_spec)]
+    patterns = [(pattern, globals()[f"{name}_spec"]) for name in EXPERIMENTS
+                for pattern in registry.get(name).result_patterns(RESULTS, SYSTEM.name)]
     stale = []
     for target in get_final_output():
         if not Path(target).is_file():

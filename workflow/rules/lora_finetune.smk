@@ -8,7 +8,7 @@ rule lora_finetune:
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     params:
-        spec=lora_spec,
+        spec=lora_finetune_spec,
     wildcard_constraints:
         attention="eager|flash",
         strategy="single|ddp|fsdp|zero3",
@@ -25,7 +25,7 @@ rule lora_finetune:
 
 rule study_b_lora_aggregate:
     input:
-        results=lora_results() + other_systems_results("lora_finetune"),
+        results=lora_finetune_results() + other_systems_results("lora_finetune"),
         reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
         validated=validated("lora_finetune"),
     output:

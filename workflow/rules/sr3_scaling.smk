@@ -20,7 +20,7 @@ rule sr3_train:
     log:
         f"logs/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}.log",
     params:
-        spec=sr3_spec,
+        spec=sr3_scaling_spec,
     wildcard_constraints:
         precision="fp32|bf16",
         devices="[0-9]+",
@@ -37,7 +37,7 @@ rule sr3_train:
 
 rule study_b_sr3_aggregate:
     input:
-        results=sr3_results() + other_systems_results("sr3_scaling"),
+        results=sr3_scaling_results() + other_systems_results("sr3_scaling"),
         reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
         validated=validated("sr3_scaling"),
     output:

@@ -7,7 +7,7 @@ rule unet3d_profile:
     log:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
     params:
-        spec=unet3d_spec,
+        spec=unet3d_profile_spec,
     threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
         **device_resources(),

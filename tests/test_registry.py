@@ -1,0 +1,109 @@
+"""The registry is the one place that names the experiments (issue 23): everything else reads it."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from accelbench import registry
+from conftest import REPO
+
+PACKAGE = REPO / "workflow/accelbench"
+NAMES = set(registry.EXPERIMENTS)
+
+
+def test_the_result_schema_and_the_config_schema_name_exactly_the_registry():
+    result = json.loads((PACKAGE / "schemas/result.json").read_text())
+    assert tuple(result["properties"]["experiment"]["enum"]) == registry.names()
+    config = yaml.safe_load((REPO / "config/config.schema.yaml").read_text())
+    assert tuple(config["properties"]["experiments"]["items"]["enum"]) == registry.names()
+    assert {p.stem for p in (PACKAGE / "schemas").glob("*.json")} == {"result", *registry.names()}
+
+
+@pytest.mark.parametrize("name", list(registry.EXPERIMENTS))
+def test_every_experiment_module_keeps_the_contract(name):
+    """``Settings.from_spec`` and ``run`` (``run_rank`` too where the job runs ranks), and its name."""
+    e = registry.get(name)
+    module = e.load()
+    assert module.EXPERIMENT == name
+    assert callable(module.Settings.from_spec) and callable(module.run)
+    assert callable(getattr(module, "run_rank", None)) == e.ranks
+    assert (PACKAGE / "aggregate" / f"{e.aggregate}.py").exists() if e.aggregate else not e.selectable
+    assert (REPO / "resources/reference" / e.reference).exists() if e.reference else True
+
+
+def test_every_experiment_has_a_command_rule_inputs_and_spec():
+    from accelbench.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    smk = {p.name: p.read_text() for p in (REPO / "workflow/rules").glob("*.smk")}
+    common = smk["common.smk"]
+    for e in registry.EXPERIMENTS.values():
+        assert e.command in commands
+        assert any(f"accelbench {e.command} " in text for text in smk.values()), e.command
+        if e.selectable:
+            assert f"def {e.name}_results(" in common and f"def {e.name}_spec(" in common, e.name
+
+
+def test_unknown_names_are_refused_with_the_known_ones():
+    with pytest.raises(registry.ConfigError, match="unknown experiment 'nope'; known: unet3d_profile"):
+        registry.get("nope")
+    assert registry.experiment_of("results/h200/llm_quant/m/fake/8_4_4/result.json") == "llm_quant"
+    assert registry.experiment_of("results/x/y.json") is None
+
+
+# --------------------------------------------------------------------------- no second list of names
+def _where(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _name_lists_in_python(path: Path) -> list[str]:
+    """Literal lists, tuples, sets and dict keys in ``path`` that hold two or more experiment names."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        elements = (node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else
+                    node.keys if isinstance(node, ast.Dict) else [])
+        named = {e.value for e in elements if isinstance(e, ast.Constant) and e.value in NAMES}
+        if len(named) >= 2:
+            found.append(f"{_where(path)}:{node.lineno}: {sorted(named)}")
+    return found
+
+
+_QUOTED = re.compile(r"""["']([a-z0-9_]+)["']""")
+_SPAN = re.compile(r"[\[\(\{][^\[\]\(\)\{\}]*[\]\)\}]")
+
+
+def _name_lists_in_text(path: Path) -> list[str]:
+    """Two experiment names quoted within one bracketed span of a line of a rule file (Snakemake is not plain
+    Python)."""
+    found = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        for span in _SPAN.findall(line):
+            named = {m for m in _QUOTED.findall(span) if m in NAMES}
+            if len(named) >= 2:
+                found.append(f"{_where(path)}:{lineno}: {sorted(named)}")
+    return found
+
+
+def test_no_list_of_experiment_names_outside_the_registry():
+    sources = [p for p in PACKAGE.rglob("*.py") if p.name != "registry.py"]
+    found = list(itertools.chain.from_iterable(_name_lists_in_python(p) for p in sources))
+    rules = [*(REPO / "workflow/rules").glob("*.smk"), REPO / "Snakefile"]
+    found += itertools.chain.from_iterable(_name_lists_in_text(p) for p in rules)
+    assert not found, "experiment names listed outside accelbench/registry.py:\n" + "\n".join(found)
+
+
+def test_the_name_list_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('EXPERIMENTS = ("unet3d_profile", "sr3_scaling")\nOWN = {"llm_quant": 1, "lora_finetune": 2}\n'
+                   'ONE = ["llm_quant", "other"]\n')
+    assert len(_name_lists_in_python(bad)) == 2
+    smk = tmp_path / "bad.smk"
+    smk.write_text('x = expand("{e}", e=["unet3d_ncu", "llm_quant"])\ny = ["sr3_scaling"]\n')
+    assert len(_name_lists_in_text(smk)) == 1
