@@ -56,12 +56,73 @@ class Timing:
         return asdict(self)
 
 
-def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "") -> Timing:
-    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed.
+class StepClock:
+    """The one clock of every timed phase: training steps, LoRA's optimizer steps (a Trainer callback built on it),
+    perplexity and accuracy batches, the all-reduce calls of the network test.
 
-    CUDA: one pair of CUDA events around each step, read after the last step (device time; no host
-    sync inside the loop, so the host may queue the next step as in a plain training loop).
-    CPU/HPU: ``synchronize`` then ``time.perf_counter`` around each step.
+    CUDA: a pair of CUDA events around each step, read at :meth:`timing` (device time; no host sync inside the
+    loop, so the host may queue the next step as in a plain training loop). CPU/HPU: ``synchronize`` (HPU: after
+    ``mark_step``, which cuts the lazy graph) then ``time.perf_counter`` around each step. Times in ms.
+
+    Usage::
+
+        clock = StepClock(device)
+        for batch in batches:
+            clock.start(); step(batch); clock.stop()
+        timing = clock.timing(warmup=0)
+    """
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.events = device.backend == "cuda"
+        self.method = "cuda_events" if self.events else "synchronize+perf_counter"
+        self._pairs: list = []
+        self._samples: list[float] = []
+        self._t0: float | None = None
+
+    def start(self) -> None:
+        if self.events:
+            import torch
+
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._pairs.append([ev, None])
+        else:
+            self.device.synchronize()
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.events:
+            import torch
+
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._pairs[-1][1] = ev
+        else:
+            self.device.mark_step()
+            self.device.synchronize()
+            self._samples.append((time.perf_counter() - self._t0) * 1e3)
+
+    def samples(self) -> list[float]:
+        """The steps timed so far, in ms (CUDA: waits for the device once)."""
+        if self.events:
+            import torch
+
+            torch.cuda.synchronize()
+            return [a.elapsed_time(b) for a, b in self._pairs if b is not None]
+        return list(self._samples)
+
+    def timing(self, warmup: int = 0) -> "Timing":
+        """:class:`Timing` of the steps timed so far (``warmup``: untimed steps before them, recorded).
+
+        Raises:
+            ValueError: no step was timed.
+        """
+        return Timing.from_samples(self.samples(), warmup=warmup, method=self.method)
+
+
+def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "") -> Timing:
+    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed with a :class:`StepClock`.
 
     Returns:
         :class:`Timing` in milliseconds.
@@ -69,28 +130,12 @@ def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: 
     for _ in tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0):
         step()
     device.synchronize()
-    samples: list[float] = []
-    if device.backend == "cuda":
-        import torch
-
-        events = []
-        for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()
-        samples = [start.elapsed_time(end) for start, end in events]
-        method = "cuda_events"
-    else:
-        for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
-            t0 = time.perf_counter()
-            step()
-            device.synchronize()
-            samples.append((time.perf_counter() - t0) * 1e3)
-        method = "synchronize+perf_counter"
-    return Timing.from_samples(samples, warmup=warmup, method=method)
+    clock = StepClock(device)
+    for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
+        clock.start()
+        step()
+        clock.stop()
+    return clock.timing(warmup)
 
 
 def merge_ranks(samples_per_rank: list[list[float]], warmup: int, method: str) -> Timing:
