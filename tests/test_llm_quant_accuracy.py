@@ -1,0 +1,100 @@
+"""llm_quant.accuracy: lm-evaluation-harness tasks on the model in memory, from local data only."""
+
+import sys
+
+import pytest
+import torch
+
+from accelbench.devices import Device
+from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
+from llm_quant_helpers import tiny_llama  # noqa: F401 (module-scoped fixture)
+
+
+ENDINGS = [["boils the water", "eats the pot", "flies away", "sings a song"],
+           ["opens the door", "reads the map", "paints the wall", "climbs the tree"],
+           ["rides the bike", "cuts the bread", "drinks the tea", "plays the drum"],
+           ["jumps the fence", "writes the note", "cleans the floor", "throws the ball"]]
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer():
+    """A word-level tokenizer (256 ids, tiny_llama's vocabulary size) over the words of the HellaSwag-format set."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for e in ENDINGS for s in e for w in s.split()} |
+                   {"Cooking", "Sports", "A", "man", "woman", "pours", "water", "into", "pot", "then", "He", "She",
+                    "walks", "to", "the", "park", "and", "Then", ":", ".", "he", "she"})
+    vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", "[EOS]"] + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+
+
+def _hellaswag_records(labels):
+    """Records in HellaSwag's format (Rowan/hellaswag: ind, activity_label, ctx_a, ctx_b, ctx, endings, label as str)."""
+    recs = []
+    for i, label in enumerate(labels):
+        ctx_a, ctx_b = ("A man pours water into the pot.", "he") if i % 2 else ("A woman walks to the park.", "then she")
+        recs.append({"ind": i, "activity_label": "Cooking" if i % 2 else "Sports", "ctx_a": ctx_a, "ctx_b": ctx_b,
+                     "ctx": f"{ctx_a} {ctx_b}", "endings": ENDINGS[i % 4], "source_id": f"test~{i}", "split": "val",
+                     "split_type": "indomain", "label": str(label)})
+    return recs
+
+
+def _own_choice(model, tok, rec):
+    """Argmax of the summed log-likelihood of each ending (lm-eval's `acc`), computed here without lm-eval."""
+    query = f"{rec['activity_label']}: {rec['ctx_a']} {rec['ctx_b'].capitalize()}"
+    ctx = tok(query, add_special_tokens=False)["input_ids"]
+    scores = []
+    for ending in rec["endings"]:
+        whole = tok(query + " " + ending, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([whole])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), -1)[0]
+        scores.append(sum(float(logp[p - 1, whole[p]]) for p in range(len(ctx), len(whole))))
+    return max(range(len(scores)), key=scores.__getitem__)
+
+
+def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tmp_path):
+    """lm-eval reads a HellaSwag-format folder and scores the in-memory model: its `acc` equals our own
+    log-likelihood argmax (labels = the model's choice on half of the documents, another ending on the rest)."""
+    import json
+
+    model = tiny_llama
+    n = 8
+    first = _hellaswag_records([0] * n)
+    own = [_own_choice(model, word_tokenizer, r) for r in first]
+    labels = [c if i % 2 == 0 else (c + 1) % 4 for i, c in enumerate(own)]
+    folder = tmp_path / "hellaswag"
+    folder.mkdir()
+    (folder / "validation.jsonl").write_text("\n".join(json.dumps(r) for r in _hellaswag_records(labels)))
+    acc = {"tasks": ["hellaswag", "boolq"], "num_fewshot": 0, "limit": None, "batch_size": 3,
+           "data": {"hellaswag": str(folder), "boolq": str(tmp_path / "no_boolq_here")}}
+    out = accuracy_tasks(model, word_tokenizer, acc, Device("cpu"))
+    hs = out["hellaswag"]
+    assert hs["status"] == "ok" and hs["metric"] == "acc_norm" and hs["samples"] == n and hs["num_fewshot"] == 0
+    assert hs["metrics"]["acc"] == pytest.approx(0.5)
+    assert 0.0 <= hs["value"] <= 1.0 and "local folder" in hs["data"] and hs["harness"].startswith("lm_eval")
+    assert out["boolq"]["status"] == "unsupported" and "no_boolq_here" in out["boolq"]["reason"]
+
+
+def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(tiny_llama, word_tokenizer, tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty_cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_home"))
+    out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["boolq", "no_such_task_xyz"], "limit": 2, "data": {}},
+                           Device("cpu"))
+    assert out["boolq"]["status"] == "unsupported" and "datasets cache" in out["boolq"]["reason"]
+    assert "Offline" in out["boolq"]["reason"] or "offline" in out["boolq"]["reason"]
+    assert out["no_such_task_xyz"]["status"] == "unsupported" and "no task" in out["no_such_task_xyz"]["reason"]
+
+
+def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, word_tokenizer, monkeypatch):
+    """An image without lm-eval's dependencies (found on the H200 node: no `datasets`) records each task as
+    `unsupported` with the missing module named, instead of failing the method job and losing its perplexity."""
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["hellaswag", "boolq"], "limit": 2}, Device("cpu"))
+    assert set(out) == {"hellaswag", "boolq"}
+    for task in out.values():
+        assert task["status"] == "unsupported" and "datasets" in task["reason"] and "lm-evaluation-harness" in task["reason"]

@@ -1,0 +1,56 @@
+"""Study B (arXiv 2607.05400): pruning-based mixed-precision quantization of a causal LM, measured.
+
+Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in the embedded default):
+
+1. **Baseline**: perplexity on non-overlapping ``chunk_len``-token chunks (Study B: 512), evaluation
+   time and Study B's throughput, evaluation tokens / evaluation time (``eval_tokens_per_s``; the
+   published columns satisfy throughput x eval time = 338.4k tokens, WikiText-2's test split). A
+   separate forward benchmark on random token ids (``forward_benchmark``,
+   :func:`accelbench.measure.time_steps`) is kept under its own name.
+2. **Sensitivity** (:func:`.sensitivity.sensitivity_map`): per decoder layer, Study B's way: magnitude-prune 30% of
+   the weights of every parameter of that layer only (``torch.nn.utils.prune.L1Unstructured``) and
+   record the perplexity increase on the validation split; ours: the increase when only that layer's
+   linear weights are quantized to 4 bits; the sub-module variant (q/k/v/o/gate/up/down) prunes one
+   projection (per layer, or per projection type across all layers). Weights are restored from an
+   in-memory snapshot between layers, never reloaded from disk. Because a change in layer ``i``
+   leaves the hidden states entering layer ``i`` untouched, those are cached once and only layers
+   ``i..N-1`` are rerun (exact; checked by the tests); see :class:`.evaluate.Evaluator`.
+3. **Allocation** (:func:`.sensitivity.cluster_sensitivities`, :func:`.sensitivity.assign_bits`): three clusters of the layer
+   sensitivities (k-means: scikit-learn; percentile buckets: numpy; Ward: scipy); the most sensitive
+   cluster gets the first (largest) bit width of a bit set [16,8,4], [8,8,4] or [8,4,4].
+4. **Simulated quantization** (``fake``): symmetric min-max, round-to-nearest, weight-only, per group
+   of ``group_size`` (128) consecutive input features, FP16 scales (:func:`.quantize.quantize_groupwise`);
+   16 bits = FP16 rounding. Weights are stored packed (int8 codes; two 4-bit codes per byte) and the
+   bytes before/after are counted from those tensors (:func:`.quantize.QuantizedTensor.nbytes`).
+5. **Real quantization**: torchao weight-only int8 (``Int8WeightOnlyConfig``) / int4
+   (``Int4WeightOnlyConfig``, tinygemm layout, CUDA + bf16 only) per layer following the allocation;
+   on Gaudi, Intel Neural Compressor FP8 (E4M3, measure-then-quantize with maxabs scaling) on the
+   low-sensitivity half of the MLP modules, the rest BF16 (Study B's Gaudi2 setting; gated on
+   ``habana_frameworks``, never imported otherwise). Real sizes are counted from the quantized
+   tensors and from their serialized state dict. A kernel, dtype or backend the system lacks gives
+   status ``unsupported`` with torchao's own error as the reason; any other error fails the job
+   (:func:`.methods.torchao_unsupported_reason`).
+
+6. **Accuracy** (:func:`.accuracy.accuracy_tasks`): Study B's HellaSwag (acc_norm) and BoolQ (acc) through EleutherAI's
+   lm-evaluation-harness on the quantized model in memory, from a local copy of the data only (a task
+   without one is ``unsupported`` with the reason).
+
+Kept in high precision as in Study B: embeddings, ``lm_head``, norms. Functions do no file I/O;
+:mod:`accelbench.cli` (``accelbench llm-quant``) reads inputs and writes results.
+
+Modules (each imports only those above it; only the job entry points are re-exported here):
+
+- :mod:`.layers`: decoder structure (``SUBMODULES``, :func:`~.layers.decoder_layers`) and byte counts;
+- :mod:`.quantize`: the group-wise quantizer, packed storage, simulated quantization;
+- :mod:`.evaluate`: text, token chunks, the perplexity :class:`~.evaluate.Evaluator`, the forward benchmark;
+- :mod:`.accuracy`: lm-evaluation-harness tasks;
+- :mod:`.sensitivity`: sensitivity map, clustering, bit allocation;
+- :mod:`.methods`: fp32 / fake / torchao / inc_fp8 and the measurement of one method (:func:`~.methods.run_method`);
+- :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
+"""
+
+from .run import run_method_job, run_sensitivity_job
+
+EXPERIMENT = "llm_quant"
+
+__all__ = ["EXPERIMENT", "run_method_job", "run_sensitivity_job"]

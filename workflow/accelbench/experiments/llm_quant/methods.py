@@ -1,0 +1,231 @@
+"""The quantization methods of one job and their measurement: ``fp32`` (baseline), ``fake`` (simulated, packed
+storage), ``torchao`` (real weight-only int8/int4) and ``inc_fp8`` (Intel Neural Compressor FP8 on Gaudi).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from ...devices import Device
+from ...errors import ConfigError, DataError
+from .accuracy import accuracy_tasks
+from .evaluate import Evaluator, throughput
+from .layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
+from .quantize import quantize_
+from .sensitivity import assign_bits, fp8_modules, parse_bitset
+
+METHODS = ("fp32", "fake", "torchao", "inc_fp8")
+
+
+def apply_fake(model, layer_bits: list[int], group_size: int) -> dict:
+    """Simulated quantization of each decoder layer's linear weights at its bits; bytes before/after."""
+    before = after = 0
+    for layer, bits in tqdm(list(zip(decoder_layers(model), layer_bits)), desc="fake quantization"):
+        lin = layer_linears(layer)
+        before += sum(tensor_nbytes(m.weight) for m in lin.values())
+        after += quantize_(lin, bits, group_size)
+    return {"decoder_linear_bytes_before": before, "decoder_linear_bytes_after": after,
+            "compression_x": before / after if after else None}
+
+
+# What "unsupported here" looks like when torchao (or the dispatcher under it) lacks a kernel, dtype or backend:
+# ImportError (a kernel package such as mslk/fbgemm-gpu missing), NotImplementedError, and RuntimeError/
+# AssertionError/ValueError whose message says so (the dispatcher's "Could not run ... with arguments from the
+# 'CPU' backend", "not implemented for 'Float'", "only supports bfloat16", "Torch not compiled with CUDA").
+# Anything else (TypeError, KeyError, AttributeError, a CUDA error, ...) is a bug here and fails the job.
+_UNSUPPORTED_MESSAGE = re.compile(
+    r"not implemented for|not supported|unsupported|could not run|no kernel|requires? |only supports?|"
+    r"not compiled with|is only available|needs? (cuda|a gpu|bfloat16|bf16)|expected .*dtype", re.I)
+
+
+def torchao_unsupported_reason(exc: BaseException, what: str) -> str | None:
+    """The reason string if ``exc`` means torchao cannot run ``what`` here (missing kernel, dtype or
+    backend), else None (the caller re-raises: a bug must not read as a hardware limitation)."""
+    import torchao
+
+    msg = str(exc).splitlines()[0] if str(exc) else ""
+    genuine = isinstance(exc, (ImportError, NotImplementedError)) or (
+        isinstance(exc, (RuntimeError, AssertionError, ValueError)) and not isinstance(exc, torch.OutOfMemoryError)
+        and bool(_UNSUPPORTED_MESSAGE.search(msg)))
+    return f"torchao {torchao.__version__} {what}: {type(exc).__name__}: {msg}" if genuine else None
+
+
+def torchao_probe(bits: int, device: Device, dtype: torch.dtype, group_size: int) -> str | None:
+    """None if torchao's ``bits``-bit weight-only quantization runs here, else the reason (its error).
+
+    Raises:
+        Exception: any error that does not mean "unsupported here" (:func:`torchao_unsupported_reason`).
+    """
+    lin = torch.nn.Sequential(torch.nn.Linear(group_size * 2, 64, bias=False)).to(device.torch_device, dtype)
+    try:
+        from torchao.quantization import quantize_ as ao_quantize_
+
+        ao_quantize_(lin, torchao_config(bits, group_size, device.backend))
+        lin(torch.randn(2, group_size * 2, dtype=dtype, device=device.torch_device))
+    except Exception as exc:
+        reason = torchao_unsupported_reason(exc, f"int{bits} weight-only on {device.backend} with {dtype}")
+        if reason is None:
+            raise
+        return reason
+    return None
+
+
+def torchao_config(bits: int, group_size: int, backend: str):
+    """torchao config object for weight-only int8 (per row) or int4 (group-wise, tinygemm layout on CUDA)."""
+    from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig
+
+    if bits == 8:
+        return Int8WeightOnlyConfig()
+    if bits == 4:
+        if backend == "cuda":
+            try:  # torchao >= 0.14 names the tinygemm layout; older versions use it by default
+                return Int4WeightOnlyConfig(group_size=group_size, int4_packing_format="tile_packed_to_4d")
+            except TypeError:
+                pass
+        return Int4WeightOnlyConfig(group_size=group_size)
+    raise ValueError(f"torchao weight-only: no config for {bits} bits")
+
+
+def int4_group_size(in_features: int, group_size: int) -> int:
+    """torchao int4 needs in_features divisible by the group: the largest of group_size, 64, 32 that divides."""
+    for g in (group_size, 64, 32):
+        if in_features % g == 0:
+            return g
+    raise ValueError(f"in_features {in_features} is not divisible by 32")
+
+
+def apply_torchao(model, layer_bits: list[int], group_size: int, backend: str) -> dict:
+    """torchao weight-only quantization per decoder layer (16 = left in the model dtype). Returns the group
+    sizes used for int4 (torchao needs in_features divisible by the group)."""
+    from torchao.quantization import quantize_ as ao_quantize_
+
+    groups, targets = {}, {}
+    for i, (layer, bits) in enumerate(zip(decoder_layers(model), layer_bits)):
+        if bits == 16:
+            continue
+        for name, mod in layer_linears(layer).items():
+            g = int4_group_size(mod.in_features, group_size) if bits == 4 else group_size
+            if bits == 4 and g != group_size:
+                groups[f"{i}.{name}"] = g
+            targets.setdefault((bits, g), set()).add(id(mod))
+    for (bits, g), ids in tqdm(sorted(targets.items()), desc="torchao"):
+        ao_quantize_(model, torchao_config(bits, g, backend), filter_fn=lambda m, fqn, ids=ids: id(m) in ids)
+    return {"int4_group_size_fallbacks": groups}
+
+
+def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Device, stats_dir: str) -> dict:
+    """Intel Neural Compressor FP8 (E4M3) on Gaudi: measure (maxabs) on calibration chunks, then quantize
+    only ``fp8_names`` (Study B's Gaudi2 flow; the rest stays BF16). Imported only on ``hpu``."""
+    from neural_compressor.torch.quantization import FP8Config, convert, finalize_calibration, prepare
+
+    common = {"fp8_config": "E4M3", "allowlist": {"types": [], "names": fp8_names},
+              "blocklist": {"types": [], "names": ["lm_head"]}, "dump_stats_path": stats_dir}
+    model = prepare(model, FP8Config(mode="MEASURE", observer="maxabs", **common))
+    with torch.inference_mode():
+        for ids in calib:
+            model(input_ids=ids[None].to(device.torch_device), use_cache=False)
+            device.mark_step()
+    finalize_calibration(model)
+    model = convert(model, FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common))
+    return {"fp8_modules": fp8_names, "calibration_chunks": int(calib.shape[0])}
+
+
+@dataclass
+class MethodRun:
+    """Settings of one method job (see config/config.schema.yaml, ``llm_quant``)."""
+
+    method: str
+    bitset: str
+    chunk_len: int
+    eval_tokens: int | None
+    group_size: int
+    clustering: str
+    metric: str
+    throughput: dict
+    eval_batch: int = 1
+    calibration_tokens: int | None = None
+    seed: int = 0
+    accuracy: dict | None = None  # config llm_quant.accuracy (lm-evaluation-harness tasks); None = none
+
+
+def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chunks: torch.Tensor | None,
+               sens: dict, run: MethodRun, device: Device, stats_dir: str = ".", tokenizer=None) -> dict:
+    """Quantize ``model`` (already on ``device``) per ``run`` and measure it: perplexity, throughput, sizes
+    and, with ``run.accuracy`` and a ``tokenizer``, the accuracy tasks (:func:`accuracy_tasks`) on the
+    quantized model in memory (``measurements["accuracy"][task]``).
+
+    Returns:
+        ``{"status", "reason", "measurements", "allocation"}``; status ``unsupported`` when the
+        method's kernels are not available on this system (reason = the library's error).
+    """
+    n_layers = len(decoder_layers(model))
+    alloc = {}
+    if run.method in ("fake", "torchao"):
+        bits = parse_bitset(run.bitset)
+        ranks = sens["allocation"][run.metric][run.clustering]
+        if len(ranks) != n_layers:
+            raise DataError(f"sensitivity result has {len(ranks)} layers, the model {n_layers}")
+        layer_bits = assign_bits(ranks, bits)
+        alloc = {"bits": bits, "metric": run.metric, "clustering": run.clustering, "cluster_rank": ranks,
+                 "layer_bits": layer_bits}
+    size_before = model_sizes(model)
+    lin_fp32 = 4 * sum(m.weight.numel() for layer in decoder_layers(model) for m in layer_linears(layer).values())
+    all_fp32 = 4 * sum(p.numel() for p in model.parameters())
+    applied: dict = {}
+    if run.method == "fake":
+        applied = apply_fake(model, layer_bits, run.group_size)
+    elif run.method == "torchao":
+        dtype = next(model.parameters()).dtype
+        for b in sorted(set(layer_bits) - {16}):
+            reason = torchao_probe(b, device, dtype, run.group_size)
+            if reason:
+                return {"status": "unsupported", "reason": reason, "measurements": {}, "allocation": alloc}
+        try:
+            applied = apply_torchao(model, layer_bits, run.group_size, device.backend)
+        except Exception as exc:  # only a kernel/dtype/backend this torchao build lacks is "unsupported"
+            reason = torchao_unsupported_reason(exc, f"weight-only quantization on {device.backend}")
+            if reason is None:
+                raise
+            return {"status": "unsupported", "measurements": {}, "allocation": alloc, "reason": reason}
+    elif run.method == "inc_fp8":
+        names = fp8_modules(sens, n_layers)
+        alloc = {"fp8_modules": names, "bf16_rest": True}
+        applied = apply_inc_fp8(model, names, calib_chunks, device, stats_dir)
+    elif run.method != "fp32":
+        raise ConfigError(f"llm_quant method {run.method!r} unknown ({' | '.join(METHODS)})")
+    size_after = model_sizes(model)
+    ev = Evaluator(model, test_chunks, device, batch_size=run.eval_batch)
+    ppl, eval_s = ev.timed_perplexity()
+    tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
+    accuracy = (accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
+                if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None else {})
+    lin_after = applied.get("decoder_linear_bytes_after", size_after["decoder_linear_bytes"])
+    # simulated: stored size = unchanged parameters + packed decoder weights; real: bytes in memory
+    model_after = size_after["param_bytes"] - size_after["decoder_linear_bytes"] + lin_after
+    m = {
+        "perplexity": {"value": ppl, "unit": "ppl", "tokens": ev.tokens, "chunks": int(test_chunks.shape[0]),
+                       "chunk_len": int(test_chunks.shape[1])},
+        "eval_time": {"value": eval_s, "unit": "s"},
+        "eval_tokens_per_s": {"value": ev.tokens / eval_s if eval_s else None, "unit": "tokens/s",
+                              "of": "predicted tokens / evaluation wall time (Study B's throughput)"},
+        "forward_benchmark": {**tp, "unit": "tokens/s",
+                              "of": "forward passes on random token ids (batch x seq_len), not Study B's throughput"},
+        "size": {"unit": "bytes", "before": size_before, "after": size_after,
+                 "decoder_linear_bytes_fp32": lin_fp32, "decoder_linear_bytes_after": lin_after,
+                 "how": ("packed codes + FP16 scales (simulated storage)" if run.method == "fake" else
+                         "bytes of the quantized tensors in memory (tensor subclasses flattened)")},
+        "compression_x": {"value": lin_fp32 / lin_after if lin_after else None, "unit": "x",
+                          "of": "decoder-layer linear weights vs. their FP32 bytes (Study B's compression)"},
+        "model_compression_x": {"value": all_fp32 / model_after, "unit": "x",
+                                "of": "all parameters vs. FP32 (embeddings, lm_head, norms kept in the model dtype)"},
+        "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
+        "accuracy": accuracy,
+    }
+    device_peak = device.peak_memory_bytes()
+    if device_peak is not None:
+        m["peak_mem_gib"] = device_peak / 2**30
+    return {"status": "ok", "reason": None, "measurements": m, "allocation": alloc}

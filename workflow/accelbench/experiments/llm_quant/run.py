@@ -1,0 +1,143 @@
+"""The two job entry points (``accelbench llm-quant --stage sensitivity | method``): load the model, cut the
+text into chunks, run the sensitivity map or one (method, bit set) and return the outcome; :mod:`accelbench.cli`
+writes the result files.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ...errors import ConfigError, DataError
+from .evaluate import Evaluator, load_text, token_chunks
+from .layers import decoder_layers
+from .methods import MethodRun, run_method, torchao_probe
+from .sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
+
+
+def load_model(model_spec: dict, model_dir, dtype: str):
+    """``(model, tokenizer, info)`` from a folder written by :func:`accelbench.models.export.export_hf_folder`
+    (rule ``llm_export``), else from the spec."""
+    from pathlib import Path
+
+    from ...models.llm import dtype_kwargs, load_causal_lm, model_label
+
+    if model_dir:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ...models.export import INFO_FILE, exported_info
+
+        d = Path(model_dir)
+        if exported_info(d) is None:
+            raise DataError(f"{d} is not an exported model folder (no {INFO_FILE}); rerun its llm_export rule")
+        model = AutoModelForCausalLM.from_pretrained(d, **dtype_kwargs(getattr(torch, dtype)),
+                                                     local_files_only=True).eval()
+        tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
+        info = {**exported_info(d), "dtype": dtype}
+        if "label" in info:  # the compute dtype of this job, not of the export
+            info["label"] = model_label(info["name"], dtype, info.get("quantized_file"))
+        return model, tok, info
+    lm = load_causal_lm(model_spec, dtype=dtype)
+    if lm.tokenizer is None:
+        raise ConfigError("llm_quant needs a tokenizer: give `tokenizer:` in the model spec")
+    return lm.model, lm.tokenizer, lm.info
+
+
+def _chunks_for(spec: dict, tokenizer, part: str, max_tokens):
+    text, data_info = load_text(spec["data"])
+    ids = tokenizer(text[part], add_special_tokens=False)["input_ids"]
+    return token_chunks(ids, spec["chunk_len"], max_tokens), {**data_info, "part": part, "part_tokens": len(ids)}
+
+
+def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]:
+    """The sensitivity job: ``(outcome, tables)``; ``tables`` = ``{"layers": [...], "submodules": [...]}``."""
+    from ...devices import Device
+
+    device = Device(system.backend)
+    torch.manual_seed(spec.get("seed", 0))
+    model, tok, info = load_model(spec["model_spec"], model_dir, "float32")
+    model.to(device.torch_device)
+    chunks, data_info = _chunks_for(spec, tok, "validation", spec.get("sensitivity_tokens"))
+    ev = Evaluator(model, chunks, device, batch_size=spec.get("eval_batch", 1), reuse_prefix=spec.get("reuse_prefix", True))
+    n_layers = len(decoder_layers(model))
+    limit = spec.get("prefix_cache_limit_gib", 8) * 2**30
+    if ev.reuse_prefix and ev.cache_nbytes(model.config.hidden_size, n_layers) > limit:
+        ev.reuse_prefix = False
+    t0 = time.perf_counter()
+    try:
+        sens = sensitivity_map(model, ev, spec["sensitivity_metrics"], spec["prune_amount"], spec["group_size"],
+                               spec["submodules"])
+    except device.out_of_memory_errors() as exc:
+        return ({"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib},
+                 "reason": f"out of device memory: {str(exc).splitlines()[0]}"}, {"layers": [], "submodules": []})
+    wall = time.perf_counter() - t0
+    alloc = allocations(sens["layers"], spec["sensitivity_metrics"], seed=spec.get("seed", 0))
+    for m, by in alloc.items():
+        for c, ranks in by.items():
+            for row, r in zip(sens["layers"], ranks):
+                row[f"cluster_{m}_{c}"] = r
+    measurements = {
+        "baseline_ppl": {"value": sens["baseline_ppl"], "unit": "ppl", "tokens": ev.tokens,
+                         "chunks": int(chunks.shape[0]), "chunk_len": int(chunks.shape[1]), "split": "validation"},
+        "layers": sens["layers"], "submodules": sens["submodules"],
+        "allocation": alloc,
+        "sensitivity_time": {"value": wall, "unit": "s", "prefix_reuse": ev.reuse_prefix,
+                             "evaluations": len(sens["layers"]) * len(spec["sensitivity_metrics"]) + len(sens["submodules"]) + 1},
+        "model": info, "data": data_info,
+    }
+    return {"status": "ok", "reason": None, "measurements": measurements}, {"layers": sens["layers"], "submodules": sens["submodules"]}
+
+
+def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_dir=".") -> dict:
+    """One (method, bit set) job: load, quantize, measure. ``sensitivity`` = the sensitivity result.json."""
+    from ...devices import Device
+    from ...systems import habana_available
+
+    method = spec["method"]
+    if method == "inc_fp8" and (system.backend != "hpu" or not habana_available()):
+        return {"status": "unsupported", "measurements": {}, "allocation": {},
+                "reason": f"Intel Neural Compressor FP8 needs Intel Gaudi (system {system.name!r}, backend "
+                          f"{system.backend!r}; habana_frameworks {'present' if habana_available() else 'not installed'})"}
+    if method == "torchao" and importlib_missing("torchao"):
+        return {"status": "unsupported", "measurements": {}, "allocation": {}, "reason": "torchao is not installed"}
+    if sensitivity["status"] != "ok":
+        return {"status": "unsupported", "measurements": {}, "allocation": {},
+                "reason": f"the sensitivity job did not run: {sensitivity.get('reason')}"}
+    device = Device(system.backend)
+    dtype = {"fp32": "float32", "fake": "float32", "inc_fp8": "bfloat16",
+             "torchao": spec.get("torchao_dtype", {}).get(system.backend, "bfloat16")}[method]
+    if method == "torchao":  # check the kernels before spending time on loading the model
+        ranks = sensitivity["measurements"]["allocation"][spec["allocation"]["metric"]][spec["allocation"]["clustering"]]
+        layer_bits = assign_bits(ranks, parse_bitset(spec["bitset"]))
+        for b in sorted(set(layer_bits) - {16}):
+            reason = torchao_probe(b, device, getattr(torch, dtype), spec["group_size"])
+            if reason:
+                return {"status": "unsupported", "reason": reason, "measurements": {},
+                        "allocation": {"bits": parse_bitset(spec["bitset"]), "layer_bits": layer_bits}}
+    torch.manual_seed(spec.get("seed", 0))
+    model, tok, info = load_model(spec["model_spec"], model_dir, dtype)
+    model.to(device.torch_device)
+    test, data_info = _chunks_for(spec, tok, "test", spec.get("eval_tokens"))
+    calib = None
+    if method == "inc_fp8":
+        calib, _ = _chunks_for(spec, tok, "calibration", spec.get("calibration_tokens"))
+    run = MethodRun(method=method, bitset=spec["bitset"], chunk_len=spec["chunk_len"], eval_tokens=spec.get("eval_tokens"),
+                    group_size=spec["group_size"], clustering=spec["allocation"]["clustering"],
+                    metric=spec["allocation"]["metric"], throughput=spec["throughput"],
+                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=spec.get("accuracy"))
+    device.reset_peak_memory()
+    try:
+        out = run_method(model, len(tok), test, calib, sensitivity["measurements"], run, device, stats_dir, tokenizer=tok)
+    except device.out_of_memory_errors() as exc:
+        return {"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib}, "allocation": {},
+                "reason": f"out of device memory: {str(exc).splitlines()[0]}"}
+    if out["status"] == "ok":
+        out["measurements"].update({"model": info, "data": data_info, "dtype": dtype})
+    return out
+
+
+def importlib_missing(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is None
