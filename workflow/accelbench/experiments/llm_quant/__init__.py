@@ -35,8 +35,8 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    lm-evaluation-harness on the quantized model in memory, from a local copy of the data only (a task
    without one is ``unsupported`` with the reason).
 
-Kept in high precision as in Study B: embeddings, ``lm_head``, norms. Functions do no file I/O;
-:mod:`accelbench.cli` (``accelbench llm-quant``) reads inputs and writes results.
+Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.harness`,
+``accelbench llm-quant``) writes the result; :func:`.run.run` writes the sensitivity tables through it.
 
 Modules (each imports only those above it; only the job entry points are re-exported here):
 
@@ -49,8 +49,8 @@ Modules (each imports only those above it; only the job entry points are re-expo
 - :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
 """
 
-from .run import run_method_job, run_sensitivity_job
+from .run import Settings, run, run_method_job, run_sensitivity_job
 
 EXPERIMENT = "llm_quant"
 
-__all__ = ["EXPERIMENT", "run_method_job", "run_sensitivity_job"]
+__all__ = ["EXPERIMENT", "Settings", "run", "run_method_job", "run_sensitivity_job"]

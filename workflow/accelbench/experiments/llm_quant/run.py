@@ -141,3 +141,48 @@ def importlib_missing(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is None
+
+
+# --------------------------------------------------------------------------- the job (accelbench.harness)
+class Settings(dict):
+    """One llm_quant job: the rule's spec (``model``, ``model_spec``, ``data``, ``method`` — ``sensitivity`` for the
+    sensitivity stage —, ``bitset`` and the config's ``llm_quant`` keys)."""
+
+    @classmethod
+    def from_spec(cls, spec: dict, system) -> "Settings":
+        return cls(spec)
+
+    @property
+    def stage(self) -> str:
+        return "sensitivity" if self["method"] == "sensitivity" else "method"
+
+
+def run(spec: Settings, ctx):
+    """The sensitivity stage (per-layer map + allocation; the tables go beside the result as
+    ``sensitivity_<name>.csv``) or one (method, bit set) job, which reads ``ctx.inputs["sensitivity"]``.
+
+    Raises:
+        ConfigError: ``--stage`` disagrees with the spec's method.
+    """
+    import csv
+
+    from ...errors import ConfigError
+    from ...outcome import Outcome
+    from ...results import read_result
+
+    stage = ctx.inputs.get("stage") or spec.stage
+    if stage != spec.stage:
+        raise ConfigError(f"--stage {stage} does not match the spec's method {spec['method']!r}")
+    if stage == "sensitivity":
+        out, tables = run_sensitivity_job(dict(spec), ctx.system, ctx.inputs.get("model_dir"))
+        for name, rows in tables.items():
+            with ctx.side_file(f"sensitivity_{name}.csv") as tmp, open(tmp, "w", newline="") as fh:
+                fields = list(dict.fromkeys(k for r in rows for k in r)) or ["layer"]
+                writer = csv.DictWriter(fh, fieldnames=fields)
+                writer.writeheader()
+                writer.writerows(rows)
+    else:
+        out = run_method_job(dict(spec), ctx.system, read_result(ctx.inputs["sensitivity"]),
+                             ctx.inputs.get("model_dir"), stats_dir=str(ctx.out.parent / "inc_stats"))
+        out["measurements"]["allocation"] = out.pop("allocation", {})
+    return Outcome(out["status"], out["measurements"], out["reason"])
