@@ -20,9 +20,11 @@ runs" section is generated from the same files (:func:`readme_section`) and a te
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
+from . import registry
 from .errors import DataError
 from .reference_run import META, REQUIRED, ROOT_NAME, _run_of_folder, load_run, run_for, series_label  # noqa: F401
 
@@ -110,23 +112,25 @@ def update(root: str | Path, readme: str | Path, check: bool = False) -> list[Pa
     return changed
 
 
-# (experiment folders whose results feed it, published reference file under resources/reference/, output folder)
-TABLES = (
-    ("study_a", ("unet3d_profile", "unet3d_ncu"), "study_a_claims.csv"),
-    ("study_a_ncu", ("unet3d_ncu",), "study_a_claims.csv"),
-    ("study_b_sr3", ("sr3_scaling",), "study_b_sr3_scaling.csv"),
-    ("study_b_lora", ("lora_finetune",), "study_b_finetune_runtime.csv"),
-    ("study_b_quant", ("llm_quant",), "study_b_quantization.csv"),
-)
+def _tables() -> tuple[tuple[str, tuple[str, ...], str], ...]:
+    """(aggregation module, the experiments whose results feed it, published reference file under
+    ``resources/reference/``) of every aggregated experiment of the registry, in registry order: its own experiment
+    first, then those its aggregation reads too (:attr:`accelbench.registry.Experiment.reads`)."""
+    return tuple((e.aggregate, (e.name, *e.reads), e.reference) for e in registry.aggregated())
+
+
+TABLES = _tables()
+# Output folders that differ from the module's name: as in results/ (rule study_a_ncu_aggregate writes results/study_a/).
+OUT_FOLDER = {"study_a_ncu": "study_a"}
 
 
 def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     """The tables and figures of one reference run, regenerated from its result files alone into ``<run>/tables/``.
 
-    The same aggregation functions as the DAG's aggregation rules (one sub-folder each: ``study_a``,
-    ``study_a_ncu`` (its files land in ``study_a/``, as in ``results/``), ``study_b_sr3``, ``study_b_lora``,
-    ``study_b_quant``) and the claims table (``claims/``), with the published numbers of ``reference_dir``
-    (``resources/reference/``). An experiment without results in the run is left out.
+    The same aggregation functions as the DAG's aggregation rules (one sub-folder per aggregation module of
+    :data:`TABLES`, e.g. ``study_a``, ``study_b_sr3``; ``study_a_ncu``'s files land in ``study_a/``, as in
+    ``results/``) and the claims table (``claims/``), with the published numbers of ``reference_dir``
+    (``resources/reference/``). An aggregation whose own experiment has no result in the run is left out.
 
     Returns:
         The folders written.
@@ -134,8 +138,6 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     Raises:
         DataError / ResultError: a corrupt result or reference file (named).
     """
-    import importlib
-
     from .aggregate import claims as claims_mod
 
     reference_dir = Path(reference_dir)
@@ -145,7 +147,7 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
         paths = [str(run["path"] / r) for r in run["results"] if any(f"/{e}/" in f"/{r}" for e in experiments)]
         if not any(f"/{experiments[0]}/" in f"/{p}" for p in paths):
             continue
-        out = out_root / ("study_a" if module == "study_a_ncu" else module)
+        out = out_root / OUT_FOLDER.get(module, module)
         importlib.import_module(f".aggregate.{module}", __package__).aggregate(paths, reference_dir / reference, out)
         written.append(out)
     every = [str(run["path"] / r) for r in run["results"]]

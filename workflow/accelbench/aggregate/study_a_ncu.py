@@ -300,7 +300,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = load_results(result_paths)
+    # the counters only: the unet3d_profile results (given with them by reference_runs.TABLES) are read beside each
+    # counter result by profile_for
+    results = [r for r in load_results(result_paths) if r.get("experiment") != "unet3d_profile"]
     df = counter_rows(results)
     hw = joined_labels(df)
     write_table(table(df), out_dir / "counters",
