@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..provenance import hardware_label, software_label
+from ..reference_run import run_for
 from ..results import read_result
 
 STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
@@ -22,8 +23,6 @@ def load_results(paths: list[str | Path]) -> list[dict]:
     Raises:
         ResultError: a missing or corrupt file (named in the message).
     """
-    from ..reference_runs import run_for
-
     out = []
     for p in paths:
         r = read_result(p)
@@ -96,9 +95,13 @@ def noise_cell(result: dict) -> str | None:
 
 
 def noise_why(result: dict) -> str | None:
-    """The reasons a result is ``noisy`` (one line), or None."""
-    noise = (result.get("measurements") or {}).get("noise") or {}
-    return "; ".join(noise.get("why") or []) or None
+    """Why a result is flagged noisy (``measurements.noise.noisy``; the reasons of ``measurements.noise.why`` in one
+    line), None when it is not flagged."""
+    noise = (result.get("measurements") or {}).get("noise")
+    if not isinstance(noise, dict) or not noise.get("noisy"):
+        return None
+    why = noise.get("why") or noise.get("reasons") or "flagged noisy"
+    return "; ".join(map(str, why)) if isinstance(why, (list, tuple)) else str(why)
 
 
 def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: str | None = None,

@@ -1,9 +1,14 @@
 """Study A aggregation: the profiling table, three figures, and published claims beside measured values.
 
 Inputs are ``unet3d_profile`` result files from any number of systems (and ``unet3d_ncu`` results, which only the
-counter claims of ``claims_vs_measured`` read: its verdicts are those of :mod:`accelbench.aggregate.claims`).
+counter claims of ``claims_vs_measured`` read: its verdicts are those of the claims table, same code).
 Hardware labels in tables and figures come from each result's provenance. Rows that did not run carry an explicit
 ``OOM`` or ``unsupported`` cell. Published claims come from ``study_a_claims.csv`` (data with its source).
+
+Claims: the check of every Study A claim for the claims table (:data:`CLAIM_CHECKS`, both experiments: a claim is
+judged per profiled (system, model), its counter quantities observed by
+:func:`accelbench.aggregate.study_a_ncu.counter_observations`), and the layout of ``study_a_claims.csv``
+(:func:`claims_layout`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import AUTOTUNED, VARIANTS  # noqa: E402
+from . import claims as cl  # noqa: E402
+from . import study_a_ncu  # noqa: E402
+from .claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
+from .study_a_ncu import claim_configuration, counter_observations, ok_row, read_claims  # noqa: E402, F401
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "cast_copy", "elementwise",
            "optimizer", "reduction", "memory", "other"]
@@ -91,7 +100,96 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-# --------------------------------------------------------------------------- claims
+# --------------------------------------------------------------------------- the claims table
+QUALITY_PROXY = ("proxy: the predicted noise of one untrained network compared with the baseline configuration's "
+                 "(the result names no method)")
+# quantities that do not depend on timing (a result measured under other load still answers them)
+TIMING_FREE = {"synthesis_quality"} | study_a_ncu.TIMING_FREE
+
+
+def claims_layout(df: pd.DataFrame) -> pd.DataFrame | None:
+    """``study_a_claims.csv`` (``metric``, ``configuration``, ``value``, ``gpu``, ``source``, ``note``) in the claims
+    table's shape: quantity, selector (the configuration), experiment (``unet3d_ncu`` for the counter quantities),
+    claim and published texts. None for a file in another layout."""
+    if "metric" not in df or "quantity" in df:
+        return None
+    conf = df["configuration"]
+    return df.assign(
+        quantity=df["metric"], selector=conf,
+        experiment=["unet3d_ncu" if m in study_a_ncu.QUANTITIES else "unet3d_profile" for m in df["metric"]],
+        claim=[f"{c}: {m.replace('_', ' ')} {v}" + (f" ({n})" if n else "")
+               for c, m, v, n in zip(conf, df["metric"], df["value"], df["note"])],
+        published=[f"{v} ({g.upper()}, {s})" for v, g, s in zip(df["value"], df["gpu"], df["source"])])
+
+
+def _claim_key(r: dict) -> tuple:
+    """Identity of a unet3d_profile or unet3d_ncu result inside its (system, model) group."""
+    return r["experiment"], r["config"]["configuration"]
+
+
+def observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame, res: dict) -> list[Observation]:
+    """Observations of one Study A claim on one (system, model): ``prof`` rows of :func:`result_rows`, ``ncu`` rows
+    of study_a_ncu.counter_rows, ``res`` the result dicts by (experiment, configuration). The profile and timing
+    quantities are observed here, every other one from the counters (:func:`study_a_ncu.counter_observations`)."""
+    q, conf = claim["quantity"], claim_configuration(claim["selector"])
+    used = lambda *cs: [res[k] for k in cs if k in res]  # noqa: E731
+    if q == "kernel_time_breakdown":
+        b = ok_row(prof, "baseline", "unet3d_profile")
+        share = b["share_convolution"] + b["share_gemm"]
+        top = max(CLASSES, key=lambda c: b[f"share_{c}"])
+        return [Observation(share, f"convolution + GEMM {share:.0%} of device time (largest class: {top})",
+                            used(("unet3d_profile", "baseline")))]
+    if q == "synthesis_quality":
+        ok = prof[prof["status"] == "ok"]
+        if ok.empty:
+            raise NotMeasured("no unet3d_profile configuration ran")
+        def method(conf):  # each result names how its quality was measured (a proxy)
+            r = res.get(("unet3d_profile", conf))
+            q = ((r or {}).get("measurements") or {}).get("quality") or {}
+            return q.get("method") or QUALITY_PROXY
+
+        return [Observation(bool(r["quality_holds"]), f"{r['configuration']}: rel. L2 {r['quality_rel_l2_noise']:.2g}",
+                            used(("unet3d_profile", r["configuration"])), note=method(r["configuration"]))
+                for _, r in ok.iterrows()]
+    if q in ("speedup_x", "throughput_gain"):
+        r = ok_row(prof, conf, "unet3d_profile")
+        ok_row(prof, "baseline", "unet3d_profile")
+        return [Observation(float(r["speedup_vs_baseline"]), f"{conf}: {r['speedup_vs_baseline']:.2f}x training step",
+                            used(("unet3d_profile", conf), ("unet3d_profile", "baseline")))]
+    return counter_observations(claim, ncu, res)
+
+
+def claim_verdicts(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame,
+                   results: list[dict]) -> list[tuple[str, str, dict]]:
+    """(system, model, claims-table row) of one Study A claim (in the claims table's shape) per (system, model) of
+    ``prof`` (:func:`result_rows`); ``ncu``: study_a_ncu.counter_rows; ``results``: the unet3d_profile and unet3d_ncu
+    results. Used by the claims table and by :func:`claims_table` (claims_vs_measured), so both tables say the same."""
+    out = []
+    for (system, model), g in prof.groupby(["system", "model"]) if not prof.empty else []:
+        res = {_claim_key(r): r for r in results
+               if r["config"]["system"]["name"] == system and r["config"]["model"] == model}
+        n = ncu[(ncu["system"] == system) & (ncu["model"] == model)] if not ncu.empty else ncu
+        row = verdict_row(claim, system, g["hardware"].iloc[0],
+                          lambda c=claim, g=g, n=n, res=res: observations(c, g, n, res), timing_free=TIMING_FREE)
+        row["claim"] = f"{claim['claim']} [{model}]"
+        out.append((system, model, row))
+    return out
+
+
+def _claim_rows(claim: pd.Series, inputs: cl.ClaimInputs) -> list[dict]:
+    """The claims-table rows of one Study A claim (of unet3d_profile, or of unet3d_ncu: judged per profiled system and
+    model all the same); one ``not_run`` row when neither experiment it needs has a result."""
+    profiles, counters = inputs.of("unet3d_profile"), inputs.of("unet3d_ncu")
+    if not (profiles or (claim["experiment"] == "unet3d_ncu" and counters)):
+        return [not_run(claim, claim["experiment"])]
+    prof, ncu = inputs.rows(result_rows, "unet3d_profile"), inputs.rows(study_a_ncu.counter_rows, "unet3d_ncu")
+    return [row for _, _, row in claim_verdicts(claim, prof, ncu, profiles + counters)]
+
+
+CLAIM_CHECKS = {"unet3d_profile": _claim_rows, "unet3d_ncu": _claim_rows}
+
+
+# --------------------------------------------------------------------------- claims beside measured values
 NOT_RELIABLE = "not measured reliably"
 
 
@@ -112,7 +210,7 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
         r = sysdf[sysdf["configuration"] == conf]
         return r.iloc[0] if len(r) else None
 
-    conf = {"tf32+channels_last_3d": "tf32_channels_last_3d"}.get(claim["configuration"], claim["configuration"])
+    conf = claim_configuration(claim["configuration"])
     metric = claim["metric"]
     if metric == "kernel_time_breakdown":
         b = row("baseline")
@@ -165,17 +263,14 @@ COUNTER_HOW = "Nsight Compute counters (unet3d_ncu), the value and verdict of cl
 
 def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | None = None) -> pd.DataFrame:
     """Each published claim beside what each measured system shows (or why it is not measured), with the verdict and
-    reason of the claims table (``accelbench.aggregate.claims``, same code). ``results``: the loaded unet3d_profile and
+    reason of the claims table (:func:`claim_verdicts`, same code). ``results``: the loaded unet3d_profile and
     unet3d_ncu results; where a (system, model) has measured unet3d_ncu counters (status ok) its counter claims show
     the counter values of the claims table, not a time-ratio proxy."""
-    from . import claims as cl  # claims imports this module
-    from . import study_a_ncu
-
     results = results or []
     ncu = study_a_ncu.counter_rows([r for r in results if r["experiment"] == "unet3d_ncu"])
     judged = {}
     for _, c in cl.claims_frame(claims, "A").iterrows():
-        for system, model, row in cl.study_a_verdicts(c, df, ncu, results):
+        for system, model, row in claim_verdicts(c, df, ncu, results):
             judged[(c["claim_id"], system, model)] = row
     rows = []
     for _, claim in claims.iterrows():
@@ -183,7 +278,7 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
             tuned = sysdf["configuration"].str.endswith(AUTOTUNED)
             value, how = _measured_for_claim(claim, sysdf[~tuned])
             verdict = judged.get((claim["claim_id"], system, model), {})
-            counters = claim["metric"] in cl.NCU_QUANTITIES and not ncu.empty and \
+            counters = claim["metric"] in study_a_ncu.QUANTITIES and not ncu.empty and \
                 ((ncu["system"] == system) & (ncu["model"] == model) & (ncu["status"] == "ok")).any()
             if counters:  # the counters measured it: the claims table's value, no proxy beside it
                 value, how = verdict.get("measured") or "not measured", COUNTER_HOW
@@ -199,11 +294,6 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
             row["verdict"], row["why"] = verdict.get("verdict"), verdict.get("why")
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def read_claims(path: str | Path) -> pd.DataFrame:
-    """The published claims CSV (``#`` lines are its source notes)."""
-    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
 
 
 # --------------------------------------------------------------------------- figures

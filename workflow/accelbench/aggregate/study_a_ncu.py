@@ -16,6 +16,11 @@ and gives beside it the share with both sides from torch.profiler (``device_time
 selected kernel names' share of the profiled step; it counts every launch of those names, also launches that
 ``launch_count`` kept out of the replay). Until ncu covers the whole step, the gap between the two shares
 is the uncertainty of the extrapolation.
+
+Claims: the counter quantities (:data:`QUANTITIES`) of ``study_a_claims.csv`` are observed here
+(:func:`counter_observations`, with the rate-coverage rule of :data:`RATE_COVERAGE_MIN`); they are judged per
+profiled (system, model) by the Study A check of :mod:`accelbench.aggregate.study_a`, which reads this module (so
+:data:`CLAIM_CHECKS` is empty here).
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..errors import DataError  # noqa: E402
 from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from ..results import read_result  # noqa: E402
+from .claims import NotMeasured, Observation  # noqa: E402
 from .common import joined_labels, load_results, write_table  # noqa: E402
 from .figures import FONT, save_figure, series_label, wrap  # noqa: E402
-from .study_a import read_claims  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
                    "l2_hit_pct", "duration_ns"]
@@ -130,6 +136,109 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+# --------------------------------------------------------------------------- claims
+# the quantities of study_a_claims.csv measured by Nsight Compute (experiment unet3d_ncu)
+QUANTITIES = {"sm_cycles_reduction_x", "dynamic_instructions_reduction_x", "tensor_core_utilization_gain_x",
+              "ipc_change_pct", "sm_cycles_ratio", "instructions_ratio"}
+# counter quantities that do not depend on timing: a result measured under other load still answers them
+TIMING_FREE = {"dynamic_instructions_reduction_x", "instructions_ratio"}
+CLAIM_CHECKS: dict = {}  # judged by study_a's check (per profiled system and model), from counter_observations
+_CONF = {"tf32+channels_last_3d": "tf32_channels_last_3d"}
+
+
+def read_claims(path: str | Path) -> pd.DataFrame:
+    """The published claims CSV (``#`` lines are its source notes)."""
+    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+
+
+def claim_configuration(selector: str) -> str:
+    """Our configuration name of a configuration named in study_a_claims.csv (``tf32+channels_last_3d``)."""
+    return _CONF.get(selector, selector)
+
+
+def _row(df: pd.DataFrame, conf: str):
+    r = df[df["configuration"] == conf]
+    return r.iloc[0] if len(r) else None
+
+
+def ok_row(df: pd.DataFrame, conf: str, what: str):
+    """The row of configuration ``conf`` (in rows of experiment ``what``) that ran; NotMeasured says why not."""
+    r = _row(df, conf)
+    if r is None:
+        raise NotMeasured(f"{what}: configuration {conf} not run (config {what}.configurations)")
+    if r["status"] != "ok":
+        raise NotMeasured(f"{conf}: {r['status']} ({r['reason']})")
+    return r
+
+
+# A rate (IPC, tensor-pipe utilisation) describes the kernels it was measured over: a claim comparing two
+# configurations' rates is judged only when each covers at least this share of the step's device time (the ncu coverage target).
+RATE_COVERAGE_MIN = 0.8
+
+
+def rate_coverage(row: pd.Series, rate: str) -> tuple[float | None, str]:
+    """(share of the step's device time a rate column of a study_a_ncu.counter_rows row was measured over, basis):
+    1.0 when the coverage pass measured it over every kernel (``rates_over_every_kernel``), else ``rates_time_share``
+    (the detail pass on the top kernels), else ``device_time_covered`` (no coverage pass: the profiled kernels);
+    (None, "unknown") when the row says nothing."""
+    every = [c.strip() for c in str(row.get("rates_over_every_kernel") or "").split(",")]
+    if rate in every:
+        return 1.0, "every kernel"
+    for col, basis in (("rates_time_share", "detail pass"), ("device_time_covered", "profiled kernels")):
+        v = row.get(col)
+        if v is not None and pd.notna(v):
+            return float(v), basis
+    return None, "unknown"
+
+
+def _check_rate_coverage(rate: str, rows: dict, measured: str) -> None:
+    """Raise NotMeasured (with ``measured`` kept) unless the ``rate`` of every row (by configuration) covers at least
+    RATE_COVERAGE_MIN of its step's device time."""
+    short = []
+    for conf, row in rows.items():
+        share, basis = rate_coverage(row, rate)
+        if share is None:
+            short.append(f"{conf}: the share of the step's device time behind its IPC/tensor-pipe rates is unknown")
+        elif share < RATE_COVERAGE_MIN:
+            short.append(f"{conf}: IPC/tensor-pipe rates cover {share:.0%} of the step's device time ({basis}), "
+                         f"below {RATE_COVERAGE_MIN:.0%}")
+    if short:
+        raise NotMeasured("; ".join(short), measured)
+
+
+def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list[Observation]:
+    """Observations of one counter claim (any quantity of Study A but its timing and profile ones) on one (system,
+    model): ``ncu`` its rows of :func:`counter_rows`, ``res`` the result dicts by (experiment, configuration)."""
+    q, conf = claim["quantity"], claim_configuration(claim["selector"])
+    used = lambda *cs: [res[k] for k in cs if k in res]  # noqa: E731
+    if ncu.empty:
+        raise NotMeasured("no unet3d_ncu results (experiment unet3d_ncu not run)")
+    r = ok_row(ncu, conf, "unet3d_ncu")
+    b = ok_row(ncu, "baseline", "unet3d_ncu")
+    pair = used(("unet3d_ncu", conf), ("unet3d_ncu", "baseline"))
+    col, invert = {"sm_cycles_reduction_x": ("sm_cycles_ratio", True), "sm_cycles_ratio": ("sm_cycles_ratio", False),
+                   "dynamic_instructions_reduction_x": ("instructions_ratio", True),
+                   "instructions_ratio": ("instructions_ratio", False),
+                   "ipc_change_pct": ("ipc_change_pct", False)}.get(q, (None, False))
+    if q == "tensor_core_utilization_gain_x":
+        if not (pd.notna(r.get("tensor_pipe_pct")) and pd.notna(b.get("tensor_pipe_pct")) and b["tensor_pipe_pct"] > 0):
+            raise NotMeasured("tensor-pipe utilisation not read by ncu on this GPU")
+        v = r["tensor_pipe_pct"] / b["tensor_pipe_pct"]
+        text = f"{conf}: tensor pipe {b['tensor_pipe_pct']:.1f}% -> {r['tensor_pipe_pct']:.1f}% ({v:.2f}x)"
+        _check_rate_coverage("tensor_pipe_pct", {"baseline": b, conf: r}, text)
+        return [Observation(v, text, pair)]
+    if col is None:
+        raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+    v = r.get(col)
+    if v is None or pd.isna(v):
+        raise NotMeasured(f"{col} not available from the ncu results (see counters.csv)")
+    v = 1 / v if invert else float(v)
+    text = f"{conf}: {q.replace('_', ' ')} {v:.3g}"
+    if q == "ipc_change_pct":
+        _check_rate_coverage("ipc", {"baseline": b, conf: r}, text)
+    return [Observation(v, text, pair)]
+
+
 def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list[str]:
     """Bars: measured SM-cycle and instruction ratios to baseline per configuration and system (solid); published
     ratios (Study A, per GPU) hatched beside them. Systems without counters are named in each panel with their
@@ -191,7 +300,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = load_results(result_paths)
+    # the counters only: the unet3d_profile results (given with them by reference_runs.TABLES) are read beside each
+    # counter result by profile_for
+    results = [r for r in load_results(result_paths) if r.get("experiment") != "unet3d_profile"]
     df = counter_rows(results)
     hw = joined_labels(df)
     write_table(table(df), out_dir / "counters",

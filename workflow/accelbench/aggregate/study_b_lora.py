@@ -11,6 +11,9 @@ Definitions (same for ours and the published series):
   * sharding slowdown = time(fsdp or zero3) / time(ddp) at equal system, model, attention and devices
     (single-device runs stand in for 1-device DDP).
 Ours use the median optimizer-step time; the published ones the epoch minutes.
+
+Claims (:data:`CLAIM_CHECKS`, for the claims table): the flash-attention gain (pairs within their timing spread left
+unresolved), the sharding slowdown (its direction only, :data:`DIRECTION_ONLY`) and OOM without sharding, per system.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
+from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
 from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
@@ -212,6 +216,108 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                       fig, FONT["title"]), fontsize=FONT["title"])
     fig.tight_layout(rect=(0, min(0.6, (0.2 * rows + 0.3) / height), 1, 1))
     return save_figure(fig, path, dpi=130)
+
+
+# --------------------------------------------------------------------------- claims
+# Claims whose check is the direction only (sharded slower than DDP: x >= 1); the published magnitude is shown, not
+# judged.
+DIRECTION_ONLY = {"fsdp_slowdown_vs_ddp", "zero3_slowdown_vs_ddp"}
+# quantities that do not depend on timing (OOM): still judged on a noisy result
+TIMING_FREE = {"oom_without_sharding"}
+
+
+def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation]:
+    """Observations of one lora_finetune claim on one system: ``df`` its rows of :func:`result_rows`, ``res`` its
+    results by (family, attention, strategy, devices)."""
+    q = claim["quantity"]
+    ok = df[df["status"] == "ok"].copy()
+    ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
+
+    def used(g):
+        return [res[k] for k in ((f, a, s, n) for f, a, s, n in zip(g["family"], g["attention"], g["strategy"],
+                                                                      g["devices"])) if k in res]
+
+    def absent(strategy):
+        mine = df[df["strategy"] == strategy]
+        if mine.empty:
+            raise NotMeasured(f"no {strategy} result (not in config lora_finetune.runs, or not run yet)")
+        r = mine[mine["status"] != "ok"]
+        if len(r) == len(mine):
+            raise NotMeasured(f"{strategy}: {r['status'].iloc[0]} ({r['reason'].iloc[0]})")
+
+    obs = []
+    if q == "flash_gain_pct":
+        for (fam, strat, n), g in ok.groupby(["family", "strategy_ddp", "devices"]):
+            t = dict(zip(g["attention"], g["step_ms"]))
+            spread = dict(zip(g["attention"], zip(g["step_p10_ms"], g["step_p90_ms"])))
+            if "eager" in t and "flash" in t:
+                v = 100 * (t["eager"] / t["flash"] - 1)
+                (e_lo, e_hi), (f_lo, f_hi) = spread["eager"], spread["flash"]
+                # spreads that overlap: the difference is inside the measurement spread, evidence neither way
+                overlap = not (pd.isna([e_lo, e_hi, f_lo, f_hi]).any() or e_hi < f_lo or f_hi < e_lo)
+                label = "single" if n == 1 else strat
+                obs.append(Observation(v, f"{fam} {label} n={n}: eager {t['eager']:.0f} ms "
+                                          f"(p10-p90 {e_lo:.0f}-{e_hi:.0f}), flash {t['flash']:.0f} ms "
+                                          f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%"
+                                          + (" (the p10-p90 spreads overlap: unresolved)" if overlap else ""),
+                                       used(g), unresolved=overlap))
+        if not obs:
+            raise NotMeasured("no pair of eager and flash runs at equal model, strategy and devices")
+        return obs
+    if q in ("fsdp_slowdown_vs_ddp", "zero3_slowdown_vs_ddp"):
+        sharded = q.split("_")[0]
+        absent(sharded)
+        for (fam, att, n), g in ok.groupby(["family", "attention", "devices"]):
+            t = dict(zip(g["strategy_ddp"], g["step_ms"]))
+            if sharded in t and "ddp" in t:
+                v = t[sharded] / t["ddp"]
+                obs.append(Observation(v, f"{fam} {att} n={n}: {sharded} {t[sharded]:.0f} ms / DDP {t['ddp']:.0f} ms "
+                                          f"= {v:.2f}x", used(g)))
+        if not obs:
+            raise NotMeasured(f"no {sharded} and DDP runs at equal model, attention and devices")
+        return obs
+    if q == "oom_without_sharding":
+        for fam, g in df.groupby("family"):
+            unsharded_oom = g[g["strategy"].isin(["single", "ddp"]) & (g["status"] == "oom")]
+            if unsharded_oom.empty:
+                continue
+            sharded = g[g["strategy"].isin(["fsdp", "zero3"])]
+            if sharded.empty:
+                continue
+            fits = sharded[sharded["status"] == "ok"]
+            obs.append(Observation(not fits.empty,
+                                   f"{fam}: OOM with {', '.join(sorted(set(unsharded_oom['strategy'])))}; sharded "
+                                   + (", ".join(f"{s} n={n} ok" for s, n in zip(fits["strategy"], fits["devices"]))
+                                      or "runs: " + ", ".join(sorted(set(sharded["status"])))), used(g)))
+        if not obs:
+            raise NotMeasured("no model ran out of memory without sharding here (with sharded runs beside it): "
+                              "add a model that does not fit one device (e.g. llama33_70b) to lora_finetune.models")
+        return obs
+    raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+
+
+def _claim_key(r: dict) -> tuple:
+    """Identity of a result inside its system's group: (family, attention, strategy, devices)."""
+    c = r["config"]
+    return c.get("family", c.get("model_name")), c["attention"], c["strategy"], int(c["devices"])
+
+
+def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
+    """The claims-table rows of one lora_finetune claim: one per system."""
+    exp = claim["experiment"]
+    group = inputs.of(exp)
+    if not group:
+        return [not_run(claim, exp)]
+    rows = []
+    for system, g in inputs.rows(result_rows, exp).groupby("system"):
+        res = {_claim_key(r): r for r in group if r["config"]["system"]["name"] == system}
+        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
+                                lambda c=claim, g=g, res=res: _observations(c, g, res),
+                                timing_free=TIMING_FREE, direction_only=DIRECTION_ONLY))
+    return rows
+
+
+CLAIM_CHECKS = {"lora_finetune": _claim_rows}
 
 
 def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path) -> dict:

@@ -5,6 +5,9 @@ times (``study_b_sr3_scaling.csv``: minutes for the 40,000-iteration workload pe
 its source in the header lines). Strong-scaling efficiency with iterations x devices constant is
 ``T(1) / (N * T(N))`` for wall times, which for measured runs equals ``t_iter(1) / t_iter(N)`` (same
 per-device batch). Hardware labels come from each result's provenance.
+
+Claims (:data:`CLAIM_CHECKS`, for the claims table): strong-scaling efficiency per system, and the cross-system
+1-device throughput order against the published times.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, not_run, verdict_row  # noqa: E402
+from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
@@ -266,6 +270,86 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
             ax.axis("off")
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)
+
+
+# --------------------------------------------------------------------------- claims
+def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation]:
+    """Observations of one scaling claim on one system: ``df`` its rows of :func:`result_rows`, ``res`` its results
+    by (precision, devices)."""
+    mine = df[df["precision"] == claim["selector"]] if claim["selector"] else df
+    multi = mine[mine["devices"] > 1]
+    if multi.empty:
+        raise NotMeasured(f"no {claim['selector']} run on more than one device (config sr3_scaling.devices)")
+    ok = multi[(multi["status"] == "ok") & multi["efficiency_vs_1"].notna()] if "efficiency_vs_1" in multi else multi[:0]
+    if ok.empty:
+        r = multi.iloc[0]
+        raise NotMeasured(f"{r['devices']} devices: {r['status']} ({r['reason']})" if r["status"] != "ok"
+                          else "no 1-device run to compare with")
+    return [Observation(float(r["efficiency_vs_1"]), f"{r['precision']} {r['devices']} devices: efficiency "
+                                                     f"{r['efficiency_vs_1']:.2f} (iteration {r['iteration_ms']:.1f} ms)",
+                        [res[k] for k in [(r["precision"], r["devices"]), (r["precision"], 1)] if k in res])
+            for _, r in ok.iterrows()]
+
+
+def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.DataFrame, noise: dict) -> dict:
+    """The cross-system claim: measured 1-device throughput order of the ``applies_to`` systems vs. the published.
+    ``noise``: why a result is noisy, by (system, precision, devices)."""
+    tokens = [t for t in claim["applies_to"].lower().split("/") if t]
+    pub = sr3_reference[(sr3_reference["devices"] == 1) & sr3_reference["system"].isin(tokens)]
+    pub_order = list(pub.sort_values("minutes")["system"])
+    measured = {}
+    ok = sr3[(sr3["status"] == "ok") & (sr3["devices"] == 1) & (sr3["precision"] == claim["selector"])] if not sr3.empty else sr3
+    for _, r in ok.iterrows():
+        for t in tokens:
+            if r["system"].lower() == t or t in r["hardware"].lower():
+                measured[t] = (r["images_per_s"], r["hardware"], (r["system"], r["precision"], r["devices"]))
+    base = {**claim_cells(claim), "system": ", ".join(sorted(set(sr3["system"]))) if not sr3.empty else "(none)",
+            "hardware": "; ".join(h for _, h, _ in measured.values()) or (joined_labels(sr3) if not sr3.empty else "none")}
+    if len(measured) < 2:
+        return {**base, "measured": ", ".join(f"{t}: {v[0]:.3g} images/s" for t, v in measured.items()) or "",
+                "verdict": "not measured here",
+                "why": f"needs 1-device {claim['selector']} SR3 results of at least two of {', '.join(tokens)} "
+                       f"(found: {', '.join(measured) or 'none'}); copy their results/<system>/ folders here"}
+    why_noisy = [w for k in (v[2] for v in measured.values()) if (w := noise.get(k))]
+    order = sorted(measured, key=lambda t: -measured[t][0])
+    expected = [t for t in pub_order if t in measured]
+    text = " > ".join(f"{t} {measured[t][0]:.3g} img/s" for t in order)
+    if why_noisy:
+        return {**base, "measured": text, "verdict": "not measured here",
+                "why": "not measured reliably: result flagged noisy (" + why_noisy[0] + ")"}
+    holds = order == expected
+    return {**base, "measured": text, "verdict": "holds" if holds else "does not hold",
+            "why": f"published order {' > '.join(expected)}; measured {' > '.join(order)}"}
+
+
+def _claim_key(r: dict) -> tuple:
+    """Identity of a result inside its system's group: (precision, devices)."""
+    return r["config"]["precision"], int(r["config"]["devices"])
+
+
+def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
+    """The claims-table rows of one sr3_scaling claim: one per system, or one row across systems for the
+    throughput order (against the published SR3 times, ``sr3_reference`` of the claims table)."""
+    exp = claim["experiment"]
+    group = inputs.of(exp)
+    if claim["quantity"] == "throughput_order":
+        if "sr3_reference" not in inputs.published:
+            raise DataError(f"claim {claim['claim_id']}: the throughput order needs Study B's published SR3 times "
+                            "(sr3_reference)")
+        noise = {(r["config"]["system"]["name"], *_claim_key(r)): w for r in group if (w := noise_why(r))}
+        ref, _ = read_reference(inputs.published["sr3_reference"])
+        return [throughput_order_row(claim, inputs.rows(result_rows, exp), ref, noise)]
+    if not group:
+        return [not_run(claim, exp)]
+    rows = []
+    for system, g in inputs.rows(result_rows, exp).groupby("system"):
+        res = {_claim_key(r): r for r in group if r["config"]["system"]["name"] == system}
+        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
+                                lambda c=claim, g=g, res=res: _observations(c, g, res)))
+    return rows
+
+
+CLAIM_CHECKS = {"sr3_scaling": _claim_rows}
 
 
 def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_dir: str | Path) -> dict[str, Path]:

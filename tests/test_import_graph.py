@@ -1,0 +1,144 @@
+"""No import circle in the package: the import graph of ``accelbench``, read from its source files, has no strongly
+connected component of more than one module.
+
+The graph is built with :mod:`ast` (no import is executed): every ``import a.b`` and ``from .x import y`` anywhere in
+a file (inside functions too), relative ones resolved; ``from p import n`` counts as an import of the module ``p.n``
+when that is a module of the package, else of ``p``. Importing a module is not counted as importing its parent
+packages (``accelbench/__init__.py`` imports nothing).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "accelbench"
+ROOT = Path(__file__).resolve().parents[1] / "workflow" / PACKAGE
+
+# A cycle that involves one of these modules (or packages) fails test_no_import_cycle_in_the_aggregation_layer.
+CHECKED = ("accelbench.aggregate", "accelbench.reference_runs")
+# TODO(after the merge of the other restructurings): cycles outside CHECKED are tolerated for now
+# (test_no_import_cycle_anywhere is an xfail). List here the ones that remain after the merge (the modules of each
+# strongly connected component; none in the package on branch agg-cycle), then drop the xfail so that any other
+# cycle fails, and empty this as they are fixed.
+KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name."""
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` (at ``path``) imports, anywhere in the file."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if is_package else name.split(".")[:-1]  # the package relative imports start from
+    out: set[str] = set()
+
+    def resolve(dotted: str) -> str | None:  # the longest prefix that is a module of the package
+        parts = dotted.split(".")
+        while parts:
+            if ".".join(parts) in known:
+                return ".".join(parts)
+            parts.pop()
+        return None
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {m for a in node.names if (m := resolve(a.name))}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else list(here)
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in known:
+                    out.add(sub)
+                elif m := resolve(target):
+                    out.add(m)
+    out.discard(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    known = set(mods)
+    return {name: imports_of(name, path, known) for name, path in mods.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted by their smallest member."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(frozenset(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out, key=min)
+
+
+def _checked(comp: frozenset[str]) -> bool:
+    return any(m == c or m.startswith(c + ".") for m in comp for c in CHECKED)
+
+
+def _describe(comps) -> str:
+    return "\n".join("  " + " <-> ".join(sorted(c)) for c in comps)
+
+
+def test_graph_sees_relative_and_function_level_imports():
+    """The reader resolves relative imports (``..x``, ``from . import x``) and finds imports inside functions."""
+    graph = import_graph()
+    assert "accelbench.aggregate.common" in graph["accelbench.aggregate.study_a"]  # from .common import ...
+    assert "accelbench.errors" in graph["accelbench.reference_runs"]  # from .errors import ...
+    assert "accelbench.aggregate.study_b_quant" in graph["accelbench.cli"]  # from .aggregate import x, in a function
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+def test_no_import_cycle_in_the_aggregation_layer():
+    """No cycle touches accelbench.aggregate or accelbench.reference_runs (see CHECKED: the rest is a TODO)."""
+    bad = [c for c in cycles(import_graph()) if _checked(c)]
+    assert not bad, "import cycles through the aggregation layer:\n" + _describe(bad)
+
+
+@pytest.mark.xfail(reason="TODO: cycles outside the aggregation layer are tolerated until the other restructurings "
+                          "are merged (KNOWN_CYCLES)", strict=False)
+def test_no_import_cycle_anywhere():
+    """The whole package: no cycle but the KNOWN_CYCLES (an xfail for now: see the TODO)."""
+    found = [c for c in cycles(import_graph()) if c not in KNOWN_CYCLES]
+    assert not found, "import cycles (not in KNOWN_CYCLES):\n" + _describe(found)
