@@ -12,18 +12,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 PACKAGE = "accelbench"
 ROOT = Path(__file__).resolve().parents[1] / "workflow" / PACKAGE
 
 # A cycle that involves one of these modules (or packages) fails test_no_import_cycle_in_the_aggregation_layer.
 CHECKED = ("accelbench.aggregate", "accelbench.reference_runs")
-# TODO(after the merge of the other restructurings): cycles outside CHECKED are tolerated for now
-# (test_no_import_cycle_anywhere is an xfail). List here the ones that remain after the merge (the modules of each
-# strongly connected component; none in the package on branch agg-cycle), then drop the xfail so that any other
-# cycle fails, and empty this as they are fixed.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = ()
 
 
 def module_name(path: Path) -> str:
@@ -126,7 +120,7 @@ def test_graph_sees_relative_and_function_level_imports():
     graph = import_graph()
     assert "accelbench.aggregate.common" in graph["accelbench.aggregate.study_a"]  # from .common import ...
     assert "accelbench.errors" in graph["accelbench.reference_runs"]  # from .errors import ...
-    assert "accelbench.aggregate.study_b_quant" in graph["accelbench.cli"]  # from .aggregate import x, in a function
+    assert "accelbench.aggregate.claims" in graph["accelbench.cli"]  # from .aggregate import x, in a function
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
 
 
@@ -136,9 +130,7 @@ def test_no_import_cycle_in_the_aggregation_layer():
     assert not bad, "import cycles through the aggregation layer:\n" + _describe(bad)
 
 
-@pytest.mark.xfail(reason="TODO: cycles outside the aggregation layer are tolerated until the other restructurings "
-                          "are merged (KNOWN_CYCLES)", strict=False)
 def test_no_import_cycle_anywhere():
-    """The whole package: no cycle but the KNOWN_CYCLES (an xfail for now: see the TODO)."""
-    found = [c for c in cycles(import_graph()) if c not in KNOWN_CYCLES]
-    assert not found, "import cycles (not in KNOWN_CYCLES):\n" + _describe(found)
+    """The whole package: no import cycle at all (imports inside functions included)."""
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + _describe(found)
