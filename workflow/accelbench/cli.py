@@ -312,7 +312,7 @@ def cmd_study_b_sr3_aggregate(args: argparse.Namespace) -> None:
 
 
 def cmd_lora_finetune(args: argparse.Namespace) -> None:
-    from .experiments import lora_finetune as exp
+    from .experiments import lora as exp
     from .systems import require_backend
 
     spec = _load_spec(args.spec)
