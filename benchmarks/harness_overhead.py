@@ -6,7 +6,7 @@ runs, in one process run (under torchrun for multi-device cases, with the produc
 
 * ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
   ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3_scaling.Trainer.train_step`` +
-  ``measure.time_steps``, per-iteration max over ranks; LoRA: ``lora_finetune.train_rank``, i.e. the HF Trainer
+  ``measure.time_steps``, per-iteration max over ranks; LoRA: ``lora.train.train_rank``, i.e. the HF Trainer
   with the step-timer callback);
 * ``bare``: a plain PyTorch loop written here (model from the same builder, same shapes, dtype, math mode, cuDNN
   autotuning, optimizer; CUDA events per step; DDP where the rule uses DDP),
@@ -315,14 +315,15 @@ def lora_rank(args) -> None:
     import torch.distributed as dist
 
     from accelbench import launch
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora.train import train_rank
+    from accelbench.experiments.lora.trainer import ddp_options_for
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())
     spec, system, s, plan = _lora_case(result)
     if plan.strategy not in ("single", "ddp"):
         raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
-    out = exp.train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
+    out = train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
     if out["status"] != "ok":
         raise SystemExit(f"harness run: {out['status']}: {out['reason']}")
     harness_samples = out["measurements"]["step_samples_ms"][s.warmup_steps:]
@@ -332,7 +333,7 @@ def lora_rank(args) -> None:
     rank, world, local = _ranks()
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if system.backend == "cuda" else "gloo")
-    ddp = exp.ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
+    ddp = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
     step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp)
     bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
     allh, allb = [harness_samples], [bare_samples]
@@ -358,12 +359,12 @@ def _ranks() -> tuple[int, int, int]:
 
 def _lora_case(result: dict):
     """(spec, system, LoRA settings, plan) of a LoRA result."""
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora.settings import LoraSettings, plan_run
 
     spec = {k: v for k, v in result["config"].items() if k != "plan"}
     system = _system(spec)
-    s = exp.LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
-    return spec, system, s, exp.plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
+    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    return spec, system, s, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
 
 
 def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None,
@@ -375,7 +376,7 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
     ``(step, model)``."""
     import torch
 
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora.model import apply_lora, set_attention
     from accelbench.models.llm import load_causal_lm
 
     cuda = system.backend == "cuda"
@@ -386,10 +387,10 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
     with torch.device(dev) if random_on_device else contextlib.nullcontext():
         lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
     model = lm.model.to(dev)
-    exp.set_attention(model, plan)
+    set_attention(model, plan)
     model.config.use_cache = False
     torch.manual_seed(s.seed)
-    model, _ = exp.apply_lora(model, s)
+    model, _ = apply_lora(model, s)
     model.train()
     net = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
            if world > 1 else model)
@@ -640,7 +641,7 @@ def _parts() -> list[tuple[str, object, str, str, str]]:
     from transformers import Trainer
     from transformers.trainer_callback import CallbackHandler
 
-    from accelbench.experiments.lora_finetune import LossCurveMixin
+    from accelbench.experiments.lora.trainer import LossCurveMixin
 
     return [
         ("get_batch_samples (dataloader, collator, device placement, token count)", Trainer, "get_batch_samples",
@@ -746,7 +747,7 @@ def tiny_tokenizer(folder: str, vocab: int) -> str:
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from accelbench.experiments.lora_data import build_pairs, format_pair
+    from accelbench.experiments.lora.data import build_pairs, format_pair
 
     words = Counter(w for p in build_pairs("pydoc") for w in format_pair(p).split())
     table = {"<unk>": 0, "<eos>": 1}
@@ -763,11 +764,11 @@ def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision
     """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
     layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
     ``seq_len``, ``precision`` and the step counts given."""
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora.settings import LoraSettings
     from accelbench.systems import load_systems
 
     system = load_systems(Path(__file__).resolve().parents[1] / "config" / "systems")["cpu"]
-    s = exp.LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
+    s = LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
     return {"settings": s.to_dict(), "data": {"source": "pydoc"}, "model_name": f"tiny_llama_{layers}x{hidden}",
             "attention": "flash", "strategy": "single", "devices": 1, "system": system.to_dict(),
             "model": {"source": "random", "name": f"tiny Llama {layers}x{hidden}", "tokenizer": tokenizer,
@@ -789,10 +790,10 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
     ``on_step_begin`` to the next: the whole loop per step, batch fetching included; ``timed - 1`` samples), each as
     wall and thread-CPU ms: ``{"window_wall", "window_cpu", "loop_wall", "loop_cpu"}``. With a ``cProfile.Profile``,
     it profiles from the first timed step's begin to the last timed step's end."""
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora import train as lora_train  # where train_rank looks make_step_timer up
 
     begins, ends = [], []
-    real = exp.make_step_timer
+    real = lora_train.make_step_timer
     last = s.warmup_steps + s.timed_steps
 
     def timer(device, world):
@@ -815,11 +816,11 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
             return end(args, state, control, **kw)
         t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
         return t
-    exp.make_step_timer = timer
+    lora_train.make_step_timer = timer
     try:
-        out = exp.train_rank(spec, system, plan, threads=1)
+        out = lora_train.train_rank(spec, system, plan, threads=1)
     finally:
-        exp.make_step_timer = real
+        lora_train.make_step_timer = real
     if out["status"] != "ok":
         raise SystemExit(f"Trainer run: {out['status']}: {out['reason']}")
     ms = lambda pairs, i: [(b[i] - a[i]) * 1e3 for a, b in pairs]  # noqa: E731
@@ -862,7 +863,7 @@ def host_overhead(args) -> None:
                           args.repeat, tok_dir)
     spec, system, s, plan = _lora_case({"config": spec})
     fused = args.fused
-    from accelbench.experiments.lora_finetune import LossCurveMixin
+    from accelbench.experiments.lora.trainer import LossCurveMixin
 
     modes = [True, False] if args.before else [True]  # the product's fast host step, then Trainer's own walks
     samples: dict[str, list[float]] = {}
@@ -975,9 +976,9 @@ def _trainer_optim(s, plan) -> str:
 
     from transformers import TrainingArguments
 
-    from accelbench.experiments import lora_finetune as exp
+    from accelbench.experiments.lora.trainer import training_arguments_kwargs
 
-    kw = exp.training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
+    kw = training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
     return str(TrainingArguments(**kw).optim.value)
 
 

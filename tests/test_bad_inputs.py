@@ -132,12 +132,13 @@ def test_volume_divisibility_follows_the_preset_levels(default_config):
 def test_lora_counts_gpt2_conv1d_targets():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from accelbench.experiments import lora_finetune as lf
+    from accelbench.experiments.lora.model import apply_lora, expected_lora_parameters
+    from accelbench.experiments.lora.settings import LoraSettings
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=32))
-    s = lf.LoraSettings(r=4, alpha=4, target_modules=("c_attn",))
-    assert lf.expected_lora_parameters(model, s) == 4 * (16 + 48)
-    _, counts = lf.apply_lora(model, s)
+    s = LoraSettings(r=4, alpha=4, target_modules=("c_attn",))
+    assert expected_lora_parameters(model, s) == 4 * (16 + 48)
+    _, counts = apply_lora(model, s)
     assert counts["trainable"] == counts["expected"] == 4 * (16 + 48)
 
 

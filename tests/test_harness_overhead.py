@@ -71,10 +71,10 @@ def test_ddp_profile_two_gloo_ranks(ho, tmp_path):
     the variants' DDP options, threads per rank."""
     import subprocess
 
-    from accelbench.experiments import lora_finetune as lf
+    from accelbench.experiments.lora.settings import LoraSettings
     from accelbench.systems import System
 
-    s = lf.LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=1, timed_steps=2, precision="fp32")
+    s = LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=1, timed_steps=2, precision="fp32")
     system = System(name="cpu", backend="cpu", devices=2, precisions=("fp32",), image="cpu", scale="small")
     spec = {"model_name": "tiny", "attention": "flash", "strategy": "ddp", "devices": 2, "settings": s.to_dict(),
             "system": system.to_dict(),

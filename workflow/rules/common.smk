@@ -309,7 +309,8 @@ def lora_model_input(wildcards):
 
 
 def lora_finetune_spec(wildcards):
-    from accelbench.experiments.lora_finetune import check_ddp_options, resolve_settings
+    from accelbench.experiments.lora.settings import resolve_settings
+    from accelbench.experiments.lora.trainer import check_ddp_options
 
     u = config["lora_finetune"]
     data = dict(u["data"])

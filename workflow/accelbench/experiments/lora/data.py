@@ -1,11 +1,11 @@
 """Study B (arXiv 2607.05400) LoRA fine-tuning data: instruction/response pairs, the held-out split, the prompt
-format and dataset concatenation of optimum-habana's ``run_lora_clm.py`` (used by :mod:`.lora_finetune`)."""
+format and dataset concatenation of optimum-habana's ``run_lora_clm.py`` (used by :mod:`.train`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
+from ...errors import ConfigError, DataError
 
 PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request."
           "\n\n### Instruction:\n{instruction}\n\n### Response:\n")
@@ -23,7 +23,7 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
         DataError: missing file, unsupported suffix, or missing columns (named).
     """
     if source == "pydoc":
-        from ..data.text import pydoc_topics
+        from ...data.text import pydoc_topics
 
         return [{"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
                 for t, text in pydoc_topics().items() if text.strip()]
@@ -52,7 +52,7 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
 
 def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
     """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
-    from ..data.text import split_topics
+    from ...data.text import split_topics
 
     parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})
     return list(parts["train"].values()), list(parts["eval"].values())
@@ -107,7 +107,7 @@ def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: in
     Raises:
         DataError: fewer train blocks than the run needs (``min_train_blocks``).
     """
-    from ..data.text import corpus_fingerprint
+    from ...data.text import corpus_fingerprint
 
     pairs = build_pairs(data_cfg.get("source", "pydoc"), data_cfg.get("path"),
                         data_cfg.get("instruction_key", "instruction"), data_cfg.get("output_key", "output"))

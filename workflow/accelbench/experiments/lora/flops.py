@@ -1,5 +1,5 @@
-"""FLOP accounting of a LoRA training step for MFU (used by :mod:`.lora_finetune`): the conventional 6N upper bound
-and the LoRA-aware count of the matmuls a step executes (checked against ``torch.utils.flop_counter``)."""
+"""FLOP accounting of a LoRA training step for MFU (used by :mod:`.train` and :mod:`.summary`): the conventional 6N
+upper bound and the LoRA-aware count of the matmuls a step executes (checked against ``torch.utils.flop_counter``)."""
 
 from __future__ import annotations
 

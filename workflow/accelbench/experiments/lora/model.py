@@ -1,0 +1,163 @@
+"""Study B LoRA: the model side of a run: peft LoRA adapters, the attention implementation, where a (random-init)
+model is built, and the memory pre-checks that record an OOM before anything is loaded."""
+
+from __future__ import annotations
+
+from ...errors import ConfigError
+from ...models.llm import parameter_count
+from .settings import LoraSettings, Plan
+
+
+def lora_config(s: LoraSettings):
+    """peft ``LoraConfig`` of Study B (rank, alpha, dropout, q_proj/v_proj, no bias, causal LM)."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=list(s.target_modules),
+                      bias="none", task_type="CAUSAL_LM")
+
+
+def expected_lora_parameters(model, s: LoraSettings) -> int:
+    """Trainable parameters LoRA must add: ``r * (in + out)`` for every module named by ``target_modules`` that peft
+    wraps with a LoRA layer: ``nn.Linear``, transformers' ``Conv1D`` (GPT-2 family: ``c_attn``, ``c_proj``, ``c_fc``;
+    weight (in, out)) and ``nn.Embedding`` (``r * (num_embeddings + embedding_dim)``)."""
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    n = 0
+    for name, mod in model.named_modules():
+        if name.split(".")[-1] not in s.target_modules:
+            continue
+        if isinstance(mod, torch.nn.Linear):
+            n += s.r * (mod.in_features + mod.out_features)
+        elif isinstance(mod, Conv1D):
+            shape = getattr(mod.weight, "ds_shape", None) or mod.weight.shape  # ZeRO-3: the full shape
+            n += s.r * (shape[0] + shape[1])
+        elif isinstance(mod, torch.nn.Embedding):
+            n += s.r * (mod.num_embeddings + mod.embedding_dim)
+    return n
+
+
+def apply_lora(model, s: LoraSettings):
+    """Wrap ``model`` with LoRA adapters; returns ``(peft_model, {"trainable", "total", "expected"})``.
+
+    Raises:
+        ConfigError: the target modules are absent or the trainable count differs from :func:`expected_lora_parameters`.
+    """
+    from peft import get_peft_model
+
+    expected = expected_lora_parameters(model, s)
+    if expected == 0:
+        raise ConfigError(f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
+                          f"{list(s.target_modules)} in {type(model).__name__}")
+    pm = get_peft_model(model, lora_config(s))
+    # full sizes: under ZeRO-3 the frozen weights are partitioned at build time (numel 0, full size in ds_numel)
+    trainable = parameter_count(p for p in pm.parameters() if p.requires_grad)
+    total = parameter_count(pm.parameters())
+    if trainable != expected:
+        raise ConfigError(f"LoRA trains {trainable} parameters, expected {expected} (targets {list(s.target_modules)})")
+    return pm, {"trainable": trainable, "total": total, "expected": expected}
+
+
+def set_attention(model, plan: Plan) -> str:
+    """Apply the plan's attention implementation to a loaded model; returns what the model reports afterwards."""
+    if plan.attn_implementation is None:  # Gaudi, optimum-habana <= 1.19: generation-config flags
+        model.generation_config.use_flash_attention = plan.attention == "flash"
+        model.generation_config.flash_attention_causal_mask = plan.attention == "flash"
+        return "gaudi flags: use_flash_attention + flash_attention_causal_mask"
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(plan.attn_implementation)
+    else:  # older transformers
+        model.config._attn_implementation = plan.attn_implementation
+    return model.config._attn_implementation
+
+
+def count_parameters(model_spec: dict) -> int | None:
+    """Parameters of a model spec's architecture, counted on the meta device (no weights loaded); None if the
+    architecture cannot be read offline (the run then reports the loaded count)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        if model_spec.get("source") == "random" and model_spec.get("config"):
+            cfg = AutoConfig.for_model(**model_spec["config"])
+        else:
+            cfg = AutoConfig.from_pretrained(model_spec.get("config_from") or model_spec["path"], local_files_only=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(cfg)
+        return parameter_count(model.parameters())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib_full: float | None,
+                      free_gib: float | None, share: float = 0.8) -> str:
+    """Where a model is built: ``"device"``, ``"device_then_host"``, ``"device_by_module"``, ``"zero3_init"`` or
+    ``"host"``.
+
+    Random-init weights are drawn on the accelerator where possible: PyTorch draws ``normal_`` on the CPU in one thread
+    (measured: 137 s per 8 B parameters), and at Gemma-2-27B shape the host init alone outlasted a 410 s window on an
+    H200 node. Single/DDP keep the model there (``"device"``). FSDP builds it there when the full weights fit in
+    ``share`` of the free device memory and then moves it to the host (``"device_then_host"``), so FSDP shards from a
+    host copy as it does with loaded weights and the measured peak memory is FSDP's own. ZeRO-3 builds under
+    DeepSpeed's ``zero.Init``, which draws each parameter on the rank's device and partitions it as it is built
+    (``"zero3_init"``; Llama-3.3-70B on 2 H200s: 13.5 s). Where FSDP's full weights do not fit (Llama-3.3-70B: 131 GiB),
+    they are drawn on the device one module at a time and kept on the host (``"device_by_module"``,
+    :func:`accelbench.models.llm.init_module_by_module`). Weights read from disk and non-CUDA backends otherwise build
+    on the host.
+
+    Args:
+        weights_gib_full: the unsharded weights in GiB (None: unknown; FSDP then draws them module by module).
+        free_gib: free device memory in GiB (None: unknown).
+    """
+    if strategy == "zero3":
+        return "zero3_init"
+    if model_spec.get("source") != "random" or backend != "cuda":
+        return "host"
+    if strategy in ("single", "ddp"):
+        return "device"
+    if strategy == "fsdp":
+        if weights_gib_full is not None and free_gib is not None and weights_gib_full <= share * free_gib:
+            return "device_then_host"
+        return "device_by_module"
+    return "host"
+
+
+def weights_gib(n_params: int, precision: str) -> float:
+    return n_params * (2 if precision == "bf16" else 4) / 2**30
+
+
+def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: float | None) -> str | None:
+    """OOM reason when the frozen weights alone cannot fit on one device under the plan (None otherwise).
+
+    Single/DDP hold the full weights on every device; FSDP/ZeRO-3 hold 1/N of them. Only this certain lower bound
+    is used: anything else is left to the run itself, which records a real OOM if it happens.
+    """
+    if not n_params_config or not device_memory_gib:
+        return None
+    need = weights_gib(n_params_config, plan.precision)
+    if plan.strategy in ("fsdp", "zero3"):
+        need /= plan.devices
+    if need > device_memory_gib:
+        return (f"the {plan.precision} weights alone need {need:.1f} GiB per device under {plan.strategy} on "
+                f"{plan.devices} device(s), more than the {device_memory_gib} GiB of one device")
+    return None
+
+
+def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node: int,
+                         host_available_gib: float | None) -> str | None:
+    """OOM reason when FSDP's per-rank host copies of the full weights cannot fit the node's memory (None otherwise).
+
+    Under FSDP every rank of a node builds (or loads) the full model on the host before FSDP shards it to the devices,
+    so a node needs ``ranks_per_node`` x the full weights of free host memory: Llama-3.3-70B in bf16 on 2 ranks of a
+    2x H200 node needs 262.8 GiB of its 256 GiB. Other strategies build on the device (or partition under zero.Init).
+    """
+    if plan.strategy != "fsdp" or not n_params_config or not host_available_gib:
+        return None
+    per_rank = weights_gib(n_params_config, plan.precision)
+    need = ranks_per_node * per_rank
+    if need > host_available_gib:
+        return (f"host memory: under fsdp each of the {ranks_per_node} ranks of a node holds the full {plan.precision} "
+                f"weights ({per_rank:.1f} GiB) on the host before sharding them, "
+                f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available")
+    return None
+
