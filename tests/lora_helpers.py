@@ -16,3 +16,15 @@ def system(backend="cpu", devices=1, precisions=("fp32", "bf16"), memory=None):
 
     return System(name=backend, backend=backend, devices=devices, precisions=tuple(precisions), image="cuda",
                   scale="small", device_memory_gib=memory)
+
+
+def run_job(spec: dict, system, out="results/x/lora_finetune/m/a/s/n1/result.json"):
+    """The LoRA job through its harness contract (Settings.from_spec, run(settings, ctx)), without the lock and the
+    result writing: returns the Outcome."""
+    from pathlib import Path
+
+    from accelbench import harness, registry
+    from accelbench.experiments.lora import Settings, run
+
+    ctx = harness.JobContext(registry.get("lora_finetune"), spec, "spec.json", None, system, Path(out))
+    return run(Settings.from_spec(spec, system), ctx)

@@ -1,11 +1,10 @@
-"""Study B LoRA job entry point (:mod:`accelbench.experiments.lora.launch`): memory pre-checks recorded as OOM before
+"""Study B LoRA job entry point (:mod:`accelbench.experiments.lora.job`): memory pre-checks recorded as OOM before
 any rank starts."""
 
-from accelbench.experiments.lora import run
 from accelbench.experiments.lora import settings as lora_settings
 from accelbench.experiments.lora.model import host_memory_precheck, memory_precheck
 from accelbench.experiments.lora.settings import LoraSettings, Plan
-from lora_helpers import system
+from lora_helpers import run_job, system
 
 
 # Llama-3.3-70B's architecture, random init (the shape that does not fit one device)
@@ -24,8 +23,9 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
     spec = {"settings": LoraSettings().to_dict(), "strategy": "single", "devices": 1, "attention": "flash",
             "model": LLAMA33_70B_RANDOM}
     monkeypatch.setattr(lora_settings, "available_devices", lambda backend, n: 1)  # where plan_run looks it up
-    out = run(spec, system("cuda", devices=1, memory=80))
-    assert out["status"] == "oom" and "GiB" in out["reason"] and out["measurements"]["weights_gib_needed"] > 130
+    out = run_job(spec, system("cuda", devices=1, memory=80))
+    assert out.status == "oom" and "GiB" in out.reason and out.measurements["weights_gib_needed"] > 130
+    assert out.config["plan"]["strategy"] == "single"
 
 
 def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
@@ -42,6 +42,6 @@ def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
             "model": LLAMA33_70B_RANDOM}
     monkeypatch.setattr(lora_settings, "available_devices", lambda backend, n: 2)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 250 * 2**30})())
-    out = run(spec, system("cuda", devices=2, memory=139.8))
-    assert out["status"] == "oom" and out["reason"].startswith("host memory: under fsdp each of the 2 ranks")
-    assert out["measurements"]["host_available_gib"] == 250.0 and out["measurements"]["ranks_per_node"] == 2
+    out = run_job(spec, system("cuda", devices=2, memory=139.8))
+    assert out.status == "oom" and out.reason.startswith("host memory: under fsdp each of the 2 ranks")
+    assert out.measurements["host_available_gib"] == 250.0 and out.measurements["ranks_per_node"] == 2

@@ -153,8 +153,8 @@ def test_bus_bandwidth_follows_nccl_tests():
 
 
 def test_lora_across_nodes_is_planned_and_needs_slurm(systems):
-    from accelbench.experiments.lora import run
     from accelbench.experiments.lora.settings import LoraSettings, plan_run
+    from lora_helpers import run_job
 
     two_nodes = with_layout(systems["cpu"], devices=4, devices_per_node=1)
     s = LoraSettings()
@@ -164,9 +164,9 @@ def test_lora_across_nodes_is_planned_and_needs_slurm(systems):
         plan_run("ddp", 3, "flash", with_layout(two_nodes, devices_per_node=2), s)
     # outside Slurm the launcher records `unsupported` with the reason, before loading any model
     spec = {"settings": s.to_dict(), "strategy": "ddp", "devices": 2, "attention": "flash", "model": {}}
-    out = run(spec, two_nodes)
-    assert out["status"] == "unsupported" and "outside a Slurm allocation" in out["reason"]
-    assert out["measurements"]["launch"]["nodes"] == 2
+    out = run_job(spec, two_nodes)
+    assert out.status == "unsupported" and "outside a Slurm allocation" in out.reason
+    assert out.measurements["launch"]["nodes"] == 2
 
 
 def test_scaling_outputs_label_multi_node_points(tmp_path):

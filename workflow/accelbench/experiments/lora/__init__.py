@@ -39,12 +39,12 @@ Modules (each imports only those above it; callers import what they use from the
   * :mod:`.trainer`: TrainingArguments, the Trainer mixin (loss curve, fast host step, DDP options);
     :mod:`.timer`: the per-step timer callback;
   * :mod:`.train`: one rank's run (:func:`~.train.train_rank`); :mod:`.summary`: the result's measurements;
-  * :mod:`.launch`: the job entry points :func:`run` (plan, launch the ranks, gather) and :func:`rank_entry`.
+  * :mod:`.job`: the job on the harness: :class:`~.job.Settings`, :func:`~.job.run` (plan, pre-checks, ranks through
+    :mod:`accelbench.launcher`, merge) and :func:`~.job.run_rank`.
 """
 
-from .launch import rank_entry, run
-from .settings import hpu_lazy_mode
+from .job import Settings, prepare_environment, run, run_rank
 
 EXPERIMENT = "lora_finetune"  # the result's `experiment`, config key, rule name and result folder
 
-__all__ = ["EXPERIMENT", "hpu_lazy_mode", "rank_entry", "run"]
+__all__ = ["EXPERIMENT", "Settings", "prepare_environment", "run", "run_rank"]

@@ -1,0 +1,98 @@
+"""Study B LoRA: the job on the harness (:mod:`accelbench.harness`). :func:`run` plans a case, records what cannot
+run (unsupported; OOM by the weights-alone and host-memory pre-checks, before any rank starts), runs ``single`` in
+this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.launcher`), and merges the
+ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one rank's work. No launching code lives here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ...outcome import Outcome
+from .model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
+from .settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
+from .summary import summarize
+from .train import train_rank
+
+DEVICES_KEY = "lora_finetune.runs devices"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One (model, attention, strategy, devices) case: the rule's spec, the LoRA settings at the system's scale and
+    the run plan (:func:`.settings.plan_run`: strategy, devices, attention implementation, precision, status)."""
+
+    spec: dict
+    lora: LoraSettings
+    plan: Plan
+
+    @classmethod
+    def from_spec(cls, spec: dict, system) -> "Settings":
+        lora = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+        return cls(spec, lora, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, lora))
+
+
+def prepare_environment(spec: dict, system) -> None:
+    """Before anything imports habana_frameworks: Gaudi's execution mode (Study B: lazy mode except FSDP)."""
+    if system.backend == "hpu":
+        os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(spec["strategy"]))
+
+
+def precheck(s: Settings, system) -> Outcome | None:
+    """An ``oom`` outcome when the frozen weights alone cannot fit the devices, or (FSDP) the ranks' host copies the
+    node's memory; None when the case may run. Accelerators only (a CPU run is small by construction)."""
+    if s.plan.status != "ok" or system.backend == "cpu":
+        return None
+    n_params = count_parameters(s.spec["model"])
+    reason = memory_precheck(n_params, s.plan, system.device_memory_gib)
+    host = {}
+    if not reason and s.plan.strategy == "fsdp":
+        import psutil
+
+        from ... import multinode
+
+        per_node = multinode.node_plan(system, s.plan.devices, DEVICES_KEY).per_node
+        host = {"host_available_gib": psutil.virtual_memory().available / 2**30, "ranks_per_node": per_node}
+        reason = host_memory_precheck(n_params, s.plan, per_node, host["host_available_gib"])
+    if not reason:
+        return None
+    return Outcome.oom(reason, {"parameters": n_params, "weights_gib_needed": weights_gib(n_params, s.plan.precision),
+                                "estimate": "frozen weights only (lower bound); not run", **host})
+
+
+def run(s: Settings, ctx) -> Outcome:
+    """Plan, pre-check, train (one process or ``devices`` ranks), merge. The result's ``config`` gets the plan.
+
+    Returns:
+        :class:`~accelbench.outcome.Outcome`: ``unsupported``/``oom`` cases are returned, not raised.
+
+    Raises:
+        AccelbenchError: a rank failed for another reason (the launcher names the exit status and the log tail).
+    """
+    from ...launcher import in_process
+
+    config = {"plan": s.plan.to_dict()}
+    early = precheck(s, ctx.system)
+    if early is None and s.plan.status != "ok":
+        early = Outcome(s.plan.status, {}, s.plan.reason)
+    if early is not None:
+        early.config.update(config)
+        return early
+    ranks = in_process(ctx, s) if s.plan.strategy == "single" else ctx.run_ranks(s, s.plan.devices, DEVICES_KEY)
+    if isinstance(ranks, Outcome):  # a rank out of memory, or a layout this allocation cannot start
+        if "ranks" in ranks.measurements:
+            ranks.measurements["ranks"] = [r.get("measurements", r) for r in ranks.measurements["ranks"]]
+        ranks.config.update(config)
+        return ranks
+    first = ranks.records[0]
+    if first["status"] != "ok":  # single, in this process: train_rank records its own oom/unsupported
+        return Outcome(first["status"], first["measurements"], first["reason"], config)
+    measurements = summarize(ranks.records, s.plan, s.lora, ctx.system, s.spec.get("projection", {}))
+    measurements["launch"] = ranks.launch
+    return Outcome("ok", measurements, None, config)
+
+
+def run_rank(s: Settings, ctx) -> dict:
+    """One rank (or the single process): :func:`.train.train_rank` with this rank's placement; its record carries
+    its own ``status`` (``oom``/``unsupported`` end the group through the launcher)."""
+    return train_rank(s.spec, ctx.system, s.plan, ctx.threads, ctx.placement)
