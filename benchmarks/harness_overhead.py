@@ -80,9 +80,9 @@ def _append(csv_path: str, row: dict, fields: list[str] = FIELDS) -> None:
 
 
 def _system(spec: dict):
-    from accelbench.cli import _system_from
+    from accelbench.harness import system_from
 
-    return _system_from(spec)
+    return system_from(spec)
 
 
 def _dev() -> str:
@@ -220,7 +220,7 @@ def sr3_rank(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from accelbench import launch, measure
+    from accelbench import launch, measure, multinode
     from accelbench.data import sky
     from accelbench.devices import Device
     from accelbench.experiments import sr3_scaling as exp
@@ -231,14 +231,17 @@ def sr3_rank(args) -> None:
     system = _system(spec)
     s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
     n, precision, seed = int(spec["devices"]), spec["precision"], spec["run"]["seed"]
-    rank, world, local, _ = exp._init_distributed(system.backend)
+    rank, world, local, _ = multinode.join_process_group(system.backend)
     device = Device(system.backend, local if system.backend == "cuda" else 0)
     dev = device.torch_device
     data = sky.load(args.data)
     ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=n * s.batch_size)
 
     def gathered_max(samples: list[float]) -> float:
-        allv = exp._gather(samples)
+        allv = [samples]
+        if world > 1:
+            allv = [None] * world
+            dist.all_gather_object(allv, samples)
         return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
 
     # harness: the rule's Trainer and timer

@@ -39,6 +39,18 @@ def test_threads_split_over_ranks():
     assert launch.rank_env(8, 2, per_rank=1, base={})["MKL_NUM_THREADS"] == "1"
 
 
+def test_rank_threads_is_the_one_thread_policy(systems):
+    import dataclasses
+
+    cpu = systems["cpu"]  # devices_per_node: cores -> a "device" is one core, whatever the job's threads
+    assert cpu.devices_per_node == "cores"
+    assert launch.rank_threads(cpu, 16, 4) == 1 and launch.rank_threads(cpu, 0, 2) == 1
+    h200 = systems["h200"]  # accelerators: the job's cores split over a node's ranks, at least one each
+    assert launch.rank_threads(h200, 16, 4) == 4 and launch.rank_threads(h200, 3, 8) == 1
+    assert launch.rank_threads(h200, 0, 1) == len(launch.job_cpus())  # 0 threads: every usable CPU
+    assert launch.rank_threads(dataclasses.replace(cpu, devices_per_node=2), 8, 2) == 4  # CPU nodes of 2 ranks
+
+
 def _ranks(path, n):
     return [json.loads((path / f"rank{r}.json").read_text()) for r in range(n)]
 

@@ -34,6 +34,16 @@ def test_timing_summary_against_numpy():
     assert two.p10 == pytest.approx(2.2) and two.p90 == pytest.approx(3.8) and two.stdev == pytest.approx(2**0.5)
 
 
+def test_merge_ranks_takes_the_slowest_rank_per_step():
+    t = measure.merge_ranks([[1.0, 5.0, 2.0, 9.0], [3.0, 4.0, 2.5]], warmup=2, method="cuda_events")
+    assert t.samples == [3.0, 5.0, 2.5] and t.median == 3.0 and t.count == 3  # extra steps of a longer rank dropped
+    assert t.warmup == 2 and t.method == "cuda_events, max over 2 ranks"
+    assert measure.merge_ranks([[2.0]], 0, "m").samples == [2.0]
+    for bad in ([], [[1.0], []]):
+        with pytest.raises(ValueError, match="no rank timings"):
+            measure.merge_ranks(bad, 0, "m")
+
+
 def test_time_steps_counts_calls():
     calls = []
     t = measure.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)

@@ -72,14 +72,14 @@ def test_slurm_request_one_node_and_several(systems):
 
 
 def test_launch_command_standalone_and_srun(monkeypatch):
-    cmd, rdzv = mn.launch_command(mn.NodePlan(2, 1, 2), ["sr3-worker", "--spec", "{}"])
+    cmd, rdzv = mn.launch_command(mn.NodePlan(2, 1, 2), ["rank", "--spec", "s.json"])
     assert "--standalone" in cmd and "--nproc_per_node=2" in cmd and "srun" not in cmd
-    assert cmd[-4:] == ["accelbench", "sr3-worker", "--spec", "{}"] and rdzv["backend"] == "c10d"
+    assert cmd[-4:] == ["accelbench", "rank", "--spec", "s.json"] and rdzv["backend"] == "c10d"
 
     monkeypatch.setattr(mn, "node_address", lambda node: {"gpu17": "10.1.0.17"}[node])
     monkeypatch.setattr(mn, "free_port", lambda: 29555)
     alloc = {"job_id": "4242", "hosts": ["gpu17", "gpu18"], "cpus_per_task": 64}
-    cmd, rdzv = mn.launch_command(mn.NodePlan(16, 2, 8), ["sr3-worker"], alloc)
+    cmd, rdzv = mn.launch_command(mn.NodePlan(16, 2, 8), ["rank"], alloc)
     assert cmd[:7] == ["srun", "--jobid=4242", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                        "--kill-on-bad-exit=1", "--cpus-per-task=64"]
     assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=10.1.0.17:29555",
@@ -90,7 +90,7 @@ def test_launch_command_standalone_and_srun(monkeypatch):
     assert "outside a Slurm allocation" in mn.allocation_reason(mn.NodePlan(16, 2, 8), None)
     assert "holds 1 node(s)" in mn.allocation_reason(mn.NodePlan(16, 2, 8), {"job_id": "1", "hosts": ["a"]})
     with pytest.raises(ConfigError, match="outside a Slurm allocation"):
-        mn.launch_command(mn.NodePlan(16, 2, 8), ["sr3-worker"], None)
+        mn.launch_command(mn.NodePlan(16, 2, 8), ["rank"], None)
 
 
 def test_allocation_reads_slurm(monkeypatch):
@@ -150,6 +150,34 @@ def test_bus_bandwidth_follows_nccl_tests():
     bw = net_smoke.bandwidths(10**9, 0.5, 8)  # 1 GB in 0.5 s over 8 ranks
     assert bw["algbw_gbps"] == pytest.approx(2.0) and bw["busbw_gbps"] == pytest.approx(2.0 * 2 * 7 / 8)
     assert net_smoke.bandwidths(10**9, 1.0, 2)["busbw_gbps"] == pytest.approx(1.0)
+
+
+def test_net_smoke_settings_and_merge(systems):
+    s = net_smoke.Settings.from_spec({"system": {}, "devices": 2}, systems["cpu"])
+    assert (s.devices, s.max_bytes, s.warmup, s.iters) == (2, 16 * 2**20, 2, 10) and s.sizes[0] == 4096
+    assert net_smoke.Settings.from_spec({"devices": 8}, systems["h200"]).max_bytes == 2**30
+    # per call, the slowest rank; per size, the median and minimum of those maxima
+    tables = [{"rank": r, "world_size": 2, "collective_backend": "gloo", "node": f"n{r}",
+               "sizes": [{"bytes": 4096, "times_us": times}]} for r, times in ((0, [10.0, 40.0, 30.0]),
+                                                                                (1, [20.0, 10.0, 20.0]))]
+    m = net_smoke.merge(tables, warmup=2, iters=3)
+    [row] = m["sizes"]
+    assert row["time_us"] == 30.0 and row["time_us_min"] == 20.0  # maxima 20, 40, 30
+    assert row["busbw_gbps"] == pytest.approx(net_smoke.bandwidths(4096, 30e-6, 2)["busbw_gbps"])
+    assert m["rank_nodes"] == ["n0", "n1"] and m["world_size"] == 2 and m["collective_backend"] == "gloo"
+    assert set(m) == {"world_size", "collective_backend", "rank_nodes", "warmup", "iters", "method", "sizes"}
+
+
+def test_net_smoke_refuses_one_rank(tmp_path, systems, monkeypatch):
+    import json
+
+    from accelbench import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    (tmp_path / "s.json").write_text(json.dumps({"system": systems["cpu"].to_dict(), "devices": 1}))
+    out = tmp_path / "r/cpu/net_smoke/devices_1/allreduce.json"
+    assert cli.main(["net-smoke", "--spec", "s.json", "--out", str(out)]) == 2 and not out.exists()
 
 
 def test_lora_across_nodes_is_planned_and_needs_slurm(systems):

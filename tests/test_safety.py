@@ -152,18 +152,19 @@ def test_device_set_names():
 
 def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_path, default_config, systems,
                                                                             monkeypatch):
-    """Through `accelbench sr3-train` (the launcher records `unsupported` for an impossible device count, and fails
+    """Through `accelbench sr3-train` (the job records `unsupported` for an impossible device count, and fails
     when its torchrun fails): the guard of every measurement command, with the device lock in a private folder."""
-    import subprocess
-
+    from accelbench import multinode
     from test_sr3_scaling import _spec
 
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.chdir(tmp_path)  # the launcher's rank folders (.snakemake/accelbench/ranks)
     out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_100000/result.json"
     _finished(out.parent)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(_spec(default_config, systems, 100_000)))
-    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 0
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 2  # finished
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out), "--overwrite"]) == 0
     assert json.loads(out.read_text())["status"] == "unsupported" and sorted(p.name for p in out.parent.iterdir()) == \
         ["result.json"]
     [old] = (tmp_path / "results/cpu/.superseded").glob("*/sr3_scaling/fp32/devices_100000/result.json")
@@ -173,16 +174,13 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
     out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_2/result.json"
     _finished(out.parent)
     spec.write_text(json.dumps(_spec(default_config, systems, 2)))
-    real_run = subprocess.run
-
     def failing(cmd, env=None, **kw):  # torchrun fails after a rank wrote a partial side file
-        if "sr3-worker" not in cmd:
-            return real_run(cmd, env=env, **kw)
+        assert "rank" in cmd
         (out.parent / "samples.npz").write_bytes(b"PK partial")
-        return subprocess.CompletedProcess(cmd, 1)
+        return 1, ""
 
-    monkeypatch.setattr(subprocess, "run", failing)
-    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)]) == 2
+    monkeypatch.setattr(multinode, "run_tee", failing)
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out), "--overwrite"]) == 2
     assert json.loads(out.read_text()) == {"v": "old"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["kernels.csv", "result.json", "trace.json.gz"]
 

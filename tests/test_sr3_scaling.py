@@ -217,7 +217,7 @@ def test_published_efficiency_matches_study_b_claims():
     assert eff[("published H100", 4)] == pytest.approx(0.77, abs=0.005)  # "77% at 4 cards"
 
 
-# --------------------------------------------------------------------------- launcher (sr3-train)
+# --------------------------------------------------------------------------- the job (sr3-train: harness + launcher)
 def _spec(default_config, systems, devices):
     u = default_config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
@@ -226,37 +226,148 @@ def _spec(default_config, systems, devices):
             "scales": u["scales"], "run": run}
 
 
-def test_launcher_records_unsupported_and_oom(tmp_path, default_config, systems, monkeypatch):
+# what an ok result has measured since before the harness and the launcher, plus the launch and noise records
+OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_device_batch", "global_batch",
+           "iterations_per_device", "iterations_run", "complete", "iteration", "images_per_s",
+           "images_per_s_per_device", "measured_wall_s", "strong_scaling_total", "weak_scaling_total",
+           "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
+           "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
+           "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise"}
+
+
+def _record(rank: int, samples_ms: list[float], **kw) -> dict:
+    """A rank's record as :func:`exp.train_rank` returns it (rank 0 with the quality, loss and counts)."""
+    r = {"rank": rank, "samples_ms": samples_ms, "median_ms": sorted(samples_ms)[len(samples_ms) // 2],
+         "method": "synchronize+perf_counter", "warmup": 1, "wall_s": 1.0 + rank, "peak_mem_gib": None,
+         "peak_rss_gib": 0.5, "threads": 1, "node": f"n{rank}", "placement": {"threads": 1},
+         "cudnn_benchmark": False, "replica_max_abs_diff": 0.0, "collective_backend": "gloo", **kw}
+    if rank == 0:
+        r.update(parameters=123, loss={"first": 1.0, "last10_mean": 0.5, "rank": 0}, quality={"psnr_db": 20.0},
+                 train_patches=16, heldout_patches=4)
+    return r
+
+
+def test_merge_takes_the_slowest_rank_per_iteration(default_config):
+    s = tiny_settings()
+    records = [_record(0, [10.0, 30.0, 10.0]), _record(1, [20.0, 10.0, 20.0])]
+    m = exp.merge(s, records, 2, "fp32", workload_iterations=8, max_iterations=3, warmup=1, ddp={"bucket_cap_mb": 5})
+    assert m["iteration"]["samples"] == [20.0, 30.0, 20.0] and m["iteration"]["median"] == 20.0
+    assert m["iteration"]["warmup"] == 1 and m["iteration"]["method"].endswith("max over 2 ranks")
+    assert (m["iterations_per_device"], m["iterations_run"], m["complete"]) == (4, 3, False)
+    assert m["measured_wall_s"] == 2.0 and m["strong_scaling_total"]["seconds"] == pytest.approx(2.0 + 0.020)
+    assert m["images_per_s"] == pytest.approx(2 * s.batch_size / 0.020) and m["global_batch"] == 2 * s.batch_size
+    assert m["rank_median_ms"] == [10.0, 20.0] and m["rank_nodes"] == ["n0", "n1"] and m["peak_mem_gib"] is None
+    assert m["ddp_options"] == {"bucket_cap_mb": 5} and m["quality"] == {"psnr_db": 20.0} and m["parameters"] == 123
+    assert set(m) == OK_KEYS - {"launch", "noise"}
+
+
+def _job(tmp_path, monkeypatch, default_config, systems, devices):
+    """cwd, lock folder and spec file of a sr3-train call inside ``tmp_path``; returns the sr3-train argv."""
     import json
-    import subprocess
+
+    monkeypatch.chdir(tmp_path)  # spec and rank folders (.snakemake/accelbench/...) under the test's folder
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    spec = tmp_path / f"spec{devices}.json"
+    spec.write_text(json.dumps(_spec(default_config, systems, devices)))
+    out = tmp_path / f"d{devices}" / "result.json"
+    return ["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)], out
+
+
+def _ranks_here(monkeypatch, calls: list):
+    """Replace torchrun (multinode.run_tee) by running each rank of the launch command in this process, in turn,
+    through :func:`accelbench.harness.rank_main` (placement stubbed: no affinity or parent-death signal here)."""
+    from accelbench import cli, harness, launch, multinode
+
+    monkeypatch.setattr(launch, "place_this_rank", lambda threads=None: {"threads": 1, "cpus": None})
+
+    def fake_torchrun(cmd, env=None, **kw):
+        calls.append((cmd, env))
+        n = int(next(a for a in cmd if a.startswith("--nproc_per_node=")).split("=")[1])
+        args = cli.build_parser().parse_args(cmd[cmd.index("accelbench") + 1:])
+        codes = []
+        for r in range(n):
+            monkeypatch.setenv("RANK", str(r))
+            monkeypatch.setenv("LOCAL_RANK", str(r))
+            monkeypatch.setenv("WORLD_SIZE", str(n))
+            inputs = dict(item.split("=", 1) for item in args.input)
+            codes.append(harness.rank_main(args.experiment, args.spec, args.out, args.rank_dir, args.threads, inputs))
+        return max(codes), ""
+
+    monkeypatch.setattr(multinode, "run_tee", fake_torchrun)
+
+
+def test_unsupported_case_is_recorded_before_launching(tmp_path, default_config, systems, monkeypatch):
+    import json
 
     from accelbench import cli
 
-    out = tmp_path / "u" / "result.json"
-    spec = json.dumps(_spec(default_config, systems, 100_000))
-    assert cli.main(["sr3-train", "--spec", spec, "--data", "unused.npz", "--out", str(out)]) == 0
+    argv, out = _job(tmp_path, monkeypatch, default_config, systems, 100_000)
+    calls = []
+    _ranks_here(monkeypatch, calls)
+    assert cli.main(argv) == 0 and not calls
     r = json.loads(out.read_text())
     assert r["status"] == "unsupported" and "100000 devices requested" in r["reason"] and r["environment"]["git"]
+    assert r["measurements"] == {"devices": 100_000, "precision": "fp32"} and r["config"]["settings"]["hr_size"]
 
-    from accelbench import launch
 
-    out = tmp_path / "o" / "result.json"
+def test_a_rank_out_of_memory_makes_an_oom_result(tmp_path, default_config, systems, monkeypatch):
+    import json
+    import os
+
+    from accelbench import cli
+
+    def rank(s, ctx):  # rank 1 runs out of device memory; rank 0 would have finished
+        if os.environ["RANK"] == "1":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\n(details)")
+        return _record(0, [1.0, 2.0])
+
+    monkeypatch.setattr(exp, "run_rank", rank)
     calls = []
-    from accelbench import multinode
-
-    def fake_torchrun(cmd, env=None, **kw):  # rank 1 runs out of memory (the launcher runs torchrun via run_tee)
-        calls.append((cmd, env))
-        exp.oom_marker(out, 1).write_text("rank 1: CUDA out of memory. Tried to allocate 2.00 GiB\n")
-        return 1, ""
-
-    monkeypatch.setattr(multinode, "run_tee", fake_torchrun)
-    spec = json.dumps(_spec(default_config, systems, 2))
-    assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(out)]) == 0
+    _ranks_here(monkeypatch, calls)
+    argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
+    assert cli.main(argv + ["--threads", "4"]) == 0
     r = json.loads(out.read_text())
-    assert r["status"] == "oom" and "Tried to allocate 2.00 GiB" in r["reason"]
-    assert "--nproc_per_node=2" in calls[0][0] and "sr3-worker" in calls[0][0] and "--standalone" in calls[0][0]
-    assert calls[0][1]["OMP_NUM_THREADS"] == "1"  # a CPU "device" is one core
-    assert not exp.oom_marker(out, 1).exists()
+    assert r["status"] == "oom" and r["reason"] == ("out of device memory: rank 1: CUDA out of memory. "
+                                                    "Tried to allocate 2.00 GiB")
+    assert r["measurements"]["devices"] == 2 and r["measurements"]["precision"] == "fp32"
+    assert r["config"]["settings"]["hr_size"] and r["artefacts"] == {}
+    [(cmd, env)] = calls
+    assert "--nproc_per_node=2" in cmd and "--standalone" in cmd and cmd[cmd.index("accelbench") + 1] == "rank"
+    assert ["--input", "data=d.npz"] == cmd[cmd.index("--input"):cmd.index("--input") + 2]
+    assert env["OMP_NUM_THREADS"] == "1"  # a CPU "device" is one core (launch.rank_threads), whatever --threads says
+    assert not list((tmp_path / ".snakemake/accelbench/ranks").iterdir())  # the rank files went with their folder
 
-    monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, ""))
-    assert cli.main(["sr3-train", "--spec", spec, "--data", "d.npz", "--out", str(tmp_path / "f" / "result.json")]) == 2
+
+def test_ranks_are_merged_into_one_ok_result(tmp_path, default_config, systems, monkeypatch):
+    import json
+    import os
+
+    from accelbench import cli
+
+    def rank(s, ctx):
+        r = int(os.environ["RANK"])
+        if r == 0:
+            with ctx.side_file("samples.npz", "samples") as tmp:
+                exp.save_panel({"sr3": np.zeros((2, 2))}, tmp)
+        return _record(r, [5.0, 4.0] if r else [3.0, 6.0], placement=ctx.placement)
+
+    monkeypatch.setattr(exp, "run_rank", rank)
+    _ranks_here(monkeypatch, [])
+    argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
+    assert cli.main(argv) == 0
+    r = json.loads(out.read_text())
+    m = r["measurements"]
+    assert r["status"] == "ok" and set(m) == OK_KEYS and r["artefacts"] == {"samples": "samples.npz"}
+    assert m["iteration"]["samples"] == [5.0, 6.0] and m["rank_nodes"] == ["n0", "n1"]
+    assert m["launch"]["world_size"] == 2 and m["launch"]["launcher"] == "torchrun --standalone"
+    assert m["placement_per_rank"] == [{"threads": 1, "cpus": None}] * 2
+    assert set(r["config"]) >= {"devices", "precision", "preset", "run", "settings"}
+    assert np.load(out.with_name("samples.npz"))["sr3"].shape == (2, 2)
+
+
+def test_failed_ranks_fail_the_job(tmp_path, default_config, systems, monkeypatch):
+    from accelbench import cli, multinode
+
+    monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, "RuntimeError: boom\n"))
+    argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
+    assert cli.main(argv) == 2 and not out.exists()

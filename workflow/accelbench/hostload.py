@@ -14,9 +14,9 @@ Every measurement job therefore records what else ran while it ran, and flags it
   compares both with the thresholds of the config (``noise:`` in ``config/config.yaml``); the verdict is
   ``measurements.noise.noisy`` with the reasons in ``measurements.noise.why``.
 
-The start snapshot is taken once per job by the first ``accelbench`` process and handed to its children (torchrun
-ranks) in the environment variable ``ACCELBENCH_LOAD_START``, so that the rank that writes the result measures the
-whole job.
+The start snapshot is taken once per job by the first ``accelbench`` process (the job harness, which also writes the
+result) and handed to its children (torchrun ranks) in the environment variable ``ACCELBENCH_LOAD_START``, so that
+any process of the job that assesses the load measures the whole job.
 """
 
 from __future__ import annotations

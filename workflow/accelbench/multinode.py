@@ -17,7 +17,7 @@ collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose, pars
 Example::
 
     plan = node_plan(system, 16)               # h100 with devices_per_node 8 -> NodePlan(devices=16, nodes=2, per_node=8)
-    cmd, rdzv = launch_command(plan, ["sr3-worker", ...], allocation())
+    cmd, rdzv = launch_command(plan, ["rank", "--experiment", "sr3_scaling", ...], allocation())
 """
 
 from __future__ import annotations
@@ -230,6 +230,28 @@ def collective_backend(backend: str) -> str:
     return {"cuda": "nccl", "hpu": "hccl"}.get(backend, "gloo")
 
 
+def join_process_group(backend: str) -> tuple[int, int, int, str]:
+    """In a rank started by torchrun: bind this rank's device (CUDA: ``LOCAL_RANK``; Gaudi: register HCCL) and join
+    the process group with :func:`collective_backend` when there is more than one rank.
+
+    Returns:
+        ``(rank, world size, local rank, collective backend)``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "cuda":
+        torch.cuda.set_device(local)
+    elif backend == "hpu":
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (gated: hpu only; registers hccl)
+    pg = collective_backend(backend)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend=pg, rank=rank, world_size=world)
+    return rank, world, local, pg
+
+
 def launch_env(backend: str, env: dict | None = None) -> dict:
     """Environment of the ranks: ``NCCL_DEBUG=INFO`` on CUDA (unless the user set it), so the transports NCCL picks
     appear in the log and :func:`parse_nccl_transports` can record them."""
@@ -328,16 +350,3 @@ def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output:
             "hosts": rdzv.get("hosts"), "slurm_job_id": rdzv.get("slurm_job_id"),
             "collective_backend": coll if plan.devices > 1 else None,
             "nccl": parse_nccl_transports(output) if coll == "nccl" else None}
-
-
-def add_launch_record(result_path: str | Path, record: dict) -> None:
-    """Put ``record`` (:func:`launch_record`) into ``measurements.launch`` of the result rank 0 wrote (atomic rewrite;
-    the launcher learns the NCCL transports only after the ranks end)."""
-    import json
-
-    from .results import write_json_atomic
-
-    path = Path(result_path)
-    data = json.loads(path.read_text())
-    data.setdefault("measurements", {})["launch"] = record
-    write_json_atomic(data, path)

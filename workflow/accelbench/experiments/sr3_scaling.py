@@ -33,16 +33,17 @@ Sampling for the quality check uses SR3's full ancestral DDPM chain when ``quali
 equals the training steps, otherwise MONAI's ``DDIMScheduler`` (eta = 0) with that many strided steps
 (MONAI's DDPM step is not defined for strided chains): a short chain, labelled in the result.
 
-Parallelism: DDP, one process per device, launched with torchrun (Study B used mpirun): NCCL on CUDA,
-gloo on CPU, HCCL on Gaudi (lazy mode, ``mark_step`` after backward and after the optimizer step). A
-``DistributedSampler`` gives each rank its share of the patches. Strong scaling (Study B) keeps
-iterations x devices constant (40,000 at paper scale) at a per-device batch of 4; weak scaling (ours)
-keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured
-iteration time per device count gives both: the totals differ only in the iteration counts. On the
-``cpu`` backend a "device" is one gloo process with one intra-op thread (one core), so that adding
-devices adds compute as on GPUs, and the device count is limited by the usable cores. (Splitting a fixed
-number of cores over more ranks instead would measure OpenMP's scaling, and an oversubscribed OpenMP
-team slows down many-fold on a shared host.) On a host shared with other jobs, CPU times are noisy.
+Parallelism: DDP, one process per device, launched with torchrun through :mod:`accelbench.launcher` (Study B
+used mpirun): NCCL on CUDA, gloo on CPU, HCCL on Gaudi (lazy mode, ``mark_step`` after backward and after the
+optimizer step). A ``DistributedSampler`` gives each rank its share of the patches. Strong scaling (Study B)
+keeps iterations x devices constant (40,000 at paper scale) at a per-device batch of 4; weak scaling (ours)
+keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured iteration
+time per device count gives both: the totals differ only in the iteration counts. On the ``cpu`` backend a
+"device" is one gloo process with one intra-op thread (one core: the thread policy of
+:func:`accelbench.launch.rank_threads`), so that adding devices adds compute as on GPUs, and the device count
+is limited by the usable cores. (Splitting a fixed number of cores over more ranks instead would measure
+OpenMP's scaling, and an oversubscribed OpenMP team slows down many-fold on a shared host.) On a host shared
+with other jobs, CPU times are noisy.
 """
 
 from __future__ import annotations
@@ -399,74 +400,50 @@ def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, held
 
 
 # --------------------------------------------------------------------------- one rank's run
-def _init_distributed(backend: str) -> tuple[int, int, int, str]:
-    """Join the torchrun process group: returns (rank, world, local_rank, collective backend)."""
-    import torch.distributed as dist
-
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    if backend == "cuda":
-        torch.cuda.set_device(local)
-        pg = "nccl"
-    elif backend == "hpu":
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (gated: hpu only; registers hccl)
-
-        pg = "hccl"
-    else:
-        pg = "gloo"
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend=pg, rank=rank, world_size=world)
-    return rank, world, local, pg
-
-
-def _gather(obj):
-    import torch.distributed as dist
-
-    if not dist.is_initialized():
-        return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 def _peak_rss_gib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
 
-def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
-             workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
-             quality_sample_steps: int, seed: int, placement: dict | None = None,
-             ddp: dict | None = None) -> dict | None:
-    """Train SR3 on this DDP rank (launched by torchrun with ``devices`` processes) and measure it.
+def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, warmup: int) -> tuple[int, int, int]:
+    """``(iterations per device, iterations run, untimed warm-up iterations)`` of one job: strong scaling's
+    ``workload_iterations / devices`` (:func:`split_iterations`), capped at ``max_iterations``; the warm-up leaves
+    at least one timed iteration."""
+    iters = split_iterations(workload_iterations, devices)
+    run_iters = min(iters, max_iterations)
+    return iters, run_iters, min(warmup, run_iters - 1)
 
-    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed,
-    the rest timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 gathers every rank's
-    samples, peak memory, thread placement (``placement``: :func:`accelbench.launch.place_this_rank`) and the
-    replica check, then samples the held-out patches for PSNR/SSIM.
+
+def train_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
+               workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
+               quality_sample_steps: int, seed: int, placement: dict | None = None,
+               ddp: dict | None = None) -> tuple[dict, dict[str, np.ndarray] | None]:
+    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) and measure it.
+
+    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
+    timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 then samples the held-out patches for PSNR/SSIM
+    (after the process group is gone: the other ranks do not wait for it).
 
     Returns:
-        On rank 0 ``{"status": "ok", "reason": None, "measurements": ..., "panel": ...}``; None on other
-        ranks. Times in ms (iterations) or s (totals), memory in GiB, throughput in images/s.
+        ``(record, panel)``: this rank's record (times in ms, wall time in s, memory in GiB; rank 0's also holds
+        ``quality``, the loss, the parameter count and the patch counts) and, on rank 0, the sample panel
+        (:func:`quality`; None elsewhere). :func:`merge` turns the records of all ranks into the measurements.
 
     Raises:
-        torch.OutOfMemoryError: on the rank that ran out (the launcher records an ``oom`` result).
+        torch.OutOfMemoryError: on the rank that ran out (:func:`accelbench.harness.rank_main` records ``oom``).
     """
     import torch.distributed as dist
 
-    rank, world, local, pg = _init_distributed(system.backend)
+    from ..multinode import join_process_group
+
+    rank, world, local, pg = join_process_group(system.backend)
     if world != devices:
         raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
-    if system.backend == "cpu":
-        torch.set_num_threads(1)  # a CPU "device" is one core: adding ranks adds compute, as adding GPUs does
     device = Device(system.backend, local if system.backend == "cuda" else 0)
-    iters = split_iterations(workload_iterations, devices)
-    run_iters = min(iters, max_iterations)
-    warm = min(warmup, run_iters - 1)
+    _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp)
-    n_params = sum(p.numel() for p in tr.model.parameters())
     device.reset_peak_memory()
     if world > 1:
         dist.barrier()
@@ -475,32 +452,47 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
                                 desc=f"rank {rank} SR3 train")
     device.synchronize()
     wall = time.perf_counter() - t0
-    loss_first, loss_last = float(tr.losses[0]), float(torch.stack(tr.losses[-min(10, len(tr.losses)):]).mean())
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
-    per_rank = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "wall_s": wall,
-                "peak_mem_gib": peak / 2**30 if peak is not None else None, "peak_rss_gib": _peak_rss_gib(),
-                "loss_first": loss_first, "loss_last10_mean": loss_last, "threads": torch.get_num_threads(),
-                "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
-                "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
-    ranks = _gather(per_rank)
+    record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,
+              "warmup": warm, "wall_s": wall, "peak_mem_gib": peak / 2**30 if peak is not None else None,
+              "peak_rss_gib": _peak_rss_gib(), "threads": torch.get_num_threads(),
+              "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
+              "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
+              "collective_backend": pg if world > 1 else None}
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     if rank != 0:
-        return None
-    # The slowest rank sets the pace of a synchronous DDP step: per-iteration max over ranks.
-    step_ms = [max(r["samples_ms"][i] for r in ranks) for i in range(len(ranks[0]["samples_ms"]))]
-    it = measure.Timing.from_samples(step_ms, warmup=warm, method=f"{timing.method}, max over {world} ranks")
-    wall_max = max(r["wall_s"] for r in ranks)
+        return record, None
+    q, panel = quality(tr.model, settings, data["heldout_hr"], data["heldout_lr"], quality_images,
+                       quality_sample_steps, device, precision, seed)
+    record.update(parameters=sum(p.numel() for p in tr.model.parameters()),
+                  loss={"first": float(tr.losses[0]),
+                        "last10_mean": float(torch.stack(tr.losses[-min(10, len(tr.losses)):]).mean()), "rank": 0},
+                  quality=q, train_patches=int(len(data["train_hr"])), heldout_patches=int(len(data["heldout_hr"])))
+    return record, panel
+
+
+def merge(settings: SR3Settings, records: list[dict], devices: int, precision: str, *, workload_iterations: int,
+          max_iterations: int, warmup: int, ddp: dict | None = None, **_) -> dict:
+    """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first).
+
+    The slowest rank sets the pace of a synchronous DDP step: the iteration time is the per-iteration maximum over
+    ranks (:func:`accelbench.measure.merge_ranks`). Times in ms (iterations) or s (totals), memory in GiB,
+    throughput in images/s.
+    """
+    first = records[0]
+    iters, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
+    it = measure.merge_ranks([r["samples_ms"] for r in records], warm, first["method"])
+    wall_max = max(r["wall_s"] for r in records)
     it_s = it.median / 1e3
     complete = run_iters == iters
     images_per_iter = devices * settings.batch_size
-    q, panel = quality(tr.model, settings, data["heldout_hr"], data["heldout_lr"], quality_images,
-                       quality_sample_steps, device, precision, seed)
-    peaks = [r["peak_mem_gib"] for r in ranks]
-    m = {
-        "parameters": n_params, "precision": precision, "devices": devices, "collective_backend": pg if world > 1 else None,
+    peaks = [r["peak_mem_gib"] for r in records]
+    return {
+        "parameters": first["parameters"], "precision": precision, "devices": devices,
+        "collective_backend": first["collective_backend"],
         "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
         "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
         "iteration": it.to_dict(),
@@ -521,29 +513,81 @@ def run_rank(settings: SR3Settings, system, devices: int, precision: str, data: 
             "method": f"median iteration x {STUDY_B_WORKLOAD // devices} (Study B: 40,000 / {devices} devices) at "
                       f"{settings.scale} scale"},
         "peak_mem_gib_per_rank": peaks,
-        "peak_mem_gib": max(p for p in peaks) if all(p is not None for p in peaks) else None,
-        "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in ranks],
-        "threads_per_rank": [r["threads"] for r in ranks],
-        "placement_per_rank": [r["placement"] for r in ranks],
-        "cudnn_benchmark": ranks[0]["cudnn_benchmark"],
-        "ddp_options": ddp_kwargs(ddp) if world > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
-        "rank_median_ms": [r["median_ms"] for r in ranks],
-        "rank_nodes": [r["node"] for r in ranks],  # Slurm node name (host name outside Slurm) of each rank
-        "replica_max_abs_diff": spread,
-        "loss": {"first": loss_first, "last10_mean": loss_last, "rank": 0},
-        "quality": q,
-        "train_patches": int(len(data["train_hr"])), "heldout_patches": int(len(data["heldout_hr"])),
+        "peak_mem_gib": max(peaks) if all(p is not None for p in peaks) else None,
+        "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in records],
+        "threads_per_rank": [r["threads"] for r in records],
+        "placement_per_rank": [r["placement"] for r in records],
+        "cudnn_benchmark": first["cudnn_benchmark"],
+        "ddp_options": ddp_kwargs(ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
+        "rank_median_ms": [r["median_ms"] for r in records],
+        "rank_nodes": [r["node"] for r in records],  # Slurm node name (host name outside Slurm) of each rank
+        "replica_max_abs_diff": first["replica_max_abs_diff"],
+        "loss": first["loss"],
+        "quality": first["quality"],
+        "train_patches": first["train_patches"], "heldout_patches": first["heldout_patches"],
     }
-    return {"status": "ok", "reason": None, "measurements": m, "panel": panel}
-
-
-# --------------------------------------------------------------------------- launching (accelbench.multinode)
-def oom_marker(out: str | Path, rank: int) -> Path:
-    """File a rank writes when it runs out of device memory (read by the launcher, then removed)."""
-    out = Path(out)
-    return out.with_name(f".{out.name}.oom.rank{rank}")
 
 
 def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
     """Write the low-res / bicubic / SR3 / ground-truth arrays of one held-out patch as ``.npz``."""
     np.savez_compressed(path, **panel)
+
+
+# --------------------------------------------------------------------------- the job (accelbench.harness)
+@dataclass(frozen=True)
+class Settings:
+    """One sr3_scaling job (one ``<precision>/devices_<devices>`` result): the SR3 settings at the system's scale
+    (:class:`SR3Settings`), the device count and precision, the run parameters (``workload_iterations``,
+    ``max_iterations``, ``warmup``, ``quality_images``, ``quality_sample_steps``, ``seed``: config ``sr3_scaling``)
+    and the DDP options (``sr3_scaling.ddp``; None: DDP's defaults)."""
+
+    sr3: SR3Settings
+    devices: int
+    precision: str
+    params: dict
+    ddp: dict | None = None
+
+    @classmethod
+    def from_spec(cls, spec: dict, system) -> "Settings":
+        """From the rule's spec: ``{devices, precision, preset, scales, run, ddp?}``."""
+        return cls(resolve_settings(spec["preset"], system.scale, spec.get("scales", {})), int(spec["devices"]),
+                   spec["precision"], dict(spec["run"]), spec.get("ddp"))
+
+
+def run(s: Settings, ctx) -> "Outcome":
+    """One strong-scaling point: ``unsupported`` where the system cannot run it (:func:`unsupported_reason`, against
+    the devices visible on this node), else ``s.devices`` DDP ranks (:func:`run_rank`, launched through
+    ``ctx.run_ranks``) merged into one result (:func:`merge`); ``oom`` when a rank ran out of device memory. The
+    result's ``config.settings`` holds the resolved SR3 settings; ``samples.npz`` (rank 0's sample panel) goes
+    beside it."""
+    from ..outcome import Outcome
+    from ..systems import probe_devices
+
+    config = {"settings": s.sr3.to_dict()}
+    case = {"devices": s.devices, "precision": s.precision}
+    visible = probe_devices()["count"] if ctx.system.backend != "cpu" else None
+    reason = unsupported_reason(ctx.system, s.devices, s.precision, visible)
+    if reason:
+        return Outcome.unsupported(reason, case, config)
+    ranks = ctx.run_ranks(s, s.devices, "sr3_scaling.devices")
+    if isinstance(ranks, Outcome):  # oom, or a multi-node plan this job cannot start
+        ranks.measurements = {**case, **ranks.measurements}
+        ranks.config = {**config, **ranks.config}
+        return ranks
+    m = merge(s.sr3, ranks.records, s.devices, s.precision, ddp=s.ddp, **s.params)
+    m["launch"] = ranks.launch
+    return Outcome("ok", m, config=config)
+
+
+def run_rank(s: Settings, ctx) -> dict:
+    """One DDP rank (in each process ``ctx.run_ranks`` started): :func:`train_rank` on the patch set
+    ``ctx.inputs["data"]``; rank 0 writes the sample panel through ``ctx.side_file`` (``samples.npz``). Returns the
+    rank's record."""
+    from ..data import sky
+
+    record, panel = train_rank(s.sr3, ctx.system, s.devices, s.precision, sky.load(ctx.inputs["data"]),
+                               placement=ctx.placement, ddp=s.ddp, **s.params)
+    if panel is not None:
+        with ctx.side_file("samples.npz", "samples") as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"
+            save_panel(panel, tmp)
+    return record
