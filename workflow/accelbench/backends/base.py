@@ -62,6 +62,11 @@ class Backend(abc.ABC):
         """The ``torch.device`` of device ``index``."""
 
     @abc.abstractmethod
+    def device_index(self, local_rank: int) -> int:
+        """The device index rank ``local_rank`` of a node uses (cuda: its local rank; 0 where each rank sees one
+        device or there is none)."""
+
+    @abc.abstractmethod
     def set_device(self, local_rank: int) -> None:
         """Make device ``local_rank`` this rank's current device (no-op where there is none)."""
 

@@ -29,6 +29,9 @@ class CpuBackend(Backend):
 
         return torch.device("cpu")
 
+    def device_index(self, local_rank: int) -> int:
+        return 0
+
     def set_device(self, local_rank: int) -> None:
         pass
 

@@ -30,6 +30,9 @@ class CudaBackend(Backend):
 
         return torch.device(self.name, index)
 
+    def device_index(self, local_rank: int) -> int:
+        return local_rank
+
     def set_device(self, local_rank: int) -> None:
         import torch
 

@@ -42,6 +42,9 @@ class HpuBackend(Backend):
 
         return torch.device(self.name, index)
 
+    def device_index(self, local_rank: int) -> int:
+        return 0
+
     def set_device(self, local_rank: int) -> None:
         pass  # each rank sees its own card (HABANA_VISIBLE_MODULES); nothing to select
 
