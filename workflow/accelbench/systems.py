@@ -130,10 +130,11 @@ def resolve_system(name: str, systems: dict[str, System], found: dict | None = N
                               f"Add config/systems/{name}.yaml to define a new one.")
         return systems[name]
     found = found or probe_devices()
-    if not backends.get(found["backend"]).accelerator:
-        if "cpu" not in systems:
-            raise ConfigError("system: auto found no accelerator, and there is no 'cpu' system file")
-        return systems["cpu"]
+    host = backends.get(found["backend"])
+    if not host.accelerator:  # the system file named after the host backend (cpu)
+        if host.name not in systems:
+            raise ConfigError(f"system: auto found no accelerator, and there is no {host.name!r} system file")
+        return systems[host.name]
     device_name = found["names"][0]
     system = match_system(device_name, found["backend"], systems)
     if system is None:
