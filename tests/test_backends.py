@@ -64,9 +64,15 @@ def test_unknown_backend_fails_naming_the_known_ones():
     assert backends.lookup("rocm") is None and backends.lookup(None) is None
 
 
-def test_system_schema_enum_is_the_table():
+def test_schema_enums_are_the_table():
+    """System files and results accept exactly the backends of the table (a new backend adds itself to both)."""
+    import json
+
     schema = yaml.safe_load((REPO / "config/system.schema.yaml").read_text())
     assert schema["properties"]["backend"]["enum"] == list(backends.BACKENDS)
+    result = json.loads((PKG / "schemas/result.json").read_text())["$defs"]
+    assert result["system"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
+    assert result["environment"]["properties"]["hardware"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
 
 
 def test_cpu_device_ops():

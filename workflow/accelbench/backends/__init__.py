@@ -1,11 +1,8 @@
-"""Backends: one module per torch device type, behind :class:`~accelbench.backends.base.Backend`.
-
-Add a backend (e.g. ROCm):
-1. write ``backends/rocm.py``: ``class RocmBackend(Backend)`` setting every attribute and method of ``base.Backend``;
-2. add ``"rocm": RocmBackend`` to :data:`BACKENDS` below (and ``rocm`` to the ``backend`` enum of config/system.schema.yaml);
-3. give its ``probe_rank`` below cuda's if its torch also answers ``torch.cuda`` (ROCm does), so it is probed first;
-4. run ``pytest tests/test_backends.py`` (every method implemented, no name comparisons outside this package).
-"""
+"""Backends: one module per torch device type, behind ``base.Backend``. To add one (e.g. ROCm):
+1. write ``backends/rocm.py``: ``class RocmBackend(Backend)`` setting every attribute and method of the protocol;
+2. add ``"rocm": RocmBackend`` to :data:`BACKENDS` below, and ``rocm`` to the backend enums of the two schemas;
+3. give it a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and its ``container_image``;
+4. run ``pytest tests/test_backends.py`` (the whole protocol; no name comparisons outside this package)."""
 
 from __future__ import annotations
 
