@@ -18,14 +18,16 @@ import socket
 import subprocess
 from pathlib import Path
 
-# Scheduler and runtime variables that decide which devices a job gets.
-JOB_ENV = ("CUDA_VISIBLE_DEVICES", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES", "SLURM_JOB_ID", "SLURM_JOB_NAME",
+from . import backends
+
+# Scheduler and runtime variables that decide which devices a job gets (each backend's first).
+JOB_ENV = (*(v for b in backends.all_backends() for v in b.job_env_vars), "SLURM_JOB_ID", "SLURM_JOB_NAME",
            "SLURMD_NODENAME", "SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE",
            "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL")
 
-# Vendor listing commands: NVIDIA prints one `GPU i: name (UUID: ...)` line per device; hl-smi one CSV line per card.
-VENDOR_TOOLS = {"nvidia-smi": ["nvidia-smi", "-L"],
-                "hl-smi": ["hl-smi", "-Q", "index,name,bus_id", "-f", "csv,noheader"]}
+# Vendor listing commands (each backend's `vendor_tool`): nvidia-smi prints one `GPU i: name (UUID: ...)` line per
+# device; hl-smi one CSV line per card.
+VENDOR_TOOLS = {b.vendor_tool[0]: list(b.vendor_tool) for b in backends.all_backends() if b.vendor_tool}
 
 
 def vendor_listing(timeout_s: float = 60) -> dict:
@@ -54,7 +56,7 @@ def device_report(expected: int) -> dict:
     vendor = vendor_listing()
     found = probe_devices()
     listed = [len(v["lines"]) for v in vendor.values() if v["returncode"] == 0]
-    seen = listed[0] if listed else (0 if found["backend"] == "cpu" else found["count"])
+    seen = listed[0] if listed else (found["count"] if backends.get(found["backend"]).accelerator else 0)
     return {"host": socket.gethostname(), "vendor_tool": vendor, "torch": found,
             "env": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
             "expected": int(expected), "seen": seen, "matches": seen == int(expected)}

@@ -26,13 +26,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from . import backends
 from .errors import ConfigError
-
-# Flags each image needs at run time, as apptainer environment variables (APPTAINER_<FLAG>), so that they reach every
-# job of a run without a site-specific --apptainer-args: CUDA needs the host driver (--nv); Gaudi needs /dev/accel,
-# HABANA_VISIBLE_DEVICES passed in and a writable HABANA_LOGS folder (the image's default is read-only).
-APPTAINER_FLAGS = {"cuda": {"APPTAINER_NV": "1", "SINGULARITY_NV": "1"},
-                   "habana": {"APPTAINER_BIND": "/dev/accel", "SINGULARITY_BIND": "/dev/accel"}}
 
 
 def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
@@ -61,19 +56,13 @@ def apptainer_environment(system, workdir: str | Path) -> dict[str, str]:
     CUDA: ``--nv``. Habana: ``--bind /dev/accel`` (added to any APPTAINER_BIND already set),
     ``HABANA_VISIBLE_DEVICES`` (the job's value, ``all`` if unset) and ``HABANA_LOGS=<workdir>/logs/habana``
     (created here) passed into the container.
+
+    The flags are those of the backend the image is built for (:meth:`accelbench.backends.Backend.apptainer_env`,
+    found by its ``container_image``), so they reach every job of a run without a site-specific --apptainer-args;
+    a system running another backend's image (cpu in the cuda image) gets that image's flags, as before.
     """
-    env = dict(APPTAINER_FLAGS.get(system.image, {}))
-    if system.image == "habana":
-        for key in ("APPTAINER_BIND", "SINGULARITY_BIND"):
-            if os.environ.get(key):
-                env[key] = f"{os.environ[key]},{env[key]}"
-        logs = Path(workdir).resolve() / "logs" / "habana"
-        logs.mkdir(parents=True, exist_ok=True)
-        visible = os.environ.get("HABANA_VISIBLE_DEVICES", "all")
-        for prefix in ("APPTAINERENV_", "SINGULARITYENV_"):
-            env[prefix + "HABANA_VISIBLE_DEVICES"] = visible
-            env[prefix + "HABANA_LOGS"] = str(logs)
-    return env
+    owner = backends.for_image(system.image)
+    return owner.apptainer_env(workdir, os.environ) if owner is not None else {}
 
 
 def require_apptainer(uri: str, rules: str = "every rule") -> str:

@@ -1,81 +1,67 @@
 """Runtime device operations for one backend (cpu, cuda, hpu), used by :mod:`accelbench.measure`.
 
-Gaudi support imports ``habana_frameworks`` only when the backend is ``hpu``; lazy mode is the
-default there (``PT_HPU_LAZY_MODE=1``), so :meth:`Device.mark_step` must be called where a graph
-should be cut (after backward, after the optimizer step).
+:class:`Device` is a device index plus its backend object (:mod:`accelbench.backends`), which does the work. Gaudi
+imports ``habana_frameworks`` only when the backend is ``hpu``; lazy mode is the default there
+(``PT_HPU_LAZY_MODE=1``), so :meth:`Device.mark_step` must be called where a graph should be cut (after backward,
+after the optimizer step).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from . import backends
+from .backends import Backend
 
 
 @dataclass
 class Device:
-    """A torch device plus the backend-specific calls measurement needs."""
+    """A torch device plus the backend-specific calls measurement needs (delegated to :attr:`ops`)."""
 
-    backend: str  # cpu | cuda | hpu
+    backend: str  # the backend's name: cpu | cuda | hpu
     index: int = 0
+    ops: Backend = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.backend == "hpu":
-            os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
-            import habana_frameworks.torch.core as htcore  # noqa: F401  (gated: hpu only)
-
-            self._htcore = htcore
+        self.ops = backends.get(self.backend)
+        self.ops.prepare()
 
     @property
     def torch_device(self) -> torch.device:
-        return torch.device("cpu") if self.backend == "cpu" else torch.device(self.backend, self.index)
+        return self.ops.torch_device(self.index)
+
+    def set_device(self) -> None:
+        """Make this device the process's current one (cuda: ``torch.cuda.set_device``; no-op elsewhere)."""
+        self.ops.set_device(self.index)
 
     def synchronize(self) -> None:
         """Wait for all queued device work (no-op on CPU)."""
-        if self.backend == "cuda":
-            torch.cuda.synchronize(self.index)
-        elif self.backend == "hpu":
-            torch.hpu.synchronize()
+        self.ops.synchronize(self.index)
 
     def mark_step(self) -> None:
         """Cut the lazy-mode graph on Gaudi; no-op elsewhere."""
-        if self.backend == "hpu":
-            self._htcore.mark_step()
+        self.ops.mark_step()
 
     def reset_peak_memory(self) -> None:
-        if self.backend == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.index)
-        elif self.backend == "hpu":
-            torch.hpu.reset_peak_memory_stats()
+        self.ops.reset_peak_memory(self.index)
 
     def peak_memory_bytes(self) -> int | None:
         """Peak bytes allocated on the device since the last reset; None on CPU (not tracked)."""
-        if self.backend == "cuda":
-            return int(torch.cuda.max_memory_allocated(self.index))
-        if self.backend == "hpu":
-            return int(torch.hpu.max_memory_allocated())
-        return None
+        return self.ops.peak_memory_bytes(self.index)
 
     def empty_cache(self) -> None:
-        if self.backend == "cuda":
-            torch.cuda.empty_cache()
+        self.ops.empty_cache(self.index)
 
     def profiler_activities(self) -> list:
-        acts = [torch.profiler.ProfilerActivity.CPU]
-        if self.backend == "cuda":
-            acts.append(torch.profiler.ProfilerActivity.CUDA)
-        elif self.backend == "hpu":
-            acts.append(torch.profiler.ProfilerActivity.HPU)
-        return acts
+        return self.ops.profiler_activities()
 
     def autocast(self, dtype: torch.dtype | None):
         """``torch.autocast`` for this backend, or a null context when ``dtype`` is None."""
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.backend, dtype=dtype)
+        return self.ops.autocast(dtype)
 
     @staticmethod
     def out_of_memory_errors() -> tuple[type[BaseException], ...]:
+        # static (harness.py calls Device.out_of_memory_errors()); every backend's OOM is torch.OutOfMemoryError
         return (torch.OutOfMemoryError,)

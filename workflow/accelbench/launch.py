@@ -31,6 +31,8 @@ import signal
 import subprocess
 import sys
 
+from . import backends
+
 ENV_THREADS = "ACCELBENCH_RANK_THREADS"      # threads of one rank, set by the launcher
 ENV_CPUS = "ACCELBENCH_JOB_CPUS"             # the job's CPUs (comma-separated), set by the launcher
 ENV_LAUNCHER = "ACCELBENCH_LAUNCHER_PID"     # "<host>:<pid>" of the launcher: a rank on that host whose launcher is gone exits
@@ -59,7 +61,7 @@ def rank_threads(system, threads: int, ranks_per_node: int) -> int:
     (backend ``cpu`` with ``devices_per_node: cores``, the embedded default) exactly 1, so that adding CPU
     "devices" adds cores, as adding GPUs adds GPUs (SR3 strong scaling on a CPU).
     """
-    if system.backend == "cpu" and getattr(system, "devices_per_node", None) == "cores":
+    if not backends.get(system.backend).accelerator and getattr(system, "devices_per_node", None) == "cores":
         return 1
     return threads_per_rank(threads, ranks_per_node)
 

@@ -23,16 +23,19 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from . import backends
+
 log = logging.getLogger(__name__)
 
 
 def device_set(backend: str, environ: dict | None = None) -> str:
     """Name of the device set a job on ``backend`` measures on (see the module docstring)."""
     env = os.environ if environ is None else environ
-    visible = {"cuda": env.get("CUDA_VISIBLE_DEVICES"), "hpu": env.get("HABANA_VISIBLE_MODULES")}.get(backend)
-    if backend == "cpu":
-        return "cpu"
-    return f"{backend}-{re.sub(r'[^A-Za-z0-9,_-]', '_', visible) if visible else 'all'}"
+    ops = backends.get(backend)
+    if not ops.accelerator:
+        return ops.name
+    visible = env.get(ops.visible_devices_var) if ops.visible_devices_var else None
+    return f"{ops.name}-{re.sub(r'[^A-Za-z0-9,_-]', '_', visible) if visible else 'all'}"
 
 
 def lock_path(devices: str) -> Path:

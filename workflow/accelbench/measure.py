@@ -74,7 +74,7 @@ class StepClock:
 
     def __init__(self, device: Device):
         self.device = device
-        self.events = device.backend == "cuda"
+        self.events = device.ops.uses_device_events
         self.method = "cuda_events" if self.events else "synchronize+perf_counter"
         self._pairs: list = []
         self._samples: list[float] = []

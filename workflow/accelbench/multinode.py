@@ -32,7 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import launch
+from . import backends, launch
 from .errors import ConfigError
 
 RDZV_BACKEND = "c10d"
@@ -56,7 +56,7 @@ def devices_per_node(system) -> int | None:
     ``devices_per_node: cores`` (one gloo rank per usable core of the one node that runs the job)."""
     per = getattr(system, "devices_per_node", None)
     if per is None:
-        return None if system.backend == "cpu" else system.devices
+        return system.devices if backends.get(system.backend).accelerator else None
     if per == "cores":
         return None
     return int(per)
@@ -86,7 +86,7 @@ def node_plan(system, devices: int, key: str = "devices") -> NodePlan:
 
 def job_limit_reason(system, plan: NodePlan) -> str | None:
     """Why a multi-node ``plan`` exceeds what one job of ``system`` may use (its ``devices``); None if it fits."""
-    if plan.nodes > 1 and system.backend != "cpu" and plan.devices > system.devices:
+    if plan.nodes > 1 and backends.get(system.backend).accelerator and plan.devices > system.devices:
         return (f"{plan.devices} devices ({plan.nodes} nodes x {plan.per_node}) requested; system {system.name} "
                 f"allows {system.devices} per job (`devices` in its system file: raise it to nodes x devices_per_node "
                 f"to span nodes)")
@@ -120,8 +120,9 @@ def slurm_resources(system, devices: int, site: dict | None = None, key: str = "
         ConfigError: the count does not fill whole nodes (:func:`node_plan`).
     """
     plan = node_plan(system, devices, key)
+    backend = backends.get(system.backend)
     if plan.nodes == 1:
-        return {"gpu": plan.devices if system.backend == "cuda" else 0}
+        return {"gpu": plan.devices if backend.slurm_gpu_resource else 0}
     mn = (site or {}).get("multinode") or {}
     extra = ["--ntasks-per-node=1"]
     if mn.get("exclusive", True):
@@ -129,9 +130,9 @@ def slurm_resources(system, devices: int, site: dict | None = None, key: str = "
     # tasks_per_gpu 0: the plugin would otherwise turn `tasks` into --ntasks-per-gpu for a GRES naming "gpu"
     res = {"nodes": plan.nodes, "tasks": plan.nodes, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0}
     if mn.get("gres"):
-        if system.backend != "cpu":
+        if backend.accelerator:
             res["gres"] = f"{mn['gres']}:{plan.per_node}"
-    elif system.backend == "cuda":
+    elif backend.slurm_gpu_resource:
         extra.append(f"--gpus-per-node={plan.per_node}")
     res["slurm_extra"] = " ".join(extra)
     return res
@@ -227,7 +228,7 @@ def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = 
 
 def collective_backend(backend: str) -> str:
     """torch.distributed backend of a torch device type: NCCL (cuda), HCCL (hpu), gloo (cpu)."""
-    return {"cuda": "nccl", "hpu": "hccl"}.get(backend, "gloo")
+    return backends.get(backend).collective
 
 
 def join_process_group(backend: str) -> tuple[int, int, int, str]:
@@ -255,10 +256,7 @@ def join_process_group(backend: str) -> tuple[int, int, int, str]:
 def launch_env(backend: str, env: dict | None = None) -> dict:
     """Environment of the ranks: ``NCCL_DEBUG=INFO`` on CUDA (unless the user set it), so the transports NCCL picks
     appear in the log and :func:`parse_nccl_transports` can record them."""
-    env = dict(os.environ if env is None else env)
-    if backend == "cuda":
-        env.setdefault("NCCL_DEBUG", "INFO")
-    return env
+    return backends.get(backend).rank_env(os.environ if env is None else env)
 
 
 def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = None) -> tuple[int, str]:

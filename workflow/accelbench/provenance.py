@@ -14,6 +14,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+from . import backends
+
 LIBRARIES = ("torch", "numpy", "monai", "nibabel", "nilearn", "snakemake", "pandas", "transformers", "peft",
              "accelerate", "torchao", "deepspeed", "optimum-habana", "neural-compressor", "habana-torch-plugin",
              "scikit-learn", "scikit-image", "gguf", "accelbench")
@@ -82,29 +84,10 @@ def hardware_info(backend: str) -> dict:
     """Device name/count/memory and driver/runtime versions for ``backend`` (cpu, cuda, hpu)."""
     import torch
 
-    info: dict = {"backend": backend, "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+    ops = backends.get(backend)
+    info: dict = {"backend": ops.name, "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
                   "torch_threads": torch.get_num_threads()}
-    if backend == "cuda" and torch.cuda.is_available():
-        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
-        info.update({
-            "device_name": props[0].name, "device_count": len(props),
-            "device_memory_gib": round(props[0].total_memory / 2**30, 2),
-            "compute_capability": f"{props[0].major}.{props[0].minor}",
-            "multiprocessors": props[0].multi_processor_count,
-            "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-            "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
-        })
-        if info["driver"]:
-            info["driver"] = info["driver"].splitlines()[0]
-    elif backend == "hpu":
-        import habana_frameworks.torch.hpu as hthpu
-
-        info.update({"device_name": hthpu.get_device_name(), "device_count": hthpu.device_count(),
-                     "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
-                     "driver": _run(["hl-smi", "--query-aip=driver_version", "--format=csv,noheader"])})
-    else:
-        info.update({"device_name": info["cpu"] or platform.machine(), "device_count": 1})
+    info.update(ops.provenance(info))
     return info
 
 
@@ -140,7 +123,8 @@ def hardware_label(environment: dict, devices: int | None = None, count: bool = 
         count: False leaves the count out (``"NVIDIA H200 (139.8 GiB)"``): the series of a curve over devices.
     """
     hw = environment.get("hardware", {})
-    if hw.get("backend") == "cpu":
+    ops = backends.lookup(hw.get("backend"))
+    if ops is not None and not ops.accelerator:
         return f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
     n = devices if devices is not None else hw.get("device_count")
     parts = ([f"{n}x"] if count else []) + ([f"{hw['device_memory_gib']} GiB"] if hw.get("device_memory_gib") else [])
@@ -151,7 +135,8 @@ def software_label(environment: dict) -> str:
     """e.g. ``"torch 2.11.0, CUDA 13.0, cuDNN 91300, driver 580.159.04"``."""
     hw, libs = environment.get("hardware", {}), environment.get("software", {}).get("libraries", {})
     parts = [f"torch {libs.get('torch')}"]
-    for key, name in (("cuda", "CUDA"), ("cudnn", "cuDNN"), ("synapseai", "SynapseAI"), ("driver", "driver")):
+    fields = [f for b in backends.all_backends() for f in b.software_fields] + [("driver", "driver")]
+    for key, name in fields:
         if hw.get(key):
             parts.append(f"{name} {hw[key]}")
     return ", ".join(parts)

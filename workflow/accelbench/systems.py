@@ -14,12 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
+from . import backends
+from .backends import hpu as hpu_backend
 from .config import SYSTEM_SCHEMA, schema_errors
 from .errors import ConfigError, SystemMismatchError
 
@@ -82,34 +83,24 @@ def load_systems(systems_dir: str | Path, schema_path: str | Path = SYSTEM_SCHEM
 
 def habana_available() -> bool:
     """True if Intel Gaudi's PyTorch bridge is installed (never imports it)."""
-    return importlib.util.find_spec("habana_frameworks") is not None
+    return hpu_backend.habana_available()
 
 
 def probe_devices() -> dict:
     """What accelerators this process can see: ``{"backend", "count", "names"}``.
 
-    Gaudi is probed only when ``habana_frameworks`` is installed; CUDA through torch.
+    Each backend probes itself (:func:`accelbench.backends.detect`): Gaudi only when ``habana_frameworks`` is
+    installed, then CUDA through torch, else the cpu.
     """
-    import torch
-
-    if habana_available():
-        import habana_frameworks.torch.hpu as hthpu  # noqa: F401  (registers the hpu device)
-
-        if hthpu.is_available():
-            n = hthpu.device_count()
-            return {"backend": "hpu", "count": n, "names": [hthpu.get_device_name() for _ in range(n)]}
-    if torch.cuda.is_available():
-        n = torch.cuda.device_count()
-        return {"backend": "cuda", "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
-    return {"backend": "cpu", "count": 1, "names": []}
+    return backends.detect()
 
 
 def _describe_found(found: dict) -> str:
-    if found["backend"] == "cpu":
+    if not backends.get(found["backend"]).accelerator:
         import torch
 
-        cuda = "CUDA not compiled in" if torch.version.cuda is None else f"CUDA {torch.version.cuda} but no visible GPU"
-        return f"no accelerator (torch {torch.__version__}: {cuda}; habana_frameworks {'present' if habana_available() else 'not installed'})"
+        notes = [n for n in (b.absence_note() for b in backends.all_backends()) if n]
+        return f"no accelerator (torch {torch.__version__}: {'; '.join(notes)})"
     return f"{found['count']} x {found['backend']} device(s): {', '.join(sorted(set(found['names'])))}"
 
 
@@ -139,10 +130,11 @@ def resolve_system(name: str, systems: dict[str, System], found: dict | None = N
                               f"Add config/systems/{name}.yaml to define a new one.")
         return systems[name]
     found = found or probe_devices()
-    if found["backend"] == "cpu":
-        if "cpu" not in systems:
-            raise ConfigError("system: auto found no accelerator, and there is no 'cpu' system file")
-        return systems["cpu"]
+    host = backends.get(found["backend"])
+    if not host.accelerator:  # the system file named after the host backend (cpu)
+        if host.name not in systems:
+            raise ConfigError(f"system: auto found no accelerator, and there is no {host.name!r} system file")
+        return systems[host.name]
     device_name = found["names"][0]
     system = match_system(device_name, found["backend"], systems)
     if system is None:
@@ -161,7 +153,7 @@ def require_backend(system: System, found: dict | None = None, devices: int = 1)
         SystemMismatchError: naming the system and what was found instead.
     """
     found = found or probe_devices()
-    if system.backend == "cpu":
+    if not backends.get(system.backend).accelerator:
         return found
     if found["backend"] != system.backend or found["count"] < devices:
         raise SystemMismatchError(

@@ -10,7 +10,7 @@ rule gpu_smoke:
         "logs/{system}/gpu_smoke.log",
     threads: 1
     resources:
-        gpu=devices_per_node(SYSTEM) if SYSTEM.backend == "cuda" else 0,  # one node
+        gpu=devices_per_node(SYSTEM) if backends.get(SYSTEM.backend).slurm_gpu_resource else 0,  # one node
         runtime=10,
     container:
         CONTAINER

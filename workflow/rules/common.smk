@@ -8,7 +8,7 @@ import os
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from accelbench import registry
+from accelbench import backends, registry
 from accelbench.config import validate_config
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, resolve_system
@@ -89,8 +89,8 @@ def node_resources(key):
 
 
 def device_resources():
-    """Slurm/local resources of a measurement job: one accelerator (none on CPU)."""
-    return {"gpu": 0 if SYSTEM.backend != "cuda" else 1}
+    """Slurm/local resources of a measurement job: one `gpu` where the backend is requested that way (cuda), else 0."""
+    return {"gpu": 1 if backends.get(SYSTEM.backend).slurm_gpu_resource else 0}
 
 
 # --------------------------------------------------------------------------- Study A

@@ -1,0 +1,170 @@
+"""accelbench.backends: the one table of backends, the whole protocol per backend, and no name comparisons left in
+the modules that were converted to it."""
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from accelbench import backends
+from accelbench.backends.base import Backend
+from accelbench.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "workflow/accelbench"
+
+# Modules that ask the backend object instead of comparing backend names (keep this list when converting more).
+CONVERTED = ["devices.py", "multinode.py", "systems.py", "provenance.py", "locks.py", "launch.py", "measure.py",
+             "containers.py", "cluster.py", "hostload.py", "ncu.py", "../rules/common.smk", "../rules/cluster.smk"]
+
+NAMES = r"(?:cpu|cuda|hpu|habana)"
+# `backend == "cuda"`, `system.backend != "cpu"`, `found["backend"] in ("cuda", ...)`, `"hpu" == backend`,
+# `{"cuda": ..., "hpu": ...}.get(backend)` (dispatch by name), `image == "habana"`.
+FORBIDDEN = [
+    re.compile(r"backend\W{0,3}\s*(?:==|!=|not\s+in\b|\bin\b)\s*[\"'({\[]"),
+    re.compile(rf"[\"']{NAMES}[\"']\s*(?:==|!=|not\s+in\b|\bin\b)"),
+    re.compile(rf"\{{\s*[\"']{NAMES}[\"']\s*:"),
+    re.compile(r"image\s*(?:==|!=)\s*[\"']"),
+]
+
+
+def test_table_maps_exactly_cpu_cuda_hpu():
+    assert set(backends.BACKENDS) == {"cpu", "cuda", "hpu"}
+    for name, cls in backends.BACKENDS.items():
+        assert cls.name == name and isinstance(backends.get(name), cls)
+        assert backends.get(name) is backends.get(name)  # one shared instance
+    assert [b.name for b in backends.all_backends()] == list(backends.BACKENDS)
+
+
+@pytest.mark.parametrize("cls", list(backends.BACKENDS.values()), ids=list(backends.BACKENDS))
+def test_every_backend_implements_the_whole_protocol(cls):
+    assert issubclass(cls, Backend)
+    assert not inspect.isabstract(cls) and not cls.__abstractmethods__
+    cls()  # instantiable: no abstract method left
+    for attr in Backend.ATTRIBUTES:  # every class attribute of the protocol set on the class itself or its bases
+        assert any(attr in vars(k) for k in cls.__mro__ if k is not Backend), f"{cls.__name__} lacks {attr}"
+    assert cls.collective in ("gloo", "nccl", "hccl")
+    assert isinstance(cls.accelerator, bool) and isinstance(cls.slurm_gpu_resource, bool)
+    assert cls.vendor_tool is None or (isinstance(cls.vendor_tool, tuple) and cls.vendor_tool)
+    # every abstract method of the protocol is overridden with the same parameters
+    for meth in Backend.__abstractmethods__ if hasattr(Backend, "__abstractmethods__") else ():
+        assert getattr(cls, meth) is not getattr(Backend, meth)
+        assert list(inspect.signature(getattr(cls, meth)).parameters) == \
+            list(inspect.signature(getattr(Backend, meth)).parameters)
+
+
+def test_unknown_backend_fails_naming_the_known_ones():
+    with pytest.raises(ConfigError, match=r"unknown backend 'rocm'; known backends: cpu, cuda, hpu"):
+        backends.get("rocm")
+    assert backends.lookup("rocm") is None and backends.lookup(None) is None
+
+
+def test_schema_enums_are_the_table():
+    """System files and results accept exactly the backends of the table (a new backend adds itself to both)."""
+    import json
+
+    schema = yaml.safe_load((REPO / "config/system.schema.yaml").read_text())
+    assert schema["properties"]["backend"]["enum"] == list(backends.BACKENDS)
+    result = json.loads((PKG / "schemas/result.json").read_text())["$defs"]
+    assert result["system"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
+    assert result["environment"]["properties"]["hardware"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
+
+
+def test_cpu_device_ops():
+    from accelbench.devices import Device
+
+    dev = Device("cpu")
+    assert dev.backend == "cpu" and dev.ops is backends.get("cpu") and dev == Device("cpu")
+    assert dev.torch_device == torch.device("cpu")
+    dev.set_device(); dev.synchronize(); dev.mark_step(); dev.reset_peak_memory(); dev.empty_cache()
+    assert dev.peak_memory_bytes() is None
+    assert dev.profiler_activities() == [torch.profiler.ProfilerActivity.CPU]
+    with dev.autocast(None):
+        pass
+    with dev.autocast(torch.bfloat16):
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
+    assert Device.out_of_memory_errors() == (torch.OutOfMemoryError,) == dev.ops.out_of_memory_errors()
+    cpu = backends.get("cpu")
+    assert cpu.collective == "gloo" and cpu.device_index(3) == 0 and cpu.rank_env({"A": "1"}) == {"A": "1"}
+    assert cpu.probe() == {"backend": "cpu", "count": 1, "names": []}
+    info = {"cpu": "Some CPU"}
+    assert cpu.provenance(info) == {"device_name": "Some CPU", "device_count": 1}
+    assert cpu.apptainer_env("/tmp", {}) == {} and not cpu.uses_device_events
+
+
+def test_per_backend_facts_as_before():
+    from accelbench import locks, multinode
+    from accelbench.measure import StepClock
+    from accelbench.devices import Device
+
+    assert [multinode.collective_backend(n) for n in ("cpu", "cuda", "hpu")] == ["gloo", "nccl", "hccl"]
+    assert backends.get("cuda").device_index(3) == 3 and backends.get("hpu").device_index(3) == 0
+    assert backends.get("cuda").visible_devices_var == "CUDA_VISIBLE_DEVICES"
+    assert backends.get("hpu").visible_devices_var == "HABANA_VISIBLE_MODULES"
+    assert backends.get("cpu").visible_devices_var is None
+    assert locks.device_set("hpu", {"HABANA_VISIBLE_MODULES": "2"}) == "hpu-2"
+    assert [b.name for b in backends.all_backends() if b.slurm_gpu_resource] == ["cuda"]
+    assert [b.name for b in backends.all_backends() if b.uses_device_events] == ["cuda"]
+    assert StepClock(Device("cpu")).method == "synchronize+perf_counter"
+    assert backends.for_image("cuda") is backends.get("cuda") and backends.for_image("habana") is backends.get("hpu")
+    assert backends.for_image("rocm") is None
+
+
+def test_detect_finds_a_backend_of_the_table():
+    found = backends.detect()
+    assert found["backend"] in backends.BACKENDS and found["count"] >= 1
+
+
+def test_software_label_keeps_its_field_order():
+    from accelbench.provenance import software_label
+
+    env = {"hardware": {"driver": "580", "synapseai": "1.21", "cudnn": 91300, "cuda": "13.0"},
+           "software": {"libraries": {"torch": "2.11"}}}
+    assert software_label(env) == "torch 2.11, CUDA 13.0, cuDNN 91300, SynapseAI 1.21, driver 580"
+
+
+def test_hpu_importable_without_habana_frameworks():
+    """No Gaudi stack is imported at import time, nor by probing a machine without it."""
+    code = ("import sys, importlib.abc\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            "        if name.split('.')[0] == 'habana_frameworks': raise ImportError('blocked: ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import accelbench.backends, accelbench.backends.hpu, accelbench.devices, accelbench.systems\n"
+            "import accelbench.provenance, accelbench.containers, accelbench.cluster, accelbench.multinode\n"
+            "from accelbench import backends\n"
+            "hpu = backends.get('hpu')\n"
+            "assert hpu.collective == 'hccl' and hpu.container_image == 'habana'\n"
+            "assert not any(m.startswith('habana_frameworks') for m in sys.modules)\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    if not backends.hpu.habana_available():
+        assert backends.get("hpu").probe() is None
+        assert backends.get("hpu").absence_note() == "habana_frameworks not installed"
+
+
+@pytest.mark.parametrize("line", ['if backend == "cuda":', 'x = system.backend != "cpu"', 'if found["backend"] == "cpu":',
+                                  'if backend in ("cuda", "hpu"):', '{"cuda": "nccl", "hpu": "hccl"}.get(backend)',
+                                  'if "hpu" == backend:', 'if system.image == "habana":'])
+def test_the_guard_catches_name_comparisons(line):
+    assert any(p.search(line) for p in FORBIDDEN)
+
+
+@pytest.mark.parametrize("line", ["if system.backend != backend:", 'ops = backends.get(system.backend)',
+                                  'if found["backend"] != system.backend or found["count"] < devices:'])
+def test_the_guard_lets_name_equality_pass(line):
+    assert not any(p.search(line) for p in FORBIDDEN)
+
+
+@pytest.mark.parametrize("module", CONVERTED)
+def test_no_backend_name_comparisons_in_converted_modules(module):
+    path = (PKG / module).resolve()
+    bad = [f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
+           if not line.lstrip().startswith("#") and any(p.search(line) for p in FORBIDDEN)]
+    assert not bad, "compare backend names here no more; ask accelbench.backends.get(name):\n" + "\n".join(bad)

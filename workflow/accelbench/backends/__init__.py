@@ -1,0 +1,61 @@
+"""Backends: one module per torch device type, behind ``base.Backend``. To add one (e.g. ROCm):
+1. write ``backends/rocm.py``: ``class RocmBackend(Backend)`` setting every attribute and method of the protocol;
+2. add ``"rocm": RocmBackend`` to :data:`BACKENDS` below, and ``rocm`` to the backend enums of the two schemas;
+3. give it a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and its ``container_image``;
+4. run ``pytest tests/test_backends.py`` (the whole protocol; no name comparisons outside this package)."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .base import Backend
+from .cpu import CpuBackend
+from .cuda import CudaBackend
+from .hpu import HpuBackend
+
+# The one table: backend name (system files' `backend`, torch's device type) -> class.
+BACKENDS: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "hpu": HpuBackend}
+
+_instances: dict[str, Backend] = {}
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name`` (one shared, stateless instance per name).
+
+    Raises:
+        ConfigError: unknown name; the message names the known ones.
+    """
+    if isinstance(name, Backend):
+        return name
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown backend {name!r}; known backends: {', '.join(BACKENDS)}")
+    if name not in _instances:
+        _instances[name] = BACKENDS[name]()
+    return _instances[name]
+
+
+def all_backends() -> list[Backend]:
+    """Every backend, in table order."""
+    return [get(name) for name in BACKENDS]
+
+
+def lookup(name: str | None) -> Backend | None:
+    """The backend called ``name``, or None for an unknown/missing name (recorded results, labels)."""
+    return get(name) if name in BACKENDS else None
+
+
+def for_image(image: str | None) -> Backend | None:
+    """The backend whose container image is ``image`` (``cuda``, ``habana``); None if none is."""
+    return next((b for b in all_backends() if b.container_image is not None and b.container_image == image), None)
+
+
+def detect() -> dict:
+    """What this process sees: the probe of the first backend (by ``probe_rank``) that finds devices, cpu last:
+    ``{"backend", "count", "names"}``."""
+    for backend in sorted(all_backends(), key=lambda b: b.probe_rank):
+        found = backend.probe()
+        if found is not None:
+            return found
+    raise RuntimeError("no backend answered the probe (the cpu backend always should)")
+
+
+__all__ = ["BACKENDS", "Backend", "ConfigError", "all_backends", "detect", "for_image", "get", "lookup"]

@@ -1,0 +1,148 @@
+"""The one protocol every backend implements: everything in accelbench that differs per torch device type.
+
+A backend is stateless: :func:`accelbench.backends.get` hands out one instance per name, and every device op takes
+the device index it acts on. Modules outside this package ask the backend object (``get(system.backend).collective``,
+``.accelerator``, ``.uses_device_events``...) instead of comparing backend names.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from pathlib import Path
+from typing import ClassVar
+
+
+class Backend(abc.ABC):
+    """One torch device type (cpu, cuda, hpu, ...): device ops, distributed setup, probing, provenance, containers.
+
+    Class attributes (each subclass sets every one; :data:`ATTRIBUTES` lists them):
+        name: the torch device type and the ``backend`` value of system files (``cuda``).
+        accelerator: False for the host CPU (no device to lock, probe, request from Slurm or report a count of).
+        collective: torch.distributed backend of its ranks (``gloo``, ``nccl``, ``hccl``).
+        visible_devices_var: the variable that restricts which devices a job sees (None: no such variable).
+        job_env_vars: runtime variables that decide which devices a job gets (shown by the cluster device report).
+        vendor_tool: argv listing the devices, one line each (None: no tool), run by the cluster device report.
+        container_image: the ``image`` of system files built for this backend (``containers/<image>/``); None: it
+            runs in another backend's image (cpu runs in the cuda image) and needs no flags of its own.
+        slurm_gpu_resource: its devices are requested through Snakemake's ``gpu`` resource (Slurm ``--gpus``).
+        uses_device_events: timed with device events (CUDA events) rather than synchronize + perf_counter.
+        rank_env_defaults: environment defaults of its ranks (the user's setting wins).
+        software_fields: ``(hardware key, label)`` of the versions :meth:`provenance` records, for software labels.
+        probe_rank: the order :func:`accelbench.backends.detect` probes backends in (lowest first; cpu last).
+    """
+
+    name: ClassVar[str]
+    accelerator: ClassVar[bool]
+    collective: ClassVar[str]
+    visible_devices_var: ClassVar[str | None]
+    job_env_vars: ClassVar[tuple[str, ...]]
+    vendor_tool: ClassVar[tuple[str, ...] | None]
+    container_image: ClassVar[str | None]
+    slurm_gpu_resource: ClassVar[bool]
+    uses_device_events: ClassVar[bool]
+    rank_env_defaults: ClassVar[dict[str, str]]
+    software_fields: ClassVar[tuple[tuple[str, str], ...]]
+    probe_rank: ClassVar[int]
+
+    ATTRIBUTES: ClassVar[tuple[str, ...]] = (
+        "name", "accelerator", "collective", "visible_devices_var", "job_env_vars", "vendor_tool", "container_image",
+        "slurm_gpu_resource", "uses_device_events", "rank_env_defaults", "software_fields", "probe_rank")
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+    # ------------------------------------------------------------------ device ops
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Whatever this process needs before it touches a device of this backend (hpu: lazy mode, the bridge)."""
+
+    @abc.abstractmethod
+    def torch_device(self, index: int = 0):
+        """The ``torch.device`` of device ``index``."""
+
+    @abc.abstractmethod
+    def device_index(self, local_rank: int) -> int:
+        """The device index rank ``local_rank`` of a node uses (cuda: its local rank; 0 where each rank sees one
+        device or there is none)."""
+
+    @abc.abstractmethod
+    def set_device(self, local_rank: int) -> None:
+        """Make device ``local_rank`` this rank's current device (no-op where there is none)."""
+
+    @abc.abstractmethod
+    def synchronize(self, index: int = 0) -> None:
+        """Wait for all queued device work (no-op on CPU)."""
+
+    @abc.abstractmethod
+    def mark_step(self) -> None:
+        """Cut the lazy-mode graph (hpu); no-op elsewhere."""
+
+    @abc.abstractmethod
+    def reset_peak_memory(self, index: int = 0) -> None:
+        """Restart the peak-memory counter of device ``index``."""
+
+    @abc.abstractmethod
+    def peak_memory_bytes(self, index: int = 0) -> int | None:
+        """Peak bytes allocated on the device since the last reset; None where not tracked."""
+
+    @abc.abstractmethod
+    def empty_cache(self, index: int = 0) -> None:
+        """Give the allocator's cached memory back (no-op where there is no cache)."""
+
+    @abc.abstractmethod
+    def profiler_activities(self) -> list:
+        """``torch.profiler.ProfilerActivity`` values to record."""
+
+    def autocast(self, dtype):
+        """``torch.autocast`` for this device type, or a null context when ``dtype`` is None."""
+        if dtype is None:
+            return contextlib.nullcontext()
+        import torch
+
+        return torch.autocast(device_type=self.name, dtype=dtype)
+
+    def out_of_memory_errors(self) -> tuple[type[BaseException], ...]:
+        """Exceptions that mean the device ran out of memory."""
+        import torch
+
+        return (torch.OutOfMemoryError,)
+
+    # ------------------------------------------------------------------ distributed
+    @abc.abstractmethod
+    def prepare_collective(self) -> None:
+        """What a rank needs before ``init_process_group(self.collective)`` (hpu: import the hccl module)."""
+
+    def rank_env(self, env: dict) -> dict:
+        """``env`` with :attr:`rank_env_defaults` added where unset (a new dict)."""
+        env = dict(env)
+        for key, value in self.rank_env_defaults.items():
+            env.setdefault(key, value)
+        return env
+
+    # ------------------------------------------------------------------ probing and provenance
+    @abc.abstractmethod
+    def probe(self) -> dict | None:
+        """Devices this process sees: ``{"backend", "count", "names"}``; None when it sees none of this backend."""
+
+    @abc.abstractmethod
+    def absence_note(self) -> str | None:
+        """Why :meth:`probe` found nothing, for the "no accelerator" message (None: nothing to say)."""
+
+    @abc.abstractmethod
+    def provenance(self, info: dict) -> dict:
+        """Hardware fields of the provenance beyond ``info`` (backend, cpu, cpu_count, torch_threads): device
+        name/count/memory, driver and runtime versions."""
+
+    @staticmethod
+    def host_as_device(info: dict) -> dict:
+        """The host CPU recorded as the device (cpu, or an accelerator backend that sees no device)."""
+        import platform
+
+        return {"device_name": info["cpu"] or platform.machine(), "device_count": 1}
+
+    # ------------------------------------------------------------------ containers
+    @abc.abstractmethod
+    def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
+        """Environment variables that give ``apptainer exec`` the flags of this backend's image (``environ``: the
+        current environment, for values passed in or extended)."""

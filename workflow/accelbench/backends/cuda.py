@@ -1,0 +1,107 @@
+"""NVIDIA GPUs through torch.cuda: NCCL between ranks, CUDA events for timing, ``--nv`` in apptainer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Backend
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    accelerator = True
+    collective = "nccl"
+    visible_devices_var = "CUDA_VISIBLE_DEVICES"
+    job_env_vars = ("CUDA_VISIBLE_DEVICES",)
+    vendor_tool = ("nvidia-smi", "-L")  # one `GPU i: name (UUID: ...)` line per device
+    container_image = "cuda"
+    slurm_gpu_resource = True
+    uses_device_events = True
+    # NCCL_DEBUG=INFO: the transports NCCL picks appear in the log (accelbench.multinode.parse_nccl_transports)
+    rank_env_defaults = {"NCCL_DEBUG": "INFO"}
+    software_fields = (("cuda", "CUDA"), ("cudnn", "cuDNN"))
+    probe_rank = 100
+
+    def prepare(self) -> None:
+        pass
+
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device(self.name, index)
+
+    def device_index(self, local_rank: int) -> int:
+        return local_rank
+
+    def set_device(self, local_rank: int) -> None:
+        import torch
+
+        torch.cuda.set_device(local_rank)
+
+    def synchronize(self, index: int = 0) -> None:
+        import torch
+
+        torch.cuda.synchronize(index)
+
+    def mark_step(self) -> None:
+        pass
+
+    def reset_peak_memory(self, index: int = 0) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(index)
+
+    def peak_memory_bytes(self, index: int = 0) -> int | None:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(index))
+
+    def empty_cache(self, index: int = 0) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+    def profiler_activities(self) -> list:
+        import torch
+
+        return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+    def prepare_collective(self) -> None:
+        pass
+
+    def probe(self) -> dict | None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        n = torch.cuda.device_count()
+        return {"backend": self.name, "count": n, "names": [torch.cuda.get_device_name(i) for i in range(n)]}
+
+    def absence_note(self) -> str | None:
+        import torch
+
+        return "CUDA not compiled in" if torch.version.cuda is None else f"CUDA {torch.version.cuda} but no visible GPU"
+
+    def provenance(self, info: dict) -> dict:
+        import torch
+
+        from ..provenance import _run
+
+        if not torch.cuda.is_available():
+            return self.host_as_device(info)
+        props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
+        out = {
+            "device_name": props[0].name, "device_count": len(props),
+            "device_memory_gib": round(props[0].total_memory / 2**30, 2),
+            "compute_capability": f"{props[0].major}.{props[0].minor}",
+            "multiprocessors": props[0].multi_processor_count,
+            "driver": _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        }
+        if out["driver"]:
+            out["driver"] = out["driver"].splitlines()[0]
+        return out
+
+    def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
+        return {"APPTAINER_NV": "1", "SINGULARITY_NV": "1"}  # --nv: the host driver

@@ -1,0 +1,118 @@
+"""Intel Gaudi through ``habana_frameworks``: HCCL between ranks, lazy mode, ``/dev/accel`` in apptainer.
+
+``habana_frameworks`` is imported only inside methods, never when this module is imported (CI has no Gaudi stack).
+Lazy mode is the default (``PT_HPU_LAZY_MODE=1``), so :meth:`HpuBackend.mark_step` must be called where a graph
+should be cut (after backward, after the optimizer step).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from .base import Backend
+
+
+def habana_available() -> bool:
+    """True if Intel Gaudi's PyTorch bridge is installed (never imports it)."""
+    return importlib.util.find_spec("habana_frameworks") is not None
+
+
+class HpuBackend(Backend):
+    name = "hpu"
+    accelerator = True
+    collective = "hccl"
+    visible_devices_var = "HABANA_VISIBLE_MODULES"
+    job_env_vars = ("HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES")
+    vendor_tool = ("hl-smi", "-Q", "index,name,bus_id", "-f", "csv,noheader")  # one CSV line per card
+    container_image = "habana"
+    slurm_gpu_resource = False  # Gaudi sites request cards through their GRES (slurm/site.yaml multinode.gres)
+    uses_device_events = False
+    rank_env_defaults: dict[str, str] = {}
+    software_fields = (("synapseai", "SynapseAI"),)
+    probe_rank = 10
+
+    def prepare(self) -> None:
+        os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
+        import habana_frameworks.torch.core  # noqa: F401  (registers the hpu device)
+
+    def torch_device(self, index: int = 0):
+        import torch
+
+        return torch.device(self.name, index)
+
+    def device_index(self, local_rank: int) -> int:
+        return 0
+
+    def set_device(self, local_rank: int) -> None:
+        pass  # each rank sees its own card (HABANA_VISIBLE_MODULES); nothing to select
+
+    def synchronize(self, index: int = 0) -> None:
+        import torch
+
+        torch.hpu.synchronize()
+
+    def mark_step(self) -> None:
+        import habana_frameworks.torch.core as htcore
+
+        htcore.mark_step()
+
+    def reset_peak_memory(self, index: int = 0) -> None:
+        import torch
+
+        torch.hpu.reset_peak_memory_stats()
+
+    def peak_memory_bytes(self, index: int = 0) -> int | None:
+        import torch
+
+        return int(torch.hpu.max_memory_allocated())
+
+    def empty_cache(self, index: int = 0) -> None:
+        pass
+
+    def profiler_activities(self) -> list:
+        import torch
+
+        return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
+
+    def prepare_collective(self) -> None:
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
+
+    def probe(self) -> dict | None:
+        if not habana_available():
+            return None
+        import habana_frameworks.torch.hpu as hthpu  # noqa: F401  (registers the hpu device)
+
+        if not hthpu.is_available():
+            return None
+        n = hthpu.device_count()
+        return {"backend": self.name, "count": n, "names": [hthpu.get_device_name() for _ in range(n)]}
+
+    def absence_note(self) -> str | None:
+        return f"habana_frameworks {'present' if habana_available() else 'not installed'}"
+
+    def provenance(self, info: dict) -> dict:
+        import habana_frameworks.torch.hpu as hthpu
+
+        from ..provenance import _run, library_versions
+
+        return {"device_name": hthpu.get_device_name(), "device_count": hthpu.device_count(),
+                "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
+                "driver": _run(["hl-smi", "--query-aip=driver_version", "--format=csv,noheader"])}
+
+    def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
+        """``--bind /dev/accel`` (added to any APPTAINER_BIND already set), ``HABANA_VISIBLE_DEVICES`` (the job's
+        value, ``all`` if unset) and ``HABANA_LOGS=<workdir>/logs/habana`` (created here; the image's default is
+        read-only) passed into the container."""
+        env = {"APPTAINER_BIND": "/dev/accel", "SINGULARITY_BIND": "/dev/accel"}
+        for key in ("APPTAINER_BIND", "SINGULARITY_BIND"):
+            if environ.get(key):
+                env[key] = f"{environ[key]},{env[key]}"
+        logs = Path(workdir).resolve() / "logs" / "habana"
+        logs.mkdir(parents=True, exist_ok=True)
+        visible = environ.get("HABANA_VISIBLE_DEVICES", "all")
+        for prefix in ("APPTAINERENV_", "SINGULARITYENV_"):
+            env[prefix + "HABANA_VISIBLE_DEVICES"] = visible
+            env[prefix + "HABANA_LOGS"] = str(logs)
+        return env
