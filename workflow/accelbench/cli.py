@@ -223,7 +223,9 @@ def _measurement_parsers(sub) -> None:
             s.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=INPUT_HELP.get(name))
         s.add_argument("--threads", type=int, default=0,
                        help="CPU cores of the job (split over its ranks; 0 = every usable core)")
-        s.add_argument("--overwrite", action="store_true", help="replace an existing result")
+        s.add_argument("--overwrite", action="store_true",
+                       help="accepted for old command lines: a finished result is always superseded (moved to "
+                            "<system>/.superseded/), never overwritten")
         s.set_defaults(func=cmd_measure, experiment=e.name)
     s = sub.add_parser("rank", help="internal: one rank of a multi-rank experiment (started by the launcher)")
     s.add_argument("--experiment", required=True, choices=[e.name for e in registry.EXPERIMENTS.values() if e.ranks])

@@ -190,12 +190,11 @@ def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
 
 @contextlib.contextmanager
 def guarded(ctx: JobContext) -> Iterator[None]:
-    """Refuse to overwrite a finished result (unless ``--overwrite``), then hold the device lock and supersede the old
-    result for the body (SIGTERM restores it, like Ctrl-C)."""
+    """Hold the device lock and supersede the old result for the body: a finished result and its side files are
+    moved aside first (never overwritten, never deleted, for any user) and put back if the job fails; SIGTERM
+    restores them like Ctrl-C."""
     from . import locks, results
 
-    if ctx.out.exists() and not ctx.overwrite:
-        raise AccelbenchError(f"refusing to overwrite the finished result {ctx.out}; move it away to rerun")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
     with locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)), \
             results.superseding(ctx.out, ctx.system.name, ctx.experiment.name):
@@ -206,8 +205,8 @@ def run_job(ctx: JobContext) -> dict:
     """The whole sequence of the module docstring for one job; returns the result written.
 
     Raises:
-        AccelbenchError: bad spec, the system's backend missing here, a finished result in the way, or a failure
-            the experiment reports (the old result is then put back).
+        AccelbenchError: bad spec, the system's backend missing here, or a failure the experiment reports (the old
+            result is then put back).
     """
     from .hostload import start_job
     from .systems import require_backend
