@@ -163,8 +163,7 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
     _finished(out.parent)
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(_spec(default_config, systems, 100_000)))
-    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 2  # finished
-    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out), "--overwrite"]) == 0
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["status"] == "unsupported" and sorted(p.name for p in out.parent.iterdir()) == \
         ["result.json"]
     [old] = (tmp_path / "results/cpu/.superseded").glob("*/sr3_scaling/fp32/devices_100000/result.json")
@@ -180,7 +179,7 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
         return 1, ""
 
     monkeypatch.setattr(multinode, "run_tee", failing)
-    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out), "--overwrite"]) == 2
+    assert cli.main(["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)]) == 2
     assert json.loads(out.read_text()) == {"v": "old"}
     assert sorted(p.name for p in out.parent.iterdir()) == ["kernels.csv", "result.json", "trace.json.gz"]
 

@@ -7,7 +7,6 @@ Aggregation builds hardware labels and captions from it (see :func:`hardware_lab
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import os
 import platform
 import socket
@@ -15,29 +14,11 @@ import subprocess
 from pathlib import Path
 
 from . import backends
+from .sysinfo import library_versions, run_quiet as _run  # noqa: F401  (re-exported)
 
 LIBRARIES = ("torch", "numpy", "monai", "nibabel", "nilearn", "snakemake", "pandas", "transformers", "peft",
              "accelerate", "torchao", "deepspeed", "optimum-habana", "neural-compressor", "habana-torch-plugin",
              "scikit-learn", "scikit-image", "gguf", "accelbench")
-
-
-def _run(cmd: list[str], cwd: str | Path | None = None) -> str | None:
-    try:
-        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=20, check=True)
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def library_versions(names=LIBRARIES) -> dict[str, str | None]:
-    """Installed distribution versions (None when not installed)."""
-    out = {}
-    for n in names:
-        try:
-            out[n] = md.version(n)
-        except md.PackageNotFoundError:
-            out[n] = None
-    return out
 
 
 def git_info(cwd: str | Path | None = None) -> dict:
@@ -103,7 +84,7 @@ def collect(backend: str, system: dict | None = None, config: dict | None = None
     return {
         "hardware": hardware_info(backend),
         "software": {"python": platform.python_version(), "platform": platform.platform(),
-                     "libraries": library_versions()},
+                     "libraries": library_versions(LIBRARIES)},
         "git": git_info(repo),
         "container": container_info(),
         "host": socket.gethostname(),

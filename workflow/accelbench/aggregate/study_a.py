@@ -26,6 +26,7 @@ from ..experiments.unet3d_profile import AUTOTUNED, VARIANTS  # noqa: E402
 from . import claims as cl  # noqa: E402
 from . import study_a_ncu  # noqa: E402
 from .claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
+from ..registry import EXPERIMENTS  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 from .study_a_ncu import claim_configuration, counter_observations, ok_row, read_claims  # noqa: E402, F401
@@ -186,7 +187,7 @@ def _claim_rows(claim: pd.Series, inputs: cl.ClaimInputs) -> list[dict]:
     return [row for _, _, row in claim_verdicts(claim, prof, ncu, profiles + counters)]
 
 
-CLAIM_CHECKS = {"unet3d_profile": _claim_rows, "unet3d_ncu": _claim_rows}
+CLAIM_CHECKS = {e.name: _claim_rows for e in EXPERIMENTS.values() if e.study == "A"}  # every Study A experiment
 
 
 # --------------------------------------------------------------------------- claims beside measured values

@@ -85,7 +85,7 @@ class CudaBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import torch
 
-        from ..provenance import _run
+        from ..sysinfo import run_quiet as _run
 
         if not torch.cuda.is_available():
             return self.host_as_device(info)

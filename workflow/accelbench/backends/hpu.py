@@ -95,7 +95,7 @@ class HpuBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import habana_frameworks.torch.hpu as hthpu
 
-        from ..provenance import _run, library_versions
+        from ..sysinfo import library_versions, run_quiet as _run
 
         return {"device_name": hthpu.get_device_name(), "device_count": hthpu.device_count(),
                 "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
