@@ -238,16 +238,14 @@ def join_process_group(backend: str) -> tuple[int, int, int, str]:
     Returns:
         ``(rank, world size, local rank, collective backend)``.
     """
-    import torch
     import torch.distributed as dist
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
-    if backend == "cuda":
-        torch.cuda.set_device(local)
-    elif backend == "hpu":
-        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (gated: hpu only; registers hccl)
-    pg = collective_backend(backend)
+    ops = backends.get(backend)
+    ops.set_device(local)  # cuda: LOCAL_RANK's GPU; no-op elsewhere
+    ops.prepare_collective()  # hpu: registers hccl
+    pg = ops.collective
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend=pg, rank=rank, world_size=world)
     return rank, world, local, pg
