@@ -21,6 +21,8 @@ PKG = REPO / "workflow/accelbench"
 # Modules that ask the backend object instead of comparing backend names (keep this list when converting more).
 CONVERTED = ["devices.py", "multinode.py", "systems.py", "provenance.py", "locks.py", "launch.py", "measure.py",
              "containers.py", "cluster.py", "hostload.py", "ncu.py", "../rules/common.smk", "../rules/cluster.smk"]
+# ... and every module of experiments/ (found, so a new experiment module is guarded without being listed)
+CONVERTED += sorted(str(p.relative_to(PKG)) for p in (PKG / "experiments").rglob("*.py"))
 
 NAMES = r"(?:cpu|cuda|hpu|habana)"
 # `backend == "cuda"`, `system.backend != "cpu"`, `found["backend"] in ("cuda", ...)`, `"hpu" == backend`,

@@ -30,6 +30,20 @@ class Backend(abc.ABC):
         rank_env_defaults: environment defaults of its ranks (the user's setting wins).
         software_fields: ``(hardware key, label)`` of the versions :meth:`provenance` records, for software labels.
         probe_rank: the order :func:`accelbench.backends.detect` probes backends in (lowest first; cpu last).
+
+    Vendor capabilities (what the experiments ask instead of a backend's name):
+        lazy_mode: runs in Gaudi's lazy mode, whose ``PT_HPU_LAZY_MODE`` must be set before the bridge is imported.
+        optimum_habana: transformers training goes through optimum-habana (``GaudiTrainer``, ``GaudiConfig``,
+            ``adapt_transformers_to_gaudi``; its models build their causal mask from the batch's attention mask).
+        fp8_inc: Intel Neural Compressor FP8 quantization runs on it (Gaudi).
+        nsight_compute: Nsight Compute (``ncu``) can profile its kernels (NVIDIA).
+        torchao_int4_tinygemm: torchao's int4 weight-only uses the tinygemm layout (``tile_packed_to_4d``) on it.
+        fused_adamw: torch's fused Adam/AdamW (``fused=True``, Trainer ``optim="adamw_torch_fused"``) is used on it.
+        non_blocking_copies: batches are copied to it from pinned memory without blocking the host (Trainer
+            ``accelerator_config={"non_blocking": True}``, ``dataloader_pin_memory``).
+        device_weight_init: random-weight models are built directly in its memory (else on the host).
+        ddp_device_ids: DistributedDataParallel is given the rank's ``device_ids`` (else None).
+        float64: float64 tensors are supported on it (schedulers keep their float64 math; else float32).
     """
 
     name: ClassVar[str]
@@ -44,10 +58,22 @@ class Backend(abc.ABC):
     rank_env_defaults: ClassVar[dict[str, str]]
     software_fields: ClassVar[tuple[tuple[str, str], ...]]
     probe_rank: ClassVar[int]
+    lazy_mode: ClassVar[bool]
+    optimum_habana: ClassVar[bool]
+    fp8_inc: ClassVar[bool]
+    nsight_compute: ClassVar[bool]
+    torchao_int4_tinygemm: ClassVar[bool]
+    fused_adamw: ClassVar[bool]
+    non_blocking_copies: ClassVar[bool]
+    device_weight_init: ClassVar[bool]
+    ddp_device_ids: ClassVar[bool]
+    float64: ClassVar[bool]
 
     ATTRIBUTES: ClassVar[tuple[str, ...]] = (
         "name", "accelerator", "collective", "visible_devices_var", "job_env_vars", "vendor_tool", "container_image",
-        "slurm_gpu_resource", "uses_device_events", "rank_env_defaults", "software_fields", "probe_rank")
+        "slurm_gpu_resource", "uses_device_events", "rank_env_defaults", "software_fields", "probe_rank",
+        "lazy_mode", "optimum_habana", "fp8_inc", "nsight_compute", "torchao_int4_tinygemm", "fused_adamw",
+        "non_blocking_copies", "device_weight_init", "ddp_device_ids", "float64")
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
@@ -93,6 +119,21 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def profiler_activities(self) -> list:
         """``torch.profiler.ProfilerActivity`` values to record."""
+
+    def free_memory_bytes(self, index: int = 0) -> int | None:
+        """Free bytes on device ``index`` now; None where not known (the default)."""
+        return None
+
+    def visible_device_count(self, configured: int) -> int:
+        """Devices a run may use of the ``configured`` ones (a system file's ``devices``), capped by what this
+        process sees where the backend can tell (cuda); ``configured`` by default."""
+        return configured
+
+    @abc.abstractmethod
+    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
+        """The transformers ``attn_implementation`` that realises flash attention here (``sdpa``,
+        ``flash_attention_2``, ``gaudi_fused_sdpa``); None where it is switched on by other means (Gaudi with
+        optimum-habana <= 1.19: generation-config flags). ``optimum_habana_version``: the installed one, if any."""
 
     def autocast(self, dtype):
         """``torch.autocast`` for this device type, or a null context when ``dtype`` is None."""

@@ -20,6 +20,16 @@ class CpuBackend(Backend):
     rank_env_defaults: dict[str, str] = {}
     software_fields = ()
     probe_rank = 1000  # the fallback: always present
+    lazy_mode = False
+    optimum_habana = False
+    fp8_inc = False
+    nsight_compute = False
+    torchao_int4_tinygemm = False
+    fused_adamw = False
+    non_blocking_copies = False
+    device_weight_init = False
+    ddp_device_ids = False
+    float64 = True
 
     def prepare(self) -> None:
         pass
@@ -54,6 +64,9 @@ class CpuBackend(Backend):
         import torch
 
         return [torch.profiler.ProfilerActivity.CPU]
+
+    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
+        return "sdpa"
 
     def prepare_collective(self) -> None:
         pass

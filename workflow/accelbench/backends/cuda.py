@@ -21,6 +21,16 @@ class CudaBackend(Backend):
     rank_env_defaults = {"NCCL_DEBUG": "INFO"}
     software_fields = (("cuda", "CUDA"), ("cudnn", "cuDNN"))
     probe_rank = 100
+    lazy_mode = False
+    optimum_habana = False
+    fp8_inc = False
+    nsight_compute = True
+    torchao_int4_tinygemm = True
+    fused_adamw = True
+    non_blocking_copies = True
+    device_weight_init = True
+    ddp_device_ids = True
+    float64 = True
 
     def prepare(self) -> None:
         pass
@@ -65,6 +75,21 @@ class CudaBackend(Backend):
         import torch
 
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+    def free_memory_bytes(self, index: int = 0) -> int | None:
+        import torch
+
+        return int(torch.cuda.mem_get_info(index)[0])
+
+    def visible_device_count(self, configured: int) -> int:
+        import torch
+
+        return min(configured, torch.cuda.device_count())
+
+    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
+        import importlib.util
+
+        return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
 
     def prepare_collective(self) -> None:
         pass

@@ -32,6 +32,16 @@ class HpuBackend(Backend):
     rank_env_defaults: dict[str, str] = {}
     software_fields = (("synapseai", "SynapseAI"),)
     probe_rank = 10
+    lazy_mode = True
+    optimum_habana = True
+    fp8_inc = True  # with habana_frameworks installed (the experiment checks that too)
+    nsight_compute = False
+    torchao_int4_tinygemm = False
+    fused_adamw = False
+    non_blocking_copies = False
+    device_weight_init = False
+    ddp_device_ids = False
+    float64 = False  # no float64 on Gaudi: schedulers compute in float32
 
     def prepare(self) -> None:
         os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
@@ -75,6 +85,13 @@ class HpuBackend(Backend):
         import torch
 
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
+
+    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
+        from packaging.version import Version
+
+        if optimum_habana_version and Version(optimum_habana_version) >= Version("1.20"):
+            return "gaudi_fused_sdpa"
+        return None  # optimum-habana <= 1.19: generation-config flags (use_flash_attention, flash_attention_causal_mask)
 
     def prepare_collective(self) -> None:
         import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)

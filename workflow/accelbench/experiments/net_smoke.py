@@ -19,7 +19,7 @@ import platform
 import time
 from dataclasses import dataclass
 
-from .. import measure
+from .. import backends, measure
 
 EXPERIMENT = "net_smoke"
 METHOD = "barrier, all_reduce(sum, float32), synchronize; median over calls of the slowest rank's time"
@@ -56,7 +56,7 @@ class Settings:
     @classmethod
     def from_spec(cls, spec: dict, system) -> "Settings":
         """From the rule's spec: ``{system, devices}`` (``max_bytes``, ``warmup``, ``iters`` optional)."""
-        cpu = system.backend == "cpu"
+        cpu = not backends.get(system.backend).accelerator
         return cls(int(spec["devices"]), int(spec.get("max_bytes", 16 * 2**20 if cpu else 2**30)),
                    int(spec.get("warmup", 2 if cpu else 5)), int(spec.get("iters", 10 if cpu else 20)))
 
@@ -80,7 +80,7 @@ def run_rank(s: Settings, ctx) -> dict:
 
     backend = ctx.system.backend
     rank, world, local, pg = join_process_group(backend)
-    device = Device(backend, local if backend == "cuda" else 0)
+    device = Device(backend, backends.get(backend).device_index(local))
     rows = []
     for nbytes in s.sizes:
         x = torch.ones(nbytes // 4, dtype=torch.float32, device=device.torch_device)
@@ -150,7 +150,7 @@ def run(s: Settings, ctx) -> "Outcome":
     m = merge(ranks.records, s.warmup, s.iters)
     record = ranks.launch
     nccl_tests = shutil.which("all_reduce_perf")  # NCCL's nccl-tests, optional, one node (multi-node needs its MPI build)
-    if nccl_tests and ctx.system.backend == "cuda" and plan.nodes == 1:
+    if nccl_tests and backends.get(ctx.system.backend).collective == "nccl" and plan.nodes == 1:
         proc = subprocess.run([nccl_tests, "-b", "8", "-e", str(s.max_bytes), "-f", "4", "-g", str(plan.devices)],
                               capture_output=True, text=True)
         record["nccl_tests"] = {"command": proc.args, "returncode": proc.returncode, "output": proc.stdout[-8000:]}

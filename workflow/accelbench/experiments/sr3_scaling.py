@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .. import measure
+from .. import backends, measure
 from ..devices import Device
 from ..errors import ConfigError
 
@@ -139,7 +139,7 @@ def split_iterations(workload_iterations: int, devices: int) -> int:
 
 def max_devices(system) -> int:
     """How many DDP ranks ``system`` can run: its ``devices`` (GPU/Gaudi cards), or the usable cores on ``cpu``."""
-    if system.backend == "cpu":
+    if not backends.get(system.backend).accelerator:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return system.devices
 
@@ -165,7 +165,8 @@ def unsupported_reason(system, devices: int, precision: str, visible: int | None
         return job_limit_reason(system, plan)
     limit = max_devices(system)
     if devices > limit:
-        what = "usable CPU cores (one gloo process each)" if system.backend == "cpu" else "devices in its system file"
+        what = ("devices in its system file" if backends.get(system.backend).accelerator
+                else "usable CPU cores (one gloo process each)")
         return f"{devices} devices requested; {system.name} has {limit} {what}"
     if visible is not None and devices > visible:
         return f"{devices} devices requested; only {visible} {system.backend} device(s) are visible on this node"
@@ -281,7 +282,7 @@ class Trainer:
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.net = DDP(self.model, device_ids=[device.index] if device.backend == "cuda" else None,
+            self.net = DDP(self.model, device_ids=[device.index] if device.ops.ddp_device_ids else None,
                            **ddp_kwargs(ddp))
         else:
             self.net = self.model
@@ -350,7 +351,7 @@ def super_resolve(model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, step
     dev = device.torch_device
     model.eval()
     cond = upsample(lr.to(dev), s.hr_size).clamp(0, 1) * 2 - 1
-    precise = device.backend != "hpu"
+    precise = device.ops.float64
     sched = build_scheduler(s, precise) if steps >= s.timesteps else build_ddim(s, precise)
     sched.set_timesteps(min(steps, s.timesteps), device=dev)
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -440,7 +441,7 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
     rank, world, local, pg = join_process_group(system.backend)
     if world != devices:
         raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
-    device = Device(system.backend, local if system.backend == "cuda" else 0)
+    device = Device(system.backend, backends.get(system.backend).device_index(local))
     _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp)
@@ -565,7 +566,7 @@ def run(s: Settings, ctx) -> "Outcome":
 
     config = {"settings": s.sr3.to_dict()}
     case = {"devices": s.devices, "precision": s.precision}
-    visible = probe_devices()["count"] if ctx.system.backend != "cpu" else None
+    visible = probe_devices()["count"] if backends.get(ctx.system.backend).accelerator else None
     reason = unsupported_reason(ctx.system, s.devices, s.precision, visible)
     if reason:
         return Outcome.unsupported(reason, case, config)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import measure, ncu
+from .. import backends, measure, ncu
 from ..launcher import accelbench_command
 from .unet3d_profile import VARIANTS, unsupported_reason
 
@@ -73,7 +73,7 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
         spec_file: the job's spec file, passed to the replayed ``unet3d-step`` (None: ``spec`` inline, for tests).
     """
     variant = VARIANTS[spec["configuration"]]
-    if system.backend != "cuda":
+    if not backends.get(system.backend).nsight_compute:
         return _unsupported(f"Nsight Compute profiles NVIDIA GPUs; system {system.name!r} has backend {system.backend!r}")
     reason = unsupported_reason(variant, system)
     if reason:

@@ -274,7 +274,7 @@ class Workload:
         self.fmt = fmt
         self.scheduler = build_scheduler(settings)
         self.net = torch.compile(self.model, mode=variant.compile_mode) if variant.compile else self.model
-        fused = {"fused": True} if variant.fused_adam and device.backend == "cuda" else {}
+        fused = {"fused": True} if variant.fused_adam and device.ops.fused_adamw else {}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr, **fused)
         self.amp = torch.bfloat16 if variant.autocast == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed)

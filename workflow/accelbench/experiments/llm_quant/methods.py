@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ... import backends
 from ...devices import Device
 from ...errors import ConfigError, DataError
 from .accuracy import accuracy_tasks
@@ -81,7 +82,7 @@ def torchao_config(bits: int, group_size: int, backend: str):
     if bits == 8:
         return Int8WeightOnlyConfig()
     if bits == 4:
-        if backend == "cuda":
+        if backends.get(backend).torchao_int4_tinygemm:
             try:  # torchao >= 0.14 names the tinygemm layout; older versions use it by default
                 return Int4WeightOnlyConfig(group_size=group_size, int4_packing_format="tile_packed_to_4d")
             except TypeError:

@@ -91,11 +91,12 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
 
 def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_dir=".") -> dict:
     """One (method, bit set) job: load, quantize, measure. ``sensitivity`` = the sensitivity result.json."""
+    from ... import backends
     from ...devices import Device
     from ...systems import habana_available
 
     method = spec["method"]
-    if method == "inc_fp8" and (system.backend != "hpu" or not habana_available()):
+    if method == "inc_fp8" and (not backends.get(system.backend).fp8_inc or not habana_available()):
         return {"status": "unsupported", "measurements": {}, "allocation": {},
                 "reason": f"Intel Neural Compressor FP8 needs Intel Gaudi (system {system.name!r}, backend "
                           f"{system.backend!r}; habana_frameworks {'present' if habana_available() else 'not installed'})"}

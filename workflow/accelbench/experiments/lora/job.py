@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ... import backends
 from ...outcome import Outcome
 from .model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
 from .settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
@@ -34,14 +35,14 @@ class Settings:
 
 def prepare_environment(spec: dict, system) -> None:
     """Before anything imports habana_frameworks: Gaudi's execution mode (Study B: lazy mode except FSDP)."""
-    if system.backend == "hpu":
+    if backends.get(system.backend).lazy_mode:
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(spec["strategy"]))
 
 
 def precheck(s: Settings, system) -> Outcome | None:
     """An ``oom`` outcome when the frozen weights alone cannot fit the devices, or (FSDP) the ranks' host copies the
     node's memory; None when the case may run. Accelerators only (a CPU run is small by construction)."""
-    if s.plan.status != "ok" or system.backend == "cpu":
+    if s.plan.status != "ok" or not backends.get(system.backend).accelerator:
         return None
     n_params = count_parameters(s.spec["model"])
     reason = memory_precheck(n_params, s.plan, system.device_memory_gib)

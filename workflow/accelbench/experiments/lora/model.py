@@ -3,6 +3,7 @@ model is built, and the memory pre-checks that record an OOM before anything is 
 
 from __future__ import annotations
 
+from ... import backends
 from ...errors import ConfigError
 from ...models.llm import parameter_count
 from .settings import LoraSettings, Plan
@@ -111,7 +112,7 @@ def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib
     """
     if strategy == "zero3":
         return "zero3_init"
-    if model_spec.get("source") != "random" or backend != "cuda":
+    if model_spec.get("source") != "random" or not backends.get(backend).device_weight_init:
         return "host"
     if strategy in ("single", "ddp"):
         return "device"

@@ -7,6 +7,7 @@ import importlib.util
 import os
 from dataclasses import asdict, dataclass, field
 
+from ... import backends
 from ...errors import ConfigError
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
@@ -90,13 +91,10 @@ class Plan:
 
 def available_devices(backend: str, system_devices: int) -> int:
     """Devices one run may use: the system's count, capped by what is visible (CPU: cores, one gloo process each)."""
-    if backend == "cpu":
+    b = backends.get(backend)
+    if not b.accelerator:
         return os.cpu_count() or 1
-    if backend == "cuda":
-        import torch
-
-        return min(system_devices, torch.cuda.device_count())
-    return system_devices
+    return b.visible_device_count(system_devices)
 
 
 def attention_implementation(attention: str, backend: str, optimum_habana_version: str | None = None) -> str | None:
@@ -110,15 +108,7 @@ def attention_implementation(attention: str, backend: str, optimum_habana_versio
         raise ConfigError(f"lora_finetune attention {attention!r} unknown; allowed: {', '.join(ATTENTIONS)}")
     if attention == "eager":
         return "eager"
-    if backend == "hpu":
-        from packaging.version import Version
-
-        if optimum_habana_version and Version(optimum_habana_version) >= Version("1.20"):
-            return "gaudi_fused_sdpa"
-        return None
-    if backend == "cuda" and importlib.util.find_spec("flash_attn") is not None:
-        return "flash_attention_2"
-    return "sdpa"
+    return backends.get(backend).flash_attention(optimum_habana_version)
 
 
 def plan_run(strategy: str, devices: int, attention: str, system, settings: LoraSettings,
@@ -131,7 +121,8 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"lora_finetune strategy {strategy!r} unknown; allowed: {', '.join(STRATEGIES)}")
-    ohv = _version("optimum-habana") if system.backend == "hpu" else None
+    ops = backends.get(system.backend)
+    ohv = _version("optimum-habana") if ops.optimum_habana else None
     impl = attention_implementation(attention, system.backend, ohv)
     notes = []
     precision = settings.precision
@@ -155,13 +146,13 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     if strategy != "single" and devices < 2:
         return Plan(**base, status="unsupported", reason=f"strategy {strategy!r} needs at least 2 devices")
     if devices > available:
-        what = "CPU cores (one gloo process each)" if system.backend == "cpu" else f"{system.backend} devices"
+        what = f"{system.backend} devices" if ops.accelerator else "CPU cores (one gloo process each)"
         return Plan(**base, status="unsupported", reason=f"{devices} devices requested, {system.name} has {available} {what}")
-    if strategy == "fsdp" and system.backend == "cpu":
+    if strategy == "fsdp" and not ops.accelerator:
         return Plan(**base, status="unsupported", reason=FSDP_CPU_REASON.format(accelerate=_version("accelerate")))
     if strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
         return Plan(**base, status="unsupported", reason="deepspeed not installed")
-    if system.backend == "hpu" and importlib.util.find_spec("optimum") is None:
+    if ops.optimum_habana and importlib.util.find_spec("optimum") is None:
         return Plan(**base, status="unsupported", reason="optimum-habana not installed")
     return Plan(**base)
 

@@ -20,7 +20,7 @@ def make_step_timer(device, world: int):
             self._t0 = None
 
         def on_step_begin(self, args, state, control, **kw):
-            if device.backend == "cuda":
+            if device.ops.uses_device_events:
                 import torch
 
                 ev = torch.cuda.Event(enable_timing=True)
@@ -45,7 +45,7 @@ def make_step_timer(device, world: int):
                                     "args_world_size": t.args.world_size,
                                     "process_group": dist.get_backend() if dist.is_initialized() else None,
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
-            if device.backend == "cuda":
+            if device.ops.uses_device_events:
                 import torch
 
                 ev = torch.cuda.Event(enable_timing=True)
@@ -57,7 +57,7 @@ def make_step_timer(device, world: int):
                 self.samples_ms.append((time.perf_counter() - self._t0) * 1e3)
 
         def finish(self) -> tuple[list[float], str]:
-            if device.backend == "cuda":
+            if device.ops.uses_device_events:
                 import torch
 
                 torch.cuda.synchronize()

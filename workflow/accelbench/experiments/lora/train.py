@@ -39,6 +39,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     import torch
 
+    from ... import backends
     from ...devices import Device
     from ...models.llm import load_causal_lm
 
@@ -47,11 +48,11 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
     if placement is None and threads:
         torch.set_num_threads(max(1, threads // world))
-    if system.backend == "hpu":
+    ops = backends.get(system.backend)
+    if ops.lazy_mode:
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
-    device = Device(system.backend, index=local if system.backend == "cuda" else 0)
-    if system.backend == "cuda":
-        torch.cuda.set_device(local)
+    device = Device(system.backend, index=ops.device_index(local))
+    ops.set_device(local)
     m: dict = {"rank": rank, "world_size": world, "threads": torch.get_num_threads(),
                "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
     tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
@@ -66,7 +67,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     t_phase = time.perf_counter()
     try:
-        gaudi = system.backend == "hpu"
+        gaudi = ops.optimum_habana
         if gaudi:  # gated: only on Gaudi systems
             from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
             from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
@@ -75,14 +76,15 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         from transformers import Trainer, TrainingArguments, default_data_collator
 
         model_spec = dict(spec["model"])
-        weight_dtype = "bfloat16" if plan.precision == "bf16" and system.backend != "cpu" else "float32"
+        weight_dtype = "bfloat16" if plan.precision == "bf16" and ops.accelerator else "float32"
         # ZeRO-3 must see its config before the model is built (zero.Init partitions at load time)
         pre_args = None
         if plan.strategy == "zero3":
             pre_args = TrainingArguments(**training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, None,
                                                                      s.eval_blocks))
         device.reset_peak_memory()
-        free_gib = torch.cuda.mem_get_info(local)[0] / 2**30 if system.backend == "cuda" else None
+        free = ops.free_memory_bytes(device.index)
+        free_gib = free / 2**30 if free is not None else None
         n_config = (count_parameters(model_spec) if model_spec.get("source") == "random" and plan.strategy == "fsdp"
                     else None)
         place = random_init_place(model_spec, system.backend, plan.strategy,
@@ -116,7 +118,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
         n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
-        with_mask = system.backend == "hpu"
+        with_mask = ops.optimum_habana
         train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
@@ -135,7 +137,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         else:
             args = pre_args or TrainingArguments(**kw)
             trainer_cls, extra = Trainer, {}
-            if plan.strategy == "single" and system.backend == "cuda" and args.n_gpu > 1:
+            if plan.strategy == "single" and args.n_gpu > 1:
                 # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
                 # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
                 args._n_gpu = 1

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import contextlib
 
+from ... import backends
 from ...errors import ConfigError
 from .settings import LoraSettings, Plan
-
-DIST_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl"}
 
 # TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
 # training loop; issue 12: the Trainer step was 1.12x a bare loop of the same work on an H200):
@@ -34,6 +33,7 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     """
     from transformers import TrainingArguments
 
+    ops = backends.get(backend)
     fields = TrainingArguments.__dataclass_fields__
     # transformers >= 5 takes the warm-up ratio as a float warmup_steps; 4.x (optimum-habana's) has warmup_ratio
     warmup = {"warmup_steps": s.warmup_ratio} if "warmup_ratio" not in fields else {"warmup_ratio": s.warmup_ratio}
@@ -42,10 +42,11 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
               learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, **warmup,
               max_grad_norm=s.max_grad_norm, max_steps=max_steps, save_strategy="no",
               report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
-              dataloader_drop_last=True, disable_tqdm=False, use_cpu=backend == "cpu")
+              dataloader_drop_last=True, disable_tqdm=False, use_cpu=not ops.accelerator)
     kw.update(NO_STEP_SYNC_ARGS)
-    if backend == "cuda":  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
+    if ops.fused_adamw:  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
         kw["optim"] = "adamw_torch_fused"  # per-tensor loop, whose `step` counter is read on the host)
+    if ops.non_blocking_copies:
         # batches copied to the device without waiting for it (accelerate's default copy blocks the host until the
         # GPU has drained its queue, once per batch tensor of each micro-batch); the DataLoader pins them
         kw.update(accelerator_config={"non_blocking": True}, dataloader_pin_memory=True)
@@ -58,14 +59,14 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     else:
         kw["eval_strategy"] = "no"
     if plan.strategy != "single":
-        kw["ddp_backend"] = DIST_BACKEND[backend]
+        kw["ddp_backend"] = ops.collective
         kw["ddp_find_unused_parameters"] = False
     if plan.strategy == "fsdp":
         kw["fsdp"] = "full_shard auto_wrap"
         # sync_module_states broadcasts rank 0's weights; accelerate supports it only on accelerators (every
         # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU)
         kw["fsdp_config"] = {"transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
-                             "use_orig_params": True, "version": 1, "sync_module_states": backend != "cpu"}
+                             "use_orig_params": True, "version": 1, "sync_module_states": ops.accelerator}
     if plan.strategy == "zero3":
         kw["deepspeed"] = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                                                  "stage3_gather_16bit_weights_on_model_save": True},
