@@ -15,10 +15,10 @@ rm -rf "$work/src/accelbench" "$work/tests" "$work/mutants"
 cp -r "$here/workflow/accelbench" "$work/src/accelbench"
 cp -r "$here/tests" "$here/config" "$here/resources" "$work/"
 only='src/accelbench/measure.py","src/accelbench/ncu.py'
-tests='"tests/test_measure.py","tests/test_ncu.py"'
+tests='"tests/unit/test_measure.py","tests/unit/test_ncu.py"'
 if [ "${MUTATE_QUALITY:-0}" = 1 ]; then
   only="$only\",\"src/accelbench/experiments/unet3d_profile.py"
-  tests="$tests,\"tests/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
+  tests="$tests,\"tests/experiments/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
 fi
 cat > "$work/pyproject.toml" <<TOML
 [project]
@@ -26,13 +26,13 @@ name = "accelbench-mutants"
 version = "0"
 [tool.pytest.ini_options]
 testpaths = ["tests"]
-markers = ["e2e: runs the real Snakemake DAG (slow)"]
+markers = ["unit", "experiments", "workflow", "system"]
 [tool.mutmut]
 source_paths = ["src"]
 only_mutate = ["$only"]
 also_copy = ["config", "resources"]
 pytest_add_cli_args_test_selection = [$tests]
-pytest_add_cli_args = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not e2e"]
+pytest_add_cli_args = ["-x", "-q", "-p", "no:cacheprovider", "-m", "not workflow and not system"]
 process_isolation = "forkserver"
 TOML
 cd "$work"

@@ -1,14 +1,36 @@
-"""Shared fixtures: repository paths, a tiny Study A config, and a CPU system."""
+"""Shared fixtures (repository paths, the tiny config, a CPU system) and the tier markers.
+
+The tests live in tiers that mirror the package: tests/unit (single modules), tests/experiments (one experiment's
+code), tests/workflow (the real Snakemake DAG), tests/system (system packages or a second environment: Slurm,
+containers, a browser, image pins). Each test is marked with its folder's name (`pytest -m unit`, `-m workflow`, ...);
+`python -m pytest` runs them all. The shared helpers (dag.py, fake_results.py, *_helpers.py) stay here, in tests/.
+"""
 
 from __future__ import annotations
 
-import copy
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from accelbench.config import deep_merge
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+TIERS = ("unit", "experiments", "workflow", "system")
+TINY = REPO / "config/examples/tiny.yaml"
+
+if str(TESTS) not in sys.path:  # the helpers import as top-level modules from every tier's folder
+    sys.path.insert(0, str(TESTS))
+
+
+def pytest_collection_modifyitems(config, items):
+    """One marker per tier: the name of the folder under tests/ that holds the test."""
+    for item in items:
+        parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
+        if len(parts) > 1 and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
 @pytest.fixture(autouse=True)
@@ -24,26 +46,9 @@ def default_config() -> dict:
 
 @pytest.fixture
 def tiny_config(default_config) -> dict:
-    """The embedded default shrunk to 16^3 and width 8: seconds per configuration on a CPU."""
-    cfg = copy.deepcopy(default_config)
-    # the tables of these runs hold what they measured; the committed reference runs (reference_runs/, drawn beside
-    # every fresh run by default) are tested on their own (tests/test_reference_runs.py)
-    cfg["reference_runs"] = False
-    cfg["unet3d_profile"].update(warmup=1, repeat=2, quality_sample_steps=2)
-    cfg["unet3d_profile"]["scales"]["small"] = {"volume": [16, 16, 16], "base_channels": 8, "norm_groups": 4,
-                                                 "attention_resolutions": [2]}
-    # SR3 (Study B): 8 -> 32 px, width 8, 3 levels, a few iterations
-    cfg["sr3_scaling"].update(precisions=["fp32"], workload_iterations=8, max_iterations=8, warmup=1, quality_images=2,
-                              quality_sample_steps=4)
-    cfg["sr3_scaling"]["scales"]["small"] = {"hr_size": 32, "inner_channels": 8, "norm_groups": 4, "num_res_blocks": 1,
-                                             "channel_mult": [1, 2, 2], "attention_resolutions": [8]}
-    # LoRA (Study B): real SmolLM2-135M, 16-token blocks, 1 + 2 optimizer steps per run
-    cfg["lora_finetune"]["scales"]["small"] = {"seq_len": 16, "warmup_steps": 1, "timed_steps": 2, "eval_blocks": 2}
-    # Quantization (Study B): real SmolLM2-135M, 16/32-token texts, prune sensitivity only, one bit set per method
-    cfg["llm_quant"].update(sensitivity_tokens=16, eval_tokens=32, chunk_len=16, sensitivity_metrics=["prune"],
-                            submodules="none", throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 2},
-                            bitsets={"fake": [[8, 4, 4]], "torchao": [[16, 8, 8], [8, 4, 4]]})
-    return cfg
+    """config/examples/tiny.yaml merged onto the default, as `snakemake --configfile config/examples/tiny.yaml` does:
+    16^3 volumes, width 8, a few iterations; seconds per configuration on a CPU."""
+    return deep_merge(default_config, yaml.safe_load(TINY.read_text()))
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Hand-made result objects of every experiment, written through the real writers (``results.make_result`` with the
 provenance of ``provenance.collect``), with the fields the aggregations read. Used by the schema and claims tests;
-``tests/test_validate.py`` checks that each of them matches its schema, so they cannot drift from the schemas."""
+``tests/unit/test_validate.py`` checks that each of them matches its schema, so they cannot drift from the schemas."""
 
 from __future__ import annotations
 

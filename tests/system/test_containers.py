@@ -16,7 +16,7 @@ from accelbench.containers import (apptainer_environment, check_images, image_ur
 from accelbench.errors import ConfigError
 from packaging.specifiers import SpecifierSet
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONTAINERS = REPO / "containers"
 
 

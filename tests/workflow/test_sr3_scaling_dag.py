@@ -9,7 +9,6 @@ import yaml
 from dag import snakemake
 
 
-@pytest.mark.e2e
 def test_sr3_scaling_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["sr3_scaling"])
     cfg["sr3_scaling"] = dict(cfg["sr3_scaling"], devices=[1, 2, 4096], precisions=["fp32"])

@@ -28,7 +28,6 @@ def _study_a_one_job(config: dict) -> dict:
     return config
 
 
-@pytest.mark.e2e
 def test_config_value_with_shell_code_fails_cleanly_and_runs_nothing(tmp_path, tiny_config):
     marker = tmp_path / "pwned"
     _write_config(tmp_path, _study_a_one_job(tiny_config), ["unet3d_profile"])
@@ -38,7 +37,6 @@ def test_config_value_with_shell_code_fails_cleanly_and_runs_nothing(tmp_path, t
     assert not marker.exists() and not (tmp_path / "r").exists()
 
 
-@pytest.mark.e2e
 def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_path, tiny_config):
     """One DAG in a folder with a space, from a clone path with a space, with a copied results folder named like
     shell code; then a settings change whose rerun fails (old result back in place), and one that succeeds (old
@@ -101,7 +99,6 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     assert not marker.exists()
 
 
-@pytest.mark.e2e
 def test_shell_lines_carry_spec_files_not_json_and_fit_a_screen(tmp_path, default_config):
     """Every job of the embedded default, printed by a dry run: settings travel as a short spec-file path."""
     _write_config(tmp_path, default_config, default_config["experiments"])
@@ -114,7 +111,6 @@ def test_shell_lines_carry_spec_files_not_json_and_fit_a_screen(tmp_path, defaul
     assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)
 
 
-@pytest.mark.e2e
 def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, tiny_config):
     """Every experiment, the committed reference runs drawn in, and 60 machines' results copied in (300 files): the
     dry run's shell lines still fit a screen and name no result file; each rule that reads results gets them as one

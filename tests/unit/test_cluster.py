@@ -106,7 +106,7 @@ def test_no_loader_call_names_the_dtype_keyword_itself():
     import re
     from pathlib import Path
 
-    package = Path(__file__).resolve().parents[1] / "workflow/accelbench"
+    package = Path(__file__).resolve().parents[2] / "workflow/accelbench"
     offenders = []
     for path in package.rglob("*.py"):
         text = path.read_text()

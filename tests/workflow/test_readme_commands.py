@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "containers/README.md"]
 PLACEHOLDERS = {"<name>": "h100"}
 INSTALL = "python3 -m venv"
@@ -119,12 +119,11 @@ def repo_copy(tmp_path_factory) -> Path:
     fake = root.parent / "bin" / "singularity"
     fake.parent.mkdir()
     fake.write_text('#!/bin/sh\n[ "$1" = --version ] && echo "apptainer version 1.3.4" && exit 0\n'
-                    'echo "stand-in singularity of tests/test_readme_commands.py" >&2; exit 1\n')
+                    'echo "stand-in singularity of tests/workflow/test_readme_commands.py" >&2; exit 1\n')
     fake.chmod(0o755)
     return root
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("doc,command", commands(), ids=[c for _, c in commands()])
 def test_readme_command_runs(repo_copy, doc, command):
     argv = shlex.split(command, comments=True)

@@ -128,7 +128,6 @@ def test_validate_results_command_writes_the_list_and_fails_with_exit_2(tmp_path
     assert Path(ok[0]).exists() and Path(bad[0]).exists()  # nothing is deleted
 
 
-@pytest.mark.e2e
 def test_dag_refuses_a_copied_in_invalid_result_naming_file_and_field(tmp_path, tiny_config):
     """Merging machines = copying results/<system>/ folders: a bad copied-in file stops the DAG before any table."""
     from dag import snakemake, write_config

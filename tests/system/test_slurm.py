@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm/local_cluster.sh"
 
 
@@ -98,7 +98,6 @@ def slurm_config(tiny_config) -> dict:
     return tiny_config
 
 
-@pytest.mark.e2e
 def test_default_dag_through_slurm(slurm_cluster, tmp_path, slurm_config):
     site = write_inputs(tmp_path, slurm_config)
     rc, out = snakemake_slurm(tmp_path, site, "all", "results/cpu/gpu_smoke/devices.json")
@@ -125,7 +124,6 @@ def test_default_dag_through_slurm(slurm_cluster, tmp_path, slurm_config):
     assert {v["state"] for v in accounting.values()} == {"COMPLETED"}, accounting
 
 
-@pytest.mark.e2e
 def test_named_account_is_validated_and_charged(slurm_cluster, tmp_path, slurm_config):
     site = write_inputs(tmp_path, slurm_config, account="accelbench")
     rc, out = snakemake_slurm(tmp_path, site, "results/cpu/gpu_smoke/devices.json", timeout=600)
@@ -142,7 +140,6 @@ def test_named_account_is_validated_and_charged(slurm_cluster, tmp_path, slurm_c
     assert not submitted_jobs(out) and not (other / "results").exists()
 
 
-@pytest.mark.e2e
 def test_cuda_system_submitted_from_gpu_less_node(slurm_cluster, tmp_path, slurm_config):
     """A login node without a GPU plans and submits an H100 DAG; on the (GPU-less) node each job reports its error."""
     slurm_config["system"] = "h100"
@@ -164,7 +161,6 @@ def test_cuda_system_submitted_from_gpu_less_node(slurm_cluster, tmp_path, slurm
     assert smoke["env"]["SLURM_JOB_ID"] in jobs["gpu_smoke"]
 
 
-@pytest.mark.e2e
 def test_refused_submission_names_rule_and_fix(slurm_cluster, tmp_path, slurm_config):
     site = write_inputs(tmp_path, slurm_config, partition="nosuch")
     rc, out = snakemake_slurm(tmp_path, site, timeout=300)

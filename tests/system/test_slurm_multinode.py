@@ -20,7 +20,7 @@ import yaml
 
 from dag import snakemake
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm/local_cluster.sh"
 
 
@@ -69,7 +69,6 @@ def test_non_dividing_device_count_fails_clearly(tmp_path, tiny_config):
     assert snakemake(tmp_path, "--dry-run").returncode == 0  # 4 = 2 nodes x 2 divides
 
 
-@pytest.mark.e2e
 def test_sr3_and_net_smoke_on_two_nodes_through_slurm(two_node_cluster, tmp_path, tiny_config):
     cfg = sr3_config(tiny_config, systems_dir(tmp_path, devices_per_node=1, devices=2), [1, 2])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))

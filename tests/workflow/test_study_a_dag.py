@@ -15,7 +15,6 @@ def write_config(workdir: Path, config: dict) -> None:
     _write_config(workdir, config, ["unet3d_profile", "unet3d_ncu"])
 
 
-@pytest.mark.e2e
 def test_bad_config_fails_before_any_rule(tmp_path, tiny_config):
     tiny_config["unet3d_profile"]["configurations"] = ["baseline", "tf33"]
     write_config(tmp_path, tiny_config)
@@ -26,7 +25,6 @@ def test_bad_config_fails_before_any_rule(tmp_path, tiny_config):
     assert not (tmp_path / "results").exists() and not (tmp_path / "resources").exists()
 
 
-@pytest.mark.e2e
 def test_unknown_system_fails_before_any_rule(tmp_path, tiny_config):
     tiny_config["system"] = "h100"
     write_config(tmp_path, tiny_config)
@@ -38,7 +36,6 @@ def test_unknown_system_fails_before_any_rule(tmp_path, tiny_config):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.e2e
 def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     write_config(tmp_path, tiny_config)
     res = tmp_path / "results" / "cpu" / "unet3d_profile" / "whole_head"
@@ -84,7 +81,6 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
 
-@pytest.mark.e2e
 def test_lint_and_dry_run_without_cores(tmp_path, tiny_config):
     """`snakemake --lint` is clean, and a dry run of every experiment needs no --cores (rules ask for the machine
     lazily), as `snakemake -n` and `snakemake --report` are used."""

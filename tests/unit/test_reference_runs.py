@@ -9,7 +9,7 @@ import yaml
 from accelbench import provenance, reference_runs, results
 from accelbench.errors import DataError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_readme_section_matches_the_committed_reference_runs():

@@ -9,7 +9,6 @@ import yaml
 from dag import snakemake
 
 
-@pytest.mark.e2e
 def test_llm_quant_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["llm_quant"])
     # Study B's accuracy tasks: a HellaSwag-format set made here (BoolQ has no local data: `unsupported`)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 PACKAGE = "accelbench"
-ROOT = Path(__file__).resolve().parents[1] / "workflow" / PACKAGE
+ROOT = Path(__file__).resolve().parents[2] / "workflow" / PACKAGE
 
 # A cycle that involves one of these modules (or packages) fails test_no_import_cycle_in_the_aggregation_layer.
 CHECKED = ("accelbench.aggregate", "accelbench.reference_runs")

@@ -142,7 +142,6 @@ def test_lora_counts_gpt2_conv1d_targets():
     assert counts["trainable"] == counts["expected"] == 4 * (16 + 48)
 
 
-@pytest.mark.e2e
 def test_nested_config_and_relative_mri_folder_under_another_directory(tmp_path, tiny_config):
     """`--config 'unet3d_profile={repeat: 5}'` is accepted; a relative data.mri.folder resolves against the
     repository under `snakemake -s repo/Snakefile -d elsewhere` (a dry run: the spec files say where it points)."""

@@ -15,7 +15,7 @@ from accelbench import backends
 from accelbench.backends.base import Backend
 from accelbench.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "workflow/accelbench"
 
 # Modules that ask the backend object instead of comparing backend names (keep this list when converting more).
