@@ -4,6 +4,8 @@ provenance of ``provenance.collect``), with the fields the aggregations read. Us
 
 from __future__ import annotations
 
+import copy
+
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -145,3 +147,17 @@ def write(results_dir: Path, objs: list[dict]) -> list[str]:
         p.write_text(json.dumps(r))
         paths.append(str(p))
     return paths
+
+
+def mutate(obj: dict, path: str, value=None, delete=False) -> dict:
+    """A deep copy of result ``obj`` with the dotted ``path`` set to ``value`` (or deleted)."""
+    obj = copy.deepcopy(obj)
+    *parents, last = path.split(".")
+    cur = obj
+    for k in parents:
+        cur = cur[int(k)] if isinstance(cur, list) else cur[k]
+    if delete:
+        del cur[last]
+    else:
+        cur[int(last) if isinstance(cur, list) else last] = value
+    return obj

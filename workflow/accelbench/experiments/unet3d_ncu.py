@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .. import backends, measure, ncu
 from ..launcher import accelbench_command
+from ..outcome import Outcome
 from .unet3d_profile import VARIANTS, unsupported_reason
 
 EXPERIMENT = "unet3d_ncu"
@@ -182,10 +183,9 @@ class Settings(dict):
         return cls(spec)
 
 
-def run(spec: Settings, ctx) -> "Outcome":
+def run(spec: Settings, ctx) -> Outcome:
     """Counters of the configuration's step (:func:`profile_counters`), selected from the kernel table beside
     ``ctx.inputs["profile_result"]``."""
-    from ..harness import Outcome
 
     profile = Path(ctx.inputs["profile_result"])
     table = profile.with_name("kernels.csv")

