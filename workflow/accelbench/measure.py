@@ -62,7 +62,9 @@ class StepClock:
 
     CUDA: a pair of CUDA events around each step, read at :meth:`timing` (device time; no host sync inside the
     loop, so the host may queue the next step as in a plain training loop). CPU/HPU: ``synchronize`` (HPU: after
-    ``mark_step``, which cuts the lazy graph) then ``time.perf_counter`` around each step. Times in ms.
+    ``mark_step``, which cuts the lazy graph) then ``time.perf_counter`` around each step. ``wall=True`` takes the
+    second way on every backend: for whole phases with much host work (a perplexity pass, an lm-eval task), whose
+    time is wall time. Times in ms.
 
     Usage::
 
@@ -70,11 +72,12 @@ class StepClock:
         for batch in batches:
             clock.start(); step(batch); clock.stop()
         timing = clock.timing(warmup=0)
+        seconds = clock.seconds()           # the last step, in s
     """
 
-    def __init__(self, device: Device):
+    def __init__(self, device: Device, wall: bool = False):
         self.device = device
-        self.events = device.ops.uses_device_events
+        self.events = device.ops.uses_device_events and not wall
         self.method = "cuda_events" if self.events else "synchronize+perf_counter"
         self._pairs: list = []
         self._samples: list[float] = []
@@ -111,6 +114,10 @@ class StepClock:
             torch.cuda.synchronize()
             return [a.elapsed_time(b) for a, b in self._pairs if b is not None]
         return list(self._samples)
+
+    def seconds(self) -> float:
+        """The last timed step, in seconds."""
+        return self.samples()[-1] / 1e3
 
     def timing(self, warmup: int = 0) -> "Timing":
         """:class:`Timing` of the steps timed so far (``warmup``: untimed steps before them, recorded).

@@ -5,10 +5,10 @@ quantized model in memory, from local data only (nothing is downloaded).
 from __future__ import annotations
 
 import contextlib
-import time
 
 from ...devices import Device
 from ...errors import DataError
+from ...measure import StepClock
 
 # Study B's accuracy metric per task: HellaSwag acc_norm (length-normalised), BoolQ accuracy.
 STUDY_B_TASK_METRIC = {"hellaswag": "acc_norm", "boolq": "acc"}
@@ -148,15 +148,15 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
             where = f"local folder {folder}" if folder else "Hugging Face datasets cache (offline)"
             try:
                 manager = TaskManager(include_path=local_task_dir(task, folder, tmp), include_defaults=False)
-                device.synchronize()
-                t0 = time.perf_counter()
+                clock = StepClock(device, wall=True)
+                clock.start()
                 res = simple_evaluate(model=lm, tasks=[task], task_manager=manager, num_fewshot=acc.get("num_fewshot", 0),
                                       limit=acc.get("limit"), batch_size=acc.get("batch_size", 1),
                                       log_samples=False, bootstrap_iters=acc.get("bootstrap_iters", 1000),
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed)
-                device.synchronize()
-                wall = time.perf_counter() - t0
+                clock.stop()
+                wall = clock.seconds()
             except (OSError, ValueError, KeyError, DataError, ConnectionError, RuntimeError) as exc:
                 if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
                     raise

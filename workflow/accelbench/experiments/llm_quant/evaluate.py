@@ -5,7 +5,6 @@ perplexity :class:`Evaluator` (with exact reuse of the unchanged decoder prefix)
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 from ... import measure
 from ...devices import Device
 from ...errors import ConfigError, DataError
+from ...measure import StepClock
 from .layers import decoder_layers
 
 # Models whose decoder stack can be restarted at layer i from the cached hidden states (inputs_embeds are
@@ -145,12 +145,12 @@ class Evaluator:
         return math.exp(nll / self.tokens)
 
     def timed_perplexity(self) -> tuple[float, float]:
-        """``(perplexity, wall seconds)`` of one full evaluation (device synchronized)."""
-        self.device.synchronize()
-        t0 = time.perf_counter()
+        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.StepClock`, wall mode)."""
+        clock = StepClock(self.device, wall=True)
+        clock.start()
         ppl = self.perplexity()
-        self.device.synchronize()
-        return ppl, time.perf_counter() - t0
+        clock.stop()
+        return ppl, clock.seconds()
 
 
 def throughput(model, device: Device, vocab: int, batch: int, seq_len: int, warmup: int, repeat: int,

@@ -5,11 +5,11 @@ writes the result files.
 
 from __future__ import annotations
 
-import time
 
 import torch
 
 from ...errors import ConfigError, DataError
+from ...measure import StepClock
 from .evaluate import Evaluator, load_text, token_chunks
 from .layers import decoder_layers
 from .methods import MethodRun, run_method, torchao_probe
@@ -64,14 +64,16 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
     limit = spec.get("prefix_cache_limit_gib", 8) * 2**30
     if ev.reuse_prefix and ev.cache_nbytes(model.config.hidden_size, n_layers) > limit:
         ev.reuse_prefix = False
-    t0 = time.perf_counter()
+    clock = StepClock(device, wall=True)
+    clock.start()
     try:
         sens = sensitivity_map(model, ev, spec["sensitivity_metrics"], spec["prune_amount"], spec["group_size"],
                                spec["submodules"])
     except device.out_of_memory_errors() as exc:
         return ({"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib},
                  "reason": f"out of device memory: {str(exc).splitlines()[0]}"}, {"layers": [], "submodules": []})
-    wall = time.perf_counter() - t0
+    clock.stop()
+    wall = clock.seconds()
     alloc = allocations(sens["layers"], spec["sensitivity_metrics"], seed=spec.get("seed", 0))
     for m, by in alloc.items():
         for c, ranks in by.items():

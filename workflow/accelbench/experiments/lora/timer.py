@@ -1,34 +1,27 @@
-"""Study B LoRA: the per-optimizer-step timer of a Trainer run (a ``TrainerCallback``)."""
+"""Study B LoRA: the per-optimizer-step timer of a Trainer run, a ``TrainerCallback`` built on the package's one step
+clock (:class:`accelbench.measure.StepClock`)."""
 
 from __future__ import annotations
 
-import time
+from ...measure import StepClock
 
 
 def make_step_timer(device, world: int):
-    """A ``TrainerCallback`` timing each optimizer step (all micro-batches, clipping, optimizer, scheduler):
-    CUDA events on CUDA (read after training), else ``synchronize`` + ``time.perf_counter``. Times in ms."""
+    """A ``TrainerCallback`` timing each optimizer step (all micro-batches, clipping, optimizer, scheduler) with a
+    :class:`~accelbench.measure.StepClock`: CUDA events on CUDA (read after training), else ``mark_step`` +
+    ``synchronize`` + ``time.perf_counter``. Times in ms. After the first step it also records which wrapper and
+    distributed set-up Trainer used (``wrapped_as``, ``distributed``)."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
-            self.samples_ms: list[float] = []
+            self.clock = StepClock(device)
             self.trainer = None  # set after the Trainer is built
             self.wrapped_as: str | None = None
             self.distributed: dict | None = None
-            self._events: list = []
-            self._t0 = None
 
         def on_step_begin(self, args, state, control, **kw):
-            if device.ops.uses_device_events:
-                import torch
-
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
-                self._events.append([ev, None])
-            else:
-                device.synchronize()
-                self._t0 = time.perf_counter()
+            self.clock.start()
 
         def on_step_end(self, args, state, control, **kw):
             if self.wrapped_as is None and self.trainer is not None:  # Trainer unwraps the model after training
@@ -45,24 +38,14 @@ def make_step_timer(device, world: int):
                                     "args_world_size": t.args.world_size,
                                     "process_group": dist.get_backend() if dist.is_initialized() else None,
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
-            if device.ops.uses_device_events:
-                import torch
+            self.clock.stop()
 
-                ev = torch.cuda.Event(enable_timing=True)
-                ev.record()
-                self._events[-1][1] = ev
-            else:
-                device.mark_step()
-                device.synchronize()
-                self.samples_ms.append((time.perf_counter() - self._t0) * 1e3)
+        @property
+        def samples_ms(self) -> list[float]:
+            return self.clock.samples()
 
         def finish(self) -> tuple[list[float], str]:
-            if device.ops.uses_device_events:
-                import torch
-
-                torch.cuda.synchronize()
-                return [a.elapsed_time(b) for a, b in self._events if b is not None], "cuda_events"
-            return self.samples_ms, "synchronize+perf_counter"
+            """Every step's time in ms (warm-up steps included: the summary drops them) and the clock's method."""
+            return self.clock.samples(), self.clock.method
 
     return StepTimer()
-
