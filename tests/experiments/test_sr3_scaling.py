@@ -232,7 +232,8 @@ OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_devi
            "images_per_s_per_device", "measured_wall_s", "strong_scaling_total", "weak_scaling_total",
            "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
            "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
-           "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise"}
+           "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
+           "flops", "train_throughput"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
@@ -240,7 +241,8 @@ def _record(rank: int, samples_ms: list[float], **kw) -> dict:
     r = {"rank": rank, "samples_ms": samples_ms, "median_ms": sorted(samples_ms)[len(samples_ms) // 2],
          "method": "synchronize+perf_counter", "warmup": 1, "wall_s": 1.0 + rank, "peak_mem_gib": None,
          "peak_rss_gib": 0.5, "threads": 1, "node": f"n{rank}", "placement": {"threads": 1},
-         "cudnn_benchmark": False, "replica_max_abs_diff": 0.0, "collective_backend": "gloo", **kw}
+         "cudnn_benchmark": False, "replica_max_abs_diff": 0.0, "collective_backend": "gloo",
+         "flops": {"per_device_step": 2_000_000, "method": "torch FlopCounterMode"}, **kw}
     if rank == 0:
         r.update(parameters=123, loss={"first": 1.0, "last10_mean": 0.5, "rank": 0}, quality={"psnr_db": 20.0},
                  train_patches=16, heldout_patches=4)
@@ -258,7 +260,7 @@ def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     assert m["images_per_s"] == pytest.approx(2 * s.batch_size / 0.020) and m["global_batch"] == 2 * s.batch_size
     assert m["rank_median_ms"] == [10.0, 20.0] and m["rank_nodes"] == ["n0", "n1"] and m["peak_mem_gib"] is None
     assert m["ddp_options"] == {"bucket_cap_mb": 5} and m["quality"] == {"psnr_db": 20.0} and m["parameters"] == 123
-    assert set(m) == OK_KEYS - {"launch", "noise"}
+    assert set(m) == OK_KEYS - {"launch", "noise", "flops", "train_throughput"}  # those two: run(), with the system
 
 
 def _job(tmp_path, monkeypatch, default_config, systems, devices):
@@ -359,6 +361,7 @@ def test_ranks_are_merged_into_one_ok_result(tmp_path, default_config, systems, 
     m = r["measurements"]
     assert r["status"] == "ok" and set(m) == OK_KEYS and r["artefacts"] == {"samples": "samples.npz"}
     assert m["iteration"]["samples"] == [5.0, 6.0] and m["rank_nodes"] == ["n0", "n1"]
+    assert m["flops"]["iteration"] == 4_000_000 and m["train_throughput"]["tflop_per_s"] > 0  # 2 ranks' FLOPs
     assert m["launch"]["world_size"] == 2 and m["launch"]["launcher"] == "torchrun --standalone"
     assert m["placement_per_rank"] == [{"threads": 1, "cpus": None}] * 2
     assert set(r["config"]) >= {"devices", "precision", "preset", "run", "settings"}

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from accelbench import measure
+from accelbench import flops, measure
 from accelbench.devices import Device
 from accelbench.measure import KernelRecord
 
@@ -184,7 +184,7 @@ def test_flops_and_mfu():
 
     lin = torch.nn.Linear(64, 32, bias=False)
     x = torch.randn(8, 64)
-    assert measure.count_flops(lambda: lin(x)) == 2 * 8 * 64 * 32
-    r = measure.throughput_and_mfu(1e12, 1000.0, 2.0)
+    assert flops.count_flops(lambda: lin(x)) == 2 * 8 * 64 * 32
+    r = flops.throughput_and_mfu(1e12, 1000.0, 2.0)
     assert r["tflop_per_s"] == pytest.approx(1.0) and r["mfu"] == pytest.approx(0.5)
-    assert measure.throughput_and_mfu(1e12, 1000.0, None)["mfu"] is None
+    assert flops.throughput_and_mfu(1e12, 1000.0, None)["mfu"] is None

@@ -418,23 +418,3 @@ def profile_steps(step: Callable[[], object], device: Device, steps: int, trace_
 
 
 # --------------------------------------------------------------------------- FLOPs and MFU
-def count_flops(fn: Callable[[], object]) -> int:
-    """FLOPs of one call of ``fn`` counted by ``torch.utils.flop_counter.FlopCounterMode``.
-
-    Counts matmul/convolution/attention FLOPs (2 per multiply-add) for forward and backward;
-    elementwise operations are not counted, as is usual for MFU.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return int(counter.get_total_flops())
-
-
-def throughput_and_mfu(flops: int | None, step_ms: float, peak_tflops: float | None) -> dict:
-    """Achieved TFLOP/s = flops / step time; MFU = achieved / peak (dense datasheet peak of the
-    math mode in use, from the system file). Either is None when its inputs are unknown."""
-    if not flops or step_ms <= 0:
-        return {"tflop_per_s": None, "mfu": None, "peak_tflops": peak_tflops}
-    achieved = flops / (step_ms * 1e-3) / 1e12
-    return {"tflop_per_s": achieved, "mfu": achieved / peak_tflops if peak_tflops else None, "peak_tflops": peak_tflops}

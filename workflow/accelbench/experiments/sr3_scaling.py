@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .. import backends, measure
+from .. import backends, flops, measure
 from ..devices import Device
 from ..errors import ConfigError
 from ..outcome import Outcome
@@ -417,6 +417,17 @@ def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, 
     return iters, run_iters, min(warmup, run_iters - 1)
 
 
+def count_step_flops(tr: "Trainer") -> dict:
+    """FLOPs of one rank's training step (:func:`accelbench.flops.count_flops`: ``FlopCounterMode``, matmuls and
+    convolutions, forward + backward), counted on one extra step before the timed run (its loss is not kept). A
+    backend whose ops the counter cannot run records why instead."""
+    try:
+        value = flops.count_flops(tr.train_step)
+    except Exception as exc:  # noqa: BLE001  (any failure of the counter: record it, the timed run is unaffected)
+        return {"per_device_step": None, "method": f"FlopCounterMode failed: {type(exc).__name__}: {exc}"[:300]}
+    return {"per_device_step": value, "method": "torch FlopCounterMode on one extra untimed training step"}
+
+
 def train_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
                workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
                quality_sample_steps: int, seed: int, placement: dict | None = None,
@@ -446,6 +457,7 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
     _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp)
+    step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
     device.reset_peak_memory()
     if world > 1:
         dist.barrier()
@@ -461,7 +473,7 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
               "peak_rss_gib": _peak_rss_gib(), "threads": torch.get_num_threads(),
               "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
-              "collective_backend": pg if world > 1 else None}
+              "collective_backend": pg if world > 1 else None, "flops": step_flops}
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -577,6 +589,12 @@ def run(s: Settings, ctx) -> Outcome:
         return ranks
     m = merge(s.sr3, ranks.records, s.devices, s.precision, ddp=s.ddp, **s.params)
     m["launch"] = ranks.launch
+    # MFU of the job: every rank runs the same step, so the job does devices x one rank's FLOPs per iteration
+    step = ranks.records[0]["flops"]
+    per_device, peak = step["per_device_step"], ctx.system.peak_tflops.get(s.precision)
+    m["flops"] = {**step, "iteration": per_device * s.devices if per_device else None}
+    m["train_throughput"] = flops.throughput_and_mfu(m["flops"]["iteration"], m["iteration"]["median"],
+                                                     peak * s.devices if peak else None)
     return Outcome("ok", m, config=config)
 
 

@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import measure
+from .. import flops, measure
 from ..devices import Device
 from ..outcome import Outcome
 
@@ -436,8 +436,8 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
             eager = Workload(copy.deepcopy(model), settings, dataclasses.replace(variant, compile=False,
                                                                                  compile_mode=None), device,
                              image, mask, seed) if variant.compile else w
-            flops_train = measure.count_flops(eager.train_step)
-            flops_fwd = measure.count_flops(eager.sample_step)
+            flops_train = flops.count_flops(eager.train_step)
+            flops_fwd = flops.count_flops(eager.sample_step)
             del eager
             # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps
             device.reset_peak_memory()
@@ -465,7 +465,7 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
                               "method": f"median reverse step x {settings.timesteps} steps"},
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "flops": {"train_step": flops_train, "forward": flops_fwd},
-        "train_throughput": measure.throughput_and_mfu(flops_train, train.median, peak_tflops),
+        "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
         "train_volumes_per_s": settings.batch_size / (train.median / 1e3),
         "kernels": kernels.to_dict(top=25),
     })

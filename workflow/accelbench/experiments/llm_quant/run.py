@@ -136,8 +136,27 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
         return {"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib}, "allocation": {},
                 "reason": f"out of device memory: {str(exc).splitlines()[0]}"}
     if out["status"] == "ok":
-        out["measurements"].update({"model": info, "data": data_info, "dtype": dtype})
+        m = out["measurements"]
+        m.update({"model": info, "data": data_info, "dtype": dtype})
+        m["eval_throughput"] = eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"],
+                                        system.peak_tflops.get(PEAK_KEY.get(dtype, dtype)))
     return out
+
+
+PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # compute dtype -> system file's peak key
+
+
+def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: float | None) -> dict:
+    """Achieved TFLOP/s and MFU of the perplexity evaluation (Study B's throughput, evaluation tokens / s), from the
+    forward FLOPs per token (:func:`accelbench.flops.forward_flops_per_token`) at ``seq_len``; the peak is the
+    system's for the compute dtype (weight-only quantization computes in it)."""
+    from ...flops import forward_flops_per_token, throughput_and_mfu
+
+    if not (info.get("parameters") and info.get("layers") and info.get("hidden_size") and tokens_per_s):
+        return {**throughput_and_mfu(None, 0.0, peak_tflops), "flops_per_token": None}
+    fpt = forward_flops_per_token(info["parameters"], info["layers"], info["hidden_size"], seq_len)
+    # throughput_and_mfu takes FLOPs per step and ms per step: one "step" here is one second of evaluation
+    return {**throughput_and_mfu(fpt["value"] * tokens_per_s, 1e3, peak_tflops), "flops_per_token": fpt}
 
 
 def importlib_missing(name: str) -> bool:

@@ -25,7 +25,7 @@ Workload (Study B's settings, all from the config):
 
 Measurements: optimizer-step time after warm-up steps (CUDA events / synchronize + host clock, per rank, median and
 spread), samples/s and tokens/s, peak device memory per rank (host peak RSS on CPU), MFU from the named FLOP formula
-(:func:`.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
+(:func:`accelbench.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
 training, and the projected wall time of Study B's epoch (a projection, labelled so).
 
 Example::
@@ -33,7 +33,7 @@ Example::
     accelbench lora-finetune --spec "$(cat spec.json)" --out results/cpu/lora_finetune/smollm2_135m/flash/ddp/n2/result.json
 
 Modules (each imports only those above it; callers import what they use from the submodule):
-  * :mod:`.data` (instruction pairs, concatenated blocks), :mod:`.flops` (FLOPs per token);
+  * :mod:`.data` (instruction pairs, concatenated blocks); FLOPs per token in :mod:`accelbench.flops`;
   * :mod:`.settings`: :class:`~.settings.LoraSettings` and the run plan (strategy, devices, attention, precision);
   * :mod:`.model`: LoRA application, attention setting, where a random-init model is built, memory pre-checks;
   * :mod:`.trainer`: TrainingArguments, the Trainer mixin (loss curve, fast host step, DDP options);

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .flops import flops_per_token
+from ...flops import flops_per_token, throughput_and_mfu
 from .settings import LoraSettings, Plan
 
 
@@ -39,7 +39,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
     peak = system.peak_tflops.get(plan.precision)
     peak_total = peak * world if peak else None
     step_ms = timing["median"]
-    mfu = {k: measure.throughput_and_mfu(fpt[k] * tokens_per_step, step_ms, peak_total) for k in ("6n", "lora")}
+    mfu = {k: throughput_and_mfu(fpt[k] * tokens_per_step, step_ms, peak_total) for k in ("6n", "lora")}
     losses = r0["loss_curve"]
     k = max(1, len(losses) // 4)
     loss = {"per_step": losses, "first_mean": sum(losses[:k]) / k, "last_mean": sum(losses[-k:]) / k,

@@ -11,7 +11,7 @@ import time
 
 from ...errors import DataError
 from .data import build_datasets
-from .flops import lora_flop_counts
+from ...flops import lora_flop_counts
 from .model import apply_lora, count_parameters, random_init_place, set_attention, weights_gib
 from .settings import LoraSettings, Plan, hpu_lazy_mode
 from .timer import make_step_timer

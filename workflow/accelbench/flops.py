@@ -1,7 +1,51 @@
-"""FLOP accounting of a LoRA training step for MFU (used by :mod:`.train` and :mod:`.summary`): the conventional 6N
-upper bound and the LoRA-aware count of the matmuls a step executes (checked against ``torch.utils.flop_counter``)."""
+"""FLOPs and MFU, in one module with their sources.
+
+* :func:`count_flops`: FLOPs of one call counted by ``torch.utils.flop_counter.FlopCounterMode`` (Study A's U-Net
+  step, SR3's training step): matmul/convolution/attention FLOPs, 2 per multiply-add, forward and backward;
+  elementwise operations are not counted, as is usual for MFU.
+* :func:`throughput_and_mfu`: achieved TFLOP/s and MFU against the system file's dense datasheet peak.
+* :func:`forward_flops_per_token`: inference FLOPs per token of a decoder LM (PaLM, Chowdhery et al. 2022, App. B:
+  ``2 N + 4 L d S``), for the quantization study's throughput.
+* :func:`lora_flop_counts` and :func:`flops_per_token`: a LoRA training step, by PaLM's ``6 N + 12 L d S`` (an upper
+  bound for LoRA) and by the matmuls a LoRA step executes (checked against ``FlopCounterMode`` in the tests).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """FLOPs of one call of ``fn`` counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    Counts matmul/convolution/attention FLOPs (2 per multiply-add) for forward and backward;
+    elementwise operations are not counted, as is usual for MFU.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+def throughput_and_mfu(flops: int | None, step_ms: float, peak_tflops: float | None) -> dict:
+    """Achieved TFLOP/s = flops / step time; MFU = achieved / peak (dense datasheet peak of the
+    math mode in use, from the system file). Either is None when its inputs are unknown."""
+    if not flops or step_ms <= 0:
+        return {"tflop_per_s": None, "mfu": None, "peak_tflops": peak_tflops}
+    achieved = flops / (step_ms * 1e-3) / 1e12
+    return {"tflop_per_s": achieved, "mfu": achieved / peak_tflops if peak_tflops else None, "peak_tflops": peak_tflops}
+
+
+def forward_flops_per_token(n_params: int, layers: int, hidden: int, seq_len: int) -> dict:
+    """Inference (forward) FLOPs per token of a decoder LM at sequence length ``seq_len``: ``2 N + 4 L d S``, a third
+    of PaLM's training count ``6 N + 12 L d S`` (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``): 2 FLOPs
+    per weight, and the attention scores and values (``QK^T``, ``PV``) at full, not causal-halved, length.
+
+    Returns:
+        ``{"value", "formula"}`` (FLOPs per token).
+    """
+    return {"value": 2 * n_params + 4 * layers * hidden * seq_len, "formula": "2*N + 4*L*d*S (PaLM App. B, forward)"}
 
 
 def lora_flop_counts(model) -> dict:

@@ -1,9 +1,9 @@
-"""Study B LoRA FLOP accounting (:mod:`accelbench.experiments.lora.flops`)."""
+"""Study B LoRA FLOP accounting (:mod:`accelbench.flops`)."""
 
 import pytest
 import torch
 
-from accelbench.experiments.lora.flops import flops_per_token, lora_flop_counts
+from accelbench.flops import flops_per_token, lora_flop_counts
 from accelbench.experiments.lora.model import apply_lora
 from accelbench.experiments.lora.settings import LoraSettings
 
@@ -36,3 +36,18 @@ def test_lora_flops_match_flop_counter(targets, tied):
     # FlopCounterMode counts in transformers < 4.56 (2e-5 of the total here) and later versions compute without a matmul
     assert f["lora"] == pytest.approx(measured, rel=1e-4), (f["lora_terms"], measured)
     assert f["6n"] > 1.2 * measured  # the conventional 6N is an upper bound for LoRA
+
+
+def test_forward_flops_and_the_quantization_eval_mfu():
+    """Inference FLOPs per token are a third of PaLM's training count; the evaluation's MFU uses them per second."""
+    from accelbench.experiments.llm_quant.run import eval_mfu
+    from accelbench.flops import forward_flops_per_token
+
+    f = forward_flops_per_token(n_params=1000, layers=2, hidden=8, seq_len=4)
+    assert f["value"] == 2 * 1000 + 4 * 2 * 8 * 4 and "PaLM" in f["formula"]
+    assert 3 * f["value"] == flops_per_token(1000, 10, 2, 8, 4)["6n"]
+    info = {"parameters": 1000, "layers": 2, "hidden_size": 8}
+    m = eval_mfu(info, 4, 1e9, 10.0)  # 1e9 tokens/s x 2256 FLOPs = 2.256 TFLOP/s of a 10 TFLOP/s peak
+    assert m["tflop_per_s"] == pytest.approx(2.256) and m["mfu"] == pytest.approx(0.2256)
+    assert m["flops_per_token"]["value"] == 2256
+    assert eval_mfu(info, 4, 1e9, None)["mfu"] is None and eval_mfu({}, 4, 1e9, 10.0)["tflop_per_s"] is None
