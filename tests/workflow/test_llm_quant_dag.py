@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
+import result_keys
 from dag import snakemake
 
 
@@ -75,3 +76,5 @@ def test_llm_quant_dag(tmp_path, tiny_config):
 
     again = snakemake(tmp_path, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    # the result files keep the keys of the embedded default before the restructuring (tests/result_keys.py)
+    assert not result_keys.check(tmp_path / "results"), result_keys.check(tmp_path / "results")

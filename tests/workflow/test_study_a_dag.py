@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import result_keys
 from dag import snakemake
 from dag import write_config as _write_config
 
@@ -79,6 +80,8 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     # 3. nothing left to do
     again = snakemake(tmp_path, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    # the result files keep the keys of the embedded default before the restructuring (tests/result_keys.py)
+    assert not result_keys.check(tmp_path / "results"), result_keys.check(tmp_path / "results")
 
 
 def test_lint_and_dry_run_without_cores(tmp_path, tiny_config):

@@ -1,0 +1,74 @@
+"""The keys of the embedded default's result.json files, kept across restructurings (issue 23).
+
+``tests/fixtures/result_keys.json`` was made from the results of ``snakemake --cores all`` (the embedded default)
+on main 653f960, before the registry/harness/launcher restructuring, by::
+
+    python tests/result_keys.py results > tests/fixtures/result_keys.json
+
+It holds, per (experiment, kind, status), the key paths of each result down to two levels (``measurements.iteration``,
+``config.settings``, ``environment.hardware``, ...): what tables, figures and a reader use. ``kind`` is the
+configuration (Study A), the strategy (LoRA), the method or stage (quantization), one kind for SR3.
+:func:`check` compares fresh results with it: a key may not disappear, and a new one must be declared in
+:data:`ADDED` with the issue that added it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "result_keys.json"
+# keys added since the snapshot, each with why: (experiment, key path)
+ADDED = {
+    ("sr3_scaling", "measurements.flops"): "issue 23: SR3 reports FLOPs per step (FlopCounterMode)",
+    ("sr3_scaling", "measurements.train_throughput"): "issue 23: SR3 reports MFU",
+    ("llm_quant", "measurements.eval_throughput"): "issue 23: quantization reports the evaluation's MFU",
+}
+
+
+def kind(result: dict) -> str:
+    c = result.get("config", {})
+    return str(c.get("configuration") or c.get("strategy") or c.get("method") or "all")
+
+
+def key_paths(obj: dict, depth: int = 2, prefix: str = "") -> set[str]:
+    out = set()
+    for k, v in obj.items():
+        path = f"{prefix}{k}"
+        out.add(path)
+        if depth > 1 and isinstance(v, dict):
+            out |= key_paths(v, depth - 1, path + ".")
+    return out
+
+
+def snapshot(results_dir: str | Path) -> dict:
+    """``{"<experiment>/<kind>/<status>": [key paths]}`` of every result.json under ``results_dir`` (dot folders
+    skipped)."""
+    out: dict[str, set] = {}
+    for p in sorted(Path(results_dir).rglob("result.json")):
+        if any(part.startswith(".") for part in p.parts):
+            continue
+        r = json.loads(p.read_text())
+        out.setdefault(f"{r['experiment']}/{kind(r)}/{r['status']}", set()).update(key_paths(r))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def check(results_dir: str | Path) -> list[str]:
+    """Differences between the results under ``results_dir`` and the committed snapshot, for every
+    (experiment, kind, status) present in both: keys lost, and keys added that :data:`ADDED` does not declare."""
+    before = json.loads(FIXTURE.read_text())
+    now = snapshot(results_dir)
+    problems = []
+    for group in sorted(set(before) & set(now)):
+        experiment = group.split("/")[0]
+        lost = set(before[group]) - set(now[group])
+        added = {k for k in set(now[group]) - set(before[group]) if (experiment, k) not in ADDED}
+        problems += [f"{group}: key {k} lost" for k in sorted(lost)]
+        problems += [f"{group}: key {k} added (declare it in tests/result_keys.py ADDED)" for k in sorted(added)]
+    return problems
+
+
+if __name__ == "__main__":
+    json.dump(snapshot(sys.argv[1]), sys.stdout, indent=1)
+    sys.stdout.write("\n")
