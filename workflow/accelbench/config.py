@@ -44,6 +44,18 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key '{where}': {error.message}"
 
 
+def load_schema(schema_path: str | Path) -> dict:
+    """A JSON schema (YAML or JSON syntax); where it has an ``experiments`` list (the config schema), the names it
+    may hold are filled in from the registry (:mod:`accelbench.registry`), the one place that lists them."""
+    from .registry import names
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    items = schema.get("properties", {}).get("experiments", {}).get("items")
+    if isinstance(items, dict):
+        items["enum"] = list(names())
+    return schema
+
+
 def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") -> list[str]:
     """All schema violations of ``instance`` as one readable line each (empty when valid).
 
@@ -52,8 +64,7 @@ def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") 
         schema_path: path of a JSON schema (YAML or JSON syntax).
         what: name of the checked document, used in the messages.
     """
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(load_schema(schema_path))
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{what}: {_describe(e)}" for e in errors]
 
@@ -81,7 +92,7 @@ def _coerce(value: Any, schema: dict, defs: dict) -> Any:
 
 def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
     """Coerce string leaves of ``config`` in place to the schema's types (see :func:`_coerce`); returns it."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = load_schema(schema_path)
     coerced = _coerce(config, schema, schema.get("$defs", {}))
     config.clear()
     config.update(coerced)

@@ -34,7 +34,9 @@ BASE = "result.json"
 @lru_cache(maxsize=None)
 def _schemas() -> dict[str, dict]:
     folder = resources.files("accelbench") / "schemas"
-    return {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.name.endswith(".json")}
+    schemas = {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.name.endswith(".json")}
+    schemas[BASE]["properties"]["experiment"]["enum"] = list(names())  # the registry lists them, nothing else
+    return schemas
 
 
 @lru_cache(maxsize=None)
