@@ -45,14 +45,19 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def load_schema(schema_path: str | Path) -> dict:
-    """A JSON schema (YAML or JSON syntax); where it has an ``experiments`` list (the config schema), the names it
-    may hold are filled in from the registry (:mod:`accelbench.registry`), the one place that lists them."""
+    """A JSON schema (YAML or JSON syntax). Names listed in one place only are filled in here: where it has an
+    ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.registry`); where it has
+    a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`)."""
+    from .backends import BACKENDS
     from .registry import names
 
     schema = yaml.safe_load(Path(schema_path).read_text())
-    items = schema.get("properties", {}).get("experiments", {}).get("items")
+    props = schema.get("properties", {})
+    items = props.get("experiments", {}).get("items")
     if isinstance(items, dict):
         items["enum"] = list(names())
+    if isinstance(props.get("backend"), dict):
+        props["backend"]["enum"] = list(BACKENDS)
     return schema
 
 

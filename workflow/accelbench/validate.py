@@ -24,6 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from .errors import ResultError
+from .backends import BACKENDS
 from .registry import names
 from .results import SCHEMA_VERSION
 
@@ -35,7 +36,10 @@ BASE = "result.json"
 def _schemas() -> dict[str, dict]:
     folder = resources.files("accelbench") / "schemas"
     schemas = {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.name.endswith(".json")}
-    schemas[BASE]["properties"]["experiment"]["enum"] = list(names())  # the registry lists them, nothing else
+    base = schemas[BASE]
+    base["properties"]["experiment"]["enum"] = list(names())  # the registry lists them, nothing else
+    for where in (base["$defs"]["system"], base["$defs"]["environment"]["properties"]["hardware"]):
+        where["properties"]["backend"]["enum"] = list(BACKENDS)  # so does the backends' table
     return schemas
 
 

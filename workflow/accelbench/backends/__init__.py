@@ -1,19 +1,32 @@
-"""Backends: one module per torch device type, behind ``base.Backend``. To add one (e.g. ROCm):
-1. write ``backends/rocm.py``: ``class RocmBackend(Backend)`` setting every attribute and method of the protocol;
-2. add ``"rocm": RocmBackend`` to :data:`BACKENDS` below, and ``rocm`` to the backend enums of the two schemas;
-3. give it a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and its ``container_image``;
-4. run ``pytest tests/test_backends.py`` (the whole protocol; no name comparisons outside this package)."""
+"""Backends: one module per torch device type, behind ``base.Backend``. To add one (e.g. ROCm), write one file,
+``backends/rocm.py``, defining ``class RocmBackend(Backend)`` with every attribute and method of the protocol and
+``BACKEND = RocmBackend``; give it a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and its
+``container_image``. The table below finds it (every module of this package with a ``BACKEND``), and the system and
+result schemas take their backend names from the table when loaded. ``pytest tests/unit/test_backends.py`` checks
+the whole protocol. A system file (``config/systems/``) and an image (``containers/``) complete the port."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from ..errors import ConfigError
 from .base import Backend
-from .cpu import CpuBackend
-from .cuda import CudaBackend
-from .hpu import HpuBackend
 
-# The one table: backend name (system files' `backend`, torch's device type) -> class.
-BACKENDS: dict[str, type[Backend]] = {"cpu": CpuBackend, "cuda": CudaBackend, "hpu": HpuBackend}
+
+def _discover() -> dict[str, type[Backend]]:
+    """Every module of this package that defines ``BACKEND`` (a :class:`Backend` subclass), by name."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        cls = getattr(module, "BACKEND", None)
+        if cls is not None:
+            found.append(cls)
+    return {cls.name: cls for cls in sorted(found, key=lambda c: c.name)}
+
+
+# The one table: backend name (system files' `backend`, torch's device type) -> class (detect() probes by probe_rank).
+BACKENDS: dict[str, type[Backend]] = _discover()
 
 _instances: dict[str, Backend] = {}
 

@@ -82,3 +82,6 @@ class CpuBackend(Backend):
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
         return {}
+
+
+BACKEND = CpuBackend

@@ -130,3 +130,6 @@ class CudaBackend(Backend):
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
         return {"APPTAINER_NV": "1", "SINGULARITY_NV": "1"}  # --nv: the host driver
+
+
+BACKEND = CudaBackend

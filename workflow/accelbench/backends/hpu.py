@@ -133,3 +133,6 @@ class HpuBackend(Backend):
             env[prefix + "HABANA_VISIBLE_DEVICES"] = visible
             env[prefix + "HABANA_LOGS"] = str(logs)
         return env
+
+
+BACKEND = HpuBackend
