@@ -34,6 +34,14 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
+    if error.validator == "anyOf" and error.context:  # e.g. `experiments`: `all` or a list
+        if isinstance(error.instance, list):  # say what is wrong inside the list
+            error = max((e for e in error.context if e.validator != "const" and e.validator != "type"),
+                        key=lambda e: len(e.absolute_path), default=error)
+        else:
+            where = _key_path(error)
+            choices = [repr(a["const"]) if "const" in a else f"a list ({a.get('type')})" for a in error.validator_value]
+            return f"config key '{where}': {error.instance!r} is not allowed; allowed: {' or '.join(choices)}"
     where = _key_path(error)
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
@@ -53,9 +61,9 @@ def load_schema(schema_path: str | Path) -> dict:
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     props = schema.get("properties", {})
-    items = props.get("experiments", {}).get("items")
-    if isinstance(items, dict):
-        items["enum"] = list(names())
+    for alternative in props.get("experiments", {}).get("anyOf", []):
+        if alternative.get("type") == "array":
+            alternative["items"]["enum"] = list(names())
     if isinstance(props.get("backend"), dict):
         props["backend"]["enum"] = list(BACKENDS)
     return schema
@@ -163,6 +171,10 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
         ConfigError: listing every violation (key path and allowed values), then the cross-field ones
             (:func:`cross_field_errors`).
     """
+    if config.get("experiments") == "all":  # every study experiment of the registry, in its order
+        from .registry import names
+
+        config["experiments"] = list(names())
     coerce_to_schema(config, schema_path)
     problems = schema_errors(config, schema_path)
     if problems:
