@@ -65,7 +65,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
     from . import harness
 
     experiment = registry.get(args.experiment)
-    ctx = harness.context(experiment, args.spec, args.out, _inputs(args, experiment), args.threads, args.overwrite)
+    ctx = harness.context(experiment, args.spec, args.out, _inputs(args, experiment), args.threads)
     harness.run_job(ctx)
 
 

@@ -76,7 +76,6 @@ class JobContext:
     out: Path
     inputs: dict = field(default_factory=dict)
     threads: int = 0
-    overwrite: bool = False
     artefacts: dict = field(default_factory=dict)
     placement: dict | None = None
     _device: Any = None
@@ -162,13 +161,12 @@ def system_from(spec: dict):
     return System(**d)
 
 
-def context(experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict | None = None, threads: int = 0,
-            overwrite: bool = False) -> JobContext:
+def context(experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict | None = None,
+            threads: int = 0) -> JobContext:
     """The :class:`JobContext` of a job (spec loaded, system made; nothing checked or started yet)."""
     spec, sha = load_spec(spec_arg)
     path = spec_arg if sha is not None else spec_path_of(spec)
-    return JobContext(experiment, spec, path, sha, system_from(spec), Path(out), dict(inputs or {}), threads or 0,
-                      overwrite)
+    return JobContext(experiment, spec, path, sha, system_from(spec), Path(out), dict(inputs or {}), threads or 0)
 
 
 # --------------------------------------------------------------------------- the result
