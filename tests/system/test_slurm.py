@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from slurm_cluster import local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm/local_cluster.sh"
@@ -31,19 +32,8 @@ CLUSTER_ENV = {"ACCELBENCH_SLURM_ACCOUNTING": "1", "ACCELBENCH_SLURM_GPUS": "4"}
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
     """A running single-node Slurm (localhost) with accounting; stopped (our PIDs only) after the module's tests."""
-    state = tmp_path_factory.mktemp("slurm_state")
-    env = {**os.environ, **CLUSTER_ENV}
-    up = subprocess.run(["bash", str(SCRIPT), "up", str(state)], capture_output=True, text=True, timeout=900, env=env)
-    try:
-        if up.returncode != 0:
-            message = f"slurm/local_cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
-            if os.environ.get("ACCELBENCH_CI_APT") != "1" and "not installed" in up.stderr:
-                pytest.skip("Slurm/MariaDB packages are not installed and ACCELBENCH_CI_APT is not 1 (only "
-                            ".ci/run lets tests apt-get install): " + up.stderr.strip().splitlines()[-1])
-            pytest.fail(message)
+    with local_cluster(tmp_path_factory.mktemp("slurm_state"), CLUSTER_ENV) as state:
         yield state
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "down", str(state)], capture_output=True, text=True, timeout=120, env=env)
 
 
 def write_inputs(workdir: Path, config: dict, **site) -> Path:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from dag import snakemake
+from slurm_cluster import local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "slurm/local_cluster.sh"
@@ -27,18 +28,9 @@ SCRIPT = REPO / "slurm/local_cluster.sh"
 @pytest.fixture(scope="module")
 def two_node_cluster(tmp_path_factory):
     """A running Slurm with two emulated nodes on localhost; stopped (our PIDs only) afterwards."""
-    state = tmp_path_factory.mktemp("slurm2_state")
-    env = {**os.environ, "ACCELBENCH_SLURM_NODES": "2"}
-    up = subprocess.run(["bash", str(SCRIPT), "up", str(state)], env=env, capture_output=True, text=True, timeout=900)
-    try:
-        if up.returncode != 0:
-            message = f"ACCELBENCH_SLURM_NODES=2 slurm/local_cluster.sh up failed:\n{up.stdout}\n{up.stderr}"
-            if os.environ.get("CI") or os.geteuid() == 0:
-                pytest.fail(message)
-            pytest.skip(message)  # a developer machine without root cannot install/start Slurm
+    with local_cluster(tmp_path_factory.mktemp("slurm2_state"), {"ACCELBENCH_SLURM_NODES": "2"},
+                       "ACCELBENCH_SLURM_NODES=2 slurm/local_cluster.sh up") as state:
         yield state
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "down", str(state)], env=env, capture_output=True, text=True, timeout=120)
 
 
 def systems_dir(tmp_path: Path, devices_per_node: int, devices: int) -> Path:
