@@ -24,6 +24,7 @@ ADDED = {
     ("sr3_scaling", "measurements.flops"): "issue 23: SR3 reports FLOPs per step (FlopCounterMode)",
     ("sr3_scaling", "measurements.train_throughput"): "issue 23: SR3 reports MFU",
     ("llm_quant", "measurements.eval_throughput"): "issue 23: quantization reports the evaluation's MFU",
+    ("sr3_scaling", "measurements.data_path"): "issue 24: how batches reach the device (pinned memory on CUDA)",
 }
 
 

@@ -233,7 +233,7 @@ OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_devi
            "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
            "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
            "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
-           "flops", "train_throughput"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+           "flops", "train_throughput", "data_path"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
@@ -260,7 +260,7 @@ def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     assert m["images_per_s"] == pytest.approx(2 * s.batch_size / 0.020) and m["global_batch"] == 2 * s.batch_size
     assert m["rank_median_ms"] == [10.0, 20.0] and m["rank_nodes"] == ["n0", "n1"] and m["peak_mem_gib"] is None
     assert m["ddp_options"] == {"bucket_cap_mb": 5} and m["quality"] == {"psnr_db": 20.0} and m["parameters"] == 123
-    assert set(m) == OK_KEYS - {"launch", "noise", "flops", "train_throughput"}  # those two: run(), with the system
+    assert set(m) == OK_KEYS - {"launch", "noise", "flops", "train_throughput"}  # data_path: from the records  # those two: run(), with the system
 
 
 def _job(tmp_path, monkeypatch, default_config, systems, devices):
@@ -374,3 +374,20 @@ def test_failed_ranks_fail_the_job(tmp_path, default_config, systems, monkeypatc
     monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, "RuntimeError: boom\n"))
     argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
     assert cli.main(argv) == 2 and not out.exists()
+
+
+def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, monkeypatch):
+    """Issue 24: the DataLoader pins host memory on a backend whose copies overlap the device's work (CUDA), so
+    `.to(non_blocking=True)` never makes the host wait; elsewhere it does not pin (nothing to overlap)."""
+    from accelbench import backends
+    from accelbench.devices import Device
+
+    s = tiny_settings()
+    data = exp.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
+                        np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size)
+    cpu = exp.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    assert cpu.pin_memory is False and cpu.loader.pin_memory is False
+    monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says
+    pinned = exp.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    assert pinned.pin_memory is True and pinned.loader.pin_memory is True
+    assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
