@@ -1,7 +1,7 @@
-"""benchmarks/harness_overhead.py: the interval math of the DDP profile and a 2-rank CPU (gloo) run of `ddp-profile`."""
+"""benchmarks/harness_overhead.py (package benchmarks/overhead/): the interval math of the DDP profile and a 2-rank CPU (gloo) run of `ddp-profile`."""
 
 import csv
-import importlib.util
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -11,26 +11,51 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _module(name: str):
+    """``overhead.<name>`` of the benchmark's package (``benchmarks/overhead/``, beside its CLI)."""
+    bench = str(REPO / "benchmarks")
+    added = bench not in sys.path
+    if added:
+        sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(f"overhead.{name}")
+    finally:
+        if added:
+            sys.path.remove(bench)
+
+
 @pytest.fixture(scope="module")
-def ho():
-    spec = importlib.util.spec_from_file_location("harness_overhead", REPO / "benchmarks/harness_overhead.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def ddp():
+    return _module("ddp_profile")
 
 
-def test_union_and_overlap(ho):
-    assert ho.union([(5, 7), (0, 2), (1, 3), (3, 4), (9, 9), (8, 6)]) == [(0, 4), (5, 7)]
-    assert ho.covered([(0, 2), (1, 3), (10, 11)]) == 4
-    assert ho.overlap([(0, 10)], [(2, 3), (5, 12)]) == 1 + 5
-    assert ho.overlap([(0, 1)], [(1, 2)]) == 0
+@pytest.fixture(scope="module")
+def eff():
+    return _module("efficiency")
+
+
+@pytest.fixture(scope="module")
+def host():
+    return _module("host")
+
+
+@pytest.fixture(scope="module")
+def attribution():
+    return _module("host_attribution")
+
+
+def test_union_and_overlap(ddp):
+    assert ddp.union([(5, 7), (0, 2), (1, 3), (3, 4), (9, 9), (8, 6)]) == [(0, 4), (5, 7)]
+    assert ddp.covered([(0, 2), (1, 3), (10, 11)]) == 4
+    assert ddp.overlap([(0, 10)], [(2, 3), (5, 12)]) == 1 + 5
+    assert ddp.overlap([(0, 1)], [(1, 2)]) == 0
     # communication 0-10 and 20-30, compute 5-25 (in two overlapping pieces): 5 + 5 exposed
     comm, compute = [(0, 10), (20, 30)], [(5, 15), (12, 25)]
-    assert ho.not_overlapped(comm, compute) == 10
-    assert ho.not_overlapped(comm, []) == 20 and ho.not_overlapped([], compute) == 0
+    assert ddp.not_overlapped(comm, compute) == 10
+    assert ddp.not_overlapped(comm, []) == 20 and ddp.not_overlapped([], compute) == 0
 
 
-def test_efficiency_pairs_each_run_with_its_own_one_device_row(ho, tmp_path):
+def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
     """The CSV accumulates sessions (other nodes, other days): an N-device row is divided into the 1-device row of the
     same model measured closest in time, not into another session's."""
     fields = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "when"]
@@ -44,7 +69,7 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(ho, tmp_path):
         w = csv.writer(f)
         w.writerow(fields)
         w.writerows(rows)
-    ho.efficiency(type("A", (), {"csv": str(path)}))
+    eff.efficiency(type("A", (), {"csv": str(path)}))
     out = list(csv.DictReader(open(tmp_path / "h_efficiency.csv")))
     assert [(r["when"], r["one_device_when"]) for r in out] == [("2026-11-30T08:13:29Z", "2026-11-30T08:13:48Z"),
                                                                 ("2026-11-30T13:21:42Z", "2026-11-30T13:20:06Z")]
@@ -52,21 +77,21 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(ho, tmp_path):
     assert [float(r["efficiency_product"]) for r in out] == [0.76, 0.8]
 
 
-def test_profile_metrics_from_a_synthetic_trace(ho):
+def test_profile_metrics_from_a_synthetic_trace(ddp):
     k = lambda name, ts, dur, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}  # noqa: E731
     events = [k("gemm", 0, 400), k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300),
               k("Memcpy HtoD", 700, 100, "gpu_memcpy"), k("gemm", 900, 100),
               {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000}]
-    m = ho.profile_metrics(events, steps=2)  # µs in, ms per step out
+    m = ddp.profile_metrics(events, steps=2)  # µs in, ms per step out
     assert m["window_ms"] == 0.5  # 0 .. 1000 µs over 2 steps
     assert m["gpu_busy_ms"] == pytest.approx(0.4)  # 0-600, 700-800, 900-1000 = 800 µs
     assert m["nccl_ms"] == 0.15 and m["exposed_comm_ms"] == pytest.approx(0.1)  # 400-600 not under compute
     assert m["compute_ms"] == pytest.approx(0.3) and m["gpu_idle_ms"] == pytest.approx(0.1)  # 600-700, 800-900
     assert m["kernels_per_step"] == 1.5
-    assert set(ho.profile_metrics(events[-1:], 2).values()) == {None}  # no device activity (CPU): no device numbers
+    assert set(ddp.profile_metrics(events[-1:], 2).values()) == {None}  # no device activity (CPU): no device numbers
 
 
-def test_ddp_profile_two_gloo_ranks(ho, tmp_path):
+def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):
     """`ddp-profile` on a tiny LoRA Llama, 2 gloo ranks then 1: one row per rank and DDP variant, step and host times,
     the variants' DDP options, threads per rank."""
     import subprocess
@@ -98,14 +123,14 @@ def test_ddp_profile_two_gloo_ranks(ho, tmp_path):
     two = [r for r in two if r not in static]
     assert [(r["variant"], r["rank"]) for r in rows if r["devices"] == "1"] == [("no_ddp", "0")]
     assert json.loads(next(r for r in two if r["variant"] == "one_bucket")["ddp_kwargs"]) == {
-        "bucket_cap_mb": ho.ONE_BUCKET_MB}
+        "bucket_cap_mb": ddp.ONE_BUCKET_MB}
     for r in two + [r for r in rows if r["devices"] == "1"]:
         assert float(r["step_ms"]) > 0 and float(r["host_launch_ms"]) > 0 and r["device"] == "cpu"
         assert r["gpu_busy_ms"] == "" and r["when"].endswith("Z")  # no device activity on CPU: left empty
     assert {r["threads_per_rank"] for r in two} == {"1"}  # 2 cores / 2 ranks
 
 
-def test_ddp_profile_sr3_two_gloo_ranks(ho, tmp_path, default_config, systems):
+def test_ddp_profile_sr3_two_gloo_ranks(tmp_path, default_config, systems):
     """`ddp-profile --experiment sr3` on the small SR3 U-Net (2 gloo ranks): every variant runs (no accumulation)."""
     import subprocess
 
@@ -130,15 +155,15 @@ def test_ddp_profile_sr3_two_gloo_ranks(ho, tmp_path, default_config, systems):
     assert {r["variant"] for r in rows} == {"default", "bucket_view", "static_graph+bucket_view", "one_bucket"}
 
 
-def test_percentiles(ho):
-    assert ho.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
-    p = ho.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values
+def test_percentiles(host):
+    assert host.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
+    p = host.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values
     assert p == {"median_ms": 6.0, "p10_ms": 2.0, "p90_ms": 10.0}
     with pytest.raises(ValueError):
-        ho.percentiles([])
+        host.percentiles([])
 
 
-def test_part_timers_count_outermost_calls_while_enabled_and_restore(ho):
+def test_part_timers_count_outermost_calls_while_enabled_and_restore(attribution):
     """`host-overhead` attributes host time with wrappers on the Trainer's parts: a recursive part (Module.train walks
     every module) counts once per outermost call, nothing is counted while disabled, and the originals come back."""
 
@@ -147,7 +172,7 @@ def test_part_timers_count_outermost_calls_while_enabled_and_restore(ho):
             return 1 if n == 0 else 1 + self.walk(n - 1)
 
     orig = Tree.__dict__["walk"]
-    timers = ho.PartTimers([("walk", Tree, "walk", "trainer", "")])
+    timers = attribution.PartTimers([("walk", Tree, "walk", "trainer", "")])
     assert Tree().walk(3) == 4 and timers.calls["walk"] == 0  # disabled: not counted
     timers.enable()
     assert Tree().walk(5) == 6 and Tree().walk(0) == 1

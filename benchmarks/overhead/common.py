@@ -1,0 +1,102 @@
+"""Shared parts of the harness-overhead benchmarks: the CSV appender, the bare loop's CUDA-event timer, the torchrun
+launch of the CLI's rank subcommands, the result row."""
+
+from __future__ import annotations
+
+import csv
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+CLI = Path(__file__).resolve().parents[1] / "harness_overhead.py"  # the entry point torchrun runs per rank
+
+FIELDS = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "steps",
+          "threads_per_rank", "cudnn_benchmark", "settings", "device", "when"]
+
+
+def _append(csv_path: str, row: dict, fields: list[str] = FIELDS) -> None:
+    """Append ``row`` (its ``fields``) to ``csv_path``, writing the header first for a new file; echo it as JSON."""
+    new = not Path(csv_path).exists()
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k) for k in fields})
+    print(json.dumps({k: row.get(k) for k in fields}), flush=True)
+
+
+def _system(spec: dict):
+    from accelbench.harness import system_from
+
+    return system_from(spec)
+
+
+def _dev() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _empty_cache() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _events_loop(step, warmup: int, repeat: int) -> list[float]:
+    """CUDA-event time (ms) of each of ``repeat`` calls of ``step`` after ``warmup`` untimed calls (CPU smoke runs:
+    the host clock)."""
+    import torch
+
+    for _ in range(warmup):
+        step()
+    if not torch.cuda.is_available():
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            step()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+    torch.cuda.synchronize()
+    pairs = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        pairs.append((a, b))
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
+
+
+def _torchrun(n: int, argv: list[str], threads: int) -> None:
+    """Run ``argv`` (a rank subcommand of :data:`CLI`) on ``n`` torchrun ranks, each with its share of ``threads``;
+    exit with the job's status if it fails."""
+    from accelbench import launch
+
+    proc = launch.run(launch.torchrun_command(n, [str(CLI), *argv]), env=launch.rank_env(threads, n))
+    if proc.returncode:
+        sys.exit(proc.returncode)
+
+
+def _row(experiment, case, devices, harness, bare, product, steps, threads, benchmark, settings):
+    import torch
+
+    return {"experiment": experiment, "case": case, "devices": devices, "harness_ms": round(harness, 3),
+            "bare_ms": round(bare, 3), "harness_over_bare": round(harness / bare, 4),
+            "product_ms": round(product, 3) if product else None, "steps": steps, "threads_per_rank": threads,
+            "cudnn_benchmark": benchmark, "settings": settings,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+
+def _ranks() -> tuple[int, int, int]:
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+

@@ -1,0 +1,223 @@
+"""DDP profile of the bare loop (``ddp-profile``, ``ddp-profile-rank``): step time and torch.profiler device metrics of
+the LoRA or SR3 bare loop per rank count, DDP variant and rank."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import time
+from pathlib import Path
+
+from .common import _empty_cache, _events_loop, _ranks, _system, _torchrun
+from .lora import _lora_case, lora_bare
+from .sr3 import sr3_bare
+
+
+PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
+                  "window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms", "gpu_idle_ms",
+                  "kernels_per_step", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
+                  "device", "note", "when"]
+ONE_BUCKET_MB = 100_000  # larger than any model's gradients here: DDP then all-reduces them in one bucket
+
+
+def union(intervals) -> list[tuple[float, float]]:
+    """Merged, sorted union of ``(start, end)`` intervals (any unit; empty or reversed intervals dropped)."""
+    out: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in intervals if b > a):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def covered(intervals) -> float:
+    """Total length of the union of ``intervals`` (overlaps counted once)."""
+    return sum(b - a for a, b in union(intervals))
+
+
+def overlap(a, b) -> float:
+    """Length of the time covered by both interval sets ``a`` and ``b`` (each merged first)."""
+    ua, ub = union(a), union(b)
+    i = j = 0
+    total = 0.0
+    while i < len(ua) and j < len(ub):
+        lo, hi = max(ua[i][0], ub[j][0]), min(ua[i][1], ub[j][1])
+        total += max(0.0, hi - lo)
+        if ua[i][1] < ub[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def not_overlapped(a, b) -> float:
+    """Length of the time covered by ``a`` and not by ``b``: e.g. communication kernels (``a``) not hidden behind
+    compute kernels (``b``) = exposed communication."""
+    return covered(a) - overlap(a, b)
+
+
+def device_intervals(trace_events: list[dict]) -> tuple[list, list]:
+    """(all device activity, NCCL kernels) as ``(start_us, end_us)`` lists from a Chrome trace's ``traceEvents``
+    (torch.profiler/Kineto): kernels, memcpy and memset; NCCL kernels by name (``nccl...``)."""
+    busy, comm = [], []
+    for e in trace_events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        busy.append(iv)
+        if e["cat"] == "kernel" and "nccl" in str(e.get("name", "")).lower():
+            comm.append(iv)
+    return busy, comm
+
+
+def profile_metrics(trace_events: list[dict], steps: int) -> dict:
+    """Per-step device metrics (ms) of ``steps`` back-to-back profiled steps: the device window (first activity's
+    start to last activity's end), busy time (union of kernels/copies), compute (non-NCCL) and NCCL kernel time,
+    exposed communication (NCCL time not overlapped by compute), device idle within the window, kernel count.
+    All None where the trace has no device activity (CPU runs)."""
+    busy, comm = device_intervals(trace_events)
+    if not busy:
+        return {k: None for k in ("window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms",
+                                  "gpu_idle_ms", "kernels_per_step")}
+    comm_set = set(comm)
+    compute = [iv for iv in busy if iv not in comm_set]
+    window = max(b for _, b in busy) - min(a for a, _ in busy)
+    per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
+    n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    return {"window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
+            "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
+            "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
+
+
+STATIC_GRAPH_NO_SYNC = ("not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "
+                        "(torch 2.13: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED', found on CPU/gloo)")
+
+
+def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str | None]]:
+    """The DDP options compared on the bare loop, as ``(name, DDP kwargs, reason not run)``; on one rank only
+    ``no_ddp`` (no wrapper). ``static_graph`` is not run with gradient accumulation (:data:`STATIC_GRAPH_NO_SYNC`)."""
+    if world == 1:
+        return [("no_ddp", {}, None)]
+    return [("default", {}, None), ("bucket_view", {"gradient_as_bucket_view": True}, None),
+            ("static_graph+bucket_view", {"static_graph": True, "gradient_as_bucket_view": True},
+             STATIC_GRAPH_NO_SYNC if grad_accum > 1 else None),
+            ("one_bucket", {"bucket_cap_mb": ONE_BUCKET_MB}, None)]
+
+
+def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
+    """Warm up, time ``repeat`` steps (CUDA events; host clock on CPU), then profile ``profiled`` back-to-back steps
+    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time
+    per step (the Python call of ``step``, not waiting for the device) and :func:`profile_metrics`."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    step_ms = statistics.median(_events_loop(step, warmup, repeat))
+    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]  # device kernels; host time from the clock
+    host, pairs = [], []
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=acts) as prof:
+        for _ in range(profiled):
+            if cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+            t0 = time.perf_counter()
+            step()
+            host.append((time.perf_counter() - t0) * 1e3)
+            if cuda:
+                b.record()
+                pairs.append((a, b))
+        if cuda:
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    profiled_ms = [a.elapsed_time(b) for a, b in pairs] if cuda else host
+    return {"step_ms": round(step_ms, 3), "step_ms_profiled": round(statistics.median(profiled_ms), 3),
+            "host_launch_ms": round(statistics.median(host), 3), **profile_metrics(events, profiled)}
+
+
+def ddp_profile(args) -> None:
+    """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
+    data = ["--data", args.data] if args.data else []
+    for n in [int(x) for x in str(args.nprocs).split(",") if x]:
+        _torchrun(n, ["ddp-profile-rank", "--experiment", args.experiment, "--result", args.result, "--csv", args.csv,
+                      "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeat", str(args.repeat),
+                      "--profiled", str(args.profiled), *data], args.threads)
+
+
+def ddp_profile_rank(args) -> None:
+    """Bare loop of a LoRA or SR3 result under each DDP variant (:func:`ddp_variants`) on this torchrun job's ranks;
+    each rank's :func:`profile_step` numbers are gathered and rank 0 appends one CSV row per (variant, rank)."""
+    import torch
+    import torch.distributed as dist
+
+    from accelbench import launch
+
+    placement = launch.place_this_rank()
+    result = json.loads(Path(args.result).read_text())
+    rank, world, local = _ranks()
+    if args.experiment == "lora":
+        spec, system, s, plan = _lora_case(result)
+        case = f"{spec['model_name']} {spec['attention']}"
+        settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
+    else:
+        from accelbench.data import sky
+        from accelbench.experiments import sr3_scaling as exp
+
+        spec = result["config"]
+        system = _system(spec)
+        s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+        data = sky.load(args.data)
+        ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)
+        case = spec["precision"]
+        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {spec['precision']}"
+    cuda = system.backend == "cuda"
+    if cuda:
+        torch.cuda.set_device(local)
+    if world > 1:
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rows = []
+    for variant, kw, not_run in ddp_variants(world, s.grad_accum if args.experiment == "lora" else 1):
+        row = {"experiment": args.experiment, "case": case, "devices": world, "rank": rank, "variant": variant,
+               "ddp_kwargs": json.dumps(kw, sort_keys=True), "steps": args.repeat, "profiled_steps": args.profiled,
+               "threads_per_rank": placement["threads"], "settings": settings,
+               "device": torch.cuda.get_device_name(local) if cuda else "cpu"}
+        if not_run:
+            rows.append({**row, "note": not_run, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            continue
+        if args.experiment == "lora":
+            step, net = lora_bare(spec, system, plan, s, rank, world, local, kw)
+        else:
+            dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+            step, net = sr3_bare(s, ds, dev, spec["precision"], spec["run"]["seed"], rank, world,
+                                 local if cuda else None, kw)
+        if world > 1:
+            dist.barrier()
+        m = profile_step(step, args.warmup, args.repeat, args.profiled, cuda)
+        rows.append({**row, **m, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        del step, net
+        _empty_cache()
+    allrows = [rows]
+    if world > 1:
+        allrows = [None] * world
+        dist.all_gather_object(allrows, rows)
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank == 0:
+        new = not Path(args.csv).exists()
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.csv, "a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=PROFILE_FIELDS, lineterminator="\n")
+            if new:
+                w.writeheader()
+            for i in range(len(rows)):
+                for r in allrows:
+                    w.writerow({k: r[i].get(k) for k in PROFILE_FIELDS})
+                    print(json.dumps({k: r[i].get(k) for k in PROFILE_FIELDS}), flush=True)
+

@@ -1,0 +1,71 @@
+"""Study A (``study-a``): the rule's ``unet3d_profile`` step vs a bare loop of the same U-Net, one process."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .common import _append, _dev, _empty_cache, _events_loop, _row, _system
+
+
+def study_a(args) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    from accelbench import measure
+    from accelbench.data.mri import load_case
+    from accelbench.devices import Device
+    from accelbench.experiments import unet3d_profile as exp
+
+    result = json.loads(Path(args.result).read_text())
+    spec = result["config"]
+    system = _system(spec)
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    variant = exp.VARIANTS[spec["configuration"]]
+    image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
+    device = Device(system.backend)
+    warmup, repeat = args.warmup, args.repeat
+    seed = spec["run"]["seed"]
+
+    def harness() -> float:
+        torch.manual_seed(seed)
+        with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
+            w = exp.Workload(exp.build_unet(settings), settings, variant, device, image, mask, seed)
+            t = measure.time_steps(w.train_step, device, warmup, repeat, desc="harness")
+        del w
+        return t.median
+
+    def bare() -> float:
+        torch.manual_seed(seed)
+        with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
+            fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
+            model = exp.build_unet(settings).to(_dev(), memory_format=fmt)
+            net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
+            opt = torch.optim.Adam(model.parameters(), lr=settings.lr,
+                                   **({"fused": True} if variant.fused_adam else {}))
+            sched = exp.build_scheduler(settings)
+            x0 = image.to(_dev()).contiguous(memory_format=fmt)
+            m = mask.to(_dev()).contiguous(memory_format=fmt)
+            dtype = torch.bfloat16 if variant.autocast == "bf16" else None
+
+            def step():
+                t = torch.randint(0, settings.timesteps, (1,), device=_dev())
+                noise = torch.randn_like(x0)
+                x_t = sched.add_noise(original_samples=x0, noise=noise, timesteps=t)
+                with torch.autocast(_dev(), dtype=dtype, enabled=dtype is not None):
+                    pred = net(torch.cat([x_t, m], dim=1), t).float()
+                F.l1_loss(pred, noise).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            samples = _events_loop(step, warmup, repeat)
+        return statistics.median(samples)  # model, net, opt: freed with this frame (step only ran above)
+
+    h = harness()
+    _empty_cache()
+    b = bare()
+    product = result["measurements"]["train_step"]["median"] if result["status"] == "ok" else None
+    _append(args.csv, _row("study_a", spec["configuration"], 1, h, b, product, repeat, torch.get_num_threads(),
+                           variant.cudnn_benchmark, f"{settings.preset} {'x'.join(map(str, settings.volume))}, "
+                                                    f"{variant.precision}, compile={variant.compile}"))
+
