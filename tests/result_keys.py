@@ -25,6 +25,7 @@ ADDED = {
     ("sr3_scaling", "measurements.train_throughput"): "issue 23: SR3 reports MFU",
     ("llm_quant", "measurements.eval_throughput"): "issue 23: quantization reports the evaluation's MFU",
     ("sr3_scaling", "measurements.data_path"): "issue 24: how batches reach the device (pinned memory on CUDA)",
+    ("sr3_scaling", "measurements.math_flags"): "issue 23: TF32 flags, which choose the peak of SR3's MFU",
 }
 
 

@@ -233,7 +233,7 @@ OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_devi
            "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
            "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
            "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
-           "flops", "train_throughput", "data_path"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+           "flops", "train_throughput", "data_path", "math_flags"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
@@ -391,3 +391,15 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     pinned = exp.Trainer(s, Device("cpu"), data, "fp32", seed=0)
     assert pinned.pin_memory is True and pinned.loader.pin_memory is True
     assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
+
+
+def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
+    """fp32 with cuDNN's TF32 on (PyTorch's default on CUDA) is judged against the TF32 peak: on one H200 the
+    FP32 peak gave an MFU of 1.64 (issue 23's GPU check); bf16 against bf16's; N ranks do N x one rank's FLOPs."""
+    peaks = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}
+    first = {"flops": {"per_device_step": 18.5e12, "method": "m"}, "math_flags": {"cudnn_tf32": True}}
+    f, t = exp.job_mfu(first, "fp32", 2, 200.0, peaks)
+    assert f["iteration"] == 37e12 and t["peak_of"] == "tf32" and t["mfu"] == pytest.approx(185 / (2 * 494.7))
+    assert exp.job_mfu({**first, "math_flags": {"cudnn_tf32": False}}, "fp32", 1, 1000.0, peaks)[1]["peak_of"] == "fp32"
+    assert exp.job_mfu(first, "bf16", 1, 100.0, peaks)[1]["mfu"] == pytest.approx(185 / 989.4)
+    assert exp.job_mfu({"flops": {"per_device_step": None, "method": "failed"}}, "bf16", 1, 1.0, peaks)[1]["mfu"] is None

@@ -478,7 +478,10 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
               "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
               "collective_backend": pg if world > 1 else None, "flops": step_flops,
-              "data_path": {"pin_memory": tr.pin_memory, "non_blocking_copies": True, "loader_workers": 0}}
+              "data_path": {"pin_memory": tr.pin_memory, "non_blocking_copies": True, "loader_workers": 0},
+              # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
+              "math_flags": {"cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
+                             "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}}
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -540,6 +543,7 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, precision: s
         "ddp_options": ddp_kwargs(ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
         "rank_median_ms": [r["median_ms"] for r in records],
         "data_path": first.get("data_path"),  # how batches reach the device (pinned host memory on CUDA)
+        "math_flags": first.get("math_flags"),
         "rank_nodes": [r["node"] for r in records],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": first["replica_max_abs_diff"],
         "loss": first["loss"],
@@ -574,6 +578,19 @@ class Settings:
                    spec["precision"], dict(spec["run"]), spec.get("ddp"))
 
 
+def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak_tflops: dict) -> tuple[dict, dict]:
+    """FLOPs per iteration and MFU of a job: every rank runs the same step, so the job does ``devices`` x one rank's
+    FLOPs (``first["flops"]``) per iteration, against ``devices`` x the peak of the math the convolutions (SR3's
+    FLOPs) ran in: TF32 for ``fp32`` where cuDNN allows it (``first["math_flags"]``; PyTorch's default, kept by
+    Study B's code), else the precision's. Returns ``(flops, train_throughput)``."""
+    step, math = first["flops"], first.get("math_flags") or {}
+    peak_key = "tf32" if precision == "fp32" and math.get("cudnn_tf32") else precision
+    per_device, peak = step["per_device_step"], peak_tflops.get(peak_key)
+    total = per_device * devices if per_device else None
+    return ({**step, "iteration": total},
+            {**flops.throughput_and_mfu(total, iteration_ms, peak * devices if peak else None), "peak_of": peak_key})
+
+
 def run(s: Settings, ctx) -> Outcome:
     """One strong-scaling point: ``unsupported`` where the system cannot run it (:func:`unsupported_reason`, against
     the devices visible on this node), else ``s.devices`` DDP ranks (:func:`run_rank`, launched through
@@ -595,12 +612,8 @@ def run(s: Settings, ctx) -> Outcome:
         return ranks
     m = merge(s.sr3, ranks.records, s.devices, s.precision, ddp=s.ddp, **s.params)
     m["launch"] = ranks.launch
-    # MFU of the job: every rank runs the same step, so the job does devices x one rank's FLOPs per iteration
-    step = ranks.records[0]["flops"]
-    per_device, peak = step["per_device_step"], ctx.system.peak_tflops.get(s.precision)
-    m["flops"] = {**step, "iteration": per_device * s.devices if per_device else None}
-    m["train_throughput"] = flops.throughput_and_mfu(m["flops"]["iteration"], m["iteration"]["median"],
-                                                     peak * s.devices if peak else None)
+    m["flops"], m["train_throughput"] = job_mfu(ranks.records[0], s.precision, s.devices, m["iteration"]["median"],
+                                                ctx.system.peak_tflops)
     return Outcome("ok", m, config=config)
 
 
