@@ -236,6 +236,22 @@ def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def per_system_rows(claim: pd.Series, inputs: "ClaimInputs", result_rows: Callable[[list[dict]], pd.DataFrame],
+                    key: Callable[[dict], tuple], observations, **verdict_kw) -> list[dict]:
+    """The rows of a claim judged once per system (:func:`verdict_row`): ``observations(claim, rows, results)`` gets
+    that system's table rows and its results keyed by ``key(result)``; one :func:`not_run` row without results."""
+    exp = claim["experiment"]
+    group = inputs.of(exp)
+    if not group:
+        return [not_run(claim, exp)]
+    rows = []
+    for system, g in inputs.rows(result_rows, exp).groupby("system"):
+        res = {key(r): r for r in group if r["config"]["system"]["name"] == system}
+        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
+                                lambda c=claim, g=g, res=res: observations(c, g, res), **verdict_kw))
+    return rows
+
+
 def not_run(claim: pd.Series, experiment: str) -> dict:
     """The one row of a claim whose experiment has no results."""
     return {**claim_cells(claim), "system": "(none)", "hardware": "none", "measured": "",

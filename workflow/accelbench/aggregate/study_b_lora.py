@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
+from .claims import ClaimInputs, NotMeasured, Observation, per_system_rows  # noqa: E402
 from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
@@ -304,17 +304,8 @@ def _claim_key(r: dict) -> tuple:
 
 def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
     """The claims-table rows of one lora_finetune claim: one per system."""
-    exp = claim["experiment"]
-    group = inputs.of(exp)
-    if not group:
-        return [not_run(claim, exp)]
-    rows = []
-    for system, g in inputs.rows(result_rows, exp).groupby("system"):
-        res = {_claim_key(r): r for r in group if r["config"]["system"]["name"] == system}
-        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
-                                lambda c=claim, g=g, res=res: _observations(c, g, res),
-                                timing_free=TIMING_FREE, direction_only=DIRECTION_ONLY))
-    return rows
+    return per_system_rows(claim, inputs, result_rows, _claim_key, _observations, timing_free=TIMING_FREE,
+                           direction_only=DIRECTION_ONLY)
 
 
 CLAIM_CHECKS = {"lora_finetune": _claim_rows}

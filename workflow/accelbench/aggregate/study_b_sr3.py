@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
-from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, not_run, verdict_row  # noqa: E402
+from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
@@ -339,14 +339,7 @@ def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
         noise = {(r["config"]["system"]["name"], *_claim_key(r)): w for r in group if (w := noise_why(r))}
         ref, _ = read_reference(inputs.published["sr3_reference"])
         return [throughput_order_row(claim, inputs.rows(result_rows, exp), ref, noise)]
-    if not group:
-        return [not_run(claim, exp)]
-    rows = []
-    for system, g in inputs.rows(result_rows, exp).groupby("system"):
-        res = {_claim_key(r): r for r in group if r["config"]["system"]["name"] == system}
-        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
-                                lambda c=claim, g=g, res=res: _observations(c, g, res)))
-    return rows
+    return per_system_rows(claim, inputs, result_rows, _claim_key, _observations)
 
 
 CLAIM_CHECKS = {"sr3_scaling": _claim_rows}
