@@ -22,7 +22,7 @@ def sr3_rank(args) -> None:
     from accelbench import launch, measure, multinode
     from accelbench.data import sky
     from accelbench.devices import Device
-    from accelbench.experiments import sr3_scaling as exp
+    from accelbench.experiments import sr3_model as exp
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())
@@ -76,7 +76,7 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
     import torch
     import torch.nn.functional as F
 
-    from accelbench.experiments import sr3_scaling as exp
+    from accelbench.experiments import sr3_model as exp
 
     torch.manual_seed(seed)
     model = exp.build_unet(s).to(dev)

@@ -10,15 +10,16 @@ import torch
 
 from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
+from accelbench.experiments import sr3_model as sr3
 from accelbench.experiments import sr3_scaling as exp
 
 
-def tiny_settings(**kw) -> exp.SR3Settings:
+def tiny_settings(**kw) -> sr3.SR3Settings:
     preset = dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
                   attention_resolutions=[8], num_heads=1, dropout=0.2, norm_groups=4, timesteps=2000,
                   beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4)
     preset.update(kw)
-    return exp.resolve_settings(preset, "small", {})
+    return sr3.resolve_settings(preset, "small", {})
 
 
 # --------------------------------------------------------------------------- data
@@ -81,13 +82,13 @@ def test_inexact_split_is_refused(devices):
 
 def test_paper_settings_map_sr3(default_config):
     u = default_config["sr3_scaling"]
-    s = exp.resolve_settings(u["preset"], "paper", u["scales"])
+    s = sr3.resolve_settings(u["preset"], "paper", u["scales"])
     assert s.channels == (128, 256, 512, 512, 1024, 1024) and s.lr_size == 64
     assert s.attention_levels == (False, False, False, False, True, False)  # 256 / 2**4 = 16 px
-    small = exp.resolve_settings(u["preset"], "small", u["scales"])
+    small = sr3.resolve_settings(u["preset"], "small", u["scales"])
     assert small.hr_size // small.lr_size == 4 and small.attention_levels == s.attention_levels
     with pytest.raises(ConfigError, match="hr_size"):
-        exp.resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
+        sr3.resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
 
 
 def test_unsupported_cases_have_reasons(systems):
@@ -102,7 +103,7 @@ def test_unsupported_cases_have_reasons(systems):
 
 def test_unet_has_sr3_dropout_and_io():
     s = tiny_settings()
-    model = exp.build_unet(s)
+    model = sr3.build_unet(s)
     x, t = torch.randn(2, 2, 32, 32), torch.tensor([5, 1500])
     model.eval()
     with torch.no_grad():
@@ -133,11 +134,11 @@ def _oracle_chain(sched, x0, steps, ddpm: bool):
 def test_scheduler_round_trip_with_oracle_recovers_the_image():
     s = tiny_settings()
     x0 = torch.rand(1, 1, 16, 16) * 2 - 1
-    sched = exp.build_scheduler(s)
+    sched = sr3.build_scheduler(s)
     assert torch.allclose(sched.betas[[0, -1]].double(), torch.tensor([1e-6, 1e-2], dtype=torch.double), rtol=1e-5)
     out = _oracle_chain(sched, x0, s.timesteps, ddpm=True)
     assert (out - x0).abs().max() < 1e-3
-    assert (_oracle_chain(exp.build_ddim(s), x0, 25, ddpm=False) - x0).abs().max() < 1e-3
+    assert (_oracle_chain(sr3.build_ddim(s), x0, 25, ddpm=False) - x0).abs().max() < 1e-3
     # a wrong oracle (zero noise) does not recover it: the test can fail
     x = torch.randn_like(x0)
     sched.set_timesteps(s.timesteps)
@@ -148,17 +149,17 @@ def test_scheduler_round_trip_with_oracle_recovers_the_image():
 
 def test_quality_metrics_rank_bicubic_above_noise():
     truth = torch.rand(2, 1, 32, 32)
-    good = exp.image_metrics(truth + 0.01 * torch.randn_like(truth), truth)
-    bad = exp.image_metrics(torch.rand_like(truth), truth)
+    good = sr3.image_metrics(truth + 0.01 * torch.randn_like(truth), truth)
+    bad = sr3.image_metrics(torch.rand_like(truth), truth)
     assert good["psnr_db"] > 35 > bad["psnr_db"] and good["ssim"] > bad["ssim"]
 
 
 # --------------------------------------------------------------------------- DDP
 def test_ddp_options():
-    assert exp.ddp_kwargs(None) == {}
-    assert exp.ddp_kwargs({"bucket_cap_mb": 50, "static_graph": None}) == {"bucket_cap_mb": 50}
+    assert sr3.ddp_kwargs(None) == {}
+    assert sr3.ddp_kwargs({"bucket_cap_mb": 50, "static_graph": None}) == {"bucket_cap_mb": 50}
     with pytest.raises(ConfigError, match="sr3_scaling.ddp: unknown"):
-        exp.ddp_kwargs({"find_unused_parameters": True})
+        sr3.ddp_kwargs({"find_unused_parameters": True})
 
 
 def _free_port() -> int:
@@ -180,15 +181,15 @@ def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
     s = tiny_settings()
     rng = np.random.default_rng(0)
     hr = rng.uniform(size=(16, 32, 32)).astype(np.float32)
-    ds = exp.PatchSet(hr, sky.downsample(hr, 4), 32)
+    ds = sr3.PatchSet(hr, sky.downsample(hr, 4), 32)
     ddp = {"gradient_as_bucket_view": True, "static_graph": True, "bucket_cap_mb": None}  # sr3_scaling.ddp
-    tr = exp.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp)
+    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp)
     assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
     indices = sorted(tr.sampler)
     tr.train_step()
     after = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach()
-    spread = exp.replica_spread(tr.model)
+    spread = sr3.replica_spread(tr.model)
     queue.put((rank, spread, float((after - before).abs().max()), indices))
     dist.destroy_process_group()
 
@@ -383,12 +384,12 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     from accelbench.devices import Device
 
     s = tiny_settings()
-    data = exp.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
+    data = sr3.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
                         np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size)
-    cpu = exp.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    cpu = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0)
     assert cpu.pin_memory is False and cpu.loader.pin_memory is False
     monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says
-    pinned = exp.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    pinned = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0)
     assert pinned.pin_memory is True and pinned.loader.pin_memory is True
     assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
 

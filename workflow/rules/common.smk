@@ -159,7 +159,7 @@ def sr3_data(wildcards=None):
 
 
 def sr3_prepare_spec(wildcards):
-    from accelbench.experiments.sr3_scaling import resolve_settings
+    from accelbench.experiments.sr3_model import resolve_settings
 
     u = config["sr3_scaling"]
     s = resolve_settings(u["preset"], wildcards.scale, u.get("scales", {}))

@@ -1,0 +1,304 @@
+"""Study B SR3: the network, its noise schedule, the patch data and one rank's training loop, as the authors' code
+(javierhndev/Super-Resolution-SR3) builds them on MONAI (the mapping of SR3's settings: :mod:`.sr3_scaling`); the job
+that launches, times and merges the ranks is :mod:`.sr3_scaling`."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..devices import Device
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SR3Settings:
+    """Resolved SR3 settings at one scale (see ``sr3_scaling.preset`` in config/config.schema.yaml)."""
+
+    scale: str
+    hr_size: int
+    factor: int
+    inner_channels: int
+    channel_mult: tuple[int, ...]
+    num_res_blocks: int
+    attention_resolutions: tuple[int, ...]
+    num_heads: int
+    dropout: float
+    norm_groups: int
+    timesteps: int
+    beta_start: float
+    beta_end: float
+    lr: float
+    batch_size: int
+
+    @property
+    def lr_size(self) -> int:
+        return self.hr_size // self.factor
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        return tuple(self.inner_channels * m for m in self.channel_mult)
+
+    @property
+    def attention_levels(self) -> tuple[bool, ...]:
+        """Attention at level l iff the feature map there (hr_size / 2**l) is in ``attention_resolutions``."""
+        return tuple(self.hr_size // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels), lr_size=self.lr_size)
+        return d
+
+
+def resolve_settings(preset: dict, scale: str, scales: dict | None) -> SR3Settings:
+    """Merge the paper preset with the override of ``scale`` (``scales: {small: {...}, paper: {...}}``).
+
+    Raises:
+        ConfigError: hr_size not a multiple of factor x 2**(levels - 1).
+    """
+    p = dict(preset)
+    p.update((scales or {}).get(scale) or {})
+    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
+    s = SR3Settings(scale=scale, **p)
+    need = max(s.factor, 2 ** (len(s.channel_mult) - 1))
+    if s.hr_size % need:
+        raise ConfigError(f"sr3_scaling: hr_size {s.hr_size} must be a multiple of {need} "
+                          f"(factor {s.factor}, {len(s.channel_mult)} U-Net levels)")
+    return s
+
+
+# --------------------------------------------------------------------------- model, schedule, data
+def build_unet(s: SR3Settings) -> torch.nn.Module:
+    """MONAI ``DiffusionModelUNet(spatial_dims=2)`` mapped to SR3 (module docstring), fp32 on CPU.
+
+    SR3's dropout (before the second convolution of every resnet block) is added as a forward pre-hook
+    on each block's ``conv2``; it acts in training mode only. MONAI zero-initialises some output
+    convolutions (an untrained net predicts zero noise); those are re-initialised with PyTorch's default.
+    """
+    from monai.networks.nets import DiffusionModelUNet
+    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
+
+    model = DiffusionModelUNet(
+        spatial_dims=2, in_channels=2, out_channels=1, num_res_blocks=[s.num_res_blocks] * len(s.channels),
+        channels=list(s.channels), attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not module.weight.detach().any():
+            module.reset_parameters()
+        if isinstance(module, DiffusionUNetResnetBlock) and s.dropout > 0:
+            module.conv2.register_forward_pre_hook(
+                lambda mod, args, p=s.dropout: (F.dropout(args[0], p=p, training=mod.training),))
+    return model
+
+
+def _float64_schedule(sched, float64: bool):
+    """Recompute betas/alphas/alpha_bar in float64, as SR3's numpy code does. In float32, 1 - alpha_bar at
+    beta = 1e-6 keeps only ~2 significant digits, and MONAI's last reverse step then scales the image by
+    beta_0 / (1 - alpha_bar_0) = 1.013 instead of 1. (Gaudi has no float64: kept float32 there.)"""
+    if float64:
+        sched.betas = sched.betas.double()
+        sched.alphas = 1.0 - sched.betas
+        sched.alphas_cumprod = torch.cumprod(sched.alphas, dim=0)
+    return sched
+
+
+def build_scheduler(s: SR3Settings, float64: bool = True):
+    """MONAI ``DDPMScheduler``: SR3's linear beta schedule (``timesteps`` steps, beta_start .. beta_end).
+
+    ``add_noise`` casts the schedule to the samples' dtype (float32 in training); sampling keeps float64.
+    """
+    from monai.networks.schedulers import DDPMScheduler
+
+    return _float64_schedule(DDPMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
+                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+
+
+def build_ddim(s: SR3Settings, float64: bool = True):
+    """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
+    from monai.networks.schedulers import DDIMScheduler
+
+    return _float64_schedule(DDIMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
+                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+
+
+def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
+    """Bicubic upsampling (B, 1, h, w) -> (B, 1, size, size), as SR3 builds its condition image."""
+    return F.interpolate(lr, size=(size, size), mode="bicubic", align_corners=False)
+
+
+class PatchSet(torch.utils.data.Dataset):
+    """(condition, target) pairs in [-1, 1], each (1, H, W); repeated cyclically up to ``min_len`` items so
+    that every rank gets full batches even when patches are few (paper scale on many devices)."""
+
+    def __init__(self, hr: np.ndarray, lr: np.ndarray, hr_size: int, min_len: int = 0):
+        hr_t = torch.from_numpy(np.ascontiguousarray(hr, dtype=np.float32))[:, None]
+        lr_t = torch.from_numpy(np.ascontiguousarray(lr, dtype=np.float32))[:, None]
+        if hr_t.shape[-1] != hr_size:
+            raise ConfigError(f"sky patches are {hr_t.shape[-1]} px but sr3_scaling hr_size is {hr_size}")
+        self.target = hr_t * 2 - 1
+        self.cond = upsample(lr_t, hr_size).clamp(0, 1) * 2 - 1
+        self.n = len(hr_t)
+        self.length = max(self.n, min_len)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, i: int):
+        return self.cond[i % self.n], self.target[i % self.n]
+
+
+DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
+
+
+def ddp_kwargs(ddp: dict | None) -> dict:
+    """``sr3_scaling.ddp`` as ``DistributedDataParallel`` keyword arguments (unset/None = DDP's default).
+
+    Raises:
+        ConfigError: an unknown option (named).
+    """
+    d = {k: v for k, v in (ddp or {}).items() if v is not None}
+    bad = sorted(set(d) - set(DDP_OPTIONS))
+    if bad:
+        raise ConfigError(f"sr3_scaling.ddp: unknown option(s) {bad}; allowed: {list(DDP_OPTIONS)}")
+    return d
+
+
+class Trainer:
+    """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed, with the ``ddp`` options of
+    :func:`ddp_kwargs`), Adam, scheduler, batches."""
+
+    def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
+                 rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None):
+        self.s, self.device, self.rank, self.world = s, device, rank, world
+        dev = device.torch_device
+        torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
+        self.model = build_unet(s).to(dev)
+        if distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            self.net = DDP(self.model, device_ids=[device.index] if device.ops.ddp_device_ids else None,
+                           **ddp_kwargs(ddp))
+        else:
+            self.net = self.model
+        self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr)
+        self.amp = torch.bfloat16 if precision == "bf16" else None
+        self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        self.sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+        # pinned host memory where copies can overlap the device's work (CUDA): `.to(non_blocking=True)` from pageable
+        # memory makes the host wait for the device before every iteration (issue 24: bf16 on 1 H200, 166 -> 128 ms)
+        self.pin_memory = device.ops.non_blocking_copies
+        self.loader = DataLoader(data, batch_size=s.batch_size, sampler=self.sampler, drop_last=True,
+                                 pin_memory=self.pin_memory)
+        if len(self.loader) == 0:
+            raise ConfigError(f"no full batch of {s.batch_size} per rank from {len(data)} patches over {world} ranks")
+        self.epoch, self._it = 0, iter(self.loader)
+        self.losses: list[float] = []
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            cond, target = next(self._it)
+        except StopIteration:
+            self.epoch += 1
+            self.sampler.set_epoch(self.epoch)
+            self._it = iter(self.loader)
+            cond, target = next(self._it)
+        dev = self.device.torch_device
+        return cond.to(dev, non_blocking=True), target.to(dev, non_blocking=True)
+
+    def predict(self, net, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        with self.device.autocast(self.amp):
+            return net(torch.cat([cond, x_t], dim=1), t).float()
+
+    def train_step(self) -> torch.Tensor:
+        """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam."""
+        cond, target = self.next_batch()
+        dev = self.device.torch_device
+        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
+        noise = torch.randn(target.shape, device=dev, generator=self.gen)
+        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
+        loss = F.l1_loss(self.predict(self.net, x_t, cond, t), noise)
+        loss.backward()
+        self.device.mark_step()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.device.mark_step()
+        return loss.detach()
+
+
+def replica_spread(model: torch.nn.Module) -> float:
+    """Largest difference of any parameter between DDP ranks (0.0 = identical replicas). Collective."""
+    import torch.distributed as dist
+
+    v = torch.nn.utils.parameters_to_vector([p.detach().float() for p in model.parameters()])
+    hi, lo = v.clone(), v.clone()
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    return float((hi - lo).abs().max())
+
+
+@torch.no_grad()
+def super_resolve(model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, steps: int, device: Device,
+                  precision: str, seed: int) -> torch.Tensor:
+    """Sample SR3 for low-resolution images ``lr`` (B, 1, h, w) in [0, 1]; returns (B, 1, H, W) in [0, 1].
+
+    ``steps == timesteps``: SR3's ancestral DDPM chain; fewer: DDIM (eta 0) over ``steps`` strided steps.
+    """
+    dev = device.torch_device
+    model.eval()
+    cond = upsample(lr.to(dev), s.hr_size).clamp(0, 1) * 2 - 1
+    precise = device.ops.float64
+    sched = build_scheduler(s, precise) if steps >= s.timesteps else build_ddim(s, precise)
+    sched.set_timesteps(min(steps, s.timesteps), device=dev)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    x = torch.randn(cond.shape, device=dev, generator=g)
+    amp = torch.bfloat16 if precision == "bf16" else None
+    for ts in tqdm(sched.timesteps, desc="SR3 sampling", leave=False):
+        ti = int(ts)
+        with device.autocast(amp):
+            eps = model(torch.cat([cond, x], dim=1), torch.full((x.shape[0],), ti, device=dev, dtype=torch.long)).float()
+        x, _ = sched.step(eps, ti, x, generator=g) if steps >= s.timesteps else sched.step(eps, ti, x)
+        device.mark_step()
+    model.train()
+    return ((x.float().clamp(-1, 1) + 1) / 2).cpu()
+
+
+def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
+    """Mean PSNR (dB) and 2-D SSIM (7x7 window) of (B, 1, H, W) images in [0, 1] (data range 1)."""
+    from monai.metrics import PSNRMetric, SSIMMetric
+
+    pred, truth = pred.float().clamp(0, 1), truth.float()
+    win = min(7, truth.shape[-1])
+    return {"psnr_db": float(PSNRMetric(max_val=1.0)(pred, truth).mean()),
+            "ssim": float(SSIMMetric(spatial_dims=2, data_range=1.0, win_size=win)(pred, truth).mean())}
+
+
+def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, heldout_lr: np.ndarray, n: int,
+            steps: int, device: Device, precision: str, seed: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``n`` held-out patches.
+
+    Returns ``(metrics, panel)`` where panel holds the first patch's ``lr``, ``bicubic``, ``sr3``, ``truth``.
+    """
+    hr = torch.from_numpy(heldout_hr[:n])[:, None].float()
+    lr = torch.from_numpy(heldout_lr[:n])[:, None].float()
+    bicubic = upsample(lr, s.hr_size).clamp(0, 1)
+    t0 = time.perf_counter()
+    sr = super_resolve(model, s, lr, steps, device, precision, seed)
+    seconds = time.perf_counter() - t0
+    m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)
+    beats = m_sr["psnr_db"] > m_bi["psnr_db"] and m_sr["ssim"] > m_bi["ssim"]
+    note = ("SR3 beats bicubic on both PSNR and SSIM" if beats else
+            "this short training run does not beat plain bicubic upsampling (SR3 needs far more iterations)")
+    sampler = "ddpm" if steps >= s.timesteps else "ddim"
+    metrics = {"images": int(len(hr)), "sample_steps": int(min(steps, s.timesteps)), "sampler": sampler,
+               "sampling_seconds": seconds, "sr3": m_sr, "bicubic": m_bi, "beats_bicubic": bool(beats), "note": note}
+    panel = {"lr": lr[0, 0].numpy(), "bicubic": bicubic[0, 0].numpy(), "sr3": sr[0, 0].numpy(), "truth": hr[0, 0].numpy()}
+    return metrics, panel
