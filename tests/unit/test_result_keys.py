@@ -28,6 +28,7 @@ def test_a_lost_or_undeclared_key_is_named(tmp_path):
     del lost["measurements"]["iteration"]
     lost["measurements"]["surprise"] = 1
     lost["measurements"]["flops"] = 1  # declared in ADDED: allowed
+    lost["config"]["ddp"] = {"bucket_cap_mb": 10}  # an optional setting the config chose: allowed
     _write(tmp_path / "changed", "a", lost)
     assert result_keys.check(tmp_path / "changed") == [
         "sr3_scaling/all/ok: key measurements.iteration lost",
