@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", REPO / "containers/README.md"]
+DOCS = [REPO / "README.md", REPO / "containers/README.md", REPO / "CONTRIBUTING.md"]
 PLACEHOLDERS = {"<name>": "h100"}
 INSTALL = "python3 -m venv"
 
