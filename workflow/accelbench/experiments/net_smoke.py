@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import time
 from dataclasses import dataclass
 
 from .. import backends, measure
@@ -85,16 +84,13 @@ def run_rank(s: Settings, ctx) -> dict:
     rows = []
     for nbytes in s.sizes:
         x = torch.ones(nbytes // 4, dtype=torch.float32, device=device.torch_device)
-        times = []
-        for i in range(s.warmup + s.iters):
+        clock = measure.StepClock(device, wall=True)  # synchronize, host clock, call, synchronize
+        for _ in range(s.warmup + s.iters):
             dist.barrier()
-            device.synchronize()
-            t0 = time.perf_counter()
+            clock.start()
             dist.all_reduce(x)
-            device.synchronize()
-            if i >= s.warmup:
-                times.append((time.perf_counter() - t0) * 1e6)
-        rows.append({"bytes": nbytes, "times_us": times})
+            clock.stop()
+        rows.append({"bytes": nbytes, "times_us": [t * 1e3 for t in clock.samples()[s.warmup:]]})
         del x
     dist.barrier()
     dist.destroy_process_group()

@@ -5,7 +5,6 @@ that launches, times and merges the ranks is :mod:`.sr3_scaling`."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..devices import Device
+from ..measure import StepClock
 from ..errors import ConfigError
 
 
@@ -290,9 +290,11 @@ def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, held
     hr = torch.from_numpy(heldout_hr[:n])[:, None].float()
     lr = torch.from_numpy(heldout_lr[:n])[:, None].float()
     bicubic = upsample(lr, s.hr_size).clamp(0, 1)
-    t0 = time.perf_counter()
+    clock = StepClock(device, wall=True)
+    clock.start()
     sr = super_resolve(model, s, lr, steps, device, precision, seed)
-    seconds = time.perf_counter() - t0
+    clock.stop()
+    seconds = clock.seconds()
     m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)
     beats = m_sr["psnr_db"] > m_bi["psnr_db"] and m_sr["ssim"] > m_bi["ssim"]
     note = ("SR3 beats bicubic on both PSNR and SSIM" if beats else

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,11 +175,12 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
     device.reset_peak_memory()
     if world > 1:
         dist.barrier()
-    t0 = time.perf_counter()
+    whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
+    whole.start()
     timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, warm, run_iters - warm,
                                 desc=f"rank {rank} SR3 train")
-    device.synchronize()
-    wall = time.perf_counter() - t0
+    whole.stop()
+    wall = whole.seconds()
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
     record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,

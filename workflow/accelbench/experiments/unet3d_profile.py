@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -441,11 +440,11 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
             del eager
             # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps
             device.reset_peak_memory()
-            device.synchronize()
-            t0 = time.perf_counter()
+            first = measure.StepClock(device, wall=True)
+            first.start()
             w.train_step()
-            device.synchronize()
-            m["first_train_step_ms"] = (time.perf_counter() - t0) * 1e3
+            first.stop()
+            m["first_train_step_ms"] = first.samples()[0]
             train = measure.time_steps(w.train_step, device, warmup, repeat, desc=f"{variant.name} train")
             peak = device.peak_memory_bytes()
             sample = measure.time_steps(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample")
