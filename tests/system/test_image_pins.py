@@ -75,7 +75,10 @@ def test_study_b_runs_with_the_habana_image_pins(tmp_path):
     (bindir / "accelbench").chmod(0o755)
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     env.pop("PYTHONPATH", None)
-    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *STUDY_B_TESTS], cwd=REPO,
+    env.pop("PYTEST_ADDOPTS", None)  # the outer run's options (its --basetemp, --junitxml) are not the inner run's
+    # a private basetemp: another pytest on the machine must not prune the inner run's folders (venvs, DAG runs)
+    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp_path / "inner"), *STUDY_B_TESTS], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, f"Study B fails under the Habana image's pins {expected}:\n{proc.stdout[-6000:]}"
     skipped_e2e = [ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED") and "tests/workflow/" in ln]
