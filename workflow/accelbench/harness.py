@@ -78,35 +78,21 @@ class JobContext:
     threads: int = 0
     artefacts: dict = field(default_factory=dict)
     placement: dict | None = None
-    _device: Any = None
-
-    @property
-    def device(self):
-        """This job's :class:`accelbench.devices.Device` (made on first use)."""
-        if self._device is None:
-            from .devices import Device
-
-            self._device = Device(self.system.backend)
-        return self._device
 
     @contextlib.contextmanager
     def side_file(self, name: str, key: str | None = None) -> Iterator[Path]:
         """A temporary path (``.partial.<name>``, same suffixes) to write side file ``name`` to; renamed beside the
         result when the body succeeds (a reader never sees a truncated file) and recorded in
         ``artefacts[key or stem]``. A body that leaves the path unwritten records nothing; one that raises leaves
-        nothing behind."""
-        import os
+        nothing behind (:func:`accelbench.results.atomic_path`)."""
+        from .results import atomic_path
 
         path = self.out.with_name(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".partial.{name}")
-        try:
+        with atomic_path(path, required=False) as tmp:
             yield tmp
-            if tmp.exists():
-                os.replace(tmp, path)
-                self.artefacts[key or name.split(".")[0]] = name
-        finally:
-            tmp.unlink(missing_ok=True)
+        if path.exists():
+            self.artefacts[key or name.split(".")[0]] = name
 
     def run_ranks(self, settings, devices: int, key: str):
         """Launch ``devices`` ranks of this experiment's ``run_rank`` and collect them
@@ -141,14 +127,22 @@ def load_spec(value: str) -> tuple[dict, str | None]:
     return spec, hashlib.sha256(text.encode()).hexdigest()
 
 
+SPEC_DIR = Path(".snakemake/accelbench/spec")
+
+
 def spec_path_of(spec: dict) -> str:
-    """A spec file for ``spec`` (content-addressed, like the rules' files): internal launches always pass a file."""
-    from .results import write_json_atomic
+    """``spec`` as a content-addressed file ``.snakemake/accelbench/spec/<sha256[:16]>.json`` (written once,
+    atomically; its name is the hash of its bytes). The rules' ``params.spec`` (``spec_file`` in common.smk) and
+    internal launches alike: a job's settings always travel as a file."""
+    import os
 
     text = json.dumps(spec, indent=1) + "\n"
-    path = Path(".snakemake/accelbench/spec") / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    path = SPEC_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if not path.exists():
-        write_json_atomic(spec, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     return str(path)
 
 
@@ -199,6 +193,16 @@ def guarded(ctx: JobContext) -> Iterator[None]:
         yield
 
 
+def _experiment(ctx: JobContext):
+    """The experiment's module and its ``Settings`` for this job, after its ``prepare_environment`` (if any), which
+    must run before anything imports a vendor stack (Gaudi: lazy or eager mode)."""
+    module = ctx.experiment.load()
+    prepare = getattr(module, "prepare_environment", None)
+    if prepare:
+        prepare(ctx.spec, ctx.system)
+    return module, module.Settings.from_spec(ctx.spec, ctx.system)
+
+
 def run_job(ctx: JobContext) -> dict:
     """The whole sequence of the module docstring for one job; returns the result written.
 
@@ -210,16 +214,12 @@ def run_job(ctx: JobContext) -> dict:
     from .systems import require_backend
 
     start_job()  # host load is recorded from here to the result (measurements.noise)
-    module = ctx.experiment.load()
-    prepare = getattr(module, "prepare_environment", None)
-    if prepare:  # before the device check imports a vendor stack (Gaudi: lazy or eager mode)
-        prepare(ctx.spec, ctx.system)
+    module, settings = _experiment(ctx)
     require_backend(ctx.system)
     if ctx.threads:
         import torch
 
         torch.set_num_threads(ctx.threads)
-    settings = module.Settings.from_spec(ctx.spec, ctx.system)
     with guarded(ctx):
         outcome = module.run(settings, ctx)
         return write_outcome(ctx, outcome)
@@ -241,11 +241,7 @@ def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int 
     placement = launch.place_this_rank()
     ctx = context(get(experiment), spec, out, inputs, threads)
     ctx.placement = placement
-    module = ctx.experiment.load()
-    prepare = getattr(module, "prepare_environment", None)
-    if prepare:
-        prepare(ctx.spec, ctx.system)
-    settings = module.Settings.from_spec(ctx.spec, ctx.system)
+    module, settings = _experiment(ctx)
     rank = int(os.environ.get("RANK", 0))
     path = Path(rank_dir) / f"rank{rank}.json"
     try:

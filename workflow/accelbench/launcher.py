@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import launch, multinode
@@ -47,13 +47,10 @@ class Ranks:
         records: each rank's ``run_rank`` record, in rank order.
         launch: the launch record (:func:`accelbench.multinode.launch_record`): nodes, ranks per node, rendezvous,
             collective backend, NCCL transports.
-        output: the ranks' combined log (stdout and stderr).
     """
 
     records: list[dict]
     launch: dict
-    output: str = ""
-    plan: multinode.NodePlan | None = field(default=None, repr=False)
 
 
 def accelbench_command(args: list[str]) -> list[str]:
@@ -118,8 +115,7 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
                               f"{len(statuses)} rank result(s)); see the log above:\n{tail}")
     for s in statuses:
         ctx.artefacts.update(s.get("artefacts") or {})
-    return Ranks([s["record"] for s in statuses], multinode.launch_record(plan, system.backend, rdzv, output),
-                 output, plan)
+    return Ranks([s["record"] for s in statuses], multinode.launch_record(plan, system.backend, rdzv, output))
 
 
 def in_process(ctx, settings) -> Ranks:

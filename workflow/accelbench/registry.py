@@ -121,11 +121,6 @@ def get(name: str) -> Experiment:
         raise ConfigError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}") from None
 
 
-def by_command(command: str) -> Experiment | None:
-    """The experiment whose measurement command is ``command`` (None for other commands)."""
-    return next((e for e in _ENTRIES if e.command == command), None)
-
-
 def aggregated() -> tuple[Experiment, ...]:
     """Experiments with an aggregation, in registry order (the reference-run tables and the report follow it)."""
     return tuple(e for e in _ENTRIES if e.aggregate)

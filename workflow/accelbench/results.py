@@ -82,14 +82,16 @@ def write_json_atomic(obj: Any, path: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, required: bool = True) -> Iterator[Path]:
     """A temporary name beside ``path`` (``.partial.<name>``, same suffixes) to write a side file to; renamed to
-    ``path`` when the body succeeds, removed when it raises: a reader never sees a truncated side file."""
+    ``path`` when the body succeeds, removed when it raises: a reader never sees a truncated side file. With
+    ``required=False`` a body that did not write the file leaves nothing (no error)."""
     path = Path(path)
     tmp = path.with_name(f".partial.{path.name}")
     try:
         yield tmp
-        os.replace(tmp, path)
+        if required or tmp.exists():
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 

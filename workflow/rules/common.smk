@@ -10,6 +10,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from accelbench import backends, registry
 from accelbench.config import validate_config
+from accelbench.harness import spec_path_of
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, resolve_system
 from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
@@ -47,21 +48,12 @@ wildcard_constraints:
     scale="small|paper",
 
 
-SPEC_DIR = Path(".snakemake/accelbench/spec")
-
-
 def spec_file(spec):
     """A job's resolved settings as a content-addressed file `.snakemake/accelbench/spec/<sha256[:16]>.json` (written
-    once, atomically); its short path is the job's `params.spec`, so a settings change still changes the params (and
-    reruns the job) while the shell line stays short and carries no config text."""
-    text = json.dumps(spec, indent=1) + "\n"
-    path = SPEC_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    return str(path)
+    once, atomically: accelbench.harness.spec_path_of); its short path is the job's `params.spec`, so a settings
+    change still changes the params (and reruns the job) while the shell line stays short and carries no config
+    text."""
+    return spec_path_of(spec)
 
 
 def all_cores(wildcards):

@@ -40,10 +40,6 @@ def make_step_timer(device, world: int):
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
             self.clock.stop()
 
-        @property
-        def samples_ms(self) -> list[float]:
-            return self.clock.samples()
-
         def finish(self) -> tuple[list[float], str]:
             """Every step's time in ms (warm-up steps included: the summary drops them) and the clock's method."""
             return self.clock.samples(), self.clock.method
