@@ -10,6 +10,7 @@ import torch
 
 from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
+from accelbench.experiments import sr3_configs
 from accelbench.experiments import sr3_model as sr3
 from accelbench.experiments import sr3_scaling as exp
 
@@ -82,10 +83,10 @@ def test_inexact_split_is_refused(devices):
 
 def test_paper_settings_map_sr3(default_config):
     u = default_config["sr3_scaling"]
-    s = sr3.resolve_settings(u["preset"], "paper", u["scales"])
+    s = sr3.resolve_settings(u["preset"], "paper", u["scales"]).for_configuration("paper_text")
     assert s.channels == (128, 256, 512, 512, 1024, 1024) and s.lr_size == 64
     assert s.attention_levels == (False, False, False, False, True, False)  # 256 / 2**4 = 16 px
-    small = sr3.resolve_settings(u["preset"], "small", u["scales"])
+    small = sr3.resolve_settings(u["preset"], "small", u["scales"]).for_configuration("paper_text")
     assert small.hr_size // small.lr_size == 4 and small.attention_levels == s.attention_levels
     with pytest.raises(ConfigError, match="hr_size"):
         sr3.resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
@@ -223,8 +224,8 @@ def _spec(default_config, systems, devices):
     u = default_config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
-    return {"system": systems["cpu"].to_dict(), "devices": devices, "precision": "fp32", "preset": u["preset"],
-            "scales": u["scales"], "run": run}
+    return {"system": systems["cpu"].to_dict(), "devices": devices, "configuration": "faithful",
+            "preset": u["preset"], "scales": u["scales"], "run": run}
 
 
 # what an ok result has measured since before the harness and the launcher, plus the launch and noise records
@@ -234,7 +235,9 @@ OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_devi
            "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
            "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
            "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
-           "flops", "train_throughput", "data_path", "math_flags"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+           "flops", "train_throughput", "data_path", "math_flags",
+           # issue 24: the configuration and its series, the host syncs counted over the timed loop, fused Adam
+           "configuration", "host_syncs_timed_per_rank", "host_syncs_method", "fused_adam"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
@@ -253,7 +256,8 @@ def _record(rank: int, samples_ms: list[float], **kw) -> dict:
 def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     s = tiny_settings()
     records = [_record(0, [10.0, 30.0, 10.0]), _record(1, [20.0, 10.0, 20.0])]
-    m = exp.merge(s, records, 2, "fp32", workload_iterations=8, max_iterations=3, warmup=1, ddp={"bucket_cap_mb": 5})
+    m = exp.merge(s, records, 2, sr3_configs.get("fp32"), workload_iterations=8, max_iterations=3, warmup=1,
+                  ddp={"bucket_cap_mb": 5})
     assert m["iteration"]["samples"] == [20.0, 30.0, 20.0] and m["iteration"]["median"] == 20.0
     assert m["iteration"]["warmup"] == 1 and m["iteration"]["method"].endswith("max over 2 ranks")
     assert (m["iterations_per_device"], m["iterations_run"], m["complete"]) == (4, 3, False)
@@ -365,7 +369,8 @@ def test_ranks_are_merged_into_one_ok_result(tmp_path, default_config, systems, 
     assert m["flops"]["iteration"] == 4_000_000 and m["train_throughput"]["tflop_per_s"] > 0  # 2 ranks' FLOPs
     assert m["launch"]["world_size"] == 2 and m["launch"]["launcher"] == "torchrun --standalone"
     assert m["placement_per_rank"] == [{"threads": 1, "cpus": None}] * 2
-    assert set(r["config"]) >= {"devices", "precision", "preset", "run", "settings"}
+    assert set(r["config"]) >= {"devices", "precision", "preset", "run", "settings", "configuration", "series"}
+    assert (r["config"]["configuration"], r["config"]["series"], r["config"]["precision"]) == ("faithful", "faithful", "fp32")
     assert np.load(out.with_name("samples.npz"))["sr3"].shape == (2, 2)
 
 
@@ -404,3 +409,120 @@ def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
     assert exp.job_mfu({**first, "math_flags": {"cudnn_tf32": False}}, "fp32", 1, 1000.0, peaks)[1]["peak_of"] == "fp32"
     assert exp.job_mfu(first, "bf16", 1, 100.0, peaks)[1]["mfu"] == pytest.approx(185 / 989.4)
     assert exp.job_mfu({"flops": {"per_device_step": None, "method": "failed"}}, "bf16", 1, 1.0, peaks)[1]["mfu"] is None
+
+
+# --------------------------------------------------------------------------- issue 24: the series and their settings
+def _paper(default_config, attention: str):
+    u = default_config["sr3_scaling"]
+    return sr3.resolve_settings(u["preset"], "paper", u["scales"]).for_configuration(attention)
+
+
+def _meta_forward(s, batch: int = 4) -> tuple[int, float]:
+    """Parameters and forward GFLOP of the paper-width U-Net, on the meta device (shapes only: no memory, no math)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        model = sr3.build_unet(s)
+        x, t = torch.zeros(batch, 2, s.hr_size, s.hr_size), torch.zeros(batch, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(x, t)
+    return sum(p.numel() for p in model.parameters()), counter.get_total_flops() / 1e9
+
+
+def test_faithful_attention_sits_where_the_authors_code_put_it(default_config):
+    """The authors' unet.py counts attention levels from the JSON's image_size 128 (data: 256 px), so attn_res [16]
+    lands on the 32-px level with 512 channels: forward FLOPs equal their network's (6,225 GFLOP at batch 4) and
+    the parameters are within 2% of its 542.7 M (MONAI's blocks differ slightly; resources/reference README)."""
+    s = _paper(default_config, "as_run")
+    assert s.attention_levels == (False, False, False, True, False, False) and s.channels[3] == 512
+    assert s.hr_size // 2**3 == 32
+    params, gflop = _meta_forward(s)
+    assert gflop == pytest.approx(6225, abs=1)
+    assert params == pytest.approx(542.7e6, rel=0.02)
+    text = _paper(default_config, "paper_text")  # the paper's text: the 16-px level
+    assert text.attention_levels == (False, False, False, False, True, False)
+    small = sr3.resolve_settings(default_config["sr3_scaling"]["preset"], "small", default_config["sr3_scaling"]["scales"])
+    assert small.attention_levels == s.attention_levels  # the CPU size keeps the level
+
+
+def test_configurations_record_what_each_series_runs():
+    faithful = sr3_configs.get("faithful")
+    assert (faithful.series, faithful.precision, faithful.attention) == ("faithful", "fp32", "as_run")
+    assert faithful.cudnn_benchmark and faithful.host_syncs and not faithful.compile
+    text = sr3_configs.get("fp32")
+    assert (text.series, text.attention, text.cudnn_benchmark, text.host_syncs) == ("paper_text", "paper_text", False, False)
+    for name in ("bf16", "bf16_compile", "bf16_compile_channels_last"):
+        c = sr3_configs.get(name)
+        assert c.series == "ours" and c.attention == "as_run" and not c.host_syncs and c.precision == "bf16"
+    assert sr3_configs.get("bf16_compile").compile and sr3_configs.get("bf16_compile").fused_adam
+    with pytest.raises(ConfigError, match="sr3_scaling.configurations: unknown configuration 'fp16'"):
+        sr3_configs.get("fp16")
+    assert sr3_configs.of_result({"config": {"precision": "bf16"}}).name == "bf16"  # results from before the series
+    assert sr3_configs.environment("faithful", "hpu") == {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
+    assert sr3_configs.environment("faithful", "cuda") == {} and sr3_configs.environment("bf16", "hpu") == {}
+
+
+def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
+    authors = default_config["sr3_scaling"]["authors_iterations_per_device"]
+    faithful, ours = sr3_configs.get("faithful"), sr3_configs.get("bf16")
+    assert sr3_configs.study_b_iterations(faithful, 64, 40000, authors) == 620  # "n_iter": 62e1
+    assert sr3_configs.study_b_iterations(ours, 64, 40000, authors) == 625
+    assert sr3_configs.study_b_iterations(faithful, 8, 40000, authors) == 5000
+    s = tiny_settings()
+    records = [_record(r, [10.0, 10.0]) for r in range(2)]
+    m = exp.merge(s, records, 2, faithful, workload_iterations=8, max_iterations=2, warmup=0,
+                  authors_iterations_per_device={"2": 7})
+    assert m["study_b_projection"]["iterations"] == 7 and "job file" in m["study_b_projection"]["method"]
+    assert m["configuration"]["series"] == "faithful" and m["configuration"]["host_syncs"]
+
+
+def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):
+    """The faithful step reads the loss (loss.item()) and, distributed, waits at a barrier every iteration; ours
+    returns the loss as a device tensor and never waits (the timed loop adds no host synchronisation)."""
+    from accelbench.devices import Device
+
+    s = tiny_settings()
+    data = sr3.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
+                        np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size)
+    item = torch.Tensor.item
+    reads = []
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(self.numel()) or item(self))
+    counts = {}
+    for syncs in (True, False):  # the difference: the authors' loss read (Adam reads its step counts either way)
+        tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, host_syncs=syncs)
+        reads.clear()
+        tr.train_step()
+        counts[syncs] = len(reads)
+    assert counts[True] == counts[False] + 1
+    tr = sr3.Trainer(s, Device("cpu"), data, "bf16", seed=0, channels_last=True)
+    reads.clear()
+    tr.train_step()
+    assert len(reads) == counts[False]
+
+
+def test_ours_loss_curve_is_checked_against_the_faithful_run():
+    ok = sr3_configs.loss_agreement([1.0, 0.9, 0.8], [1.0, 0.92, 0.81])
+    assert ok["within"] and ok["iterations"] == 3 and ok["tolerance"] == sr3_configs.LOSS_TOLERANCE
+    off = sr3_configs.loss_agreement([1.0, 0.5], [1.0, 1.0, 1.0])
+    assert off["within"] is False and off["iterations"] == 2 and off["relative_difference"] == pytest.approx(0.25)
+    assert sr3_configs.loss_agreement([], [1.0])["within"] is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the sync debug mode is CUDA's)")
+def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
+    """On a GPU: the host synchronisations inside the timed loop are counted (torch.cuda.set_sync_debug_mode):
+    none for ours, at least one per iteration for the faithful series (its loss.item())."""
+    from accelbench import measure
+    from accelbench.devices import Device
+
+    s = tiny_settings()
+    data = sr3.PatchSet(np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
+                        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32), s.hr_size)
+    device = Device("cuda", 0)
+    for conf, expect_syncs in (("bf16", False), ("faithful", True)):
+        c = sr3_configs.get(conf)
+        tr = sr3.Trainer(s, device, data, c.precision, seed=0, host_syncs=c.host_syncs)
+        assert tr.loader.pin_memory
+        with exp.count_host_syncs(device) as syncs:
+            measure.time_steps(tr.train_step, device, 2, 5)
+        assert (syncs["count"] >= 5) if expect_syncs else syncs["count"] == 0, (conf, syncs)

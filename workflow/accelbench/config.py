@@ -55,8 +55,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
 def load_schema(schema_path: str | Path) -> dict:
     """A JSON schema (YAML or JSON syntax). Names listed in one place only are filled in here: where it has an
     ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.registry`); where it has
-    a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`)."""
+    a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`); SR3's configuration names
+    from :mod:`accelbench.experiments.sr3_configs`."""
     from .backends import BACKENDS
+    from .experiments.sr3_configs import CONFIGURATIONS
     from .registry import names
 
     schema = yaml.safe_load(Path(schema_path).read_text())
@@ -66,6 +68,9 @@ def load_schema(schema_path: str | Path) -> dict:
             alternative["items"]["enum"] = list(names())
     if isinstance(props.get("backend"), dict):
         props["backend"]["enum"] = list(BACKENDS)
+    sr3 = props.get("sr3_scaling", {}).get("properties", {}).get("configurations")
+    if sr3:
+        sr3["items"]["enum"] = list(CONFIGURATIONS)
     return schema
 
 

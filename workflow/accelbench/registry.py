@@ -86,7 +86,7 @@ _ENTRIES = (
     Experiment("unet3d_ncu", "A", "unet3d_ncu", "unet3d-ncu", ("{model}/{configuration}",),
                aggregate="study_a_ncu", reference="study_a_claims.csv", reads=("unet3d_profile",),
                inputs=("image", "mask", "profile_result"), targets=("study_a/counters.csv",)),
-    Experiment("sr3_scaling", "B", "sr3_scaling", "sr3-train", ("{precision}/devices_{devices}",),
+    Experiment("sr3_scaling", "B", "sr3_scaling", "sr3-train", ("{configuration}/devices_{devices}",),
                aggregate="study_b_sr3", reference="study_b_sr3_scaling.csv", side_files=("samples.npz",),
                ranks=True, inputs=("data",), targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png")),
     Experiment("llm_quant", "B", "llm_quant", "llm-quant", ("{model}/sensitivity", "{model}/{method}/{bitset}"),

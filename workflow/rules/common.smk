@@ -142,8 +142,8 @@ def unet3d_ncu_spec(wildcards):
 # --------------------------------------------------------------------------- Study B: SR3 scaling
 def sr3_scaling_results(system=SYSTEM.name):
     u = config["sr3_scaling"]
-    return expand(f"{RESULTS}/{system}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json",
-                  precision=u["precisions"], devices=u["devices"])
+    return expand(f"{RESULTS}/{system}/sr3_scaling/{{configuration}}/devices_{{devices}}/result.json",
+                  configuration=u["configurations"], devices=u["devices"])
 
 
 def sr3_data(wildcards=None):
@@ -165,8 +165,10 @@ def sr3_scaling_spec(wildcards):
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
+    run["authors_iterations_per_device"] = dict(u.get("authors_iterations_per_device") or {})
     ddp = {k: v for k, v in (u.get("ddp") or {}).items() if v is not None}  # in the spec only when set
-    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices), "precision": wildcards.precision,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices),
+                       "configuration": wildcards.configuration,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run, **({"ddp": ddp} if ddp else {})})
 
 

@@ -16,13 +16,13 @@ rule sr3_train:
     input:
         data=sr3_data,
     output:
-        protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}/result.json")),
+        protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}/result.json")),
     log:
-        f"logs/{{system}}/sr3_scaling/{{precision}}/devices_{{devices}}.log",
+        f"logs/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}.log",
     params:
         spec=sr3_scaling_spec,
     wildcard_constraints:
-        precision="fp32|bf16",
+        configuration="[a-z0-9_]+",
         devices="[0-9]+",
     threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:

@@ -36,6 +36,9 @@ class SR3Settings:
     beta_end: float
     lr: float
     batch_size: int
+    # the size the authors' U-Net starts its attention bookkeeping at (their JSON's "image_size": 128 at 256 px data):
+    # attention sits where unet_image_size / 2**level is listed. None: hr_size, the paper text's reading
+    unet_image_size: int | None = None
 
     @property
     def lr_size(self) -> int:
@@ -47,8 +50,15 @@ class SR3Settings:
 
     @property
     def attention_levels(self) -> tuple[bool, ...]:
-        """Attention at level l iff the feature map there (hr_size / 2**l) is in ``attention_resolutions``."""
-        return tuple(self.hr_size // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
+        """Attention at level l iff ``unet_image_size / 2**l`` (as the authors' code counts; default hr_size / 2**l,
+        the feature map's size, as the paper's text reads) is in ``attention_resolutions``."""
+        start = self.unet_image_size or self.hr_size
+        return tuple(start // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
+
+    def for_configuration(self, attention: str) -> "SR3Settings":
+        """These settings with the attention placement of a configuration: ``as_run`` keeps ``unet_image_size``,
+        ``paper_text`` drops it (attention at the listed feature-map sizes)."""
+        return self if attention == "as_run" else dataclasses.replace(self, unet_image_size=None)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -89,7 +99,8 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
         channels=list(s.channels), attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
         num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
     for module in model.modules():
-        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not module.weight.detach().any():
+        if (isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not module.weight.is_meta
+                and not module.weight.detach().any()):
             module.reset_parameters()
         if isinstance(module, DiffusionUNetResnetBlock) and s.dropout > 0:
             module.conv2.register_forward_pre_hook(
@@ -174,11 +185,15 @@ class Trainer:
     :func:`ddp_kwargs`), Adam, scheduler, batches."""
 
     def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
-                 rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None):
+                 rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None, *,
+                 compile: bool = False, fused_adam: bool = False, channels_last: bool = False,
+                 host_syncs: bool = False):
         self.s, self.device, self.rank, self.world = s, device, rank, world
+        self.distributed, self.host_syncs = distributed, host_syncs
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.model = build_unet(s).to(dev)
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.model = build_unet(s).to(dev, memory_format=self.memory_format)
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -186,8 +201,11 @@ class Trainer:
                            **ddp_kwargs(ddp))
         else:
             self.net = self.model
+        if compile:  # DDP-wrapped: TorchDynamo splits the graph at DDP's buckets (DDPOptimizer)
+            self.net = torch.compile(self.net)
         self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr)
+        self.fused_adam = bool(fused_adam and device.ops.fused_adamw)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr, **({"fused": True} if self.fused_adam else {}))
         self.amp = torch.bfloat16 if precision == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
         from torch.utils.data import DataLoader, DistributedSampler
@@ -211,15 +229,19 @@ class Trainer:
             self.sampler.set_epoch(self.epoch)
             self._it = iter(self.loader)
             cond, target = next(self._it)
-        dev = self.device.torch_device
-        return cond.to(dev, non_blocking=True), target.to(dev, non_blocking=True)
+        dev, fmt = self.device.torch_device, self.memory_format
+        return (cond.to(dev, non_blocking=True, memory_format=fmt),
+                target.to(dev, non_blocking=True, memory_format=fmt))
 
     def predict(self, net, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         with self.device.autocast(self.amp):
-            return net(torch.cat([cond, x_t], dim=1), t).float()
+            x = torch.cat([cond, x_t], dim=1).contiguous(memory_format=self.memory_format)
+            return net(x, t).float()
 
     def train_step(self) -> torch.Tensor:
-        """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam."""
+        """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam.
+        With ``host_syncs`` (the authors' ``sr.py``/``model.py``) it ends with ``loss.item()`` and, distributed,
+        ``dist.barrier()``: two host synchronisations per iteration."""
         cond, target = self.next_batch()
         dev = self.device.torch_device
         t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
@@ -231,6 +253,12 @@ class Trainer:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.device.mark_step()
+        if self.host_syncs:
+            loss.item()
+            if self.distributed:
+                import torch.distributed as dist
+
+                dist.barrier()
         return loss.detach()
 
 

@@ -61,9 +61,11 @@ from ..devices import Device
 from ..errors import ConfigError
 from ..outcome import Outcome
 from .sr3_model import PatchSet, SR3Settings, Trainer, ddp_kwargs, quality, replica_spread, resolve_settings
+from . import sr3_configs
+from .sr3_configs import Configuration
 
 EXPERIMENT = "sr3_scaling"
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16")  # of the configurations (sr3_configs)
 STUDY_B_WORKLOAD = 40000  # iterations x devices in Study B's strong-scaling runs (see resources/reference)
 
 
@@ -142,11 +144,42 @@ def count_step_flops(tr: "Trainer") -> dict:
     return {"per_device_step": value, "method": "torch FlopCounterMode on one extra untimed training step"}
 
 
-def train_rank(settings: SR3Settings, system, devices: int, precision: str, data: dict[str, np.ndarray], *,
+class count_host_syncs:
+    """Context manager counting the host synchronisations of the code inside it: CUDA's sync debug mode ``warn``
+    (each synchronising call warns once; the warnings are recorded, not shown). Other backends: ``{}`` (not
+    counted). Yields a dict filled on exit: ``count`` and ``method``."""
+
+    def __init__(self, device: Device):
+        self.device, self.result, self._ctx = device, {}, None
+
+    def __enter__(self) -> dict:
+        if self.device.backend == "cuda":
+            import warnings
+
+            self._ctx = warnings.catch_warnings(record=True)
+            self._log = self._ctx.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        return self.result
+
+    def __exit__(self, *exc) -> None:
+        if self._ctx is None:
+            return
+        torch.cuda.set_sync_debug_mode("default")
+        self._ctx.__exit__(*exc)
+        n = sum("synchronizing" in str(w.message) for w in self._log)
+        self.result.update(count=n, method="torch.cuda.set_sync_debug_mode('warn') over the timed loop")
+
+
+def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration, data: dict[str, np.ndarray], *,
                workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
                quality_sample_steps: int, seed: int, placement: dict | None = None,
-               ddp: dict | None = None) -> tuple[dict, dict[str, np.ndarray] | None]:
-    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) and measure it.
+               ddp: dict | None = None, **_) -> tuple[dict, dict[str, np.ndarray] | None]:
+    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
+    (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
+    it. On CUDA the timed loop runs under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations it
+    makes are counted and recorded (``host_syncs_timed``; the faithful series makes its two per iteration, the others
+    none).
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
     timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 then samples the held-out patches for PSNR/SSIM
@@ -169,16 +202,21 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
         raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
     device = Device(system.backend, backends.get(system.backend).device_index(local))
     _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
+    precision = conf.precision
+    torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp)
+    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
+                 compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
+                 host_syncs=conf.host_syncs)
     step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
     device.reset_peak_memory()
     if world > 1:
         dist.barrier()
     whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
     whole.start()
-    timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, warm, run_iters - warm,
-                                desc=f"rank {rank} SR3 train")
+    with count_host_syncs(device) as syncs:
+        timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, warm, run_iters - warm,
+                                    desc=f"rank {rank} SR3 train")
     whole.stop()
     wall = whole.seconds()
     spread = replica_spread(tr.model) if world > 1 else 0.0
@@ -188,6 +226,8 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
               "peak_rss_gib": _peak_rss_gib(), "threads": torch.get_num_threads(),
               "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
+              "host_syncs_timed": syncs.get("count"), "host_syncs_method": syncs.get("method"),
+              "fused_adam": tr.fused_adam,
               "collective_backend": pg if world > 1 else None, "flops": step_flops,
               "data_path": {"pin_memory": tr.pin_memory, "non_blocking_copies": True, "loader_workers": 0},
               # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
@@ -200,23 +240,26 @@ def train_rank(settings: SR3Settings, system, devices: int, precision: str, data
         return record, None
     q, panel = quality(tr.model, settings, data["heldout_hr"], data["heldout_lr"], quality_images,
                        quality_sample_steps, device, precision, seed)
+    curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
     record.update(parameters=sum(p.numel() for p in tr.model.parameters()),
-                  loss={"first": float(tr.losses[0]),
-                        "last10_mean": float(torch.stack(tr.losses[-min(10, len(tr.losses)):]).mean()), "rank": 0},
+                  loss={"first": curve[0], "last10_mean": float(np.mean(curve[-10:])), "rank": 0,
+                        "curve": curve, "mean": float(np.mean(curve))},
                   quality=q, train_patches=int(len(data["train_hr"])), heldout_patches=int(len(data["heldout_hr"])))
     return record, panel
 
 
-def merge(settings: SR3Settings, records: list[dict], devices: int, precision: str, *, workload_iterations: int,
-          max_iterations: int, warmup: int, ddp: dict | None = None, **_) -> dict:
+def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Configuration, *, workload_iterations: int,
+          max_iterations: int, warmup: int, ddp: dict | None = None, authors_iterations_per_device: dict | None = None,
+          **_) -> dict:
     """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first).
 
     The slowest rank sets the pace of a synchronous DDP step: the iteration time is the per-iteration maximum over
     ranks (:func:`accelbench.measure.merge_ranks`). Times in ms (iterations) or s (totals), memory in GiB,
     throughput in images/s.
     """
-    first = records[0]
+    first, precision = records[0], conf.precision
     iters, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
+    study_b_iters = sr3_configs.study_b_iterations(conf, devices, STUDY_B_WORKLOAD, authors_iterations_per_device)
     it = measure.merge_ranks([r["samples_ms"] for r in records], warm, first["method"])
     wall_max = max(r["wall_s"] for r in records)
     it_s = it.median / 1e3
@@ -225,6 +268,9 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, precision: s
     peaks = [r["peak_mem_gib"] for r in records]
     return {
         "parameters": first["parameters"], "precision": precision, "devices": devices,
+        "configuration": conf.to_dict(),
+        "host_syncs_timed_per_rank": [r.get("host_syncs_timed") for r in records],
+        "host_syncs_method": first.get("host_syncs_method"), "fused_adam": first.get("fused_adam"),
         "collective_backend": first["collective_backend"],
         "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
         "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
@@ -241,10 +287,11 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, precision: s
             "label": "projection", "iterations": workload_iterations, "seconds": it_s * workload_iterations,
             "method": f"median iteration x {workload_iterations} iterations per device (constant per-device work)"},
         "study_b_projection": {
-            "label": "projection", "workload_iterations": STUDY_B_WORKLOAD, "iterations": STUDY_B_WORKLOAD // devices,
-            "minutes": it_s * (STUDY_B_WORKLOAD // devices) / 60, "scale": settings.scale,
-            "method": f"median iteration x {STUDY_B_WORKLOAD // devices} (Study B: 40,000 / {devices} devices) at "
-                      f"{settings.scale} scale"},
+            "label": "projection", "workload_iterations": STUDY_B_WORKLOAD, "iterations": study_b_iters,
+            "minutes": it_s * study_b_iters / 60, "scale": settings.scale,
+            "method": f"median iteration x {study_b_iters} (Study B: "
+                      + ("the authors' job file's count" if study_b_iters != STUDY_B_WORKLOAD // devices
+                         else "40,000") + f" / {devices} devices) at {settings.scale} scale"},
         "peak_mem_gib_per_rank": peaks,
         "peak_mem_gib": max(peaks) if all(p is not None for p in peaks) else None,
         "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in records],
@@ -271,22 +318,36 @@ def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
 # --------------------------------------------------------------------------- the job (accelbench.harness)
 @dataclass(frozen=True)
 class Settings:
-    """One sr3_scaling job (one ``<precision>/devices_<devices>`` result): the SR3 settings at the system's scale
-    (:class:`SR3Settings`), the device count and precision, the run parameters (``workload_iterations``,
+    """One sr3_scaling job (one ``<configuration>/devices_<devices>`` result): the SR3 settings at the system's scale
+    (:class:`SR3Settings`, with the configuration's attention placement), the device count and configuration
+    (:mod:`.sr3_configs`), the run parameters (``workload_iterations``,
     ``max_iterations``, ``warmup``, ``quality_images``, ``quality_sample_steps``, ``seed``: config ``sr3_scaling``)
     and the DDP options (``sr3_scaling.ddp``; None: DDP's defaults)."""
 
     sr3: SR3Settings
     devices: int
-    precision: str
+    conf: Configuration
     params: dict
     ddp: dict | None = None
 
+    @property
+    def precision(self) -> str:
+        return self.conf.precision
+
     @classmethod
     def from_spec(cls, spec: dict, system) -> "Settings":
-        """From the rule's spec: ``{devices, precision, preset, scales, run, ddp?}``."""
-        return cls(resolve_settings(spec["preset"], system.scale, spec.get("scales", {})), int(spec["devices"]),
-                   spec["precision"], dict(spec["run"]), spec.get("ddp"))
+        """From the rule's spec: ``{devices, configuration, preset, scales, run, ddp?}`` (``configuration``: a name of
+        :data:`.sr3_configs.CONFIGURATIONS`; its attention placement is applied to the resolved settings)."""
+        conf = sr3_configs.get(spec["configuration"])
+        sr3 = resolve_settings(spec["preset"], system.scale, spec.get("scales", {})).for_configuration(conf.attention)
+        return cls(sr3, int(spec["devices"]), conf, dict(spec["run"]), spec.get("ddp"))
+
+
+def prepare_environment(spec: dict, system) -> None:
+    """Before the device runtime loads: the configuration's environment (:func:`.sr3_configs.environment`: the
+    authors' Gaudi variables for the faithful series on ``hpu``); a variable the user set is kept."""
+    for key, value in sr3_configs.environment(spec["configuration"], system.backend).items():
+        os.environ.setdefault(key, value)
 
 
 def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak_tflops: dict) -> tuple[dict, dict]:
@@ -310,7 +371,9 @@ def run(s: Settings, ctx) -> Outcome:
     beside it."""
     from ..systems import probe_devices
 
-    config = {"settings": s.sr3.to_dict()}
+    config = {"settings": s.sr3.to_dict(), "configuration": s.conf.name, "series": s.conf.series,
+              "precision": s.precision,
+              "environment": sr3_configs.environment(s.conf.name, ctx.system.backend)}
     case = {"devices": s.devices, "precision": s.precision}
     visible = probe_devices()["count"] if backends.get(ctx.system.backend).accelerator else None
     reason = unsupported_reason(ctx.system, s.devices, s.precision, visible)
@@ -321,7 +384,7 @@ def run(s: Settings, ctx) -> Outcome:
         ranks.measurements = {**case, **ranks.measurements}
         ranks.config = {**config, **ranks.config}
         return ranks
-    m = merge(s.sr3, ranks.records, s.devices, s.precision, ddp=s.ddp, **s.params)
+    m = merge(s.sr3, ranks.records, s.devices, s.conf, ddp=s.ddp, **s.params)
     m["launch"] = ranks.launch
     m["flops"], m["train_throughput"] = job_mfu(ranks.records[0], s.precision, s.devices, m["iteration"]["median"],
                                                 ctx.system.peak_tflops)
@@ -334,7 +397,7 @@ def run_rank(s: Settings, ctx) -> dict:
     rank's record."""
     from ..data import sky
 
-    record, panel = train_rank(s.sr3, ctx.system, s.devices, s.precision, sky.load(ctx.inputs["data"]),
+    record, panel = train_rank(s.sr3, ctx.system, s.devices, s.conf, sky.load(ctx.inputs["data"]),
                                placement=ctx.placement, ddp=s.ddp, **s.params)
     if panel is not None:
         with ctx.side_file("samples.npz", "samples") as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"

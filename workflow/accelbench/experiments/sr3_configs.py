@@ -1,0 +1,133 @@
+"""Study B SR3: the named training configurations, grouped in series (config ``sr3_scaling.configurations``).
+
+Three series, each a row group in the tables:
+
+``faithful`` -- **Study B-faithful**: what the authors' code ran (javierhndev/Super-Resolution-SR3 at the commit in
+``resources/reference``: ``config/*.json``, ``model/sr3_modules/unet.py``, ``model/model.py``, ``sr.py``,
+``voyager/*.yaml``), each setting recorded in the result:
+
+- attention placement *as run*: ``unet.py`` compares ``attn_res: [16]`` with a running size that starts at the JSON's
+  ``"image_size": 128`` (not the 256 px of the data), so attention sits on the 32x32 level (512 channels); SR3Settings
+  ``unet_image_size`` (paper scale 128, small scale 32);
+- ``torch.backends.cudnn.benchmark = True`` (cuDNN autotuning);
+- two host synchronisations per iteration: ``loss.item()`` in ``optimize_parameters`` and ``dist.barrier()`` in the
+  training loop of ``sr.py``;
+- fp32 (cuDNN convolutions in TF32: PyTorch's default, which the code keeps); plain Adam;
+- the 64-card run's iteration count: ``"n_iter": 62e1`` (620 per card, not 40,000 / 64 = 625): config
+  ``sr3_scaling.authors_iterations_per_device``, used in the Study B projection of this series;
+- on Gaudi: ``PT_HPU_LAZY_MODE=1`` and ``PT_HPU_MAX_COMPOUND_OP_SIZE=2`` (``voyager/*.yaml``), set before the bridge
+  loads (:func:`environment`).
+
+``paper_text`` -- ``fp32``: the paper's text: attention at 16 px, autotuning off, no host synchronisation in the
+timed loop (the configuration this project ran before the series existed; its committed results keep the name).
+
+``ours`` -- the fastest honest run on the hardware, same network as the faithful series (attention as run), no
+host synchronisation in the timed loop, cuDNN autotuning on: ``bf16`` (autocast, eager), ``bf16_compile``
+(+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC activations and weights).
+Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
+batches (checked by the aggregation, :func:`loss_agreement`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+SERIES = {"faithful": "Study B-faithful (authors' code)", "paper_text": "paper text (attention at 16 px)",
+          "ours": "ours (fastest honest run)"}
+# |mean loss of ours - mean loss of faithful| / mean loss of faithful, over the same iterations, seed and batches
+LOSS_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One SR3 training configuration.
+
+    Attributes:
+        name: the path segment and config name (``sr3_scaling.configurations``).
+        series: ``faithful`` | ``paper_text`` | ``ours`` (:data:`SERIES`).
+        precision: ``fp32`` or ``bf16`` (autocast).
+        attention: ``as_run`` (the authors' placement, SR3Settings.unet_image_size) or ``paper_text`` (hr_size).
+        cudnn_benchmark: cuDNN autotuning.
+        host_syncs: the authors' per-iteration ``loss.item()`` and ``dist.barrier()`` inside the timed step.
+        compile: ``torch.compile`` of the (DDP-wrapped) network.
+        fused_adam: Adam's fused kernel where the backend has one (capability ``fused_adamw``).
+        channels_last: NHWC memory format for the network and its inputs.
+        authors_iterations: the 64-card iteration count of the authors' job file applies to the projection.
+    """
+
+    name: str
+    series: str
+    precision: str = "fp32"
+    attention: str = "as_run"
+    cudnn_benchmark: bool = True
+    host_syncs: bool = False
+    compile: bool = False
+    fused_adam: bool = False
+    channels_last: bool = False
+    authors_iterations: bool = False
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
+
+
+CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
+    Configuration("faithful", "faithful", host_syncs=True, authors_iterations=True),
+    Configuration("fp32", "paper_text", attention="paper_text", cudnn_benchmark=False),
+    Configuration("bf16", "ours", precision="bf16"),
+    Configuration("bf16_compile", "ours", precision="bf16", compile=True, fused_adam=True),
+    Configuration("bf16_compile_channels_last", "ours", precision="bf16", compile=True, fused_adam=True,
+                  channels_last=True),
+)}
+# environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads
+FAITHFUL_HPU_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
+
+
+def get(name: str) -> Configuration:
+    """The configuration called ``name``.
+
+    Raises:
+        ConfigError: an unknown name (the known ones are listed).
+    """
+    try:
+        return CONFIGURATIONS[name]
+    except KeyError:
+        raise ConfigError(f"sr3_scaling.configurations: unknown configuration {name!r}; known: "
+                          f"{', '.join(CONFIGURATIONS)}") from None
+
+
+def of_result(result: dict) -> Configuration:
+    """The configuration a result ran: ``config.configuration``; results from before the series existed hold only
+    ``config.precision`` (``fp32`` = the paper-text run; ``bf16`` = ours eager, then with attention at 16 px and
+    autotuning off, as its ``config.settings`` and ``measurements.cudnn_benchmark`` record)."""
+    cfg = result.get("config") or {}
+    return get(cfg.get("configuration") or cfg["precision"])
+
+
+def environment(name: str, backend: str) -> dict[str, str]:
+    """Environment variables a configuration needs before the device runtime loads (the authors' Gaudi settings for
+    the faithful series on ``hpu``; nothing elsewhere)."""
+    return dict(FAITHFUL_HPU_ENV) if get(name).series == "faithful" and backend == "hpu" else {}
+
+
+def study_b_iterations(configuration: Configuration, devices: int, workload: int, authors: dict | None) -> int:
+    """Iterations per device of Study B's strong-scaling workload: ``workload / devices``, except where the
+    configuration follows the authors' job files and ``authors`` (config ``sr3_scaling.authors_iterations_per_device``,
+    ``{64: 620}``) lists the device count."""
+    if configuration.authors_iterations and authors and int(devices) in {int(k) for k in authors}:
+        return int({int(k): v for k, v in authors.items()}[int(devices)])
+    return workload // devices
+
+
+def loss_agreement(ours: list[float], faithful: list[float], tolerance: float = LOSS_TOLERANCE) -> dict:
+    """Whether ``ours``' loss curve stays within ``tolerance`` of ``faithful``'s over the iterations both ran (same seed
+    and batches): relative difference of the mean losses. Returns ``{iterations, relative_difference, tolerance,
+    within}`` (``within`` None when either curve is empty)."""
+    n = min(len(ours), len(faithful))
+    if n == 0:
+        return {"iterations": 0, "relative_difference": None, "tolerance": tolerance, "within": None}
+    mo, mf = sum(ours[:n]) / n, sum(faithful[:n]) / n
+    rel = abs(mo - mf) / abs(mf) if mf else float("inf")
+    return {"iterations": n, "relative_difference": rel, "tolerance": tolerance, "within": rel <= tolerance}
