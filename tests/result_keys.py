@@ -26,11 +26,17 @@ ADDED = {
     ("llm_quant", "measurements.eval_throughput"): "issue 23: quantization reports the evaluation's MFU",
     ("sr3_scaling", "measurements.data_path"): "issue 24: how batches reach the device (pinned memory on CUDA)",
     ("sr3_scaling", "measurements.math_flags"): "issue 23: TF32 flags, which choose the peak of SR3's MFU",
+    ("sr3_scaling", "measurements.configuration"): "issue 24: the configuration's settings and series",
+    ("sr3_scaling", "measurements.host_syncs_timed_per_rank"): "issue 24: host syncs counted over the timed loop",
+    ("sr3_scaling", "measurements.host_syncs_method"): "issue 24: how the host syncs were counted",
+    ("sr3_scaling", "measurements.fused_adam"): "issue 24: Adam's fused kernel (ours)",
 }
 
 
 def kind(result: dict) -> str:
     c = result.get("config", {})
+    if result.get("experiment") == "sr3_scaling":  # one kind for SR3 in the snapshot (its configurations came later)
+        return "all"
     return str(c.get("configuration") or c.get("strategy") or c.get("method") or "all")
 
 

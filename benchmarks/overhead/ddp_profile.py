@@ -168,15 +168,18 @@ def ddp_profile_rank(args) -> None:
         settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
     else:
         from accelbench.data import sky
+        from accelbench.experiments import sr3_configs
         from accelbench.experiments import sr3_model as exp
 
         spec = result["config"]
         system = _system(spec)
-        s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+        conf = sr3_configs.of_result(result)
+        s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {})).for_configuration(conf.attention)
+        torch.backends.cudnn.benchmark = conf.cudnn_benchmark
         data = sky.load(args.data)
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)
-        case = spec["precision"]
-        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {spec['precision']}"
+        case = conf.name
+        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {conf.precision}"
     cuda = system.backend == "cuda"
     if cuda:
         torch.cuda.set_device(local)
@@ -195,8 +198,8 @@ def ddp_profile_rank(args) -> None:
             step, net = lora_bare(spec, system, plan, s, rank, world, local, kw)
         else:
             dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-            step, net = sr3_bare(s, ds, dev, spec["precision"], spec["run"]["seed"], rank, world,
-                                 local if cuda else None, kw)
+            step, net = sr3_bare(s, ds, dev, conf.precision, spec["run"]["seed"], rank, world,
+                                 local if cuda else None, kw, conf)
         if world > 1:
             dist.barrier()
         m = profile_step(step, args.warmup, args.repeat, args.profiled, cuda)

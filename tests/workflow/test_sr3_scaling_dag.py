@@ -12,12 +12,12 @@ from dag import snakemake
 
 def test_sr3_scaling_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["sr3_scaling"])
-    cfg["sr3_scaling"] = dict(cfg["sr3_scaling"], devices=[1, 2, 4096], precisions=["fp32"])
+    cfg["sr3_scaling"] = dict(cfg["sr3_scaling"], devices=[1, 2, 4096], configurations=["faithful"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
-    res = tmp_path / "results" / "cpu" / "sr3_scaling" / "fp32"
+    res = tmp_path / "results" / "cpu" / "sr3_scaling" / "faithful"
     one = json.loads((res / "devices_1" / "result.json").read_text())
     two = json.loads((res / "devices_2" / "result.json").read_text())
     big = json.loads((res / "devices_4096" / "result.json").read_text())
@@ -31,7 +31,10 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         # thread placement and the cuDNN autotuning setting are recorded (a CPU "device" is one core)
         assert m["threads_per_rank"] == [1] * n and len(m["placement_per_rank"]) == n
         assert all(p["threads"] == 1 and p["parent_death_signal"] for p in m["placement_per_rank"])
-        assert m["cudnn_benchmark"] is False
+        # the Study B-faithful settings, each recorded (issue 24)
+        assert m["cudnn_benchmark"] is True and m["configuration"]["host_syncs"] and r["config"]["series"] == "faithful"
+        assert r["config"]["settings"]["attention_levels"] == [False, True, False]  # as run (tiny: unet_image_size 16)
+        assert len(m["loss"]["curve"]) == m["iterations_run"]
         assert m["study_b_projection"]["label"] == "projection" and m["study_b_projection"]["iterations"] == 40000 // n
         assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]
         assert (res / f"devices_{n}" / "samples.npz").exists()
@@ -48,7 +51,7 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
     eff = pd.read_csv(agg / "efficiency.csv")
     assert {"published Gaudi1", "published H100"} <= set(eff["series"])
     assert (tmp_path / "resources" / "sky" / "sr3_small.npz").exists()
-    assert (tmp_path / "logs" / "cpu" / "sr3_scaling" / "fp32" / "devices_2.log").exists()
+    assert (tmp_path / "logs" / "cpu" / "sr3_scaling" / "faithful" / "devices_2.log").exists()
 
     again = snakemake(tmp_path, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr

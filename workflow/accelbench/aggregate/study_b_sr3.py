@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
+from ..experiments import sr3_configs  # noqa: E402
 from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
@@ -86,14 +87,19 @@ def layout_columns(launch: dict | None, devices: int) -> dict:
 
 
 def result_rows(results: list[dict]) -> pd.DataFrame:
-    """One row per (system, precision, devices). Times: iteration ms, totals s/min; throughput images/s."""
+    """One row per (system, configuration, devices), with the configuration's series (:mod:`..experiments.sr3_configs`;
+    results from before the series name their precision only). Times: iteration ms, totals s/min; throughput
+    images/s; ``loss_vs_faithful``: ours' loss curve against the faithful run of the same system and device count."""
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
+        conf = sr3_configs.of_result(r)
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
                "device": r.get("_device", r["_hardware"]),  # the label without a count: the series over devices
                "origin": origin_of(r), "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
-               "precision": cfg["precision"], "devices": int(cfg["devices"]), "status": r["status"],
+               "configuration": conf.name, "series": conf.series, "precision": cfg["precision"],
+               "devices": int(cfg["devices"]), "status": r["status"],
+               "attention_levels": "".join("A" if a else "." for a in cfg.get("settings", {}).get("attention_levels", [])),
                "reason": r.get("reason"), "noise": noise_cell(r), "_path": r["_path"], "_artefacts": r.get("artefacts", {})}
         row.update(layout_columns(m.get("launch"), int(cfg["devices"])))
         if r["status"] == "ok":
@@ -111,29 +117,56 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "psnr_sr3_db": q["sr3"]["psnr_db"], "psnr_bicubic_db": q["bicubic"]["psnr_db"],
                 "ssim_sr3": q["sr3"]["ssim"], "ssim_bicubic": q["bicubic"]["ssim"], "beats_bicubic": q["beats_bicubic"],
                 "quality_sampler": f"{q['sampler']} {q['sample_steps']} steps",
+                "cudnn_benchmark": m.get("cudnn_benchmark"),
+                "host_syncs_timed": _max_or_none(m.get("host_syncs_timed_per_rank")),
+                "mfu": (m.get("train_throughput") or {}).get("mfu"),
+                "_loss_curve": (m.get("loss") or {}).get("curve"),
             })
         rows.append(row)
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    df = df.sort_values(["system", "precision", "devices"]).reset_index(drop=True)
+    df = df.sort_values(["system", "origin", "series", "configuration", "devices"]).reset_index(drop=True)
     if "iteration_ms" in df:
         eff = []
         for _, r in df.iterrows():
-            one = df[(df["system"] == r["system"]) & (df["precision"] == r["precision"]) & (df["devices"] == 1)
-                     & (df["status"] == "ok")]
+            one = df[(df["system"] == r["system"]) & (df["origin"] == r["origin"])
+                     & (df["configuration"] == r["configuration"]) & (df["devices"] == 1) & (df["status"] == "ok")]
             eff.append(float(one["iteration_ms"].iloc[0] / r["iteration_ms"]) if len(one) and pd.notna(r["iteration_ms"])
                        else np.nan)
         df["efficiency_vs_1"] = eff
         df["speedup_vs_1"] = df["efficiency_vs_1"] * df["devices"]
+        df["loss_vs_faithful"] = [_loss_check(df, r) for _, r in df.iterrows()]
     return df
+
+
+def _max_or_none(values):
+    values = [v for v in (values or []) if v is not None]
+    return max(values) if values else None
+
+
+def _loss_check(df: pd.DataFrame, r: pd.Series) -> str | None:
+    """``within``/``outside`` (relative difference of the mean loss, iterations compared) of an ``ours`` row against
+    the faithful row of the same system, origin and device count (:func:`.sr3_configs.loss_agreement`); None for
+    other series or without a faithful run."""
+    if r["series"] != "ours" or not isinstance(r.get("_loss_curve"), list):
+        return None
+    f = df[(df["system"] == r["system"]) & (df["origin"] == r["origin"]) & (df["devices"] == r["devices"])
+           & (df["configuration"] == "faithful") & (df["status"] == "ok")]
+    if f.empty or not isinstance(f.iloc[0].get("_loss_curve"), list):
+        return "no faithful run to compare with"
+    a = sr3_configs.loss_agreement(r["_loss_curve"], f.iloc[0]["_loss_curve"])
+    verdict = "within" if a["within"] else "outside"
+    return f"{verdict} {a['tolerance']:.0%} ({a['relative_difference']:.1%} over {a['iterations']} iterations)"
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
-    cols = ["hardware", "scale", "precision", "devices", "layout", "interconnect", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
+    cols = ["hardware", "scale", "series", "configuration", "precision", "attention_levels", "cudnn_benchmark",
+            "host_syncs_timed", "devices", "layout", "interconnect", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
-            "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "peak_mem_gib", "peak_rss_gib",
+            "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "mfu", "loss_vs_faithful",
+            "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
             "quality_sampler", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
@@ -147,7 +180,8 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Scaling efficiency per series and device count: measured (this run's results) beside published."""
     rows = []
     for _, r in df.iterrows():
-        rows.append({"series": f"measured {r.get('device', r['hardware'])} ({r['scale']})", "precision": r["precision"],
+        rows.append({"series": f"measured {r.get('device', r['hardware'])} ({r['scale']}), "
+                               f"{sr3_configs.SERIES[r['series']]}: {r['configuration']}", "precision": r["precision"],
                      "devices": r["devices"], "layout": r.get("layout"),
                      "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
                      "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
@@ -181,7 +215,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     small = []
     for j, ((hw, prec, scale, origin), g) in enumerate(
             # one curve per device type: the label without a count (each point's count is its x)
-            ok.groupby(["device" if "device" in ok else "hardware", "precision", "scale", "origin"], sort=True)
+            ok.groupby(["device" if "device" in ok else "hardware", "configuration", "scale", "origin"], sort=True)
             if not ok.empty else []):
         g = g.sort_values("devices")
         color = "black" if j == 0 else colors[(j + 6) % len(colors)]
@@ -263,7 +297,7 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
             elif key == "sr3":
                 t += f"\nPSNR {r['psnr_sr3_db']:.1f} dB, SSIM {r['ssim_sr3']:.2f}"
             ax.set_title(t, fontsize=7)
-        axes[i, 0].set_ylabel(f"{r['hardware'][:28]}\n{r['precision']}, {r['devices']} dev", fontsize=7)
+        axes[i, 0].set_ylabel(f"{r['hardware'][:28]}\n{r['configuration']}, {r['devices']} dev", fontsize=7)
     if not panels:
         axes[0, 0].text(0.5, 0.5, "no finished SR3 result", ha="center", va="center")
         for ax in axes[0]:
@@ -276,18 +310,20 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
 def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observation]:
     """Observations of one scaling claim on one system: ``df`` its rows of :func:`result_rows`, ``res`` its results
     by (precision, devices)."""
-    mine = df[df["precision"] == claim["selector"]] if claim["selector"] else df
+    mine = select_configuration(df, claim["selector"], multi_device=True)
     multi = mine[mine["devices"] > 1]
     if multi.empty:
-        raise NotMeasured(f"no {claim['selector']} run on more than one device (config sr3_scaling.devices)")
+        raise NotMeasured(f"no {claim['selector']} run on more than one device (config sr3_scaling.configurations, "
+                          "sr3_scaling.devices)")
     ok = multi[(multi["status"] == "ok") & multi["efficiency_vs_1"].notna()] if "efficiency_vs_1" in multi else multi[:0]
     if ok.empty:
         r = multi.iloc[0]
         raise NotMeasured(f"{r['devices']} devices: {r['status']} ({r['reason']})" if r["status"] != "ok"
                           else "no 1-device run to compare with")
-    return [Observation(float(r["efficiency_vs_1"]), f"{r['precision']} {r['devices']} devices: efficiency "
+    return [Observation(float(r["efficiency_vs_1"]), f"{r['configuration']} ({sr3_configs.SERIES[r['series']]}) "
+                                                     f"{r['devices']} devices: efficiency "
                                                      f"{r['efficiency_vs_1']:.2f} (iteration {r['iteration_ms']:.1f} ms)",
-                        [res[k] for k in [(r["precision"], r["devices"]), (r["precision"], 1)] if k in res])
+                        [res[k] for k in [(r["configuration"], r["devices"]), (r["configuration"], 1)] if k in res])
             for _, r in ok.iterrows()]
 
 
@@ -298,11 +334,13 @@ def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.
     pub = sr3_reference[(sr3_reference["devices"] == 1) & sr3_reference["system"].isin(tokens)]
     pub_order = list(pub.sort_values("minutes")["system"])
     measured = {}
-    ok = sr3[(sr3["status"] == "ok") & (sr3["devices"] == 1) & (sr3["precision"] == claim["selector"])] if not sr3.empty else sr3
-    for _, r in ok.iterrows():
-        for t in tokens:
-            if r["system"].lower() == t or t in r["hardware"].lower():
-                measured[t] = (r["images_per_s"], r["hardware"], (r["system"], r["precision"], r["devices"]))
+    ok = sr3[(sr3["status"] == "ok") & (sr3["devices"] == 1)] if not sr3.empty else sr3
+    for _, g in ok.groupby("system") if not ok.empty else []:
+        for _, r in select_configuration(g, claim["selector"]).iterrows():
+            for t in tokens:
+                if r["system"].lower() == t or t in r["hardware"].lower():
+                    measured[t] = (r["images_per_s"], f"{r['hardware']} ({r['configuration']})",
+                                   (r["system"], r["configuration"], r["devices"]))
     base = {**claim_cells(claim), "system": ", ".join(sorted(set(sr3["system"]))) if not sr3.empty else "(none)",
             "hardware": "; ".join(h for _, h, _ in measured.values()) or (joined_labels(sr3) if not sr3.empty else "none")}
     if len(measured) < 2:
@@ -323,8 +361,23 @@ def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.
 
 
 def _claim_key(r: dict) -> tuple:
-    """Identity of a result inside its system's group: (precision, devices)."""
-    return r["config"]["precision"], int(r["config"]["devices"])
+    """Identity of a result inside its system's group: (configuration, devices)."""
+    return sr3_configs.of_result(r).name, int(r["config"]["devices"])
+
+
+def select_configuration(df: pd.DataFrame, selector: str | None, multi_device: bool = False) -> pd.DataFrame:
+    """The rows of the first configuration in ``selector`` (``"faithful|fp32"``: the faithful series where it was run,
+    else the paper-text one; the chosen name is in each row) that has ok results (on more than one device with
+    ``multi_device``); all rows without a selector."""
+    if not selector or df.empty:
+        return df
+    names = [n.strip() for n in str(selector).split("|") if n.strip()]
+    for name in names:
+        rows = df[df["configuration"] == name]
+        ok = rows[rows["status"] == "ok"]
+        if len(ok[ok["devices"] > 1] if multi_device else ok):
+            return rows
+    return df[df["configuration"] == names[0]] if names else df
 
 
 def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
