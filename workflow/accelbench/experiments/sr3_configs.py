@@ -70,7 +70,10 @@ class Configuration:
     authors_iterations: bool = False
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
+        d = {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
+        if self.series == "faithful":  # recorded, not reproduced: this run's launch is in measurements.launch
+            d["authors_launcher"] = AUTHORS_LAUNCHER
+        return d
 
 
 CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
@@ -81,6 +84,7 @@ CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
     Configuration("bf16_compile_channels_last", "ours", precision="bf16", compile=True, fused_adam=True,
                   channels_last=True),
 )}
+AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads
 FAITHFUL_HPU_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
 
