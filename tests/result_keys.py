@@ -29,6 +29,7 @@ ADDED = {
     ("sr3_scaling", "measurements.configuration"): "issue 24: the configuration's settings and series",
     ("sr3_scaling", "measurements.host_syncs_timed_per_rank"): "issue 24: host syncs counted over the timed loop",
     ("sr3_scaling", "measurements.host_syncs_method"): "issue 24: how the host syncs were counted",
+    ("sr3_scaling", "measurements.host_syncs_where"): "issue 24: where the counted host syncs happened",
     ("sr3_scaling", "measurements.fused_adam"): "issue 24: Adam's fused kernel (ours)",
 }
 

@@ -23,7 +23,8 @@ timed loop (the configuration this project ran before the series existed; its co
 
 ``ours`` -- the fastest honest run on the hardware, same network as the faithful series (attention as run), no
 host synchronisation in the timed loop, cuDNN autotuning on: ``bf16`` (autocast, eager), ``bf16_compile``
-(+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC activations and weights).
+(+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC activations and weights),
+``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: the eager step is launch-bound, ~5,000 kernels per iteration).
 Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
 batches (checked by the aggregation, :func:`loss_agreement`).
 """
@@ -53,6 +54,7 @@ class Configuration:
         cudnn_benchmark: cuDNN autotuning.
         host_syncs: the authors' per-iteration ``loss.item()`` and ``dist.barrier()`` inside the timed step.
         compile: ``torch.compile`` of the (DDP-wrapped) network.
+        compile_mode: its mode (``reduce-overhead``: CUDA graphs of the forward and backward; measured on one device).
         fused_adam: Adam's fused kernel where the backend has one (capability ``fused_adamw``).
         channels_last: NHWC memory format for the network and its inputs.
         authors_iterations: the 64-card iteration count of the authors' job file applies to the projection.
@@ -65,6 +67,7 @@ class Configuration:
     cudnn_benchmark: bool = True
     host_syncs: bool = False
     compile: bool = False
+    compile_mode: str | None = None  # torch.compile mode ("reduce-overhead": CUDA graphs)
     fused_adam: bool = False
     channels_last: bool = False
     authors_iterations: bool = False
@@ -83,6 +86,8 @@ CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
     Configuration("bf16_compile", "ours", precision="bf16", compile=True, fused_adam=True),
     Configuration("bf16_compile_channels_last", "ours", precision="bf16", compile=True, fused_adam=True,
                   channels_last=True),
+    Configuration("bf16_compile_cudagraphs", "ours", precision="bf16", compile=True, compile_mode="reduce-overhead",
+                  fused_adam=True),
 )}
 AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads

@@ -187,7 +187,7 @@ class Trainer:
     def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
                  rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None, *,
                  compile: bool = False, fused_adam: bool = False, channels_last: bool = False,
-                 host_syncs: bool = False):
+                 host_syncs: bool = False, compile_mode: str | None = None):
         self.s, self.device, self.rank, self.world = s, device, rank, world
         self.distributed, self.host_syncs = distributed, host_syncs
         dev = device.torch_device
@@ -202,7 +202,8 @@ class Trainer:
         else:
             self.net = self.model
         if compile:  # DDP-wrapped: TorchDynamo splits the graph at DDP's buckets (DDPOptimizer)
-            self.net = torch.compile(self.net)
+            self.net = torch.compile(self.net, mode=compile_mode)
+        self.cudagraphs = compile and compile_mode == "reduce-overhead"
         self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
         self.fused_adam = bool(fused_adam and device.ops.fused_adamw)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr, **({"fused": True} if self.fused_adam else {}))
@@ -242,6 +243,8 @@ class Trainer:
         """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam.
         With ``host_syncs`` (the authors' ``sr.py``/``model.py``) it ends with ``loss.item()`` and, distributed,
         ``dist.barrier()``: two host synchronisations per iteration."""
+        if self.cudagraphs:  # a new iteration: the graphs' previous outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         cond, target = self.next_batch()
         dev = self.device.torch_device
         t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)

@@ -167,8 +167,12 @@ class count_host_syncs:
             return
         torch.cuda.set_sync_debug_mode("default")
         self._ctx.__exit__(*exc)
-        n = sum("synchronizing" in str(w.message) for w in self._log)
-        self.result.update(count=n, method="torch.cuda.set_sync_debug_mode('warn') over the timed loop")
+        from collections import Counter
+
+        syncs = Counter(f"{w.filename}:{w.lineno}" for w in self._log if "synchronizing" in str(w.message))
+        self.result.update(count=sum(syncs.values()), where=dict(syncs.most_common(5)),
+                           method="torch.cuda.set_sync_debug_mode('warn') over the warm-up and timed iterations "
+                                  "(the measurement's own reads of its events included); where: file:line -> count")
 
 
 def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration, data: dict[str, np.ndarray], *,
@@ -177,9 +181,9 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
                ddp: dict | None = None, **_) -> tuple[dict, dict[str, np.ndarray] | None]:
     """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
     (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
-    it. On CUDA the timed loop runs under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations it
-    makes are counted and recorded (``host_syncs_timed``; the faithful series makes its two per iteration, the others
-    none).
+    it. On CUDA the iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations they
+    make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
+    series makes its loss read per iteration, ours none beyond the measurement's own).
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
     timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 then samples the held-out patches for PSNR/SSIM
@@ -207,7 +211,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
                  compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                 host_syncs=conf.host_syncs)
+                 host_syncs=conf.host_syncs, compile_mode=conf.compile_mode)
     step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
     device.reset_peak_memory()
     if world > 1:
@@ -227,6 +231,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
               "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
               "host_syncs_timed": syncs.get("count"), "host_syncs_method": syncs.get("method"),
+              "host_syncs_where": syncs.get("where"),
               "fused_adam": tr.fused_adam,
               "collective_backend": pg if world > 1 else None, "flops": step_flops,
               "data_path": {"pin_memory": tr.pin_memory, "non_blocking_copies": True, "loader_workers": 0},
@@ -270,7 +275,8 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
         "parameters": first["parameters"], "precision": precision, "devices": devices,
         "configuration": conf.to_dict(),
         "host_syncs_timed_per_rank": [r.get("host_syncs_timed") for r in records],
-        "host_syncs_method": first.get("host_syncs_method"), "fused_adam": first.get("fused_adam"),
+        "host_syncs_method": first.get("host_syncs_method"), "host_syncs_where": first.get("host_syncs_where"),
+        "fused_adam": first.get("fused_adam"),
         "collective_backend": first["collective_backend"],
         "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
         "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
