@@ -148,7 +148,7 @@ def claims_frame(df: pd.DataFrame, study: str, name: str = "claims") -> pd.DataF
 
 def _applies(claim: pd.Series, system: str, hardware: str) -> bool:
     tokens = [t for t in str(claim.get("applies_to", "") or "").lower().split("/") if t]
-    return not tokens or system.lower() in tokens or any(t in hardware.lower() for t in tokens)
+    return not tokens or system.split(" (")[0].lower() in tokens or any(t in hardware.lower() for t in tokens)
 
 
 def tolerance_text(claim: pd.Series) -> str:

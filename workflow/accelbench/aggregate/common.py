@@ -36,7 +36,34 @@ def load_results(paths: list[str | Path]) -> list[dict]:
             r["_hardware"] = f"{run['label']}: {r['_hardware']}"
             r["_device"] = f"{run['label']}: {r['_device']}"
         out.append(r)
-    return out
+    return distinct_systems(out)
+
+
+def _source(r: dict) -> tuple[str | None, str]:
+    """Where a loaded result comes from: (reference-run label or None, the folder above ``<experiment>/``)."""
+    parts = Path(r["_path"]).parts
+    i = max((i for i, part in enumerate(parts) if part == r.get("experiment")), default=0)
+    folder = parts[i - 1] if i > 0 else ""
+    return (r["_series"] if r["_series"] != "measured" else None, folder)
+
+
+def distinct_systems(loaded: list[dict]) -> list[dict]:
+    """Results of different machines that share a system name (every CPU machine is ``cpu``; an H200 run beside the
+    committed H200 reference run) get distinct names, so every table and claim groups them apart (issue 27): the
+    result in ``<results>/<name>/`` keeps ``name``; the others become ``<name> (<folder>)`` (a folder copied in from
+    another machine, whose name then also leads ``_hardware`` and ``_device``) or ``<name> (<reference-run label>)``.
+    Only the in-memory copy changes."""
+    by_name: dict[str, set] = {}
+    for r in loaded:
+        by_name.setdefault(r["config"]["system"]["name"], set()).add(_source(r))
+    for r in loaded:
+        name = r["config"]["system"]["name"]
+        ref, folder = _source(r)
+        if len(by_name[name]) > 1 and (ref or folder != name):
+            r["config"] = {**r["config"], "system": {**r["config"]["system"], "name": f"{name} ({ref or folder})"}}
+            if not ref:  # a reference run's label already leads its hardware labels
+                r["_hardware"], r["_device"] = f"{folder}: {r['_hardware']}", f"{folder}: {r['_device']}"
+    return loaded
 
 
 def devices_used(result: dict) -> int:
