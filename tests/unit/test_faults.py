@@ -54,3 +54,85 @@ def test_h200_run_beside_the_committed_reference_run_gives_tables(tmp_path):
     assert df["hardware"].str.startswith("reference run").sum() == len(df) / 2
     out = claims_mod.aggregate(paths, [CLAIMS_A, CLAIMS_B], SR3_REF, tmp_path / "c")
     assert "h200" in set(out["system"])
+
+
+# --------------------------------------------------------------------------- 2: a redo killed outright
+KILLED_REDO = """
+import os, signal, sys
+from pathlib import Path
+from accelbench import results
+out = Path(sys.argv[1])
+with results.superseding(out, "cpu", "sr3_scaling"):
+    (out.parent / "samples.npz").write_bytes(b"PK partial")  # a side file of the new run
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _finished(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "result.json").write_text(json.dumps({"v": "old"}))
+    (folder / "samples.npz").write_bytes(b"PK old")
+    (folder / "kernels.csv").write_text("old\n")
+
+
+def test_killed_redo_leaves_the_folder_not_current_and_the_rerun_puts_the_old_files_back(tmp_path):
+    import subprocess
+    import sys
+
+    from accelbench import results, validate
+
+    out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_1/result.json"
+    _finished(out.parent)
+    proc = subprocess.run([sys.executable, "-c", KILLED_REDO, str(out)], cwd=tmp_path)
+    assert proc.returncode == -9
+    out.write_text(json.dumps({"v": "old"}))  # what Snakemake's restore of its backup of result.json brings back
+    assert validate.problems(out)[0].startswith("(folder): .redo.json is there: a redo of this result was killed")
+    with pytest.raises(RuntimeError):  # the rerun fails too: the old files, all of them, are back in place
+        with results.superseding(out, "cpu", "sr3_scaling"):
+            (out.parent / "samples.npz").write_bytes(b"PK partial again")
+            raise RuntimeError("boom")
+    assert sorted(p.name for p in out.parent.iterdir()) == ["kernels.csv", "result.json", "samples.npz"]
+    assert (out.parent / "samples.npz").read_bytes() == b"PK old"
+    assert not list((tmp_path / "results/cpu/.superseded").rglob("*.*"))
+    out2 = tmp_path / "results/cpu/sr3_scaling/fp32/devices_2/result.json"  # killed, then a rerun that succeeds
+    _finished(out2.parent)
+    subprocess.run([sys.executable, "-c", KILLED_REDO, str(out2)], cwd=tmp_path)
+    with results.superseding(out2, "cpu", "sr3_scaling") as moved:
+        out2.write_text(json.dumps({"v": "new"}))
+    assert sorted(p.name for p in out2.parent.iterdir()) == ["result.json"]
+    assert (moved / "samples.npz").read_bytes() == b"PK old" and json.loads((moved / "result.json").read_text())["v"] == "old"
+
+
+# --------------------------------------------------------------------------- 7, 10, deep nesting: result files
+def test_negative_timings_are_refused_by_validation(tmp_path):
+    from accelbench import validate
+
+    r = fr.sr3("cpu", 1, 641.4)
+    r["measurements"]["iteration"].update(median=-641.4, samples=[-641.4, 1.0])
+    found = validate.problems_of(json.loads(json.dumps(r)))
+    assert "measurements.iteration.median: -641.4 is negative (a duration, count or size cannot be)" in found
+    assert any(f.startswith("measurements.iteration.samples.0: -641.4 is negative") for f in found)
+    assert validate.problems_of(json.loads(json.dumps(fr.sr3("cpu", 1, 641.4)))) == []
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "deep"])
+def test_result_file_that_would_hang_or_exhaust_memory_is_one_line(tmp_path, kind):
+    import os
+
+    from accelbench import validate
+    from accelbench.aggregate.common import load_results
+    from accelbench.errors import ResultError
+
+    p = tmp_path / "results/lab/sr3_scaling/fp32/devices_1/result.json"
+    p.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "dev_zero":
+        p.symlink_to("/dev/zero")
+    else:
+        p.write_text("[" * 200_000 + "]" * 200_000)
+    why = {"fifo": "not a plain file", "dev_zero": "not a plain file", "deep": "nested too deeply"}[kind]
+    with pytest.raises(ResultError, match=f"{p}: \\(file\\): {why}"):
+        validate.validate_files([p])
+    with pytest.raises(ResultError, match=f"corrupt result file {p}: {why}"):
+        load_results([p])

@@ -143,3 +143,28 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
         spec = ln.split("--results-file ")[1].split()[0]
         listed |= set(json.loads((tmp_path / spec).read_text())["results"])
     assert set(copied) <= listed and set(reference) <= listed
+
+
+def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny_config):
+    """Issue 27, items 1-2: a result whose recorded settings differ from the config's (e.g. put back by an interrupted
+    redo after Snakemake recorded the new settings), or whose redo was killed (journal beside it), is redone; one
+    without a recorded spec is left alone (the control)."""
+    _write_config(tmp_path, _study_a_one_job(tiny_config), ["unet3d_profile"])
+    for name in ("image", "mask"):  # inputs in place, older than the result: Snakemake alone would see nothing to do
+        f = tmp_path / f"resources/mri/whole_head_small/{name}.nii.gz"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(b"x")
+        os.utime(f, (1000, 1000))
+    result = tmp_path / "results/cpu/unet3d_profile/whole_head/baseline/result.json"
+    result.parent.mkdir(parents=True)
+    target = str(result.relative_to(tmp_path))
+    for content, journal, redone in (({}, False, False), ({"spec_sha256": "0" * 64}, False, True),
+                                     ({}, True, True), ({}, False, False)):
+        result.write_text(json.dumps(content))
+        (result.parent / ".redo.json").unlink(missing_ok=True)
+        if journal:
+            (result.parent / ".redo.json").write_text("{}")
+        dry = _snakemake(REPO / "Snakefile", tmp_path, target, "-n")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert ("Nothing to be done" not in dry.stdout + dry.stderr) == redone, (content, journal, dry.stdout[-2000:])
+        assert json.loads(result.read_text()) == content  # never touched, only re-timed

@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -109,19 +110,56 @@ def write_result(result: dict, path: str | Path, overwrite: bool = False) -> Pat
     return path
 
 
-def read_result(path: str | Path) -> dict:
-    """Read and check a result file.
+MAX_RESULT_BYTES = 256 * 2**20  # a result with its kernel tables is a few MB; a bigger "result" is not one
+
+
+def _unreadable(path: Path, why: str) -> ResultError:
+    err = ResultError(f"corrupt result file {path}: {why}")
+    err.why = why  # without the path (validate names the file once)
+    return err
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON value of result file ``path``, read safely: a plain file (never a FIFO, which would block, nor a
+    device such as ``/dev/zero``, which never ends), at most :data:`MAX_RESULT_BYTES`, nested no deeper than Python's
+    parser allows.
 
     Raises:
-        ResultError: missing, not JSON, or lacking required keys / a valid status; names the file.
+        ResultError: missing, not a plain file, too big, not UTF-8 JSON, or nested too deeply; names the file
+            (``.why``: the same without the file).
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        st = path.stat()
     except FileNotFoundError:
-        raise ResultError(f"result file not found: {path}") from None
+        err = ResultError(f"result file not found: {path}")
+        err.why = "not found"
+        raise err from None
+    except OSError as exc:
+        raise _unreadable(path, f"cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _unreadable(path, "not a plain file (a FIFO, device or folder); move it away")
+    if st.st_size > MAX_RESULT_BYTES:
+        raise _unreadable(path, f"{st.st_size} bytes, more than a result can have ({MAX_RESULT_BYTES}); move it away")
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read(MAX_RESULT_BYTES + 1).decode())
+    except OSError as exc:
+        raise _unreadable(path, f"cannot be read ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ResultError(f"corrupt result file {path}: not valid JSON ({exc}); delete it and rerun its rule") from None
+        raise _unreadable(path, f"not valid JSON ({exc}); delete it and rerun its rule") from None
+    except RecursionError:
+        raise _unreadable(path, "nested too deeply to be a result; move it away") from None
+
+
+def read_result(path: str | Path) -> dict:
+    """Read and check a result file (:func:`read_json`).
+
+    Raises:
+        ResultError: missing, not a plain JSON file, or lacking required keys / a valid status; names the file.
+    """
+    path = Path(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ResultError(f"corrupt result file {path}: expected a JSON object")
     missing = [k for k in REQUIRED_KEYS if k not in data]
@@ -148,24 +186,97 @@ def superseded_folder(out: str | Path, system: str, experiment: str, stamp: str 
     raise ResultError(f"result path {out} does not lie under <system>/<experiment>/ ({system}/{experiment})")
 
 
+NOT_CURRENT_MTIME = 1  # 1970-01-01T00:00:01Z: the time of a result marked not current (mark_current)
+
+
+def mark_current(path: str | Path, current: bool) -> None:
+    """Mark result ``path`` as not current (``current=False``: its modification time set to
+    :data:`NOT_CURRENT_MTIME`, older than any input, so Snakemake reruns its job whatever settings it recorded for
+    it), or undo that mark (``current=True`` on a marked file: time set to now). The DAG calls it for every finished
+    result of this system (common.smk ``stale_results``); the contents are never touched. A file this user may not
+    re-time is left as it is (logged)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        if not current and st.st_mtime != NOT_CURRENT_MTIME:
+            os.utime(path, (st.st_atime, NOT_CURRENT_MTIME))
+        elif current and st.st_mtime == NOT_CURRENT_MTIME:
+            os.utime(path)
+    except OSError as exc:
+        log.warning("%s: could not mark it %scurrent (%s)", path, "" if current else "not ", exc)
+
+
+REDO = ".redo.json"  # in a result folder while a job redoes it: where the old files went (removed when the job ends)
+
+
+def redo_journal(out: str | Path) -> Path:
+    """The journal of a redo of result ``out`` (:data:`REDO` beside it). While it exists the folder is not current:
+    a redo was killed (SIGKILL, power loss) before it could put the old files back or finish; validation refuses the
+    result, the DAG reruns it, and the rerun puts the old files back first (:func:`recover`)."""
+    return Path(out).parent / REDO
+
+
+def recover(out: str | Path) -> bool:
+    """Undo a killed redo of result ``out``: every file of the folder that was moved aside (listed in the journal)
+    comes back, replacing what the killed job (or Snakemake's restore of its own backup of ``result.json``) left
+    there; files the killed job wrote that were not there before are removed (partial). Returns True when a journal
+    was found. Call with the device lock held (the harness does)."""
+    journal = redo_journal(out)
+    if not journal.exists():
+        return False
+    folder = journal.parent
+    try:
+        record = json.loads(journal.read_text())
+        moved, names = folder / record["moved_to"], set(record["files"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ResultError(f"{journal}: unreadable journal of an interrupted redo ({exc}); the old files are under "
+                          f"{folder.parents[1]}/{SUPERSEDED}/ — move them back by hand, then delete {journal}") from None
+    for p in folder.iterdir():
+        if p.name == REDO or (p.name in names and not (moved / p.name).exists()):
+            continue  # the journal; an old file that was never moved
+        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    for name in sorted(names):
+        if (moved / name).exists():
+            os.replace(moved / name, folder / name)
+    _remove_empty(moved)
+    journal.unlink()
+    log.warning("%s: a redo was killed before it finished; put its previous files back from %s", out, moved)
+    return True
+
+
+def _remove_empty(moved: Path) -> None:
+    with contextlib.suppress(OSError):  # moved and its empty <stamp>/<experiment>/... parents
+        moved.rmdir()
+        for parent in moved.parents:
+            if parent.name == SUPERSEDED:
+                break
+            parent.rmdir()
+
+
 @contextlib.contextmanager
 def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path | None]:
     """Run a job that (re)writes result ``out`` without ever deleting a finished result, for any user.
 
-    Before the job: everything in the result's folder (``result.json`` and its side files: ``kernels.csv``,
-    ``trace.json.gz``, ``samples.npz``, ...) is moved to :func:`superseded_folder`. If the job raises (or is
+    Before the job: a redo that was killed earlier is undone (:func:`recover`); then everything in the result's
+    folder (``result.json`` and its side files: ``kernels.csv``, ``trace.json.gz``, ``samples.npz``, ...) is moved
+    to :func:`superseded_folder`, after writing the journal :data:`REDO` that says where. If the job raises (or is
     interrupted), the files it wrote there are removed (no stale or truncated side file survives) and the moved
     files are put back. On success the old files stay under ``.superseded/`` (findable; aggregations skip dot
-    folders). Yields the folder the old files went to (``None``: nothing was there).
+    folders). Either way the journal goes last; a job killed outright leaves it, and the folder then counts as not
+    current until a rerun recovers it. Yields the folder the old files went to (``None``: nothing was there).
     """
     folder = Path(out).parent
+    recover(out)
     old = sorted(folder.iterdir()) if folder.is_dir() else []
     moved = None
+    journal = redo_journal(out)
     if old:
         moved = superseded_folder(out, system, experiment)
         while moved.exists():  # two supersessions of one result within a second
             moved = moved.with_name(moved.name + "_")
         moved.mkdir(parents=True)
+        write_json_atomic({"moved_to": os.path.relpath(moved, folder), "files": [p.name for p in old], "pid": os.getpid(),
+                           "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, journal)
         for p in old:
             os.replace(p, moved / p.name)
         log.warning("moved the previous files of %s to %s (superseded, not deleted)", out, moved)
@@ -174,15 +285,13 @@ def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path 
     except BaseException:
         if folder.is_dir():
             for p in folder.iterdir():
-                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+                if p.name != REDO:
+                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         if moved is not None:
             for p in sorted(moved.iterdir()):
                 os.replace(p, folder / p.name)
-            moved.rmdir()
-            with contextlib.suppress(OSError):  # the empty <stamp>/<experiment>/... parents
-                for parent in moved.parents:
-                    if parent.name == SUPERSEDED:
-                        break
-                    parent.rmdir()
+            _remove_empty(moved)
             log.warning("the job failed: put the previous files of %s back in place", out)
+        journal.unlink(missing_ok=True)
         raise
+    journal.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -26,7 +27,7 @@ from referencing import Registry, Resource
 from .errors import ResultError
 from .backends import BACKENDS
 from .registry import names
-from .results import SCHEMA_VERSION
+from .results import SCHEMA_VERSION, read_json, redo_journal
 
 EXPERIMENTS = names()  # the study experiments of the registry (net_smoke, a diagnostic, has no schema)
 BASE = "result.json"
@@ -73,29 +74,51 @@ def _non_finite(obj, where=()) -> list[str]:
     return []
 
 
+# Quantities that cannot be negative, by key name: durations, counts, sizes, rates, and a timing's statistics.
+NON_NEGATIVE = re.compile(r"((^|_)(ms|s|us|ns|seconds|minutes|hours|gib|mib|bytes|count|per_s)|^(median|p10|p90|samples))$")
+
+
+def _negative(obj, where=(), named=False) -> list[str]:
+    if named and isinstance(obj, (int, float)) and not isinstance(obj, bool) and obj < 0:
+        return [f"{_where(where)}: {obj} is negative (a duration, count or size cannot be)"]
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in _negative(v, (*where, k), bool(NON_NEGATIVE.search(str(k))))]
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in _negative(v, (*where, i), named)]
+    return []
+
+
 def problems_of(data) -> list[str]:
     """Every problem of one parsed result, as ``field: message`` lines (empty when valid)."""
     if not isinstance(data, dict):
         return ["(top level): not a JSON object"]
+    try:
+        return _problems_of(data)
+    except RecursionError:
+        return ["(top level): nested too deeply to be a result"]
+
+
+def _problems_of(data: dict) -> list[str]:
     out = [f"{_where(e.absolute_path)}: {_message(e)}"
            for e in sorted(validator(None).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
     exp = data.get("experiment")
     if exp in EXPERIMENTS and not out:
         out += [f"{_where(e.absolute_path)}: {_message(e)}"
                 for e in sorted(validator(exp).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
-    return out + _non_finite(data)
+    return out + _non_finite(data) + _negative(data.get("measurements"), ("measurements",))
 
 
 def problems(path: str | Path) -> list[str]:
-    """Problems of one result file (unreadable or not JSON counts as one problem)."""
+    """Problems of one result file (unreadable, not a plain file, too big or not JSON counts as one problem; so does
+    the journal of a killed redo beside it, :func:`accelbench.results.redo_journal`)."""
+    journal = redo_journal(path)
+    if journal.exists():
+        return [f"(folder): {journal.name} is there: a redo of this result was killed before it finished, so the "
+                f"folder may mix old and new files; rerun its rule (which first puts the old files back)"]
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        return [f"(file): cannot be read ({exc})"]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return [f"(file): not valid JSON ({exc})"]
+        data = read_json(path)
+    except ResultError as exc:
+        return [f"(file): {exc.why}"]
     return problems_of(data)
 
 
@@ -111,7 +134,7 @@ def validate_files(paths: list[str | Path]) -> list[dict]:
         if found:
             bad[str(p)] = found
             continue
-        data = json.loads(Path(p).read_text())
+        data = read_json(p)
         summary.append({"path": str(p), "experiment": data["experiment"], "status": data["status"],
                         "system": data["config"]["system"]["name"],
                         "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()})

@@ -368,10 +368,15 @@ def get_final_output():
 
 # --------------------------------------------------------------------------- superseded results
 def stale_results():
-    """Finished results of this system (the final targets) whose recorded settings (`spec_sha256`, the sha256 of
-    the job's spec file) differ from the config's now: their jobs rerun, and move them (with their side files) to
-    `<results_dir>/<system>/.superseded/<UTC time>/` first (accelbench.results.superseding). Returns paths."""
+    """Finished results of this system (the final targets) that are not current: their recorded settings
+    (`spec_sha256`, the sha256 of the job's spec file) differ from the config's now, or a redo of them was killed
+    (the journal `.redo.json` beside them, accelbench.results.redo_journal). Each is marked not current
+    (accelbench.results.mark_current: its time set to 1970, so Snakemake reruns its job whatever settings it
+    recorded for it, e.g. after an interrupted redo put the old files back); its job first moves it (with its side
+    files) to `<results_dir>/<system>/.superseded/<UTC time>/` (accelbench.results.superseding). Returns paths."""
     from snakemake.io import regex_from_filepattern
+
+    from accelbench.results import mark_current, redo_journal
 
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
@@ -389,10 +394,11 @@ def stale_results():
                     recorded = json.loads(Path(target).read_text()).get("spec_sha256")
                 except (OSError, ValueError, AttributeError):
                     recorded = None
-                if recorded:
-                    current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes())
-                    if current.hexdigest() != recorded:
-                        stale.append(target)
+                current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
+                is_current = (not recorded or current == recorded) and not redo_journal(target).exists()
+                if not is_current:
+                    stale.append(target)
+                mark_current(target, is_current)
                 break
     return stale
 
