@@ -136,3 +136,71 @@ def test_result_file_that_would_hang_or_exhaust_memory_is_one_line(tmp_path, kin
         validate.validate_files([p])
     with pytest.raises(ResultError, match=f"corrupt result file {p}: {why}"):
         load_results([p])
+
+
+# --------------------------------------------------------------------------- 8, 13, 11 and the config one-liners
+BOMB = """
+a: &a [x, x, x, x, x, x, x, x, x, x]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
+"""
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("noise.spread_max", float("nan"), "config key 'noise.spread_max': nan is not allowed (a finite number is needed)"),
+    ("noise.cpu_other_max", float("nan"), "config key 'noise.cpu_other_max': nan is not allowed"),
+    ("unet3d_profile.quality_rel_l2_max", float("nan"), "config key 'unet3d_profile.quality_rel_l2_max': nan"),
+    ("sr3_scaling.data.train_overlap", float("inf"), "config key 'sr3_scaling.data.train_overlap': inf is not allowed"),
+    ("unet3d_profile.repeat", 2.0, "config key 'unet3d_profile.repeat': 2.0 is not an integer (write 2)"),
+    ("unet3d_profile.repeat", 1e15, "config key 'unet3d_profile.repeat': 1000000000000000.0 is not an integer"),
+    ("unet3d_profile.repeat", 10**15, "config key 'unet3d_profile.repeat': 1000000000000000 is greater than the maximum of 10000"),
+    ("sr3_scaling.devices", [1.0], "config key 'sr3_scaling.devices[0]': 1.0 is not an integer (write 1)"),
+    ("results_dir", "/", "config key 'results_dir': '/' (/) is a folder of the operating system"),
+    ("results_dir", "/etc", "config key 'results_dir': '/etc' (/etc) is a folder of the operating system"),
+    ("results_dir", "/usr/lib/x", "config key 'results_dir': '/usr/lib/x' (/usr/lib/x) is a folder of the operating"),
+])
+def test_bad_config_value_is_one_line_naming_the_key(default_config, path, value, message):
+    from accelbench.config import validate_config
+    from accelbench.errors import ConfigError
+
+    *parents, last = path.split(".")
+    cur = default_config
+    for k in parents:
+        cur = cur.setdefault(k, {})
+    cur[last] = value
+    with pytest.raises(ConfigError) as info:
+        validate_config(default_config)
+    assert message in str(info.value)
+
+
+def test_ordinary_results_dirs_are_accepted():
+    from accelbench.config import results_dir_errors
+
+    assert [results_dir_errors(v) for v in ("results", "/results", "/tmp/x", "~/r", "/usr/src/app/results")] == [[]] * 5
+
+
+def test_yaml_alias_bomb_and_duplicate_keys_are_refused(tmp_path, default_config):
+    import time
+
+    import yaml
+
+    from accelbench.config import read_yaml, validate_config
+    from accelbench.errors import ConfigError
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BOMB)
+    t = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"{bomb}: more than 1,000,000 values once its YAML aliases"):
+        read_yaml(bomb)
+    default_config["lora_finetune"]["presets"]["smollm2_135m"]["config"] = yaml.safe_load(BOMB)  # as Snakemake loads it
+    with pytest.raises(ConfigError, match="config: more than 1,000,000 values"):
+        validate_config(default_config)
+    assert time.perf_counter() - t < 5
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("unet3d_profile:\n  repeat: 10\n  warmup: 2\n  repeat: 3\n")
+    with pytest.raises(ConfigError, match=f"{dup}: line 4: key 'repeat' is given twice in one mapping \\(first on line 2\\)"):
+        read_yaml(dup)

@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,76 @@ from .errors import ConfigError
 
 CONFIG_SCHEMA = Path("config/config.schema.yaml")
 SYSTEM_SCHEMA = Path("config/system.schema.yaml")
+
+
+MAX_EXPANDED_VALUES = 1_000_000  # values of a config with every YAML alias expanded (config/config.yaml: ~1,000)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key given twice in one mapping (the last would win silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise ConfigError(f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: key {key!r} is given "
+                                  f"twice in one mapping (first on line {seen[key]}); keep one")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file (config, system) read safely: no tags that build objects, no key given twice in one mapping, no
+    alias bomb (at most :data:`MAX_EXPANDED_VALUES` values with every alias expanded), no nesting past Python's
+    limit.
+
+    Raises:
+        ConfigError: missing, not YAML, a duplicate key (file and line), or an alias bomb / too deep (file named).
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:  # the stream names the file in the loader's marks
+            data = yaml.load(fh, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except FileNotFoundError:
+        raise ConfigError(f"file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read ({exc})") from None
+    problems = expansion_errors(data, str(path))
+    if problems:
+        raise ConfigError(problems[0])
+    return data
+
+
+def expansion_errors(data: Any, what: str = "config") -> list[str]:
+    """One line when ``data`` (a parsed YAML document, aliases shared) would have more than
+    :data:`MAX_EXPANDED_VALUES` values once written out (as spec files are): a YAML alias bomb."""
+    memo: dict[int, int] = {}
+
+    def size(obj) -> int:
+        if id(obj) in memo:
+            return memo[id(obj)]
+        children = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ()
+        n = 1
+        for child in children:
+            n += size(child)
+            if n > MAX_EXPANDED_VALUES:
+                break
+        memo[id(obj)] = n
+        return n
+
+    try:
+        n = size(data)
+    except RecursionError:
+        return [f"{what}: nested too deeply"]
+    if n > MAX_EXPANDED_VALUES:
+        return [f"{what}: more than {MAX_EXPANDED_VALUES:,} values once its YAML aliases (*name) are expanded "
+                f"(an alias bomb?); write the values out or use fewer aliases"]
+    return []
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -43,6 +114,12 @@ def _describe(error: jsonschema.ValidationError) -> str:
             choices = [repr(a["const"]) if "const" in a else f"a list ({a.get('type')})" for a in error.validator_value]
             return f"config key '{where}': {error.instance!r} is not allowed; allowed: {' or '.join(choices)}"
     where = _key_path(error)
+    if error.validator == "type" and isinstance(error.instance, float):
+        if not math.isfinite(error.instance):
+            return f"config key '{where}': {error.instance!r} is not allowed (a finite number is needed)"
+        if error.instance.is_integer() and "integer" in str(error.validator_value):
+            return f"config key '{where}': {error.instance!r} is not an integer (write {int(error.instance)})" \
+                if abs(error.instance) < 1e15 else f"config key '{where}': {error.instance!r} is not an integer"
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"config key '{where}': {error.instance!r} is not allowed; allowed values: {allowed}"
@@ -74,15 +151,32 @@ def load_schema(schema_path: str | Path) -> dict:
     return schema
 
 
+def _is_integer(checker, instance) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)  # 2.0 is not a count (JSON Schema says it is)
+
+
+def _is_number(checker, instance) -> bool:
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+# The config's types, stricter than JSON Schema's: `integer` is an integer literal (not 2.0 or 1e15), `number` a
+# finite one (`.nan` and `.inf` pass every `minimum`/`maximum` otherwise: a NaN threshold never flags anything).
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"integer": _is_integer,
+                                                                            "number": _is_number}))
+
+
 def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") -> list[str]:
-    """All schema violations of ``instance`` as one readable line each (empty when valid).
+    """All schema violations of ``instance`` as one readable line each (empty when valid). Types are strict
+    (:data:`Validator`): ``repeat: 2.0`` and ``.nan`` are refused.
 
     Args:
         instance: the parsed YAML/JSON object.
         schema_path: path of a JSON schema (YAML or JSON syntax).
         what: name of the checked document, used in the messages.
     """
-    validator = jsonschema.Draft202012Validator(load_schema(schema_path))
+    validator = Validator(load_schema(schema_path))
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.absolute_path)))
     return [f"{what}: {_describe(e)}" for e in errors]
 
@@ -129,9 +223,34 @@ def _divisible(where: str, what: str, channels: list[int], attention: list[int],
     return out
 
 
+# Folders of the operating system that results must never be written into (as root they could be): the key
+# `results_dir` may not be one of these, nor lie under one, nor be `/` itself (`/results` in a container is fine).
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys",
+               "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/include", "/usr/share")
+
+
+def results_dir_errors(value) -> list[str]:
+    """``results_dir`` must not be ``/``, a folder of :data:`SYSTEM_DIRS` or below one (results would be written among
+    the operating system's files), after following links and ``~``. A relative folder without ``..`` lies in the
+    working directory the user chose and is not checked."""
+    import os
+
+    if not isinstance(value, str) or not value.strip():
+        return []
+    value_x = os.path.expanduser(value)
+    if not os.path.isabs(value_x) and ".." not in Path(value_x).parts:
+        return []
+    resolved = os.path.realpath(value_x)
+    if resolved in ("/", "/usr", "/var") or any(resolved == d or resolved.startswith(d + "/") for d in SYSTEM_DIRS):
+        return [f"config key 'results_dir': {value!r} ({resolved}) is a folder of the operating system;"
+                f" give a folder of your own (default: results)"]
+    return []
+
+
 def cross_field_errors(config: dict) -> list[str]:
     """Constraints between keys that a JSON schema cannot express, one line each naming the key (empty: none).
 
+    * ``results_dir``: not a folder of the operating system (:func:`results_dir_errors`);
     * ``lora_finetune.models``: every name is a key of ``lora_finetune.presets``;
     * Study A presets at every scale: channels (base_channels x channel_mult) divisible by norm_groups (and by
       num_heads at attention levels);
@@ -139,7 +258,7 @@ def cross_field_errors(config: dict) -> list[str]:
     * SR3 preset at every scale: the same for inner_channels x channel_mult (hr_size is checked by
       ``sr3_scaling.resolve_settings``).
     """
-    out = []
+    out = results_dir_errors(config.get("results_dir"))
     lora = config.get("lora_finetune") or {}
     for i, name in enumerate(lora.get("models", [])):
         if name not in (lora.get("presets") or {}):
@@ -176,6 +295,9 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
         ConfigError: listing every violation (key path and allowed values), then the cross-field ones
             (:func:`cross_field_errors`).
     """
+    problems = expansion_errors(config)  # before anything walks or writes it out
+    if problems:
+        raise ConfigError(problems[0])
     if config.get("experiments") == "all":  # every study experiment of the registry, in its order
         from .registry import names
 
@@ -197,15 +319,11 @@ def load_config(path: str | Path, schema_path: str | Path = CONFIG_SCHEMA) -> di
     """Read a YAML config file and validate it (see :func:`validate_config`).
 
     Raises:
-        ConfigError: the file is missing, not YAML, or fails the schema.
+        ConfigError: the file is missing, not YAML (:func:`read_yaml`: duplicate keys, alias bombs), or fails the
+            schema.
     """
     path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    config = read_yaml(path)
     if not isinstance(config, dict):
         raise ConfigError(f"config file {path} must hold a mapping, found {type(config).__name__}")
     return validate_config(config, schema_path)

@@ -17,11 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from . import backends
 from .backends import hpu as hpu_backend
-from .config import SYSTEM_SCHEMA, schema_errors
+from .config import SYSTEM_SCHEMA, read_yaml, schema_errors
 from .errors import ConfigError, SystemMismatchError
 
 
@@ -65,10 +63,7 @@ def load_systems(systems_dir: str | Path, schema_path: str | Path = SYSTEM_SCHEM
         raise ConfigError(f"no system files (*.yaml) in {systems_dir}")
     systems: dict[str, System] = {}
     for path in files:
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"system file {path} is not valid YAML: {exc}") from None
+        raw = read_yaml(path)  # no duplicate keys, no alias bombs (names the file)
         problems = schema_errors(raw, schema_path, what=f"system file {path}")
         if problems:
             raise ConfigError("\n".join(problems))

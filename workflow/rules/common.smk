@@ -9,7 +9,7 @@ import os
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from accelbench import backends, registry
-from accelbench.config import validate_config
+from accelbench.config import read_yaml, validate_config
 from accelbench.harness import spec_path_of
 from accelbench.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.systems import load_systems, resolve_system
@@ -25,6 +25,8 @@ def repo_path(p):
     return p if p.is_absolute() else REPO / p
 
 
+for _file in workflow.configfiles:  # no key given twice, no alias bomb: one line naming the file (and line)
+    read_yaml(_file)
 validate_config(config, REPO / "config/config.schema.yaml")
 SYSTEMS = load_systems(repo_path(config["systems_dir"]), REPO / "config/system.schema.yaml")
 SYSTEM = resolve_system(config["system"], SYSTEMS)
