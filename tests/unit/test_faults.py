@@ -204,3 +204,73 @@ def test_yaml_alias_bomb_and_duplicate_keys_are_refused(tmp_path, default_config
     dup.write_text("unet3d_profile:\n  repeat: 10\n  warmup: 2\n  repeat: 3\n")
     with pytest.raises(ConfigError, match=f"{dup}: line 4: key 'repeat' is given twice in one mapping \\(first on line 2\\)"):
         read_yaml(dup)
+
+
+# --------------------------------------------------------------------------- 4-6: garbage stops at prepare
+def _mri(folder: Path, image=None, mask=None, mask_affine=None) -> Path:
+    import nibabel as nib
+    import numpy as np
+
+    image = np.random.default_rng(0).random((20, 20, 20)) if image is None else image
+    if mask is None:
+        mask = np.zeros((20, 20, 20), np.uint8)
+        mask[5:15, 5:15, 5:15] = 1
+        mask[8:11, 8:11, 8:11] = 2
+    (folder / "image").mkdir(parents=True)
+    (folder / "mask").mkdir()
+    nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), str(folder / "image/case.nii.gz"))
+    nib.save(nib.Nifti1Image(mask.astype(np.uint8), np.eye(4) if mask_affine is None else mask_affine),
+             str(folder / "mask/case.nii.gz"))
+    return folder
+
+
+def _prepare_mri(tmp_path, folder, volume=16):
+    from accelbench.data import mri
+
+    return mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [volume] * 3, [1] * 3, source="folder",
+                       folder=str(folder))
+
+
+def test_sky_map_with_a_nan_or_inf_pixel_stops_at_prepare(tmp_path):
+    import numpy as np
+
+    from accelbench.data import sky
+    from accelbench.errors import DataError
+
+    arr = np.random.default_rng(0).random((64, 64))
+    arr[3, 4] = np.nan
+    arr[10, 10] = np.inf
+    np.save(tmp_path / "map.npy", arr)
+    with pytest.raises(DataError, match=r"map.npy has 2 NaN/Inf pixel\(s\) \(first: nan at \(3, 4\)\)"):
+        sky.prepare(tmp_path / "o.npz", patch=16, factor=4, source="folder", folder=str(tmp_path))
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_mri_with_nan_voxels_stops_at_prepare(tmp_path):
+    import numpy as np
+
+    from accelbench.errors import DataError
+
+    image = np.random.default_rng(0).random((20, 20, 20))
+    image[1, 2, 3] = np.nan
+    with pytest.raises(DataError, match=r"image/case.nii.gz has 1 NaN/Inf voxel\(s\) \(first: nan at voxel \(1, 2, 3\)\)"):
+        _prepare_mri(tmp_path, _mri(tmp_path / "d", image=image))
+
+
+def test_mask_off_the_image_grid_or_of_another_shape_stops_at_prepare(tmp_path):
+    import numpy as np
+
+    from accelbench.errors import DataError
+
+    shifted = np.eye(4)
+    shifted[:3, 3] = 500.0  # the mask lies 500 mm away: resampled onto the image's grid it would be all zero
+    with pytest.raises(DataError, match=r"mask/case.nii.gz lies on another grid than its image .*affines differ"):
+        _prepare_mri(tmp_path, _mri(tmp_path / "a", mask_affine=shifted))
+    small = np.zeros((18, 20, 20), np.uint8)
+    small[5:15, 5:15, 5:15] = 1
+    with pytest.raises(DataError, match=r"mask/case.nii.gz has shape \(18, 20, 20\), its image .* \(20, 20, 20\)"):
+        _prepare_mri(tmp_path, _mri(tmp_path / "b", mask=small))
+    corner = np.zeros((20, 20, 20), np.uint8)
+    corner[0, 0, 0] = 1  # on the grid of the source, outside the centred 8^3 grid prepared from it
+    with pytest.raises(DataError, match=r"mask/case.nii.gz is all zero on the \(8, 8, 8\) grid"):
+        _prepare_mri(tmp_path, _mri(tmp_path / "c", mask=corner), volume=8)

@@ -33,8 +33,10 @@ def _load_nifti(path: Path) -> nib.Nifti1Image:
         img = nib.load(str(path))
         img.get_fdata(dtype=np.float32)  # force a read: a truncated file fails here, not later
         return img
-    except Exception as exc:  # nibabel raises several types for bad files
-        raise DataError(f"MRI input {path} is unreadable as NIfTI: {exc}") from None
+    except Exception as exc:  # nibabel raises several types for bad files (some without a message)
+        why = str(exc) or ("the file holds less data than its header promises (truncated?)"
+                           if isinstance(exc, (EOFError, OSError, ValueError)) else type(exc).__name__)
+        raise DataError(f"MRI input {path} is unreadable as NIfTI: {why}") from None
 
 
 def find_case(folder: str | Path, case: str | None = None) -> tuple[Path, Path]:
@@ -84,6 +86,35 @@ def scale_to_unit_range(image: np.ndarray) -> np.ndarray:
     return ((image - lo) / (hi - lo) * 2.0 - 1.0).astype(np.float32)
 
 
+def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask: nib.Nifti1Image,
+                label_values) -> None:
+    """A user's image and mask must give a meaningful conditioning pair: finite voxels, the mask on the image's grid
+    (same shape and affine: Med-DDPM's layout), a one-hot mask with one channel per label value.
+
+    Raises:
+        DataError: naming the file and the value.
+    """
+    data = image.get_fdata(dtype=np.float32)
+    bad = ~np.isfinite(data)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DataError(f"MRI image {image_path} has {int(bad.sum())} NaN/Inf voxel(s) (first: {data[where]} at "
+                        f"voxel {where}); fill them (e.g. with 0) before use")
+    m_shape, i_shape = tuple(mask.shape), tuple(image.shape)
+    if m_shape[:3] != i_shape[:3]:
+        raise DataError(f"mask {mask_path} has shape {m_shape[:3]}, its image {image_path} {i_shape[:3]}: a mask "
+                        f"must lie on its image's voxel grid")
+    if not np.allclose(mask.affine, image.affine, atol=1e-3):
+        raise DataError(f"mask {mask_path} lies on another grid than its image {image_path} (affines differ: "
+                        f"{np.round(mask.affine[:3, 3], 2).tolist()} vs {np.round(image.affine[:3, 3], 2).tolist()} mm "
+                        f"origin); resample it onto the image first")
+    if len(m_shape) == 4 and m_shape[3] != len(label_values):
+        raise DataError(f"mask {mask_path} is one-hot with {m_shape[3]} channels; data.mri.label_values has "
+                        f"{len(label_values)} ({list(label_values)})")
+    if len(m_shape) > 4:
+        raise DataError(f"mask {mask_path} has shape {m_shape}: a 3-D label map or a 4-D one-hot volume is needed")
+
+
 def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spacing_mm: list[float],
             source: str = "mni152", folder: str | None = None, case: str | None = None,
             label_values: list[int] = (1, 2)) -> dict:
@@ -93,7 +124,8 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
         A summary: source files, shapes, spacing, value range, brain-voxel fraction.
 
     Raises:
-        DataError: a missing or unreadable input file (named in the message).
+        DataError: a missing or unreadable input file, NaN voxels, a mask off the image's grid or of the wrong
+            channel count, or one that resampling leaves empty (file and value named: :func:`_check_pair`).
     """
     from nilearn.image import resample_img
 
@@ -114,6 +146,7 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
         elif len(shape) != 3:
             raise DataError(f"MRI image {image_path} has shape {shape}: a 3-D volume (one channel) is needed; "
                             f"pick one volume of a 4-D series (e.g. nibabel.funcs.four_to_three)")
+        _check_pair(image_path, image_src, mask_path, mask_src, label_values)
         if np.asanyarray(mask_src.dataobj).ndim == 3:
             found = np.unique(np.rint(np.asanyarray(mask_src.dataobj)))
             labels = sorted(int(v) for v in found if v != 0)
@@ -143,6 +176,9 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
                               interpolation="nearest", **kw).get_fdata()
         mask = one_hot(labels, list(label_values))
 
+    if source == "folder" and mask_data.any() and not mask.any():
+        raise DataError(f"mask {sources['mask']} is all zero on the {volume} grid of data.mri.spacing_mm {list(spacing)} "
+                        f"centred on the image: its labels lie outside that grid")
     for path in (out_image, out_mask):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(image, affine), str(out_image))

@@ -92,13 +92,17 @@ def _read_image(path: Path) -> np.ndarray:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader error becomes a clear message
         raise DataError(f"cannot read sky image {path}: {exc}") from None
+    bad = ~np.isfinite(arr)
+    if bad.any():  # min-max scaling would squash the map to a constant (or zeros) around it
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DataError(f"sky image {path} has {int(bad.sum())} NaN/Inf pixel(s) (first: {arr[where]} at {where}); "
+                        f"fill or crop them (blank FITS pixels are NaN) or move the file out of the folder")
     if arr.ndim == 3 and arr.shape[-1] in (3, 4):
         from skimage.color import rgb2gray
 
         arr = rgb2gray(arr[..., :3] / max(arr.max(), 1e-12))
     if arr.ndim != 2:
         raise DataError(f"sky image {path} has shape {arr.shape}; expected a 2-D map (or RGB)")
-    arr = np.nan_to_num(arr)
     lo, hi = float(arr.min()), float(arr.max())
     if hi <= lo:
         raise DataError(f"sky image {path} is constant")
