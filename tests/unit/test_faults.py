@@ -274,3 +274,40 @@ def test_mask_off_the_image_grid_or_of_another_shape_stops_at_prepare(tmp_path):
     corner[0, 0, 0] = 1  # on the grid of the source, outside the centred 8^3 grid prepared from it
     with pytest.raises(DataError, match=r"mask/case.nii.gz is all zero on the \(8, 8, 8\) grid"):
         _prepare_mri(tmp_path, _mri(tmp_path / "c", mask=corner), volume=8)
+
+
+# --------------------------------------------------------------------------- 12: overlapping device sets
+@pytest.mark.parametrize("first, second, exclusive", [
+    (None, "0", True), ("0", "0,1", True), ("0,1", "1,0", True), ("0, 1", "1", True), ("1", None, True),
+    ("0", "1", False), ("0,1", "2,3", False),
+])
+def test_overlapping_device_sets_exclude_each_other(tmp_path, monkeypatch, first, second, exclusive):
+    import threading
+
+    from accelbench import locks
+
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path))
+    env = lambda v: {} if v is None else {"CUDA_VISIBLE_DEVICES": v}  # noqa: E731
+    got = threading.Event()
+
+    def second_job():
+        with locks.device_lock(locks.device_set("cuda", env(second)), "second"):
+            got.set()
+
+    with locks.device_lock(locks.device_set("cuda", env(first)), "first"):
+        t = threading.Thread(target=second_job, daemon=True)
+        t.start()
+        assert got.wait(1.5) is not exclusive
+    t.join(10)
+    assert got.is_set()
+
+
+def test_unusable_lock_folder_is_one_line(tmp_path, monkeypatch):
+    from accelbench import locks
+    from accelbench.errors import AccelbenchError
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "file/locks"))
+    with pytest.raises(AccelbenchError, match=r"device lock .*file/locks/accelbench-cpu.lock cannot be used .*ACCELBENCH_LOCK_DIR"):
+        with locks.device_lock("cpu", "x"):
+            pass

@@ -7,7 +7,12 @@ holds an exclusive ``fcntl.flock`` on ``<lock dir>/accelbench-<device set>.lock`
 holds it and waits. The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a
 cluster node). The kernel drops the lock when the holder exits, killed or not: no stale lock survives.
 
-Device set: ``cpu`` (the whole host), ``cuda-<CUDA_VISIBLE_DEVICES or all>``, ``hpu-<HABANA_VISIBLE_MODULES or all>``.
+Device set: ``cpu`` (the whole host), ``cuda-<ids>``, ``hpu-<ids>``: the ids of ``CUDA_VISIBLE_DEVICES`` /
+``HABANA_VISIBLE_MODULES`` as a sorted set (``1,0`` and ``0, 1`` are ``0,1``), or ``all`` when the variable is unset.
+Overlapping sets exclude each other: a job holds ``accelbench-<backend>-<id>.lock`` of each of its devices
+exclusively and ``accelbench-<backend>.lock`` shared, while a job on ``all`` holds ``accelbench-<backend>.lock``
+exclusively; disjoint sets measure at once. Ids are compared as written: an index and the UUID of the same GPU are
+not recognised as one device (use one form on a machine).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import backends
+from .errors import AccelbenchError
 
 log = logging.getLogger(__name__)
 
@@ -35,43 +41,85 @@ def device_set(backend: str, environ: dict | None = None) -> str:
     if not ops.accelerator:
         return ops.name
     visible = env.get(ops.visible_devices_var) if ops.visible_devices_var else None
-    return f"{ops.name}-{re.sub(r'[^A-Za-z0-9,_-]', '_', visible) if visible else 'all'}"
+    ids = sorted({re.sub(r"[^A-Za-z0-9_-]", "_", v.strip()) for v in (visible or "").split(",") if v.strip()},
+                 key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    return f"{ops.name}-{','.join(ids) if ids else 'all'}"
+
+
+def lock_dir() -> Path:
+    return Path(os.environ.get("ACCELBENCH_LOCK_DIR") or tempfile.gettempdir())
 
 
 def lock_path(devices: str) -> Path:
-    return Path(os.environ.get("ACCELBENCH_LOCK_DIR") or tempfile.gettempdir()) / f"accelbench-{devices}.lock"
+    return lock_dir() / f"accelbench-{devices}.lock"
+
+
+def _lock_files(devices: str) -> list[tuple[Path, int]]:
+    """(lock file, flock mode) pairs of a device set, in a fixed order (see the module docstring)."""
+    name, _, ids = devices.partition("-")
+    if not ids:
+        return [(lock_path(name), fcntl.LOCK_EX)]
+    if ids == "all":
+        return [(lock_path(name), fcntl.LOCK_EX)]
+    return [(lock_path(name), fcntl.LOCK_SH)] + [(lock_path(f"{name}-{i}"), fcntl.LOCK_EX) for i in ids.split(",")]
+
+
+def _open(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise AccelbenchError(f"device lock {path} cannot be used ({exc.strerror or exc}); set ACCELBENCH_LOCK_DIR "
+                              f"to a folder every measurement job of this machine can write") from None
 
 
 @contextlib.contextmanager
 def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]:
-    """Hold the machine-wide lock of ``devices`` while the body runs; wait for it (saying why) if another holds it.
+    """Hold the machine-wide lock of ``devices`` while the body runs; wait for it (saying why) if another job holds
+    an overlapping set.
 
     Args:
         devices: a :func:`device_set` name.
-        what: this job, written into the lock file for whoever waits (e.g. the result path).
+        what: this job, written into the lock files for whoever waits (e.g. the result path).
         poll_s: seconds between the "still waiting" lines.
+
+    Raises:
+        AccelbenchError: the lock folder cannot be used (one line naming it and ``ACCELBENCH_LOCK_DIR``).
     """
-    path = lock_path(devices)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    files = _lock_files(devices)
+    fds = [(_open(path), mode, path) for path, mode in files]
     try:
         waited = 0.0
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held, blocked = [], None
+            for fd, mode, path in fds:  # all or none: never hold some while waiting for the others
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    held.append(fd)
+                except BlockingIOError:
+                    blocked = (fd, path)
+                    break
+            if blocked is None:
                 break
-            except BlockingIOError:
-                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
-                if waited == 0 or waited % poll_s < 1:
-                    log.warning("waiting for %s: %s measures on the same devices (%s); timings would be disturbed",
-                                path, holder, devices)
-                time.sleep(1.0)
-                waited += 1.0
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({what}) since "
-                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n".encode(), 0)
+            for fd in held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            if waited == 0 or waited % poll_s < 1:
+                holder = os.pread(blocked[0], 4096, 0).decode(errors="replace").strip() or "another process"
+                log.warning("waiting for %s: %s measures on the same devices (%s); timings would be disturbed",
+                            blocked[1], holder, devices)
+            time.sleep(1.0)
+            waited += 1.0
+        note = (f"pid {os.getpid()} on {socket.gethostname()} ({what}) since "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n").encode()
+        for fd, mode, _ in fds:
+            if mode == fcntl.LOCK_EX:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, note, 0)
         if waited:
-            log.info("got %s after %.0f s", path, waited)
-        yield path
+            log.info("got %s after %.0f s", files[-1][0], waited)
+        yield files[-1][0]
     finally:
-        os.close(fd)  # releases the flock
+        for fd, mode, _ in fds:
+            if mode == fcntl.LOCK_EX and 'note' in locals():
+                os.ftruncate(fd, 0)  # no stale holder line for whoever waits on a shared lock next
+            os.close(fd)  # releases the flocks
