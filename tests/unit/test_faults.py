@@ -311,3 +311,19 @@ def test_unusable_lock_folder_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(AccelbenchError, match=r"device lock .*file/locks/accelbench-cpu.lock cannot be used .*ACCELBENCH_LOCK_DIR"):
         with locks.device_lock("cpu", "x"):
             pass
+
+
+# --------------------------------------------------------------------------- 9: an encoder-only model
+def test_encoder_only_model_is_not_loaded_as_a_causal_lm():
+    from transformers import BertConfig, LlamaConfig
+
+    from accelbench.errors import DataError
+    from accelbench.models.llm import load_causal_lm, not_causal
+
+    tiny = {"model_type": "bert", "vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 32}
+    with pytest.raises(DataError, match="'random' is not a causal LM: bert is an encoder .*decoder-only model"):
+        load_causal_lm({"source": "random", "config": tiny})
+    assert "hold no causal LM" in not_causal(BertConfig(architectures=["BertForMaskedLM"], is_decoder=True))
+    assert not_causal(LlamaConfig(architectures=["LlamaForCausalLM"])) is None
+    assert not_causal(BertConfig(is_decoder=True)) is None

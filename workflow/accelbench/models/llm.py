@@ -177,6 +177,23 @@ def init_module_by_module(model, device) -> None:
             module._apply(lambda t: t.to("cpu"), recurse=False)
 
 
+def not_causal(cfg) -> str | None:
+    """Why a transformers config is not a causal (decoder-only) LM, or None: an encoder-decoder model; a checkpoint
+    whose ``architectures`` hold no ``*ForCausalLM``/``*LMHeadModel``; or a model type with a masked-LM head in
+    transformers (BERT, RoBERTa, ...) not configured as a decoder: ``AutoModelForCausalLM`` builds these, but their
+    attention sees the whole sequence, so LoRA would train (and perplexity measure) something else than a causal LM."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    archs = list(getattr(cfg, "architectures", None) or [])
+    if getattr(cfg, "is_encoder_decoder", False):
+        return f"{cfg.model_type} is an encoder-decoder model"
+    if archs and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return f"its architectures {archs} hold no causal LM (*ForCausalLM, *LMHeadModel)"
+    if cfg.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False):
+        return f"{cfg.model_type} is an encoder (bidirectional attention), not configured as a decoder"
+    return None
+
+
 def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> LoadedModel:
     """Load a causal LM per ``spec`` (see module docstring), offline.
 
@@ -190,7 +207,8 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
         :class:`LoadedModel` with ``info = {"name", "source", "weights": "pretrained" | "random init", ...}``.
 
     Raises:
-        DataError: the model (or its tokenizer) is not available locally.
+        DataError: the model (or its tokenizer) is not available locally, or it is not a causal LM
+            (:func:`not_causal`).
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -208,6 +226,10 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
                     "label": model_label("SmolLM2-135M-Instruct", dtype, "Q4_1")}
         elif source == "path":
             path = spec["path"]
+            if not Path(str(path)).expanduser().exists() and (
+                    Path(str(path)).is_absolute() or str(path).startswith((".", "~")) or len(Path(str(path)).parts) != 2):
+                raise DataError(f"model path {path!r} does not exist (a local folder, or an <org>/<name> id in the "
+                                f"local Hugging Face cache)")
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(torch_dtype), local_files_only=True)
             name = spec.get("name", Path(str(path)).name)
@@ -239,6 +261,10 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
         if isinstance(exc, DataError):
             raise
         raise DataError(f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline: {exc}") from None
+    why = not_causal(model.config)
+    if why:
+        raise DataError(f"model {spec.get('path') or spec.get('config_from') or spec.get('name') or source!r} is not a "
+                        f"causal LM: {why}; Study B's experiments need a decoder-only model")
     model.eval()
     info.update({"architecture": type(model).__name__, "layers": getattr(model.config, "num_hidden_layers", None),
                  "hidden_size": getattr(model.config, "hidden_size", None),
