@@ -327,3 +327,80 @@ def test_encoder_only_model_is_not_loaded_as_a_causal_lm():
     assert "hold no causal LM" in not_causal(BertConfig(architectures=["BertForMaskedLM"], is_decoder=True))
     assert not_causal(LlamaConfig(architectures=["LlamaForCausalLM"])) is None
     assert not_causal(BertConfig(is_decoder=True)) is None
+
+
+# --------------------------------------------------------------------------- tracebacks that are now one line
+def _model_folder(folder: Path, weights: str) -> dict:
+    import torch
+    from tokenizers import Tokenizer, models
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True)
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")),
+                            unk_token="<unk>").save_pretrained(folder)
+    cfg = LlamaConfig(vocab_size=2, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    st = folder / "model.safetensors"
+    st.write_bytes(st.read_bytes()[: st.stat().st_size // 2] if weights == "truncated" else b"\x00garbage" * 64)
+    return {"source": "path", "path": str(folder)}
+
+
+def _case(kind: str, tmp_path: Path):
+    """(a callable that must raise an AccelbenchError, the message it must contain)."""
+    import nibabel as nib
+    import numpy as np
+
+    from accelbench.data import mri
+    from accelbench.experiments.lora.data import build_pairs
+    from accelbench.models.llm import load_causal_lm
+
+    if kind in ("safetensors_truncated", "safetensors_garbage"):
+        spec = _model_folder(tmp_path / "m", kind.split("_")[1])
+        return lambda: load_causal_lm(spec), f"model '{tmp_path / 'm'}' not available offline or unreadable: "
+    if kind == "model_path_missing":
+        return (lambda: load_causal_lm({"source": "path", "path": "/no/such/model"}),
+                "model path '/no/such/model' does not exist")
+    if kind == "parquet_binary":
+        (tmp_path / "d.parquet").write_bytes(b"\x00\x01binary, not parquet" * 10)
+        return (lambda: build_pairs("file", str(tmp_path / "d.parquet")),
+                f"instruction file {tmp_path / 'd.parquet'} is not a readable parquet file")
+    if kind == "json_object":
+        (tmp_path / "d.json").write_text(json.dumps({"instruction": "a", "output": "b"}))
+        return (lambda: build_pairs("file", str(tmp_path / "d.json")),
+                f"instruction file {tmp_path / 'd.json'} holds a JSON dict; a list of objects is needed")
+    if kind == "nifti_truncated":
+        folder = _mri(tmp_path / "d")
+        img = folder / "image/case.nii"
+        nib.save(nib.Nifti1Image(np.zeros((20, 20, 20), np.float32), np.eye(4)), str(img))
+        (folder / "image/case.nii.gz").unlink()
+        img.write_bytes(img.read_bytes()[:1000])
+        (folder / "mask/case.nii.gz").rename(folder / "mask/case.nii")
+        return (lambda: _prepare_mri(tmp_path, folder),
+                f"MRI input {img} is unreadable as NIfTI: ")
+    if kind == "mask_5_channels":
+        folder = _mri(tmp_path / "d", mask=np.zeros((20, 20, 20, 5), np.uint8))
+        return (lambda: _prepare_mri(tmp_path, folder),
+                f"mask {folder / 'mask/case.nii.gz'} is one-hot with 5 channels; data.mri.label_values has 2")
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["safetensors_truncated", "safetensors_garbage", "model_path_missing",
+                                  "parquet_binary", "json_object", "nifti_truncated", "mask_5_channels"])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, kind):
+    from accelbench.errors import AccelbenchError
+
+    call, message = _case(kind, tmp_path)
+    with pytest.raises(AccelbenchError) as info:
+        call()
+    text = str(info.value)
+    assert message in text and "\n" not in text and not text.rstrip().endswith(": ")
+
+
+def test_pipe_in_a_hardware_label_keeps_the_markdown_row(tmp_path):
+    from accelbench.aggregate.common import write_table
+
+    write_table(pd.DataFrame({"hardware": ["CPU: a|b"], "x_ms": [1.0]}), tmp_path / "t", "caption")
+    row = (tmp_path / "t.md").read_text().splitlines()[-1]
+    assert row.count("|") - row.count("\\|") == 3 and "a\\|b" in row
+    assert "a|b" in (tmp_path / "t.tex").read_text()

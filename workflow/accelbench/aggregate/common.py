@@ -161,7 +161,8 @@ def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: 
     for col in shown.columns:
         fmt = float_format or column_format(str(col))
         shown[col] = [cell(v, fmt) for v in shown[col]]
-    paths[1].write_text(f"{caption}\n\n" + shown.to_markdown(index=False, disable_numparse=True) + "\n")
+    md = shown.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # a `|` would split the row
+    paths[1].write_text(f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n")
     latex = shown.to_latex(index=False, caption=caption, escape=True, longtable=False)
     paths[2].write_text(latex)
     return paths

@@ -34,7 +34,7 @@ def _load_nifti(path: Path) -> nib.Nifti1Image:
         img.get_fdata(dtype=np.float32)  # force a read: a truncated file fails here, not later
         return img
     except Exception as exc:  # nibabel raises several types for bad files (some without a message)
-        why = str(exc) or ("the file holds less data than its header promises (truncated?)"
+        why = " ".join(str(exc).split()) or ("the file holds less data than its header promises (truncated?)"
                            if isinstance(exc, (EOFError, OSError, ValueError)) else type(exc).__name__)
         raise DataError(f"MRI input {path} is unreadable as NIfTI: {why}") from None
 

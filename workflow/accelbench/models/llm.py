@@ -211,6 +211,7 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             (:func:`not_causal`).
     """
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -257,10 +258,12 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
                 info.update(tokenizer=tok_desc["description"], tokenizer_source=tok_desc["source"])
         else:
             raise DataError(f"unknown model source {source!r} (smollm2_gguf | path | random)")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a truncated or garbage .safetensors
         if isinstance(exc, DataError):
             raise
-        raise DataError(f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline: {exc}") from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline or "
+                        f"unreadable: {why}") from None
     why = not_causal(model.config)
     if why:
         raise DataError(f"model {spec.get('path') or spec.get('config_from') or spec.get('name') or source!r} is not a "

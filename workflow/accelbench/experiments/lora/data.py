@@ -35,12 +35,27 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
     if not p.is_file():
         raise DataError(f"lora_finetune.data.path: instruction file {p} not found")
     if p.suffix == ".parquet":
-        df = pd.read_parquet(p)
-    elif p.suffix in (".jsonl", ".json"):
         try:
-            df = pd.read_json(p, lines=p.suffix == ".jsonl")
-        except ValueError as exc:
+            df = pd.read_parquet(p)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise DataError(f"instruction file {p} is not a readable parquet file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    elif p.suffix == ".json":
+        import json
+
+        try:
+            rows = json.loads(p.read_text())
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise DataError(f"instruction file {p} holds a JSON {type(rows).__name__}"
+                            f"{'' if not isinstance(rows, list) else ' with items that are not objects'}; a list of "
+                            f"objects is needed: [{{\"{instruction_key}\": ..., \"{output_key}\": ...}}, ...]")
+        df = pd.DataFrame(rows)
+    elif p.suffix == ".jsonl":
+        try:
+            df = pd.read_json(p, lines=True)
+        except ValueError as exc:
+            raise DataError(f"instruction file {p} is not valid JSON lines: {exc}") from None
     else:
         raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")
     missing = [k for k in (instruction_key, output_key) if k not in df.columns]
