@@ -351,7 +351,6 @@ def _case(kind: str, tmp_path: Path):
     import nibabel as nib
     import numpy as np
 
-    from accelbench.data import mri
     from accelbench.experiments.lora.data import build_pairs
     from accelbench.models.llm import load_causal_lm
 

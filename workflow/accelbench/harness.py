@@ -12,7 +12,7 @@ One sequence, for every experiment of the registry (:mod:`accelbench.registry`):
    mismatch stops the job with one line.
 4. **Lock** (:mod:`accelbench.locks`): one measurement per device set at a time, machine-wide.
 5. **Supersede** (:func:`accelbench.results.superseding`): an old result and its side files are moved aside, never
-   deleted, and put back if this job fails.
+   deleted, and put back if this job fails (or, after a kill, by the next run of the job: the journal ``.redo.json``).
 6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
    (:mod:`accelbench.launcher`), which starts their ``run_rank(settings, ctx)`` in every rank.
 7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``, :mod:`accelbench.hostload`)

@@ -6,7 +6,8 @@ interrupted job leaves no half-written result. An existing result is never repla
 :func:`write_result` refuses unless ``overwrite=True``. A job that redoes a result runs inside
 :func:`superseding`: the old result and its side files are moved to
 ``results/<system>/.superseded/<UTC time>/<experiment>/...`` first (never deleted, for any user,
-root included), and put back if the job fails.
+root included), and put back if the job fails; a job killed outright (SIGKILL) leaves the journal
+:data:`REDO` that makes the folder not current until its rerun puts the old files back (:func:`recover`).
 
 ``status`` is one of :data:`STATUSES`: ``ok``; ``oom`` (out of device memory: the result says how
 much was requested); ``unsupported`` (the system cannot run this case: the result says why).
@@ -230,7 +231,7 @@ def recover(out: str | Path) -> bool:
         moved, names = folder / record["moved_to"], set(record["files"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ResultError(f"{journal}: unreadable journal of an interrupted redo ({exc}); the old files are under "
-                          f"{folder.parents[1]}/{SUPERSEDED}/ — move them back by hand, then delete {journal}") from None
+                          f"<results>/<system>/{SUPERSEDED}/: move them back by hand, then delete {journal}") from None
     for p in folder.iterdir():
         if p.name == REDO or (p.name in names and not (moved / p.name).exists()):
             continue  # the journal; an old file that was never moved
@@ -275,8 +276,8 @@ def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path 
         while moved.exists():  # two supersessions of one result within a second
             moved = moved.with_name(moved.name + "_")
         moved.mkdir(parents=True)
-        write_json_atomic({"moved_to": os.path.relpath(moved, folder), "files": [p.name for p in old], "pid": os.getpid(),
-                           "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, journal)
+        write_json_atomic({"moved_to": os.path.relpath(moved, folder), "files": [p.name for p in old],
+                           "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, journal)
         for p in old:
             os.replace(p, moved / p.name)
         log.warning("moved the previous files of %s to %s (superseded, not deleted)", out, moved)

@@ -378,7 +378,8 @@ def stale_results():
     files) to `<results_dir>/<system>/.superseded/<UTC time>/` (accelbench.results.superseding). Returns paths."""
     from snakemake.io import regex_from_filepattern
 
-    from accelbench.results import mark_current, redo_journal
+    from accelbench.errors import ResultError
+    from accelbench.results import mark_current, read_json, redo_journal
 
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
@@ -393,8 +394,8 @@ def stale_results():
             m = re.fullmatch(regex_from_filepattern(pattern).replace(".+)", "[^/]+)"), target)
             if m:
                 try:
-                    recorded = json.loads(Path(target).read_text()).get("spec_sha256")
-                except (OSError, ValueError, AttributeError):
+                    recorded = read_json(target).get("spec_sha256")  # a plain file of bounded size
+                except (ResultError, AttributeError):
                     recorded = None
                 current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
                 is_current = (not recorded or current == recorded) and not redo_journal(target).exists()

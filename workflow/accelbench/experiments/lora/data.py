@@ -38,7 +38,8 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
         try:
             df = pd.read_parquet(p)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
-            raise DataError(f"instruction file {p} is not a readable parquet file: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise DataError(f"instruction file {p} is not a readable parquet file: {why}") from None
     elif p.suffix == ".json":
         import json
 
