@@ -167,4 +167,5 @@ def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny
         dry = _snakemake(REPO / "Snakefile", tmp_path, target, "-n")
         assert dry.returncode == 0, dry.stderr[-3000:]
         assert ("Nothing to be done" not in dry.stdout + dry.stderr) == redone, (content, journal, dry.stdout[-2000:])
+        assert ("1 finished result(s) are not current" in dry.stderr) == redone
         assert json.loads(result.read_text()) == content  # never touched, only re-timed

@@ -411,7 +411,8 @@ if workflow.is_main_process:
     if _stale:
         import sys
 
-        print(f"accelbench: {len(_stale)} finished result(s) were made with other settings than the config's now; "
+        print(f"accelbench: {len(_stale)} finished result(s) are not current (made with other settings than the "
+              f"config's now, or a redo of them was killed); "
               f"a run redoes them and first moves each (with its side files) to "
               f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  "
               + "\n  ".join(_stale), file=sys.stderr)
