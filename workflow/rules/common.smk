@@ -281,10 +281,14 @@ LORA_MODELS = "resources/llm"  # exported plain-HF copies of bundled models (rul
 
 
 def lora_finetune_results(system=SYSTEM.name):
-    """One result per (model, attention, strategy, devices) of config lora_finetune.runs."""
+    """One result per (model, series, attention, strategy, devices) of config lora_finetune.runs (a run's own
+    `models`/`series` narrow the section's); the faithful series under `<model>/faithful/`."""
     u = config["lora_finetune"]
-    return [f"{RESULTS}/{system}/lora_finetune/{model}/{att}/{run['strategy']}/n{n}/result.json"
-            for model in u["models"] for run in u["runs"] for att in run["attention"] for n in run["devices"]]
+    level = {"ours": "", "faithful": "faithful/"}
+    return [f"{RESULTS}/{system}/lora_finetune/{model}/{level[series]}{att}/{run['strategy']}/n{n}/result.json"
+            for run in u["runs"] for model in u["models"] if model in run.get("models", u["models"])
+            for series in u["series"] if series in run.get("series", u["series"])
+            for att in run["attention"] for n in run["devices"]]
 
 
 def lora_model_spec(model):
@@ -304,11 +308,18 @@ def lora_model_input(wildcards):
     return {"tokenizer_dir": folder} if folder else {}
 
 
-def lora_finetune_spec(wildcards):
+def lora_finetune_faithful_spec(wildcards):
+    return lora_finetune_spec(wildcards, series="faithful")
+
+
+def lora_finetune_spec(wildcards, series="ours"):
+    from accelbench.experiments.lora.series import runtime_for
     from accelbench.experiments.lora.settings import resolve_settings
     from accelbench.experiments.lora.trainer import check_ddp_options
 
     u = config["lora_finetune"]
+    # unknown options stop the run here, naming the key (liger is resolved on the node that runs the job)
+    runtime_for(series, {k: v for k, v in (u.get(series) or {}).items() if k != "liger"}, True)
     data = dict(u["data"])
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
@@ -319,6 +330,7 @@ def lora_finetune_spec(wildcards):
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
                        "settings": settings.to_dict(), "data": data, "projection": u["projection"],
+                       "series": series, "series_options": u.get(series) or {},
                        **({"ddp": ddp} if ddp else {})})
 
 

@@ -1,5 +1,6 @@
 # Study B LoRA fine-tuning (model export: llm_models.smk): one job per
-# (system, model, attention, strategy, devices) (multi-device jobs launch torchrun themselves), aggregation.
+# (system, model, series, attention, strategy, devices); the `ours` series in <model>/<attention>/..., the
+# faithful one in <model>/faithful/<attention>/... (multi-device jobs launch torchrun themselves), aggregation.
 rule lora_finetune:
     input:
         unpack(lora_model_input),
@@ -10,6 +11,7 @@ rule lora_finetune:
     params:
         spec=lora_finetune_spec,
     wildcard_constraints:
+        model="[a-z0-9_]+",  # one folder: the faithful series' `faithful/` level is never a model
         attention="eager|flash",
         strategy="single|ddp|fsdp|zero3",
         devices="[0-9]+",
@@ -21,6 +23,16 @@ rule lora_finetune:
         CONTAINER
     shell:
         "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
+
+
+# Study B's faithful series (the job files' runtime, experiments/lora/series.py): the same job under faithful/
+use rule lora_finetune as lora_finetune_faithful with:
+    output:
+        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/faithful/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
+    log:
+        f"logs/{{system}}/lora_finetune/{{model}}/faithful/{{attention}}/{{strategy}}/n{{devices}}.log",
+    params:
+        spec=lora_finetune_faithful_spec,
 
 
 rule study_b_lora_aggregate:

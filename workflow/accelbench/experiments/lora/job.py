@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ... import backends
 from ...outcome import Outcome
 from .model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
+from .series import gaudi_mode, settings_of
 from .settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
 from .summary import summarize
 from .train import train_rank
@@ -29,14 +30,23 @@ class Settings:
 
     @classmethod
     def from_spec(cls, spec: dict, system) -> "Settings":
-        lora = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+        lora = settings_of(spec)
         return cls(spec, lora, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, lora))
 
 
 def prepare_environment(spec: dict, system) -> None:
-    """Before anything imports habana_frameworks: Gaudi's execution mode (Study B: lazy mode except FSDP)."""
-    if backends.get(system.backend).lazy_mode:
-        os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(spec["strategy"]))
+    """Before anything imports habana_frameworks: Gaudi's execution mode. Faithful series: the job file's
+    (:func:`.series.gaudi_mode`: lazy, or compile mode with ``PT_HPU_LAZY_MODE=0``, and its variables); ours: lazy
+    mode except FSDP."""
+    if not backends.get(system.backend).lazy_mode:
+        return
+    if spec.get("series") == "faithful":
+        mode = gaudi_mode(spec.get("family", ""), spec["strategy"], spec["devices"],
+                          (spec.get("series_options") or {}).get("job_set", "2026-03"))
+        for k, v in {"PT_HPU_LAZY_MODE": "1", **mode["env"]}.items():
+            os.environ.setdefault(k, v)
+        return
+    os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(spec["strategy"]))
 
 
 def precheck(s: Settings, system) -> Outcome | None:
@@ -53,8 +63,9 @@ def precheck(s: Settings, system) -> Outcome | None:
         from ... import multinode
 
         per_node = multinode.node_plan(system, s.plan.devices, DEVICES_KEY).per_node
-        host = {"host_available_gib": psutil.virtual_memory().available / 2**30, "ranks_per_node": per_node}
-        reason = host_memory_precheck(n_params, s.plan, per_node, host["host_available_gib"])
+        host = {"host_available_gib": psutil.virtual_memory().available / 2**30, "ranks_per_node": per_node,
+                "host_copies_per_node": 1}  # rank-0-only building (cpu_ram_efficient_loading), both series
+        reason = host_memory_precheck(n_params, s.plan, 1, host["host_available_gib"])
     if not reason:
         return None
     return Outcome.oom(reason, {"parameters": n_params, "weights_gib_needed": weights_gib(n_params, s.plan.precision),

@@ -91,9 +91,14 @@ def count_parameters(model_spec: dict) -> int | None:
 
 
 def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib_full: float | None,
-                      free_gib: float | None, share: float = 0.8) -> str:
-    """Where a model is built: ``"device"``, ``"device_then_host"``, ``"device_by_module"``, ``"zero3_init"`` or
-    ``"host"``.
+                      free_gib: float | None, share: float = 0.8, rank: int = 0) -> str:
+    """Where a model is built: ``"device"``, ``"device_then_host"``, ``"device_by_module"``, ``"zero3_init"``,
+    ``"meta"`` or ``"host"``.
+
+    FSDP on an accelerator builds the model on rank 0 only (Study B's ``fsdp_cpu_ram_efficient_loading: true`` with
+    ``fsdp_sync_module_states: true``): every other rank builds it on the meta device (no memory), FSDP materialises
+    those ranks' shards with ``to_empty`` (accelerate's ``param_init_fn``) and broadcasts rank 0's weights and
+    buffers. So a node holds one host copy, not one per rank (Llama-3.3-70B on a 2x H200 node: 131 GiB, not 263).
 
     Random-init weights are drawn on the accelerator where possible: PyTorch draws ``normal_`` on the CPU in one thread
     (measured: 137 s per 8 B parameters), and at Gemma-2-27B shape the host init alone outlasted a 410 s window on an
@@ -112,6 +117,8 @@ def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib
     """
     if strategy == "zero3":
         return "zero3_init"
+    if strategy == "fsdp" and rank != 0 and backends.get(backend).accelerator:
+        return "meta"
     if model_spec.get("source") != "random" or not backends.get(backend).device_weight_init:
         return "host"
     if strategy in ("single", "ddp"):
@@ -148,9 +155,10 @@ def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node
                          host_available_gib: float | None) -> str | None:
     """OOM reason when FSDP's per-rank host copies of the full weights cannot fit the node's memory (None otherwise).
 
-    Under FSDP every rank of a node builds (or loads) the full model on the host before FSDP shards it to the devices,
-    so a node needs ``ranks_per_node`` x the full weights of free host memory: Llama-3.3-70B in bf16 on 2 ranks of a
-    2x H200 node needs 262.8 GiB of its 256 GiB. Other strategies build on the device (or partition under zero.Init).
+    ``ranks_per_node`` is the number of host copies of a node: 1 with rank-0-only building (what the job passes:
+    :func:`random_init_place` builds the other ranks on the meta device), the ranks of the node otherwise (before
+    issue 25: Llama-3.3-70B in bf16 on 2 ranks of a 2x H200 node needed 262.8 GiB of its 256 GiB). Other strategies
+    build on the device (or partition under zero.Init).
     """
     if plan.strategy != "fsdp" or not n_params_config or not host_available_gib:
         return None

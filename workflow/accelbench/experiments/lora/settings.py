@@ -37,7 +37,7 @@ class LoraSettings:
     dropout: float = 0.05
     target_modules: tuple[str, ...] = ("q_proj", "v_proj")
     lr: float = 3e-4
-    lr_scheduler: str = "constant_with_warmup"
+    lr_scheduler: str = "constant"  # the job files: --lr_scheduler_type constant (the warm-up ratio has no effect)
     warmup_ratio: float = 0.03
     max_grad_norm: float = 0.3
     per_device_batch: int = 2

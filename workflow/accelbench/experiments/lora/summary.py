@@ -64,6 +64,10 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         # where the (random-init) model was built, and each set-up phase's wall seconds, slowest rank (per rank above)
         "model_built_on": r0.get("model_built_on"),
         "setup_s": {k: max((p["setup_s"] or {}).get(k, 0.0) for p in per_rank) for k in (r0.get("setup_s") or {})},
+        # the runtime series (faithful: Study B's job files; ours) with every setting it ran with, and
+        # optimum-habana's train_runtime throughput over the same steps (rank 0's host clock)
+        "series": r0.get("series"), "train_runtime": r0.get("train_runtime"),
+        "loss_tolerance": (r0.get("series") or {}).get("loss_tolerance"),
         "projection": project_epoch(step_ms, tokens_per_step, settings.seq_len, projection_cfg),
         "notes": plan.notes,
     }

@@ -3,6 +3,8 @@ clock (:class:`accelbench.measure.StepClock`)."""
 
 from __future__ import annotations
 
+import time
+
 from ...measure import StepClock
 
 
@@ -10,7 +12,8 @@ def make_step_timer(device, world: int):
     """A ``TrainerCallback`` timing each optimizer step (all micro-batches, clipping, optimizer, scheduler) with a
     :class:`~accelbench.measure.StepClock`: CUDA events on CUDA (read after training), else ``mark_step`` +
     ``synchronize`` + ``time.perf_counter``. Times in ms. After the first step it also records which wrapper and
-    distributed set-up Trainer used (``wrapped_as``, ``distributed``)."""
+    distributed set-up Trainer used (``wrapped_as``, ``distributed``), and host clock readings at each step's start and
+    end (the last one after a device synchronize) for optimum-habana's ``train_runtime``."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -18,9 +21,12 @@ def make_step_timer(device, world: int):
             self.clock = StepClock(device)
             self.trainer = None  # set after the Trainer is built
             self.wrapped_as: str | None = None
+            self.step_begin_s: list[float] = []  # host clock per step (train_runtime, series.train_runtime)
+            self.step_end_s: list[float] = []
             self.distributed: dict | None = None
 
         def on_step_begin(self, args, state, control, **kw):
+            self.step_begin_s.append(time.perf_counter())  # a host clock reading (no sync): train_runtime's start
             self.clock.start()
 
         def on_step_end(self, args, state, control, **kw):
@@ -39,6 +45,9 @@ def make_step_timer(device, world: int):
                                     "process_group": dist.get_backend() if dist.is_initialized() else None,
                                     "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
             self.clock.stop()
+            if state.global_step >= state.max_steps:  # train_runtime's end: the last step done on the device
+                device.synchronize()
+            self.step_end_s.append(time.perf_counter())
 
         def finish(self) -> tuple[list[float], str]:
             """Every step's time in ms (warm-up steps included: the summary drops them) and the clock's method."""

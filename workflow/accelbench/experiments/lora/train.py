@@ -13,9 +13,10 @@ from ...errors import DataError
 from .data import build_datasets
 from ...flops import lora_flop_counts
 from .model import apply_lora, count_parameters, random_init_place, set_attention, weights_gib
-from .settings import LoraSettings, Plan, hpu_lazy_mode
+from .series import SOURCE, gaudi_mode, job_flash_flags, runtime_for, settings_of, train_runtime
+from .settings import Plan, hpu_lazy_mode
 from .timer import make_step_timer
-from .trainer import NO_STEP_SYNC_ARGS, LossCurveMixin, ddp_options_for, loss_curve_trainer, training_arguments_kwargs
+from .trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
 
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
 WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
@@ -45,11 +46,19 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
-    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    s = settings_of(spec)
+    series = spec.get("series", "ours")
+    family = spec.get("family", "")
     if placement is None and threads:
         torch.set_num_threads(max(1, threads // world))
     ops = backends.get(system.backend)
+    runtime = runtime_for(series, spec.get("series_options"), ops.accelerator,
+                          backend_has_compile=ops.accelerator and not ops.optimum_habana)
+    gmode = gaudi_mode(family, plan.strategy, plan.devices, runtime.job_set) if series == "faithful" else None
     if ops.lazy_mode:
+        if gmode:
+            for k, v in {"PT_HPU_LAZY_MODE": "1", **gmode["env"]}.items():
+                os.environ.setdefault(k, v)
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
     device = Device(system.backend, index=ops.device_index(local))
     ops.set_device(local)
@@ -88,8 +97,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         n_config = (count_parameters(model_spec) if model_spec.get("source") == "random" and plan.strategy == "fsdp"
                     else None)
         place = random_init_place(model_spec, system.backend, plan.strategy,
-                                  weights_gib(n_config, plan.precision) if n_config else None, free_gib)
-        with torch.device(device.torch_device) if place in ("device", "device_then_host") else contextlib.nullcontext():
+                                  weights_gib(n_config, plan.precision) if n_config else None, free_gib, rank=rank)
+        build_on = {"device": device.torch_device, "device_then_host": device.torch_device, "meta": "meta"}.get(place)
+        with torch.device(build_on) if build_on else contextlib.nullcontext():
             by_module = {"init_device": device.torch_device} if place == "device_by_module" else {}
             lm = load_causal_lm(model_spec, dtype=weight_dtype, **by_module)
         if place == "device_then_host":  # FSDP shards from the host copy, as with loaded weights
@@ -113,6 +123,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         layer_cls = type(model.model.layers[0]).__name__ if hasattr(getattr(model, "model", None), "layers") else None
         torch.manual_seed(s.seed)  # LoRA A matrices: the same initialisation on every rank
         model, lora_counts = apply_lora(model, s)
+        if plan.precision == "bf16" and ops.accelerator and plan.strategy != "zero3":
+            model = model.to(torch.bfloat16)  # run_lora_clm.py: lora_model.to(torch.bfloat16) under --bf16 (ZeRO-3:
+            # DeepSpeed's bf16 section casts the partitioned model itself)
         m["flop_counts"] = lora_flop_counts(model)
         need = s.per_device_batch * s.grad_accum * world * max_steps
         per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
@@ -120,18 +133,31 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
         with_mask = ops.optimum_habana
         train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
-        kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds))
+        kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), runtime, family)
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
-        m["trainer_settings"] = {**{k: v for k, v in kw.items() if k in NO_STEP_SYNC_ARGS},
+        m["series"] = {**runtime.to_dict(), "source": SOURCE, "gaudi_mode": gaudi_mode(family, plan.strategy, plan.devices,
+                                                                                     runtime.job_set),
+                       "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
+                       "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ops.accelerator else None}
+        m["trainer_settings"] = {**{k: kw.get(k) for k in ("logging_strategy", "logging_steps", "logging_nan_inf_filter",
+                                                          "include_num_input_tokens_seen", "average_tokens_across_devices",
+                                                          "lr_scheduler_type", "torch_compile", "use_liger_kernel")},
+                                 "fsdp": kw.get("fsdp"), "fsdp_config": kw.get("fsdp_config"),
+                                 "deepspeed": kw.get("deepspeed"),
                                  "optim": kw.get("optim", "TrainingArguments default"),
                                  "batch_copy": ("non_blocking, pinned" if (kw.get("accelerator_config") or {})
                                                 .get("non_blocking") else "accelerate default (blocking)"),
                                  "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
                                  "loss_curve": "LossCurveMixin (device tensors, read after training)",
-                                 "fast_host_step": LossCurveMixin.fast_host_step}
+                                 "fast_host_step": runtime.fast_host_step}
         if gaudi:
-            args = GaudiTrainingArguments(**kw, use_habana=True, use_lazy_mode=plan.strategy != "fsdp",
-                                          distribution_strategy="ddp")
+            mode_args = dict(gmode["args"]) if gmode else {"use_lazy_mode": plan.strategy != "fsdp"}
+            fused_rope = mode_args.pop("use_fused_rope", None)
+            if mode_args.pop("attn_softmax_bf16", False):
+                model.generation_config.attn_softmax_bf16 = True
+            if fused_rope is False:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
+                model.generation_config.use_fused_rope = False
+            args = GaudiTrainingArguments(**kw, **mode_args, use_habana=True, distribution_strategy="ddp")
             gcfg = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16")
             trainer_cls, extra = GaudiTrainer, {"gaudi_config": gcfg}
         else:
@@ -143,10 +169,16 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 args._n_gpu = 1
         t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
-        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options)
+        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, runtime.fast_host_step)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
         timer.trainer = trainer
+        fsdp_cfg = kw.get("fsdp_config") or {}
+        if series == "faithful" and fsdp_cfg.get("fsdp_auto_wrap_policy") == "TRANSFORMER_BASED_WRAP":
+            from peft.utils.other import fsdp_auto_wrap_policy  # run_lora_clm.py l. 959-960
+
+            trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+            m["trainer_settings"]["fsdp_auto_wrap_policy"] = "peft.utils.other.fsdp_auto_wrap_policy"
         phase_done("trainer_init", t_phase)
         device.reset_peak_memory()
         t0 = time.perf_counter()
@@ -155,6 +187,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         train_s = time.perf_counter() - t0
         phase_done("train", t0, " (wrapping, evaluations and every step)")
         samples, method = timer.finish()
+        m["train_runtime"] = train_runtime(timer.step_end_s, timer.step_begin_s, s.warmup_steps,
+                                           s.per_device_batch * s.grad_accum * world)
         losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
         evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]

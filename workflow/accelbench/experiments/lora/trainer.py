@@ -7,6 +7,7 @@ import contextlib
 
 from ... import backends
 from ...errors import ConfigError
+from .series import Runtime
 from .settings import LoraSettings, Plan
 
 # TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
@@ -24,16 +25,23 @@ NO_STEP_SYNC_ARGS = {"logging_strategy": "no", "logging_nan_inf_filter": False,
 
 
 def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir: str, max_steps: int,
-                              layer_cls: str | None, eval_blocks: int = 0) -> dict:
-    """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan.
+                              layer_cls: str | None, eval_blocks: int = 0, runtime: Runtime | None = None,
+                              family: str = "") -> dict:
+    """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan and series.
 
-    ``fsdp``: FULL_SHARD with auto-wrap of ``layer_cls`` (one unit per decoder layer); ``zero3``: a DeepSpeed
-    stage-3 config dict with ``auto`` batch/clip values filled by the Trainer; ``ddp``/``fsdp`` backends: NCCL,
-    gloo (CPU), HCCL (Gaudi).
+    ``runtime`` (:func:`.series.runtime_for`; None = ``ours`` with its defaults) decides the series' settings:
+    ``faithful`` logs every step with Trainer's defaults, passes the authors' ZeRO-3 JSON unchanged and their FSDP
+    config (:func:`.series.faithful_fsdp_config`, ``fsdp="auto_wrap"``); ``ours`` keeps host syncs out of the step
+    (:data:`NO_STEP_SYNC_ARGS`), copies batches without waiting, FSDP FULL_SHARD with ``BACKWARD_PRE`` and
+    ZeRO-3 with overlapped communication, and ``torch_compile`` / ``use_liger_kernel`` as the runtime says.
+    ``ddp``/``fsdp`` backends: NCCL, gloo (CPU), HCCL (Gaudi).
     """
     from transformers import TrainingArguments
 
+    from .series import faithful_fsdp_config, faithful_zero3_config, runtime_for
+
     ops = backends.get(backend)
+    rt = runtime or runtime_for("ours", {"compile": False, "liger": False}, ops.accelerator)
     fields = TrainingArguments.__dataclass_fields__
     # transformers >= 5 takes the warm-up ratio as a float warmup_steps; 4.x (optimum-habana's) has warmup_ratio
     warmup = {"warmup_steps": s.warmup_ratio} if "warmup_ratio" not in fields else {"warmup_ratio": s.warmup_ratio}
@@ -43,15 +51,22 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
               max_grad_norm=s.max_grad_norm, max_steps=max_steps, save_strategy="no",
               report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
               dataloader_drop_last=True, disable_tqdm=False, use_cpu=not ops.accelerator)
-    kw.update(NO_STEP_SYNC_ARGS)
+    if rt.no_step_sync:
+        kw.update(NO_STEP_SYNC_ARGS)
+    else:  # --logging_steps 1; Trainer's defaults for the rest (NaN/Inf filter on, as optimum-habana 1.18)
+        kw.update(logging_strategy="steps", logging_steps=rt.logging_steps or 1)
+    if rt.compile:
+        kw["torch_compile"] = True
+    if rt.liger:
+        kw["use_liger_kernel"] = True
     if ops.fused_adamw:  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
         kw["optim"] = "adamw_torch_fused"  # per-tensor loop, whose `step` counter is read on the host)
-    if ops.non_blocking_copies:
+    if ops.non_blocking_copies and rt.non_blocking_copies:
         # batches copied to the device without waiting for it (accelerate's default copy blocks the host until the
         # GPU has drained its queue, once per batch tensor of each micro-batch); the DataLoader pins them
         kw.update(accelerator_config={"non_blocking": True}, dataloader_pin_memory=True)
     if "average_tokens_across_devices" not in fields:  # transformers < 4.46: no such option (nothing gathered)
-        kw.pop("average_tokens_across_devices")
+        kw.pop("average_tokens_across_devices", None)
     # held-out loss before the first and after the last step, inside the training loop (on the wrapped model, outside
     # the timed window). Note: a Trainer.evaluate() call before train() would leave the model unwrapped (no DDP).
     if eval_blocks:
@@ -61,13 +76,20 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     if plan.strategy != "single":
         kw["ddp_backend"] = ops.collective
         kw["ddp_find_unused_parameters"] = False
-    if plan.strategy == "fsdp":
+    if plan.strategy == "fsdp" and rt.series == "faithful":  # --fsdp auto_wrap --fsdp_config fsdp_config_*.json
+        kw["fsdp"] = "auto_wrap"
+        kw["fsdp_config"] = faithful_fsdp_config(family, layer_cls)
+    elif plan.strategy == "fsdp":
         kw["fsdp"] = "full_shard auto_wrap"
         # sync_module_states broadcasts rank 0's weights; accelerate supports it only on accelerators (every
-        # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU)
+        # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU). BACKWARD_PRE:
+        # the next unit's all-gather overlaps this unit's backward (FSDP1 without it: no prefetch at all)
         kw["fsdp_config"] = {"transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
-                             "use_orig_params": True, "version": 1, "sync_module_states": ops.accelerator}
-    if plan.strategy == "zero3":
+                             "use_orig_params": True, "version": 1, "sync_module_states": ops.accelerator,
+                             "backward_prefetch": "BACKWARD_PRE", "cpu_ram_efficient_loading": ops.accelerator}
+    if plan.strategy == "zero3" and rt.series == "faithful":  # --deepspeed deepspeed_zero3_config_grad_0.3.json
+        kw["deepspeed"] = faithful_zero3_config()
+    elif plan.strategy == "zero3":
         kw["deepspeed"] = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
                                                  "stage3_gather_16bit_weights_on_model_save": True},
                            "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
@@ -167,7 +189,7 @@ class LossCurveMixin:
         reports its own FLOPs, :func:`flops_per_token`), with the parameters counted once: Trainer's own method walks
         every module and parameter after each micro-batch (about 2 ms of host time per call for an 8B model)."""
         main = getattr(self.model, "main_input_name", "input_ids")
-        if main not in inputs:
+        if main not in inputs or not self.fast_host_step:  # faithful: Trainer's own walk
             return super().floating_point_ops(inputs)
         if "_flops_per_input" not in self.__dict__:
             self._flops_per_input = super().floating_point_ops(inputs) / max(1, inputs[main].numel())
@@ -244,7 +266,9 @@ def ddp_options_for(plan: Plan, ddp: dict | None, grad_accum: int = 1) -> dict:
     return check_ddp_options(ddp, grad_accum)
 
 
-def loss_curve_trainer(base: type, ddp_options: dict | None = None) -> type:
-    """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin` and the given DDP options."""
-    return type(f"LossCurve{base.__name__}", (LossCurveMixin, base), {"ddp_options": dict(ddp_options or {})})
+def loss_curve_trainer(base: type, ddp_options: dict | None = None, fast_host_step: bool = True) -> type:
+    """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin`, the given DDP options and host step
+    (``fast_host_step=False``: Trainer's own per-step walks, as the faithful series)."""
+    return type(f"LossCurve{base.__name__}", (LossCurveMixin, base),
+                {"ddp_options": dict(ddp_options or {}), "fast_host_step": fast_host_step})
 

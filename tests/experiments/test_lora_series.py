@@ -1,0 +1,105 @@
+"""Study B LoRA series (:mod:`accelbench.experiments.lora.series`): every faithful setting of the authors' job files
+reaches the Trainer / DeepSpeed / FSDP config; the Gaudi mode is chosen as the job files choose it; ``ours`` keeps
+its settings apart."""
+
+import json
+
+import pytest
+
+from accelbench.errors import ConfigError
+from accelbench.experiments.lora import series
+from accelbench.experiments.lora.settings import LoraSettings, Plan
+from accelbench.experiments.lora.trainer import training_arguments_kwargs
+
+
+def _kw(strategy, backend="cuda", name="faithful", family="llama-3.3-70b", opts=None):
+    rt = series.runtime_for(name, opts or ({} if name == "faithful" else {"liger": False}), backend != "cpu")
+    return training_arguments_kwargs(Plan(strategy, 2 if strategy != "single" else 1, "flash", "sdpa", "bf16"),
+                                     LoraSettings(), backend, "/tmp/x", 13, "LlamaDecoderLayer", 0, rt, family)
+
+
+def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
+    from transformers import TrainingArguments
+
+    single = _kw("single")
+    # --lr_scheduler_type constant, --logging_steps 1 with Trainer's defaults (NaN/Inf filter stays on)
+    assert single["lr_scheduler_type"] == "constant" and single["logging_steps"] == 1
+    assert single["logging_strategy"] == "steps" and "logging_nan_inf_filter" not in single
+    assert "accelerator_config" not in single and "torch_compile" not in single  # accelerate's blocking copy
+    args = TrainingArguments(**{**single, "output_dir": str(tmp_path), "use_cpu": True, "bf16": False})
+    assert args.logging_steps == 1 and args.logging_nan_inf_filter and args.lr_scheduler_type == "constant"
+    # ZeRO-3: the authors' JSON, unchanged
+    ds = _kw("zero3")["deepspeed"]
+    assert ds == json.loads((series.AUTHORS / "deepspeed_zero3_config_grad_0.3.json").read_text())
+    z = ds["zero_optimization"]
+    assert z["overlap_comm"] is False and z["contiguous_gradients"] is False and ds["gradient_clipping"] == 0.3
+    assert ds["bf16"]["enabled"] is True
+    # FSDP: --fsdp auto_wrap + the authors' config; what accelerate's plugin receives
+    fsdp = _kw("fsdp")
+    assert fsdp["fsdp"] == "auto_wrap"
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=fsdp["fsdp"], fsdp_config=fsdp["fsdp_config"])
+    p = args.fsdp_plugin_args
+    assert p["fsdp_version"] == 1 and p["reshard_after_forward"] == "full_shard"  # FULL_SHARD
+    assert p["backward_prefetch"] == "BACKWARD_PRE" and p["sync_module_states"] is True
+    assert p["use_orig_params"] is True and p["cpu_ram_efficient_loading"] is True
+    assert p["transformer_cls_names_to_wrap"] == "LlamaDecoderLayer" and p["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert fsdp["fsdp_config"]["authors_layer_cls"] == "GaudiLlamaDecoderLayer"
+    assert series.faithful_fsdp_config("gemma-2-27b", "X")["authors_layer_cls"] == "GaudiGemma2DecoderLayer"
+
+
+def test_ours_is_apart_and_checked():
+    ours = _kw("zero3", name="ours", opts={"compile": True, "liger": False})
+    assert ours["lr_scheduler_type"] == "constant" and ours["logging_strategy"] == "no"
+    assert ours["logging_nan_inf_filter"] is False and ours["torch_compile"] is True
+    assert ours["deepspeed"]["zero_optimization"]["overlap_comm"] is True
+    fsdp = _kw("fsdp", name="ours")["fsdp_config"]
+    assert fsdp["backward_prefetch"] == "BACKWARD_PRE" and fsdp["cpu_ram_efficient_loading"] is True
+    cpu = series.runtime_for("ours", {}, accelerator=False)
+    assert cpu.compile is False and cpu.liger is False and cpu.notes  # CPU stays eager, and says so
+    with pytest.raises(ConfigError, match="lora_finetune.ours: unknown key"):
+        series.runtime_for("ours", {"graphs": True}, True)
+    with pytest.raises(ConfigError, match="job_set"):
+        series.runtime_for("faithful", {"job_set": "2024"}, True)
+
+
+@pytest.mark.parametrize("family,strategy,devices,mode", [
+    ("llama-3.1-8b", "single", 1, "lazy"), ("llama-3.1-8b", "ddp", 8, "lazy"),      # mcLlama3.1-8b_*.sh
+    ("gemma-2-27b", "single", 1, "lazy"),                                            # ..._1HPU_...
+    ("gemma-2-27b", "ddp", 2, "compile"), ("gemma-2-27b", "ddp", 8, "compile"),     # DDP_LikeDSAndFSDP
+    ("gemma-2-27b", "fsdp", 4, "compile"), ("gemma-2-27b", "zero3", 6, "compile"),
+    ("llama-3.3-70b", "fsdp", 4, "compile"), ("llama-3.3-70b", "zero3", 8, "compile")])
+def test_gaudi_mode_as_the_job_files_choose_it(family, strategy, devices, mode):
+    g = series.gaudi_mode(family, strategy, devices)
+    assert g["mode"] == mode
+    if mode == "compile":
+        assert g["env"] == {"PT_HPU_LAZY_MODE": "0"}
+        assert g["args"] == {"use_lazy_mode": False, "torch_compile": True, "torch_compile_backend": "hpu_backend",
+                             "use_fused_rope": False, "pipelining_fwd_bwd": False}
+    else:
+        assert g["args"] == {"use_lazy_mode": True} and "PT_HPU_LAZY_MODE" not in g["env"]
+    flags = series.job_flash_flags(family, strategy, devices)
+    assert flags["set"] is (True if mode == "compile" else None)
+    if mode == "compile":  # inert for Gemma-2 in optimum-habana 1.18/1.19 (its flash path is Llama's only)
+        assert flags["attention"] == ("flash" if "llama" in family else "eager")
+
+
+def test_older_70b_zero3_job_set_is_selectable():
+    old = series.gaudi_mode("llama-3.3-70b", "zero3", 4, "2025-11")
+    assert old["mode"] == "lazy" and old["env"]["PT_HPU_MAX_COMPOUND_OP_SIZE"] == "10"
+    spec = {"settings": LoraSettings(warmup_steps=1).to_dict(), "series": "faithful", "family": "llama-3.3-70b",
+            "strategy": "zero3", "series_options": {"job_set": "2025-11"}}
+    s = series.settings_of(spec)
+    assert (s.per_device_batch, s.grad_accum, s.seq_len, s.max_grad_norm) == (1, 1, 1024, 1.0)
+    assert s.warmup_steps == 3  # --throughput_warmup_steps 3
+    s = series.settings_of({**spec, "series_options": {}})
+    assert (s.per_device_batch, s.grad_accum, s.seq_len, s.max_grad_norm) == (2, 2, 512, 0.3)
+    assert series.settings_of({**spec, "series": "ours"}).warmup_steps == 1
+
+
+def test_train_runtime_is_optimum_habanas_window():
+    begin = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    end = [0.9, 1.9, 2.9, 3.9, 4.9, 6.5]
+    r = series.train_runtime(end, begin, 3, 4)
+    assert r["train_runtime_s"] == pytest.approx(3.5) and r["steps"] == 3
+    assert r["train_samples_per_second"] == pytest.approx(12 / 3.5)
+    assert series.train_runtime(end[:3], begin[:3], 3, 4)["train_runtime_s"] is None
