@@ -29,19 +29,26 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
 
 
 def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
-    """Llama-3.3-70B FSDP on a 2x H200 node (256 GiB): each rank's host copy of the weights (131 GiB) would not fit
-    twice; recorded as oom with the host memory it saw, before any rank starts."""
+    """FSDP builds the weights on rank 0 only (cpu_ram_efficient_loading; the other ranks on the meta device), so a
+    node holds one host copy: Llama-3.3-70B (131 GiB) fits a 2x H200 node's 250 GiB (before issue 25 each of its 2
+    ranks held one: 262.8 GiB); a node with less than one copy free is recorded oom before any rank starts."""
     import psutil
+
+    from accelbench.experiments.lora.model import random_init_place
 
     f = Plan("fsdp", 2, "eager", "eager", "bf16")
     assert "262.8 GiB in all, more than the 250.0 GiB" in host_memory_precheck(70_553_706_496, f, 2, 250.0)
-    assert host_memory_precheck(70_553_706_496, f, 1, 250.0) is None                     # one rank per node fits
+    assert host_memory_precheck(70_553_706_496, f, 1, 250.0) is None                     # one host copy fits
     assert host_memory_precheck(70_553_706_496, Plan("zero3", 2, "eager", "eager", "bf16"), 2, 250.0) is None
     assert host_memory_precheck(8_030_261_248, f, 2, 250.0) is None
+    rand = {"source": "random"}
+    assert random_init_place(rand, "cuda", "fsdp", 131.4, 139.0, rank=1) == "meta"      # rank-0-only building
+    assert random_init_place(rand, "cuda", "fsdp", 131.4, 139.0, rank=0) == "device_by_module"
+    assert random_init_place(rand, "cpu", "fsdp", None, None, rank=1) == "host"
     spec = {"settings": LoraSettings().to_dict(), "strategy": "fsdp", "devices": 2, "attention": "eager",
             "model": LLAMA33_70B_RANDOM}
     monkeypatch.setattr(lora_settings, "available_devices", lambda backend, n: 2)
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 250 * 2**30})())
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 120 * 2**30})())
     out = run_job(spec, system("cuda", devices=2, memory=139.8))
-    assert out.status == "oom" and out.reason.startswith("host memory: under fsdp each of the 2 ranks")
-    assert out.measurements["host_available_gib"] == 250.0 and out.measurements["ranks_per_node"] == 2
+    assert out.status == "oom" and out.reason.startswith("host memory: under fsdp a node holds 1 host copy")
+    assert out.measurements["host_available_gib"] == 120.0 and out.measurements["host_copies_per_node"] == 1

@@ -5,11 +5,8 @@ import pytest
 import torch
 
 from accelbench.experiments.lora import train as lora_train
-from accelbench.experiments.lora import trainer as lora_trainer
-from accelbench.experiments.lora.data import BlockDataset
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.train import train_rank
-from accelbench.experiments.lora.trainer import LossCurveMixin
 from lora_helpers import system
 
 
@@ -43,7 +40,7 @@ class CrcTokenizer:
 SYNC_METHODS = ("item", "__bool__", "__int__", "__float__", "tolist")  # what reads a device value on the host
 
 
-def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = ()):
+def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series: str = "ours"):
     """Run a tiny LoRA Llama through the product's ``train_rank`` (real Trainer, CPU) and list every call of a
     :data:`SYNC_METHODS` method (and of the ``(class, method)`` pairs in ``extra``) from the first timed step's
     ``on_step_begin`` to the last step's ``on_step_end`` (``file:line method``), with the run's result."""
@@ -85,7 +82,7 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = ()):
         return lm
     monkeypatch.setattr(lora_train, "make_step_timer", timer)  # where train_rank looks it up
     monkeypatch.setattr(llm, "load_causal_lm", load)
-    spec = {"settings": settings.to_dict(), "data": {"source": "pydoc"},
+    spec = {"settings": settings.to_dict(), "data": {"source": "pydoc"}, "series": series, "family": "tiny",
             "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
                                                      "num_hidden_layers": 2, "num_attention_heads": 4,
                                                      "num_key_value_heads": 2, "vocab_size": 100}}}
@@ -124,17 +121,21 @@ def test_no_host_sync_inside_timed_steps(monkeypatch):
     assert all(v >= 0 for v in m["setup_s"].values()) and m["model_built_on"] == "host"
 
 
-def test_sync_counter_sees_the_old_settings(monkeypatch):
-    """The counter of the test above finds the syncs of the old settings (per-step logging, NaN/Inf filter): it can
-    fail."""
-    old = {"logging_steps": 1, "logging_nan_inf_filter": True, "average_tokens_across_devices": True}
-    for module in (lora_trainer, lora_train):  # looked up by training_arguments_kwargs and by train_rank's record
-        monkeypatch.setattr(module, "NO_STEP_SYNC_ARGS", old)
-    monkeypatch.setattr(BlockDataset, "__init__", lambda self, blocks, attention_mask=True: (
-        setattr(self, "blocks", blocks), setattr(self, "attention_mask", True))[0])
-    calls, _ = _timed_syncs(monkeypatch, TINY)
+def test_faithful_series_runs_as_the_job_files_and_the_counter_sees_its_syncs(monkeypatch):
+    """The faithful series (Study B's job files) trains with Trainer's per-step logging and NaN/Inf filter: the counter
+    of the test above finds those syncs (so it can fail), the result records the series' settings, its loss curve has
+    one value per step, and optimum-habana's train_runtime is measured after the 3 throughput warm-up steps."""
+    faithful = LoraSettings(**{**TINY.to_dict(), "target_modules": TINY.target_modules, "warmup_steps": 3})
+    calls, out = _timed_syncs(monkeypatch, faithful, series="faithful")
     trainer = [c for c in calls if "/transformers/trainer.py:" in c]
     assert len(trainer) >= 2 * TINY.timed_steps, calls  # the NaN/Inf filter per micro-batch, the log's .item()s
+    m = out["measurements"]
+    assert m["series"]["series"] == "faithful" and m["series"]["logging_steps"] == 1
+    assert m["series"]["gaudi_mode"]["mode"] == "lazy" and m["trainer_settings"]["lr_scheduler_type"] == "constant"
+    assert m["trainer_settings"]["logging_steps"] == 1 and m["trainer_settings"]["torch_compile"] is None
+    assert len(m["loss_curve"]) == 3 + TINY.timed_steps
+    rt = m["train_runtime"]
+    assert rt["warmup_steps"] == 3 and rt["steps"] == TINY.timed_steps and rt["train_runtime_s"] > 0
 
 
 def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
@@ -157,7 +158,8 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
     fast = out["measurements"]["loss_curve"]
     monkeypatch.undo()
 
-    monkeypatch.setattr(LossCurveMixin, "fast_host_step", False)  # Trainer's own walks
+    real = lora_train.loss_curve_trainer  # Trainer's own walks
+    monkeypatch.setattr(lora_train, "loss_curve_trainer", lambda base, ddp, fast=True: real(base, ddp, False))
     calls, out = _timed_syncs(monkeypatch, TINY, walks)
     names = [c.split()[-1] for c in calls]
     assert names.count("zero_grad") >= TINY.timed_steps and names.count("parameters") >= TINY.timed_steps

@@ -165,8 +165,8 @@ def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node
     per_rank = weights_gib(n_params_config, plan.precision)
     need = ranks_per_node * per_rank
     if need > host_available_gib:
-        return (f"host memory: under fsdp each of the {ranks_per_node} ranks of a node holds the full {plan.precision} "
-                f"weights ({per_rank:.1f} GiB) on the host before sharding them, "
+        return (f"host memory: under fsdp a node holds {ranks_per_node} host cop{'y' if ranks_per_node == 1 else 'ies'} "
+                f"of the full {plan.precision} weights ({per_rank:.1f} GiB each) before sharding them, "
                 f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available")
     return None
 
