@@ -1,6 +1,7 @@
 """Study B LoRA summary (:mod:`accelbench.experiments.lora.summary`) and aggregation
 (:mod:`accelbench.aggregate.study_b_lora`)."""
 
+import pandas as pd
 import pytest
 
 from accelbench.experiments.lora.summary import project_epoch
@@ -24,3 +25,38 @@ def test_reference_and_published_gains():
     assert gemma_fsdp8["value"].iloc[0] == pytest.approx(64 / 20)
     fa = g[(g["hardware"] == "gaudi1") & (g["metric"] == "flash_gain") & (g["devices"] == 2)]
     assert fa["value"].iloc[0] == pytest.approx(137 / 123 - 1)
+
+
+def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful():
+    """Faithful and ours rows side by side; an ours row says whether its loss curve stays within its recorded tolerance
+    of the faithful one over the same steps (it can fail); the claims read the faithful series."""
+    import fake_results as fr
+    from accelbench.aggregate import study_b_lora as agg
+
+    def one(series, strategy, devices, step_ms, losses, tol=None):
+        r = fr.lora("h100", "flash", strategy, devices, step_ms=step_ms)
+        r["config"]["series"] = series
+        r["measurements"]["loss"]["per_step"] = losses
+        r["measurements"]["loss_tolerance"] = tol
+        r.update(_hardware="H100", _software="sw", _device="H100")
+        return r
+
+    base = [3.0, 2.9, 2.8, 2.7]
+    res = [one("faithful", "single", 1, 300.0, base), one("faithful", "fsdp", 2, 900.0, base),
+           one("faithful", "ddp", 2, 300.0, base),
+           one("ours", "single", 1, 150.0, [3.0, 2.91, 2.79, 2.7], 0.02),
+           one("ours", "ddp", 2, 150.0, [3.0, 2.9, 2.6, 2.7], 0.02), one("ours", "fsdp", 2, 150.0, base[:2], 0.02)]
+    df = agg.result_rows(res)
+    runs = agg.runs_table(df)
+    assert set(runs["series"]) == {"faithful", "ours"}
+    checks = dict(zip(zip(df["series"], df["strategy"]), df["loss_vs_faithful"]))
+    assert checks[("ours", "single")].startswith("within 0.36% <= 2% over 4 steps")
+    assert checks[("ours", "ddp")].startswith("beyond 7.14% > 2%")
+    assert checks[("ours", "fsdp")].endswith("over 2 steps") and pd.isna(checks[("faithful", "single")])
+    g = agg.gains_table(df, agg.read_reference("resources/reference/study_b_finetune_runtime.csv"), "src")
+    slow = g[(g["metric"] == "fsdp_slowdown_vs_ddp") & (g["hardware"] == "H100")]
+    assert dict(zip(slow["source"], slow["value"])) == {"faithful": pytest.approx(3.0), "ours": pytest.approx(1.0)}
+    picked, prefix = agg.claim_series(df)
+    assert set(picked["series"]) == {"faithful"} and prefix == ""
+    picked, prefix = agg.claim_series(df[df["series"] == "ours"])
+    assert set(picked["series"]) == {"ours"} and "no faithful result" in prefix

@@ -12,6 +12,11 @@ Definitions (same for ours and the published series):
     (single-device runs stand in for 1-device DDP).
 Ours use the median optimizer-step time; the published ones the epoch minutes.
 
+Series: ``faithful`` (Study B's job files' runtime) and ``ours`` (the fastest honest step), both in every table
+(column ``series``); an ours row says whether its loss curve stays within its recorded tolerance of the faithful run
+at the same setting (``loss_vs_faithful``, :func:`loss_check`). The claims read the faithful series
+(:func:`claim_series`).
+
 Claims (:data:`CLAIM_CHECKS`, for the claims table): the flash-attention gain (pairs within their timing spread left
 unresolved), the sharding slowdown (its direction only, :data:`DIRECTION_ONLY`) and OOM without sharding, per system.
 """
@@ -32,6 +37,9 @@ from .common import load_results, noise_cell, status_cell, write_table  # noqa: 
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
+# results written before the series existed (issue 25) ran the no-sync runtime with a constant_with_warmup schedule
+OLD_SERIES = "ours (before issue 25)"
+DEFAULT_LOSS_TOLERANCE = 0.02  # only for ours results that did not record theirs (lora_finetune.ours.loss_tolerance)
 # an ok result whose model.parameters is 0 or absent (e.g. counted after ZeRO-3 partitioned the weights, before
 # parameters were counted by ds_numel): its MFU-6N cell stays empty and the row says why
 PARAMS_MISSING = "MFU-6N not shown: parameters not recorded in the result"
@@ -74,6 +82,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "device": r.get("_device", r["_hardware"]),
                "software": r["_software"], "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
                "attention": cfg["attention"], "strategy": cfg["strategy"], "devices": int(cfg["devices"]),
+               "series": cfg.get("series", OLD_SERIES),
                "status": r["status"], "reason": r.get("reason"), "origin": origin_of(r),
                "scale": cfg["system"].get("scale"), "noise": noise_cell(r)}
         if r["status"] == "ok":
@@ -92,21 +101,47 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "eval_loss_before": m["loss"]["eval_before"], "eval_loss_after": m["loss"]["eval_after"],
                 "projected_min_per_mtok": proj["minutes_per_million_tokens"],
                 "projected_epoch_min": proj.get("minutes"),
+                "train_runtime_ms_per_step": (m.get("train_runtime") or {}).get("ms_per_step"),
+                "loss_per_step": m["loss"].get("per_step"), "loss_tolerance": m.get("loss_tolerance"),
             })
             if not m["model"].get("parameters"):  # 6N needs N: without it MFU-6N is wrong, not small
                 row.update({"mfu_6n": None, "tflop_per_s_6n": None, "reason": PARAMS_MISSING})
         rows.append(row)
     df = pd.DataFrame(rows)
     if not df.empty:
-        df = df.sort_values(["system", "family", "strategy", "attention", "devices"]).reset_index(drop=True)
+        df = df.sort_values(["system", "family", "strategy", "attention", "devices", "series"]).reset_index(drop=True)
+        df["loss_vs_faithful"] = loss_check(df)
     return df
+
+
+def loss_check(df: pd.DataFrame) -> list:
+    """Per row: for an ``ours`` run, whether its loss curve stays within its recorded relative tolerance of the faithful
+    run at equal system, model, attention, strategy and devices over the steps both ran (``within 1.3% <= 2%`` /
+    ``beyond ...``), else None. Both series train the same model on the same data with the same seed and
+    hyper-parameters, so the curves differ only by the kernels' and the reduction order's rounding."""
+    out = []
+    key = ["system", "family", "attention", "strategy", "devices"]
+    faithful = {tuple(r[k] for k in key): r for _, r in df[(df["series"] == "faithful") & (df["status"] == "ok")].iterrows()}
+    for _, r in df.iterrows():
+        f = faithful.get(tuple(r[k] for k in key))
+        if r["series"] != "ours" or r["status"] != "ok" or f is None or not isinstance(r.get("loss_per_step"), list):
+            out.append(None)
+            continue
+        n = min(len(r["loss_per_step"]), len(f["loss_per_step"]))
+        tol = r.get("loss_tolerance") or DEFAULT_LOSS_TOLERANCE
+        worst = max((abs(a - b) / abs(b) for a, b in zip(r["loss_per_step"][:n], f["loss_per_step"][:n]) if b), default=None)
+        out.append(None if worst is None else
+                   f"{'within' if worst <= tol else 'beyond'} {100 * worst:.2f}% {'<=' if worst <= tol else '>'} "
+                   f"{100 * tol:g}% over {n} steps")
+    return out
 
 
 def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     """The run table with ``OOM``/``unsupported`` in place of numbers for cases that did not run."""
-    cols = ["hardware", "family", "weights", "attention", "attn_implementation", "strategy", "devices", "precision",
-            "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "samples_per_s", "tokens_per_s", "peak_mem_gib",
-            "host_peak_rss_gib", "mfu_lora", "mfu_6n", "eval_loss_before", "eval_loss_after", "projected_min_per_mtok",
+    cols = ["hardware", "family", "weights", "series", "attention", "attn_implementation", "strategy", "devices",
+            "precision", "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "train_runtime_ms_per_step",
+            "samples_per_s", "tokens_per_s", "peak_mem_gib", "host_peak_rss_gib", "mfu_lora", "mfu_6n",
+            "eval_loss_before", "eval_loss_after", "loss_vs_faithful", "projected_min_per_mtok",
             "projected_epoch_min", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
@@ -130,17 +165,18 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
     ok = ours[ours["status"] == "ok"].copy() if not ours.empty else ours
     if not ok.empty:
         ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
-        for p in _pairs(ok, "step_ms", ["hardware", "family", "strategy", "devices"], "attention", "eager", "flash"):
-            rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"], "metric": "flash_gain",
+        for p in _pairs(ok, "step_ms", ["series", "hardware", "family", "strategy", "devices"], "attention", "eager", "flash"):
+            rows.append({"source": p["series"], "hardware": p["hardware"], "family": p["family"], "metric": "flash_gain",
                          "strategy": p["strategy"], "devices": p["devices"], "value": p["ratio"] - 1})
         for sharded in ("fsdp", "zero3"):
-            for p in _pairs(ok, "step_ms", ["hardware", "family", "attention", "devices"], "strategy_ddp", sharded, "ddp"):
-                rows.append({"source": "ours", "hardware": p["hardware"], "family": p["family"],
+            for p in _pairs(ok, "step_ms", ["series", "hardware", "family", "attention", "devices"], "strategy_ddp",
+                            sharded, "ddp"):
+                rows.append({"source": p["series"], "hardware": p["hardware"], "family": p["family"],
                              "metric": f"{sharded}_slowdown_vs_ddp", "strategy": sharded, "devices": p["devices"],
                              "value": p["ratio"]})
         for row in rows:
             sel = ok[(ok["hardware"] == row["hardware"]) & (ok["family"] == row["family"])
-                     & (ok["devices"] == row["devices"])]
+                     & (ok["devices"] == row["devices"]) & (ok["series"] == row["source"])]
             flags = set(sel["noise"].dropna())  # the runs the row compares
             row["noise"] = "noisy" if "noisy" in flags else ("quiet" if flags else None)
     r = ref.copy()
@@ -230,12 +266,13 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
     """Observations of one lora_finetune claim on one system: ``df`` its rows of :func:`result_rows`, ``res`` its
     results by (family, attention, strategy, devices)."""
     q = claim["quantity"]
+    df, prefix = claim_series(df)
     ok = df[df["status"] == "ok"].copy()
     ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
 
     def used(g):
-        return [res[k] for k in ((f, a, s, n) for f, a, s, n in zip(g["family"], g["attention"], g["strategy"],
-                                                                      g["devices"])) if k in res]
+        return [res[k] for k in ((f, a, s, n, se) for f, a, s, n, se in zip(g["family"], g["attention"], g["strategy"],
+                                                                              g["devices"], g["series"])) if k in res]
 
     def absent(strategy):
         mine = df[df["strategy"] == strategy]
@@ -256,7 +293,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
                 # spreads that overlap: the difference is inside the measurement spread, evidence neither way
                 overlap = not (pd.isna([e_lo, e_hi, f_lo, f_hi]).any() or e_hi < f_lo or f_hi < e_lo)
                 label = "single" if n == 1 else strat
-                obs.append(Observation(v, f"{fam} {label} n={n}: eager {t['eager']:.0f} ms "
+                obs.append(Observation(v, prefix + f"{fam} {label} n={n}: eager {t['eager']:.0f} ms "
                                           f"(p10-p90 {e_lo:.0f}-{e_hi:.0f}), flash {t['flash']:.0f} ms "
                                           f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%"
                                           + (" (the p10-p90 spreads overlap: unresolved)" if overlap else ""),
@@ -271,7 +308,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
             t = dict(zip(g["strategy_ddp"], g["step_ms"]))
             if sharded in t and "ddp" in t:
                 v = t[sharded] / t["ddp"]
-                obs.append(Observation(v, f"{fam} {att} n={n}: {sharded} {t[sharded]:.0f} ms / DDP {t['ddp']:.0f} ms "
+                obs.append(Observation(v, prefix + f"{fam} {att} n={n}: {sharded} {t[sharded]:.0f} ms / DDP {t['ddp']:.0f} ms "
                                           f"= {v:.2f}x", used(g)))
         if not obs:
             raise NotMeasured(f"no {sharded} and DDP runs at equal model, attention and devices")
@@ -286,7 +323,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
                 continue
             fits = sharded[sharded["status"] == "ok"]
             obs.append(Observation(not fits.empty,
-                                   f"{fam}: OOM with {', '.join(sorted(set(unsharded_oom['strategy'])))}; sharded "
+                                   prefix + f"{fam}: OOM with {', '.join(sorted(set(unsharded_oom['strategy'])))}; sharded "
                                    + (", ".join(f"{s} n={n} ok" for s, n in zip(fits["strategy"], fits["devices"]))
                                       or "runs: " + ", ".join(sorted(set(sharded["status"])))), used(g)))
         if not obs:
@@ -297,9 +334,22 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
 
 
 def _claim_key(r: dict) -> tuple:
-    """Identity of a result inside its system's group: (family, attention, strategy, devices)."""
+    """Identity of a result inside its system's group: (family, attention, strategy, devices, series)."""
     c = r["config"]
-    return c.get("family", c.get("model_name")), c["attention"], c["strategy"], int(c["devices"])
+    return c.get("family", c.get("model_name")), c["attention"], c["strategy"], int(c["devices"]), c.get("series", OLD_SERIES)
+
+
+CLAIM_SERIES = ("faithful", "ours", OLD_SERIES)  # the series a claim reads: the first a system has
+
+
+def claim_series(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows of one system that the claims read: the faithful series (Study B's runtime, what the published ratios
+    measured) where the system has it; else the first series it has (:data:`CLAIM_SERIES`), named in a prefix."""
+    for name in CLAIM_SERIES:
+        rows = df[df["series"] == name] if "series" in df else df
+        if not rows.empty:
+            return rows.reset_index(drop=True), ("" if name == "faithful" else f"[{name} series: no faithful result] ")
+    return df, ""
 
 
 def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
