@@ -138,9 +138,20 @@ def _jobs(dry_run_output: str) -> dict[str, list[dict]]:
     return jobs
 
 
+@needs_smollm2
+def test_committed_tokenizer_is_the_export(exported):
+    """resources/tokenizers/smollm2 (committed, issue 25) holds the same files as a fresh export from the GGUF."""
+    folder, _ = exported
+    committed = REPO / "resources/tokenizers/smollm2"
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        assert (committed / name).read_bytes() == (folder / name).read_bytes(), name
+    assert "Apache" in (committed / "README.md").read_text()
+
+
 def test_dag_random_presets_depend_on_the_tokenizer_folder_not_the_gguf(tmp_path, default_config):
     """gpu_paper.yaml on an H200 system, planned only: the LoRA job of llama31_8b and the export of the
-    TinyLlama-architecture model need resources/llm/tokenizers/smollm2 and nothing of SmolLM2's GGUF or its export."""
+    TinyLlama-architecture model need the committed resources/tokenizers/smollm2 (no job, no wheel) and nothing of
+    SmolLM2's GGUF or its export."""
     paper = yaml.safe_load((REPO / "config/examples/gpu_paper.yaml").read_text())
     cfg = _merge(default_config, paper)
     cfg.update(system="h200", experiments=["llm_quant", "lora_finetune"])
@@ -151,13 +162,13 @@ def test_dag_random_presets_depend_on_the_tokenizer_folder_not_the_gguf(tmp_path
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     jobs = _jobs(out)
-    assert jobs["llm_tokenizer_export"] == [{"output": "resources/llm/tokenizers/smollm2"}]
-    assert jobs["lora_finetune"] == [{"input": "resources/llm/tokenizers/smollm2", "output": f"{lora} (update)"}]
-    assert jobs["llm_export"] == [{"input": "resources/llm/tokenizers/smollm2",
-                                   "output": "resources/llm/tinyllama_arch_random"}]
+    tok = str(REPO / "resources/tokenizers/smollm2")
+    assert "llm_tokenizer_export" not in jobs
+    assert jobs["lora_finetune"] == [{"input": tok, "output": f"{lora} (update)"}]
+    assert jobs["llm_export"] == [{"input": tok, "output": "resources/llm/tinyllama_arch_random"}]
     assert "smollm2_135m" not in out and "gguf" not in out.lower()
     specs = [json.loads(p.read_text()) for p in (tmp_path / ".snakemake/accelbench/spec").glob("*.json")]
     lora_spec = next(s for s in specs if s.get("model_name") == "llama31_8b")
-    assert lora_spec["model"]["tokenizer"] == "resources/llm/tokenizers/smollm2"
+    assert lora_spec["model"]["tokenizer"] == tok
 
 

