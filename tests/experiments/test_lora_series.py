@@ -60,6 +60,14 @@ def test_ours_is_apart_and_checked():
         series.runtime_for("ours", {"graphs": True}, True)
     with pytest.raises(ConfigError, match="job_set"):
         series.runtime_for("faithful", {"job_set": "2024"}, True)
+    # measured variants of ours: ours_<name> = ours updated by ours_variants.<name>
+    section = {"ours": {"compile": True, "liger": False}, "ours_variants": {"eager": {"compile": False}}}
+    assert series.series_options("ours_eager", section) == {"compile": False, "liger": False}
+    assert series.runtime_for("ours_eager", series.series_options("ours_eager", section), True).compile is False
+    with pytest.raises(ConfigError, match="no lora_finetune.ours_variants.fast"):
+        series.series_options("ours_fast", section)
+    with pytest.raises(ConfigError, match="series 'mine' unknown"):
+        series.runtime_for("mine", {}, True)
 
 
 @pytest.mark.parametrize("family,strategy,devices,mode", [

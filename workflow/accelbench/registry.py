@@ -95,7 +95,7 @@ _ENTRIES = (
                inputs=("stage", "model_dir", "sensitivity"),
                targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png")),
     Experiment("lora_finetune", "B", "lora", "lora-finetune", ("{model}/{attention}/{strategy}/n{devices}",
-                                                              "{model}/faithful/{attention}/{strategy}/n{devices}"),
+                                                              "{model}/{series}/{attention}/{strategy}/n{devices}"),
                aggregate="study_b_lora", reference="study_b_finetune_runtime.csv", ranks=True,
                targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png")),
     Experiment("net_smoke", "diagnostic", "net_smoke", "net-smoke", ("devices_{devices}",), result="allreduce.json",

@@ -292,8 +292,8 @@ def lora_finetune_results(system=SYSTEM.name):
     """One result per (model, series, attention, strategy, devices) of config lora_finetune.runs (a run's own
     `models`/`series` narrow the section's); the faithful series under `<model>/faithful/`."""
     u = config["lora_finetune"]
-    level = {"ours": "", "faithful": "faithful/"}
-    return [f"{RESULTS}/{system}/lora_finetune/{model}/{level[series]}{att}/{run['strategy']}/n{n}/result.json"
+    return [f"{RESULTS}/{system}/lora_finetune/{model}/{'' if series == 'ours' else series + '/'}{att}/"
+            f"{run['strategy']}/n{n}/result.json"
             for run in u["runs"] for model in u["models"] if model in run.get("models", u["models"])
             for series in u["series"] if series in run.get("series", u["series"])
             for att in run["attention"] for n in run["devices"]]
@@ -316,18 +316,19 @@ def lora_model_input(wildcards):
     return {"tokenizer_dir": folder} if folder else {}
 
 
-def lora_finetune_faithful_spec(wildcards):
-    return lora_finetune_spec(wildcards, series="faithful")
+def lora_finetune_series_spec(wildcards):
+    return lora_finetune_spec(wildcards, series=wildcards.series)
 
 
 def lora_finetune_spec(wildcards, series="ours"):
-    from accelbench.experiments.lora.series import runtime_for
+    from accelbench.experiments.lora.series import runtime_for, series_options
     from accelbench.experiments.lora.settings import resolve_settings
     from accelbench.experiments.lora.trainer import check_ddp_options
 
     u = config["lora_finetune"]
+    options = series_options(series, u)
     # unknown options stop the run here, naming the key (liger is resolved on the node that runs the job)
-    runtime_for(series, {k: v for k, v in (u.get(series) or {}).items() if k != "liger"}, True)
+    runtime_for(series, {k: v for k, v in options.items() if k != "liger"}, True)
     data = dict(u["data"])
     if data.get("path"):
         data["path"] = str(repo_path(data["path"]))
@@ -338,7 +339,7 @@ def lora_finetune_spec(wildcards, series="ours"):
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
                        "settings": settings.to_dict(), "data": data, "projection": u["projection"],
-                       "series": series, "series_options": u.get(series) or {},
+                       "series": series, "series_options": options,
                        **({"ddp": ddp} if ddp else {})})
 
 

@@ -1,6 +1,6 @@
 # Study B LoRA fine-tuning (model export: llm_models.smk): one job per
 # (system, model, series, attention, strategy, devices); the `ours` series in <model>/<attention>/..., the
-# faithful one in <model>/faithful/<attention>/... (multi-device jobs launch torchrun themselves), aggregation.
+# faithful one and ours' variants in <model>/<series>/<attention>/... (multi-device jobs launch torchrun themselves), aggregation.
 rule lora_finetune:
     input:
         unpack(lora_model_input),
@@ -11,7 +11,7 @@ rule lora_finetune:
     params:
         spec=lora_finetune_spec,
     wildcard_constraints:
-        model="[a-z0-9_]+",  # one folder: the faithful series' `faithful/` level is never a model
+        model="[a-z0-9_]+",  # one folder: a series level (`faithful/`, `ours_<variant>/`) is never a model
         attention="eager|flash",
         strategy="single|ddp|fsdp|zero3",
         devices="[0-9]+",
@@ -25,14 +25,21 @@ rule lora_finetune:
         "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 
-# Study B's faithful series (the job files' runtime, experiments/lora/series.py): the same job under faithful/
-use rule lora_finetune as lora_finetune_faithful with:
+# Study B's faithful series (the job files' runtime, experiments/lora/series.py) and the measured variants of ours
+# (lora_finetune.ours_variants): the same job under <model>/<series>/
+use rule lora_finetune as lora_finetune_series with:
     output:
-        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/faithful/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
+        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
-        f"logs/{{system}}/lora_finetune/{{model}}/faithful/{{attention}}/{{strategy}}/n{{devices}}.log",
+        f"logs/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     params:
-        spec=lora_finetune_faithful_spec,
+        spec=lora_finetune_series_spec,
+    wildcard_constraints:
+        model="[a-z0-9_]+",
+        series="faithful|ours_[a-z0-9_]+",
+        attention="eager|flash",
+        strategy="single|ddp|fsdp|zero3",
+        devices="[0-9]+",
 
 
 rule study_b_lora_aggregate:

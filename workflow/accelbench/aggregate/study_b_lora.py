@@ -115,7 +115,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 
 
 def loss_check(df: pd.DataFrame) -> list:
-    """Per row: for an ``ours`` run, whether its loss curve stays within its recorded relative tolerance of the faithful
+    """Per row: for an ``ours`` run (or a variant ``ours_<name>``), whether its loss curve stays within its recorded relative tolerance of the faithful
     run at equal system, model, attention, strategy and devices over the steps both ran (``within 1.3% <= 2%`` /
     ``beyond ...``), else None. Both series train the same model on the same data with the same seed and
     hyper-parameters, so the curves differ only by the kernels' and the reduction order's rounding."""
@@ -124,7 +124,8 @@ def loss_check(df: pd.DataFrame) -> list:
     faithful = {tuple(r[k] for k in key): r for _, r in df[(df["series"] == "faithful") & (df["status"] == "ok")].iterrows()}
     for _, r in df.iterrows():
         f = faithful.get(tuple(r[k] for k in key))
-        if r["series"] != "ours" or r["status"] != "ok" or f is None or not isinstance(r.get("loss_per_step"), list):
+        ours = r["series"] == "ours" or str(r["series"]).startswith("ours_")
+        if not ours or r["status"] != "ok" or f is None or not isinstance(r.get("loss_per_step"), list):
             out.append(None)
             continue
         n = min(len(r["loss_per_step"]), len(f["loss_per_step"]))

@@ -138,6 +138,31 @@ class Runtime:
         return asdict(self)
 
 
+def is_ours(series: str) -> bool:
+    """``ours`` or one of its measured variants (``ours_<name>``, options in ``lora_finetune.ours_variants``)."""
+    return series == "ours" or (series.startswith("ours_") and len(series) > 5)
+
+
+def series_options(series: str, section: dict) -> dict:
+    """The options of ``series`` from the ``lora_finetune`` config section: ``faithful`` -> ``section["faithful"]``,
+    ``ours`` -> ``section["ours"]``, ``ours_<name>`` -> ``section["ours"]`` updated by ``section["ours_variants"][name]``.
+
+    Raises:
+        ConfigError: a variant that ``lora_finetune.ours_variants`` does not define (named).
+    """
+    if series == "faithful":
+        return dict(section.get("faithful") or {})
+    base = dict(section.get("ours") or {})
+    if series == "ours" or not is_ours(series):
+        return base
+    variants = section.get("ours_variants") or {}
+    name = series[len("ours_"):]
+    if name not in variants:
+        raise ConfigError(f"lora_finetune.series {series!r}: no lora_finetune.ours_variants.{name} "
+                          f"(defined: {sorted(variants) or 'none'})")
+    return {**base, **variants[name]}
+
+
 def liger_available() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
@@ -162,8 +187,8 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         return Runtime("faithful", logging_steps=1, no_step_sync=False, fast_host_step=False,
                        non_blocking_copies=False, throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS,
                        adapter_dtype="bf16", compile=False, liger=False, job_set=job_set)
-    if series != "ours":
-        raise ConfigError(f"lora_finetune series {series!r} unknown; allowed: {', '.join(SERIES)}")
+    if not is_ours(series):
+        raise ConfigError(f"lora_finetune series {series!r} unknown; allowed: {', '.join(SERIES)}, ours_<variant>")
     bad = sorted(set(cfg) - {"compile", "liger", "loss_tolerance"})
     if bad:
         raise ConfigError(f"lora_finetune.ours: unknown key(s) {bad}; allowed: ['compile', 'liger', 'loss_tolerance']")
@@ -179,7 +204,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
     compile_ = bool(cfg.get("compile", True)) and accelerator and backend_has_compile
     if cfg.get("compile", True) and not compile_:
         notes.append("torch.compile off: not an accelerator with inductor (CPU runs stay eager)")
-    return Runtime("ours", logging_steps=None, no_step_sync=True, fast_host_step=True, non_blocking_copies=True,
+    return Runtime(series, logging_steps=None, no_step_sync=True, fast_host_step=True, non_blocking_copies=True,
                    throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS, adapter_dtype="bf16", compile=compile_,
                    liger=bool(liger), loss_tolerance=float(cfg.get("loss_tolerance", 0.02)), notes=notes)
 
