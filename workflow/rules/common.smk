@@ -292,7 +292,8 @@ def lora_finetune_results(system=SYSTEM.name):
     """One result per (model, series, attention, strategy, devices) of config lora_finetune.runs (a run's own
     `models`/`series` narrow the section's); the faithful series under `<model>/faithful/`."""
     u = config["lora_finetune"]
-    return [f"{RESULTS}/{system}/lora_finetune/{model}/{'' if series == 'ours' else series + '/'}{att}/"
+    level = {"ours": ""}  # ours keeps its folder of before issue 25; faithful and ours_<name> get their own level
+    return [f"{RESULTS}/{system}/lora_finetune/{model}/{level.get(series, f'{series}/')}{att}/"
             f"{run['strategy']}/n{n}/result.json"
             for run in u["runs"] for model in u["models"] if model in run.get("models", u["models"])
             for series in u["series"] if series in run.get("series", u["series"])
