@@ -138,6 +138,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         m["series"] = {**runtime.to_dict(), "source": SOURCE, "gaudi_mode": gaudi_mode(family, plan.strategy, plan.devices,
                                                                                      runtime.job_set),
                        "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
+                       # whether this run's attention is the one the job files ran (None: both exist, or none set)
+                       "attention_as_job_files": _as_job_files(family, plan),
                        "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ops.accelerator else None}
         m["trainer_settings"] = {**{k: kw.get(k) for k in ("logging_strategy", "logging_steps", "logging_nan_inf_filter",
                                                           "include_num_input_tokens_seen", "average_tokens_across_devices",
@@ -218,6 +220,13 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         "layer_cls": layer_cls,
     })
     return {"status": "ok", "reason": None, "rank": rank, "measurements": m}
+
+
+def _as_job_files(family: str, plan: Plan) -> bool | None:
+    """Whether ``plan.attention`` is the attention the job files ran for this case (:func:`.series.job_flash_flags`);
+    None where both variants exist (Llama-3.1-8B) or no flag is set."""
+    ran = job_flash_flags(family, plan.strategy, plan.devices)["attention"]
+    return None if ran is None else ran == plan.attention
 
 
 def _requested_from_message(msg: str) -> str | None:
