@@ -6,7 +6,8 @@ optimum-habana ``run_lora_clm.py``-style LoRA on a causal LM, timed per optimize
 Workload (Study B's settings, all from the config):
   * LoRA rank 64, alpha 64, dropout 0.05 on ``q_proj`` and ``v_proj`` (peft ``LoraConfig``); bf16 where the system
     supports it (``Trainer(bf16=True)`` = autocast, base weights stored in bf16 on accelerators).
-  * lr 3e-4 constant after a linear warm-up of ratio 0.03 (``constant_with_warmup``), max grad norm 0.3,
+  * lr 3e-4 ``constant`` (the job files' ``--lr_scheduler_type``; their warm-up ratio 0.03 then has no effect), max
+    grad norm 0.3,
     per-device batch 2, gradient accumulation 2, sequence length 512 with dataset concatenation (all examples
     tokenised, joined with EOS and cut into blocks; labels = inputs, nothing masked, as in ``run_lora_clm.py``).
   * Data: instruction/response pairs (prompt format of ``run_lora_clm.py``); embedded default built from
@@ -23,6 +24,12 @@ Workload (Study B's settings, all from the config):
     step every multi-device run checks that Trainer really wrapped the model as the strategy says
     (:data:`.train.WRAPPER`).
 
+Series (:mod:`.series`): ``faithful`` runs the distributed runtime of Study B's job files (per-step logging, the
+authors' ZeRO-3 and FSDP JSON, rank-0-only FSDP loading, the Gaudi mode each job file chose, ``train_runtime``
+after 3 warm-up steps); ``ours`` the fastest honest step with the same model, data and hyper-parameters (no per-step
+host syncs, ``torch.compile``, Liger kernels where installed), and ``ours_<name>`` its measured variants. Results:
+``<model>/<attention>/...`` (ours), ``<model>/faithful/<attention>/...``, ``<model>/ours_<name>/<attention>/...``.
+
 Measurements: optimizer-step time after warm-up steps (CUDA events / synchronize + host clock, per rank, median and
 spread), samples/s and tokens/s, peak device memory per rank (host peak RSS on CPU), MFU from the named FLOP formula
 (:func:`accelbench.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
@@ -35,6 +42,7 @@ Example::
 Modules (each imports only those above it; callers import what they use from the submodule):
   * :mod:`.data` (instruction pairs, concatenated blocks); FLOPs per token in :mod:`accelbench.flops`;
   * :mod:`.settings`: :class:`~.settings.LoraSettings` and the run plan (strategy, devices, attention, precision);
+    :mod:`.series`: the faithful and ours runtimes (the authors' configs in ``authors/``);
   * :mod:`.model`: LoRA application, attention setting, where a random-init model is built, memory pre-checks;
   * :mod:`.trainer`: TrainingArguments, the Trainer mixin (loss curve, fast host step, DDP options);
     :mod:`.timer`: the per-step timer callback;
