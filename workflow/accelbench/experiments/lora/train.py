@@ -155,9 +155,10 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         if gaudi:
             mode_args = dict(gmode["args"]) if gmode else {"use_lazy_mode": plan.strategy != "fsdp"}
             fused_rope = mode_args.pop("use_fused_rope", None)
-            if mode_args.pop("attn_softmax_bf16", False):
+            llama = getattr(model.config, "model_type", None) == "llama"  # run_lora_clm.py sets these for llama only
+            if mode_args.pop("attn_softmax_bf16", False) and llama:
                 model.generation_config.attn_softmax_bf16 = True
-            if fused_rope is False:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
+            if fused_rope is False and llama:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
                 model.generation_config.use_fused_rope = False
             args = GaudiTrainingArguments(**kw, **mode_args, use_habana=True, distribution_strategy="ddp")
             gcfg = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16")
