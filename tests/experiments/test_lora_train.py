@@ -132,7 +132,8 @@ def test_faithful_series_runs_as_the_job_files_and_the_counter_sees_its_syncs(mo
     m = out["measurements"]
     assert m["series"]["series"] == "faithful" and m["series"]["logging_steps"] == 1
     assert m["series"]["gaudi_mode"]["mode"] == "lazy" and m["trainer_settings"]["lr_scheduler_type"] == "constant"
-    assert m["trainer_settings"]["logging_steps"] == 1 and m["trainer_settings"]["torch_compile"] is None
+    assert m["trainer_settings"]["logging_steps"] == 1 and m["trainer_settings"]["torch_compile"] is False
+    assert m["trainer_settings"]["logging_nan_inf_filter"] is True  # Trainer's default, as the job files
     assert len(m["loss_curve"]) == 3 + TINY.timed_steps
     rt = m["train_runtime"]
     assert rt["warmup_steps"] == 3 and rt["steps"] == TINY.timed_steps and rt["train_runtime_s"] > 0

@@ -170,6 +170,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
                 # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
                 args._n_gpu = 1
+        # the values TrainingArguments holds (defaults included: the faithful series leaves most at Trainer's)
+        m["trainer_settings"].update({k: _plain(getattr(args, k, None)) for k in TRAINER_FIELDS})
         t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
         trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, runtime.fast_host_step)
@@ -221,6 +223,16 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         "layer_cls": layer_cls,
     })
     return {"status": "ok", "reason": None, "rank": rank, "measurements": m}
+
+
+TRAINER_FIELDS = ("logging_strategy", "logging_steps", "logging_nan_inf_filter", "include_num_input_tokens_seen",
+                  "average_tokens_across_devices", "lr_scheduler_type", "torch_compile", "use_liger_kernel", "optim",
+                  "max_grad_norm", "learning_rate", "gradient_accumulation_steps", "per_device_train_batch_size")
+
+
+def _plain(v):
+    """A TrainingArguments value as JSON (enums by their value)."""
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(getattr(v, "value", v))
 
 
 def _as_job_files(family: str, plan: Plan) -> bool | None:
