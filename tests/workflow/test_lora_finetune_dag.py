@@ -75,3 +75,38 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     # the result files keep the keys of the embedded default before the restructuring (tests/result_keys.py)
     assert not result_keys.check(tmp_path / "results"), result_keys.check(tmp_path / "results")
+
+
+def test_lora_series_configs_plan_both_series(tmp_path, default_config):
+    """config/examples/gpu_lora_h200.yaml (the one-H200 faithful-vs-ours command in its header) on an H200 system,
+    planned only: the faithful series under <model>/faithful/, ours in its folder of before, the measured variant
+    under <model>/ours_eager/, each spec carrying its series and options; gpu_lora_8gpu.yaml plans the job files' card
+    counts (70B sharded on 4/6/8 with flash attention)."""
+    from pathlib import Path
+
+    from accelbench.config import deep_merge
+
+    repo = Path(__file__).resolve().parents[2]
+    cfg = deep_merge(default_config, yaml.safe_load((repo / "config/examples/gpu_lora_h200.yaml").read_text()))
+    cfg["system"] = "h200"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(tmp_path, "--dry-run")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    base = "results/h200/lora_finetune/llama31_8b"
+    for folder in ("faithful/flash", "flash", "ours_eager/flash"):
+        assert f"{base}/{folder}/single/n1/result.json" in out, folder
+    specs = [json.loads(p.read_text()) for p in (tmp_path / ".snakemake/accelbench/spec").glob("*.json")]
+    by_series = {s["series"]: s for s in specs if s.get("model_name") == "llama31_8b"}
+    assert by_series["ours_eager"]["series_options"]["compile"] is False
+    assert by_series["ours"]["series_options"]["compile"] is True and by_series["faithful"]["series_options"] == {"job_set": "2026-03"}
+
+    cfg = deep_merge(default_config, yaml.safe_load((repo / "config/examples/gpu_lora_8gpu.yaml").read_text()))
+    cfg["system"] = "h200"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    proc = snakemake(tmp_path, "--dry-run")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    for n in (4, 6, 8):
+        for strategy in ("fsdp", "zero3"):
+            assert f"lora_finetune/llama33_70b/faithful/flash/{strategy}/n{n}/result.json" in out
