@@ -135,8 +135,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), runtime, family)
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
-        m["series"] = {**runtime.to_dict(), "source": SOURCE, "gaudi_mode": gaudi_mode(family, plan.strategy, plan.devices,
-                                                                                     runtime.job_set),
+        m["series"] = {**runtime.to_dict(), "source": SOURCE,
+                       # the job file's Gaudi mode (faithful; applied on Gaudi). Ours on Gaudi: lazy mode except FSDP
+                       "gaudi_mode": gmode,
                        "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
                        # whether this run's attention is the one the job files ran (None: both exist, or none set)
                        "attention_as_job_files": _as_job_files(family, plan),
