@@ -27,7 +27,7 @@ def test_reference_and_published_gains():
     assert fa["value"].iloc[0] == pytest.approx(137 / 123 - 1)
 
 
-def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful():
+def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful(tmp_path):
     """Faithful and ours rows side by side; an ours row says whether its loss curve stays within its recorded tolerance
     of the faithful one over the same steps (it can fail); the claims read the faithful series."""
     import fake_results as fr
@@ -56,6 +56,8 @@ def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful():
     g = agg.gains_table(df, agg.read_reference("resources/reference/study_b_finetune_runtime.csv"), "src")
     slow = g[(g["metric"] == "fsdp_slowdown_vs_ddp") & (g["hardware"] == "H100")]
     assert dict(zip(slow["source"], slow["value"])) == {"faithful": pytest.approx(3.0), "ours": pytest.approx(1.0)}
+    ref = agg.read_reference("resources/reference/study_b_finetune_runtime.csv")
+    assert agg.runtime_figure(df, ref, tmp_path / "fig.png", "src") == []  # one curve per series
     picked, prefix = agg.claim_series(df)
     assert set(picked["series"]) == {"faithful"} and prefix == ""
     picked, prefix = agg.claim_series(df[df["series"] == "ours"])

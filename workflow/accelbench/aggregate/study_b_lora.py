@@ -214,7 +214,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             panels.append((f"{fam}: measured (projected), per million tokens", fam, "per_tok", per_tok))
     n = max(1, len(panels))
     n_series = sum(len(ref[ref["model"] == fam].groupby("series")) if kind == "epoch" else 0 for _, fam, kind, _ in panels) \
-        + sum(len(m.groupby(["device", "strategy", "attention"])) for *_, m in panels if not m.empty)
+        + sum(len(m.groupby(["device", "strategy", "attention", "series"])) for *_, m in panels if not m.empty)
     height = 4.5 + 0.22 * (n_series + 1) / (2 if n > 1 else 1)
     fig, axes = plt.subplots(1, n, figsize=(5.5 * n, height), squeeze=False)
     for ax, (title, fam, kind, mine) in zip(axes[0], panels):
@@ -228,12 +228,12 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                                            g["strategy"].iloc[0], "flash attention" if g["flash_attention"].iloc[0]
                                            else "eager attention"))
         # one curve over devices per device type (the label without a count: each point's count is its x)
-        for (hw, strat, att, origin, scale), g in (mine.groupby(["device", "strategy", "attention", "origin", "scale"])
-                                                   if not mine.empty else []):
+        for (hw, strat, att, origin, scale, ser), g in (mine.groupby(["device", "strategy", "attention", "origin",
+                                                                      "scale", "series"]) if not mine.empty else []):
             g = g.sort_values("devices")
             y = g["projected_epoch_min"] if kind == "epoch" else g["projected_min_per_mtok"]
-            ax.plot(g["devices"], y, "-s", ms=5, label=series_label(origin, hw, scale, strat, f"{att} attention",
-                                                                     "projected"))
+            ax.plot(g["devices"], y, "-s" if ser == "faithful" else ":s", ms=5,
+                    label=series_label(origin, hw, scale, strat, f"{att} attention, {ser}", "projected"))
         ax.set_title(title, fontsize=FONT["title"])
         ax.set_xlabel("devices (count)")
         ax.set_ylabel("wall time per epoch (min)" if kind == "epoch"
