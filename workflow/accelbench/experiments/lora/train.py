@@ -180,7 +180,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                               data_collator=default_data_collator, callbacks=[timer], **extra)
         timer.trainer = trainer
         fsdp_cfg = kw.get("fsdp_config") or {}
-        if series == "faithful" and fsdp_cfg.get("fsdp_auto_wrap_policy") == "TRANSFORMER_BASED_WRAP":
+        # TrainingArguments strips the "fsdp_" prefixes of the authors' keys in place
+        wrap = fsdp_cfg.get("fsdp_auto_wrap_policy", fsdp_cfg.get("auto_wrap_policy"))
+        if series == "faithful" and plan.strategy == "fsdp" and wrap == "TRANSFORMER_BASED_WRAP":
             from peft.utils.other import fsdp_auto_wrap_policy  # run_lora_clm.py l. 959-960
 
             trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
