@@ -195,7 +195,11 @@ def guarded(ctx: JobContext) -> Iterator[None]:
 
 def _experiment(ctx: JobContext):
     """The experiment's module and its ``Settings`` for this job, after its ``prepare_environment`` (if any), which
-    must run before anything imports a vendor stack (Gaudi: lazy or eager mode)."""
+    must run before anything imports a vendor stack (Gaudi: lazy or eager mode); the process's energy settings
+    (:func:`accelbench.energy.configure`) first."""
+    from . import energy
+
+    energy.configure(ctx.spec.get("energy"))  # the job's energy settings (config `energy`), in the job and its ranks
     module = ctx.experiment.load()
     prepare = getattr(module, "prepare_environment", None)
     if prepare:

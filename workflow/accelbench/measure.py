@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from . import energy as _energy
 from .devices import Device
 
 
@@ -40,6 +41,7 @@ class Timing:
     max: float
     method: str
     samples: list[float] = field(default_factory=list)
+    energy: dict | None = field(default=None, repr=False)  # measurements.energy of the phase (not in to_dict)
 
     @classmethod
     def from_samples(cls, samples: list[float], warmup: int, method: str, unit: str = "ms") -> "Timing":
@@ -53,7 +55,9 @@ class Timing:
                    p10=q[0], p90=q[-1], min=s[0], max=s[-1], method=method, samples=list(samples))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("energy")
+        return d
 
 
 class StepClock:
@@ -66,6 +70,11 @@ class StepClock:
     second way on every backend: for whole phases with much host work (a perplexity pass, an lm-eval task), whose
     time is wall time. Times in ms.
 
+    Energy (:mod:`accelbench.energy`): with ``energy_steps`` (the phase's steps to meter, after ``energy_skip``
+    untimed-for-energy steps) and the process's ``energy.enabled``, an :class:`~accelbench.energy.EnergyMeter` reads
+    the device's energy counter around windows of >= ``window_s`` of these steps (one synchronize and one read per
+    window boundary, between steps; none inside a window); :meth:`energy` gives ``measurements.energy``.
+
     Usage::
 
         clock = StepClock(device)
@@ -75,15 +84,20 @@ class StepClock:
         seconds = clock.seconds()           # the last step, in s
     """
 
-    def __init__(self, device: Device, wall: bool = False):
+    def __init__(self, device: Device, wall: bool = False, energy_steps: int | None = None, energy_skip: int = 0):
         self.device = device
         self.events = device.ops.uses_device_events and not wall
         self.method = "cuda_events" if self.events else "synchronize+perf_counter"
         self._pairs: list = []
         self._samples: list[float] = []
         self._t0: float | None = None
+        on = energy_steps is not None and _energy.settings().enabled
+        self.meter = _energy.EnergyMeter(device, energy_steps, energy_skip) if on else None
+        self._energy_asked = energy_steps is not None
 
     def start(self) -> None:
+        if self.meter is not None:
+            self.meter.before_step()
         if self.events:
             import torch
 
@@ -105,6 +119,8 @@ class StepClock:
             self.device.mark_step()
             self.device.synchronize()
             self._samples.append((time.perf_counter() - self._t0) * 1e3)
+        if self.meter is not None:
+            self.meter.after_step()
 
     def samples(self) -> list[float]:
         """The steps timed so far, in ms (CUDA: waits for the device once)."""
@@ -114,6 +130,13 @@ class StepClock:
             torch.cuda.synchronize()
             return [a.elapsed_time(b) for a, b in self._pairs if b is not None]
         return list(self._samples)
+
+    def energy(self) -> dict | None:
+        """``measurements.energy`` of the metered steps (:meth:`accelbench.energy.EnergyMeter.result`); ``off`` when
+        ``energy.enabled`` is false; None when this clock was not asked to meter (no ``energy_steps``)."""
+        if self.meter is not None:
+            return self.meter.result()
+        return _energy.off() if self._energy_asked else None
 
     def seconds(self) -> float:
         """The last timed step, in seconds."""
@@ -125,19 +148,23 @@ class StepClock:
         Raises:
             ValueError: no step was timed.
         """
-        return Timing.from_samples(self.samples(), warmup=warmup, method=self.method)
+        t = Timing.from_samples(self.samples(), warmup=warmup, method=self.method)
+        t.energy = self.energy()
+        return t
 
 
-def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "") -> Timing:
-    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed with a :class:`StepClock`.
+def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "",
+               energy: bool = True) -> Timing:
+    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed with a :class:`StepClock` (``energy``:
+    metering the timed steps too, see :class:`StepClock`).
 
     Returns:
-        :class:`Timing` in milliseconds.
+        :class:`Timing` in milliseconds; its ``energy`` holds ``measurements.energy`` of the timed steps.
     """
     for _ in tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0):
         step()
     device.synchronize()
-    clock = StepClock(device)
+    clock = StepClock(device, energy_steps=repeat if energy else None)
     for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
         clock.start()
         step()

@@ -124,6 +124,12 @@ class Backend(abc.ABC):
         """Free bytes on device ``index`` now; None where not known (the default)."""
         return None
 
+    def energy_counter(self, index: int = 0):
+        """The cumulative energy counter of device ``index`` (an :class:`accelbench.energy.Counter`); None where this
+        backend has none (the default). Raises :class:`accelbench.energy.CounterUnavailable` (the reason) where it
+        has one that cannot be read here."""
+        return None
+
     def visible_device_count(self, configured: int) -> int:
         """Devices a run may use of the ``configured`` ones (a system file's ``devices``), capped by what this
         process sees where the backend can tell (cuda); ``configured`` by default."""

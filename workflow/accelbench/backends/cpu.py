@@ -65,6 +65,11 @@ class CpuBackend(Backend):
 
         return [torch.profiler.ProfilerActivity.CPU]
 
+    def energy_counter(self, index: int = 0):
+        from ..energy import RaplCounter
+
+        return RaplCounter()  # RAPL package zones under /sys/class/powercap (the whole host's CPUs)
+
     def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
         return "sdpa"
 

@@ -81,6 +81,11 @@ class CudaBackend(Backend):
 
         return int(torch.cuda.mem_get_info(index)[0])
 
+    def energy_counter(self, index: int = 0):
+        from ..energy import NvmlCounter
+
+        return NvmlCounter(index)  # NVML: nvmlDeviceGetTotalEnergyConsumption (mJ; Volta and later)
+
     def visible_device_count(self, configured: int) -> int:
         import torch
 

@@ -86,6 +86,11 @@ class HpuBackend(Backend):
 
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
 
+    def energy_counter(self, index: int = 0):
+        from ..energy import HlmlCounter
+
+        return HlmlCounter(int(os.environ.get("LOCAL_RANK", 0)))  # pyhlml: hlmlDeviceGetTotalEnergyConsumption (mJ)
+
     def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
         from packaging.version import Version
 
