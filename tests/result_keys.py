@@ -34,6 +34,10 @@ ADDED = {
     ("lora_finetune", "measurements.series"): "issue 25: the runtime series (faithful/ours) and every setting it ran with",
     ("lora_finetune", "measurements.train_runtime"): "issue 25: optimum-habana's train_runtime after 3 warm-up steps",
     ("lora_finetune", "measurements.loss_tolerance"): "issue 25: ours' loss-curve tolerance against the faithful series",
+    ("unet3d_profile", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
+    ("sr3_scaling", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
+    ("lora_finetune", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
+    ("llm_quant", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
 }
 
 

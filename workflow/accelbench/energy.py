@@ -414,3 +414,30 @@ def per_watt(rate: float | None, energy: dict | None) -> float | None:
         return None
     w = energy["power_w"]["median"]
     return rate / w if w and not math.isclose(w, 0.0) else None
+
+
+def report(phases: dict[str, dict | None], main: str, per_units: dict | None = None,
+           per_watts: dict | None = None) -> dict:
+    """``measurements.energy`` of an experiment: every metered phase's result under ``phases``; the headline numbers
+    of the ``main`` phase (``j_per_step``, ``power_w``, ``source``, ``reliable``); ``per_unit``: energy per work unit
+    (``{name: (phase, units_per_step, unit, scale, label)}``, e.g. J per image, J per 1k tokens; ``label``
+    ``measured`` or ``projection``); ``per_watt``: throughput per watt (``{name: (rate, phase, unit)}``, rate in
+    items/s over the phase's median W). ``status`` is the main phase's (``unsupported``/``off`` with its reason)."""
+    phases = {k: v for k, v in phases.items() if v is not None}
+    e = phases.get(main) or {"status": "unsupported", "reason": f"phase {main} not metered"}
+    out = {"status": e["status"], "label": LABEL, "main_phase": main}
+    if e["status"] != "ok":
+        out["reason"] = e.get("reason")
+    else:
+        out.update({"source": e.get("source"), "reliable": e.get("reliable"), "j_per_step": e["per_step"]["median"],
+                    "power_w": e["power_w"]["median"], "per_unit": {}, "per_watt": {}})
+        for name, (phase, units, unit, scale, label) in (per_units or {}).items():
+            value = per_unit(phases.get(phase), units, unit, scale)
+            if value is not None:
+                out["per_unit"][name] = {**value, "label": label, "phase": phase}
+        for name, (rate, phase, unit) in (per_watts or {}).items():
+            value = per_watt(rate, phases.get(phase))
+            if value is not None:
+                out["per_watt"][name] = {"value": value, "unit": unit, "phase": phase}
+    out["phases"] = phases
+    return out

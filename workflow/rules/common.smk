@@ -125,7 +125,7 @@ def mri_spec(wildcards):
 def unet3d_profile_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model, "configuration": wildcards.configuration,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model": wildcards.model, "configuration": wildcards.configuration,
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -169,7 +169,7 @@ def sr3_scaling_spec(wildcards):
                              "quality_sample_steps", "seed")}
     run["authors_iterations_per_device"] = dict(u.get("authors_iterations_per_device") or {})
     ddp = {k: v for k, v in (u.get("ddp") or {}).items() if v is not None}  # in the spec only when set
-    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "devices": int(wildcards.devices),
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "devices": int(wildcards.devices),
                        "configuration": wildcards.configuration,
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run, **({"ddp": ddp} if ddp else {})})
 
@@ -279,7 +279,7 @@ def llm_quant_spec(wildcards):
     if spec.get("accuracy", {}).get("data"):  # task folders relative to the repository, like data.path
         spec["accuracy"] = {**spec["accuracy"], "data": {
             t: (str(repo_path(p)) if p and Path(repo_path(p)).exists() else p) for t, p in spec["accuracy"]["data"].items()}}
-    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model": wildcards.model,
                        "model_spec": llm_quant_model_spec(wildcards.model), "data": data,
                        "method": method, "bitset": wildcards.get("bitset", "none"), **spec})
 
@@ -335,7 +335,7 @@ def lora_finetune_spec(wildcards, series="ours"):
         data["path"] = str(repo_path(data["path"]))
     settings = resolve_settings(u["train"], SYSTEM.scale, u.get("scales", {}))
     ddp = check_ddp_options(u.get("ddp"), settings.grad_accum)  # in the spec only when set
-    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "model_name": wildcards.model,
+    return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model_name": wildcards.model,
                        "family": u["presets"][wildcards.model].get("family", wildcards.model),
                        "model": lora_model_spec(wildcards.model), "attention": wildcards.attention,
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),

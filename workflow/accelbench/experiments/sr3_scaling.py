@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import backends, flops, measure
+from .. import backends, energy, flops, measure
 from ..devices import Device
 from ..errors import ConfigError
 from ..outcome import Outcome
@@ -226,6 +226,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
     record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,
+              "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.energy)
               "warmup": warm, "wall_s": wall, "peak_mem_gib": peak / 2**30 if peak is not None else None,
               "peak_rss_gib": _peak_rss_gib(), "threads": torch.get_num_threads(),
               "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
@@ -313,6 +314,14 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
         "loss": first["loss"],
         "quality": first["quality"],
         "train_patches": first["train_patches"], "heldout_patches": first["heldout_patches"],
+        # board energy of the timed iterations, summed over the job's devices (accelbench.energy)
+        "energy": energy.report(
+            {"iteration": energy.merge_ranks([r.get("energy") for r in records])}, "iteration",
+            {"iteration": ("iteration", 1, "J/iteration", 1, "measured"),
+             "image": ("iteration", images_per_iter, "J/image", 1, "measured"),
+             "study_b_workload": ("iteration", 1, "kJ/Study B workload", STUDY_B_WORKLOAD // devices / 1e3,
+                                  "projection")},
+            {"images_per_s_per_w": (images_per_iter / it_s, "iteration", "images/s/W")}),
     }
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import flops, measure
+from .. import energy, flops, measure
 from ..devices import Device
 from ..outcome import Outcome
 
@@ -467,6 +467,12 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
         "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
         "train_volumes_per_s": settings.batch_size / (train.median / 1e3),
         "kernels": kernels.to_dict(top=25),
+        # board energy of the timed steps (accelbench.energy): J per training step, a 250-step sample projected
+        "energy": energy.report(
+            {"train_step": train.energy, "sample_step": sample.energy}, "train_step",
+            {"training_step": ("train_step", 1, "J/training step", 1, "measured"),
+             "sample": ("sample_step", 1, f"J/{settings.timesteps}-step sample", settings.timesteps, "projection")},
+            {"volumes_per_s_per_w": (settings.batch_size / (train.median / 1e3), "train_step", "volumes/s/W")}),
     })
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
 

@@ -145,17 +145,20 @@ class Evaluator:
         return math.exp(nll / self.tokens)
 
     def timed_perplexity(self) -> tuple[float, float]:
-        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.StepClock`, wall mode)."""
-        clock = StepClock(self.device, wall=True)
+        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.StepClock`, wall mode);
+        its board energy (one window: the whole evaluation, :mod:`accelbench.energy`) is kept in ``self.energy``."""
+        clock = StepClock(self.device, wall=True, energy_steps=1)
         clock.start()
         ppl = self.perplexity()
         clock.stop()
+        self.energy = clock.energy()
         return ppl, clock.seconds()
 
 
 def throughput(model, device: Device, vocab: int, batch: int, seq_len: int, warmup: int, repeat: int,
                seed: int = 0) -> dict:
-    """Forward benchmark on random ``[batch, seq_len]`` token ids: median step time and tokens/s.
+    """Forward benchmark on random ``[batch, seq_len]`` token ids: median step time and tokens/s (``energy``: the
+    timed steps' board energy, :mod:`accelbench.energy`).
 
     Not Study B's throughput (evaluation tokens / evaluation time, ``eval_tokens_per_s``): recorded as
     ``forward_benchmark``."""
@@ -168,4 +171,4 @@ def throughput(model, device: Device, vocab: int, batch: int, seq_len: int, warm
 
     timing = measure.time_steps(step, device, warmup, repeat, desc="throughput")
     return {"forward_step": timing.to_dict(), "tokens_per_step": batch * seq_len,
-            "tokens_per_s": batch * seq_len / (timing.median * 1e-3)}
+            "tokens_per_s": batch * seq_len / (timing.median * 1e-3), "energy": timing.energy}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ... import backends
+from ... import backends, energy
 from ...devices import Device
 from ...errors import ConfigError, DataError
 from .accuracy import accuracy_tasks
@@ -202,6 +202,7 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
     ev = Evaluator(model, test_chunks, device, batch_size=run.eval_batch)
     ppl, eval_s = ev.timed_perplexity()
     tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
+    forward_energy = tp.pop("energy")
     accuracy = (accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
                 if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None else {})
     lin_after = applied.get("decoder_linear_bytes_after", size_after["decoder_linear_bytes"])
@@ -225,6 +226,12 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
                                 "of": "all parameters vs. FP32 (embeddings, lm_head, norms kept in the model dtype)"},
         "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
         "accuracy": accuracy,
+        # board energy (accelbench.energy): J per 1k evaluated tokens (the evaluation: one window), forward benchmark
+        "energy": energy.report(
+            {"evaluation": ev.energy, "forward": forward_energy}, "evaluation",
+            {"per_1k_eval_tokens": ("evaluation", ev.tokens, "J/1k evaluated tokens", 1000, "measured"),
+             "per_1k_forward_tokens": ("forward", tp["tokens_per_step"], "J/1k tokens (forward)", 1000, "measured")},
+            {"eval_tokens_per_s_per_w": (ev.tokens / eval_s if eval_s else None, "evaluation", "tokens/s/W")}),
     }
     device_peak = device.peak_memory_bytes()
     if device_peak is not None:

@@ -13,7 +13,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
     """Combine per-rank measurements into the result's ``measurements``: step time Timing (per step the slowest rank,
     :func:`accelbench.measure.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median beside it),
     throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's epoch."""
-    from ... import measure
+    from ... import energy, measure
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     r0 = ranks[0]["measurements"]
@@ -70,6 +70,12 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "loss_tolerance": (r0.get("series") or {}).get("loss_tolerance"),
         "projection": project_epoch(step_ms, tokens_per_step, settings.seq_len, projection_cfg),
         "notes": plan.notes,
+        # board energy of the timed optimizer steps, summed over the job's devices (accelbench.energy)
+        "energy": energy.report(
+            {"step": energy.merge_ranks([r["measurements"].get("energy") for r in ranks])}, "step",
+            {"token": ("step", tokens_per_step, "J/token", 1, "measured"),
+             "step": ("step", 1, "J/optimizer step", 1, "measured")},
+            {"tokens_per_s_per_w": (tokens_per_step / (step_ms / 1e3), "step", "tokens/s/W")}),
     }
 
 

@@ -13,7 +13,9 @@ def make_step_timer(device, world: int):
     :class:`~accelbench.measure.StepClock`: CUDA events on CUDA (read after training), else ``mark_step`` +
     ``synchronize`` + ``time.perf_counter``. Times in ms. After the first step it also records which wrapper and
     distributed set-up Trainer used (``wrapped_as``, ``distributed``), and host clock readings at each step's start and
-    end (the last one after a device synchronize) for optimum-habana's ``train_runtime``."""
+    end (the last one after a device synchronize) for optimum-habana's ``train_runtime``. After
+    ``meter_energy(warmup, timed)`` the clock also meters the board energy of the timed steps (:mod:`accelbench.energy`;
+    ``clock.energy()``)."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
@@ -24,6 +26,10 @@ def make_step_timer(device, world: int):
             self.step_begin_s: list[float] = []  # host clock per step (train_runtime, series.train_runtime)
             self.step_end_s: list[float] = []
             self.distributed: dict | None = None
+
+        def meter_energy(self, warmup_steps: int, timed_steps: int) -> None:
+            """Meter the ``timed_steps`` after ``warmup_steps`` (call before training: a fresh clock)."""
+            self.clock = StepClock(device, energy_steps=timed_steps, energy_skip=warmup_steps)
 
         def on_step_begin(self, args, state, control, **kw):
             self.step_begin_s.append(time.perf_counter())  # a host clock reading (no sync): train_runtime's start

@@ -175,6 +175,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         m["trainer_settings"].update({k: _plain(getattr(args, k, None)) for k in TRAINER_FIELDS})
         t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
+        timer.meter_energy(s.warmup_steps, s.timed_steps)
         trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, runtime.fast_host_step)
         trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                               data_collator=default_data_collator, callbacks=[timer], **extra)
@@ -197,6 +198,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         samples, method = timer.finish()
         m["train_runtime"] = train_runtime(timer.step_end_s, timer.step_begin_s, s.warmup_steps,
                                            s.per_device_batch * s.grad_accum * world)
+        m["energy"] = timer.clock.energy()  # this rank's device over the timed steps (accelbench.energy)
         losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
         evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
