@@ -22,6 +22,7 @@ include: "workflow/rules/net_smoke.smk"
 include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/claims.smk"
+include: "workflow/rules/energy.smk"
 
 
 report: "workflow/report/workflow.rst"

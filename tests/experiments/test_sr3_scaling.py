@@ -237,7 +237,8 @@ OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_devi
            "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
            "flops", "train_throughput", "data_path", "math_flags",
            # issue 24: the configuration and its series, the host syncs counted over the timed loop, fused Adam
-           "configuration", "host_syncs_timed_per_rank", "host_syncs_method", "host_syncs_where", "fused_adam"}  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+           "configuration", "host_syncs_timed_per_rank", "host_syncs_method", "host_syncs_where", "fused_adam",
+           "energy"}  # board energy (issue 28)  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:

@@ -39,6 +39,18 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]
         assert (res / f"devices_{n}" / "samples.npz").exists()
     assert two["measurements"]["collective_backend"] == "gloo" and two["measurements"]["replica_max_abs_diff"] == 0.0
+    # energy (issue 28): RAPL where the host exposes it (the 2 ranks share it: counted once), else unsupported
+    for r in (one, two):
+        e = r["measurements"]["energy"]
+        assert e["label"] == "device-level board energy, not MLPerf Power" and r["config"]["energy"]["enabled"]
+        if e["status"] == "ok":
+            assert e["source"] == "rapl" and e["j_per_step"] > 0 and e["per_unit"]["image"]["unit"] == "J/image"
+        else:
+            assert e["status"] == "unsupported" and "RAPL" in e["reason"]
+    energy_table = pd.read_csv(tmp_path / "results" / "energy" / "energy.csv")
+    assert sorted(energy_table["case"]) == ["fp32/n1", "fp32/n2"]
+    assert set(energy_table["energy"]) <= {"ok", "unsupported"} and (tmp_path / "results" / "energy" /
+                                                                     "fig_time_vs_energy.png").stat().st_size > 0
     assert (res / "devices_1" / "result.json").stat().st_mode & 0o222 == 0  # write-protected
 
     agg = tmp_path / "results" / "study_b_sr3"

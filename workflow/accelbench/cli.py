@@ -161,6 +161,13 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
     log.info("%d result file(s) valid", len(summary))
 
 
+def cmd_energy_aggregate(args: argparse.Namespace) -> None:
+    from .aggregate import energy
+
+    paths = energy.aggregate(_result_paths(args, required=False), args.sr3_reference, args.out_dir)
+    log.info("energy: %s", ", ".join(map(str, paths.values())))
+
+
 def cmd_claims(args: argparse.Namespace) -> None:
     from .aggregate import claims
 
@@ -312,6 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sr3-reference", required=True, help="study_b_sr3_scaling.csv (published order of systems)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_claims)
+
+    s = sub.add_parser("energy-aggregate", help="time and energy per step of every result (device-level board "
+                                                "energy, not MLPerf Power): tables and a figure")
+    s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
+    _results_file_option(s)
+    s.add_argument("--sr3-reference", help="study_b_sr3_scaling.csv (published SR3 times, drawn without energy)")
+    s.add_argument("--out-dir", required=True)
+    s.set_defaults(func=cmd_energy_aggregate)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")

@@ -417,15 +417,16 @@ def per_watt(rate: float | None, energy: dict | None) -> float | None:
 
 
 def report(phases: dict[str, dict | None], main: str, per_units: dict | None = None,
-           per_watts: dict | None = None) -> dict:
+           per_watts: dict | None = None, step_ms: float | None = None) -> dict:
     """``measurements.energy`` of an experiment: every metered phase's result under ``phases``; the headline numbers
     of the ``main`` phase (``j_per_step``, ``power_w``, ``source``, ``reliable``); ``per_unit``: energy per work unit
     (``{name: (phase, units_per_step, unit, scale, label)}``, e.g. J per image, J per 1k tokens; ``label``
     ``measured`` or ``projection``); ``per_watt``: throughput per watt (``{name: (rate, phase, unit)}``, rate in
-    items/s over the phase's median W). ``status`` is the main phase's (``unsupported``/``off`` with its reason)."""
+    items/s over the phase's median W); ``step_ms``: the main phase's step time by its clock (median, ms), which
+    the energy tables show beside it. ``status`` is the main phase's (``unsupported``/``off`` with its reason)."""
     phases = {k: v for k, v in phases.items() if v is not None}
     e = phases.get(main) or {"status": "unsupported", "reason": f"phase {main} not metered"}
-    out = {"status": e["status"], "label": LABEL, "main_phase": main}
+    out = {"status": e["status"], "label": LABEL, "main_phase": main, "step_ms": step_ms}
     if e["status"] != "ok":
         out["reason"] = e.get("reason")
     else:

@@ -380,13 +380,13 @@ def results_file(wildcards, input):
 # --------------------------------------------------------------------------- targets
 def get_final_output():
     """Every configured experiment's results and the main outputs of its aggregation (the registry's ``targets``),
-    then the claims table."""
+    then the claims table and the energy table (rule energy_aggregate)."""
     out = []
     for name in EXPERIMENTS:
         if name in config["experiments"]:
             out += own_results(name) + [f"{RESULTS}/{t}" for t in registry.get(name).targets]
     if out:
-        out.append(f"{RESULTS}/claims/claims.csv")
+        out += [f"{RESULTS}/claims/claims.csv", f"{RESULTS}/energy/energy.csv"]
     return out
 
 

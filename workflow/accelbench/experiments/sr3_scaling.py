@@ -321,7 +321,7 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
              "image": ("iteration", images_per_iter, "J/image", 1, "measured"),
              "study_b_workload": ("iteration", 1, "kJ/Study B workload", STUDY_B_WORKLOAD // devices / 1e3,
                                   "projection")},
-            {"images_per_s_per_w": (images_per_iter / it_s, "iteration", "images/s/W")}),
+            {"images_per_s_per_w": (images_per_iter / it_s, "iteration", "images/s/W")}, step_ms=it.median),
     }
 
 

@@ -231,7 +231,8 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
             {"evaluation": ev.energy, "forward": forward_energy}, "evaluation",
             {"per_1k_eval_tokens": ("evaluation", ev.tokens, "J/1k evaluated tokens", 1000, "measured"),
              "per_1k_forward_tokens": ("forward", tp["tokens_per_step"], "J/1k tokens (forward)", 1000, "measured")},
-            {"eval_tokens_per_s_per_w": (ev.tokens / eval_s if eval_s else None, "evaluation", "tokens/s/W")}),
+            {"eval_tokens_per_s_per_w": (ev.tokens / eval_s if eval_s else None, "evaluation", "tokens/s/W")},
+            step_ms=eval_s * 1e3),
     }
     device_peak = device.peak_memory_bytes()
     if device_peak is not None:

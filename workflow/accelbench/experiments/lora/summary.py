@@ -75,7 +75,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
             {"step": energy.merge_ranks([r["measurements"].get("energy") for r in ranks])}, "step",
             {"token": ("step", tokens_per_step, "J/token", 1, "measured"),
              "step": ("step", 1, "J/optimizer step", 1, "measured")},
-            {"tokens_per_s_per_w": (tokens_per_step / (step_ms / 1e3), "step", "tokens/s/W")}),
+            {"tokens_per_s_per_w": (tokens_per_step / (step_ms / 1e3), "step", "tokens/s/W")}, step_ms=step_ms),
     }
 
 

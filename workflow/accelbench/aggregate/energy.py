@@ -1,0 +1,187 @@
+"""Energy beside time, for every experiment and every system in the checkout (issue 28).
+
+Reads ``measurements.energy`` (:mod:`accelbench.energy`) of every ``ok`` result of every experiment, this system's
+and those copied in or committed (reference runs), and writes:
+
+* ``energy.{csv,md,tex}``: one row per result: the main phase's step time (its clock, median ms) beside its energy
+  (J per step, median over windows, summed over the job's devices), average power (W), the headline energy per work
+  unit (J per image, per token, per 1k evaluated tokens, ...) and throughput per watt; ``energy`` says ``ok``,
+  ``unsupported`` (with the reason), ``off``, or ``not recorded`` (a result made before the meter existed);
+* ``energy_units.{csv,md,tex}``: every energy-per-unit and per-watt number of every result, each labelled
+  ``measured`` or ``projection`` (Study A's 250-step sample, SR3's 40,000 iterations of Study B);
+* ``fig_time_vs_energy.png``: per experiment, step time vs J per step, one colour per system; on the SR3 panel the
+  published Study B times (one device; no energy published) as labelled vertical lines.
+
+Everything says what it is: device-level board energy (:data:`accelbench.energy.LABEL`), not MLPerf Power.
+
+Example::
+
+    accelbench energy-aggregate --results results/*/sr3_scaling/*/*/result.json \\
+        --sr3-reference resources/reference/study_b_sr3_scaling.csv --out-dir results/energy
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..energy import LABEL
+from .common import joined_labels, load_results, write_table
+from .figures import FONT, save_figure, series_label, wrap
+
+# the case of a result: these config values, where present, in this order (no experiment is named)
+CASE_KEYS = ("model", "model_name", "configuration", "precision", "method", "bitset", "attention", "strategy",
+             "devices")
+# the step time of results made before the meter (no measurements.energy.step_ms): the first of these present
+TIME_KEYS = (("train_step", "median", 1.0), ("iteration", "median", 1.0), ("step", "median", 1.0),
+             ("eval_time", "value", 1e3))
+
+
+def _case(result: dict) -> str:
+    c = result.get("config") or {}
+    parts = [f"n{c[k]}" if k == "devices" else str(c[k]) for k in CASE_KEYS
+             if c.get(k) not in (None, "", "none") and not isinstance(c.get(k), dict)]
+    return "/".join(dict.fromkeys(parts))
+
+
+def _time_ms(m: dict) -> float | None:
+    e = m.get("energy") or {}
+    if e.get("step_ms") is not None:
+        return e["step_ms"]
+    for key, field, scale in TIME_KEYS:
+        v = (m.get(key) or {}).get(field) if isinstance(m.get(key), dict) else None
+        if isinstance(v, (int, float)):
+            return v * scale
+    return None
+
+
+def rows(results: list[dict]) -> pd.DataFrame:
+    """One row per ``ok`` result (see the module docstring); ``energy_units`` rows under ``attrs["units"]``."""
+    out, units = [], []
+    for r in results:
+        if r.get("status") != "ok":
+            continue
+        m = r.get("measurements") or {}
+        e = m.get("energy")
+        base = {"system": r["_hardware"], "series": r["_series"], "experiment": r["experiment"], "case": _case(r)}
+        row = {**base, "phase": (e or {}).get("main_phase"), "step_ms": _time_ms(m),
+               "energy": (e or {}).get("status", "not recorded"), "j_per_step": None, "power_w": None,
+               "per_unit": None, "unit": None, "per_watt": None, "per_watt_unit": None, "source": None,
+               "reliable": None, "reason": (e or {}).get("reason")}
+        if e and e.get("status") == "ok":
+            pu, pw = e.get("per_unit") or {}, e.get("per_watt") or {}
+            head_u = next(iter(pu.values()), None)
+            head_w = next(iter(pw.values()), None)
+            row.update({"j_per_step": e["j_per_step"], "power_w": e["power_w"], "source": e.get("source"),
+                        "reliable": "yes" if e.get("reliable") else "no",
+                        "per_unit": head_u["value"] if head_u else None, "unit": head_u["unit"] if head_u else None,
+                        "per_watt": head_w["value"] if head_w else None,
+                        "per_watt_unit": head_w["unit"] if head_w else None})
+            for name, v in pu.items():
+                units.append({**base, "quantity": name, "value": v["value"], "unit": v["unit"],
+                              "label": v.get("label", "measured"), "phase": v.get("phase")})
+            for name, v in pw.items():
+                units.append({**base, "quantity": name, "value": v["value"], "unit": v["unit"], "label": "measured",
+                              "phase": v.get("phase")})
+        out.append(row)
+    df = pd.DataFrame(out, columns=["system", "series", "experiment", "case", "phase", "step_ms", "energy",
+                                    "j_per_step", "power_w", "per_unit", "unit", "per_watt", "per_watt_unit",
+                                    "source", "reliable", "reason"])
+    df.attrs["units"] = pd.DataFrame(units, columns=["system", "series", "experiment", "case", "quantity", "value",
+                                                     "unit", "label", "phase"])
+    return df.sort_values(["experiment", "case", "system"], kind="stable").reset_index(drop=True)
+
+
+def published_times(reference_path: str | Path | None, devices: int = 1) -> pd.DataFrame:
+    """Study B's published SR3 times as ms per iteration at ``devices`` devices (``system``, ``step_ms``): wall minutes
+    of 40,000 / devices iterations (``resources/reference/study_b_sr3_scaling.csv``); empty without the file."""
+    if not reference_path or not Path(reference_path).exists():
+        return pd.DataFrame(columns=["system", "step_ms"])
+    from .study_b_sr3 import read_reference
+
+    ref, _ = read_reference(reference_path)
+    ref = ref[ref["devices"] == devices]
+    return pd.DataFrame({"system": ref["system"],
+                         "step_ms": ref["minutes"] * 60e3 / (40000 / devices)}).reset_index(drop=True)
+
+
+def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Path) -> list[str]:
+    """Step time (ms) vs J per step per experiment, one colour per system (log-log); published times without energy
+    as vertical lines on the panel of the experiment they belong to (SR3)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    ok = df[df["energy"] == "ok"]
+    panels = sorted(set(ok["experiment"])) or ["none"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, 4.2), squeeze=False)
+    systems = sorted(set(ok["system"]))
+    colours = {s: plt.cm.tab10(i % 10) for i, s in enumerate(systems)}
+    for ax, exp in zip(axes[0], panels):
+        part = ok[ok["experiment"] == exp]
+        if part.empty:
+            reasons = "; ".join(sorted(set(df["reason"].dropna())))[:300] or "no result"
+            ax.text(0.5, 0.5, wrap(f"no energy measured: {reasons}", fig, FONT["label"], 0.8), ha="center",
+                    va="center", fontsize=FONT["label"], transform=ax.transAxes)
+            ax.set_axis_off()
+            continue
+        for system, g in part.groupby("system"):
+            ax.scatter(g["step_ms"], g["j_per_step"], color=colours[system], s=22,
+                       label=series_label("measured here" if g["series"].iloc[0] == "measured" else
+                                          g["series"].iloc[0], system))
+        if "iteration" in set(part["phase"]) and not published.empty:
+            for i, p in published.iterrows():
+                ax.axvline(p["step_ms"], color=plt.cm.Dark2(i % 8), lw=1.0, ls="--",
+                           label=series_label("published", p["system"], "paper", "1 device, time only (no energy)"))
+                ax.text(p["step_ms"], 0.98, f" {p['system']}", rotation=90, va="top", ha="right",
+                        fontsize=FONT["legend"], color=plt.cm.Dark2(i % 8), transform=ax.get_xaxis_transform())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.margins(0.15)
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            # plain numbers (35, 100), not 3.5 x 10^1; minor ticks labelled where the axis spans few decades
+            digits = "123456789" if hi < 10 * lo else "25" if hi < 100 * lo else ""
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(FuncFormatter(lambda v, _, d=digits: f"{v:g}" if f"{v:g}"[0] in d else ""))
+        ax.set_title(exp, fontsize=FONT["title"])
+        ax.set_xlabel(f"{part['phase'].iloc[0]} time (ms)", fontsize=FONT["label"])
+        ax.set_ylabel("energy per step (J)", fontsize=FONT["label"])
+        ax.tick_params(labelsize=FONT["tick"])
+    handles = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.suptitle(wrap(f"Time vs energy per step ({LABEL})", fig, FONT["title"]), fontsize=FONT["title"])
+    bottom = 0.0
+    if handles:
+        ncol = min(2, len(handles))
+        lines = sum(wrap(k, fig, FONT["legend"], 0.45 / ncol * 2).count("\n") + 1 for k in handles) / ncol
+        fig.set_figheight(fig.get_figheight() + 0.17 * lines)
+        bottom = min(0.6, (0.17 * lines + 0.2) / fig.get_figheight())
+        fig.legend(list(handles.values()), [wrap(k, fig, FONT["legend"], 0.45 / ncol * 2) for k in handles],
+                   loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=FONT["legend"], ncol=ncol, frameon=False)
+    fig.tight_layout(rect=(0, bottom, 1, 0.92))
+    return save_figure(fig, path)
+
+
+def aggregate(result_paths: list[str | Path], reference_path: str | Path | None, out_dir: str | Path) -> dict:
+    """Write ``energy.{csv,md,tex}``, ``energy_units.{csv,md,tex}`` and ``fig_time_vs_energy.png`` (module docstring).
+
+    Raises:
+        ResultError: a missing or corrupt result file.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = load_results(result_paths)
+    df = rows(results)
+    write_table(df, out_dir / "energy",
+                f"Time and energy per step of every result ({LABEL}; systems: {joined_labels(df, 'system')}): step "
+                f"time (ms, the clock's median), J per step (median over windows of >= 1 s, summed over the job's "
+                f"devices), W, energy per unit and throughput per watt; host CPU, memory, network and cooling are "
+                f"not counted", empty="no ok result")
+    write_table(df.attrs["units"], out_dir / "energy_units",
+                f"Energy per work unit and throughput per watt ({LABEL}); `projection` = a measured median times a "
+                f"step count", empty="no result with energy")
+    fig_time_vs_energy(df, published_times(reference_path), out_dir / "fig_time_vs_energy.png")
+    return {"table": out_dir / "energy.csv", "units": out_dir / "energy_units.csv",
+            "figure": out_dir / "fig_time_vs_energy.png"}

@@ -1,0 +1,31 @@
+# Energy beside time for every experiment and every system in the checkout (accelbench.aggregate.energy, issue 28):
+# device-level board energy (NVML / HLML / RAPL counters), not MLPerf Power.
+rule energy_aggregate:
+    input:
+        validated=validated(*EXPERIMENTS),
+        results=[r for e in EXPERIMENTS for r in experiment_results(e)],
+        sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+    output:
+        table=report(
+            f"{RESULTS}/energy/energy.csv",
+            caption="../report/energy_table.rst",
+            category="Energy",
+        ),
+        table_md=f"{RESULTS}/energy/energy.md",
+        table_tex=f"{RESULTS}/energy/energy.tex",
+        units=f"{RESULTS}/energy/energy_units.csv",
+        figure=report(
+            f"{RESULTS}/energy/fig_time_vs_energy.png",
+            caption="../report/energy_figure.rst",
+            category="Energy",
+        ),
+    log:
+        "logs/energy_aggregate.log",
+    params:
+        results_file=results_file,
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench energy-aggregate --results-file {params.results_file:q} --sr3-reference {input.sr3_reference:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
