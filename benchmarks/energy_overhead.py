@@ -1,0 +1,179 @@
+"""Energy meter overhead and repeatability: the product's timed step with the meter off and on, alternated.
+
+For a product result (``result.json`` of ``unet3d_profile``, one-device ``sr3_scaling`` or ``single`` ``lora_finetune``;
+its ``config`` is the rule's spec), this rebuilds the product's own step once (Study A: ``unet3d_profile.Workload``;
+SR3: ``sr3_model.Trainer``; LoRA: ``lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times
+with the meter off and on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the
+product's clock (``measure.time_steps`` / the Trainer's StepClock; :mod:`accelbench.energy`). Each phase runs at least
+``--seconds`` (steps from the product's median, never fewer than ``--repeat``), so that it holds several windows.
+
+One CSV row per (round, meter): the step time (median, p10, p90, ms), J per step, W, windows, ``reliable``; then one
+``summary`` row per case: ``on_over_off`` (median step time with the meter on / off; goal <= 1.01) and the
+repeatability of J per step over the rounds with the meter on (``j_spread`` = (max - min) / median; goal <= 0.03).
+A benchmark writes numbers; it asserts nothing. Device-level board energy, not MLPerf Power.
+
+Usage (on the accelerator node, after the product's rules ran; paths of the rule's result and inputs)::
+
+    python benchmarks/energy_overhead.py --result results/h200/unet3d_profile/whole_head/bf16/result.json \\
+        --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
+    python benchmarks/energy_overhead.py --result results/h200/sr3_scaling/bf16/devices_1/result.json \\
+        --data resources/sky/sr3_paper.npz
+    python benchmarks/energy_overhead.py --result results/h200/lora_finetune/llama_small_random/flash/single/n1/result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+FIELDS = ["experiment", "case", "round", "meter", "steps", "step_ms", "step_p10_ms", "step_p90_ms", "j_per_step",
+          "power_w", "windows", "reliable", "source", "on_over_off", "j_spread", "device", "when"]
+
+
+def _append(path: str, row: dict) -> None:
+    new = not Path(path).exists()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS, lineterminator="\n")
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k) for k in FIELDS})
+    print(json.dumps({k: row.get(k) for k in FIELDS}), flush=True)
+
+
+def _steps(median_ms: float | None, seconds: float, repeat: int) -> int:
+    return max(repeat, math.ceil(seconds * 1e3 / median_ms)) if median_ms else repeat
+
+
+def _phase(step, device, warmup: int, steps: int, on: bool):
+    """(step times in ms, energy) of one phase through the product's clock, the meter on or off."""
+    from accelbench import energy, measure
+
+    energy.configure(energy.Settings(enabled=on, window_s=energy.settings().window_s))
+    t = measure.time_steps(step, device, warmup, steps, desc="on" if on else "off")
+    return t.samples, t.energy
+
+
+def study_a(result: dict, args):
+    import torch
+
+    from accelbench.data.mri import load_case
+    from accelbench.devices import Device
+    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.harness import system_from
+
+    spec = result["config"]
+    system = system_from(spec)
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    variant = exp.VARIANTS[spec["configuration"]]
+    image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
+    device = Device(system.backend)
+    torch.manual_seed(spec["run"]["seed"])
+    ctx = exp.math_mode(variant.tf32, variant.cudnn_benchmark)
+    ctx.__enter__()
+    w = exp.Workload(exp.build_unet(settings), settings, variant, device, image, mask, spec["run"]["seed"])
+    steps = _steps(result["measurements"]["train_step"]["median"], args.seconds, args.repeat)
+    return spec["configuration"], lambda on: _phase(w.train_step, device, args.warmup, steps, on)
+
+
+def sr3(result: dict, args):
+    from accelbench.data import sky
+    from accelbench.devices import Device
+    from accelbench.experiments import sr3_model as exp
+    from accelbench.harness import system_from
+
+    spec = result["config"]
+    if int(spec["devices"]) != 1:
+        raise SystemExit("energy_overhead: SR3 results of one device only (the meter is per rank)")
+    system = system_from(spec)
+    s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+    data = sky.load(args.data)
+    device = Device(system.backend)
+    ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
+    tr = exp.Trainer(s, device, ds, spec["precision"], spec["run"]["seed"], 0, 1, distributed=False, ddp=None)
+    steps = _steps(result["measurements"]["iteration"]["median"], args.seconds, args.repeat)
+    return spec["precision"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
+
+
+def lora(result: dict, args):
+    from accelbench import energy
+    from accelbench.experiments.lora.job import Settings
+    from accelbench.experiments.lora.train import train_rank
+    from accelbench.harness import system_from
+
+    spec = dict(result["config"])
+    system = system_from(spec)
+    s = Settings.from_spec(spec, system)
+    if s.plan.strategy != "single":
+        raise SystemExit("energy_overhead: LoRA results of strategy `single` only (the meter is per rank)")
+    steps = _steps(result["measurements"]["step"]["median"], args.seconds, args.repeat)
+    spec["settings"] = {**spec["settings"], "timed_steps": steps}
+    warm = spec["settings"]["warmup_steps"]
+
+    def phase(on: bool):
+        energy.configure(energy.Settings(enabled=on, window_s=energy.settings().window_s))
+        out = train_rank(spec, system, s.plan, args.threads)
+        if out["status"] != "ok":
+            raise SystemExit(f"energy_overhead: Trainer run {out['status']}: {out['reason']}")
+        return out["measurements"]["step_samples_ms"][warm:], out["measurements"]["energy"]
+    return f"{spec['attention']}/{spec['strategy']}", phase
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--result", required=True, help="the product rule's result.json (its config = the rule's spec)")
+    p.add_argument("--image", help="Study A: the rule's MRI image")
+    p.add_argument("--mask", help="Study A: the rule's MRI mask")
+    p.add_argument("--data", help="SR3: the rule's sky patches (.npz)")
+    p.add_argument("--rounds", type=int, default=3, help="off/on pairs, alternated")
+    p.add_argument("--seconds", type=float, default=4.0, help="shortest timed phase (s): several 1 s windows")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=10, help="fewest timed steps per phase")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--csv", default="benchmarks/energy_overhead_h200.csv")
+    args = p.parse_args(argv)
+    import torch
+
+    result = json.loads(Path(args.result).read_text())
+    build = {"unet3d_profile": study_a, "sr3_scaling": sr3, "lora_finetune": lora}.get(result["experiment"])
+    if build is None or result["status"] != "ok":
+        raise SystemExit(f"energy_overhead: {args.result}: an ok unet3d_profile, sr3_scaling or lora_finetune "
+                         f"result is needed")
+    case, phase = build(result, args)
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    medians: dict[bool, list[float]] = {False: [], True: []}
+    joules = []
+    for r in range(args.rounds):
+        for on in (False, True):
+            samples, e = phase(on)
+            s = sorted(samples)
+            q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
+            medians[on].append(statistics.median(s))
+            ok = bool(e) and e.get("status") == "ok"
+            if ok:
+                joules.append(e["per_step"]["median"])
+            _append(args.csv, {"experiment": result["experiment"], "case": case, "round": r + 1,
+                               "meter": "on" if on else "off", "steps": len(s), "step_ms": round(medians[on][-1], 4),
+                               "step_p10_ms": round(q[0], 4), "step_p90_ms": round(q[-1], 4),
+                               "j_per_step": round(e["per_step"]["median"], 4) if ok else (e or {}).get("status"),
+                               "power_w": round(e["power_w"]["median"], 2) if ok else None,
+                               "windows": e.get("windows_used") if ok else None,
+                               "reliable": e.get("reliable") if ok else None, "source": e.get("source") if ok else
+                               (e or {}).get("reason"), "device": device,
+                               "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    ratio = statistics.median(medians[True]) / statistics.median(medians[False])
+    spread = (max(joules) - min(joules)) / statistics.median(joules) if joules else None
+    _append(args.csv, {"experiment": result["experiment"], "case": case, "round": "summary",
+                       "meter": f"{args.rounds} rounds", "on_over_off": round(ratio, 4),
+                       "j_spread": round(spread, 4) if spread is not None else None,
+                       "j_per_step": round(statistics.median(joules), 4) if joules else None, "device": device,
+                       "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+
+if __name__ == "__main__":
+    main()
