@@ -13,7 +13,7 @@ log="$out/log.txt"
 R=results/h200
 SA=$R/unet3d_profile/whole_head/bf16/result.json
 SR3=$R/sr3_scaling/bf16/devices_1/result.json
-LORA=$R/lora_finetune/llama_small_random/flash/single/n1/result.json
+LORA=$R/lora_finetune/llama_energy_random/flash/single/n1/result.json
 cfg=(--configfile config/examples/energy_h200.yaml --config system=h200)
 export PYTHONUNBUFFERED=1
 nvidia-smi -L 2>&1 | tee -a "$log"
@@ -32,6 +32,6 @@ bench() { python3 benchmarks/energy_overhead.py --csv "$out/energy_overhead_h200
 [ -f "$SA" ] && bench --result "$SA" --image resources/mri/whole_head_paper/image.nii.gz \
   --mask resources/mri/whole_head_paper/mask.nii.gz
 [ -f "$SR3" ] && bench --result "$SR3" --data resources/sky/sr3_paper.npz
-[ -f "$LORA" ] && bench --result "$LORA" --seconds 3
+[ -f "$LORA" ] && bench --result "$LORA"
 echo "=== ${SECONDS}s: done" | tee -a "$log"
 tar czf "$out/results.tgz" results/h200 results/energy logs 2>/dev/null

@@ -5,7 +5,8 @@ its ``config`` is the rule's spec), this rebuilds the product's own step once (S
 SR3: ``sr3_model.Trainer``; LoRA: ``lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times
 with the meter off and on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the
 product's clock (``measure.time_steps`` / the Trainer's StepClock; :mod:`accelbench.energy`). Each phase runs at least
-``--seconds`` (steps from the product's median, never fewer than ``--repeat``), so that it holds several windows.
+``--seconds`` (steps from the product's median, never fewer than ``--repeat``; LoRA: the result's own timed steps,
+which the training data bounds), so that it holds several windows.
 
 One CSV row per (round, meter): the step time (median, p10, p90, ms), J per step, W, windows, ``reliable``; then one
 ``summary`` row per case: ``on_over_off`` (median step time with the meter on / off; goal <= 1.01) and the
@@ -18,7 +19,7 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
         --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
     python benchmarks/energy_overhead.py --result results/h200/sr3_scaling/bf16/devices_1/result.json \\
         --data resources/sky/sr3_paper.npz
-    python benchmarks/energy_overhead.py --result results/h200/lora_finetune/llama_small_random/flash/single/n1/result.json
+    python benchmarks/energy_overhead.py --result results/h200/lora_finetune/llama_energy_random/flash/single/n1/result.json
 """
 
 from __future__ import annotations
@@ -111,9 +112,7 @@ def lora(result: dict, args):
     s = Settings.from_spec(spec, system)
     if s.plan.strategy != "single":
         raise SystemExit("energy_overhead: LoRA results of strategy `single` only (the meter is per rank)")
-    steps = _steps(result["measurements"]["step"]["median"], args.seconds, args.repeat)
-    spec["settings"] = {**spec["settings"], "timed_steps": steps}
-    warm = spec["settings"]["warmup_steps"]
+    warm = spec["settings"]["warmup_steps"]  # the result's own timed steps: the bundled data bounds their number
 
     def phase(on: bool):
         energy.configure(energy.Settings(enabled=on, window_s=energy.settings().window_s))
