@@ -83,22 +83,29 @@ def study_a(result: dict, args):
 
 
 def sr3(result: dict, args):
+    import torch
+
     from accelbench.data import sky
     from accelbench.devices import Device
     from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3_scaling import Settings
     from accelbench.harness import system_from
 
     spec = result["config"]
-    if int(spec["devices"]) != 1:
-        raise SystemExit("energy_overhead: SR3 results of one device only (the meter is per rank)")
     system = system_from(spec)
-    s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {}))
+    job = Settings.from_spec(spec, system)  # the configuration's settings, as the rule's job resolves them
+    if job.devices != 1:
+        raise SystemExit("energy_overhead: SR3 results of one device only (the meter is per rank)")
+    s, conf = job.sr3, job.conf
+    torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     data = sky.load(args.data)
     device = Device(system.backend)
     ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
-    tr = exp.Trainer(s, device, ds, spec["precision"], spec["run"]["seed"], 0, 1, distributed=False, ddp=None)
+    tr = exp.Trainer(s, device, ds, conf.precision, job.params["seed"], 0, 1, distributed=False, ddp=None,
+                     compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
+                     host_syncs=conf.host_syncs, compile_mode=conf.compile_mode)
     steps = _steps(result["measurements"]["iteration"]["median"], args.seconds, args.repeat)
-    return spec["precision"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
+    return spec["configuration"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
 
 
 def lora(result: dict, args):
