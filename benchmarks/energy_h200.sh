@@ -4,7 +4,7 @@
 # 1. the product's rules (config/examples/energy_h200.yaml): Study A bf16, SR3 bf16 on one device, LoRA single, each
 #    with measurements.energy (NVML board energy), and the energy table and figure (rule energy_aggregate);
 # 2. benchmarks/energy_overhead.py on each result: the product step with the meter off and on, alternated over 3
-#    rounds (step time on/off; J per step over the 3 rounds with the meter on: repeatability).
+#    rounds (LoRA: 2; step time on/off; J per step over the rounds with the meter on: repeatability).
 # Writes OUT_DIR/log.txt, OUT_DIR/energy_overhead_h200.csv and OUT_DIR/results.tgz (results, energy tables, logs).
 set -uo pipefail
 out=${1:?usage: energy_h200.sh OUT_DIR}
@@ -32,6 +32,6 @@ bench() { python3 benchmarks/energy_overhead.py --csv "$out/energy_overhead_h200
 [ -f "$SA" ] && bench --result "$SA" --image resources/mri/whole_head_paper/image.nii.gz \
   --mask resources/mri/whole_head_paper/mask.nii.gz
 [ -f "$SR3" ] && bench --result "$SR3" --data resources/sky/sr3_paper.npz
-[ -f "$LORA" ] && bench --result "$LORA"
+[ -f "$LORA" ] && bench --result "$LORA" --rounds 2  # a whole Trainer run per phase
 echo "=== ${SECONDS}s: done" | tee -a "$log"
 tar czf "$out/results.tgz" results/h200 results/energy logs 2>/dev/null
