@@ -38,6 +38,8 @@ ADDED = {
     ("sr3_scaling", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("lora_finetune", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("llm_quant", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
+    ("llm_quant", "measurements.settings"): "issue 26: the Study B-faithful settings of a method job (tokenisation, "
+                                            "16-bit storage, clustering, autocast, INC scale method and calibration)",
 }
 
 

@@ -8,7 +8,7 @@ import torch
 
 from accelbench.devices import Device
 from accelbench.experiments.llm_quant import methods
-from accelbench.experiments.llm_quant.evaluate import token_chunks
+from accelbench.experiments.llm_quant.evaluate import Evaluator, token_chunks
 from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears
 from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe, torchao_unsupported_reason
 from accelbench.experiments.llm_quant.quantize import expected_nbytes
@@ -46,6 +46,34 @@ def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
         assert n8 > 0 and m["compression_x"]["value"] > 1.0  # int8 codes replaced FP32 weights
         w = layer_linears(layers[bits.index(8)])["q_proj"].weight
         assert hasattr(w, "__tensor_flatten__") and type(w) not in (torch.Tensor, torch.nn.Parameter)  # torchao tensor
+
+
+def test_study_b_int8_dequantize_then_matmul(tiny_llama, chunks):
+    """Study B's real A100 path (int8_dq): INT8 codes + FP16 group scales (FP16 weights for 16-bit layers, 4-bit
+    layers as INT8), dequantized before a plain matmul under FP16 autocast; bytes from the stored buffers."""
+    import copy
+
+    model = copy.deepcopy(tiny_llama)
+    sens = sensitivity_result(model, chunks)
+    ref = copy.deepcopy(model)
+    run = MethodRun(method="int8_dq", bitset="16_8_4", chunk_len=32, eval_tokens=96, group_size=128,
+                    clustering="buckets", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
+                    autocast="float16")
+    out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    assert out["status"] == "ok", out["reason"]
+    m, bits = out["measurements"], out["allocation"]["layer_bits"]
+    assert m["applied"]["autocast"] == "float16" and m["applied"]["layer_bits_applied"] == [16 if b == 16 else 8 for b in bits]
+    expected = sum(expected_nbytes(tuple(lin.weight.shape), 16 if b == 16 else 8, 128)
+                   for layer, b in zip(decoder_layers(ref), bits) for lin in layer_linears(layer).values())
+    assert m["size"]["decoder_linear_bytes_after"] == expected
+    i8 = bits.index(8)
+    mod = layer_linears(decoder_layers(ref)[i8])["q_proj"]
+    dq = methods.DequantLinear(mod, 8, 128)
+    assert dq.weight_int8.dtype == torch.int8 and dq.scales_fp16.dtype == torch.float16
+    x = torch.randn(3, mod.in_features)
+    with torch.no_grad():
+        assert torch.allclose(dq(x), mod(x), atol=2e-2 * float(mod.weight.abs().max()) * mod.in_features ** 0.5)
+    assert m["perplexity"]["value"] == pytest.approx(Evaluator(ref, chunks, Device("cpu")).perplexity(), rel=0.05)
 
 
 def test_torchao_int4_reports_unsupported_on_cpu(tiny_llama, chunks):

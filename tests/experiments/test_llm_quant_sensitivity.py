@@ -66,6 +66,19 @@ def test_percentile_buckets_are_equal_sized():
     assert ranks == [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
+def test_study_b_buckets_7_7_8_and_8_7_7():
+    """Study B's scripts' "percentile" clustering: 22 layers sorted by decreasing sensitivity, n // 3 per group;
+    the A100/WikiText scripts give the remainder to the least sensitive group (7/7/8), the Gaudi2 HellaSwag/BoolQ
+    scripts one extra each from the most sensitive (8/7/7)."""
+    scores = [((7 * i) % 22) / 10 for i in range(22)]  # a permutation: no ties
+    for method, sizes in (("buckets", [8, 7, 7]), ("buckets_spread", [7, 7, 8])):
+        ranks = cluster_sensitivities(scores, method)
+        assert [ranks.count(r) for r in range(3)] == sizes  # rank 0 = least sensitive
+        top = sorted(range(22), key=lambda i: -scores[i])[: sizes[2]]
+        assert all(ranks[i] == 2 for i in top)
+        assert [assign_bits(ranks, [16, 8, 4]).count(b) for b in (16, 8, 4)] == sizes[::-1]
+
+
 def test_assign_bits_and_bitsets():
     assert assign_bits([2, 1, 0, 0], [16, 8, 4]) == [16, 8, 4, 4]
     assert assign_bits([2, 1, 0], [8, 4, 4]) == [8, 4, 4]

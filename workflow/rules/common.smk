@@ -176,11 +176,11 @@ def sr3_scaling_spec(wildcards):
 
 # --------------------------------------------------------------------------- Study B: quantization (llm_quant)
 def llm_quant_variants():
-    """(method, bit set) pairs: fp32 -> none, fake/torchao -> each configured bit set, inc_fp8 -> bf16_fp8."""
+    """(method, bit set) pairs: fp32 -> none, fake/torchao/int8_dq -> each configured bit set, inc_fp8 -> bf16_fp8."""
     u = config.get("llm_quant", {})
     out = []
     for method in u.get("methods", []):
-        if method in ("fake", "torchao"):
+        if method in ("fake", "torchao", "int8_dq"):
             out += [(method, "_".join(map(str, b))) for b in u.get("bitsets", {}).get(method, [])]
         else:
             out.append((method, {"fp32": "none", "inc_fp8": "bf16_fp8"}[method]))
@@ -231,10 +231,18 @@ def llm_quant_model_spec(model):
 
 
 def llm_quant_model_input(wildcards):
-    """The converted model folder (GGUF and random-init sources), nothing for local-path models (loaded directly)."""
-    if llm_quant_model_spec(wildcards.model).get("source") == "path":
-        return {}
+    """The converted model folder (GGUF and random-init sources); for a local-path model its folder (loaded directly,
+    a dependency so that a changed checkpoint reruns the jobs), nothing for a hub id in the local cache."""
+    spec = llm_quant_model_spec(wildcards.model)
+    if spec.get("source") == "path":
+        return {"model_path": spec["path"]} if Path(spec["path"]).is_dir() else {}
     return {"model_dir": f"resources/llm/{wildcards.model}"}
+
+
+def llm_quant_model_dir_option(wildcards, input):
+    """``["--model-dir", folder]`` for an exported model folder, ``[]`` for a local-path model (its spec names the
+    folder): a list, so that `{params.model_dir:q}` quotes each word and an absent option leaves no empty word."""
+    return ["--model-dir", input.model_dir] if "model_dir" in input.keys() else []
 
 
 def llm_export_model(wildcards):
@@ -270,11 +278,11 @@ def llm_quant_spec(wildcards):
         data["path"] = str(repo_path(data["path"]))
     keys = ("chunk_len", "sensitivity_tokens", "eval_tokens", "calibration_tokens", "eval_batch", "prune_amount",
             "sensitivity_metrics", "submodules", "group_size", "allocation", "throughput", "torchao_dtype",
-            "reuse_prefix", "prefix_cache_limit_gib", "seed", "accuracy")
+            "reuse_prefix", "prefix_cache_limit_gib", "seed", "accuracy", "sixteen_bit", "int8_dq", "inc")
     method = wildcards.get("method", "sensitivity")
     if method == "sensitivity":  # settings that only method jobs use stay out, so changing them reruns only those
         keys = tuple(k for k in keys if k not in ("eval_tokens", "calibration_tokens", "allocation", "throughput",
-                                                   "torchao_dtype", "accuracy"))
+                                                   "torchao_dtype", "accuracy", "sixteen_bit", "int8_dq", "inc"))
     spec = {k: u[k] for k in keys if k in u}
     if spec.get("accuracy", {}).get("data"):  # task folders relative to the repository, like data.path
         spec["accuracy"] = {**spec["accuracy"], "data": {

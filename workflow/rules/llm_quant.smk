@@ -11,7 +11,7 @@ rule llm_quant_sensitivity:
         f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
     params:
         spec=llm_quant_spec,
-        model_dir=lambda wildcards, input: input.model_dir if "model_dir" in input.keys() else "",
+        model_dir=llm_quant_model_dir_option,
     threads: all_cores
     resources:
         **device_resources(),
@@ -19,7 +19,7 @@ rule llm_quant_sensitivity:
     container:
         CONTAINER
     shell:
-        "accelbench llm-quant --stage sensitivity --spec {params.spec:q} --model-dir {params.model_dir:q}"
+        "accelbench llm-quant --stage sensitivity --spec {params.spec:q} {params.model_dir:q}"
         " --out {output.result:q} --threads {threads} > {log:q} 2>&1"
 
 
@@ -33,9 +33,9 @@ rule llm_quant_method:
         f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
     params:
         spec=llm_quant_spec,
-        model_dir=lambda wildcards, input: input.model_dir if "model_dir" in input.keys() else "",
+        model_dir=llm_quant_model_dir_option,
     wildcard_constraints:
-        method="fp32|fake|torchao|inc_fp8",
+        method="fp32|fake|torchao|int8_dq|inc_fp8",
         bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
     threads: all_cores
     resources:
@@ -44,7 +44,7 @@ rule llm_quant_method:
     container:
         CONTAINER
     shell:
-        "accelbench llm-quant --stage method --spec {params.spec:q} --model-dir {params.model_dir:q}"
+        "accelbench llm-quant --stage method --spec {params.spec:q} {params.model_dir:q}"
         " --sensitivity {input.sensitivity:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
 
 

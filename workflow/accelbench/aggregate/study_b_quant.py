@@ -28,20 +28,28 @@ from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row 
 from .common import STATUS_LABEL, load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
-METHOD_ORDER = ["fp32", "fake", "torchao", "inc_fp8", "real_int8", "real_fp8"]
-METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torchao": "torchao weight-only int8/int4",
+METHOD_ORDER = ["fp32", "fake", "torchao", "int8_dq", "inc_fp8", "real_int8", "real_fp8"]
+METHOD_LABEL = {"fp32": "FP32 baseline", "fake": "simulated (RTN, g=128)", "torchao": "torchao weight-only int8/int4 (ours)",
+                "int8_dq": "INT8 + FP16 group scales, dequantized before the matmul (Study B's real path)",
                 "inc_fp8": "INC FP8 (half of MLP) + BF16"}
 PUBLISHED_MODEL = "TinyLlama-1.1B (published)"
 PUBLISHED_HARDWARE = {"gaudi2": "Intel Gaudi2, 1 HPU (published)", "a100": "4x NVIDIA A100-SXM4-40GB, DataParallel (published)"}
-# Study B's accuracy tasks (lm-evaluation-harness): HellaSwag acc_norm, BoolQ acc, in percent; `<task>_n` = documents
+# Study B's accuracy tasks, in percent; `<task>_n` = documents. `<task>_acc_pct`: lm-eval's HellaSwag acc_norm / BoolQ
+# acc (published rows: the authors' scorers); `<task>_tok_norm_pct`: Study B's scoring (mean log-likelihood per
+# continuation token) from the same log-likelihoods, lm-eval's prompt; `<task>_study_b_pct`: Study B's prompt and
+# scoring (task `<task>_study_b`, config llm_quant.accuracy.study_b_prompts).
 ACCURACY_TASKS = ["hellaswag", "boolq"]
-ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS for c in (f"{t}_acc_pct", f"{t}_n")]
+ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS
+                    for c in (f"{t}_acc_pct", f"{t}_tok_norm_pct", f"{t}_study_b_pct", f"{t}_n")]
+# the settings that distinguish Study B's scripts from ours (measurements.settings of each method result)
+SETTING_COLUMNS = ["tokenize", "sixteen_bit", "clustering", "autocast", "inc_scale_method", "inc_calibration_split"]
 # throughput_tok_per_s is Study B's throughput: evaluation tokens / evaluation time (ours: eval_tokens_per_s; the
 # published columns satisfy throughput x eval time = 338.4k tokens, WikiText-2's test split). The forward benchmark
 # on random token ids is a different number and keeps its own column, forward_bench_tok_per_s.
 COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "text", "perplexity", "compression_x",
            "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "chunk_len",
-           "forward_bench_tok_per_s", *ACCURACY_COLUMNS, "weights", "noise", "status", "reason", "accuracy_reason"]
+           "forward_bench_tok_per_s", *ACCURACY_COLUMNS, *SETTING_COLUMNS, "weights", "noise", "status", "reason",
+           "accuracy_reason"]
 BASELINE_CAVEAT = ("A model loaded from a quantized file (the bundled SmolLM2-135M GGUF: Q4_1 decoder weights, Q8_0 "
                    "embedding) has its baseline labelled 'Q4_1 weights dequantized, fp32 compute': its compression is "
                    "measured against fp32 storage of weights that are already 4-bit representable, so the error of "
@@ -50,15 +58,22 @@ BASELINE_CAVEAT = ("A model loaded from a quantized file (the bundled SmolLM2-13
 
 
 def accuracy_cells(accuracy: dict) -> dict:
-    """Table cells of one result's ``measurements["accuracy"]``: ``<task>_acc_pct`` (Study B's metric x 100),
-    ``<task>_n`` (documents scored), ``unsupported`` where the task had no data, and ``accuracy_reason``."""
+    """Table cells of one result's ``measurements["accuracy"]``: ``<task>_acc_pct`` (lm-eval's metric x 100),
+    ``<task>_tok_norm_pct`` (Study B's scoring on the same log-likelihoods), ``<task>_study_b_pct`` (the
+    ``<task>_study_b`` task: Study B's prompt), ``<task>_n`` (documents scored), ``unsupported`` where the task had
+    no data, and ``accuracy_reason``."""
     row, reasons = {}, []
     for task, a in (accuracy or {}).items():
+        base, study_b = task.removesuffix("_study_b"), task.endswith("_study_b")
+        col = f"{base}_study_b_pct" if study_b else f"{task}_acc_pct"
         if a.get("status") == "ok":
-            row[f"{task}_acc_pct"] = 100.0 * a["value"]
-            row[f"{task}_n"] = a.get("samples")
+            row[col] = 100.0 * a["value"]
+            if not study_b:
+                row[f"{task}_n"] = a.get("samples")
+                if a.get("metrics", {}).get("acc_token_norm") is not None:
+                    row[f"{task}_tok_norm_pct"] = 100.0 * a["metrics"]["acc_token_norm"]
         else:
-            row[f"{task}_acc_pct"] = STATUS_LABEL.get(a.get("status"), a.get("status"))
+            row[col] = STATUS_LABEL.get(a.get("status"), a.get("status"))
             reasons.append(a.get("reason") or task)
     if reasons:
         row["accuracy_reason"] = "; ".join(reasons)
@@ -123,7 +138,8 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
                         "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],
                         "throughput_tok_per_s": (m.get("eval_tokens_per_s") or {}).get("value"), "eval_time_s": m["eval_time"]["value"],
                         "forward_bench_tok_per_s": (m.get("forward_benchmark") or m.get("throughput", {})).get("tokens_per_s"),
-                        **accuracy_cells(m.get("accuracy"))})
+                        **accuracy_cells(m.get("accuracy")),
+                        **{k: v for k, v in (m.get("settings") or {}).items() if k in SETTING_COLUMNS and v is not None}})
         else:
             row["perplexity"] = status_cell(r)
         rows.append(row)
@@ -142,7 +158,7 @@ def _allocation_used(results: list[dict]) -> dict:
     used = {}
     for r in results:
         cfg = r["config"]
-        if cfg.get("method") in ("fake", "torchao") and cfg.get("allocation"):
+        if cfg.get("method") in ("fake", "torchao", "int8_dq") and cfg.get("allocation"):
             used.setdefault((cfg["system"]["name"], cfg["model"]), (cfg["allocation"]["metric"], cfg["allocation"]["clustering"]))
     return used
 
@@ -396,7 +412,13 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
                "and evaluation time per method; forward_bench_tok_per_s is a separate forward benchmark on random "
                "token ids. HellaSwag acc_norm and BoolQ accuracy (%, 0-shot by default, lm-evaluation-harness on the "
                "quantized model; <task>_n = documents scored, 'unsupported' = no local copy of the task's data, reason "
-               "in accuracy_reason). Measured rows: our models and text (see each result's provenance; eval_tokens says "
+               "in accuracy_reason); <task>_tok_norm_pct = Study B's scoring (mean log-likelihood per continuation token) "
+               "on the same log-likelihoods; <task>_study_b_pct = Study B's own prompt and scoring (the published "
+               "accuracies come from the authors' scorers). Settings columns (tokenize, sixteen_bit, clustering, "
+               "autocast, inc_*) say how each measured row ran; Study B's scripts: per_line_bos, int16_group, "
+               "buckets (7/7/8; 8/7/7 for the Gaudi2 HellaSwag/BoolQ rows; k-means for A100 real INT8 and "
+               "simulated [8,8,4] WikiText), float16 autocast (A100 real INT8), maxabs_hw_opt_weight with "
+               "validation calibration (Gaudi2 FP8). Measured rows: our models and text (see each result's provenance; eval_tokens says "
                "how much text). " + BASELINE_CAVEAT + " Published rows: " + source)
     write_table(table, out_dir / "table", caption)
     sens = sensitivity_rows(results)

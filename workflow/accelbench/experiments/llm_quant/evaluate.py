@@ -38,7 +38,8 @@ def token_chunks(ids: list[int] | torch.Tensor, chunk_len: int, max_tokens: int 
 
 
 def load_text(data: dict) -> tuple[dict[str, str], dict]:
-    """``({"calibration", "validation", "test"}: text, info)`` for ``data["source"]``.
+    """``({"calibration", "validation", "test"}: text, info)`` for ``data["source"]``; ``info["rows"]`` holds the
+    lines of each part (WikiText-2's rows; pydoc: each topic's lines), for per-line tokenisation.
 
     ``pydoc``: CPython's documentation topics split by :func:`accelbench.data.text.split_topics`;
     ``wikitext2``: a local copy read with the ``datasets`` library (``load_from_disk`` folder or a
@@ -53,6 +54,7 @@ def load_text(data: dict) -> tuple[dict[str, str], dict]:
     if source == "pydoc":
         parts = split_topics(pydoc_topics(), dict(data.get("split") or {"calibration": 0.2, "validation": 0.4, "test": 0.4}))
         text = {k: "\n\n".join(v.values()) for k, v in parts.items()}
+        rows = {k: [ln for t in v.values() for ln in t.splitlines(keepends=True)] for k, v in parts.items()}
         info = {"name": "CPython pydoc_data.topics", "topics": {k: len(v) for k, v in parts.items()}}
     elif source == "wikitext2":
         path = data.get("path")
@@ -68,16 +70,18 @@ def load_text(data: dict) -> tuple[dict[str, str], dict]:
                 ds = datasets.load_dataset(path, data.get("config") or "wikitext-2-raw-v1")
         except Exception as exc:  # datasets raises many types for a missing local copy
             raise DataError(f"WikiText-2 not found at {path!r}: {exc}") from None
-        text = {}
+        text, rows = {}, {}
         for part, split in (("calibration", "train"), ("validation", "validation"), ("test", "test")):
             if split not in ds:
                 raise DataError(f"WikiText-2 at {path!r} has no {split!r} split (found {list(ds)})")
-            text[part] = "\n\n".join(ds[split]["text"])
+            rows[part] = list(ds[split]["text"])
+            text[part] = "\n\n".join(rows[part])
         info = {"name": "WikiText-2 (raw)", "path": str(path)}
     else:
         raise ConfigError(f"llm_quant.data.source {source!r} unknown (pydoc | wikitext2)")
     info["fingerprints"] = {k: corpus_fingerprint(v) for k, v in text.items()}
     info["characters"] = {k: len(v) for k, v in text.items()}
+    info["rows"] = rows  # lines (WikiText rows) per part, for per-line tokenisation; callers pop it
     return text, info
 
 

@@ -16,21 +16,71 @@ from ...errors import ConfigError, DataError
 from .accuracy import accuracy_tasks
 from .evaluate import Evaluator, throughput
 from .layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
-from .quantize import quantize_
+from .quantize import SIXTEEN_BIT, quantize_
 from .sensitivity import assign_bits, fp8_modules, parse_bitset
 
-METHODS = ("fp32", "fake", "torchao", "inc_fp8")
+METHODS = ("fp32", "fake", "torchao", "int8_dq", "inc_fp8")
 
 
-def apply_fake(model, layer_bits: list[int], group_size: int) -> dict:
-    """Simulated quantization of each decoder layer's linear weights at its bits; bytes before/after."""
+def apply_fake(model, layer_bits: list[int], group_size: int, sixteen_bit: str = "fp16") -> dict:
+    """Simulated quantization of each decoder layer's linear weights at its bits; bytes before/after
+    (``sixteen_bit``: how 16-bit layers are stored, :data:`.quantize.SIXTEEN_BIT`)."""
     before = after = 0
     for layer, bits in tqdm(list(zip(decoder_layers(model), layer_bits)), desc="fake quantization"):
         lin = layer_linears(layer)
         before += sum(tensor_nbytes(m.weight) for m in lin.values())
-        after += quantize_(lin, bits, group_size)
+        after += quantize_(lin, bits, group_size, sixteen_bit)
     return {"decoder_linear_bytes_before": before, "decoder_linear_bytes_after": after,
-            "compression_x": before / after if after else None}
+            "compression_x": before / after if after else None, "sixteen_bit": SIXTEEN_BIT[sixteen_bit]}
+
+
+class DequantLinear(torch.nn.Module):
+    """Study B's real INT8 module on the A100 (``RealQuantizedLinearGroupWise`` of the authors' ``PMPQ_*_A100_real``
+    scripts, rewritten here): 16-bit layers keep an FP16 weight; 8-bit layers an INT8 weight ``[out, in]`` with
+    FP16 scales ``[out, ceil(in / group_size)]`` (symmetric, max|w| / 127 per group of input features). The forward
+    dequantizes the weight to the input's dtype, then runs a plain matmul (under FP16 autocast in the job)."""
+
+    def __init__(self, linear: torch.nn.Linear, bits: int, group_size: int):
+        super().__init__()
+        from .quantize import quantize_groupwise
+
+        self.in_features, self.out_features, self.bits, self.group_size = (linear.in_features, linear.out_features,
+                                                                           bits, group_size)
+        w = linear.weight.detach()
+        if bits >= 16:
+            self.register_buffer("weight_fp16", w.to(torch.float16))
+        else:
+            qt = quantize_groupwise(w, 8, group_size)
+            self.register_buffer("weight_int8", qt.codes.view(torch.int8).reshape(qt.shape))
+            self.register_buffer("scales_fp16", qt.scales)
+        self.register_buffer("bias_fp16", None if linear.bias is None else linear.bias.detach().to(torch.float16))
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight ``[out, in]`` in ``dtype``."""
+        if self.bits >= 16:
+            return self.weight_fp16.to(dtype)
+        sc = self.scales_fp16.repeat_interleave(self.group_size, dim=1)[:, : self.in_features]
+        return (self.weight_int8.to(torch.float16) * sc).to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = None if self.bias_fp16 is None else self.bias_fp16.to(x.dtype)
+        return torch.nn.functional.linear(x, self.dequantized(x.dtype), b)
+
+
+def apply_int8_dq(model, layer_bits: list[int], group_size: int) -> dict:
+    """Replace each decoder layer's projections by :class:`DequantLinear` at the layer's bits (4 -> 8: the authors'
+    real path has FP16 and INT8 only); bytes are those of the new buffers."""
+    before = after = 0
+    for layer, bits in tqdm(list(zip(decoder_layers(model), layer_bits)), desc="int8 dequantize-then-matmul"):
+        for name, mod in list(layer_linears(layer).items()):
+            before += tensor_nbytes(mod.weight)
+            new = DequantLinear(mod, 16 if bits >= 16 else 8, group_size)
+            after += sum(tensor_nbytes(b) for n, b in new.named_buffers() if not n.startswith("bias"))
+            parent = next(m for m in layer.modules() if any(c is mod for c in m.children()))
+            setattr(parent, name, new)
+    return {"decoder_linear_bytes_before": before, "decoder_linear_bytes_after": after,
+            "layer_bits_applied": [16 if b >= 16 else 8 for b in layer_bits],
+            "how": "INT8 weights + FP16 per-group scales (FP16 for 16-bit layers), dequantized before the matmul"}
 
 
 # What "unsupported here" looks like when torchao (or the dispatcher under it) lacks a kernel, dtype or backend:
@@ -118,10 +168,21 @@ def apply_torchao(model, layer_bits: list[int], group_size: int, backend: str) -
     return {"int4_group_size_fallbacks": groups}
 
 
-def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Device, stats_dir: str) -> dict:
+def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Device, stats_dir: str,
+                  inc: dict | None = None) -> dict:
     """Intel Neural Compressor FP8 (E4M3) on Gaudi: measure (maxabs) on calibration chunks, then quantize
-    only ``fp8_names`` (Study B's Gaudi2 flow; the rest stays BF16). Imported only on ``hpu``."""
+    only ``fp8_names`` (Study B's Gaudi2 flow; the rest stays BF16). Imported only on ``hpu``.
+
+    ``inc`` (config ``llm_quant.inc``): ``scale_method`` (ours ``maxabs_hw``; Study B's scripts
+    ``maxabs_hw_opt_weight`` with ``input_backoff`` 0.25 and ``weight_backoff`` 0.5)."""
     from neural_compressor.torch.quantization import FP8Config, convert, finalize_calibration, prepare
+
+    inc = inc or {}
+    scale_method = inc.get("scale_method", "maxabs_hw")
+    extra = {}
+    if inc.get("input_backoff") is not None or inc.get("weight_backoff") is not None:
+        extra["scale_params"] = {"input_backoff": float(inc.get("input_backoff", 0.25)),
+                                 "weight_backoff": float(inc.get("weight_backoff", 0.5))}
 
     common = {"fp8_config": "E4M3", "allowlist": {"types": [], "names": fp8_names},
               "blocklist": {"types": [], "names": ["lm_head"]}, "dump_stats_path": stats_dir}
@@ -131,8 +192,18 @@ def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Devi
             model(input_ids=ids[None].to(device.torch_device), use_cache=False)
             device.mark_step()
     finalize_calibration(model)
-    model = convert(model, FP8Config(mode="QUANTIZE", scale_method="maxabs_hw", **common))
-    return {"fp8_modules": fp8_names, "calibration_chunks": int(calib.shape[0])}
+    model = convert(model, FP8Config(mode="QUANTIZE", scale_method=scale_method, **extra, **common))
+    return {"fp8_modules": fp8_names, "calibration_chunks": int(calib.shape[0]), "scale_method": scale_method,
+            **extra, "calibration_split": inc.get("calibration_split", "calibration")}
+
+
+def autocast_context(device: Device, dtype: str | None):
+    """``torch.autocast`` on the job's device in ``dtype`` (Study B's real INT8 run: FP16), or a no-op."""
+    import contextlib
+
+    if not dtype:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.torch_device.type, dtype=getattr(torch, dtype))
 
 
 @dataclass
@@ -151,6 +222,9 @@ class MethodRun:
     calibration_tokens: int | None = None
     seed: int = 0
     accuracy: dict | None = None  # config llm_quant.accuracy (lm-evaluation-harness tasks); None = none
+    sixteen_bit: str = "fp16"  # fake: 16-bit layers as FP16 (ours) or int16 + group scales (Study B), SIXTEEN_BIT
+    autocast: str | None = None  # int8_dq: compute dtype of the evaluation's autocast (Study B: float16)
+    inc: dict | None = None  # inc_fp8: config llm_quant.inc (scale method, backoffs, calibration split)
 
 
 def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chunks: torch.Tensor | None,
@@ -165,7 +239,7 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
     """
     n_layers = len(decoder_layers(model))
     alloc = {}
-    if run.method in ("fake", "torchao"):
+    if run.method in ("fake", "torchao", "int8_dq"):
         bits = parse_bitset(run.bitset)
         ranks = sens["allocation"][run.metric][run.clustering]
         if len(ranks) != n_layers:
@@ -178,7 +252,9 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
     all_fp32 = 4 * sum(p.numel() for p in model.parameters())
     applied: dict = {}
     if run.method == "fake":
-        applied = apply_fake(model, layer_bits, run.group_size)
+        applied = apply_fake(model, layer_bits, run.group_size, run.sixteen_bit)
+    elif run.method == "int8_dq":
+        applied = apply_int8_dq(model, layer_bits, run.group_size)
     elif run.method == "torchao":
         dtype = next(model.parameters()).dtype
         for b in sorted(set(layer_bits) - {16}):
@@ -195,17 +271,20 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
     elif run.method == "inc_fp8":
         names = fp8_modules(sens, n_layers)
         alloc = {"fp8_modules": names, "bf16_rest": True}
-        applied = apply_inc_fp8(model, names, calib_chunks, device, stats_dir)
+        applied = apply_inc_fp8(model, names, calib_chunks, device, stats_dir, run.inc)
     elif run.method != "fp32":
         raise ConfigError(f"llm_quant method {run.method!r} unknown ({' | '.join(METHODS)})")
     size_after = model_sizes(model)
     ev = Evaluator(model, test_chunks, device, batch_size=run.eval_batch)
-    ppl, eval_s = ev.timed_perplexity()
-    tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
-    forward_energy = tp.pop("energy")
-    accuracy = (accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
-                if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None else {})
+    with autocast_context(device, run.autocast):
+        ppl, eval_s = ev.timed_perplexity()
+        tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
+        forward_energy = tp.pop("energy")
+        accuracy = (accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
+                    if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None else {})
     lin_after = applied.get("decoder_linear_bytes_after", size_after["decoder_linear_bytes"])
+    if run.autocast:
+        applied["autocast"] = run.autocast
     # simulated: stored size = unchanged parameters + packed decoder weights; real: bytes in memory
     model_after = size_after["param_bytes"] - size_after["decoder_linear_bytes"] + lin_after
     m = {

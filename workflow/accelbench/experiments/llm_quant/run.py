@@ -44,10 +44,44 @@ def load_model(model_spec: dict, model_dir, dtype: str):
     return lm.model, lm.tokenizer, lm.info
 
 
+TOKENIZE = {
+    "joined": "the split's text joined with blank lines, tokenized once without special tokens (ours)",
+    "per_line_bos": "each line (WikiText row) tokenized on its own with the tokenizer's special tokens (BOS where "
+                    "the tokenizer adds one), then concatenated (Study B's scripts: tokenizer(examples['text']))",
+}
+
+
 def _chunks_for(spec: dict, tokenizer, part: str, max_tokens):
+    """Token chunks ``[n, chunk_len]`` of one part of the text, tokenized per ``spec["data"]["tokenize"]``
+    (:data:`TOKENIZE`), and the data description (which records the tokenisation)."""
+    from itertools import chain
+
     text, data_info = load_text(spec["data"])
-    ids = tokenizer(text[part], add_special_tokens=False)["input_ids"]
-    return token_chunks(ids, spec["chunk_len"], max_tokens), {**data_info, "part": part, "part_tokens": len(ids)}
+    how = spec["data"].get("tokenize", "joined")
+    if how == "per_line_bos":
+        rows = data_info.pop("rows")[part]
+        ids = list(chain.from_iterable(tokenizer(rows)["input_ids"]))
+        bos = tokenizer.bos_token_id
+        extra = {"bos_added": bool(rows) and bos is not None and tokenizer(rows[:1])["input_ids"][0][:1] == [bos],
+                 "lines": len(rows)}
+    elif how == "joined":
+        data_info.pop("rows", None)
+        ids = tokenizer(text[part], add_special_tokens=False)["input_ids"]
+        extra = {}
+    else:
+        raise ConfigError(f"llm_quant.data.tokenize {how!r} unknown ({' | '.join(TOKENIZE)})")
+    return token_chunks(ids, spec["chunk_len"], max_tokens), {**data_info, "part": part, "part_tokens": len(ids),
+                                                               "tokenize": how, "tokenize_how": TOKENIZE[how], **extra}
+
+
+def allocation_for(spec: dict) -> dict:
+    """The (metric, clustering) of this method job: ``allocation`` with the per-run override
+    ``allocation.per_run["<method>/<bitset>"]`` (Study B's scripts clustered per run, e.g. k-means for the A100
+    real-quantization run and the simulated [8,8,4] WikiText run, their percentile buckets elsewhere)."""
+    alloc = dict(spec["allocation"])
+    per_run = alloc.pop("per_run", None) or {}
+    alloc.update(per_run.get(f"{spec['method']}/{spec['bitset']}", {}))
+    return alloc
 
 
 def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]:
@@ -108,10 +142,11 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
         return {"status": "unsupported", "measurements": {}, "allocation": {},
                 "reason": f"the sensitivity job did not run: {sensitivity.get('reason')}"}
     device = Device(system.backend)
-    dtype = {"fp32": "float32", "fake": "float32", "inc_fp8": "bfloat16",
+    dtype = {"fp32": "float32", "fake": "float32", "int8_dq": "float32", "inc_fp8": "bfloat16",
              "torchao": spec.get("torchao_dtype", {}).get(system.backend, "bfloat16")}[method]
+    alloc = allocation_for(spec)
     if method == "torchao":  # check the kernels before spending time on loading the model
-        ranks = sensitivity["measurements"]["allocation"][spec["allocation"]["metric"]][spec["allocation"]["clustering"]]
+        ranks = sensitivity["measurements"]["allocation"][alloc["metric"]][alloc["clustering"]]
         layer_bits = assign_bits(ranks, parse_bitset(spec["bitset"]))
         for b in sorted(set(layer_bits) - {16}):
             reason = torchao_probe(b, device, getattr(torch, dtype), spec["group_size"])
@@ -123,12 +158,15 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
     model.to(device.torch_device)
     test, data_info = _chunks_for(spec, tok, "test", spec.get("eval_tokens"))
     calib = None
-    if method == "inc_fp8":
-        calib, _ = _chunks_for(spec, tok, "calibration", spec.get("calibration_tokens"))
+    inc = dict(spec.get("inc") or {})
+    if method == "inc_fp8":  # ours: the calibration part (train split); Study B's scripts: the validation split
+        calib, _ = _chunks_for(spec, tok, inc.get("calibration_split", "calibration"), spec.get("calibration_tokens"))
     run = MethodRun(method=method, bitset=spec["bitset"], chunk_len=spec["chunk_len"], eval_tokens=spec.get("eval_tokens"),
-                    group_size=spec["group_size"], clustering=spec["allocation"]["clustering"],
-                    metric=spec["allocation"]["metric"], throughput=spec["throughput"],
-                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=spec.get("accuracy"))
+                    group_size=spec["group_size"], clustering=alloc["clustering"],
+                    metric=alloc["metric"], throughput=spec["throughput"],
+                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=spec.get("accuracy"),
+                    sixteen_bit=spec.get("sixteen_bit", "fp16"), inc=inc,
+                    autocast=(spec.get("int8_dq") or {}).get("autocast", "float16") if method == "int8_dq" else None)
     device.reset_peak_memory()
     try:
         out = run_method(model, len(tok), test, calib, sensitivity["measurements"], run, device, stats_dir, tokenizer=tok)
@@ -137,7 +175,13 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
                 "reason": f"out of device memory: {str(exc).splitlines()[0]}"}
     if out["status"] == "ok":
         m = out["measurements"]
-        m.update({"model": info, "data": data_info, "dtype": dtype})
+        m.update({"model": info, "data": data_info, "dtype": dtype,
+                  "settings": {"tokenize": data_info["tokenize"], "sixteen_bit": run.sixteen_bit if method == "fake" else None,
+                               "clustering": run.clustering if method in ("fake", "torchao", "int8_dq") else None,
+                               "metric": run.metric if method in ("fake", "torchao", "int8_dq") else None,
+                               "autocast": run.autocast, "eval_batch": run.eval_batch,
+                               "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
+                               "inc_calibration_split": inc.get("calibration_split", "calibration") if method == "inc_fp8" else None}})
         m["eval_throughput"] = eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"],
                                         system.peak_tflops.get(PEAK_KEY.get(dtype, dtype)))
     return out

@@ -15,7 +15,7 @@ from .evaluate import Evaluator
 from .layers import MLP_SUBMODULES, SUBMODULES, decoder_layers, layer_linears
 from .quantize import quantize_
 
-CLUSTERINGS = ("kmeans", "percentile", "ward")
+CLUSTERINGS = ("kmeans", "percentile", "ward", "buckets", "buckets_spread")
 
 
 @contextlib.contextmanager
@@ -105,12 +105,27 @@ def cluster_sensitivities(scores, method: str, k: int = 3, seed: int = 0) -> lis
 
     ``kmeans``: ``sklearn.cluster.KMeans(n_init=10, random_state=seed)``; ``percentile``: equal-count
     buckets at the 100/k percentiles; ``ward``: ``scipy.cluster.hierarchy.linkage(method="ward")``
-    cut into k clusters. Fewer distinct values than k gives fewer groups. Deterministic.
+    cut into k clusters. Study B's scripts' "percentile" (amitashnanda/Voyager_Gaudi_Benchmarks): layers sorted
+    by decreasing sensitivity, cut into runs of n // k; ``buckets``: the remainder joins the least sensitive group
+    (A100 and WikiText scripts: 22 layers -> 7/7/8, most sensitive first); ``buckets_spread``: one extra layer
+    per group from the most sensitive (Gaudi2 HellaSwag/BoolQ scripts: 8/7/7). Fewer distinct values than k
+    gives fewer groups (not for the buckets, which are sized by count). Deterministic.
 
     Raises:
         ConfigError: unknown method.
     """
     x = np.asarray(scores, dtype=float)
+    if method in ("buckets", "buckets_spread"):
+        k = max(1, min(k, len(x)))
+        order = sorted(range(len(x)), key=lambda i: (-x[i], i))  # most sensitive first, ties by layer
+        size, extra = divmod(len(x), k)
+        labels, start = [0] * len(x), 0
+        for c in range(k):  # c = 0: most sensitive
+            n = size + (extra if method == "buckets" and c == k - 1 else int(method == "buckets_spread" and c < extra))
+            for i in order[start:start + n]:
+                labels[i] = k - 1 - c
+            start += n
+        return labels
     k = max(1, min(k, len(np.unique(x))))
     if k == 1:
         return [0] * len(x)
