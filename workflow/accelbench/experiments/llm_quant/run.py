@@ -161,10 +161,13 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
     inc = dict(spec.get("inc") or {})
     if method == "inc_fp8":  # ours: the calibration part (train split); Study B's scripts: the validation split
         calib, _ = _chunks_for(spec, tok, inc.get("calibration_split", "calibration"), spec.get("calibration_tokens"))
+    acc = spec.get("accuracy")
+    if acc and acc.get("tasks") and info.get("weights") == "random init":  # chance level, whatever the method
+        acc = {**acc, "skip_reason": "random-init weights (a throughput-only model): accuracy would be chance level"}
     run = MethodRun(method=method, bitset=spec["bitset"], chunk_len=spec["chunk_len"], eval_tokens=spec.get("eval_tokens"),
                     group_size=spec["group_size"], clustering=alloc["clustering"],
                     metric=alloc["metric"], throughput=spec["throughput"],
-                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=spec.get("accuracy"),
+                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=acc,
                     sixteen_bit=spec.get("sixteen_bit", "fp16"), inc=inc,
                     autocast=(spec.get("int8_dq") or {}).get("autocast", "float16") if method == "int8_dq" else None)
     device.reset_peak_memory()
