@@ -37,7 +37,7 @@ def test_local_path_model_through_the_dag_with_study_b_settings(tmp_path, tiny_c
              bitsets={"fake": [[16, 8, 4]], "int8_dq": [[16, 8, 8]]}, sixteen_bit="int16_group",
              data={**u["data"], "tokenize": "per_line_bos"},
              allocation={"clustering": "buckets", "metric": "prune", "per_run": {"int8_dq/16_8_8": {"clustering": "kmeans"}}},
-             accuracy={"tasks": ["boolq"], "study_b_prompts": True, "limit": 2, "batch_size": 2, "data": {"boolq": str(boolq)}})
+             accuracy={"tasks": ["boolq"], "study_b_prompts": ["boolq"], "limit": 2, "batch_size": 2, "data": {"boolq": str(boolq)}})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(dict(tiny_config, experiments=["llm_quant"], llm_quant=u)))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

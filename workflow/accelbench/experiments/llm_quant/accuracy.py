@@ -266,7 +266,7 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
 
     Args:
         acc: ``{"tasks": [...], "num_fewshot": int, "limit": int | None (first documents per task),
-            "batch_size": int, "data": {task: folder | None}, "study_b_prompts": bool}``
+            "batch_size": int, "data": {task: folder | None}, "study_b_prompts": bool | [task, ...]}``
             (config ``llm_quant.accuracy``).
 
     Returns:
@@ -279,8 +279,8 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
 
     out: dict = {}
     tasks = list(acc.get("tasks") or [])
-    if acc.get("study_b_prompts"):
-        tasks += [STUDY_B_TASKS[t] for t in list(tasks) if t in STUDY_B_TASKS]
+    sb = acc.get("study_b_prompts")  # true: every task that has one; a list: those tasks
+    tasks += [STUDY_B_TASKS[t] for t in list(tasks) if t in STUDY_B_TASKS and (sb is True or t in (sb or []))]
     if not tasks:
         return out
     if acc.get("skip_reason"):
