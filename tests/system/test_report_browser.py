@@ -1,5 +1,7 @@
 """End to end: a fresh tiny run gives the unified claims table, and `snakemake --report` gives one self-contained HTML
-file that a real browser (headless Chromium) opens without console errors, with every figure rendering.
+file that a real browser (headless Chromium) opens without console errors, with every figure rendering, on a first
+page that starts with the claims table as HTML (a screenshot of that first screen is saved: ``$ACCELBENCH_SCREENSHOT``,
+else the test's tmp_path).
 
 Browser: Debian's ``chromium`` (``apt-get install chromium``; with ``ACCELBENCH_CI_APT=1``, as ``.ci/run`` sets it, the
 test installs it as root when missing), driven by Playwright (test extra) with ``executable_path``. Without either, the
@@ -47,8 +49,18 @@ def report_images(html: str) -> list[str]:
     return [Path(n).name for n in re.findall(r"data:image/png;charset=utf8;filename=([^;]+);base64,", html)]
 
 
-def open_in_browser(report: Path, user_data_dir: Path) -> dict:
-    """Load the report in headless Chromium; return console errors, page errors and every figure's naturalWidth."""
+def screenshot_path(default: Path) -> Path:
+    """Where the first-screen screenshot goes: ``$ACCELBENCH_SCREENSHOT`` (a file name, for a person to look at)
+    or ``default``."""
+    path = Path(os.environ.get("ACCELBENCH_SCREENSHOT") or default)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None = None) -> dict:
+    """Load the report in headless Chromium (1280x800); return console errors, page errors, every figure's
+    naturalWidth, and where the first HTML table lies (``first_table``: its top in px, the viewport height, its
+    header cells). ``screenshot``: a PNG of the first screen is saved there."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
     exe = chromium_path()
     if exe is None:
@@ -60,6 +72,7 @@ def open_in_browser(report: Path, user_data_dir: Path) -> dict:
                                                    args=CHROMIUM_ARGS[1:])
         try:
             page = ctx.new_page()
+            page.set_viewport_size({"width": 1280, "height": 800})
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: page_errors.append(str(e)))
             page.goto(report.resolve().as_uri(), wait_until="load")
@@ -78,10 +91,19 @@ def open_in_browser(report: Path, user_data_dir: Path) -> dict:
                            document.body.appendChild(img);
                        }))))""")
             rendered = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
+            first_table = page.evaluate(
+                """() => { const t = document.querySelector('table');
+                           if (!t) return null;
+                           const r = t.getBoundingClientRect();
+                           return {top: r.top, height: window.innerHeight,
+                                   headers: Array.from(t.querySelectorAll('th')).map(h => h.innerText.trim()),
+                                   rows: t.querySelectorAll('tbody tr').length}; }""")
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot))
         finally:
             ctx.close()
     return {"console_errors": errors, "page_errors": page_errors, "widths": widths, "dom_images": rendered,
-            "title": title, "text": text}
+            "title": title, "text": text, "first_table": first_table}
 
 
 def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
@@ -116,7 +138,15 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     for table in ("claims.csv", "table.csv", "scaling.csv", "efficiency.csv"):
         assert table in html, table
 
-    seen = open_in_browser(report, tmp_path / "chromium-profile")
+    # the report opens on the claims: the claims table, as HTML, is the first table and starts on the first screen
+    assert html.find("claim_id") != -1 and "System Message" not in html  # no docutils warning on the first page
+    shot = screenshot_path(tmp_path / "report_first_screen.png")
+    seen = open_in_browser(report, tmp_path / "chromium-profile", screenshot=shot)
+    first = seen["first_table"]
+    assert first is not None, "no HTML table in the report"
+    assert "claim_id" in first["headers"] and "verdict" in first["headers"] and "origin" in first["headers"], first
+    assert first["rows"] == len(claims) and 0 <= first["top"] < first["height"], first
+    assert shot.stat().st_size > 0
     assert not seen["page_errors"], seen["page_errors"]
     assert not seen["console_errors"], seen["console_errors"]
     assert sorted(seen["widths"]) == sorted(images) and all(w > 0 for w in seen["widths"].values()), seen["widths"]

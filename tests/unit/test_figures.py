@@ -1,5 +1,7 @@
-"""Every figure, rendered from small fixture results: no text outside the canvas, no overlapping titles/labels/
-legends, no legend over a bar, every numeric axis labelled with a unit, every series labelled with its origin."""
+"""Every figure, rendered from small fixture results, passes the one figure checker (figures.figure_problems): no text
+outside the canvas, no overlapping titles/labels/legends, no legend over a bar, every numeric axis labelled with a
+unit, a size that fits a page, one colour per class, no annotation over data, each legend entry once, and series
+labels that start with exactly "measured here", "reference run (<hardware>)" or "published (<source>)"."""
 
 import matplotlib
 
@@ -19,12 +21,12 @@ def capture(monkeypatch):
     real = figures.save_figure
 
     def save(fig, path, dpi=150):
-        problems = figures.figure_problems(fig)
+        problems = figures.figure_problems(fig, dpi)
         fig.savefig(path, dpi=dpi)
         kept[str(path).rsplit("/", 1)[-1]] = (fig, problems)
         return problems
 
-    for mod in ("study_a", "study_a_ncu", "study_b_sr3", "study_b_lora", "study_b_quant"):
+    for mod in ("study_a", "study_a_ncu", "study_b_sr3", "study_b_lora", "study_b_quant", "claims"):
         monkeypatch.setattr(f"accelbench.aggregate.{mod}.save_figure", save, raising=False)
     yield kept
     plt.close("all")
@@ -45,7 +47,7 @@ def assert_readable(kept, name, series_in_legend=True):
     if series_in_legend:
         texts = _legend_texts(fig)
         assert texts, f"{name}: no legend"
-        series = [t for t in texts if t.split(":")[0] in figures.ORIGINS and "no counters" not in t]
+        series = [t for t in texts if figures.SERIES_LABEL.match(t)]
         assert series, f"{name}: no series label names its origin: {texts}"
         for t in series:
             assert "scale" in t, f"{name}: series label without its scale: {t!r}"
@@ -75,8 +77,48 @@ def test_checker_finds_overflow_overlap_missing_unit_and_covered_bar(tmp_path):
     plt.close(fig)
 
 
+def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_series_labels():
+    fig, (a, b) = plt.subplots(1, 2, figsize=(20, 3))  # 3000 px wide at 150 dpi
+    a.bar([0, 1], [1, 2], color=["C0", "C0"])
+    a.bar([2], [3], color="C0", label="convolution")
+    a.bar([3], [3], color="C0", label="other")  # the same colour as convolution
+    a.text(1, 1, "noisy")  # over the second bar
+    a.set_xticks([0, 1, 2, 3], ["a", "b", "c", "d"])
+    a.set_xlabel("configuration")
+    a.set_ylabel("speedup (x)")
+    a.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    b.plot([1, 2], [1, 2], "o-", color="C1", label="measured here: reference run (H200, 2026-11-30): NVIDIA H200")
+    b.plot([1, 2], [2, 3], "s-", color="C2", label="published: Gaudi2")  # no source
+    b.plot([1, 2], [3, 4], "^-", color="C3", label="published: Gaudi2")  # twice
+    b.text(1.5, 1.5, "on the line")
+    b.set_xlabel("devices (count)")
+    b.set_ylabel("time (min)")
+    b.legend(loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    problems = " | ".join(figures.figure_problems(fig, dpi=150))
+    for expected in ("larger than a page", "looks the same as 'convolution'", "annotation 'noisy' drawn over data",
+                     "annotation 'on the line' drawn over data", "entry 'published: Gaudi2' twice",
+                     "series label 'measured here: reference run", "series label 'published: Gaudi2'"):
+        assert expected in problems, (expected, problems)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar([0], [1], color="C0", label=figures.series_label("measured here", "CPU", "small"))
+    ax.bar([1], [1], color="C1", label=figures.series_label(figures.published("Study B, Fig. 2"), "Gaudi2", "paper"))
+    ax.bar([2], [1], color="C2", label=figures.series_label("reference run (H200, 2026-11-30)", "NVIDIA H200", "paper"))
+    ax.text(2.6, 0.5, "beside the bars")
+    ax.set_xlim(-0.5, 3.5)
+    ax.set_xticks([0, 1, 2], ["tf32", "bf16", "fp32"])
+    ax.set_xlabel("configuration")
+    ax.set_ylabel("speedup (x)")
+    fig.legend(loc="lower left")
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
+    assert figures.figure_problems(fig, dpi=150) == []
+    plt.close(fig)
+
+
 def test_series_label_carries_origin_hardware_scale():
-    assert figures.series_label("published", "NVIDIA A100", "paper", "fp32") == "published: NVIDIA A100, paper scale, fp32"
+    assert figures.series_label(figures.published("Study A"), "NVIDIA A100", "paper", "fp32") == \
+        "published (Study A): NVIDIA A100, paper scale, fp32"
     assert figures.origin_of({"environment": {}}) == "measured here"
     assert figures.origin_of({"environment": {"origin": "reference run"}}) == "reference run"
 
@@ -91,12 +133,14 @@ def test_study_a_figures(tmp_path, capture):
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     assert_readable(capture, "fig_speedup.png")
     fig, _ = capture["fig_speedup.png"]
-    assert "whiskers" in fig.axes[0].get_title()  # error bars explained in the figure
+    assert "whiskers" in fig.axes[0].get_title(loc="left")  # error bars explained in the figure
+    assert any(t.startswith("published (Study A digest): A100/H100, paper scale, speedup range")
+               for t in _legend_texts(fig))
     assert_readable(capture, "fig_kernel_breakdown.png", series_in_legend=False)
     assert_readable(capture, "fig_kernel_counts.png", series_in_legend=False)
     for name in ("fig_kernel_breakdown.png", "fig_kernel_counts.png"):
         fig, _ = capture[name]
-        notes = " ".join(t.get_text() for t in fig.texts)
+        notes = fig._suptitle.get_text()
         assert "measured here: NVIDIA H200" in notes and "paper scale" in notes
 
 
@@ -128,8 +172,8 @@ def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, cap
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg")
     assert_readable(capture, "fig_counter_ratios.png")
     fig, _ = capture["fig_counter_ratios.png"]
-    panel_text = " ".join(" ".join(t.get_text() for ax in fig.axes for t in ax.texts).split())
-    assert "unsupported: Nsight Compute needs an NVIDIA GPU" in panel_text
+    note = " ".join(" ".join(t.get_text() for t in fig.texts).split())  # below the panels, over no bar
+    assert "unsupported: Nsight Compute needs an NVIDIA GPU" in note
     assert "measured on CPU" not in fig._suptitle.get_text()
     paths = [_ncu(tmp_path / "g", "h200", "baseline"), _ncu(tmp_path / "g", "h200", "tf32", cycles=2e8)]
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg2")
@@ -262,3 +306,18 @@ def test_quant_figures_label_negative_ticks_units_and_colours(tmp_path, capture)
     assert fig.axes[0].get_xlabel()
     texts = _legend_texts(fig)
     assert any("attention" in t for t in texts) and any("MLP" in t for t in texts)
+
+
+# ---------------------------------------------------------------- captions in the report
+def test_every_figure_in_the_report_has_a_caption_saying_what_it_shows_and_what_not():
+    import re
+    from pathlib import Path
+
+    rules = Path(__file__).resolve().parents[2] / "workflow" / "rules"
+    found = []
+    for smk in rules.glob("*.smk"):
+        for png, caption in re.findall(r'report\(\s*f?"([^"]+\.png)",\s*caption="([^"]+)"', smk.read_text()):
+            text = (smk.parent / caption).read_text()
+            found.append(png)
+            assert "What it shows" in text and "What it does not show" in text, (png, caption)
+    assert len(found) >= 9, found

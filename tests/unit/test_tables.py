@@ -31,6 +31,26 @@ def test_fixed_decimals_per_unit_and_no_scientific_notation(tmp_path):
     assert column_format("instructions_step_est") == "{:,.0f}"
 
 
+def test_long_reasons_become_footnotes_csv_is_rounded_and_html_is_a_fragment(tmp_path):
+    oom = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
+           "1.2 GiB is free")
+    df = pd.DataFrame({"hardware": ["NVIDIA H200"] * 3, "step_ms": [3933.3540019999873, None, None],
+                       "kernel_count": [1234567891.0, None, None], "status": ["ok", "oom", "oom"],
+                       "reason": [None, oom, oom], "note": ["short", "short", "<b>x</b>"]})
+    write_table(df, tmp_path / "t", "caption", title="Runs")
+    md = (tmp_path / "t.md").read_text()
+    table = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert max(map(len, table)) < 120 and oom not in "\n".join(table)  # narrow: the message once, as a footnote
+    assert md.count(oom) == 1 and md.count("| [1]") == 2 and f"[1] {oom}" in md
+    csv = (tmp_path / "t.csv").read_text()
+    assert "3933.354," in csv and "3933.3540" not in csv and "1234567891" in csv  # rounded, counts whole
+    html = (tmp_path / "t.html").read_text()
+    assert html.startswith('<div class="accelbench-table">') and "<html" not in html and "<h3>Runs</h3>" in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<b>x</b>" not in html  # escaped
+    assert html.count(oom) == 1  # repeated on two rows: a footnote there too
+    assert "footnotesize" in (tmp_path / "t.tex").read_text()
+
+
 def test_header_only_table_becomes_one_line_why(tmp_path):
     write_table(pd.DataFrame(columns=["a", "b"]), tmp_path / "t", "caption", empty="Nothing measured: no ncu here.")
     md = (tmp_path / "t.md").read_text()
@@ -98,7 +118,9 @@ def test_noisy_bar_is_marked_in_the_speedup_figure(tmp_path, capture):
              _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     fig, problems = capture["fig_speedup.png"]
-    assert problems == [] and "noisy" in [t.get_text() for t in fig.axes[0].texts]
+    assert problems == [] and not fig.axes[0].texts  # nothing written over a bar: hatched, and said in the legend
+    assert any(p.get_hatch() == "xx" for p in fig.axes[0].patches)
+    assert any(t.get_text().startswith("noisy (hatched)") for leg in fig.legends for t in leg.get_texts())
 
 
 def _h100_lora(attention, strategy, devices, step_ms, visible, **measured):

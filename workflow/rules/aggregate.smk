@@ -12,6 +12,7 @@ rule study_a_aggregate:
             category="Study A",
         ),
         table_md=f"{RESULTS}/study_a/table.md",
+        table_html=f"{RESULTS}/study_a/table.html",
         table_tex=f"{RESULTS}/study_a/table.tex",
         claims=report(
             f"{RESULTS}/study_a/claims_vs_measured.csv",
@@ -19,6 +20,7 @@ rule study_a_aggregate:
             category="Study A",
         ),
         claims_md=f"{RESULTS}/study_a/claims_vs_measured.md",
+        claims_html=f"{RESULTS}/study_a/claims_vs_measured.html",
         speedup=report(
             f"{RESULTS}/study_a/fig_speedup.png",
             caption="../report/study_a_speedup.rst",
@@ -59,6 +61,7 @@ rule study_a_ncu_aggregate:
             category="Study A",
         ),
         table_md=f"{RESULTS}/study_a/counters.md",
+        table_html=f"{RESULTS}/study_a/counters.html",
         table_tex=f"{RESULTS}/study_a/counters.tex",
         by_class=f"{RESULTS}/study_a/counters_by_class.csv",
         ratios=report(

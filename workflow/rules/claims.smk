@@ -31,6 +31,7 @@ rule claims:
             category="Claims",
         ),
         table_md=f"{RESULTS}/claims/claims.md",
+        table_html=f"{RESULTS}/claims/claims.html",
         table_tex=f"{RESULTS}/claims/claims.tex",
         figure=report(
             f"{RESULTS}/claims/fig_claims.png",

@@ -60,6 +60,7 @@ rule study_b_quant_aggregate:
             category="Study B",
         ),
         table_md=f"{RESULTS}/study_b_quant/table.md",
+        table_html=f"{RESULTS}/study_b_quant/table.html",
         table_tex=f"{RESULTS}/study_b_quant/table.tex",
         sensitivity=f"{RESULTS}/study_b_quant/sensitivity_layers.csv",
         fig_layers=report(

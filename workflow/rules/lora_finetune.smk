@@ -54,6 +54,7 @@ rule study_b_lora_aggregate:
             category="Study B",
         ),
         runs_md=f"{RESULTS}/study_b_lora/runs.md",
+        runs_html=f"{RESULTS}/study_b_lora/runs.html",
         runs_tex=f"{RESULTS}/study_b_lora/runs.tex",
         gains=report(
             f"{RESULTS}/study_b_lora/gains.csv",
@@ -61,6 +62,7 @@ rule study_b_lora_aggregate:
             category="Study B",
         ),
         gains_md=f"{RESULTS}/study_b_lora/gains.md",
+        gains_html=f"{RESULTS}/study_b_lora/gains.html",
         gains_tex=f"{RESULTS}/study_b_lora/gains.tex",
         runtime=report(
             f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png",

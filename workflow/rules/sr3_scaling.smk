@@ -47,6 +47,7 @@ rule study_b_sr3_aggregate:
             category="Study B",
         ),
         table_md=f"{RESULTS}/study_b_sr3/scaling.md",
+        table_html=f"{RESULTS}/study_b_sr3/scaling.html",
         table_tex=f"{RESULTS}/study_b_sr3/scaling.tex",
         efficiency=report(
             f"{RESULTS}/study_b_sr3/efficiency.csv",
@@ -54,6 +55,7 @@ rule study_b_sr3_aggregate:
             category="Study B",
         ),
         efficiency_md=f"{RESULTS}/study_b_sr3/efficiency.md",
+        efficiency_html=f"{RESULTS}/study_b_sr3/efficiency.html",
         scaling=report(
             f"{RESULTS}/study_b_sr3/fig_scaling.png",
             caption="../report/study_b_sr3_scaling.rst",

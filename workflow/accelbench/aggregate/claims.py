@@ -39,11 +39,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .. import registry  # noqa: E402
 from ..errors import DataError  # noqa: E402
-from .common import joined_labels, load_results, noise_why, write_table  # noqa: E402
+from .common import HTML_NOTE_CHARS, footnoted, html_table, load_results, noise_why, write_table  # noqa: E402
+from .figures import FONT, save_figure  # noqa: E402
 
 VERDICTS = ("holds", "does not hold", "not measured here")
 COLUMNS = ["study", "claim_id", "claim", "source", "quantity", "tolerance", "published", "system", "hardware",
@@ -285,38 +287,75 @@ def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: str |
 
 
 # --------------------------------------------------------------------------- figure
-VERDICT_COLOUR = {"holds": "#b7e1b0", "does not hold": "#f4b6b6", "not measured here": "#e6e6e6"}
+VERDICT_COLOUR = {"holds": "#8fd18a", "does not hold": "#f08a8a", "not measured here": "#d9d9d9"}
+NO_RESULTS = "no results"
 
 
-def fig_claims(df: pd.DataFrame, path: str | Path) -> None:
-    """The claims table as a compact picture: one line per (claim, system), the verdict cell coloured."""
-    def cut(s, n):
-        s = str(s)
-        return s if len(s) <= n else s[: n - 1] + "…"
+def origin_column(df: pd.DataFrame) -> pd.Series:
+    """The origin of each claims row, from its hardware label: ``reference run (<hardware>, <date>)`` for a
+    committed reference run's results, ``measured here`` for this checkout's, ``no results`` where nothing ran."""
+    def one(hw: str) -> str:
+        hw = str(hw)
+        if hw in ("none", ""):
+            return NO_RESULTS
+        if hw.startswith("reference run (") and "): " in hw:
+            return hw.split("): ", 1)[0] + ")"
+        return "measured here"
+    return df["hardware"].map(one) if not df.empty else pd.Series(dtype=str)
 
-    cells = [[r["claim_id"], cut(r["claim"], 68), cut(r["system"], 10), cut(r["published"], 38),
-              cut(r["measured"], 52), r["verdict"], cut(r["why"], 72)] for _, r in df.iterrows()]
-    cells = cells or [["-", "no claims", "", "", "", "not measured here", ""]]
-    fig, ax = plt.subplots(figsize=(20, 0.22 * len(cells) + 0.6))
-    ax.axis("off")
-    t = ax.table(cellText=cells, colLabels=["id", "claim", "system", "published", "measured", "verdict", "why"],
-                 loc="upper center", cellLoc="left", colLoc="left",
-                 colWidths=[0.025, 0.25, 0.045, 0.15, 0.2, 0.07, 0.26])
-    t.auto_set_font_size(False)
-    t.set_fontsize(6.5)
-    for i, row in enumerate(cells, start=1):
-        t[i, 5].set_facecolor(VERDICT_COLOUR.get(row[5], "white"))
-    counts = df["verdict"].value_counts().to_dict() if not df.empty else {}
-    ax.set_title("Claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400) on "
-                 f"{joined_labels(df[df['hardware'] != 'none']) if not df.empty else 'none'}: "
-                 + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS), fontsize=8)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+
+def verdict_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows (claim x system) per study, origin and verdict: measured here and each reference run counted apart."""
+    d = df.assign(origin=origin_column(df))
+    counts = d.groupby(["study", "origin", "verdict"]).size().unstack("verdict", fill_value=0) if not d.empty \
+        else pd.DataFrame()
+    return counts.reindex(columns=list(VERDICTS), fill_value=0)
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    """``measured here: 3 holds, 0 does not hold, 20 not measured here; reference run (H200, ...): ...`` (rows of
+    claim x system, each origin apart)."""
+    counts = verdict_counts(df)
+    if counts.empty:
+        return "no claims"
+    by = counts.groupby(level="origin").sum()
+    return "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS) for o, r in by.iterrows())
+
+
+def fig_claims(df: pd.DataFrame, path: str | Path) -> list[str]:
+    """Verdict counts as stacked horizontal bars, one bar per (study, origin): measured here and each reference run
+    apart (one count per claim and system). The claims themselves are in the HTML table of the report and in
+    claims.csv/.md. Returns the figure's problems."""
+    counts = verdict_counts(df)
+    rows = [f"Study {st}: {o}" for st, o in counts.index] if not counts.empty else []
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(1, len(rows))))
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for v in VERDICTS:
+        vals = counts[v].to_numpy(dtype=float) if not counts.empty else np.zeros(0)
+        ax.barh(y, vals, left=left, color=VERDICT_COLOUR[v], label=v)
+        left += vals
+    ax.set_yticks(y, rows, fontsize=FONT["tick"])
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("claims x systems (count)")
+    ax.set_ylabel("study: origin of the results")
+    ax.set_title("Published claims of Study A and Study B: verdicts, each origin counted apart", fontsize=FONT["label"],
+                 loc="left")
+    if rows:
+        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1), title="verdict",
+                  title_fontsize=FONT["legend"])
+    else:
+        ax.text(0.5, 0.5, "no claims", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return save_figure(fig, path)
 
 
 def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path,
               out_dir: str | Path) -> pd.DataFrame:
-    """Write ``claims.{csv,md,tex}`` and ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
+    """Write ``claims.{csv,md,tex,html}`` (with an ``origin`` column: measured here / reference run / no results)
+    and ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
 
     Raises:
         ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file.
@@ -326,7 +365,30 @@ def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr
     results = load_results(result_paths)
     claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
     df = claims_table(results, claims, sr3_reference)
-    write_table(df, out / "claims", "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400) "
-                "checked against each system's results: holds / does not hold / not measured here (why).")
+    shown = df.copy()
+    shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
+    write_table(shown, out / "claims", "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400) "
+                "checked against each system's results: holds / does not hold / not measured here (why). "
+                f"Counted apart (one count per claim and system): {summary_line(df)}.",
+                title="Claims: published vs measured")
+    (out / "claims.html").write_text(claims_html(shown, summary_line(df)))
     fig_claims(df, out / "fig_claims.png")
     return df
+
+
+BRIEF = ["claim_id", "claim", "published", "origin", "system", "measured", "verdict", "why"]
+
+
+def claims_html(shown: pd.DataFrame, summary: str) -> str:
+    """The claims table for the report's first page: the columns a reviewer reads first (:data:`BRIEF`; the rest
+    is in claims.csv), verdict cells coloured, measured here and each reference run counted apart in the caption."""
+    brief = shown.reindex(columns=BRIEF).astype(object).where(shown.reindex(columns=BRIEF).notna(), "")
+    brief = brief.map(str)
+    cells, notes = footnoted(brief, HTML_NOTE_CHARS, 240, repeated=True)
+    html = html_table(cells, f"Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400), one row "
+                      f"per claim and system. Counted apart: {summary}. Every column: results/claims/claims.csv.",
+                      notes, title="Claims: published vs measured")
+    style = "".join(f".accelbench-table td.v-{v.replace(' ', '-')}{{background:{c}}}" for v, c in VERDICT_COLOUR.items())
+    for v in VERDICTS:
+        html = html.replace(f"<td>{v}</td>", f'<td class="v-{v.replace(" ", "-")}">{v}</td>')
+    return html.replace("</style>", style + "</style>", 1)

@@ -131,23 +131,115 @@ def noise_why(result: dict) -> str | None:
     return "; ".join(map(str, why)) if isinstance(why, (list, tuple)) else str(why)
 
 
+CSV_DIGITS = 7  # significant digits kept in a CSV: about the timers' resolution (CUDA events ~0.5 us); relative error <= 5e-7
+# columns whose long texts (reasons, error messages) become footnotes in the shown tables, not text in every row
+NOTE_COLUMNS = r"(^|_)(reason|why|error|errors|how|note|notes|noise_why|source|method)$"
+NOTE_CHARS = 40      # Markdown / LaTeX: a note column's text longer than this becomes a footnote
+LONG_CHARS = 60      # Markdown / LaTeX: any text longer than this becomes a footnote
+HTML_NOTE_CHARS = 160  # HTML (cells wrap): only longer note texts, or ones repeated on several rows
+
+
+def csv_value(v):
+    """A CSV cell rounded to the precision measured: floats to :data:`CSV_DIGITS` significant digits (an integral
+    float stays whole: counts keep every digit); anything else unchanged."""
+    if isinstance(v, float) and pd.notna(v) and abs(v) < 1e15 and v != int(v):
+        return float(f"{v:.{CSV_DIGITS}g}")
+    return v
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def _tex(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (a footnote below a table)."""
+    import re
+
+    return re.sub(r"[\\&%$#_{}~^]", lambda m: _TEX[m.group()], text)
+
+
+def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every float cell through :func:`csv_value` (``3933.3540019999873`` -> ``3933.354``)."""
+    out = df.copy()
+    for col in out.columns:
+        if out[col].dtype.kind == "f":
+            out[col] = out[col].map(csv_value)
+        elif out[col].dtype == object:
+            out[col] = out[col].map(lambda v: csv_value(v) if isinstance(v, float) else v)
+    return out
+
+
+def footnoted(shown: pd.DataFrame, note_chars: int, long_chars: int | None,
+              repeated: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """Long texts of ``shown`` (cells already strings) replaced by ``[n]``, with the notes in order (one number per
+    distinct text). A cell is a footnote when its column matches :data:`NOTE_COLUMNS` and its text is longer than
+    ``note_chars`` (or, with ``repeated``, appears on more than one row), or when it is longer than ``long_chars``."""
+    import re
+
+    notes: dict[str, int] = {}
+    out = shown.copy()
+    for col in out.columns:
+        is_note = bool(re.search(NOTE_COLUMNS, str(col)))
+        counts = out[col].value_counts() if repeated else None
+
+        def mark(v, is_note=is_note, counts=counts):
+            if not isinstance(v, str) or not v:
+                return v
+            long_note = is_note and (len(v) > note_chars or (counts is not None and counts.get(v, 0) > 1
+                                                             and len(v) > 40))
+            if long_note or (long_chars is not None and len(v) > long_chars):
+                return f"[{notes.setdefault(v, len(notes) + 1)}]"
+            return v
+
+        out[col] = out[col].map(mark)
+    return out, [f"[{n}] {text}" for text, n in notes.items()]
+
+
+TABLE_STYLE = ("<style>.accelbench-table{overflow-x:auto;max-width:96vw}"
+               ".accelbench-table table{border-collapse:collapse;font-size:0.85em;margin:0.4em 0}"
+               ".accelbench-table td{max-width:30em}"
+               ".accelbench-table th,.accelbench-table td{border:1px solid #bbb;padding:2px 6px;text-align:left;"
+               "vertical-align:top}.accelbench-table th{background:#eee}.accelbench-table .caption{font-size:0.9em;"
+               "max-width:70em}.accelbench-table .notes{font-size:0.8em;max-width:70em}</style>")
+
+
+def html_table(shown: pd.DataFrame, caption: str, notes: list[str], title: str | None = None) -> str:
+    """An HTML fragment (no ``<html>``: the report embeds it in its landing page): optional ``<h3>`` title, the
+    caption, the table (escaped), the footnotes."""
+    import html
+
+    head = f"<h3>{html.escape(title)}</h3>" if title else ""
+    body = shown.to_html(index=False, escape=True, border=0, na_rep="")
+    foot = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (f'<div class="accelbench-table">{TABLE_STYLE}{head}<p class="caption">{html.escape(caption)}</p>{body}'
+            + (f'<ul class="notes">{foot}</ul>' if foot else "") + "</div>\n")
+
+
 def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: str | None = None,
-                empty: str | None = None) -> list[Path]:
-    """Write ``df`` as ``<stem>.csv`` (full precision), ``<stem>.md`` and ``<stem>.tex`` (fixed decimals per unit,
-    :func:`column_format`, unless ``float_format`` is given for every column).
+                empty: str | None = None, title: str | None = None) -> list[Path]:
+    """Write ``df`` as ``<stem>.csv`` (rounded to the precision measured, :func:`csv_frame`), ``<stem>.md``,
+    ``<stem>.tex`` and ``<stem>.html`` (fixed decimals per unit, :func:`column_format`, unless ``float_format`` is
+    given for every column). Markdown and LaTeX stay narrow: long reasons and error texts become numbered footnotes
+    below the table (:func:`footnoted`); the HTML fragment (for the report's landing page) keeps them in the cells
+    unless very long or repeated.
 
     Args:
         empty: the one line printed instead of a header-only table when ``df`` has no rows (why nothing is there).
+        title: a heading of the HTML fragment (default: none).
 
     Returns the written paths.
     """
+    import html
+
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
-    df.to_csv(paths[0], index=False)
+    paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex"), stem.with_suffix(".html")]
+    csv_frame(df).to_csv(paths[0], index=False)
     if df.empty and empty:
         paths[1].write_text(f"{caption}\n\n{empty}\n")
         paths[2].write_text(f"% {caption}\n{empty}\n")
+        paths[3].write_text(f'<div class="accelbench-table">{f"<h3>{html.escape(title)}</h3>" if title else ""}'
+                            f'<p class="caption">{html.escape(caption)}</p><p>{html.escape(empty)}</p></div>\n')
         return paths
 
     def cell(v, fmt):
@@ -155,14 +247,19 @@ def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: 
             return ""
         if isinstance(v, float):
             return fmt.format(v)
-        return v
+        return v if isinstance(v, str) else str(v)
 
     shown = df.astype(object).copy()
     for col in shown.columns:
         fmt = float_format or column_format(str(col))
         shown[col] = [cell(v, fmt) for v in shown[col]]
-    md = shown.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # a `|` would split the row
-    paths[1].write_text(f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n")
-    latex = shown.to_latex(index=False, caption=caption, escape=True, longtable=False)
-    paths[2].write_text(latex)
+    narrow, notes = footnoted(shown, NOTE_CHARS, LONG_CHARS)
+    foot = ("\n" + "\n".join(f"{n}  " for n in notes)) if notes else ""
+    md = narrow.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # a `|` would split the row
+    paths[1].write_text(f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot
+                        + ("\n" if foot else ""))
+    latex = narrow.to_latex(index=False, caption=caption, escape=True, longtable=False)
+    paths[2].write_text(latex + "".join(f"\\noindent{{\\footnotesize {_tex(n)}}}\\par\n" for n in notes))
+    wide, html_notes = footnoted(shown, HTML_NOTE_CHARS, None, repeated=True)
+    paths[3].write_text(html_table(wide, caption, html_notes, title))
     return paths

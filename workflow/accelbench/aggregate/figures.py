@@ -1,11 +1,17 @@
-"""What every figure must say, in one place: series labels with their origin, hardware and scale, and a check that a
-rendered figure is readable (no text outside the canvas, no overlapping titles/labels/legends, no legend over
-bars, every numeric axis labelled with a unit).
+"""What every figure must say, in one place: series labels with their origin, hardware and scale, and a checker that a
+rendered figure reads at a glance (:func:`figure_problems`, run by :func:`save_figure` on every figure the package
+writes, so every aggregation rule checks its figures; ``tests/unit/test_figures.py`` requires none).
+
+The checker: (1) no text outside the canvas; (2) titles, labels and legends do not overlap; (3) no legend over a bar;
+(4) every numeric axis labelled with a unit; (5) the saved image fits a page (:data:`MAX_WIDTH_PX` wide at the saved
+dpi); (6) one colour (with hatch and marker) per class: two legend entries of one figure never look the same; (7) no
+annotation (text inside an axes) drawn over data (bars, lines, markers); (8) every legend entry once per panel;
+(9) series labels: an entry naming an origin starts with exactly one of ``measured here``, ``reference run (<hardware>,
+<date>)`` (from the run's provenance) or ``published (<source>)``.
 
 Series labels: :func:`series_label` gives ``"<origin>: <hardware>, <scale> scale[, details]"`` where origin is one of
-:data:`ORIGINS` (``published`` numbers from a paper, ``measured here`` by this checkout's results, ``reference run``
-results shipped for comparison). :func:`origin_of` reads it from a result's provenance, so new origins plug in
-without touching the figures.
+those three (:func:`published` builds ``published (<source>)``). :func:`origin_of` reads it from a result's
+provenance, so new origins plug in without touching the figures.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from matplotlib.ticker import FixedFormatter, NullFormatter  # noqa: E402
 log = logging.getLogger(__name__)
 
 ORIGINS = ("published", "measured here", "reference run")
+# a series label starts with exactly one origin: "measured here", "reference run (<hardware>, <date>)",
+# "published (<source>)"
+SERIES_LABEL = re.compile(r"^(measured here|reference run \([^()]+\)|published \([^()]+\))(: .+)?$")
+MAX_WIDTH_PX = 2400  # widest saved image that still reads when scaled to a page (e.g. 16 in at 150 dpi)
+MAX_HEIGHT_PX = 3000
 UNIT = re.compile(r"[\(\[][^\)\]]+[\)\]]")  # "(ms)", "[min]", "(x)", "(fraction of device time)"
 FONT = {"title": 10, "label": 9, "tick": 8, "legend": 7}  # smallest sizes used by the figures
 
@@ -38,11 +49,17 @@ def origin_of(result: dict) -> str:
     return result.get("origin") or result.get("environment", {}).get("origin") or "measured here"
 
 
+def published(source: str) -> str:
+    """The origin of a published series: ``published (<source>)``, e.g. ``published (Study B, Fig. 2)``."""
+    return f"published ({source})"
+
+
 def series_label(origin: str, hardware: str, scale: str | None = None, *details: str) -> str:
     """``"measured here: CPU: AMD EPYC (2 threads), small scale, fp32"``: origin first, then hardware and scale.
 
     Args:
-        origin: ``published``, ``measured here``, ``reference run`` (or another provenance origin).
+        origin: ``measured here``, ``reference run (<hardware>, <date>)`` (:func:`origin_of`) or ``published
+            (<source>)`` (:func:`published`).
         hardware: the hardware label (:func:`accelbench.provenance.hardware_label`, or the paper's hardware).
         scale: ``paper``, ``small`` or a free description (e.g. ``"paper (TinyLlama-1.1B)"``); None: not stated.
         details: further distinguishing parts (precision, strategy, ...).
@@ -76,13 +93,143 @@ def _numeric(axis) -> bool:
     return bool(clean) and all(re.fullmatch(r"[0-9.,\-+e%\s]+", t) for t in clean)
 
 
-def figure_problems(fig) -> list[str]:
+def _look(handle) -> tuple | None:
+    """What a legend handle looks like (colour, hatch, marker, line style), to tell two classes apart; None when
+    it cannot be read."""
+    from matplotlib.colors import to_hex
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    def hexes(c):
+        try:
+            import numpy as np
+
+            arr = np.atleast_2d(np.asarray(c, dtype=float))
+            return tuple(to_hex(x, keep_alpha=False) for x in arr[:1])
+        except (TypeError, ValueError):
+            return (str(c),)
+
+    if isinstance(handle, Patch):
+        return ("patch", hexes(handle.get_facecolor()), handle.get_hatch() or "")
+    if isinstance(handle, Line2D):
+        return ("line", hexes(handle.get_color()), str(handle.get_marker()), str(handle.get_linestyle()),
+                hexes(handle.get_markerfacecolor()))
+    try:  # collections (scatter): face and edge colour
+        return ("collection", hexes(handle.get_facecolor()), hexes(handle.get_edgecolor()))
+    except AttributeError:
+        return None
+
+
+def _legends(fig) -> list[tuple[str, Legend]]:
+    out = [(f"axes {i} legend", ax.get_legend()) for i, ax in enumerate(a for a in fig.axes if a.get_visible())
+           if ax.get_legend() is not None]
+    return out + [("figure legend", leg) for leg in fig.legends]
+
+
+def legend_problems(fig) -> list[str]:
+    """Checks (6), (8) and (9) of the module docstring on every legend of ``fig``."""
+    problems = []
+    for where, leg in _legends(fig):
+        looks: dict[tuple, str] = {}
+        texts = [t.get_text() for t in leg.get_texts()]
+        handles = getattr(leg, "legend_handles", None) or getattr(leg, "legendHandles", [])
+        seen = set()
+        for text in texts:
+            if text in seen:
+                problems.append(f"{where}: entry {text[:60]!r} twice")
+            seen.add(text)
+        for handle, text in zip(handles, texts):
+            look = _look(handle)
+            if look is None:
+                continue
+            other = looks.setdefault(look, text)
+            if other != text:
+                problems.append(f"{where}: {text[:40]!r} looks the same as {other[:40]!r} (one colour per class)")
+        title = leg.get_title().get_text()
+        for text in texts + ([title] if title else []):
+            origins = re.findall(r"(?<!not )measured here|reference run|published", text)
+            if origins and (len(origins) > 1 or not SERIES_LABEL.match(text.split("\n")[0])):
+                problems.append(f"{where}: series label {text[:70]!r} is not exactly one of 'measured here', "
+                                f"'reference run (<hardware>)', 'published (<source>)'")
+    return problems
+
+
+def _along(pts, steps: int = 24):
+    """Points along the segments joining ``pts`` (display coordinates), so a text crossed by a line is seen."""
+    import numpy as np
+
+    if len(pts) < 2:
+        return pts
+    t = np.linspace(0, 1, steps)[:, None, None]
+    return np.concatenate([pts, (pts[:-1] + t * (pts[1:] - pts[:-1])).reshape(-1, 2)])
+
+
+def _vertices(artist, renderer):
+    """Display coordinates of the data of a line or collection, with points along each segment (empty when
+    unreadable)."""
+    import numpy as np
+
+    try:
+        if hasattr(artist, "get_xydata"):
+            pts = _along(artist.get_transform().transform(np.asarray(artist.get_xydata(), dtype=float)))
+        else:
+            paths = artist.get_paths()
+            offsets = artist.get_offsets()
+            if len(paths) == 1 and len(offsets) > 1:  # scatter: one marker path at many offsets
+                pts = artist.get_offset_transform().transform(np.asarray(offsets, dtype=float))
+            else:
+                pts = np.concatenate([_along(artist.get_transform().transform(p.vertices)) for p in paths]) \
+                    if paths else np.empty((0, 2))
+    except Exception:
+        return np.empty((0, 2))
+    return pts[np.isfinite(pts).all(axis=1)] if len(pts) else pts
+
+
+def annotation_problems(fig) -> list[str]:
+    """Check (7): a text drawn inside an axes (``ax.text``, ``ax.annotate``) covers none of its bars, lines,
+    markers or whiskers."""
+    from matplotlib.collections import Collection
+
+    r = fig.canvas.get_renderer()
+    problems = []
+    for i, ax in enumerate(a for a in fig.axes if a.get_visible()):
+        texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+        if not texts:
+            continue
+        bars = [b for p in ax.patches if isinstance(p, Rectangle) and p.get_visible() and p.get_height()
+                and p.get_width() and (b := _extent(p, r)) is not None]
+        points = [_vertices(a, r) for a in list(ax.lines) + [c for c in ax.collections if isinstance(c, Collection)]
+                  if a.get_visible()]
+        for t in texts:
+            tb = _extent(t, r)
+            if tb is None:
+                continue
+            hit = any(min(b.x1, tb.x1) - max(b.x0, tb.x0) > 1 and min(b.y1, tb.y1) - max(b.y0, tb.y0) > 1
+                      for b in bars)
+            hit = hit or any(((p[:, 0] > tb.x0 + 1) & (p[:, 0] < tb.x1 - 1) & (p[:, 1] > tb.y0 + 1)
+                              & (p[:, 1] < tb.y1 - 1)).any() for p in points if len(p))
+            if hit:
+                problems.append(f"axes {i}: annotation {t.get_text()[:50]!r} drawn over data")
+    return problems
+
+
+def size_problems(fig, dpi: float) -> list[str]:
+    """Check (5): the saved image (``fig`` at ``dpi``) fits a page: at most :data:`MAX_WIDTH_PX` x
+    :data:`MAX_HEIGHT_PX` pixels."""
+    w, h = fig.get_figwidth() * dpi, fig.get_figheight() * dpi
+    if w > MAX_WIDTH_PX + 0.5 or h > MAX_HEIGHT_PX + 0.5:
+        return [f"{w:.0f}x{h:.0f} px at {dpi:g} dpi: larger than a page ({MAX_WIDTH_PX}x{MAX_HEIGHT_PX} px)"]
+    return []
+
+
+def figure_problems(fig, dpi: float = 150) -> list[str]:
     """Everything unreadable in a rendered figure, as sentences (empty list: fine).
 
-    Checks: (1) every text and legend lies inside the canvas (matplotlib's tight bounding box of the figure within
-    the figure's box); (2) titles, suptitle, axis labels and legends do not overlap one another; (3) a legend
-    covers no bar; (4) every visible axis that shows ticks has a label, and a numeric one states a unit in
-    parentheses or brackets.
+    Checks (1)-(9) of the module docstring: (1) every text and legend lies inside the canvas (matplotlib's tight
+    bounding box of the figure within the figure's box); (2) titles, suptitle, axis labels and legends do not
+    overlap one another; (3) a legend covers no bar; (4) every visible axis that shows ticks has a label, and a
+    numeric one states a unit in parentheses or brackets; (5) :func:`size_problems` at ``dpi`` (the dpi it is saved
+    at); (6), (8), (9) :func:`legend_problems`; (7) :func:`annotation_problems`.
     """
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
@@ -146,7 +293,7 @@ def figure_problems(fig) -> list[str]:
                 problems.append(f"axes {i}: {name} axis without a label")
             elif _numeric(axis) and not UNIT.search(label):
                 problems.append(f"axes {i}: {name} label {label!r} states no unit")
-    return problems
+    return problems + size_problems(fig, dpi) + legend_problems(fig) + annotation_problems(fig)
 
 
 def wrap(text: str, fig, fontsize: float, share: float = 0.95) -> str:
@@ -162,7 +309,7 @@ def save_figure(fig, path: str | Path, dpi: int = 150) -> list[str]:
     (a figure is still written) and returned, so tests can require none."""
     import matplotlib.pyplot as plt
 
-    problems = figure_problems(fig)
+    problems = figure_problems(fig, dpi)
     for p in problems:
         log.warning("%s: %s", Path(path).name, p)
     Path(path).parent.mkdir(parents=True, exist_ok=True)

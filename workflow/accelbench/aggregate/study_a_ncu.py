@@ -39,7 +39,8 @@ from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
 from ..results import read_result  # noqa: E402
 from .claims import NotMeasured, Observation  # noqa: E402
 from .common import joined_labels, load_results, write_table  # noqa: E402
-from .figures import FONT, save_figure, series_label, wrap  # noqa: E402
+from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
+from .figures import published as published_origin  # noqa: E402
 
 COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
                    "l2_hit_pct", "duration_ns"]
@@ -64,7 +65,8 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
-        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "model": cfg["model"],
+        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "origin": origin_of(r),
+               "model": cfg["model"],
                "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "configuration": cfg["configuration"], "status": r["status"], "reason": r.get("reason")}
         if r["status"] == "ok":
@@ -242,7 +244,8 @@ def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list
 def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list[str]:
     """Bars: measured SM-cycle and instruction ratios to baseline per configuration and system (solid); published
     ratios (Study A, per GPU) hatched beside them. Systems without counters are named in each panel with their
-    reason (e.g. ``unsupported``: no ncu on a CPU). Returns the figure's problems (:func:`figures.figure_problems`)."""
+    reason below the panels (e.g. ``unsupported``: no ncu on a CPU). Returns the figure's problems
+    (:func:`figures.figure_problems`)."""
     ok = df[(df["status"] == "ok") & (df["configuration"] != "baseline")] if not df.empty else df
     published = claims[claims["metric"].isin(list(RATIOS))]
     missing = []
@@ -251,17 +254,22 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list
             if not (g["status"] == "ok").any():
                 reasons = sorted({f"{s}: {r}" for s, r in zip(g["status"], g["reason"])})
                 missing.append(f"{hw}: {'; '.join(reasons)}")
+    from matplotlib.patches import Patch
+
+    origins = list(dict.fromkeys(ok["origin"])) if "origin" in ok and not ok.empty else []
+    colour = {o: f"C{[0, 2, 4, 5][i % 4]}" for i, o in enumerate(origins)}
+    sources = {"digest": "Study A digest", "abstract": "Study A abstract"}
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=False)
     for ax, (ratio, _) in zip(axes, RATIOS.items()):
         labels, vals, colors, hatches = [], [], [], []
         for _, r in ok.iterrows():
             if pd.notna(r.get(ratio)):
-                labels.append(f"{r['configuration']}\n{r['hardware'].split(' (')[0]}")
+                labels.append(f"{r['configuration']}\n{r['hardware'].split(': ')[-1].split(' (')[0]}")
                 vals.append(r[ratio])
-                colors.append("C0")
+                colors.append(colour.get(r.get("origin"), "C0"))
                 hatches.append("")
         for _, c in published[published["metric"] == ratio].iterrows():
-            labels.append(f"{c['configuration']}\n{c['gpu'].upper()} ({c['source']})")
+            labels.append(f"{c['configuration']}\n{c['gpu'].upper()}, published")
             vals.append(float(c["value"]))
             colors.append("C1")
             hatches.append("//")
@@ -271,24 +279,24 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list
         ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=FONT["legend"])
         ax.set_xlabel("configuration, hardware")
         ax.set_ylabel(f"{ratio.replace('_', ' ')} (configuration / baseline)")
-        if missing:
-            ax.text(0.02, 0.98, wrap("no counters measured on " + "\n".join(missing), fig, FONT["legend"], 0.3),
-                    transform=ax.transAxes, va="top", fontsize=FONT["legend"],
-                    bbox={"facecolor": "white", "edgecolor": "0.6"})
-        elif not vals:
+        if not vals:
             ax.text(0.5, 0.5, "no counters measured", ha="center", transform=ax.transAxes)
-    from matplotlib.patches import Patch
-
     gpus = "/".join(sorted({str(g).upper() for g in published["gpu"]})) or "none"
-    measured = "; ".join(sorted(set(ok["hardware"]))) if not ok.empty else "none"
-    scale = "/".join(sorted(set(df.get("scale", pd.Series(dtype=str)).dropna()))) or "paper"
-    handles = [Patch(facecolor="C1", hatch="//", label=series_label("published", f"NVIDIA {gpus} (Study A)", "paper")),
-               Patch(facecolor="C0", label=series_label("measured here", measured, scale) if not ok.empty
-                     else "measured here: no counters (see each panel for why)")]
+    src = "/".join(sorted({sources.get(str(s), str(s)) for s in published["source"]})) or "Study A"
+    handles = [Patch(facecolor="C1", hatch="//", label=series_label(published_origin(src), f"NVIDIA {gpus}", "paper"))]
+    for o in origins:
+        mine = ok[ok["origin"] == o]
+        scale = "/".join(sorted(set(mine["scale"].dropna()))) if "scale" in mine else None
+        handles.append(Patch(facecolor=colour[o], label=series_label(o, "; ".join(sorted(set(mine["hardware"]))),
+                                                                      scale or None)))
     fig.legend(handles=handles, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
-    fig.suptitle("Study A, Nsight Compute counters relative to baseline: published beside measured here",
+    note = ("no counters measured on " + "; ".join(missing)) if missing else ""
+    if note:  # below the panels, never over a bar
+        fig.text(0.99, 0.01, wrap(note, fig, FONT["legend"], 0.45), fontsize=FONT["legend"], ha="right", va="bottom")
+    fig.suptitle("Study A, Nsight Compute counters relative to baseline: published beside measured",
                  fontsize=FONT["title"])
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95), w_pad=3)
+    lines = max(len(handles), note.count("\n") + len(wrap(note, fig, FONT["legend"], 0.45).splitlines()) if note else 0)
+    fig.tight_layout(rect=(0, min(0.4, 0.035 * lines + 0.04), 1, 0.95), w_pad=3)
     return save_figure(fig, path)
 
 

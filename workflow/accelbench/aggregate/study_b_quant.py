@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from ..errors import DataError, ResultError  # noqa: E402
 from ..experiments.llm_quant.layers import SUBMODULES  # noqa: E402
 from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
-from .common import STATUS_LABEL, load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .common import STATUS_LABEL, csv_frame, load_results, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "int8_dq", "inc_fp8", "real_int8", "real_fp8"]
@@ -186,6 +186,7 @@ def sensitivity_rows(results: list[dict]) -> pd.DataFrame:
         layers["baseline_ppl"] = m["baseline_ppl"]["value"]
         layers["chunk_len"] = m["baseline_ppl"].get("chunk_len")
         layers["model_label"] = m.get("model", {}).get("label", cfg["model"])
+        layers["weights"] = m.get("model", {}).get("weights")
         layers["allocation"] = f"{metric}/{clustering}"
         frames.append(layers)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -202,6 +203,7 @@ def submodule_rows(results: list[dict]) -> pd.DataFrame:
         d.insert(0, "scale", r["config"]["system"].get("scale"))
         d.insert(0, "model", r["config"]["model"])
         d["model_label"] = r["measurements"].get("model", {}).get("label", r["config"]["model"])
+        d["weights"] = r["measurements"].get("model", {}).get("weights")
         frames.append(d)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -222,12 +224,27 @@ def _symlog(ax, values, linthresh: float = 1.0) -> None:
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
+def quality_only(d: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The rows of ``d`` with trained weights, and a note naming the models left out because their weights are random
+    (``measurements.model.weights`` says ``random``): their sensitivity measures the architecture, not quality."""
+    if d.empty or "weights" not in d:
+        return d, ""
+    rand = d["weights"].fillna("").astype(str).str.contains("random")
+    names = sorted(set(d.loc[rand, "model"]))
+    note = (f"Left out: {', '.join(names)} (random-init weights: architecture only, its sensitivity says nothing "
+            f"about quality; its numbers are in the CSV).") if names else ""
+    return d[~rand], note
+
+
 def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
     """Study B's figure 1: pruning sensitivity per layer, coloured by cluster, dashed cluster means. The baseline
     perplexity in each title is the one the sensitivity is measured against: on the *validation* split (the
-    table's FP32 perplexity is on the *test* split, so the two differ). Returns the figure's problems."""
+    table's FP32 perplexity is on the *test* split, so the two differ). Models with random-init weights are left
+    out (:func:`quality_only`), named below the panels. Returns the figure's problems."""
+    sens, left_out = quality_only(sens)
     groups = list(sens.groupby(["model", "hardware"], sort=True)) if not sens.empty else []
-    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(11, 4.2 * max(1, len(groups))), squeeze=False)
+    fig, axes = plt.subplots(max(1, len(groups)), 1, figsize=(11, 4.2 * max(1, len(groups)) + (0.4 if left_out else 0)),
+                             squeeze=False)
     colours = plt.get_cmap("viridis")
     for ax, ((model, hw), d) in zip(axes[:, 0], groups):
         k = int(d["cluster"].max()) + 1
@@ -254,20 +271,27 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
         ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(0, -0.18), ncol=3, title=who,
                   title_fontsize=FONT["legend"], alignment="left")  # the series once, as the legend's title
     if not groups:
-        axes[0, 0].text(0.5, 0.5, "no sensitivity results", ha="center")
+        axes[0, 0].text(0.5, 0.5, "no sensitivity results of a trained model", ha="center")
         axes[0, 0].axis("off")
-    fig.tight_layout()
+    if left_out:
+        fig.text(0.01, 0.01, wrap(left_out, fig, FONT["legend"]), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.4 / fig.get_figheight() if left_out else 0, 1, 1))
     return save_figure(fig, path)
 
 
 def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
     """Pruning sensitivity per projection type (per type, or mean over layers with the per-layer spread):
-    attention projections (q/k/v/o) and MLP projections (gate/up/down) in two colours, named in a legend."""
+    attention projections (q/k/v/o) and MLP projections (gate/up/down) in two colours, named in a legend. Each
+    panel's y label names its quantity (one layer's projection pruned, mean over layers; or the projection pruned
+    in every layer at once): two panels of different kinds are not the same quantity. Random-init models are left
+    out (:func:`quality_only`)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
+    sub, left_out = quality_only(sub)
     groups = list(sub.groupby(["model", "hardware"], sort=True)) if not sub.empty else []
-    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 5), squeeze=False)
+    fig, axes = plt.subplots(1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 5 + (0.4 if left_out else 0)),
+                             squeeze=False)
     for ax, ((model, hw), d) in zip(axes[0], groups):
         mods = [m for m in SUBMODULES if m in set(d["module"])]
         mean = d.groupby("module")["prune"].mean().reindex(mods)
@@ -280,7 +304,8 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
                 ax.plot(np.full(len(v), i), v, "k.", ms=3)
         _symlog(ax, d["prune"])
         ax.set_xlabel("projection (sub-module type)")
-        ax.set_ylabel("perplexity increase, 30% pruned (symlog)")
+        ax.set_ylabel("perplexity increase (symlog)\n" + ("one layer 30% pruned, mean over layers" if per_layer
+                                                           else "30% pruned in all layers at once"))
         who = series_label(d["origin"].iloc[0] if "origin" in d else "measured here", hw,
                            d["scale"].iloc[0] if "scale" in d else None)
         ax.set_title(wrap(f"{d['model_label'].iloc[0] if 'model_label' in d else model}: "
@@ -295,9 +320,11 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
                   title=wrap(who, fig, FONT["legend"], 0.9 / max(1, len(groups))), title_fontsize=FONT["legend"],
                   alignment="left")  # the series once, as the legend's title
     if not groups:
-        axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity", ha="center")
+        axes[0, 0].text(0.5, 0.5, "no sub-module sensitivity of a trained model", ha="center")
         axes[0, 0].axis("off")
-    fig.tight_layout()
+    if left_out:
+        fig.text(0.01, 0.01, wrap(left_out, fig, FONT["legend"]), fontsize=FONT["legend"], va="bottom")
+    fig.tight_layout(rect=(0, 0.4 / fig.get_figheight() if left_out else 0, 1, 1))
     return save_figure(fig, path)
 
 
@@ -422,9 +449,9 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
                "how much text). " + BASELINE_CAVEAT + " Published rows: " + source)
     write_table(table, out_dir / "table", caption)
     sens = sensitivity_rows(results)
-    sens.to_csv(out_dir / "sensitivity_layers.csv", index=False)
+    csv_frame(sens).to_csv(out_dir / "sensitivity_layers.csv", index=False)
     sub = submodule_rows(results)
-    sub.to_csv(out_dir / "sensitivity_submodules.csv", index=False)
+    csv_frame(sub).to_csv(out_dir / "sensitivity_submodules.csv", index=False)
     fig_layers(sens, out_dir / "fig_sensitivity_layers.png")
     fig_submodules(sub, out_dir / "fig_sensitivity_submodules.png")
     return {"table": out_dir / "table.csv", "sensitivity": out_dir / "sensitivity_layers.csv"}

@@ -23,9 +23,10 @@ import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
 from ..experiments import sr3_configs  # noqa: E402
+from ..experiments.sr3_scaling import STUDY_B_WORKLOAD  # noqa: E402
 from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
-from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
+from .figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
 
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
                     "h100": "H100"}
@@ -201,13 +202,13 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
     for i, (system, g) in enumerate(ref.groupby("system", sort=False)):
         g = g.sort_values("devices")
-        label = series_label("published", REFERENCE_LABELS.get(system, system), "paper", "fp32")
+        label = series_label(published("Study B"), REFERENCE_LABELS.get(system, system), "paper", "fp32")
         ax_t.plot(g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4, label=label)
         per = REFERENCE_DEVICES_PER_NODE.get(system)
         multi_ref = g[g["devices"] > per] if per else g.iloc[:0]
         if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes)
             ax_t.scatter(multi_ref["devices"], multi_ref["minutes"], s=90, facecolors="none", edgecolors="grey",
-                         linewidths=1.2, zorder=4, label=f"published multi-node ({per} per node)")
+                         linewidths=1.2, zorder=4, label=f"multi-node points ({per} devices per node)")
         t1 = g.loc[g["devices"] == 1, "minutes"]
         if len(t1):
             ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8,
@@ -271,7 +272,10 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
 
 
 def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[str]:
-    """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results."""
+    """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results, with a caption
+    below saying how many iterations each SR3 model trained (Study B: ``STUDY_B_WORKLOAD`` in all) and, where SR3
+    does not beat bicubic, that its column is the noise of an under-trained model (the pipeline ran; SR3's quality
+    is not shown)."""
     ok = df[df["status"] == "ok"] if "status" in df else df
     panels = []
     for _, r in ok.iterrows():
@@ -282,8 +286,20 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
                 panels.append((r, {k: z[k] for k in z.files}))
         if len(panels) >= max_rows:
             break
+    notes = []
+    for r, _ in panels:
+        its = int(r["iterations_run"])
+        text = f"{r['hardware'].split(' (')[0]}: SR3 trained {its} iteration{'s' if its != 1 else ''} per device"
+        if not r.get("beats_bicubic", True):
+            text += (f" (Study B: {STUDY_B_WORKLOAD:,} in all), PSNR {r['psnr_sr3_db']:.1f} dB vs bicubic "
+                     f"{r['psnr_bicubic_db']:.1f} dB: too few iterations to learn the task, so its column is noise")
+        notes.append(text)
+    notes = list(dict.fromkeys(notes))
+    caption = ("What this shows: each run's sample of one held-out patch (the pipeline ran end to end). What it does "
+               "not show: SR3's image quality unless trained as in Study B. " + "; ".join(notes) + ".") if notes else ""
+    extra = 0.16 * (len(caption) // 150 + 1) if caption else 0  # inches for the caption below the panels
     n = max(1, len(panels))
-    fig, axes = plt.subplots(n, 4, figsize=(10, 2.7 * n), squeeze=False)
+    fig, axes = plt.subplots(n, 4, figsize=(10, 3.1 * n + extra), squeeze=False)
     titles = ["low resolution", "bicubic", "SR3", "ground truth"]
     for i, (r, pan) in enumerate(panels):
         for j, key in enumerate(("lr", "bicubic", "sr3", "truth")):
@@ -297,12 +313,15 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
             elif key == "sr3":
                 t += f"\nPSNR {r['psnr_sr3_db']:.1f} dB, SSIM {r['ssim_sr3']:.2f}"
             ax.set_title(t, fontsize=7)
-        axes[i, 0].set_ylabel(f"{r['hardware'][:28]}\n{r['configuration']}, {r['devices']} dev", fontsize=7)
+        axes[i, 0].set_ylabel(f"{r['hardware'].split(': ')[-1][:28]}\n{r['configuration']}, {r['devices']} dev,\n"
+                              f"{int(r['iterations_run'])} iterations", fontsize=7)
     if not panels:
         axes[0, 0].text(0.5, 0.5, "no finished SR3 result", ha="center", va="center")
         for ax in axes[0]:
             ax.axis("off")
-    fig.tight_layout()
+    if caption:
+        fig.text(0.01, 0.005, wrap(caption, fig, 7), fontsize=7, va="bottom")
+    fig.tight_layout(rect=(0, extra / fig.get_figheight(), 1, 1))
     return save_figure(fig, path, dpi=110)
 
 
