@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..energy import LABEL
 from .common import joined_labels, load_results, write_table
-from .figures import FONT, save_figure, series_label, wrap
+from .figures import FONT, published as published_origin, save_figure, series_label, wrap
 
 # the case of a result: these config values, where present, in this order (no experiment is named)
 CASE_KEYS = ("model", "model_name", "configuration", "precision", "method", "bitset", "attention", "strategy",
@@ -132,7 +132,8 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
         if "iteration" in set(part["phase"]) and not published.empty:
             for i, p in published.iterrows():
                 ax.axvline(p["step_ms"], color=plt.cm.Dark2(i % 8), lw=1.0, ls="--",
-                           label=series_label("published", p["system"], "paper", "1 device, time only (no energy)"))
+                           label=series_label(published_origin("Study B"), p["system"], "paper",
+                                              "1 device, time only (no energy)"))
                 ax.text(p["step_ms"], 0.98, f" {p['system']}", rotation=90, va="top", ha="right",
                         fontsize=FONT["legend"], color=plt.cm.Dark2(i % 8), transform=ax.get_xaxis_transform())
         ax.set_xscale("log")
