@@ -526,5 +526,7 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
         assert tr.loader.pin_memory
         with exp.count_host_syncs(device) as syncs:
             measure.time_steps(tr.train_step, device, 2, 5)
-        ours = sum(n for where, n in syncs["where"].items() if "measure.py" not in where)  # not the clock's own
+        # not the measurement's own explicit torch.cuda.synchronize after the warm-up (seen on the H200: 1 per run)
+        ours = sum(n for where, n in syncs["where"].items()
+                   if "measure.py" not in where and "torch/cuda/__init__.py" not in where)
         assert (ours >= 7) if expect_syncs else ours == 0, (conf, syncs)
