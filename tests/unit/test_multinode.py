@@ -208,12 +208,12 @@ def test_scaling_outputs_label_multi_node_points(tmp_path):
     assert agg.layout_columns(None, 4)["layout"] == "1 node"  # results from before multi-node launching
     ref, source = agg.read_reference("resources/reference/study_b_sr3_scaling.csv")
     rows = [{"system": "h100", "hardware": "H100", "origin": "measured here", "scale": "paper", "precision": "fp32",
-             "devices": d, "status": "ok", "iteration_ms": 100.0, "speedup_vs_1": d / (1 if d <= 8 else 1.2),
+             "configuration": "faithful", "series": "faithful", "devices": d, "status": "ok", "iteration_ms": 100.0, "speedup_vs_1": d / (1 if d <= 8 else 1.2),
              "study_b_40k_minutes_projection": 130 / d * (1 if d <= 8 else 1.2), "efficiency_vs_1": 1 / (1 if d <= 8 else 1.2),
              **agg.layout_columns({"nodes": max(1, d // 8), "ranks_per_node": min(d, 8)}, d)} for d in (1, 8, 16)]
     df = pd.DataFrame(rows)
     eff = agg.efficiency_table(df, ref).set_index(["series", "devices"])
-    assert eff.loc[("measured H100 (paper)", 16), "layout"] == "2 nodes x 8"
+    assert eff.loc[("measured H100 (paper), Study B-faithful (authors' code): faithful", 16), "layout"] == "2 nodes x 8"
     assert eff.loc[("published Gaudi1", 64), "layout"] == "8 nodes x 8"
     assert eff.loc[("published Gaudi1", 8), "layout"] == "1 node"
     agg.fig_scaling(df, ref, source, tmp_path / "fig.png")

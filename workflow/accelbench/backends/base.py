@@ -44,6 +44,8 @@ class Backend(abc.ABC):
         device_weight_init: random-weight models are built directly in its memory (else on the host).
         ddp_device_ids: DistributedDataParallel is given the rank's ``device_ids`` (else None).
         float64: float64 tensors are supported on it (schedulers keep their float64 math; else float32).
+        sync_debug_mode: its runtime reports host synchronisations (``torch.cuda.set_sync_debug_mode``), so the
+            syncs of a timed loop can be counted.
     """
 
     name: ClassVar[str]
@@ -68,12 +70,13 @@ class Backend(abc.ABC):
     device_weight_init: ClassVar[bool]
     ddp_device_ids: ClassVar[bool]
     float64: ClassVar[bool]
+    sync_debug_mode: ClassVar[bool]
 
     ATTRIBUTES: ClassVar[tuple[str, ...]] = (
         "name", "accelerator", "collective", "visible_devices_var", "job_env_vars", "vendor_tool", "container_image",
         "slurm_gpu_resource", "uses_device_events", "rank_env_defaults", "software_fields", "probe_rank",
         "lazy_mode", "optimum_habana", "fp8_inc", "nsight_compute", "torchao_int4_tinygemm", "fused_adamw",
-        "non_blocking_copies", "device_weight_init", "ddp_device_ids", "float64")
+        "non_blocking_copies", "device_weight_init", "ddp_device_ids", "float64", "sync_debug_mode")
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"

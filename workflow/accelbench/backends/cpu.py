@@ -30,6 +30,7 @@ class CpuBackend(Backend):
     device_weight_init = False
     ddp_device_ids = False
     float64 = True
+    sync_debug_mode = False
 
     def prepare(self) -> None:
         pass

@@ -31,6 +31,7 @@ class CudaBackend(Backend):
     device_weight_init = True
     ddp_device_ids = True
     float64 = True
+    sync_debug_mode = True
 
     def prepare(self) -> None:
         pass

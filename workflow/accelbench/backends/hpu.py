@@ -42,6 +42,7 @@ class HpuBackend(Backend):
     device_weight_init = False
     ddp_device_ids = False
     float64 = False  # no float64 on Gaudi: schedulers compute in float32
+    sync_debug_mode = False
 
     def prepare(self) -> None:
         os.environ.setdefault("PT_HPU_LAZY_MODE", "1")

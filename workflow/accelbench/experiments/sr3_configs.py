@@ -117,8 +117,10 @@ def of_result(result: dict) -> Configuration:
 
 def environment(name: str, backend: str) -> dict[str, str]:
     """Environment variables a configuration needs before the device runtime loads (the authors' Gaudi settings for
-    the faithful series on ``hpu``; nothing elsewhere)."""
-    return dict(FAITHFUL_HPU_ENV) if get(name).series == "faithful" and backend == "hpu" else {}
+    the faithful series on a backend in Gaudi's lazy mode (capability ``lazy_mode``); nothing elsewhere)."""
+    from .. import backends
+
+    return dict(FAITHFUL_HPU_ENV) if get(name).series == "faithful" and backends.get(backend).lazy_mode else {}
 
 
 def study_b_iterations(configuration: Configuration, devices: int, workload: int, authors: dict | None) -> int:

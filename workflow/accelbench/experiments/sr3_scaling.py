@@ -146,14 +146,14 @@ def count_step_flops(tr: "Trainer") -> dict:
 
 class count_host_syncs:
     """Context manager counting the host synchronisations of the code inside it: CUDA's sync debug mode ``warn``
-    (each synchronising call warns once; the warnings are recorded, not shown). Other backends: ``{}`` (not
-    counted). Yields a dict filled on exit: ``count`` and ``method``."""
+    (each synchronising call warns once; the warnings are recorded, not shown), on a backend with the
+    ``sync_debug_mode`` capability; elsewhere ``{}`` (not counted). Yields a dict filled on exit: ``count`` and ``method``."""
 
     def __init__(self, device: Device):
         self.device, self.result, self._ctx = device, {}, None
 
     def __enter__(self) -> dict:
-        if self.device.backend == "cuda":
+        if self.device.ops.sync_debug_mode:
             import warnings
 
             self._ctx = warnings.catch_warnings(record=True)
