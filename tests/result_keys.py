@@ -40,6 +40,10 @@ ADDED = {
     ("llm_quant", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("llm_quant", "measurements.settings"): "issue 26: the Study B-faithful settings of a method job (tokenisation, "
                                             "16-bit storage, clustering, autocast, INC scale method and calibration)",
+    ("unet3d_profile", "measurements.network"): "issue 29: which U-Net ran (med_ddpm, Med-DDPM's own; monai stand-in)",
+    ("unet3d_profile", "measurements.micro_batches"): "issue 29: micro-batches per optimizer step (Med-DDPM: 2)",
+    ("unet3d_profile", "measurements.tensor_shape"): "issue 29: the network input (B, C, D, H, W) in its layout",
+    ("unet3d_profile", "measurements.ema"): "issue 29: Med-DDPM's EMA settings, recorded (not run)",
 }
 
 

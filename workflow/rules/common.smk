@@ -126,6 +126,7 @@ def unet3d_profile_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model": wildcards.model, "configuration": wildcards.configuration,
+                       "network": u["network"], "micro_batches": u["micro_batches"],
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 

@@ -1,11 +1,22 @@
 """Study A (arXiv 2606.19365): Med-DDPM's 3D diffusion U-Net, profiled per configuration.
 
-Workload: a Med-DDPM-equivalent mask-conditioned 3D DDPM built from MONAI. The noisy image is
-concatenated with the one-hot mask (whole head: 1 + 2 = 3 input channels) and the U-Net predicts
-the noise (epsilon). Cosine beta schedule with 250 steps, L1 loss on epsilon, Adam lr 1e-5, batch 1.
+Workload: Med-DDPM's mask-conditioned 3D DDPM. The noisy image is concatenated with the one-hot mask (whole head:
+1 + 2 = 3 input channels) and the U-Net predicts the noise (epsilon). Cosine beta schedule with 250 steps, L1 loss on
+epsilon, Adam lr 1e-5, batch 1.
 
-Mapping of Med-DDPM's settings (mobaidoctor/med-ddpm, ``diffusion_model/unet.py`` defaults) onto
-MONAI's ``DiffusionModelUNet(spatial_dims=3)``:
+Two networks (config ``unet3d_profile.network``, recorded as ``measurements.network`` and labelled in the tables):
+
+- ``med_ddpm`` (the default, the network of the Study A-faithful series): :class:`accelbench.models.med_ddpm_unet.MedDDPMUNet`,
+  written from Med-DDPM's code (mobaidoctor/med-ddpm at 2b14ee6): trilinear upsampling + conv, gradient-checkpointed
+  attention with 1x1 Conv1d q/k/v and output projections, Med-DDPM's tensor layout (spatial axes as its data
+  transforms leave them: BraTS (B, C, 144, 192, 192)), and its optimizer step of ``micro_batches`` = 2 micro-batches
+  (``gradient_accumulate_every = 2``: two forward/backward passes of loss / 2, then one Adam step). Med-DDPM's EMA
+  (decay 0.995 every 10 steps from step 2,000; before that a copy of the weights every 10 steps) is recorded in each
+  result (``measurements.ema``), not run: it is outside the step Study A profiles.
+- ``monai`` (the stand-in of the first reference run): MONAI's ``DiffusionModelUNet(spatial_dims=3)`` with the same
+  parameter count and forward FLOPs (40,226,433; 5,536.7 GFLOP at 128^3, batch 1), mapped as below.
+
+Mapping of Med-DDPM's settings (``diffusion_model/unet.py`` defaults) onto MONAI's ``DiffusionModelUNet``:
 
 ============================  ======================================  ===================================
 Med-DDPM                      MONAI argument                          value (whole head)
@@ -22,13 +33,14 @@ in 3 (1 noisy + 2 mask) /     in_channels / out_channels              3 / 1 (Bra
 out 1
 ============================  ======================================  ===================================
 
-What differs from Med-DDPM's own code: MONAI upsamples with nearest-neighbour interpolation + conv
-(Med-DDPM: trilinear + conv); MONAI's attention blocks add an output projection ("include_fc");
-the time embedding is injected the same way (additive, per residual block) but with MONAI's
-sinusoidal embedding; no dropout; no EMA (EMA does not change the step's kernels materially).
-With BraTS' 192^3-ish volume, guided-diffusion's rule (192 // 16 = 12, not a power of two) puts
-attention only in the middle block, as in Med-DDPM. A training step here is one forward +
-backward + Adam step at batch 1 (Med-DDPM accumulates 2 such micro-batches per optimizer step).
+What the MONAI stand-in does differently from Med-DDPM's code (each changes the kernels, not the counts): it
+upsamples with nearest-neighbour interpolation + conv (Med-DDPM: trilinear + conv); its attention projections are
+``nn.Linear`` (cuBLAS, with transposes) where Med-DDPM has 1x1 ``Conv1d`` (both have q, k, v and an output
+projection, so the counts agree); its attention is not gradient-checkpointed; its time embedding is MONAI's
+sinusoidal one, injected the same way (additive, per residual block); no dropout; its tensor keeps the data's axis
+order (BraTS (..., 192, 192, 144)). With ``micro_batches`` = 1 a step is one forward + backward + Adam step.
+With BraTS' volume, guided diffusion's rule (192 // 16 = 12, not a power of two) puts attention only in the middle
+block, in both networks, as in Med-DDPM.
 
 Configurations (Study A's four, then ours):
 ``baseline`` (TF32 off for cuDNN convolutions and cuBLAS matmuls), ``tf32``, ``channels_last_3d``
@@ -127,6 +139,8 @@ class ModelSettings:
     schedule: str
     lr: float
     batch_size: int
+    network: str = "monai"  # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in); see the module docstring
+    micro_batches: int = 1  # forward/backward passes per optimizer step (Med-DDPM: gradient_accumulate_every = 2)
 
     @property
     def channels(self) -> tuple[int, ...]:
@@ -138,15 +152,45 @@ class ModelSettings:
         factors = {self.volume[0] // r for r in self.attention_resolutions if self.volume[0] % r == 0}
         return tuple(2**level in factors for level in range(len(self.channel_mult)))
 
+    @property
+    def spatial_order(self) -> tuple[int, int, int]:
+        """Which axes of ``volume`` (the data's X, Y, Z) make the tensor's D, H, W: Med-DDPM's transforms reverse
+        them (BraTS 192 x 192 x 144 -> (B, C, 144, 192, 192)); the MONAI stand-in keeps them."""
+        return (2, 1, 0) if self.network == "med_ddpm" else (0, 1, 2)
+
+    @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        """(B, C_in, D, H, W) of one micro-batch's network input."""
+        return (self.batch_size, self.image_channels + self.mask_channels,
+                *(self.volume[a] for a in self.spatial_order))
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels))
+        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels),
+                 tensor_shape=list(self.tensor_shape))
         return d
 
 
-def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict) -> ModelSettings:
+NETWORKS = ("med_ddpm", "monai")
+
+# Med-DDPM's EMA (diffusion_model/trainer.py, train.py): recorded in each result, not run (outside the profiled step)
+MED_DDPM_EMA = {"decay": 0.995, "update_every_steps": 10, "start_step": 2000, "applied": False,
+                "note": "recorded, not run: before step 2,000 Med-DDPM copies the weights every 10 steps, after it "
+                        "updates the average every 10 steps; neither is part of the profiled training step"}
+
+
+def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai",
+                     micro_batches: int = 1) -> ModelSettings:
     """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
-    (spacing = paper volume x paper spacing / new volume)."""
+    (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``
+    (per optimizer step) come from the config's ``unet3d_profile`` block.
+
+    Raises:
+        ValueError: an unknown ``network`` or ``micro_batches`` below 1."""
+    if network not in NETWORKS:
+        raise ValueError(f"unet3d_profile.network: {network!r} is not one of {', '.join(NETWORKS)}")
+    if int(micro_batches) < 1:
+        raise ValueError(f"unet3d_profile.micro_batches: {micro_batches!r} must be at least 1")
     p = dict(presets[preset_name])
     override = (scales or {}).get(scale) or {}
     if "volume" in override:
@@ -154,7 +198,19 @@ def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict) 
         p["spacing_mm"] = [f / v for f, v in zip(fov, override["volume"])]
     p.update(override)
     p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
-    return ModelSettings(preset=preset_name, scale=scale, **p)
+    return ModelSettings(preset=preset_name, scale=scale, network=network, micro_batches=int(micro_batches), **p)
+
+
+def build_network(s: ModelSettings) -> torch.nn.Module:
+    """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
+    MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
+    if s.network == "med_ddpm":
+        from ..models.med_ddpm_unet import MedDDPMUNet
+
+        return MedDDPMUNet(s.image_channels + s.mask_channels, s.out_channels, base_channels=s.base_channels,
+                           channel_mult=s.channel_mult, num_res_blocks=s.num_res_blocks,
+                           attention_levels=s.attention_levels, num_heads=s.num_heads, norm_groups=s.norm_groups)
+    return build_unet(s)
 
 
 def build_unet(s: ModelSettings) -> torch.nn.Module:
@@ -260,7 +316,8 @@ def ieee_fp32_check(device: Device, seed: int = 0) -> dict:
 class Workload:
     """Model, optimizer, scheduler and inputs for one variant on one device.
 
-    Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot.
+    Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot; their spatial axes
+    are put in the network's layout (:attr:`ModelSettings.spatial_order`).
     """
 
     def __init__(self, model: torch.nn.Module, settings: ModelSettings, variant: Variant, device: Device,
@@ -269,6 +326,8 @@ class Workload:
         dev = device.torch_device
         fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
         self.model = model.to(dev, memory_format=fmt)
+        order = (0, 1, *(2 + a for a in settings.spatial_order))
+        image, mask = image.permute(order), mask.permute(order)
         self.image = image.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.mask = mask.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.fmt = fmt
@@ -287,19 +346,25 @@ class Workload:
             return self.net(inp, t).float()
 
     def train_step(self) -> torch.Tensor:
-        """Forward + L1 loss on epsilon + backward + Adam step (one optimizer step at batch B)."""
+        """One optimizer step at batch B: ``micro_batches`` x (forward + L1 loss on epsilon / micro_batches +
+        backward), then the Adam step (Med-DDPM's gradient accumulation). Returns the mean micro-batch loss."""
         dev = self.device.torch_device
-        b = self.image.shape[0]
-        t = torch.randint(0, self.s.timesteps, (b,), device=dev, generator=self.gen)
-        noise = torch.randn(self.image.shape, device=dev, generator=self.gen).contiguous(memory_format=self.fmt)
-        x_t = self.scheduler.add_noise(original_samples=self.image, noise=noise, timesteps=t)
-        loss = F.l1_loss(self.predict(x_t, t), noise)
-        loss.backward()
-        self.device.mark_step()
+        b, n = self.image.shape[0], self.s.micro_batches
+        losses = []
+        for _ in range(n):
+            t = torch.randint(0, self.s.timesteps, (b,), device=dev, generator=self.gen)
+            noise = torch.randn(self.image.shape, device=dev, generator=self.gen).contiguous(memory_format=self.fmt)
+            x_t = self.scheduler.add_noise(original_samples=self.image, noise=noise, timesteps=t)
+            loss = F.l1_loss(self.predict(x_t, t), noise)
+            if n > 1:
+                loss = loss / n
+            loss.backward()
+            losses.append(loss.detach())
+            self.device.mark_step()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.device.mark_step()
-        return loss.detach()
+        return losses[0] if n == 1 else torch.stack(losses).sum()
 
     @torch.no_grad()
     def sample_step(self) -> torch.Tensor:
@@ -378,7 +443,7 @@ def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Te
     device = Device(system.backend)
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):
-        w = Workload(build_unet(settings), settings, variant, device, image, mask, seed)
+        w = Workload(build_network(settings), settings, variant, device, image, mask, seed)
         for _ in range(warmup):
             w.train_step()
         device.synchronize()
@@ -412,9 +477,11 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
         return {"status": "unsupported", "reason": reason, "measurements": {}}
     device = Device(system.backend)
     torch.manual_seed(seed)
-    model = build_unet(settings)
+    model = build_network(settings)
     n_params = sum(p.numel() for p in model.parameters())
-    m: dict = {"parameters": n_params, "variant": dataclasses.asdict(variant), "precision": variant.precision,
+    m: dict = {"parameters": n_params, "network": settings.network, "micro_batches": settings.micro_batches,
+               "tensor_shape": list(settings.tensor_shape),
+               "ema": MED_DDPM_EMA if settings.network == "med_ddpm" else None, "variant": dataclasses.asdict(variant), "precision": variant.precision,
                "series": variant.series, "cudnn_benchmark": variant.cudnn_benchmark}
     try:
         # 1. quality: same weights, seed and input; the baseline's outputs are the reference
@@ -465,7 +532,7 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "flops": {"train_step": flops_train, "forward": flops_fwd},
         "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
-        "train_volumes_per_s": settings.batch_size / (train.median / 1e3),
+        "train_volumes_per_s": settings.batch_size * settings.micro_batches / (train.median / 1e3),
         "kernels": kernels.to_dict(top=25),
         # board energy of the timed steps (accelbench.energy): J per training step, a 250-step sample projected
         "energy": energy.report(
@@ -491,7 +558,8 @@ class Settings:
     @classmethod
     def from_spec(cls, spec: dict, system) -> "Settings":
         """From the rule's spec: ``{model, configuration, presets, scales, run}`` (config ``unet3d_profile``)."""
-        return cls(resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {})),
+        return cls(resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
+                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1)),
                    VARIANTS[spec["configuration"]], dict(spec["run"]))
 
 
