@@ -325,3 +325,89 @@ def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
     assert df.loc["tf32", "device_time_covered_profiler"] == pytest.approx(0.8)
     assert "mixed" in df.loc["tf32", "device_time_covered_basis"] and "torch.profiler" in study_a_ncu.COVERAGE_BASIS
     assert df.loc["tf32", "instructions_ratio"] == pytest.approx(0.1)
+
+
+def test_coverage_pass_plan_and_next_pass():
+    """Bounded coverage passes (issue 29): the plan splits the step's launches; past the plan one more pass runs while
+    the last came back full (ncu saw more launches than the profiler); a short pass ends the range."""
+    assert ncu.plan_coverage_passes(15, None) == [ncu.PassPlan(0, 0, None)]
+    assert ncu.plan_coverage_passes(15, 20) == [ncu.PassPlan(0, 0, None)]
+    plan = ncu.plan_coverage_passes(15, 4)
+    assert [(p.launch_skip, p.launch_count) for p in plan] == [(0, 4), (4, 4), (8, 4), (12, 4)]
+    assert ncu.next_pass(plan, []) == plan[0]
+    assert ncu.next_pass(plan, [4, 4]) == plan[2]
+    assert ncu.next_pass(plan, [4, 2]) is None  # the range ended inside pass 1
+    assert ncu.next_pass(plan, [4, None]) == plan[2]  # a failed pass leaves the others
+    assert ncu.next_pass(plan, [4, 4, 4, 3]) is None
+    assert ncu.next_pass(plan, [4, 4, 4, 4]) == ncu.PassPlan(4, 16, 4)  # more launches than the profiler counted
+    assert ncu.next_pass(plan, [4, 4, 4, None]) is None
+    assert ncu.next_pass([ncu.PassPlan(0, 0, None)], [15]) is None
+    with pytest.raises(ValueError, match="coverage_pass_launches"):
+        ncu.plan_coverage_passes(15, 0)
+    cmd = ncu.command("ncu", ["m"], ["prog"], "log.csv", launch_skip=8, launch_count=4)
+    assert cmd[cmd.index("--launch-skip") + 1] == "8" and cmd[cmd.index("--launch-count") + 1] == "4"
+    assert "--launch-skip" not in ncu.command("ncu", ["m"], ["prog"], "log.csv")
+
+
+def _scripted_ncu(tmp_path) -> Path:
+    """A stand-in ncu that replays the recorded H200 export (15 kernels) honouring --launch-skip/--launch-count and
+    the detail pass's name filter (3 kernels); FAKE_NCU_FAIL_SKIP=<n> fails the coverage pass that skips n launches."""
+    import stat
+    import sys
+    import textwrap
+
+    fake = tmp_path / "ncu"
+    fake.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        import os, sys
+        a = sys.argv[1:]
+        if "--version" in a:
+            print("Version 2025.3.0.0 (stand-in)"); sys.exit(0)
+        lines = open({str(FIXTURE)!r}).read().splitlines()
+        start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+        head, rows = lines[:start + 2], lines[start + 2:]
+        if "--kernel-name" in a:
+            rows = rows[:3]
+        else:
+            skip = int(a[a.index("--launch-skip") + 1]) if "--launch-skip" in a else 0
+            if os.environ.get("FAKE_NCU_FAIL_SKIP") == str(skip):
+                print("==ERROR== simulated failure", file=sys.stderr); sys.exit(3)
+            count = int(a[a.index("--launch-count") + 1]) if "--launch-count" in a else len(rows)
+            rows = rows[skip:skip + count]
+        if not rows:
+            print("==WARNING== No kernels were profiled."); sys.exit(0)
+        open(a[a.index("--log-file") + 1], "w").write("\\n".join(head + rows) + "\\n")
+        """))
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return fake
+
+
+def test_bounded_coverage_passes_merge_to_the_single_pass(systems, monkeypatch, tmp_path):
+    """Coverage split into passes of 4 launches (4 + 4 + 4 + 3): the merged totals and the two rates over every
+    kernel equal one pass over all 15; each pass is recorded. A failed pass leaves the others and says so."""
+    import torch
+
+    monkeypatch.setattr(ncu, "ncu_path", lambda: str(_scripted_ncu(tmp_path)))
+    monkeypatch.setattr(ncu, "query_metrics", lambda exe: _header_metrics())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+    table = tmp_path / "kernels.csv"
+    _profiler_table(_fixture_kernels(), table)
+    run = dict(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=300)
+    one = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), **run)
+    split = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table),
+                                        coverage_pass_launches=4, coverage_pass_timeout_s=60, **run)
+    assert one["status"] == split["status"] == "ok", (one["reason"], split["reason"])
+    m1, m4 = one["measurements"], split["measurements"]
+    passes = m4["coverage"]["coverage"]["passes"]
+    assert [(p["launch_skip"], p["launch_count"], p["kernels"]) for p in passes] == \
+        [(0, 4, 4), (4, 4, 4), (8, 4, 4), (12, 4, 3)] and not any(p["error"] for p in passes)
+    assert m4["profiled_kernels"] == 15 and m4["coverage"]["device_time_share"] == pytest.approx(1.0)
+    for counter in ("sm_cycles", "instructions", "duration_ns", "ipc", "tensor_pipe_pct"):
+        assert m4["total"][counter] == pytest.approx(m1["total"][counter]), counter
+    assert m4["by_class"].keys() == m1["by_class"].keys()
+    monkeypatch.setenv("FAKE_NCU_FAIL_SKIP", "4")
+    failed = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table),
+                                         coverage_pass_launches=4, **run)["measurements"]
+    fc = failed["coverage"]
+    assert failed["profiled_kernels"] == 11 and "pass 1" in fc["coverage_error"] and "some failed" in fc["totals_from"]
+    assert 0 < fc["device_time_share"] < 1  # the totals say what they hold

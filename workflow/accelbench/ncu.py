@@ -114,23 +114,77 @@ def kernel_base_name(name: str) -> str:
 
 
 def command(ncu: str, metrics: list[str], program: list[str], log_file: str, *, nvtx_range: str = "accelbench_step",
-            kernel_names: list[str] | None = None, launch_count: int | None = None) -> list[str]:
+            kernel_names: list[str] | None = None, launch_count: int | None = None,
+            launch_skip: int = 0) -> list[str]:
     """The ``ncu`` command line: only kernels launched inside the NVTX range ``nvtx_range`` (the measured
     step), clocks left as they are (``--clock-control none``), raw per-kernel metrics as CSV into ``log_file``.
     ``kernel_names`` (function base names) and ``launch_count`` bound the replay time.
 
     The range may be a process-wide start/end range (``nvtx_range``, what ``unet3d-step`` emits, so kernels
     launched from autograd's backward thread count) or a thread-local push/pop range (``nvtx_range/``); both
-    filters are given, and ncu profiles a kernel inside either."""
+    filters are given, and ncu profiles a kernel inside either. ``launch_skip`` skips that many of the kernels
+    matching the filters (the NVTX range included) before profiling starts: one bounded pass of
+    :func:`plan_coverage_passes`."""
     cmd = [ncu, "--nvtx", "--nvtx-include", nvtx_range, "--nvtx-include", f"{nvtx_range}/",
            "--clock-control", "none", "--csv", "--page", "raw",
            "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log_file]
     if kernel_names:
         names = "|".join(sorted({re.escape(n) for n in kernel_names if n}))
         cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:^({names})$"]
+    if launch_skip:
+        cmd += ["--launch-skip", str(int(launch_skip))]
     if launch_count:
         cmd += ["--launch-count", str(launch_count)]
     return cmd + ["--"] + program
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One bounded coverage pass: ncu profiles ``launch_count`` kernels (None: all) after skipping ``launch_skip``."""
+
+    index: int
+    launch_skip: int
+    launch_count: int | None
+
+
+def plan_coverage_passes(launches_in_step: int, per_pass: int | None) -> list[PassPlan]:
+    """Split the coverage pass over the ``launches_in_step`` kernel launches of the step (torch.profiler's count of the
+    same configuration) into passes of at most ``per_pass`` launches each, so that each pass (a fresh process: set-up,
+    warm-up and the replay of its kernels) stays within a time limit. ``per_pass`` None (or not smaller than the
+    step) gives one pass over every kernel. ncu may count a few more launches than the profiler: the caller runs
+    further passes while the last one came back full (:func:`next_pass`).
+
+    Raises:
+        ValueError: ``per_pass`` below 1.
+    """
+    if per_pass is not None and per_pass < 1:
+        raise ValueError(f"unet3d_ncu.coverage_pass_launches: {per_pass!r} must be at least 1 (or null: one pass)")
+    if not per_pass or per_pass >= launches_in_step:
+        return [PassPlan(0, 0, None)]
+    n = -(-int(launches_in_step) // per_pass)
+    return [PassPlan(i, i * per_pass, per_pass) for i in range(n)]
+
+
+def next_pass(plan: list[PassPlan], done: list[int | None]) -> PassPlan | None:
+    """The pass to run after ``done`` (kernels each finished pass returned; None = the pass failed): the next planned
+    one; past the plan, one more while the last pass came back full (the range holds more launches than the profiler
+    counted); None when the range is exhausted (a pass came back short) or the plan is done."""
+    if not done:
+        return plan[0]
+    last, per = done[-1], plan[-1].launch_count
+    if per is None:
+        return None
+    if last is not None and last < per:  # the range ended inside this pass
+        return None
+    i = len(done)
+    if i < len(plan):
+        return plan[i]
+    return PassPlan(i, i * per, per) if last == per else None
+
+
+def merge_passes(passes: list[list[KernelCounters]]) -> list[KernelCounters]:
+    """The kernels of consecutive bounded passes, in launch order (pass by pass)."""
+    return [k for kernels in passes for k in kernels]
 
 
 @dataclass

@@ -52,7 +52,8 @@ def select_kernels(kernel_table: str | Path, coverage: float, max_kernels: int) 
 
 def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, coverage: float,
                      max_kernels: int, launch_count: int, warmup: int, timeout_s: int, coverage_pass: bool = True,
-                     coverage_launch_count: int | None = None, spec_file: str | None = None) -> dict:
+                     coverage_launch_count: int | None = None, coverage_pass_launches: int | None = None,
+                     coverage_pass_timeout_s: int | None = None, spec_file: str | None = None) -> dict:
     """Profile one configuration under ncu. Returns ``{"status", "reason", "measurements"}``.
 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
@@ -61,7 +62,12 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
        (SM cycles, executed instructions, duration, IPC, tensor-pipe utilisation; a few replay passes per kernel)
        over *every* kernel launched
        in the NVTX range (at most ``coverage_launch_count``, None = all). Step totals of SM cycles and
-       instructions, and so the ratios to baseline, are then measured over the whole step, not extrapolated.
+       instructions, the two rates, and so the ratios to baseline, are then measured over the whole step, not
+       extrapolated. With ``coverage_pass_launches`` the pass is split into bounded passes of that many launches
+       (``--launch-skip``/``--launch-count``, :func:`accelbench.ncu.plan_coverage_passes`), each a fresh process
+       with at most ``coverage_pass_timeout_s``; their kernels are joined in launch order, and each pass's
+       launches, kernels, wall time and error are recorded (``coverage.coverage.passes``). A failed pass leaves
+       the others: the share of the step's device time they cover says what the totals and rates hold.
     2. **detail pass**: every counter of :data:`accelbench.ncu.COUNTERS` (stalls, hit rates, pipes: many
        replay passes) on the top kernels only (``coverage``/``max_kernels``/``launch_count``).
 
@@ -100,23 +106,41 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
         table_rows = list(csv.DictReader(fh))
     passes, commands, errors = {}, {}, {}
     t_start = time.monotonic()
-    plan = []
+    pass_log: list[dict] = []
     if coverage_pass:
-        plan.append(("coverage", {c: metrics[c] for c in ncu.COVERAGE_COUNTERS if c in metrics}, None,
-                     coverage_launch_count))
-    plan.append(("detail", metrics, names, launch_count))
-    for name, pass_metrics, kernel_names, count in plan:
-        left = int(timeout_s - (time.monotonic() - t_start))  # the coverage pass gets at most 60% of the time
-        limit = min(left, int(0.6 * timeout_s)) if name == "coverage" and len(plan) > 1 else left
-        cmd, kernels, err = _ncu_pass(exe, pass_metrics, program, kernel_names, count, max(limit, 1))
-        commands[name] = " ".join(cmd[: cmd.index("--")])
-        if err and name == "coverage":  # e.g. out of time: go on with the detail pass, totals then partial
-            errors[name] = err
-            continue
-        if err:
-            return _unsupported(f"{name} pass: {err}" if coverage_pass else err)
-        passes[name] = kernels
-    detail = passes["detail"]
+        cov_metrics = {c: metrics[c] for c in ncu.COVERAGE_COUNTERS if c in metrics}
+        launches = sum(int(float(r["calls"])) for r in table_rows if r.get("class") != "memory")
+        plan = ncu.plan_coverage_passes(launches, coverage_pass_launches)
+        budget = 0.6 * timeout_s  # the coverage passes get at most 60% of the time; the detail pass the rest
+        done: list[int | None] = []
+        got: list[list] = []
+        while (p := ncu.next_pass(plan, done)) is not None:
+            left = int(budget - (time.monotonic() - t_start))
+            if left < 1:
+                pass_log.append({"index": p.index, "launch_skip": p.launch_skip, "launch_count": p.launch_count,
+                                 "kernels": None, "error": f"not run: the coverage passes' {int(budget)} s were spent"})
+                break
+            limit = min(left, coverage_pass_timeout_s) if coverage_pass_timeout_s else left
+            count = p.launch_count if p.launch_count is not None else coverage_launch_count
+            t0 = time.monotonic()
+            cmd, kernels, err = _ncu_pass(exe, cov_metrics, program, None, count, limit, launch_skip=p.launch_skip)
+            commands.setdefault("coverage", " ".join(cmd[: cmd.index("--")]))
+            pass_log.append({"index": p.index, "launch_skip": p.launch_skip, "launch_count": count,
+                             "kernels": len(kernels) if kernels else None, "error": err,
+                             "wall_s": time.monotonic() - t0})
+            done.append(len(kernels) if kernels else None)
+            if kernels:
+                got.append(kernels)
+        failed = [f"pass {e['index']}: {e['error']}" for e in pass_log if e["error"]]
+        if failed:  # e.g. out of time: go on with the detail pass; the totals then cover what the passes measured
+            errors["coverage"] = "; ".join(failed)
+        if got:
+            passes["coverage"] = ncu.merge_passes(got)
+    left = int(timeout_s - (time.monotonic() - t_start))
+    cmd, detail, err = _ncu_pass(exe, metrics, program, names, launch_count, max(left, 1))
+    commands["detail"] = " ".join(cmd[: cmd.index("--")])
+    if err:
+        return _unsupported(f"detail pass: {err}" if coverage_pass else err)
     reduced = ncu.reduce(detail, measure.classify_kernel)
     cov = {"target": 0.8, "detail": {**ncu.time_coverage(table_rows, detail), "pass": "detail",
                                      "metrics": "all counters", "kernel_selection_share": share}}
@@ -126,10 +150,12 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
     if covered:
         reduced = ncu.merge_coverage(reduced, passes["coverage"], measure.classify_kernel)
         cov["coverage"] = {**ncu.time_coverage(table_rows, passes["coverage"]), "pass": "coverage",
-                           "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics)}
+                           "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics),
+                           "passes": pass_log}
     main = cov["coverage"] if covered else cov["detail"]
-    cov["totals_from"] = ("coverage pass: every kernel of the step, reduced metric set" if covered
-                          else "detail pass: the top kernels only (totals are partial)")
+    cov["totals_from"] = (("coverage passes, some failed (coverage_error): the kernels the others measured, reduced "
+                           "metric set" if errors else "coverage pass: every kernel of the step, reduced metric set")
+                          if covered else "detail pass: the top kernels only (totals are partial)")
     cov["device_time_share"] = main["device_time_share"]
     cov["meets_target"] = main["device_time_share"] is not None and main["device_time_share"] >= cov["target"]
     return {"status": "ok", "reason": None, "measurements": {
@@ -144,12 +170,13 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
 
 
 def _ncu_pass(exe: str, metrics: dict[str, str], program: list[str], kernel_names: list[str] | None,
-              launch_count: int | None, timeout_s: int) -> tuple[list[str], list | None, str | None]:
+              launch_count: int | None, timeout_s: int,
+              launch_skip: int = 0) -> tuple[list[str], list | None, str | None]:
     """One ncu run of ``program``: ``(command, parsed kernels, None)`` or ``(command, None, reason)``."""
     with tempfile.TemporaryDirectory() as tmp:
         log_file = str(Path(tmp) / "ncu.csv")
         cmd = ncu.command(exe, sorted(set(metrics.values())), program, log_file, kernel_names=kernel_names,
-                          launch_count=launch_count)
+                          launch_count=launch_count, launch_skip=launch_skip)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
