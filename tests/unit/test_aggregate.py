@@ -91,3 +91,33 @@ def test_aggregate_command_reads_a_results_file_like_the_results_option(tmp_path
     assert len(pd.read_csv(by_file / "table.csv")) == 2
     assert cli.main(["study-a-aggregate", "--claims", CLAIMS, "--out-dir", str(tmp_path / "none")]) == 2
     assert "no result files given" in capsys.readouterr().err
+
+
+def test_two_networks_on_one_system_stay_apart_and_are_compared(tmp_path):
+    """Issue 29: the MONAI stand-in (a committed reference run: no config.network) and Med-DDPM's network (measured
+    here, 2 micro-batches) on one system: speedups and claims inside each network's own series, never across; the
+    comparison table pairs them per configuration, layout conversions also per micro-batch."""
+    loaded = []
+    for run, network, steps in (("reference run (H200, 2026-11-30)", None, {"baseline": 100.0, "tf32": 25.0,
+                                                                             "channels_last_3d": 90.0}),
+                                ("measured", "med_ddpm", {"baseline": 300.0, "tf32": 100.0, "channels_last_3d": 250.0})):
+        for conf, step in steps.items():
+            path = _fake(tmp_path / run.split()[0], "h200", conf, step=step)
+            r = json.loads(path.read_text())
+            if network:
+                r["config"]["network"] = network
+                r["measurements"]["micro_batches"] = 2
+            r.update(_path=str(path), _hardware=f"{run}: NVIDIA H200", _software="torch", _series=run)
+            loaded.append(r)
+    df = study_a.result_rows(loaded)
+    speed = df.set_index(["network", "configuration"])["speedup_vs_baseline"]
+    assert speed[("monai", "tf32")] == pytest.approx(4.0) and speed[("med_ddpm", "tf32")] == pytest.approx(3.0)
+    comp = study_a.network_comparison(df, study_a.study_a_ncu.counter_rows([]))
+    assert set(comp["network"]) == {"Med-DDPM network", "MONAI stand-in"} and len(comp) == 6
+    cl3d = comp[comp["configuration"] == "channels_last_3d"].set_index("network")
+    assert cl3d.loc["Med-DDPM network", "layout_conversion_per_micro_batch"] == pytest.approx(20.0)
+    assert cl3d.loc["MONAI stand-in", "layout_conversion_per_micro_batch"] == pytest.approx(40.0)
+    claims = study_a.claims_table(study_a.read_claims(CLAIMS), df, loaded)
+    a11 = claims[claims["claim_id"] == "a11"]
+    assert sorted(a11["network"]) == ["med_ddpm", "monai"]
+    assert study_a.network_comparison(df[df["network"] == "med_ddpm"], pd.DataFrame()).empty  # one network: nothing

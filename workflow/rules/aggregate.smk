@@ -21,6 +21,11 @@ rule study_a_aggregate:
         ),
         claims_md=f"{RESULTS}/study_a/claims_vs_measured.md",
         claims_html=f"{RESULTS}/study_a/claims_vs_measured.html",
+        networks=report(
+            f"{RESULTS}/study_a/network_comparison.csv",
+            caption="../report/study_a_networks.rst",
+            category="Study A",
+        ),
         speedup=report(
             f"{RESULTS}/study_a/fig_speedup.png",
             caption="../report/study_a_speedup.rst",

@@ -29,6 +29,7 @@ from .claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
 from ..registry import EXPERIMENTS  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
+from .study_a_ncu import KEY, NETWORK_LABEL, key_of  # noqa: E402
 from .study_a_ncu import claim_configuration, counter_observations, ok_row, read_claims  # noqa: E402, F401
 
 CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversion", "cast_copy", "elementwise",
@@ -43,11 +44,12 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     for r in results:
         cfg, m = r["config"], r["measurements"]
         settings = cfg.get("settings", {})
-        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "software": r["_software"],
+        row = {**key_of(r), "hardware": r["_hardware"], "software": r["_software"],
                "origin": origin_of(r),
-               "model": cfg["model"], "scale": settings.get("scale", cfg["system"].get("scale")),
+               "scale": settings.get("scale", cfg["system"].get("scale")),
                "volume": "x".join(map(str, settings.get("volume", []))), "configuration": cfg["configuration"],
                "series": VARIANTS[cfg["configuration"]].series if cfg["configuration"] in VARIANTS else None,
+               "micro_batches": m.get("micro_batches", 1),
                "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r), "noise_why": noise_why(r)}
         if r["status"] == "ok":
             k = m["kernels"]
@@ -74,21 +76,21 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     if df.empty:
         return df
     df["configuration"] = pd.Categorical(df["configuration"], categories=ORDER + sorted(set(df["configuration"]) - set(ORDER)), ordered=True)
-    df = df.sort_values(["system", "model", "configuration"]).reset_index(drop=True)
+    df = df.sort_values([*KEY, "configuration"]).reset_index(drop=True)
     df["configuration"] = df["configuration"].astype(str)
     # speedups against the baseline of the same series (cuDNN autotuning off: baseline; on: baseline_autotuned)
-    base = df.set_index(["system", "model", "configuration"])["train_step_ms"] if "train_step_ms" in df else None
+    base = df.set_index([*KEY, "configuration"])["train_step_ms"] if "train_step_ms" in df else None
     if base is not None:
         ref = [VARIANTS[c].baseline if c in VARIANTS else "baseline" for c in df["configuration"]]
         df["speedup_vs_baseline"] = [
-            base.get((s, mo, b), np.nan) / t if pd.notna(t) else np.nan
-            for s, mo, b, t in zip(df["system"], df["model"], ref, df["train_step_ms"])]
+            base.get((*k, b), np.nan) / t if pd.notna(t) else np.nan
+            for k, b, t in zip(df[KEY].itertuples(index=False, name=None), ref, df["train_step_ms"])]
     return df
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The published-layout table: status labels in place of numbers for rows that did not run."""
-    cols = ["hardware", "model", "volume", "configuration", "series", "train_step_ms", "speedup_vs_baseline",
+    cols = ["hardware", "model", "network", "volume", "configuration", "series", "train_step_ms", "speedup_vs_baseline",
             "sample_step_ms", "projected_sample_s", "kernel_count", "layout_conversion_kernels", "cast_copy_kernels",
             "share_convolution", "share_gemm", "share_attention", "share_normalization", "share_layout_conversion",
             "share_cast_copy", "share_elementwise", "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s",
@@ -160,20 +162,25 @@ def observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame, res: d
     return counter_observations(claim, ncu, res)
 
 
+def _network_note(network: str) -> str:
+    """What a claim row says about the network: nothing for Med-DDPM's own, the stand-in named."""
+    return "" if network == "med_ddpm" else f", {NETWORK_LABEL.get(network, network)}"
+
+
 def claim_verdicts(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame,
-                   results: list[dict]) -> list[tuple[str, str, dict]]:
-    """(system, model, claims-table row) of one Study A claim (in the claims table's shape) per (system, model) of
+                   results: list[dict]) -> list[tuple[tuple, dict]]:
+    """(:data:`KEY` tuple, claims-table row) of one Study A claim (in the claims table's shape) per group of
     ``prof`` (:func:`result_rows`); ``ncu``: study_a_ncu.counter_rows; ``results``: the unet3d_profile and unet3d_ncu
     results. Used by the claims table and by :func:`claims_table` (claims_vs_measured), so both tables say the same."""
     out = []
-    for (system, model), g in prof.groupby(["system", "model"]) if not prof.empty else []:
-        res = {_claim_key(r): r for r in results
-               if r["config"]["system"]["name"] == system and r["config"]["model"] == model}
-        n = ncu[(ncu["system"] == system) & (ncu["model"] == model)] if not ncu.empty else ncu
+    for key, g in prof.groupby(KEY) if not prof.empty else []:
+        system, model = key[0], key[-1]
+        res = {_claim_key(r): r for r in results if tuple(key_of(r).values()) == key}
+        n = ncu[(ncu[KEY] == pd.Series(key, index=KEY)).all(axis=1)] if not ncu.empty else ncu
         row = verdict_row(claim, system, g["hardware"].iloc[0],
                           lambda c=claim, g=g, n=n, res=res: observations(c, g, n, res), timing_free=TIMING_FREE)
-        row["claim"] = f"{claim['claim']} [{model}]"
-        out.append((system, model, row))
+        row["claim"] = f"{claim['claim']} [{model}{_network_note(key[2])}]"
+        out.append((key, row))
     return out
 
 
@@ -184,7 +191,7 @@ def _claim_rows(claim: pd.Series, inputs: cl.ClaimInputs) -> list[dict]:
     if not (profiles or (claim["experiment"] == "unet3d_ncu" and counters)):
         return [not_run(claim, claim["experiment"])]
     prof, ncu = inputs.rows(result_rows, "unet3d_profile"), inputs.rows(study_a_ncu.counter_rows, "unet3d_ncu")
-    return [row for _, _, row in claim_verdicts(claim, prof, ncu, profiles + counters)]
+    return [row for _, row in claim_verdicts(claim, prof, ncu, profiles + counters)]
 
 
 CLAIM_CHECKS = {e.name: _claim_rows for e in EXPERIMENTS.values() if e.study == "A"}  # every Study A experiment
@@ -271,22 +278,23 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
     ncu = study_a_ncu.counter_rows([r for r in results if r["experiment"] == "unet3d_ncu"])
     judged = {}
     for _, c in cl.claims_frame(claims, "A").iterrows():
-        for system, model, row in claim_verdicts(c, df, ncu, results):
-            judged[(c["claim_id"], system, model)] = row
+        for key, row in claim_verdicts(c, df, ncu, results):
+            judged[(c["claim_id"], key)] = row
     rows = []
     for _, claim in claims.iterrows():
-        for (system, model), sysdf in (df.groupby(["system", "model"]) if not df.empty else []):
+        for key, sysdf in (df.groupby(KEY) if not df.empty else []):
+            system, model = key[0], key[-1]
             tuned = sysdf["configuration"].str.endswith(AUTOTUNED)
             value, how = _measured_for_claim(claim, sysdf[~tuned])
-            verdict = judged.get((claim["claim_id"], system, model), {})
+            verdict = judged.get((claim["claim_id"], key), {})
             counters = claim["metric"] in study_a_ncu.QUANTITIES and not ncu.empty and \
-                ((ncu["system"] == system) & (ncu["model"] == model) & (ncu["status"] == "ok")).any()
+                ((ncu[KEY] == pd.Series(key, index=KEY)).all(axis=1) & (ncu["status"] == "ok")).any()
             if counters:  # the counters measured it: the claims table's value, no proxy beside it
                 value, how = verdict.get("measured") or "not measured", COUNTER_HOW
             row = {"claim_id": claim["claim_id"], "source": claim["source"], "claim_gpu": claim["gpu"],
                    "configuration": claim["configuration"], "metric": claim["metric"],
                    "published": claim["value"], "measured_on": sysdf["hardware"].iloc[0], "system": system,
-                   "model": model, "measured": value, "how": how + "; Study A-faithful series (cuDNN autotuning off)",
+                   "model": model, "network": key[2], "measured": value, "how": how + "; Study A-faithful series (cuDNN autotuning off)",
                    "measured_autotuned": None,
                    "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0])}
             if tuned.any() and not counters:  # our series beside it, same claim on the _autotuned configurations
@@ -295,6 +303,36 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
             row["verdict"], row["why"] = verdict.get("verdict"), verdict.get("why")
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- Med-DDPM's network vs. the stand-in
+STUDY_A_FOUR = ["baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d"]
+COMPARED = ["train_step_ms", "speedup_vs_baseline", "kernel_count", "layout_conversion_kernels",
+            "layout_conversion_per_micro_batch", "share_convolution", "share_gemm", "share_attention",
+            "share_normalization", "share_layout_conversion", "share_elementwise", "tensor_core_share", "ipc",
+            "tensor_pipe_pct"]
+
+
+def network_comparison(df: pd.DataFrame, ncu: pd.DataFrame) -> pd.DataFrame:
+    """Study A's four configurations on Med-DDPM's own network beside the MONAI stand-in, per system and model: one row
+    per (system, model, configuration, network) with the step time, speedup, kernel counts (layout conversions also
+    per micro-batch: Med-DDPM's step has 2), the kernel-class shares of device time, and IPC / tensor-pipe utilisation
+    where unet3d_ncu measured them. Empty unless both networks were measured on one system and model (two runs)."""
+    if df.empty or "network" not in df or df["network"].nunique() < 2:
+        return pd.DataFrame(columns=["system", "model", "configuration", "network", "run", *COMPARED])
+    d = df[df["configuration"].isin(STUDY_A_FOUR) & (df["status"] == "ok")].copy()
+    d["layout_conversion_per_micro_batch"] = d["layout_conversion_kernels"] / d["micro_batches"]
+    if not ncu.empty and "ipc" in ncu:
+        rates = ncu[ncu["status"] == "ok"].set_index([*KEY, "configuration"])[["ipc", "tensor_pipe_pct"]]
+        idx = list(d[[*KEY, "configuration"]].itertuples(index=False, name=None))
+        d["ipc"] = [rates["ipc"].get(i, np.nan) for i in idx]
+        d["tensor_pipe_pct"] = [rates["tensor_pipe_pct"].get(i, np.nan) for i in idx]
+    both = d.groupby(["system", "model"])["network"].transform("nunique") > 1
+    d = d[both].assign(network=lambda x: x["network"].map(lambda n: NETWORK_LABEL.get(n, n)))
+    order = {c: i for i, c in enumerate(STUDY_A_FOUR)}
+    d = d.sort_values(["system", "model", "configuration", "network"],
+                      key=lambda c: c.map(order) if c.name == "configuration" else c)
+    return d.reindex(columns=["system", "model", "configuration", "network", "run", *COMPARED]).reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- figures
@@ -306,8 +344,9 @@ def _title(df: pd.DataFrame, what: str) -> str:
 def _series(g: pd.DataFrame, model: str | None = None) -> str:
     """Legend text of one (hardware, model) group: origin, hardware, scale (volume), model."""
     r = g.iloc[0]
+    net = "" if r.get("network", "med_ddpm") == "med_ddpm" else f", {NETWORK_LABEL.get(r['network'], r['network'])}"
     return series_label(r.get("origin", "measured here"), r["hardware"], r["scale"],
-                        f"{model or r['model']} {r['volume']}")
+                        f"{model or r['model']} {r['volume']}{net}")
 
 
 SOURCE_NAMES = {"digest": "Study A digest", "abstract": "Study A abstract"}
@@ -336,7 +375,7 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
     from matplotlib.patches import Patch
 
     confs = [c for c in ORDER if c in set(df["configuration"])]
-    groups = list(df.groupby(["system", "hardware", "model"]))  # two systems may share a hardware label
+    groups = list(df.groupby([*KEY, "hardware"]))  # two systems may share a hardware label
     pub = published_speedups(claims)
     pub = pub[pub["configuration"].isin(confs)]
     height = 0.8 / max(1, len(groups))
@@ -345,7 +384,8 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
     row = dict(zip(confs, y0))
     any_noisy = False
     missing: dict[str, list[str]] = {}
-    for gi, ((_, hw, model), g) in enumerate(groups):
+    for gi, (gkey, g) in enumerate(groups):
+        hw = gkey[-1]
         label = _series(g)
         g = g.set_index("configuration")
         for c in confs:
@@ -485,6 +525,16 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"as in claims/claims.csv; where unet3d_ncu results exist, the counter claims show the counter values "
                 f"judged there.",
                 empty="No Study A result to compare with the claims.")
+    ncu = study_a_ncu.counter_rows([r for r in loaded if r["experiment"] == "unet3d_ncu"])
+    write_table(network_comparison(df, ncu), out_dir / "network_comparison",
+                "Study A's four configurations on Med-DDPM's own network (written from mobaidoctor/med-ddpm: trilinear "
+                "upsampling, checkpointed attention with Conv1d projections, its tensor layout, 2 micro-batches per "
+                "step) beside the MONAI stand-in (nearest upsampling, Linear projections, no checkpointing, 1 "
+                "micro-batch), same system and model: step time (ms), speedup over that network's baseline, kernels "
+                "per step (layout conversions also per micro-batch), shares of device time per kernel class "
+                "(torch.profiler), IPC and tensor-pipe utilisation over every kernel (Nsight Compute) where measured.",
+                empty="Only one network measured: the comparison needs Med-DDPM's network and the MONAI stand-in on one "
+                      "system (e.g. a fresh run beside the committed reference run of the stand-in).")
     fig_speedup(df, out_dir / "fig_speedup.png", read_claims(claims_path))
     fig_breakdown(df, out_dir / "fig_kernel_breakdown.png")
     fig_counts(df, out_dir / "fig_kernel_counts.png")

@@ -47,6 +47,22 @@ COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_
 COVERAGE_BASIS = ("mixed: ncu replay gpu__time_duration (cache control on, kernels serialized) / torch.profiler "
                   "step device time (normal run)")
 RATIOS = {"sm_cycles_ratio": "sm_cycles_step_est", "instructions_ratio": "instructions_step_est"}
+# what a Study A group is (ratios, speedups and claims compare configurations inside one): the system, the run
+# (measured here, or a committed reference run: two runs on one system are two groups) and the network
+KEY = ["system", "run", "network", "model"]
+NETWORK_LABEL = {"med_ddpm": "Med-DDPM network", "monai": "MONAI stand-in"}
+
+
+def network_of(result: dict) -> str:
+    """The U-Net a Study A result ran: ``config.network`` (issue 29), ``monai`` for results made before the choice
+    existed (the MONAI stand-in was the only network)."""
+    return (result.get("config") or {}).get("network") or "monai"
+
+
+def key_of(result: dict) -> dict:
+    """The :data:`KEY` columns of one result."""
+    return {"system": result["config"]["system"]["name"], "run": result.get("_series", "measured"),
+            "network": network_of(result), "model": result["config"]["model"]}
 
 
 def profile_for(ncu_result_path: str | Path) -> dict | None:
@@ -65,8 +81,7 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
-        row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "origin": origin_of(r),
-               "model": cfg["model"],
+        row = {**key_of(r), "hardware": r["_hardware"], "origin": origin_of(r),
                "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
                "configuration": cfg["configuration"], "status": r["status"], "reason": r.get("reason")}
         if r["status"] == "ok":
@@ -97,18 +112,18 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     if df.empty:
         return df
     order = {c: i for i, c in enumerate(VARIANTS)}
-    df = df.sort_values(["system", "model", "configuration"], key=lambda s: s.map(order).fillna(99) if s.name == "configuration" else s)
+    df = df.sort_values([*KEY, "configuration"], key=lambda s: s.map(order).fillna(99) if s.name == "configuration" else s)
     df = df.reset_index(drop=True)
+    keys = list(df[KEY].itertuples(index=False, name=None))
     for ratio, col in RATIOS.items():
         if col not in df:
             df[col] = np.nan
-        base = df[df["configuration"] == "baseline"].set_index(["system", "model"])[col]
-        df[ratio] = [v / base.get((s, mo), np.nan) if pd.notna(v) else np.nan
-                     for s, mo, v in zip(df["system"], df["model"], df[col])]
+        base = df[df["configuration"] == "baseline"].set_index(KEY)[col]
+        df[ratio] = [v / base.get(k, np.nan) if pd.notna(v) else np.nan for k, v in zip(keys, df[col])]
     if "ipc" in df:
-        base = df[df["configuration"] == "baseline"].set_index(["system", "model"])["ipc"]
-        df["ipc_change_pct"] = [100 * (v / base.get((s, mo), np.nan) - 1) if pd.notna(v) else np.nan
-                                for s, mo, v in zip(df["system"], df["model"], df["ipc"])]
+        base = df[df["configuration"] == "baseline"].set_index(KEY)["ipc"]
+        df["ipc_change_pct"] = [100 * (v / base.get(k, np.nan) - 1) if pd.notna(v) else np.nan
+                                for k, v in zip(keys, df["ipc"])]
     return df
 
 
