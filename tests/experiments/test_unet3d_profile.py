@@ -203,3 +203,17 @@ def test_default_tolerance_rejects_broken_configuration(tiny_settings, default_c
     assert not q["holds"] and q["predicted_noise"]["rel_l2"] > 2 * tol
     if sabotage == "zero_noise":  # why the sample is not in the verdict: it cannot see this
         assert q["sample"]["rel_l2"] < tol and "not in the verdict" in q["sample"]["note"]
+
+
+def test_schema_lists_every_configuration():
+    """The config schema's configuration names (unet3d_profile and unet3d_ncu) are exactly VARIANTS, ours beyond the
+    CUDA-graph configuration included (issue 29)."""
+    import yaml
+
+    from conftest import REPO
+
+    props = yaml.safe_load((REPO / "config/config.schema.yaml").read_text())["properties"]
+    for block in ("unet3d_profile", "unet3d_ncu"):
+        assert props[block]["properties"]["configurations"]["items"]["enum"] == list(exp.VARIANTS), block
+    v = exp.VARIANTS["bf16_channels_last_3d_compile_max_autotune_autotuned"]
+    assert v.channels_last_3d and v.autocast == "bf16" and v.compile_mode == "max-autotune" and v.cudnn_benchmark

@@ -141,7 +141,7 @@ def class_rows(results: list[dict]) -> pd.DataFrame:
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    cols = ["hardware", "model", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
+    cols = ["hardware", "model", "network", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
             "instructions_step_est", "instructions_ratio",
             "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
             "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_over_every_kernel", "rates_time_share",
