@@ -411,3 +411,16 @@ def test_bounded_coverage_passes_merge_to_the_single_pass(systems, monkeypatch, 
     fc = failed["coverage"]
     assert failed["profiled_kernels"] == 11 and "pass 1" in fc["coverage_error"] and "some failed" in fc["totals_from"]
     assert 0 < fc["device_time_share"] < 1  # the totals say what they hold
+
+
+def test_rate_coverage_of_partial_coverage_passes():
+    """A rate the coverage passes measured covers what they covered: all of the step, or less where one failed."""
+    import pandas as pd
+
+    from accelbench.aggregate import study_a_ncu
+
+    full = pd.Series({"rates_over_every_kernel": "ipc, tensor_pipe_pct", "coverage_time_share": 1.0})
+    part = pd.Series({"rates_over_every_kernel": "ipc, tensor_pipe_pct", "coverage_time_share": 0.6})
+    assert study_a_ncu.rate_coverage(full, "ipc") == (1.0, "every kernel")
+    assert study_a_ncu.rate_coverage(part, "ipc") == (0.6, "coverage passes")
+    assert study_a_ncu.rate_coverage(pd.Series({"rates_time_share": 0.07}), "ipc") == (0.07, "detail pass")

@@ -195,12 +195,15 @@ RATE_COVERAGE_MIN = 0.8
 
 def rate_coverage(row: pd.Series, rate: str) -> tuple[float | None, str]:
     """(share of the step's device time a rate column of a study_a_ncu.counter_rows row was measured over, basis):
-    1.0 when the coverage pass measured it over every kernel (``rates_over_every_kernel``), else ``rates_time_share``
+    the coverage pass's share (``coverage_time_share``: 1.0 over every kernel; less where a bounded pass failed) when
+    it measured the rate (``rates_over_every_kernel``), else ``rates_time_share``
     (the detail pass on the top kernels), else ``device_time_covered`` (no coverage pass: the profiled kernels);
     (None, "unknown") when the row says nothing."""
     every = [c.strip() for c in str(row.get("rates_over_every_kernel") or "").split(",")]
-    if rate in every:
-        return 1.0, "every kernel"
+    if rate in every:  # the coverage pass(es): as much of the step as they covered (bounded passes may miss one)
+        cov = row.get("coverage_time_share")
+        share = float(cov) if cov is not None and pd.notna(cov) else 1.0
+        return share, "every kernel" if share >= 1.0 - 1e-9 else "coverage passes"
     for col, basis in (("rates_time_share", "detail pass"), ("device_time_covered", "profiled kernels")):
         v = row.get(col)
         if v is not None and pd.notna(v):
