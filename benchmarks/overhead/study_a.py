@@ -21,7 +21,8 @@ def study_a(args) -> None:
     result = json.loads(Path(args.result).read_text())
     spec = result["config"]
     system = _system(spec)
-    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
+                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
     variant = exp.VARIANTS[spec["configuration"]]
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)
@@ -31,7 +32,7 @@ def study_a(args) -> None:
     def harness() -> float:
         torch.manual_seed(seed)
         with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
-            w = exp.Workload(exp.build_unet(settings), settings, variant, device, image, mask, seed)
+            w = exp.Workload(exp.build_network(settings), settings, variant, device, image, mask, seed)
             t = measure.time_steps(w.train_step, device, warmup, repeat, desc="harness")
         del w
         return t.median
@@ -40,22 +41,26 @@ def study_a(args) -> None:
         torch.manual_seed(seed)
         with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
             fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
-            model = exp.build_unet(settings).to(_dev(), memory_format=fmt)
+            model = exp.build_network(settings).to(_dev(), memory_format=fmt)
             net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
             opt = torch.optim.Adam(model.parameters(), lr=settings.lr,
                                    **({"fused": True} if variant.fused_adam else {}))
             sched = exp.build_scheduler(settings)
-            x0 = image.to(_dev()).contiguous(memory_format=fmt)
-            m = mask.to(_dev()).contiguous(memory_format=fmt)
+            order = (0, 1, *(2 + a for a in settings.spatial_order))  # the network's layout
+            x0 = image.permute(order).to(_dev()).contiguous(memory_format=fmt)
+            m = mask.permute(order).to(_dev()).contiguous(memory_format=fmt)
+            n = settings.micro_batches
             dtype = torch.bfloat16 if variant.autocast == "bf16" else None
 
             def step():
-                t = torch.randint(0, settings.timesteps, (1,), device=_dev())
-                noise = torch.randn_like(x0)
-                x_t = sched.add_noise(original_samples=x0, noise=noise, timesteps=t)
-                with torch.autocast(_dev(), dtype=dtype, enabled=dtype is not None):
-                    pred = net(torch.cat([x_t, m], dim=1), t).float()
-                F.l1_loss(pred, noise).backward()
+                for _ in range(n):  # Med-DDPM's gradient accumulation (micro_batches)
+                    t = torch.randint(0, settings.timesteps, (1,), device=_dev())
+                    noise = torch.randn_like(x0)
+                    x_t = sched.add_noise(original_samples=x0, noise=noise, timesteps=t)
+                    with torch.autocast(_dev(), dtype=dtype, enabled=dtype is not None):
+                        pred = net(torch.cat([x_t, m], dim=1), t).float()
+                    loss = F.l1_loss(pred, noise)
+                    (loss / n if n > 1 else loss).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             samples = _events_loop(step, warmup, repeat)

@@ -98,9 +98,9 @@ def test_two_networks_on_one_system_stay_apart_and_are_compared(tmp_path):
     here, 2 micro-batches) on one system: speedups and claims inside each network's own series, never across; the
     comparison table pairs them per configuration, layout conversions also per micro-batch."""
     loaded = []
-    for run, network, steps in (("reference run (H200, 2026-11-30)", None, {"baseline": 100.0, "tf32": 25.0,
-                                                                             "channels_last_3d": 90.0}),
-                                ("measured", "med_ddpm", {"baseline": 300.0, "tf32": 100.0, "channels_last_3d": 250.0})):
+    monai = {"baseline": 100.0, "tf32": 25.0, "channels_last_3d": 90.0}
+    med_ddpm = {"baseline": 300.0, "tf32": 100.0, "channels_last_3d": 250.0}
+    for run, network, steps in (("reference run (H200, 2026-11-30)", None, monai), ("measured", "med_ddpm", med_ddpm)):
         for conf, step in steps.items():
             path = _fake(tmp_path / run.split()[0], "h200", conf, step=step)
             r = json.loads(path.read_text())
