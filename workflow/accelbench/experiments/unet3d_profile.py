@@ -553,7 +553,8 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
             {"train_step": train.energy, "sample_step": sample.energy}, "train_step",
             {"training_step": ("train_step", 1, "J/training step", 1, "measured"),
              "sample": ("sample_step", 1, f"J/{settings.timesteps}-step sample", settings.timesteps, "projection")},
-            {"volumes_per_s_per_w": (settings.batch_size / (train.median / 1e3), "train_step", "volumes/s/W")},
+            {"volumes_per_s_per_w": (settings.batch_size * settings.micro_batches / (train.median / 1e3),
+                                     "train_step", "volumes/s/W")},
             step_ms=train.median),
     })
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
