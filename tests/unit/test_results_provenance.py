@@ -14,7 +14,7 @@ def test_provenance_fields():
         assert key in hw
     assert env["software"]["libraries"]["torch"] and env["software"]["python"]
     assert set(env["git"]) == {"commit", "branch", "dirty"} and env["git"]["commit"]  # tests run in the checkout
-    assert set(env["container"]) == {"image", "runtime"}
+    assert set(env["container"]) == {"image", "runtime", "image_id", "base", "base_digest"}
     assert env["host"] and env["timestamp_utc"].endswith("+00:00") and env["config"] == {"k": 1}
     assert provenance.hardware_label(env).startswith("CPU: ")
     assert "torch" in provenance.software_label(env)
@@ -32,9 +32,37 @@ def test_labels_for_gpu_environment():
     assert provenance.software_label(env) == "torch 2.11.0, CUDA 13.0, cuDNN 91300, driver 580.159.04"
 
 
-def test_container_detection(monkeypatch):
+def test_container_detection(monkeypatch, tmp_path):
+    for name in ("ACCELBENCH_IMAGE", "ACCELBENCH_IMAGE_ID", "ACCELBENCH_BASE", "ACCELBENCH_BASE_DIGEST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(provenance, "CONTAINERENV", tmp_path / "none")
     monkeypatch.setenv("APPTAINER_CONTAINER", "/images/accelbench-cuda.sif")
-    assert provenance.container_info() == {"image": "/images/accelbench-cuda.sif", "runtime": "apptainer"}
+    assert provenance.container_info() == {"image": "/images/accelbench-cuda.sif", "runtime": "apptainer",
+                                           "image_id": None, "base": None, "base_digest": None}
+
+
+def test_container_names_image_id_and_base_digest(monkeypatch, tmp_path):
+    """The recipes set ACCELBENCH_BASE (and BASE_DIGEST for an unpinned base); the run passes the image's ID, or
+    podman's /run/.containerenv has it (privileged containers)."""
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
+    monkeypatch.delenv("ACCELBENCH_IMAGE_ID", raising=False)
+    monkeypatch.setenv("ACCELBENCH_IMAGE", "accelbench-cuda:0.1.0")
+    monkeypatch.setenv("ACCELBENCH_BASE", "pytorch/pytorch:2.6.0@sha256:77f1")
+    monkeypatch.setenv("ACCELBENCH_BASE_DIGEST", "")
+    envfile = tmp_path / ".containerenv"
+    envfile.write_text('engine="podman-4.3.1"\nimage="localhost/accelbench-cuda:cpu"\nimageid="9a1b"\n')
+    monkeypatch.setattr(provenance, "CONTAINERENV", envfile)
+    info = provenance.container_info()
+    assert info["image_id"] == "9a1b" and info["base_digest"] == "sha256:77f1" and info["image"] == "accelbench-cuda:0.1.0"
+    assert info["runtime"] in ("podman", "docker")  # docker when this test itself runs under docker
+    envfile.write_text("")  # unprivileged podman: empty; the run command's ACCELBENCH_IMAGE_ID wins anyway
+    monkeypatch.setenv("ACCELBENCH_IMAGE_ID", "sha256:c0ffee")
+    monkeypatch.setenv("ACCELBENCH_BASE", "localhost/debian:bookworm")
+    monkeypatch.setenv("ACCELBENCH_BASE_DIGEST", "sha256:beef")
+    info = provenance.container_info()
+    assert (info["image_id"], info["base"], info["base_digest"]) == ("sha256:c0ffee", "localhost/debian:bookworm",
+                                                                     "sha256:beef")
 
 
 def _result(status="ok", reason=None):

@@ -108,13 +108,41 @@ _PIN = re.compile(r"""["']?([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([A-Za-z
 _PROJECT = re.compile(r"pip3? install\b[^&;|]*\s-e\s+\.(\s|$)|pip3? install\b[^&;|]*\s\.(\s|$)")
 
 
-def _pip_facts(lines: list[str]) -> tuple[dict[str, str], bool]:
+_INSTALL_SH = re.compile(r"(?:^|[\s/])install\.sh\s+(deps|project|all)\b(.*)")
+
+
+def _pip_facts(lines: list[str], folder: Path) -> tuple[dict[str, str], bool]:
+    """Pins and whether the project is installed, from ``pip install`` lines and calls of ``containers/install.sh``
+    (its PIN arguments, plus what the script's own ``pip`` lines install in the phases called)."""
     pins, project = {}, False
     for line in lines:
-        if re.search(r"\bpip3? install\b", line):
+        if re.search(r"\bpip3? install\b|\bpip_install\b", line):
             pins.update({name.lower(): ver for name, ver in _PIN.findall(line)})
-            project = project or bool(_PROJECT.search(line + " "))
+            project = project or bool(_PROJECT.search(line + " ") or re.search(r"pip_install\b.*\s-e\s+\.(\s|$)",
+                                                                                 line + " "))
+        call = _INSTALL_SH.search(line)
+        if call:
+            phase, rest = call.groups()
+            pins.update({name.lower(): ver for name, ver in _PIN.findall(rest)})
+            script = install_script(folder)
+            if phase in ("project", "all"):
+                own, installs = _pip_facts(_shell_function(script, "project"), folder)
+                pins.update(own)
+                project = project or installs
     return pins, project
+
+
+def install_script(folder: Path) -> Path:
+    """``containers/install.sh`` seen from a recipe's folder (``containers/<image>/``)."""
+    return Path(folder).parent / "install.sh"
+
+
+def _shell_function(script: Path, name: str) -> list[str]:
+    """The lines of shell function ``name() { ... }`` in ``script`` (a missing script or function: none)."""
+    if not script.is_file():
+        return []
+    m = re.search(rf"^{name}\(\)\s*\{{\n(.*?)^\}}", script.read_text(), flags=re.S | re.M)
+    return [ln.strip() for ln in m.group(1).splitlines()] if m else []
 
 
 def parse_dockerfile(path: str | Path) -> Recipe:
@@ -134,8 +162,9 @@ def parse_dockerfile(path: str | Path) -> Recipe:
         word = word.upper()
         rest = re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), rest.strip())
         if word == "ARG":
-            name, _, default = rest.partition("=")
-            args[name.strip()] = default.strip().strip('"')
+            name, eq, default = rest.partition("=")
+            if eq or name.strip() not in args:  # `ARG X` after FROM re-declares X, keeping its default
+                args[name.strip()] = default.strip().strip('"')
         elif word == "FROM":
             if base is not None:
                 raise ConfigError(f"{path}: more than one FROM (multi-stage builds are not checked)")
@@ -144,7 +173,7 @@ def parse_dockerfile(path: str | Path) -> Recipe:
             run_lines += [part.strip() for part in re.split(r"&&|;", rest)]
     if base is None:
         raise ConfigError(f"{path}: no FROM instruction")
-    pins, project = _pip_facts(run_lines)
+    pins, project = _pip_facts(run_lines, path.parent)
     return Recipe(path, base, args, pins, project)
 
 
@@ -209,7 +238,7 @@ def parse_apptainer_def(path: str | Path) -> Recipe:
     body = [substitute(line) for line in sections.get("post", [])]
     for name in ("environment", "labels", "files"):
         [substitute(line) for line in sections.get(name, [])]
-    pins, project = _pip_facts(body)
+    pins, project = _pip_facts(body, path.parent)
     return Recipe(path, substitute(header.get("from", "")), args, pins, project)
 
 
@@ -298,4 +327,57 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
         if system.image not in facts or not (containers_dir / system.image / "Dockerfile").is_file():
             problems.append(f"system {name!r} names image {system.image!r}, which is not in {containers_dir} "
                             f"(have {sorted(facts)})")
+    return problems
+
+
+# --------------------------------------------------------------------------- what a built image holds
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_installed(installed: dict[str, str], python: str, image: str, containers_dir: str | Path,
+                    constraints: str | Path | None = None, build: str | None = None) -> list[str]:
+    """Every contradiction between what a built image holds and ``containers/versions.yaml`` (and constraints.txt).
+
+    Args:
+        installed: ``{distribution: version}`` as pip lists them inside the image (``pip list --format=json``).
+        python: the image's Python version (``3.11.2``).
+        image: the recipe folder (``cuda``, ``habana``).
+        build: a build of that recipe described under ``<image>.<build>`` in versions.yaml (``cpu_build``: the CPU
+            image CI builds from the CUDA recipe), whose ``python`` and ``torch`` replace the image's; None: the
+            image as released.
+        constraints: the constraints file the install used; a package it pins must have that version when present.
+
+    Checked: Python (major.minor), torch (release, without a local label such as ``+cpu``), every ``pins`` and
+    ``resolved`` version, the project at pyproject's version.
+
+    Returns:
+        One message per contradiction, naming the package, the image's version and the file's; empty when none.
+    """
+    containers_dir = Path(containers_dir)
+    facts = yaml.safe_load((containers_dir / "versions.yaml").read_text())[image]
+    want = {**facts, **(facts.get(build) or {})} if build else facts
+    have = {_norm(k): v for k, v in installed.items()}
+    where = f"versions.yaml {image}" + (f".{build}" if build else "")
+    problems = []
+    if ".".join(python.split(".")[:2]) != str(want["python"]):
+        problems.append(f"{image} image: Python {python}, {where} says {want['python']}")
+    torch = have.get("torch")
+    if torch is None or Version(torch).public != str(want["torch"]):
+        problems.append(f"{image} image: torch {torch}, {where} says {want['torch']}")
+    expected = {**{k: (str(v), "pins") for k, v in want.get("pins", {}).items()},
+                **{k: (str(v), "resolved") for k, v in (want.get("resolved") or {}).items()}}
+    for name, (version, key) in expected.items():
+        if have.get(_norm(name)) != version:
+            problems.append(f"{image} image: {name} {have.get(_norm(name), 'not installed')}, "
+                            f"{where} {key} says {version}")
+    for line in Path(constraints).read_text().splitlines() if constraints else []:
+        name, sep, version = line.split("#")[0].strip().partition("==")
+        if sep and _norm(name) in have and have[_norm(name)] != version.strip():
+            problems.append(f"{image} image: {name.strip()} {have[_norm(name)]}, {Path(constraints).name} says "
+                            f"{version.strip()}")
+    project = tomllib.loads((containers_dir.parent / "pyproject.toml").read_text())["project"]
+    if have.get(_norm(project["name"])) != project["version"]:
+        problems.append(f"{image} image: {project['name']} {have.get(_norm(project['name']), 'not installed')}, "
+                        f"pyproject.toml says {project['version']}")
     return problems

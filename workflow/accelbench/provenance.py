@@ -40,14 +40,40 @@ def git_info(cwd: str | Path | None = None) -> dict:
             "dirty": bool(status) if status is not None else None}
 
 
+CONTAINERENV = Path("/run/.containerenv")  # podman writes it into every container (the image's ID when privileged)
+
+
 def container_info() -> dict:
-    """The container this process runs in, if any (Apptainer/Singularity, Docker, or ACCELBENCH_IMAGE)."""
-    image = (os.environ.get("ACCELBENCH_IMAGE") or os.environ.get("APPTAINER_CONTAINER")
-             or os.environ.get("SINGULARITY_CONTAINER"))
-    runtime = ("apptainer" if os.environ.get("APPTAINER_CONTAINER") else
-               "singularity" if os.environ.get("SINGULARITY_CONTAINER") else
-               "docker" if Path("/.dockerenv").exists() else None)
-    return {"image": image, "runtime": runtime}
+    """The container this process runs in, if any (Apptainer/Singularity, Docker, Podman, or ACCELBENCH_IMAGE).
+
+    Returns ``{"image", "runtime", "image_id", "base", "base_digest"}``: ``image`` is the name the recipe gives
+    (``ACCELBENCH_IMAGE``) or the running container's; ``image_id`` the ID of the image the process runs in
+    (``ACCELBENCH_IMAGE_ID``, which ``containers/README.md``'s run command passes, else ``imageid`` of podman's
+    /run/.containerenv); ``base`` the FROM image (``ACCELBENCH_BASE``, the recipes' ``BASE`` build argument) and
+    ``base_digest`` its digest: the ``@sha256:`` of ``base`` when pinned by one, else ``ACCELBENCH_BASE_DIGEST``
+    (a locally made base: its image ID). A value nobody knows is None.
+    """
+    env = os.environ
+    podman = _containerenv()
+    image = env.get("ACCELBENCH_IMAGE") or env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER")
+    runtime = ("apptainer" if env.get("APPTAINER_CONTAINER") else
+               "singularity" if env.get("SINGULARITY_CONTAINER") else
+               "docker" if Path("/.dockerenv").exists() else
+               "podman" if podman is not None else None)
+    base = env.get("ACCELBENCH_BASE") or None
+    digest = base.partition("@")[2] if base and "@sha256:" in base else env.get("ACCELBENCH_BASE_DIGEST") or None
+    return {"image": image, "runtime": runtime,
+            "image_id": env.get("ACCELBENCH_IMAGE_ID") or (podman or {}).get("imageid") or None,
+            "base": base, "base_digest": digest}
+
+
+def _containerenv() -> dict | None:
+    """``key="value"`` lines of podman's /run/.containerenv (empty unless privileged); None outside podman."""
+    try:
+        text = CONTAINERENV.read_text()
+    except OSError:
+        return None
+    return {k.strip(): v.strip().strip('"') for k, _, v in (ln.partition("=") for ln in text.splitlines()) if v}
 
 
 def _cpu_model() -> str | None:
