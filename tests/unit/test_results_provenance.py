@@ -54,7 +54,8 @@ def test_container_names_image_id_and_base_digest(monkeypatch, tmp_path):
     envfile.write_text('engine="podman-4.3.1"\nimage="localhost/accelbench-cuda:cpu"\nimageid="9a1b"\n')
     monkeypatch.setattr(provenance, "CONTAINERENV", envfile)
     info = provenance.container_info()
-    assert info["image_id"] == "9a1b" and info["base_digest"] == "sha256:77f1" and info["image"] == "accelbench-cuda:0.1.0"
+    assert info["image_id"] == "9a1b" and info["base_digest"] == "sha256:77f1"
+    assert info["image"] == "accelbench-cuda:0.1.0"
     assert info["runtime"] in ("podman", "docker")  # docker when this test itself runs under docker
     envfile.write_text("")  # unprivileged podman: empty; the run command's ACCELBENCH_IMAGE_ID wins anyway
     monkeypatch.setenv("ACCELBENCH_IMAGE_ID", "sha256:c0ffee")
