@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -173,6 +174,9 @@ def built_image(podman_env, debian_base, wheelhouse) -> str:
                f"--build-arg WHEELHOUSE=/wheels -v {folder}:/wheels:ro")
     timed("image_build_s", ["bash", "-c", insert_after(build, "build", offline)], cwd=REPO, env=podman_env,
           timeout=2400)
+    commit = sh(["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", tag],
+                env=podman_env).stdout
+    assert f"ACCELBENCH_GIT_COMMIT={sh(['git', 'rev-parse', 'HEAD'], cwd=REPO).stdout.strip()}" in commit, commit
     image_id = sh(["podman", "image", "inspect", "-f", "{{.Id}}", tag], env=podman_env).stdout.strip()
     if old and old != image_id:  # the previous build of this tag: removed with its layers, unless a container uses it
         subprocess.run(["podman", "rmi", old], capture_output=True, env=podman_env)
@@ -194,15 +198,22 @@ def test_image_holds_what_versions_yaml_says(podman_env, built_image):
 
 
 @pytest.mark.timeout(3600)
-def test_tiny_dag_runs_in_the_image_without_network(podman_env, built_image, debian_base, tmp_path):
+def test_tiny_dag_runs_in_the_image_without_network(podman_env, built_image, debian_base):
     """The README's run command (with --network none): the tiny DAG, results on the host naming the image."""
+    with tempfile.TemporaryDirectory(prefix="accelbench-image-run-") as folder:  # not pruned by other pytest runs
+        check_dag_in_image(podman_env, built_image, debian_base, Path(folder))
+
+
+def check_dag_in_image(podman_env, built_image, debian_base, tmp_path: Path):
     _, run = readme_commands()
     assert "config/examples/tiny.yaml" in run
     timed("dag_in_image_s", ["bash", "-c", insert_after(run, "run", "--network none")], cwd=tmp_path,
           env=podman_env, timeout=2400)
     found = sorted((tmp_path / "results").rglob("result.json"))
     assert found, f"no result.json under {tmp_path / 'results'}"
-    head = sh(["git", "rev-parse", "HEAD"], cwd=REPO).stdout.strip()
+    env = sh(["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", built_image],
+             env=podman_env).stdout
+    head = re.search(r"^ACCELBENCH_GIT_COMMIT=(\S+)$", env, flags=re.M).group(1)  # the build's HEAD
     base, digest = debian_base
     for path in found:
         result = json.loads(path.read_text())
