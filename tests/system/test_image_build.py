@@ -20,7 +20,7 @@ pyproject.toml and constraints.txt are unchanged. Packages (podman, runc, mmdebs
 ACCELBENCH_CI_APT=1 (.ci/run sets it) as root; elsewhere a machine without them skips with the reason. This host needs
 runc and explicit ulimits (crun fails on its hybrid cgroups and rlimits): they go in a containers.conf of the test
 (CONTAINERS_CONF), so the README's commands run as written. Each step's seconds are written to
-``<cache>/timings.json``.
+``<cache>/timings.json``, Snakemake's output of the run in the image to ``<cache>/dag_in_image.log``.
 """
 
 from __future__ import annotations
@@ -207,8 +207,9 @@ def test_tiny_dag_runs_in_the_image_without_network(podman_env, built_image, deb
 def check_dag_in_image(podman_env, built_image, debian_base, tmp_path: Path):
     _, run = readme_commands()
     assert "config/examples/tiny.yaml" in run
-    timed("dag_in_image_s", ["bash", "-c", insert_after(run, "run", "--network none")], cwd=tmp_path,
-          env=podman_env, timeout=2400)
+    proc = timed("dag_in_image_s", ["bash", "-c", insert_after(run, "run", "--network none")], cwd=tmp_path,
+                 env=podman_env, timeout=2400)
+    (CACHE / "dag_in_image.log").write_text(proc.stdout + proc.stderr)  # Snakemake's log of the last run, kept
     found = sorted((tmp_path / "results").rglob("result.json"))
     assert found, f"no result.json under {tmp_path / 'results'}"
     env = sh(["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", built_image],
