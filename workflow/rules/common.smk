@@ -2,6 +2,8 @@
 import hashlib
 import json
 import re
+import shutil
+import sys
 from pathlib import Path
 
 import os
@@ -38,8 +40,33 @@ CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
 
 # Rules run in the system's image under --software-deployment-method apptainer (see containers/).
 CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent
+
+
+class ApptainerWhenRun(set):
+    """The deployment methods, asked by Snakemake once it knows whether this is a dry run: a real run checks the
+    container command here (require_apptainer: one line with the fix), a dry run without it plans without containers
+    (a login node without Apptainer plans any system; only a real run needs it)."""
+
+    noted = False
+
+    def __contains__(self, method):
+        if method is not DeploymentMethod.APPTAINER or not set.__contains__(self, method):
+            return set.__contains__(self, method)
+        if workflow.executor_plugin is None:  # still parsing the workflow
+            return True
+        if workflow.dryrun and not shutil.which("singularity"):
+            if not ApptainerWhenRun.noted:
+                ApptainerWhenRun.noted = True
+                print("accelbench: dry run on a host without `singularity`/`apptainer`: planned without containers; "
+                      "a real run with --software-deployment-method apptainer needs it", file=sys.stderr)
+            return False
+        if not workflow.dryrun:
+            require_apptainer(CONTAINER, "every rule of this workflow (e.g. unet3d_profile)")
+        return True
+
+
 if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
-    require_apptainer(CONTAINER, "every rule of this workflow (e.g. unet3d_profile)")
+    workflow.deployment_settings.deployment_method = ApptainerWhenRun(workflow.deployment_settings.deployment_method)
     os.environ.update(apptainer_environment(SYSTEM, Path.cwd()))  # --nv (CUDA); /dev/accel, HABANA_* (Gaudi)
 
 
