@@ -200,13 +200,18 @@ def test_apptainer_check_matches_what_snakemake_runs(monkeypatch, tmp_path, comm
 
 
 @pytest.mark.skipif(bool(shutil.which("singularity")), reason="apptainer (singularity) is installed")
-def test_dag_with_apptainer_but_none_installed_stops_before_any_rule(tmp_path, tiny_config):
+def test_dag_with_apptainer_but_none_installed_plans_and_a_real_run_stops_before_any_rule(tmp_path, tiny_config):
+    """A dry run plans on a host without apptainer (a login node), saying so; a real run stops before any rule."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-n",
-                           "--software-deployment-method", "apptainer", "-d", str(tmp_path),
-                           "--configfile", str(tmp_path / "config.yaml")], capture_output=True, text=True, timeout=300)
+    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1",
+            "--software-deployment-method", "apptainer", "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    dry = subprocess.run([*base, "-n"], capture_output=True, text=True, timeout=300)
+    out = dry.stdout + dry.stderr
+    assert dry.returncode == 0 and "This was a dry-run" in out, out[-2000:]
+    assert "planned without containers" in out
+    proc = subprocess.run(base, capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "neither `singularity` nor `apptainer` is on PATH" in out
+    assert proc.returncode != 0 and "neither `singularity` nor `apptainer` is on PATH" in out, out[-2000:]
     assert "accelbench-cuda:0.1.0" in out and not (tmp_path / "results").exists()
 
 
