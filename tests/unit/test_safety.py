@@ -143,6 +143,55 @@ def test_device_lock_waits_and_says_who_holds_it(tmp_path, monkeypatch, caplog):
         holder.join(30)
 
 
+def test_lock_wait_is_printed_on_the_notice_fd_with_who_holds_it(tmp_path, monkeypatch):
+    """The waiting job names the holder (pid, host, checkout, job) on the terminal fd the rules give it (3>&2)."""
+    import socket
+
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path))
+    read, write = os.pipe()
+    monkeypatch.setenv(locks.NOTICE_FD, str(write))
+    monkeypatch.setattr(locks, "_notice_fd", None)  # restored after the test
+    assert locks.claim_notice_fd() == write and locks.NOTICE_FD not in os.environ  # ranks do not inherit it
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        import threading
+
+        threading.Timer(1.5, release.set).start()
+        with locks.device_lock("cpu", "results/cpu/waiter/result.json"):
+            pass
+        os.close(write)
+        text = os.read(read, 65536).decode()
+    finally:
+        release.set()
+        holder.join(30)
+    first = text.splitlines()[0]
+    assert first.startswith("accelbench: results/cpu/waiter/result.json: waiting 0 s for "), text
+    assert f"pid {holder.pid} on {socket.gethostname()}, checkout {os.getcwd()} (results/cpu/holder/result.json)" \
+        in first, text
+    assert "got " in text.splitlines()[-1], text
+
+
+def test_known_unsupported_job_does_not_wait_for_the_device_lock(tmp_path, monkeypatch, systems):
+    """ncu on a CPU is `unsupported` before any measurement: the job writes it without taking the lock."""
+    from accelbench import harness, registry
+
+    def no_lock(*args, **kwargs):
+        raise AssertionError("a job that only writes `unsupported` took the machine-wide lock")
+
+    monkeypatch.setattr(locks, "device_lock", no_lock)
+    out = tmp_path / "results/cpu/unet3d_ncu/whole_head/tf32/result.json"
+    spec = {"system": systems["cpu"].to_dict(), "model": "whole_head", "configuration": "tf32", "ncu": {}}
+    ctx = harness.JobContext(registry.get("unet3d_ncu"), spec, "spec.json", None, systems["cpu"], out,
+                             inputs={"profile_result": str(tmp_path / "missing/result.json")})
+    result = harness.run_job(ctx)
+    assert result["status"] == "unsupported" and "Nsight Compute profiles NVIDIA GPUs" in result["reason"]
+    assert json.loads(out.read_text())["status"] == "unsupported"
+
+
 def test_device_set_names():
     assert locks.device_set("cpu", {}) == "cpu"
     assert locks.device_set("cuda", {"CUDA_VISIBLE_DEVICES": "0,1"}) == "cuda-0,1"

@@ -343,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     from .quiet import install
 
     install()  # known-harmless library warnings (accelbench.quiet.KNOWN_HARMLESS) stay out of the job logs
+    from .locks import claim_notice_fd
+
+    claim_notice_fd()  # lock waits go to the run's terminal (fd 3 of the measurement rules' shell lines)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

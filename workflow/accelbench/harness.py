@@ -10,7 +10,9 @@ One sequence, for every experiment of the registry (:mod:`accelbench.registry`):
    spec (the rule resolved it from ``config/systems/``).
 3. **Device check** (:func:`accelbench.systems.require_backend`): the backend the system names must be here; a
    mismatch stops the job with one line.
-4. **Lock** (:mod:`accelbench.locks`): one measurement per device set at a time, machine-wide.
+4. **Lock** (:mod:`accelbench.locks`): one measurement per device set at a time, machine-wide. A job whose outcome
+   is known to be ``unsupported`` without measuring (the module's optional ``unsupported_outcome(settings, ctx)``,
+   e.g. TF32 on a CPU, ncu without ``ncu``) writes it without waiting for the lock.
 5. **Supersede** (:func:`accelbench.results.superseding`): an old result and its side files are moved aside, never
    deleted, and put back if this job fails (or, after a kill, by the next run of the job: the journal ``.redo.json``).
 6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
@@ -27,6 +29,7 @@ An experiment module therefore has no launching and no file writing of its own. 
         def from_spec(cls, spec: dict, system) -> "Settings": ...
     def run(settings, ctx: JobContext) -> Outcome: ...
     def run_rank(settings, ctx: JobContext) -> dict: ...   # only experiments whose registry entry has ranks=True
+    def unsupported_outcome(settings, ctx) -> Outcome | None: ...  # optional: `unsupported` known without measuring
 
 Errors the user can act on raise :class:`~accelbench.errors.AccelbenchError` (one line, exit status 2).
 """
@@ -181,14 +184,14 @@ def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
 
 
 @contextlib.contextmanager
-def guarded(ctx: JobContext) -> Iterator[None]:
-    """Hold the device lock and supersede the old result for the body: a finished result and its side files are
-    moved aside first (never overwritten, never deleted, for any user) and put back if the job fails; SIGTERM
-    restores them like Ctrl-C."""
+def guarded(ctx: JobContext, lock: bool = True) -> Iterator[None]:
+    """Hold the device lock (unless ``lock`` is False: nothing is measured) and supersede the old result for the
+    body: a finished result and its side files are moved aside first (never overwritten, never deleted, for any
+    user) and put back if the job fails; SIGTERM restores them like Ctrl-C."""
     from . import locks, results
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
-    with locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)), \
+    with (locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)) if lock else contextlib.nullcontext()), \
             results.superseding(ctx.out, ctx.system.name, ctx.experiment.name):
         yield
 
@@ -224,6 +227,11 @@ def run_job(ctx: JobContext) -> dict:
         import torch
 
         torch.set_num_threads(ctx.threads)
+    known = getattr(module, "unsupported_outcome", None)
+    known = known(settings, ctx) if known else None
+    if known is not None:  # only `unsupported` is written (TF32 on a CPU, ncu without ncu): no device lock to wait for
+        with guarded(ctx, lock=False):
+            return write_outcome(ctx, known)
     with guarded(ctx):
         outcome = module.run(settings, ctx)
         return write_outcome(ctx, outcome)

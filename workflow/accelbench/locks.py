@@ -3,9 +3,9 @@
 Snakemake schedules the jobs of one run so that they do not overlap (each measurement job asks for every core), but
 two runs in one folder with different targets, or two checkouts on one machine, know nothing of each other. Every
 measurement command (``unet3d-profile``, ``unet3d-ncu``, ``sr3-train``, ``lora-finetune``, ``llm-quant``) therefore
-holds an exclusive ``fcntl.flock`` on ``<lock dir>/accelbench-<device set>.lock`` while it runs; a second one logs who
-holds it and waits. The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a
-cluster node). The kernel drops the lock when the holder exits, killed or not: no stale lock survives.
+holds an exclusive ``fcntl.flock`` on ``<lock dir>/accelbench-<device set>.lock`` while it runs; a second one says who
+holds it (pid, host, checkout, job) and waits, saying so in its log and on the terminal of the run (:func:`notice`).
+The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a cluster node). The kernel drops the lock when the holder exits, killed or not: no stale lock survives.
 
 Device set: ``cpu`` (the whole host), ``cuda-<ids>``, ``hpu-<ids>``: the ids of ``CUDA_VISIBLE_DEVICES`` /
 ``HABANA_VISIBLE_MODULES`` as a sorted set (``1,0`` and ``0, 1`` are ``0,1``), or ``all`` when the variable is unset.
@@ -73,6 +73,39 @@ def _open(path: Path) -> int:
                               f"to a folder every measurement job of this machine can write") from None
 
 
+NOTICE_FD = "ACCELBENCH_NOTICE_FD"
+_notice_fd: int | None = None
+
+
+def claim_notice_fd(environ: dict | None = None) -> int | None:
+    """Take over the descriptor named by ``$ACCELBENCH_NOTICE_FD`` (called once when a command starts; the workflow
+    sets 3, and the measurement rules' shell lines point fd 3 at Snakemake's stderr, ``3>&2``, before sending the
+    job's own output to its log). The variable is removed, so that processes this one starts (ranks, ncu) never
+    write to whatever their own fd 3 is. Returns the descriptor, or None (not set, or not open)."""
+    global _notice_fd
+    env = os.environ if environ is None else environ
+    fd = env.pop(NOTICE_FD, "")
+    _notice_fd = None
+    if fd.isdigit():
+        try:
+            os.fstat(int(fd))
+            _notice_fd = int(fd)
+        except OSError:
+            pass
+    return _notice_fd
+
+
+def notice(message: str) -> None:
+    """Log ``message`` and print it where the user sees it: the terminal of the run (:func:`claim_notice_fd`), or
+    only the log where none was given."""
+    log.warning(message)
+    if _notice_fd is not None:
+        try:
+            os.write(_notice_fd, f"accelbench: {message}\n".encode())
+        except OSError:
+            pass
+
+
 @contextlib.contextmanager
 def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]:
     """Hold the machine-wide lock of ``devices`` while the body runs; wait for it (saying why) if another job holds
@@ -105,18 +138,18 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if waited == 0 or waited % poll_s < 1:
                 holder = os.pread(blocked[0], 4096, 0).decode(errors="replace").strip() or "another process"
-                log.warning("waiting for %s: %s measures on the same devices (%s); timings would be disturbed",
-                            blocked[1], holder, devices)
+                notice(f"{what}: waiting {waited:.0f} s for {blocked[1]}: {holder} measures on the same devices "
+                       f"({devices}); timings would be disturbed")
             time.sleep(1.0)
             waited += 1.0
-        note = (f"pid {os.getpid()} on {socket.gethostname()} ({what}) since "
+        note = (f"pid {os.getpid()} on {socket.gethostname()}, checkout {os.getcwd()} ({what}) since "
                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n").encode()
         for fd, mode, _ in fds:
             if mode == fcntl.LOCK_EX:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, note, 0)
         if waited:
-            log.info("got %s after %.0f s", files[-1][0], waited)
+            notice(f"{what}: got {files[-1][0]} after {waited:.0f} s")
         yield files[-1][0]
     finally:
         for fd, mode, _ in fds:

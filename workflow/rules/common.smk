@@ -35,6 +35,9 @@ SYSTEM = resolve_system(config["system"], SYSTEMS)
 # The backend is checked where jobs run: before the first job of a local run (`onstart` in cluster.smk) and inside
 # every job on its node; planning (`-n`, `--report`) and Slurm submission from a login node without one work.
 RESULTS = config["results_dir"]
+# Measurement jobs print what they wait for (the machine-wide device lock, accelbench.locks.notice) on fd 3, which
+# their shell lines point at the terminal (`3>&2`) before sending their own output to the job's log.
+os.environ["ACCELBENCH_NOTICE_FD"] = "3"
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
 CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
 

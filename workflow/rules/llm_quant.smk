@@ -20,7 +20,7 @@ rule llm_quant_sensitivity:
         CONTAINER
     shell:
         "accelbench llm-quant --stage sensitivity --spec {params.spec:q} {params.model_dir:q}"
-        " --out {output.result:q} --threads {threads} > {log:q} 2>&1"
+        " --out {output.result:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
 
 rule llm_quant_method:
@@ -45,7 +45,7 @@ rule llm_quant_method:
         CONTAINER
     shell:
         "accelbench llm-quant --stage method --spec {params.spec:q} {params.model_dir:q}"
-        " --sensitivity {input.sensitivity:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
+        " --sensitivity {input.sensitivity:q} --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
 
 rule study_b_quant_aggregate:

@@ -22,7 +22,7 @@ rule lora_finetune:
     container:
         CONTAINER
     shell:
-        "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} > {log:q} 2>&1"
+        "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
 
 # Study B's faithful series (the job files' runtime, experiments/lora/series.py) and the measured variants of ours

@@ -32,7 +32,7 @@ rule sr3_train:
         CONTAINER
     shell:
         "accelbench sr3-train --spec {params.spec:q} --data {input.data:q} --out {output:q} --threads {threads}"
-        " > {log:q} 2>&1"
+        " 3>&2 > {log:q} 2>&1"
 
 
 rule study_b_sr3_aggregate:

@@ -16,7 +16,7 @@ rule unet3d_profile:
         CONTAINER
     shell:
         "accelbench unet3d-profile --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
-        " --out {output:q} --threads {threads} > {log:q} 2>&1"
+        " --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
 
 # Study A at the hardware-counter level: ncu replays the top kernels of the profiled step (unsupported without ncu).
@@ -38,4 +38,4 @@ rule unet3d_ncu:
         CONTAINER
     shell:
         "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
-        " --profile-result {input.profile:q} --out {output:q} > {log:q} 2>&1"
+        " --profile-result {input.profile:q} --out {output:q} 3>&2 > {log:q} 2>&1"

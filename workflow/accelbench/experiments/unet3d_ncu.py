@@ -79,17 +79,10 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
         kernel_table: the configuration's ``kernels.csv`` from ``unet3d_profile`` (None: it did not run).
         spec_file: the job's spec file, passed to the replayed ``unet3d-step`` (None: ``spec`` inline, for tests).
     """
-    variant = VARIANTS[spec["configuration"]]
-    if not backends.get(system.backend).nsight_compute:
-        return _unsupported(f"Nsight Compute profiles NVIDIA GPUs; system {system.name!r} has backend {system.backend!r}")
-    reason = unsupported_reason(variant, system)
+    reason = known_unsupported_reason(spec, system, kernel_table)
     if reason:
         return _unsupported(reason)
-    if kernel_table is None or not Path(kernel_table).exists():
-        return _unsupported("the configuration has no torch.profiler kernel table (its unet3d_profile result is not ok)")
     exe = ncu.ncu_path()
-    if exe is None:
-        return _unsupported("ncu (Nsight Compute) not found on PATH")
     import torch
 
     cc = "{}.{}".format(*torch.cuda.get_device_capability(0))
@@ -196,6 +189,21 @@ def _ncu_pass(exe: str, metrics: dict[str, str], program: list[str], kernel_name
     return cmd, kernels, None
 
 
+def known_unsupported_reason(spec: dict, system, kernel_table: str | None) -> str | None:
+    """Why this configuration cannot be profiled here, known before touching the device (None: try it): no NVIDIA
+    backend, a precision the system lacks, no kernel table from unet3d_profile, no ``ncu`` on PATH."""
+    if not backends.get(system.backend).nsight_compute:
+        return f"Nsight Compute profiles NVIDIA GPUs; system {system.name!r} has backend {system.backend!r}"
+    reason = unsupported_reason(VARIANTS[spec["configuration"]], system)
+    if reason:
+        return reason
+    if kernel_table is None or not Path(kernel_table).exists():
+        return "the configuration has no torch.profiler kernel table (its unet3d_profile result is not ok)"
+    if ncu.ncu_path() is None:
+        return "ncu (Nsight Compute) not found on PATH"
+    return None
+
+
 def _unsupported(reason: str) -> dict:
     return {"status": "unsupported", "reason": reason, "measurements": {}}
 
@@ -210,13 +218,27 @@ class Settings(dict):
         return cls(spec)
 
 
+def _kernel_table(ctx) -> str | None:
+    table = Path(ctx.inputs["profile_result"]).with_name("kernels.csv")
+    return str(table) if table.exists() else None
+
+
+def unsupported_outcome(spec: Settings, ctx) -> Outcome | None:
+    """The job's ``unsupported`` outcome when it is known without measuring (:func:`known_unsupported_reason`):
+    the harness then writes it without taking the machine-wide device lock."""
+    reason = known_unsupported_reason(dict(spec), ctx.system, _kernel_table(ctx))
+    if reason is None:
+        return None
+    ctx.artefacts["profile_result"] = str(ctx.inputs["profile_result"])
+    return Outcome("unsupported", {}, reason)
+
+
 def run(spec: Settings, ctx) -> Outcome:
     """Counters of the configuration's step (:func:`profile_counters`), selected from the kernel table beside
     ``ctx.inputs["profile_result"]``."""
 
     profile = Path(ctx.inputs["profile_result"])
-    table = profile.with_name("kernels.csv")
-    out = profile_counters(dict(spec), ctx.system, ctx.inputs["image"], ctx.inputs["mask"],
-                           str(table) if table.exists() else None, spec_file=ctx.spec_path, **spec["ncu"])
+    out = profile_counters(dict(spec), ctx.system, ctx.inputs["image"], ctx.inputs["mask"], _kernel_table(ctx),
+                           spec_file=ctx.spec_path, **spec["ncu"])
     ctx.artefacts["profile_result"] = str(profile)
     return Outcome(out["status"], out["measurements"], out["reason"])

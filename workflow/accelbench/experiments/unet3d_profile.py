@@ -578,6 +578,13 @@ class Settings:
                    VARIANTS[spec["configuration"]], dict(spec["run"]))
 
 
+def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
+    """The job's ``unsupported`` outcome when the system lacks the configuration's precision (TF32 on a CPU or
+    V100, bf16 on V100): known without measuring, so the harness writes it without taking the device lock."""
+    reason = unsupported_reason(s.variant, ctx.system)
+    return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
+
+
 def run(s: Settings, ctx) -> Outcome:
     """Profile the job's configuration (:func:`profile`) on the MRI pair ``ctx.inputs`` ``image``/``mask``; the
     kernel table (``kernels.csv``) and the Chrome trace (``trace.json.gz``) go beside the result when it is ``ok``."""
