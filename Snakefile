@@ -30,5 +30,5 @@ report: "workflow/report/workflow.rst"
 
 rule all:
     input:
-        get_final_output(),
+        get_final_output(results=False),
     default_target: True

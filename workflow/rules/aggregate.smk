@@ -2,7 +2,7 @@
 rule study_a_aggregate:
     input:
         # the counter results too: claims_vs_measured judges the counter claims as rule claims does
-        results=unet3d_profile_results() + other_systems_results("unet3d_profile") + experiment_results("unet3d_ncu"),
+        results=unet3d_profile_results() + copied_results("unet3d_profile") + experiment_results("unet3d_ncu"),
         claims=CLAIMS_A,
         validated=validated(*reads("unet3d_profile")),
     output:
@@ -55,7 +55,7 @@ rule study_a_aggregate:
 
 rule study_a_ncu_aggregate:
     input:
-        results=unet3d_ncu_results() + other_systems_results("unet3d_ncu"),
+        results=unet3d_ncu_results() + copied_results("unet3d_ncu"),
         profiles=unet3d_profile_results(),  # the step device time that ncu's bounded replay is scaled to
         claims=CLAIMS_A,
         validated=validated(*reads("unet3d_ncu")),

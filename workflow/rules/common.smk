@@ -136,6 +136,22 @@ def other_systems_results(experiment):
             and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)] + refs
 
 
+_MANIFESTS = {}
+
+
+def copied_results(experiment):
+    """other_systems_results(experiment) as one input: a manifest file (content-addressed, spec_file) listing their
+    paths and the sha256 of each. The jobs' printed `input:`/`reason:` lines then name one file instead of every
+    committed reference-run result, and a changed, added or removed result changes the manifest's name (a new input
+    file), so the aggregations still rerun. results_file expands it back into the paths. [] when there are none."""
+    if experiment not in _MANIFESTS:
+        paths = other_systems_results(experiment)
+        digests = {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
+        _MANIFESTS[experiment] = [spec_file({"manifest_of": experiment, "results": paths, "sha256": digests})] \
+            if paths else []
+    return _MANIFESTS[experiment]
+
+
 def mri_inputs(wildcards):
     stem = f"resources/mri/{wildcards.model}_{SYSTEM.scale}"
     return {"image": f"{stem}/image.nii.gz", "mask": f"{stem}/mask.nii.gz"}
@@ -396,7 +412,7 @@ def own_results(experiment):
 def experiment_results(experiment):
     """Every result of ``experiment`` an aggregation reads: this system's (when the experiment is configured) and
     those copied in from other machines."""
-    return (own_results(experiment) if experiment in config["experiments"] else []) + other_systems_results(experiment)
+    return (own_results(experiment) if experiment in config["experiments"] else []) + copied_results(experiment)
 
 
 def reads(experiment):
@@ -412,18 +428,30 @@ def validated(*experiments):
 def results_file(wildcards, input):
     """`params.results_file` of the validation and aggregation jobs: their `input.results` (which stay inputs, so
     the DAG and reruns follow every file) as a content-addressed spec file `{"results": [paths]}` (spec_file), passed
-    as `--results-file`; the shell line stays the same length however many results are copied in or committed."""
-    return spec_file({"results": [str(p) for p in input.results]})
+    as `--results-file`; the shell line stays the same length however many results are copied in or committed.
+    Manifests of copied results (copied_results) are expanded into the paths they list."""
+    paths = []
+    for p in input.results:
+        p = str(p)
+        paths += json.loads(Path(p).read_text())["results"] if p in _manifest_paths() else [p]
+    return spec_file({"results": paths})
+
+
+def _manifest_paths():
+    return {m for ms in _MANIFESTS.values() for m in ms}
 
 
 # --------------------------------------------------------------------------- targets
-def get_final_output():
+def get_final_output(results=True):
     """Every configured experiment's results and the main outputs of its aggregation (the registry's ``targets``),
-    then the claims table and the energy table (rule energy_aggregate)."""
+    then the claims table and the energy table (rule energy_aggregate). ``results=False`` (rule all): an
+    experiment's results only where it has no targets of its own (the aggregations and the claims depend on the
+    rest through rule validate_results), so that the printed `input:` of rule all stays short."""
     out = []
     for name in EXPERIMENTS:
         if name in config["experiments"]:
-            out += own_results(name) + [f"{RESULTS}/{t}" for t in registry.get(name).targets]
+            targets = [f"{RESULTS}/{t}" for t in registry.get(name).targets]
+            out += (own_results(name) if results or not targets else []) + targets
     if out:
         out += [f"{RESULTS}/claims/claims.csv", f"{RESULTS}/energy/energy.csv"]
     return out

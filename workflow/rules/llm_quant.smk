@@ -50,7 +50,7 @@ rule llm_quant_method:
 
 rule study_b_quant_aggregate:
     input:
-        results=llm_quant_results() + other_systems_results("llm_quant"),
+        results=llm_quant_results() + copied_results("llm_quant"),
         reference=REPO / "resources/reference/study_b_quantization.csv",
         validated=validated("llm_quant"),
     output:

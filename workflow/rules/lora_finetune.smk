@@ -44,7 +44,7 @@ use rule lora_finetune as lora_finetune_series with:
 
 rule study_b_lora_aggregate:
     input:
-        results=lora_finetune_results() + other_systems_results("lora_finetune"),
+        results=lora_finetune_results() + copied_results("lora_finetune"),
         reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
         validated=validated("lora_finetune"),
     output:

@@ -37,7 +37,7 @@ rule sr3_train:
 
 rule study_b_sr3_aggregate:
     input:
-        results=sr3_scaling_results() + other_systems_results("sr3_scaling"),
+        results=sr3_scaling_results() + copied_results("sr3_scaling"),
         reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
         validated=validated("sr3_scaling"),
     output:
