@@ -44,7 +44,10 @@ def test_generated_readmes_from_fixture_run(tmp_path):
     text = readme.read_text()
     assert "stale" not in text and text.endswith("## Next\n")
     assert "reference run (H200, 2026-12-01)" in text and "`abc123def456`" in text and "`llm_quant`: 1 ok" in text
-    assert "gpu_paper.yaml" in text
+    # the commands are in the run's own README, linked; the section stays prose-width (no 5,000-character line)
+    assert "gpu_paper.yaml" not in text and "(reference_runs/h200-2026-12-01/README.md)" in text
+    assert max(len(line) for line in text.splitlines()) <= 2 * reference_runs.WIDTH
+    assert "gpu_paper.yaml" in (run_dir / "README.md").read_text()
     own = (run_dir / "README.md").read_text()
     assert "- When: 2026-12-01" in own and "2x NVIDIA H200" in own and "abc123def4567890" in own and "projected" in own
     assert reference_runs.update(tmp_path / "reference_runs", readme, check=True) == []
