@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,35 @@ def require_apptainer(uri: str, rules: str = "every rule") -> str:
                "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)")
     raise ConfigError(f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
                       f"{rules} runs in {uri}.\nFix: {fix}")
+
+
+class ApptainerWhenRun(set):
+    """The workflow's deployment methods (``workflow.deployment_settings.deployment_method``), asked by Snakemake
+    once it knows whether this is a dry run: a real run checks the container command (:func:`require_apptainer`:
+    one line with the fix); a dry run on a host without it plans without containers, saying so once (a login node
+    without Apptainer plans any system; only a real run needs it). While the workflow is still parsed (no executor
+    yet) apptainer counts as asked for."""
+
+    def __init__(self, methods, workflow, uri: str):
+        super().__init__(methods)
+        self.workflow, self.uri, self.noted = workflow, uri, False
+
+    def __contains__(self, method) -> bool:
+        from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+        if method is not DeploymentMethod.APPTAINER or not set.__contains__(self, method):
+            return set.__contains__(self, method)
+        if self.workflow.executor_plugin is None:  # still parsing the workflow
+            return True
+        if self.workflow.dryrun and not shutil.which("singularity"):
+            if not self.noted:
+                self.noted = True
+                print("accelbench: dry run on a host without `singularity`/`apptainer`: planned without containers; "
+                      "a real run with --software-deployment-method apptainer needs it", file=sys.stderr)
+            return False
+        if not self.workflow.dryrun:
+            require_apptainer(self.uri, "every rule of this workflow (e.g. unet3d_profile)")
+        return True
 
 
 # --------------------------------------------------------------------------- recipe parsing

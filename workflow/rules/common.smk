@@ -2,8 +2,6 @@
 import hashlib
 import json
 import re
-import shutil
-import sys
 from pathlib import Path
 
 import os
@@ -13,7 +11,8 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from accelbench import backends, registry
 from accelbench.config import read_yaml, validate_config
 from accelbench.harness import spec_path_of
-from accelbench.containers import apptainer_environment, image_uri, require_apptainer
+from accelbench.locks import NOTICE_FD
+from accelbench.containers import ApptainerWhenRun, apptainer_environment, image_uri
 from accelbench.systems import load_systems, resolve_system
 from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
 from accelbench.models.llm import EXPORTABLE_TOKENIZERS, TOKENIZER_DIR, exported_tokenizer
@@ -37,7 +36,7 @@ SYSTEM = resolve_system(config["system"], SYSTEMS)
 RESULTS = config["results_dir"]
 # Measurement jobs print what they wait for (the machine-wide device lock, accelbench.locks.notice) on fd 3, which
 # their shell lines point at the terminal (`3>&2`) before sending their own output to the job's log.
-os.environ["ACCELBENCH_NOTICE_FD"] = "3"
+os.environ.update({NOTICE_FD: "3"})
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
 CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
 
@@ -45,31 +44,10 @@ CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
 CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent
 
 
-class ApptainerWhenRun(set):
-    """The deployment methods, asked by Snakemake once it knows whether this is a dry run: a real run checks the
-    container command here (require_apptainer: one line with the fix), a dry run without it plans without containers
-    (a login node without Apptainer plans any system; only a real run needs it)."""
-
-    noted = False
-
-    def __contains__(self, method):
-        if method is not DeploymentMethod.APPTAINER or not set.__contains__(self, method):
-            return set.__contains__(self, method)
-        if workflow.executor_plugin is None:  # still parsing the workflow
-            return True
-        if workflow.dryrun and not shutil.which("singularity"):
-            if not ApptainerWhenRun.noted:
-                ApptainerWhenRun.noted = True
-                print("accelbench: dry run on a host without `singularity`/`apptainer`: planned without containers; "
-                      "a real run with --software-deployment-method apptainer needs it", file=sys.stderr)
-            return False
-        if not workflow.dryrun:
-            require_apptainer(CONTAINER, "every rule of this workflow (e.g. unet3d_profile)")
-        return True
-
-
 if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
-    workflow.deployment_settings.deployment_method = ApptainerWhenRun(workflow.deployment_settings.deployment_method)
+    # checked when Snakemake asks, once it knows whether this is a dry run: a dry run plans on any host
+    workflow.deployment_settings.deployment_method = ApptainerWhenRun(
+        workflow.deployment_settings.deployment_method, workflow, CONTAINER)
     os.environ.update(apptainer_environment(SYSTEM, Path.cwd()))  # --nv (CUDA); /dev/accel, HABANA_* (Gaudi)
 
 
@@ -444,9 +422,9 @@ def _manifest_paths():
 # --------------------------------------------------------------------------- targets
 def get_final_output(results=True):
     """Every configured experiment's results and the main outputs of its aggregation (the registry's ``targets``),
-    then the claims table and the energy table (rule energy_aggregate). ``results=False`` (rule all): an
-    experiment's results only where it has no targets of its own (the aggregations and the claims depend on the
-    rest through rule validate_results), so that the printed `input:` of rule all stays short."""
+    then the claims table and the energy table (energy_aggregate). ``results=False``, for the default target, gives
+    an experiment's results only where it has no targets of its own (the aggregations and the claims depend on the
+    rest through validate_results), so that the printed `input:` of the default target stays short."""
     out = []
     for name in EXPERIMENTS:
         if name in config["experiments"]:
