@@ -38,6 +38,15 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def checkout_files(folder: str, names: list[str]) -> set[str]:
+    """shutil.copytree's ignore: a user's checkout (the committed reference runs included), without this one's
+    outputs, caches and environments."""
+    top = Path(folder) == REPO
+    return {n for n in names if n in (".git", ".venv", "__pycache__", ".snakemake", "report.html", "build")
+            or n.endswith(".egg-info") or (top and n in ("results", "logs"))
+            or (Path(folder) == REPO / "resources" and n in ("mri", "sky", "llm"))}
 DOCS = sorted({REPO / "README.md", REPO / "ARTIFACT.md", REPO / "CONTRIBUTING.md", REPO / "containers/README.md",
                REPO / "reference_runs/README.md", *(REPO / "docs").glob("*.md")})
 PLACEHOLDERS = {"<name>": "h100", "<repo>": ".", "<elsewhere>": "elsewhere"}
@@ -228,9 +237,7 @@ def test_pip_editor_script_and_container_lines_name_what_exists():
 def repo_copy(tmp_path_factory) -> Path:
     """The repository's sources (no results, venv or git), as a user's checkout."""
     root = tmp_path_factory.mktemp("readme") / "accelbench"
-    shutil.copytree(REPO, root, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "results", "logs", ".snakemake", "report.html", "__pycache__", "*.egg-info", "mri", "sky",
-        "llm", "build"))
+    shutil.copytree(REPO, root, ignore=checkout_files)
     return root
 
 
