@@ -130,9 +130,13 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
             copied.append(str(p.relative_to(tmp_path)))
     proc = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("Shell command:")]
+    printed = (proc.stdout + proc.stderr).splitlines()
+    lines = [ln for ln in printed if ln.startswith("Shell command:")]
     assert max(map(len, lines)) <= 80 * 24, max(lines, key=len)[:3000]
     assert not [ln for ln in lines if "results/lab_" in ln or "reference_runs/" in ln]  # their own outputs only
+    # every printed line, the jobs' `input:` and `reason:` too: copied and reference results come as one manifest
+    assert max(map(len, printed)) <= 80 * 24, max(printed, key=len)[:3000]
+    assert not [ln for ln in printed if "results/lab_" in ln or "reference_runs/" in ln]
     with_list = [ln for ln in lines if "--results-file" in ln]
     assert {ln.split()[3] for ln in with_list} == {  # validate-results for each experiment, and every aggregation
         "validate-results", "study-a-aggregate", "study-a-ncu-aggregate", "study-b-sr3-aggregate",
