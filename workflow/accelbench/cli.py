@@ -213,8 +213,8 @@ INPUT_HELP = {
 
 
 def _results_file_option(s) -> None:
-    s.add_argument("--results-file", action="append", default=[], metavar="LIST.json",
-                   help="a JSON list of result.json files (or {\"results\": [...]}, or a validate-results output); "
+    s.add_argument("--results-file", action="extend", nargs="+", default=[], metavar="LIST.json",
+                   help="JSON lists of result.json files (or {\"results\": [...]}, or validate-results outputs); "
                         "what the rules pass, so the shell line stays short; may be repeated, adds to --results")
 
 

@@ -2,8 +2,9 @@
 # device-level board energy (NVML / HLML / RAPL counters), not MLPerf Power.
 rule energy_aggregate:
     input:
+        # the results come through their validation stamps (each lists the files it checked, copied-in and
+        # reference-run ones included), so this job's printed input stays short however many results there are
         validated=validated(*EXPERIMENTS),
-        results=[r for e in EXPERIMENTS for r in experiment_results(e)],
         sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
     output:
         table=report(
@@ -22,10 +23,9 @@ rule energy_aggregate:
     log:
         "logs/energy_aggregate.log",
     params:
-        results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
     container:
         CONTAINER
     shell:
-        "accelbench energy-aggregate --results-file {params.results_file:q} --sr3-reference {input.sr3_reference:q}"
+        "accelbench energy-aggregate --results-file {input.validated:q} --sr3-reference {input.sr3_reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
