@@ -14,10 +14,13 @@ Commands: every line of their fenced ```bash/sh/console/shell blocks (`&&` chain
 - the README's install one-liners: equal to what `.ci/run` runs (the test one) and the same pins (the main one);
 - `pip install`: the extras exist in pyproject.toml, or the requirement parses; `$EDITOR <file>`: the file exists;
 - `python -m pytest <paths>`: collected (`--collect-only`); `python <script> <sub-command>`: `--help` of it;
+  `python -c "..."`: compiled, and the names it imports exist;
 - a repository script (`benchmarks/*.sh`, `slurm/*.sh`): it exists and `bash -n` parses it; `device_run.sh <command>`
   also checks the command it wraps;
-- `docker`/`apptainer` build, tag, push, pull: the recipes they name exist (no container engine or registry here);
-- `git clone`, `cd`, `rsync` from another machine: known set-up steps, not run.
+- `docker`/`podman`/`apptainer` build, tag, push, pull, run: the recipes they name exist (no container engine or
+  registry here; tests/system builds and runs the image where podman is), and the `snakemake` command an image runs
+  is planned here;
+- `git clone`, `cd`, `mkdir -p`, `rsync` from another machine: known set-up steps, not run.
 
 Anything else makes :func:`test_every_documented_command_has_a_check` fail: a new command in any of these documents
 needs a check here.
@@ -102,13 +105,17 @@ def plan(part: str, in_block: bool) -> tuple[str, object]:
         return "ci", part
     if part.startswith("python -m pytest"):
         return "collect", part
+    if part.startswith(("python -c ", "python3 -c ")):
+        return "python-c", shlex.split(part)[2]
     if re.match(r"python3? [\w/]+\.py \S+", part):
         return "script-help", part
     m = re.match(r"(?:nice )?((?:benchmarks|slurm)/[\w.-]+\.sh)(.*)", part)
     if m:
         return "script", (m.group(1), m.group(2).strip())
-    if re.match(r"(docker|apptainer) (build|tag|push|pull)\b", part):
+    if re.match(r"(docker|podman|apptainer) (build|tag|push|pull|run)\b", part):
         return "container", part
+    if part.startswith("mkdir -p "):
+        return "setup", part
     return "unknown", part
 
 
@@ -130,6 +137,9 @@ def commands() -> list[tuple[str, str, str, object]]:
                 found = [("install", line)] if part == INSTALL else [plan(part, line in blocks)]
                 if found[0][0] == "script" and found[0][1][0].endswith("device_run.sh") and found[0][1][1]:
                     found.append(plan(found[0][1][1], True))  # the command it wraps
+                inner = re.search(r" (snakemake .*)$", part) if re.match(r"(docker|podman) run ", part) else None
+                if inner:
+                    found.append(plan(inner.group(1), True))  # the command the image runs, planned here
                 for kind, payload in found:
                     command = payload if kind in ("dry-run", "report") else part
                     # one plan per distinct command: `snakemake -n X` plans what `snakemake X` does
@@ -231,6 +241,23 @@ def test_pip_editor_script_and_container_lines_name_what_exists():
                     assert (REPO / word).is_file(), f"{doc}: {cmd}: no {word}"
             if " build " in f" {cmd} ":
                 assert re.search(r"containers/\w+/(Dockerfile|accelbench-\w+\.def)", cmd), f"{doc}: {cmd}"
+
+
+def test_python_snippets_compile_and_import_what_they_name():
+    """`python -c "..."` lines (they write data files): compiled, and every name they import exists."""
+    import ast
+    import importlib
+
+    for doc, cmd, _, code in by_kind("python-c"):
+        tree = ast.parse(code)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{doc}: {cmd}: {node.module} has no {alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    importlib.import_module(alias.name)
 
 
 @pytest.fixture(scope="module")
