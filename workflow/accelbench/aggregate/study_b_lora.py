@@ -160,6 +160,13 @@ def _pairs(df: pd.DataFrame, value: str, key: list[str], vary: str, num: str, de
     return rows
 
 
+def _series_style(series: str) -> str:
+    """Line style of a LoRA series in the figure: faithful solid, ours dotted, each other ours variant its own."""
+    styles = {"faithful": "-", "ours": ":"}
+    others = ["-.", "--"]  # format strings (ax.plot) and line styles (Line2D) both
+    return styles.get(series, others[sum(map(ord, str(series))) % len(others)])
+
+
 def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.DataFrame:
     """Flash-attention gain and sharding slowdown, ours (median step time) beside the published (epoch minutes)."""
     rows = []
@@ -248,7 +255,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             for (strat, att, origin, hw, scale, ser), g in d.groupby(["strategy", "attention", "origin", "device",
                                                                       "scale", "series"]):
                 g = g.sort_values("devices")
-                ax.plot(g["devices"], g[col], "-" if ser == "faithful" else ":", marker=our_marker[(origin, hw, scale)],
+                ax.plot(g["devices"], g[col], _series_style(ser), marker=our_marker[(origin, hw, scale)],
                         ms=6, lw=1.8, color=colour[(strat, att)])
                 used_series.add(ser)
                 used_combos.add((strat, att))
@@ -279,7 +286,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                        label=series_label(k[0], k[1], k[2], "projected from the median step")) for k in ours_keys
                 if k in used_ours]
     if len(used_series) > 1:  # ours in two series (issue 25): the line style tells them apart
-        handles += [Line2D([], [], color="0.4", ls="-" if ser == "faithful" else ":", lw=1.8,
+        handles += [Line2D([], [], color="0.4", ls=_series_style(ser), lw=1.8,
                            label=f"our runs, series: {ser}") for ser in sorted(used_series)]
     if handles:
         fig.legend(handles=handles, fontsize=FONT["legend"] + 1, loc="lower left", bbox_to_anchor=(0.01, 0.01),
