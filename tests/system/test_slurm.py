@@ -105,7 +105,8 @@ def test_default_dag_through_slurm(slurm_cluster, tmp_path, slurm_config):
     assert smoke["env"]["SLURM_JOB_ID"] and smoke["env"]["SLURMD_NODENAME"] == "localhost"
     assert smoke["expected"] == 0 and smoke["matches"] is True and smoke["env"]["SLURM_CPUS_PER_TASK"] == "1"
     jobs = submitted_jobs(out)
-    assert set(jobs) == {"mri_prepare", "unet3d_profile", "validate_results", "study_a_aggregate", "claims", "gpu_smoke"}, out[-3000:]
+    assert set(jobs) == {"mri_prepare", "unet3d_profile", "validate_results", "study_a_aggregate", "claims",
+                         "energy_aggregate", "gpu_smoke"}, out[-3000:]
     # `account: null`: submitted without -A (no guess from sacct, no sacctmgr validation); Slurm's accounting then
     # charged the user's default account, and every job's end was read through `sacct` (status_command: sacct)
     assert "trying to guess" not in out and "Guessed SLURM account" not in out
