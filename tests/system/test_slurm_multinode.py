@@ -81,7 +81,7 @@ def test_sr3_and_net_smoke_on_two_nodes_through_slurm(two_node_cluster, tmp_path
     assert proc.returncode == 0, out[-4000:]
     assert "has been submitted with SLURM jobid" in out
 
-    res = tmp_path / "results/cpu/sr3_scaling/fp32"
+    res = tmp_path / "results/cpu/sr3_scaling/faithful"  # tiny.yaml: the faithful configuration
     one = json.loads((res / "devices_1/result.json").read_text())
     two = json.loads((res / "devices_2/result.json").read_text())
     assert one["status"] == "ok" and one["measurements"]["launch"]["nodes"] == 1
