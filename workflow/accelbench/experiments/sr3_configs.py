@@ -127,8 +127,9 @@ def study_b_iterations(configuration: Configuration, devices: int, workload: int
     """Iterations per device of Study B's strong-scaling workload: ``workload / devices``, except where the
     configuration follows the authors' job files and ``authors`` (config ``sr3_scaling.authors_iterations_per_device``,
     ``{64: 620}``) lists the device count."""
-    if configuration.authors_iterations and authors and int(devices) in {int(k) for k in authors}:
-        return int({int(k): v for k, v in authors.items()}[int(devices)])
+    counts = {int(k): int(v) for k, v in (authors or {}).items()}  # YAML/JSON keys arrive as strings
+    if configuration.authors_iterations and int(devices) in counts:
+        return counts[int(devices)]
     return workload // devices
 
 

@@ -48,8 +48,12 @@ with other jobs, CPU times are noisy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import warnings
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,35 +148,26 @@ def count_step_flops(tr: "Trainer") -> dict:
     return {"per_device_step": value, "method": "torch FlopCounterMode on one extra untimed training step"}
 
 
-class count_host_syncs:
-    """Context manager counting the host synchronisations of the code inside it: CUDA's sync debug mode ``warn``
-    (each synchronising call warns once; the warnings are recorded, not shown), on a backend with the
-    ``sync_debug_mode`` capability; elsewhere ``{}`` (not counted). Yields a dict filled on exit: ``count`` and ``method``."""
-
-    def __init__(self, device: Device):
-        self.device, self.result, self._ctx = device, {}, None
-
-    def __enter__(self) -> dict:
-        if self.device.ops.sync_debug_mode:
-            import warnings
-
-            self._ctx = warnings.catch_warnings(record=True)
-            self._log = self._ctx.__enter__()
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-        return self.result
-
-    def __exit__(self, *exc) -> None:
-        if self._ctx is None:
-            return
-        torch.cuda.set_sync_debug_mode("default")
-        self._ctx.__exit__(*exc)
-        from collections import Counter
-
-        syncs = Counter(f"{w.filename}:{w.lineno}" for w in self._log if "synchronizing" in str(w.message))
-        self.result.update(count=sum(syncs.values()), where=dict(syncs.most_common(5)),
-                           method="torch.cuda.set_sync_debug_mode('warn') over the warm-up and timed iterations "
-                                  "(the measurement's own reads of its events included); where: file:line -> count")
+@contextlib.contextmanager
+def count_host_syncs(device: Device) -> Iterator[dict]:
+    """Count the host synchronisations of the code inside: CUDA's sync debug mode ``warn`` (each synchronising call
+    warns; the warnings are recorded, not shown), on a backend with the ``sync_debug_mode`` capability; elsewhere the
+    dict stays ``{}`` (not counted). Yields a dict filled on exit: ``count``, ``where`` and ``method``."""
+    result: dict = {}
+    if not device.ops.sync_debug_mode:
+        yield result
+        return
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield result
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
+    result.update(count=sum(syncs.values()), where=dict(syncs.most_common(5)),
+                  method="torch.cuda.set_sync_debug_mode('warn') over the warm-up and timed iterations "
+                         "(the measurement's own reads of its events included); where: file:line -> count")
 
 
 def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration, data: dict[str, np.ndarray], *,
