@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The faithful and ours series of issues 24-29 on a lent 2x H200 node, in three parts that each fit one 10-minute
+# call, the node kept warm between them (run through device_run.sh, which installs the carried wheels):
+#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh bash benchmarks/series_h200x2.sh PART OUT_DIR SECONDS
+# Settings: gpu_paper.yaml + reference_h200_study_a_faithful.yaml + h200_quant_faithful.yaml + series_h200x2.yaml
+# (one settings set for all parts). Single-GPU work runs as two streams, one per GPU (CUDA_VISIBLE_DEVICES=0 / =1,
+# half the cores each, `snakemake --nolock` on disjoint targets, each stream in priority order inside the window);
+# two-GPU work runs on both afterwards. Part 1 carries .whl/; part 2 the SmolLM2 GGUF's first part and the
+# HellaSwag/BoolQ export (resources/study_b_eval); part 3 the GGUF's second part (benchmarks/smollm2_parts.sh
+# .gpu_smollm2 46). Writes OUT_DIR/log.txt, OUT_DIR/results.tgz (new result.json, kernel tables, logs) and the
+# benchmark CSVs.
+#   1: SR3 faithful/bf16/bf16_compile/bf16_compile_cudagraphs on 1 GPU, then the overhead benchmark of the first two |
+#      Study A's faithful series on Med-DDPM's network (profile + Nsight Compute coverage)
+#   2: SR3 on 2 GPUs, the overhead benchmark and SR3's DDP profile (bf16), LoRA Llama-3.1-8B DDP and FSDP, 2 GPUs
+#   3: quantization as Study B's scripts ran it: SmolLM2-135M (full HellaSwag/BoolQ) | the TinyLlama-1.1B
+#      architecture; then the energy meter off vs on (SR3 bf16, 1 GPU, 3 rounds)
+set -uo pipefail
+part=${1:?usage: series_h200x2.sh PART OUT_DIR SECONDS}
+out=${2:?OUT_DIR}
+limit=${3:?SECONDS}
+cfg=(--configfile config/examples/gpu_paper.yaml config/examples/reference_h200_study_a_faithful.yaml
+     config/examples/h200_quant_faithful.yaml config/examples/series_h200x2.yaml --config system=h200)
+R=results/h200
+SA=$R/unet3d_profile/whole_head
+NCU=$R/unet3d_ncu/whole_head
+S=$R/sr3_scaling
+L8=$R/lora_finetune/llama31_8b
+Q=$R/llm_quant
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+mkdir -p "$out" results
+work=/tmp/accelbench-series-$part
+rm -rf "$work" && mkdir -p "$work"
+touch "$work/start"
+log="$out/log.txt"
+half=$(( $(nproc) / 2 ))
+echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
+nvidia-smi -L 2>/dev/null | tee -a "$log"
+smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
+if [ "$part" = 1 ]; then  # the inputs (built once; the node keeps them between calls)
+  smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
+    || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+fi
+until=$limit
+stream() {  # stream NAME GPUS TARGET_GROUP...  (in the background, until $until)
+  local name=$1 gpus=$2 secs=$((until - SECONDS)); shift 2
+  CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 $((secs + 30)) benchmarks/reference_run.sh "$work/$name" "$secs" -- \
+    --nolock --cores "$half" "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
+}
+step() {  # step SECONDS_NEEDED command... : if the time left allows (on the GPUs the caller set)
+  local need=$1; shift
+  if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
+  echo "=== ${SECONDS}s: $*" | tee -a "$log"
+  timeout -k 20 $((limit - SECONDS)) "$@" >> "$work/steps.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
+}
+bench() { python3 benchmarks/harness_overhead.py "$@" --csv "$out/harness_overhead_h200.csv" --warmup 5 --repeat 20; }
+sky=(--data resources/sky/sr3_paper.npz)
+
+case $part in
+  1)
+    until=$(( limit - 150 ))
+    stream g0 0 "$S/faithful/devices_1/result.json" "$S/bf16/devices_1/result.json" \
+      "$S/bf16_compile/devices_1/result.json" "$S/bf16_compile_cudagraphs/devices_1/result.json"
+    stream g1 1 "$SA/baseline/result.json $SA/tf32/result.json" "$NCU/tf32/result.json" "$NCU/baseline/result.json" \
+      "$SA/channels_last_3d/result.json $SA/tf32_channels_last_3d/result.json"
+    wait
+    export CUDA_VISIBLE_DEVICES=0
+    step 60 bench sr3 --result "$S/faithful/devices_1/result.json" "${sky[@]}" &
+    CUDA_VISIBLE_DEVICES=1 step 60 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}" &
+    wait
+    ;;
+  2)
+    step 70 smk "$S/faithful/devices_2/result.json"
+    step 70 smk "$S/bf16/devices_2/result.json"
+    step 60 bench sr3 --result "$S/bf16/devices_2/result.json" "${sky[@]}"
+    step 70 smk "$L8/faithful/flash/ddp/n2/result.json" "$L8/flash/ddp/n2/result.json"
+    step 90 smk "$S/bf16_compile/devices_2/result.json" "$S/bf16_compile_cudagraphs/devices_2/result.json"
+    step 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 3 --repeat 10 \
+      --csv "$out/ddp_profile_h200.csv"
+    step 60 bench sr3 --result "$S/faithful/devices_2/result.json" "${sky[@]}"
+    step 90 smk "$L8/faithful/flash/fsdp/n2/result.json" "$L8/flash/fsdp/n2/result.json"
+    ;;
+  3)
+    until=$(( limit - 100 ))
+    stream g0 0 "$Q/smollm2_135m/sensitivity/result.json" \
+      "$Q/smollm2_135m/fp32/none/result.json $Q/smollm2_135m/fake/16_8_4/result.json" \
+      "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json" \
+      "$Q/smollm2_135m/int8_dq/16_8_8/result.json"
+    stream g1 1 "$Q/tinyllama_arch_random/sensitivity/result.json" \
+      "$Q/tinyllama_arch_random/fp32/none/result.json $Q/tinyllama_arch_random/fake/16_8_4/result.json" \
+      "$Q/tinyllama_arch_random/int8_dq/16_8_8/result.json" \
+      "$Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
+    wait
+    export CUDA_VISIBLE_DEVICES=0
+    step 80 python3 benchmarks/energy_overhead.py --csv "$out/energy_overhead_h200.csv" \
+      --result "$S/bf16/devices_1/result.json" "${sky[@]}"
+    ;;
+  *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
+esac
+for s in "$work"/g*/log.txt; do [ -f "$s" ] && { echo "--- stream $(basename "$(dirname "$s")")"; cat "$s"; }; done >> "$log"
+cat "$work/prelude.log" "$work/steps.log" 2>/dev/null > "$out/commands.log"
+find results \( -name result.json -o -name kernels.csv \) -newer "$work/start" > "$work/new.txt"
+find logs -type f -newer "$work/start" >> "$work/new.txt" 2>/dev/null
+tar czf "$out/results.tgz" -T "$work/new.txt" 2>/dev/null
+echo "new results: $(grep -c result.json "$work/new.txt"); done in ${SECONDS}s" | tee -a "$log"
