@@ -50,7 +50,8 @@ step() {  # step SECONDS_NEEDED command... : if the time left allows (on the GPU
   local need=$1; shift
   if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
   echo "=== ${SECONDS}s: $*" | tee -a "$log"
-  timeout -k 20 $((limit - SECONDS)) "$@" >> "$work/steps.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
+  timeout -k 20 $((limit - SECONDS)) bash -c "$(declare -p cfg out); $(declare -f smk bench); \"\$@\"" step "$@" \
+    >> "$work/steps.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
 }
 bench() { python3 benchmarks/harness_overhead.py "$@" --csv "$out/harness_overhead_h200.csv" --warmup 5 --repeat 20; }
 sky=(--data resources/sky/sr3_paper.npz)
