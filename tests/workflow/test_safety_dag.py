@@ -175,3 +175,25 @@ def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny
         assert ("Nothing to be done" not in dry.stdout + dry.stderr) == redone, (content, journal, dry.stdout[-2000:])
         assert ("1 finished result(s) are not current" in dry.stderr) == redone
         assert json.loads(result.read_text()) == content  # never touched, only re-timed
+
+
+def test_results_made_with_their_own_rules_spec_are_current(tmp_path, tiny_config):
+    """A result recorded with the spec file its own rule passed (`--spec`) is current for every result pattern of
+    every experiment, the LoRA faithful series' `{model}/{series}/...` included (on a 2x H200 node a faithful DDP
+    result was read with the `ours` spec, called not current by the next invocation and re-timed to 1970)."""
+    import hashlib
+    import re
+
+    tiny_config["lora_finetune"]["series"] = ["faithful", "ours"]
+    _write_config(tmp_path, tiny_config, ["unet3d_profile", "unet3d_ncu", "sr3_scaling", "llm_quant", "lora_finetune"])
+    dry = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    made = re.findall(r"--spec (\S+) .*?--out (\S+/result\.json)", dry.stdout)
+    assert any("/faithful/" in out for _, out in made if "lora_finetune" in out), dry.stdout[-2000:]
+    for spec, out in made:
+        result = tmp_path / out
+        result.parent.mkdir(parents=True, exist_ok=True)
+        result.write_text(json.dumps({"spec_sha256": hashlib.sha256((tmp_path / spec).read_bytes()).hexdigest()}))
+    again = _snakemake(REPO / "Snakefile", tmp_path, "-n")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "not current" not in again.stderr, again.stderr[-3000:]
