@@ -168,3 +168,26 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
     assert out["measurements"]["loss_curve"] == pytest.approx(fast, rel=1e-6, abs=0)
     # dropout was active in the fast run too: without it (eval mode) the losses would differ
     assert TINY.dropout > 0
+
+
+def test_step_timer_sees_the_wrapper_under_torch_compile():
+    """Trainer with `torch_compile` compiles the DDP-wrapped model: the timer names the wrapper inside the
+    OptimizedModule and reads DDP's options from it (on a 2x H200 node the ours DDP run was recorded `unsupported`,
+    "trained the model wrapped as OptimizedModule")."""
+    from types import SimpleNamespace
+
+    from accelbench.devices import Device
+    from accelbench.experiments.lora.timer import make_step_timer
+    from accelbench.experiments.lora.train import WRAPPER
+
+    class DistributedDataParallel(torch.nn.Module):  # stands in for DDP (no process group on a CPU test)
+        static_graph, gradient_as_bucket_view, bucket_bytes_cap = False, True, 25 * 2**20
+
+    compiled = torch.compile(DistributedDataParallel())
+    timer = make_step_timer(Device("cpu"), 1)
+    timer.trainer = SimpleNamespace(model_wrapped=compiled, args=SimpleNamespace(world_size=2),
+                                    accelerator=SimpleNamespace(distributed_type="MULTI_GPU"))
+    timer.clock.start()
+    timer.on_step_end(None, SimpleNamespace(global_step=1, max_steps=2), None)
+    assert timer.wrapped_as == "OptimizedModule(DistributedDataParallel)" and WRAPPER["ddp"] in timer.wrapped_as
+    assert timer.distributed["ddp"] == {"static_graph": False, "gradient_as_bucket_view": True, "bucket_cap_mb": 25.0}

@@ -40,8 +40,11 @@ def make_step_timer(device, world: int):
                 import torch.distributed as dist
 
                 t = self.trainer
-                self.wrapped_as = type(t.model_wrapped).__name__
                 w = t.model_wrapped
+                self.wrapped_as = type(w).__name__
+                if hasattr(w, "_orig_mod"):  # torch.compile around the wrapper (Trainer compiles the DDP model)
+                    w = w._orig_mod
+                    self.wrapped_as += f"({type(w).__name__})"
                 self.distributed = {"distributed_type": str(t.accelerator.distributed_type),
                                     "ddp": {"static_graph": getattr(w, "static_graph", None),
                                             "gradient_as_bucket_view": getattr(w, "gradient_as_bucket_view", None),
