@@ -14,6 +14,13 @@
 #   2: SR3 on 2 GPUs, the overhead benchmark and SR3's DDP profile (bf16), LoRA Llama-3.1-8B DDP and FSDP, 2 GPUs
 #   3: quantization as Study B's scripts ran it: SmolLM2-135M (full HellaSwag/BoolQ) | the TinyLlama-1.1B
 #      architecture; then the energy meter off vs on (SR3 bf16, 1 GPU, 3 rounds)
+# Parts 4-6 (the next lease, a fresh node: part 4 carries .whl/, parts 5 and 6 the GGUF's parts and the HellaSwag/BoolQ
+# export as above) run what parts 1-3 left, starting from the committed results of reference_runs/h200x2-2026-12-01:
+#   4: Study A's Nsight Compute baseline (a4/a5), then the channels_last_3d configurations | SR3's overhead benchmark
+#      on 1 GPU (faithful, bf16; half the cores each); then SR3's DDP profile (bf16, 1 and 2 ranks) and the faithful
+#      overhead benchmark on 2 GPUs
+#   5: LoRA Llama-3.1-8B DDP and FSDP, faithful and ours (energy per token), the overhead benchmark of ours DDP
+#   6: SmolLM2-135M's other quantization runs | the energy meter off vs on for Study A (bf16); then Gemma-2-27B FSDP
 set -uo pipefail
 part=${1:?usage: series_h200x2.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -36,7 +43,11 @@ half=$(( $(nproc) / 2 ))
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmarks; nothing measured twice)
+  for d in reference_runs/h200x2-2026-12-01/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
+  touch "$work/start"
+fi
+if [ "$part" = 1 ] || [ "$part" = 4 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
@@ -50,10 +61,11 @@ step() {  # step SECONDS_NEEDED command... : if the time left allows (on the GPU
   local need=$1; shift
   if (( SECONDS + need > limit )); then echo "SKIPPED (time, ${SECONDS}s used): $*" | tee -a "$log"; return 0; fi
   echo "=== ${SECONDS}s: $*" | tee -a "$log"
-  timeout -k 20 $((limit - SECONDS)) bash -c "$(declare -p cfg out); $(declare -f smk bench); \"\$@\"" step "$@" \
+  timeout -k 20 $((limit - SECONDS)) bash -c "$(declare -p cfg out); $(declare -f smk bench ebench); \"\$@\"" step "$@" \
     >> "$work/steps.log" 2>&1 || echo "FAILED or stopped (rc $?): $*" | tee -a "$log"
 }
 bench() { python3 benchmarks/harness_overhead.py "$@" --csv "$out/harness_overhead_h200.csv" --warmup 5 --repeat 20; }
+ebench() { python3 benchmarks/energy_overhead.py "$@" --csv "$out/energy_overhead_h200.csv"; }
 sky=(--data resources/sky/sr3_paper.npz)
 
 case $part in
@@ -64,9 +76,8 @@ case $part in
     stream g1 1 "$SA/baseline/result.json $SA/tf32/result.json" "$NCU/tf32/result.json" "$NCU/baseline/result.json" \
       "$SA/channels_last_3d/result.json $SA/tf32_channels_last_3d/result.json"
     wait
-    export CUDA_VISIBLE_DEVICES=0
-    step 60 bench sr3 --result "$S/faithful/devices_1/result.json" "${sky[@]}" &
-    CUDA_VISIBLE_DEVICES=1 step 60 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}" &
+    CUDA_VISIBLE_DEVICES=0 step 60 bench sr3 --result "$S/faithful/devices_1/result.json" "${sky[@]}" --threads "$half" &
+    CUDA_VISIBLE_DEVICES=1 step 60 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}" --threads "$half" &
     wait
     ;;
   2)
@@ -93,8 +104,34 @@ case $part in
       "$Q/tinyllama_arch_random/fake/8_8_4/result.json $Q/tinyllama_arch_random/fake/8_4_4/result.json"
     wait
     export CUDA_VISIBLE_DEVICES=0
-    step 80 python3 benchmarks/energy_overhead.py --csv "$out/energy_overhead_h200.csv" \
-      --result "$S/bf16/devices_1/result.json" "${sky[@]}"
+    step 80 ebench --result "$S/bf16/devices_1/result.json" "${sky[@]}"
+    ;;
+  4)
+    until=$(( limit - 150 ))
+    stream g0 0 "$NCU/baseline/result.json" \
+      "$SA/channels_last_3d/result.json $SA/tf32_channels_last_3d/result.json" \
+      "$NCU/tf32_channels_last_3d/result.json" "$NCU/channels_last_3d/result.json"
+    CUDA_VISIBLE_DEVICES=1 step 90 bench sr3 --result "$S/faithful/devices_1/result.json" "${sky[@]}" --threads "$half"
+    CUDA_VISIBLE_DEVICES=1 step 90 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}" --threads "$half"
+    wait
+    step 60 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 3 --repeat 10 \
+      --csv "$out/ddp_profile_h200.csv"
+    step 70 bench sr3 --result "$S/faithful/devices_2/result.json" "${sky[@]}"
+    ;;
+  5)
+    step 150 smk "$L8/faithful/flash/ddp/n2/result.json" "$L8/flash/ddp/n2/result.json"
+    step 60 bench lora --result "$L8/flash/ddp/n2/result.json"
+    step 200 smk "$L8/faithful/flash/fsdp/n2/result.json" "$L8/flash/fsdp/n2/result.json"
+    ;;
+  6)
+    until=$(( limit - 200 ))
+    stream g0 0 "$Q/smollm2_135m/fake/8_8_4/result.json $Q/smollm2_135m/fake/8_4_4/result.json" \
+      "$Q/smollm2_135m/int8_dq/16_8_8/result.json"
+    CUDA_VISIBLE_DEVICES=1 step 120 ebench --result "$SA/tf32/result.json" \
+      --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
+    wait
+    step 190 smk "$R/lora_finetune/gemma2_27b/eager/fsdp/n2/result.json"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac

@@ -169,3 +169,15 @@ def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypa
     monkeypatch.setattr(methods, "torchao_config", bug)  # a bug inside the probe fails too
     with pytest.raises(TypeError):
         torchao_probe(8, Device("cpu"), torch.float32, 128)
+
+
+def test_eval_mfu_peak_follows_the_autocast_dtype():
+    """int8_dq (Study B's INT8 path) runs under FP16 autocast on an FP32 model: its MFU is against the FP16 peak
+    (against FP32's, the H200 run read 1.24); without autocast the model's dtype picks the peak."""
+    from accelbench.experiments.llm_quant.run import eval_peak
+
+    peaks = {"fp32": 67.0, "bf16": 989.4, "fp16": 989.4}
+    assert eval_peak(peaks, "float32", "float16") == ("float16", 989.4)
+    assert eval_peak(peaks, "float32", None) == ("float32", 67.0)
+    assert eval_peak(peaks, "bfloat16", None) == ("bfloat16", 989.4)
+    assert eval_peak({}, "float32", None) == ("float32", None)

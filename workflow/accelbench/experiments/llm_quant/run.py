@@ -185,12 +185,21 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
                                "autocast": run.autocast, "eval_batch": run.eval_batch,
                                "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
                                "inc_calibration_split": inc.get("calibration_split", "calibration") if method == "inc_fp8" else None}})
-        m["eval_throughput"] = eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"],
-                                        system.peak_tflops.get(PEAK_KEY.get(dtype, dtype)))
+        compute, peak = eval_peak(system.peak_tflops, dtype, run.autocast)
+        m["eval_throughput"] = {**eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"], peak),
+                                "peak_dtype": compute}
     return out
 
 
 PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # compute dtype -> system file's peak key
+
+
+def eval_peak(peaks: dict, dtype: str, autocast: str | None) -> tuple[str, float | None]:
+    """(compute dtype, its peak TFLOP/s from the system file's ``peak_tflops``) of an evaluation: the autocast dtype
+    where one is set (Study B's INT8 path runs its matmuls under FP16 autocast on an FP32 model: an FP32 peak gave
+    it an MFU of 1.24 on the H200), else the model's dtype (torch name, e.g. ``float32``). Peak None if unknown."""
+    compute = autocast or dtype
+    return compute, peaks.get(PEAK_KEY.get(compute, compute))
 
 
 def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: float | None) -> dict:
