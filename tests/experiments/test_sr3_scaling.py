@@ -506,6 +506,8 @@ def test_ours_loss_curve_is_checked_against_the_faithful_run():
     assert ok["within"] and ok["iterations"] == 3 and ok["tolerance"] == sr3_configs.LOSS_TOLERANCE
     off = sr3_configs.loss_agreement([1.0, 0.5], [1.0, 1.0, 1.0])
     assert off["within"] is False and off["iterations"] == 2 and off["relative_difference"] == pytest.approx(0.25)
+    assert off["worst_iteration_difference"] == pytest.approx(0.5)
+    assert ok["worst_iteration_difference"] == pytest.approx(0.02 / 0.92)
     assert sr3_configs.loss_agreement([], [1.0])["within"] is None
 
 

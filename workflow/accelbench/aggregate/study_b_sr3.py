@@ -147,9 +147,9 @@ def _max_or_none(values):
 
 
 def _loss_check(df: pd.DataFrame, r: pd.Series) -> str | None:
-    """``within``/``outside`` (relative difference of the mean loss, iterations compared) of an ``ours`` row against
-    the faithful row of the same system, origin and device count (:func:`.sr3_configs.loss_agreement`); None for
-    other series or without a faithful run."""
+    """``within``/``outside`` (relative difference of the mean loss; the worst iteration's; iterations compared) of an
+    ``ours`` row against the faithful row of the same system, origin and device count
+    (:func:`.sr3_configs.loss_agreement`); None for other series or without a faithful run."""
     if r["series"] != "ours" or not isinstance(r.get("_loss_curve"), list):
         return None
     f = df[(df["system"] == r["system"]) & (df["origin"] == r["origin"]) & (df["devices"] == r["devices"])
@@ -158,7 +158,8 @@ def _loss_check(df: pd.DataFrame, r: pd.Series) -> str | None:
         return "no faithful run to compare with"
     a = sr3_configs.loss_agreement(r["_loss_curve"], f.iloc[0]["_loss_curve"])
     verdict = "within" if a["within"] else "outside"
-    return f"{verdict} {a['tolerance']:.0%} ({a['relative_difference']:.1%} over {a['iterations']} iterations)"
+    return (f"{verdict} {a['tolerance']:.0%} (mean {a['relative_difference']:.2%}, worst iteration "
+            f"{a['worst_iteration_difference']:.2%}, {a['iterations']} iterations)")
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
