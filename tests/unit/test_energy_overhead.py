@@ -56,7 +56,17 @@ def test_meter_off_and_on_alternate_and_the_summary_states_ratio_and_spread(tmp_
     assert list(rows[rows["meter"] == "off"]["j_per_step"]) == ["off", "off"]  # the meter read nothing
     assert list(rows[rows["meter"] == "on"]["j_per_step"].astype(float)) == [1.25, 1.25]  # 5 J / 4 steps
     assert summary["on_over_off"] > 0 and summary["j_spread"] == 0.0
+    assert summary["off_spread"] >= 0 and summary["paired_on_over_off"] > 0
     assert bench._steps(250.0, 4.0, 10) == 16 and bench._steps(None, 4.0, 10) == 10
+
+
+def test_summary_states_the_noise_floor_and_the_paired_ratio():
+    """The committed 2x H200 rounds (SR3 bf16): off 176.2, 163.6, 162.1 ms, on 177.6, 184.2, 141.8 ms. The ratio of
+    medians reads 1.086, the same-round ratios' median 1.008, and the off rounds alone spread 8.6%: a 1% meter cost
+    cannot be told from that jitter."""
+    ratio, off_spread, paired = _load().summary([176.2253, 163.6193, 162.1132], [177.6459, 184.1875, 141.8344])
+    assert ratio == pytest.approx(1.0857, abs=1e-4) and off_spread == pytest.approx(0.0862, abs=1e-4)
+    assert paired == pytest.approx(1.0081, abs=1e-4)
 
 
 def test_refuses_a_result_it_cannot_rebuild(tmp_path):
