@@ -57,7 +57,12 @@ def summary(off: list[float], on: list[float]) -> tuple[float, float, float]:
     order: the ratio of the medians; (max - min) / median of the off rounds (the noise floor); the median of the
     per-round ratios on / off."""
     paired = statistics.median(b / a for a, b in zip(off, on))
-    return (statistics.median(on) / statistics.median(off), (max(off) - min(off)) / statistics.median(off), paired)
+    return statistics.median(on) / statistics.median(off), _spread(off), paired
+
+
+def _spread(values: list[float]) -> float:
+    """(max - min) / median: the spread of rounds (J per step: ``j_spread``; off step times: ``off_spread``)."""
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 def _steps(median_ms: float | None, seconds: float, repeat: int) -> int:
@@ -186,7 +191,7 @@ def main(argv=None) -> None:
                                (e or {}).get("reason"), "device": device,
                                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     ratio, off_spread, paired = summary(medians[False], medians[True])
-    spread = (max(joules) - min(joules)) / statistics.median(joules) if joules else None
+    spread = _spread(joules) if joules else None
     _append(args.csv, {"experiment": result["experiment"], "case": case, "round": "summary",
                        "meter": f"{args.rounds} rounds", "on_over_off": round(ratio, 4),
                        "j_spread": round(spread, 4) if spread is not None else None,

@@ -4,8 +4,10 @@ followed by a failing rerun never loses a finished result (issue 10)."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -181,9 +183,6 @@ def test_results_made_with_their_own_rules_spec_are_current(tmp_path, tiny_confi
     """A result recorded with the spec file its own rule passed (`--spec`) is current for every result pattern of
     every experiment, the LoRA faithful series' `{model}/{series}/...` included (on a 2x H200 node a faithful DDP
     result was read with the `ours` spec, called not current by the next invocation and re-timed to 1970)."""
-    import hashlib
-    import re
-
     tiny_config["lora_finetune"]["series"] = ["faithful", "ours"]
     _write_config(tmp_path, tiny_config, ["unet3d_profile", "unet3d_ncu", "sr3_scaling", "llm_quant", "lora_finetune"])
     dry = _snakemake(REPO / "Snakefile", tmp_path, "-n", "-p")

@@ -350,18 +350,14 @@ def lora_model_input(wildcards):
     return {"tokenizer_dir": folder} if folder else {}
 
 
-def lora_finetune_series_spec(wildcards):
-    return lora_finetune_spec(wildcards, series=wildcards.series)
-
-
-def lora_finetune_spec(wildcards, series=None):
-    """The spec of one LoRA result; its series from the path (`{model}/{series}/...`) where the path names one, else
-    `ours`: stale_results calls this for both result patterns (a faithful result read as `ours` was never current)."""
+def lora_finetune_spec(wildcards):
+    """The spec of one LoRA result, for both rules and both result patterns (stale_results reads each result with
+    it): its series from the path (`{model}/{series}/...`) where the path names one, else `ours`."""
     from accelbench.experiments.lora.series import runtime_for, series_options
     from accelbench.experiments.lora.settings import resolve_settings
     from accelbench.experiments.lora.trainer import check_ddp_options
 
-    series = series or wildcards.get("series") or "ours"
+    series = wildcards.get("series") or "ours"
     u = config["lora_finetune"]
     options = series_options(series, u)
     # unknown options stop the run here, naming the key (liger is resolved on the node that runs the job)

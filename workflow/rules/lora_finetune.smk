@@ -32,9 +32,7 @@ use rule lora_finetune as lora_finetune_series with:
         protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}.log",
-    params:
-        spec=lora_finetune_series_spec,
-    wildcard_constraints:
+    wildcard_constraints:  # params: lora_finetune_spec reads the series from the path
         model="[a-z0-9_]+",
         series="faithful|ours_[a-z0-9_]+",
         attention="eager|flash",
