@@ -21,6 +21,13 @@
 #      overhead benchmark on 2 GPUs
 #   5: LoRA Llama-3.1-8B DDP and FSDP, faithful and ours (energy per token), the overhead benchmark of ours DDP
 #   6: SmolLM2-135M's other quantization runs | the energy meter off vs on for Study A (bf16); then Gemma-2-27B FSDP
+# Parts 7-9 are for a one-GPU node (nvidia-h200; part 7 carries .whl/, the node keeps it for 8 and 9), the same
+# settings, every core to the one stream:
+#   7: Study A's Nsight Compute baseline (a4/a5), the channels_last_3d pair, their Nsight Compute passes
+#   8: what 7 left; Study A ours on Med-DDPM's network (autotuned baseline, bf16 + compile + CUDA graphs with and
+#      without channels_last_3d); the energy meter off vs on for Study A tf32 (a GPU-bound step)
+#   9: LoRA Llama-3.1-8B single GPU, faithful and ours (energy per token), the overhead benchmark of ours; SR3's
+#      overhead benchmark on 1 GPU (faithful, bf16, every core) and its profile (host vs device time, 1 rank)
 set -uo pipefail
 part=${1:?usage: series_h200x2.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
@@ -40,22 +47,25 @@ rm -rf "$work" && mkdir -p "$work"
 touch "$work/start"
 log="$out/log.txt"
 half=$(( $(nproc) / 2 ))
+cores=$half  # per stream; parts 7-9 (one GPU) give the one stream every core
+[ "$part" -ge 7 ] && cores=$(nproc)
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmarks; nothing measured twice)
-  for d in reference_runs/h200x2-2026-12-01/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
-  touch "$work/start"
-fi
-if [ "$part" = 1 ] || [ "$part" = 4 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+fi
+if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmarks; nothing measured
+  # twice), copied after the prelude so that they are newer than the inputs it builds
+  for d in reference_runs/h200x2-2026-12-01/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
+  touch "$work/start"
 fi
 until=$limit
 stream() {  # stream NAME GPUS TARGET_GROUP...  (in the background, until $until)
   local name=$1 gpus=$2 secs=$((until - SECONDS)); shift 2
   CUDA_VISIBLE_DEVICES=$gpus timeout -k 10 $((secs + 30)) benchmarks/reference_run.sh "$work/$name" "$secs" -- \
-    --nolock --cores "$half" "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
+    --nolock --cores "$cores" "${cfg[@]}" -- "$@" > /dev/null 2>&1 &
 }
 step() {  # step SECONDS_NEEDED command... : if the time left allows (on the GPUs the caller set)
   local need=$1; shift
@@ -132,6 +142,31 @@ case $part in
       --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
     wait
     step 190 smk "$R/lora_finetune/gemma2_27b/eager/fsdp/n2/result.json"
+    ;;
+  7|8)
+    until=$(( limit - 10 ))
+    [ "$part" = 8 ] && until=$(( limit - 140 ))
+    ncu_left=("$NCU/baseline/result.json" "$SA/channels_last_3d/result.json $SA/tf32_channels_last_3d/result.json"
+              "$NCU/tf32_channels_last_3d/result.json" "$NCU/channels_last_3d/result.json")
+    ours=("$SA/baseline_autotuned/result.json" "$SA/bf16_channels_last_3d_compile_cudagraphs_autotuned/result.json"
+          "$SA/bf16_compile_cudagraphs_autotuned/result.json")
+    if [ "$part" = 7 ]; then stream g0 0 "${ncu_left[@]}"; else stream g0 0 "${ncu_left[@]}" "${ours[@]}"; fi
+    wait
+    if [ "$part" = 8 ]; then
+      export CUDA_VISIBLE_DEVICES=0
+      step 120 ebench --result "$SA/tf32/result.json" \
+        --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
+    fi
+    ;;
+  9)
+    export CUDA_VISIBLE_DEVICES=0
+    step 200 smk "$L8/faithful/flash/single/n1/result.json" "$L8/flash/single/n1/result.json"
+    step 70 bench sr3 --result "$S/faithful/devices_1/result.json" "${sky[@]}"
+    step 70 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}"
+    step 60 bench lora --result "$L8/flash/single/n1/result.json"
+    step 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 3 --repeat 10 \
+      --csv "$out/ddp_profile_h200.csv"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
