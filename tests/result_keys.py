@@ -44,6 +44,8 @@ ADDED = {
     ("unet3d_profile", "measurements.micro_batches"): "issue 29: micro-batches per optimizer step (Med-DDPM: 2)",
     ("unet3d_profile", "measurements.tensor_shape"): "issue 29: the network input (B, C, D, H, W) in its layout",
     ("unet3d_profile", "measurements.ema"): "issue 29: Med-DDPM's EMA settings, recorded (not run)",
+    ("unet3d_profile", "measurements.grad_buffers"): "issue 29: how a step holds its gradients (kept as zeros with "
+                                                     "CUDA graphs and gradient accumulation)",
 }
 
 

@@ -119,3 +119,63 @@ def test_unknown_network_is_one_clear_line(default_config):
         exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], network="unet2d")
     with pytest.raises(ValueError, match="unet3d_profile.micro_batches"):
         exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], network="monai", micro_batches=0)
+
+
+def test_cuda_graph_modes_are_torchs():
+    """Variant.cuda_graphs agrees with inductor's own mode table (``triton.cudagraphs``): reduce-overhead and
+    max-autotune run CUDA graphs, max-autotune-no-cudagraphs does not."""
+    from torch._inductor import list_mode_options
+
+    for v in exp.VARIANTS.values():
+        uses = bool(list_mode_options(v.compile_mode).get("triton.cudagraphs")) if v.compile else False
+        assert v.cuda_graphs is uses, v.name
+    assert exp.VARIANTS["bf16_compile_cudagraphs_autotuned"].cuda_graphs
+    assert exp.VARIANTS["bf16_channels_last_3d_compile_max_autotune"].cuda_graphs
+    assert not exp.VARIANTS["bf16_compile_max_autotune"].cuda_graphs and not exp.VARIANTS["bf16_compile"].cuda_graphs
+
+
+@pytest.mark.parametrize("mode, micro_batches, kept", [("reduce-overhead", 2, True), ("max-autotune", 2, True),
+                                                       ("max-autotune-no-cudagraphs", 2, False),
+                                                       ("reduce-overhead", 1, False)])
+def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkeypatch, mode, micro_batches, kept):
+    """CUDA graphs with gradient accumulation (H200, torch 2.11: "accessing tensor output of CUDAGraphs that has been
+    overwritten by a subsequent run" in the second micro-batch's backward): every .grad exists before the first
+    micro-batch's backward, outside the compiled model, and stays the same tensor across micro-batches and steps
+    (zeroed in place), so autograd accumulates into it and never adopts the compiled backward's output. Without CUDA
+    graphs, or with one micro-batch, the step is unchanged (.grad set to None). The gradients and the updated weights
+    equal the baseline's bit for bit. torch.compile is the identity here (no compiler on the CPU)."""
+    monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
+    u = tiny_config["unet3d_profile"]
+    s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network="med_ddpm",
+                             micro_batches=micro_batches)
+    variant = exp.dataclasses.replace(exp.VARIANTS["baseline"], name="compiled", compile=True, compile_mode=mode)
+    assert variant.cuda_graphs is (mode != "max-autotune-no-cudagraphs")
+    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    mask = torch.zeros(1, 2, 16, 16, 16)
+    mask[:, 0, 4:12, 4:12, 4:12] = 1
+    torch.manual_seed(0)
+    model = exp.build_network(s)
+    ref_model = exp.copy.deepcopy(model)
+    w = exp.Workload(model, s, variant, Device("cpu"), image, mask, seed=0)
+    ref = exp.Workload(ref_model, s, exp.VARIANTS["baseline"], Device("cpu"), image, mask, seed=0)
+    params = list(model.parameters())
+    first = [p.grad for p in params]
+    seen = []  # at each micro-batch's forward: the .grad tensors (None where autograd has not made one)
+    model.register_forward_pre_hook(lambda *_: seen.append([p.grad for p in params]))
+    grads, ref_grads = [], []
+    for wl, out in ((w, grads), (ref, ref_grads)):
+        wl.opt.register_step_pre_hook(lambda opt, *_, out=out: out.append(
+            [p.grad.clone() for g in opt.param_groups for p in g["params"]]))
+    with exp.math_mode(False):
+        for _ in range(2):
+            w.train_step()
+            ref.train_step()
+    assert w.stable_grads is kept and len(seen) == 2 * micro_batches
+    if kept:
+        assert all(g is not None and not g.any() for g in first)
+        assert all(all(g is f for g, f in zip(at_forward, first)) for at_forward in seen)
+        assert all(p.grad is f and not p.grad.any() for p, f in zip(params, first))  # zeroed in place after the step
+    else:
+        assert all(g is None for g in first) and all(g is None for g in seen[0]) and all(p.grad is None for p in params)
+    assert all(torch.equal(a, b) for step, ref_step in zip(grads, ref_grads) for a, b in zip(step, ref_step))
+    assert all(torch.equal(a, b) for a, b in zip(params, ref_model.parameters()))

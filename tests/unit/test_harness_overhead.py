@@ -181,3 +181,104 @@ def test_part_timers_count_outermost_calls_while_enabled_and_restore(attribution
     assert timers.calls["walk"] == 2 and timers.ms["walk"] >= 0
     timers.restore()
     assert Tree.__dict__["walk"] is orig
+
+
+# measurements.series / measurements.trainer_settings of the H200 LoRA results (reference run h200x2-2026-12-01,
+# llama31_8b flash single n1: `ours` and `faithful`), the fields the bare loop reads
+OURS = {"series": {"series": "ours", "logging_steps": None, "no_step_sync": True, "fast_host_step": True,
+                   "non_blocking_copies": True, "adapter_dtype": "bf16", "compile": True, "liger": False,
+                   "adapters_cast_to": "bfloat16"},
+        "trainer_settings": {"logging_strategy": "no", "logging_steps": 500, "logging_nan_inf_filter": False,
+                             "include_num_input_tokens_seen": "no", "average_tokens_across_devices": False,
+                             "lr_scheduler_type": "constant", "torch_compile": True, "use_liger_kernel": False,
+                             "optim": "adamw_torch_fused", "batch_copy": "non_blocking, pinned",
+                             "attention_mask_in_batch": False, "fast_host_step": True, "max_grad_norm": 0.3,
+                             "gradient_accumulation_steps": 2, "per_device_train_batch_size": 2}}
+FAITHFUL = {"series": {**OURS["series"], "series": "faithful", "logging_steps": 1, "no_step_sync": False,
+                       "fast_host_step": False, "non_blocking_copies": False, "compile": False},
+            "trainer_settings": {**OURS["trainer_settings"], "logging_strategy": "steps", "logging_steps": 1,
+                                 "logging_nan_inf_filter": True, "average_tokens_across_devices": True,
+                                 "torch_compile": False, "batch_copy": "accelerate default (blocking)",
+                                 "fast_host_step": False}}
+
+
+@pytest.fixture(scope="module")
+def lora():
+    return _module("lora")
+
+
+def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
+    """A LoRA result.json of a tiny random-init Llama on ``backend`` whose measurements are ``measurements``."""
+    from accelbench.experiments.lora.settings import LoraSettings
+    from accelbench.systems import System
+
+    s = LoraSettings(r=4, alpha=4, seq_len=16, per_device_batch=2, grad_accum=2, warmup_steps=1, timed_steps=2,
+                     precision="fp32" if backend == "cpu" else "bf16")
+    system = System(name=backend, backend=backend, devices=1, precisions=("fp32", "bf16"), image="cuda", scale="small")
+    spec = {"model_name": "tiny", "attention": "flash", "strategy": "single", "devices": 1, "settings": s.to_dict(),
+            "system": system.to_dict(), "series": measurements["series"]["series"],
+            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
+                                                     "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                     "num_key_value_heads": 2, "vocab_size": 100}}}
+    return {"status": "ok", "config": spec, "measurements": measurements}
+
+
+def test_lora_bare_settings_are_the_results(lora):
+    """The bare loop's settings come from the result it is compared with (the H200 `ours` result: compiled, pinned
+    non-blocking copies, no logging; `faithful`: eager, blocking copies, the loss read every step), and the CSV's
+    settings column states them."""
+    from accelbench.experiments.lora.settings import Plan
+
+    plan = Plan(strategy="single", devices=1, attention="flash", attn_implementation="sdpa", precision="bf16")
+    ours_r, faithful_r = _lora_result(OURS, "cuda"), _lora_result(FAITHFUL, "cuda")
+    s = lora._lora_case(ours_r)[2]
+    ours = lora.bare_settings(ours_r, s, plan, lora._system(ours_r["config"]))
+    assert (ours.compile, ours.compile_backend, ours.fused_adamw, ours.adapters_bf16, ours.batch_copy) == (
+        True, "inductor", True, True, "non_blocking")
+    assert (ours.log_every, ours.nan_inf_filter, ours.average_tokens, ours.max_grad_norm) == (None, False, False, 0.3)
+    assert not ours.not_reproduced
+    text = lora.settings_text(s, plan, ours)
+    assert "compile True (inductor)" in text and "batch copy non_blocking" in text and "attention flash (sdpa)" in text
+    faithful = lora.bare_settings(faithful_r, lora._lora_case(faithful_r)[2], plan, lora._system(faithful_r["config"]))
+    assert (faithful.compile, faithful.batch_copy, faithful.log_every, faithful.nan_inf_filter,
+            faithful.average_tokens) == (False, "blocking", 1, True, True)
+    assert any("fast_host_step False" in n for n in faithful.not_reproduced)  # stated, not silently left out
+    text = lora.settings_text(s, plan, faithful)
+    assert "compile False" in text and "logging every 1 step(s)" in text and "not reproduced: Trainer's" in text
+    # a harness run that does not compile against a compiled result: said in the row
+    harness = {"trainer_settings": {**OURS["trainer_settings"], "torch_compile": False}, "series": OURS["series"]}
+    differs = lora.harness_differences(OURS, harness)
+    assert differs == ["torch_compile False here, True in the result"]
+    assert "harness run differs from the result: torch_compile False" in lora.settings_text(s, plan, ours, differs)
+    bad = _lora_result({**OURS, "trainer_settings": {**OURS["trainer_settings"], "gradient_accumulation_steps": 4}})
+    with pytest.raises(SystemExit, match="gradient_accumulation_steps"):
+        lora.bare_settings(bad, s, plan, lora._system(bad["config"]))
+
+
+@pytest.mark.parametrize("measurements,compiled,reads", [(OURS, True, 0), (FAITHFUL, False, 2)])
+def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurements, compiled, reads):
+    """The bare loop built from an `ours` result (compile True) compiles its model as Trainer does (torch.compile
+    around the model, backend inductor; recorded here, not compiled), a `faithful` one stays eager and reads the loss
+    and the grad norm on the host after every optimizer step (logging_steps 1)."""
+    import torch
+
+    calls = []
+
+    def fake_compile(model, **kw):
+        calls.append((model, kw))
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    result = _lora_result(measurements)
+    spec, system, s, plan = lora._lora_case(result)
+    mirror = lora.bare_settings(result, s, plan, system)
+    step, net = lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
+    assert [kw for _, kw in calls] == ([{"backend": "inductor"}] if compiled else [])
+    assert not calls or calls[0][0] is net
+    items = []
+    item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: items.append(1) or item(t))
+    step()
+    step()
+    assert len(items) == 2 * reads
+    assert f"compile {compiled}" in lora.settings_text(s, plan, mirror)

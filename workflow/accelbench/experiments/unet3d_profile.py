@@ -77,183 +77,10 @@ from ..outcome import Outcome
 
 EXPERIMENT = "unet3d_profile"
 
-
-@dataclass(frozen=True)
-class Variant:
-    """One profiled configuration: math mode, memory layout, autocast dtype, compilation."""
-
-    name: str
-    tf32: bool = False
-    channels_last_3d: bool = False
-    autocast: str | None = None  # "bf16" or None
-    compile: bool = False
-    compile_mode: str | None = None  # torch.compile mode ("reduce-overhead" = CUDA graphs, "max-autotune")
-    fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
-    cudnn_benchmark: bool = False  # cuDNN autotuning (Study A / Med-DDPM: PyTorch's default, off)
-
-    @property
-    def series(self) -> str:
-        return "ours (cuDNN autotuning on)" if self.cudnn_benchmark else "Study A-faithful (cuDNN autotuning off)"
-
-    @property
-    def baseline(self) -> str:
-        """The configuration this one's speedup is measured against (the baseline of the same series)."""
-        return "baseline_autotuned" if self.cudnn_benchmark else "baseline"
-
-    @property
-    def precision(self) -> str:
-        """The math mode whose peak the MFU is computed against (and that the system must support)."""
-        return "bf16" if self.autocast == "bf16" else ("tf32" if self.tf32 else "fp32")
-
-
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("baseline"),
-    Variant("tf32", tf32=True),
-    Variant("channels_last_3d", channels_last_3d=True),
-    Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
-    Variant("bf16", autocast="bf16"),
-    Variant("compile", compile=True),
-    Variant("tf32_compile", tf32=True, compile=True),
-    Variant("bf16_compile", autocast="bf16", compile=True),
-    Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
-    Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
-    # ours beyond the CUDA-graph configuration (issue 29): the 3-D channels-last layout with bf16 (cuDNN's NDHWC
-    # kernels need no layout conversion in bf16), with the compiler, and the compiler's own kernel search
-    Variant("bf16_channels_last_3d", autocast="bf16", channels_last_3d=True),
-    Variant("bf16_channels_last_3d_compile", autocast="bf16", channels_last_3d=True, compile=True),
-    Variant("bf16_channels_last_3d_compile_cudagraphs", autocast="bf16", channels_last_3d=True, compile=True,
-            compile_mode="reduce-overhead"),
-    Variant("bf16_compile_max_autotune", autocast="bf16", compile=True, compile_mode="max-autotune-no-cudagraphs"),
-    Variant("bf16_channels_last_3d_compile_max_autotune", autocast="bf16", channels_last_3d=True, compile=True,
-            compile_mode="max-autotune"),
-)}
-AUTOTUNED = "_autotuned"
-VARIANTS.update({v.name + AUTOTUNED: dataclasses.replace(v, name=v.name + AUTOTUNED, cudnn_benchmark=True)
-                 for v in list(VARIANTS.values())})
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """Resolved U-Net + diffusion settings for one preset at one scale (see config/config.schema.yaml)."""
-
-    preset: str
-    scale: str
-    volume: tuple[int, int, int]
-    spacing_mm: tuple[float, float, float]
-    base_channels: int
-    channel_mult: tuple[int, ...]
-    num_res_blocks: int
-    attention_resolutions: tuple[int, ...]
-    num_heads: int
-    image_channels: int
-    mask_channels: int
-    out_channels: int
-    norm_groups: int
-    timesteps: int
-    schedule: str
-    lr: float
-    batch_size: int
-    network: str = "monai"  # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in); see the module docstring
-    micro_batches: int = 1  # forward/backward passes per optimizer step (Med-DDPM: gradient_accumulate_every = 2)
-
-    @property
-    def channels(self) -> tuple[int, ...]:
-        return tuple(self.base_channels * m for m in self.channel_mult)
-
-    @property
-    def attention_levels(self) -> tuple[bool, ...]:
-        """guided-diffusion's rule: attention at level l iff volume[0] // res == 2**l for a listed res."""
-        factors = {self.volume[0] // r for r in self.attention_resolutions if self.volume[0] % r == 0}
-        return tuple(2**level in factors for level in range(len(self.channel_mult)))
-
-    @property
-    def spatial_order(self) -> tuple[int, int, int]:
-        """Which axes of ``volume`` (the data's X, Y, Z) make the tensor's D, H, W: Med-DDPM's transforms reverse
-        them (BraTS 192 x 192 x 144 -> (B, C, 144, 192, 192)); the MONAI stand-in keeps them."""
-        return (2, 1, 0) if self.network == "med_ddpm" else (0, 1, 2)
-
-    @property
-    def tensor_shape(self) -> tuple[int, ...]:
-        """(B, C_in, D, H, W) of one micro-batch's network input."""
-        return (self.batch_size, self.image_channels + self.mask_channels,
-                *(self.volume[a] for a in self.spatial_order))
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels),
-                 tensor_shape=list(self.tensor_shape))
-        return d
-
-
-NETWORKS = ("med_ddpm", "monai")
-
-# Med-DDPM's EMA (diffusion_model/trainer.py, train.py): recorded in each result, not run (outside the profiled step)
-MED_DDPM_EMA = {"decay": 0.995, "update_every_steps": 10, "start_step": 2000, "applied": False,
-                "note": "recorded, not run: before step 2,000 Med-DDPM copies the weights every 10 steps, after it "
-                        "updates the average every 10 steps; neither is part of the profiled training step"}
-
-
-def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai",
-                     micro_batches: int = 1) -> ModelSettings:
-    """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
-    (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``
-    (per optimizer step) come from the config's ``unet3d_profile`` block.
-
-    Raises:
-        ValueError: an unknown ``network`` or ``micro_batches`` below 1."""
-    if network not in NETWORKS:
-        raise ValueError(f"unet3d_profile.network: {network!r} is not one of {', '.join(NETWORKS)}")
-    if int(micro_batches) < 1:
-        raise ValueError(f"unet3d_profile.micro_batches: {micro_batches!r} must be at least 1")
-    p = dict(presets[preset_name])
-    override = (scales or {}).get(scale) or {}
-    if "volume" in override:
-        fov = [v * s for v, s in zip(p["volume"], p["spacing_mm"])]
-        p["spacing_mm"] = [f / v for f, v in zip(fov, override["volume"])]
-    p.update(override)
-    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
-    return ModelSettings(preset=preset_name, scale=scale, network=network, micro_batches=int(micro_batches), **p)
-
-
-def build_network(s: ModelSettings) -> torch.nn.Module:
-    """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
-    MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
-    if s.network == "med_ddpm":
-        from ..models.med_ddpm_unet import MedDDPMUNet
-
-        return MedDDPMUNet(s.image_channels + s.mask_channels, s.out_channels, base_channels=s.base_channels,
-                           channel_mult=s.channel_mult, num_res_blocks=s.num_res_blocks,
-                           attention_levels=s.attention_levels, num_heads=s.num_heads, norm_groups=s.norm_groups)
-    return build_unet(s)
-
-
-def build_unet(s: ModelSettings) -> torch.nn.Module:
-    """MONAI ``DiffusionModelUNet`` mapped to Med-DDPM (see module docstring). Parameters in fp32 on CPU.
-
-    MONAI (like guided diffusion) zero-initialises the last convolution of each residual block and
-    the output convolution, so an untrained network predicts exactly zero noise. Those layers are
-    re-initialised here with PyTorch's default initialisation, so that every layer contributes to the
-    output and the quality comparison between configurations compares real numbers, not zeros.
-    The arithmetic per step is unchanged.
-    """
-    from monai.networks.nets import DiffusionModelUNet
-
-    model = DiffusionModelUNet(
-        spatial_dims=3, in_channels=s.image_channels + s.mask_channels, out_channels=s.out_channels,
-        num_res_blocks=[s.num_res_blocks] * len(s.channels), channels=list(s.channels),
-        attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
-        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Conv3d, torch.nn.Linear)) and not module.weight.detach().any():
-            module.reset_parameters()
-    return model
-
-
-def build_scheduler(s: ModelSettings):
-    """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
-    from monai.networks.schedulers import DDPMScheduler
-
-    return DDPMScheduler(num_train_timesteps=s.timesteps, schedule=s.schedule)
+from .unet3d_configs import (  # noqa: F401  (re-exported: the experiment's public names)
+    AUTOTUNED, CUDA_GRAPH_MODES, GRAD_BUFFERS, MED_DDPM_EMA, NETWORKS, VARIANTS, ModelSettings, Variant,
+    build_network, build_scheduler, build_unet, keeps_grad_buffers, resolve_settings,
+)
 
 
 @contextlib.contextmanager
@@ -332,6 +159,22 @@ class Workload:
 
     Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot; their spatial axes
     are put in the network's layout (:attr:`ModelSettings.spatial_order`).
+
+    Gradient buffers (``stable_grads``, :func:`keeps_grad_buffers`): with CUDA graphs (:attr:`Variant.cuda_graphs`)
+    and more than one micro-batch, every parameter's ``.grad`` is allocated here, as zeros outside the CUDA graphs'
+    memory pool, and zeroed in place after each optimizer step instead of being set to None. Otherwise autograd makes
+    the first micro-batch's gradient the ``.grad`` itself, without a copy: the compiled backward's output, which lives
+    in the CUDA-graph pool. The next micro-batch's forward starts a new CUDA-graph generation (its previous backward
+    has run), which lets the graphs overwrite every output of the previous one, and accumulating into ``.grad`` in
+    that micro-batch's backward fails with "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been
+    overwritten by a subsequent run" (H200, torch 2.11, ``bf16_compile_cudagraphs_autotuned`` on Med-DDPM's
+    network; the stack trace it names, ``emb = self.time_mlp(...)`` in ``med_ddpm_unet.py``, is that of the first
+    parameter's gradient, the time embedding's ``Linear``). ``torch.compiler.cudagraph_mark_step_begin()`` does not
+    help: it starts a new generation where one starts anyway (pytorch/pytorch#169545 fails with it; torch's own
+    message since pytorch/pytorch#184003 advises ``.grad`` buffers allocated outside the capture). The network
+    compiles to one graph (dynamo on the CPU: no graph break, checkpointed attention included), so nothing else is
+    needed. Cost: one in-place add per parameter in the first micro-batch and one in-place zeroing per step; the
+    arithmetic and the gradients are unchanged. Recorded as ``measurements.grad_buffers``.
     """
 
     def __init__(self, model: torch.nn.Module, settings: ModelSettings, variant: Variant, device: Device,
@@ -349,6 +192,11 @@ class Workload:
         self.net = torch.compile(self.model, mode=variant.compile_mode) if variant.compile else self.model
         fused = {"fused": True} if variant.fused_adam and device.ops.fused_adamw else {}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr, **fused)
+        self.stable_grads = keeps_grad_buffers(variant, settings)  # see the class docstring
+        if self.stable_grads:
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    p.grad = torch.zeros_like(p)  # eager memory, the parameter's layout (channels_last_3d kept)
         self.amp = torch.bfloat16 if variant.autocast == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed)
         self.x_t = torch.randn(self.image.shape, generator=self.gen, device=dev).contiguous(memory_format=fmt)
@@ -361,7 +209,8 @@ class Workload:
 
     def train_step(self) -> torch.Tensor:
         """One optimizer step at batch B: ``micro_batches`` x (forward + L1 loss on epsilon / micro_batches +
-        backward), then the Adam step (Med-DDPM's gradient accumulation). Returns the mean micro-batch loss."""
+        backward), then the Adam step (Med-DDPM's gradient accumulation). Returns the mean micro-batch loss.
+        The gradients are set to None after the step, or zeroed in place where ``stable_grads`` (class docstring)."""
         dev = self.device.torch_device
         b, n = self.image.shape[0], self.s.micro_batches
         losses = []
@@ -376,7 +225,7 @@ class Workload:
             losses.append(loss.detach())
             self.device.mark_step()
         self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=not self.stable_grads)
         self.device.mark_step()
         return losses[0] if n == 1 else torch.stack(losses).sum()
 
@@ -496,7 +345,8 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
     m: dict = {"parameters": n_params, "network": settings.network, "micro_batches": settings.micro_batches,
                "tensor_shape": list(settings.tensor_shape),
                "ema": MED_DDPM_EMA if settings.network == "med_ddpm" else None, "variant": dataclasses.asdict(variant), "precision": variant.precision,
-               "series": variant.series, "cudnn_benchmark": variant.cudnn_benchmark}
+               "series": variant.series, "cudnn_benchmark": variant.cudnn_benchmark,
+               "grad_buffers": GRAD_BUFFERS["stable" if keeps_grad_buffers(variant, settings) else "per_step"]}
     try:
         # 1. quality: same weights, seed and input; the baseline's outputs are the reference
         with math_mode(False):

@@ -1,0 +1,215 @@
+"""Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d_profile` measures them):
+the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning), the
+model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`), and the networks and
+noise scheduler they build (Med-DDPM's own U-Net or the MONAI stand-in; Med-DDPM's cosine DDPM schedule). The module
+docstring of :mod:`~accelbench.experiments.unet3d_profile` describes each configuration and its source."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+# torch.compile modes that run the compiled model as CUDA graphs (inductor's ``triton.cudagraphs``, CUDA graph trees);
+# "max-autotune-no-cudagraphs" does not
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One profiled configuration: math mode, memory layout, autocast dtype, compilation."""
+
+    name: str
+    tf32: bool = False
+    channels_last_3d: bool = False
+    autocast: str | None = None  # "bf16" or None
+    compile: bool = False
+    compile_mode: str | None = None  # torch.compile mode ("reduce-overhead" = CUDA graphs, "max-autotune")
+    fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
+    cudnn_benchmark: bool = False  # cuDNN autotuning (Study A / Med-DDPM: PyTorch's default, off)
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the compiled model runs as CUDA graphs (``torch.compile`` modes :data:`CUDA_GRAPH_MODES`)."""
+        return self.compile and self.compile_mode in CUDA_GRAPH_MODES
+
+    @property
+    def series(self) -> str:
+        return "ours (cuDNN autotuning on)" if self.cudnn_benchmark else "Study A-faithful (cuDNN autotuning off)"
+
+    @property
+    def baseline(self) -> str:
+        """The configuration this one's speedup is measured against (the baseline of the same series)."""
+        return "baseline_autotuned" if self.cudnn_benchmark else "baseline"
+
+    @property
+    def precision(self) -> str:
+        """The math mode whose peak the MFU is computed against (and that the system must support)."""
+        return "bf16" if self.autocast == "bf16" else ("tf32" if self.tf32 else "fp32")
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("baseline"),
+    Variant("tf32", tf32=True),
+    Variant("channels_last_3d", channels_last_3d=True),
+    Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
+    Variant("bf16", autocast="bf16"),
+    Variant("compile", compile=True),
+    Variant("tf32_compile", tf32=True, compile=True),
+    Variant("bf16_compile", autocast="bf16", compile=True),
+    Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
+    Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
+    # ours beyond the CUDA-graph configuration (issue 29): the 3-D channels-last layout with bf16 (cuDNN's NDHWC
+    # kernels need no layout conversion in bf16), with the compiler, and the compiler's own kernel search
+    Variant("bf16_channels_last_3d", autocast="bf16", channels_last_3d=True),
+    Variant("bf16_channels_last_3d_compile", autocast="bf16", channels_last_3d=True, compile=True),
+    Variant("bf16_channels_last_3d_compile_cudagraphs", autocast="bf16", channels_last_3d=True, compile=True,
+            compile_mode="reduce-overhead"),
+    Variant("bf16_compile_max_autotune", autocast="bf16", compile=True, compile_mode="max-autotune-no-cudagraphs"),
+    Variant("bf16_channels_last_3d_compile_max_autotune", autocast="bf16", channels_last_3d=True, compile=True,
+            compile_mode="max-autotune"),
+)}
+AUTOTUNED = "_autotuned"
+VARIANTS.update({v.name + AUTOTUNED: dataclasses.replace(v, name=v.name + AUTOTUNED, cudnn_benchmark=True)
+                 for v in list(VARIANTS.values())})
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Resolved U-Net + diffusion settings for one preset at one scale (see config/config.schema.yaml)."""
+
+    preset: str
+    scale: str
+    volume: tuple[int, int, int]
+    spacing_mm: tuple[float, float, float]
+    base_channels: int
+    channel_mult: tuple[int, ...]
+    num_res_blocks: int
+    attention_resolutions: tuple[int, ...]
+    num_heads: int
+    image_channels: int
+    mask_channels: int
+    out_channels: int
+    norm_groups: int
+    timesteps: int
+    schedule: str
+    lr: float
+    batch_size: int
+    network: str = "monai"  # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in); see the module docstring
+    micro_batches: int = 1  # forward/backward passes per optimizer step (Med-DDPM: gradient_accumulate_every = 2)
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        return tuple(self.base_channels * m for m in self.channel_mult)
+
+    @property
+    def attention_levels(self) -> tuple[bool, ...]:
+        """guided-diffusion's rule: attention at level l iff volume[0] // res == 2**l for a listed res."""
+        factors = {self.volume[0] // r for r in self.attention_resolutions if self.volume[0] % r == 0}
+        return tuple(2**level in factors for level in range(len(self.channel_mult)))
+
+    @property
+    def spatial_order(self) -> tuple[int, int, int]:
+        """Which axes of ``volume`` (the data's X, Y, Z) make the tensor's D, H, W: Med-DDPM's transforms reverse
+        them (BraTS 192 x 192 x 144 -> (B, C, 144, 192, 192)); the MONAI stand-in keeps them."""
+        return (2, 1, 0) if self.network == "med_ddpm" else (0, 1, 2)
+
+    @property
+    def tensor_shape(self) -> tuple[int, ...]:
+        """(B, C_in, D, H, W) of one micro-batch's network input."""
+        return (self.batch_size, self.image_channels + self.mask_channels,
+                *(self.volume[a] for a in self.spatial_order))
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels),
+                 tensor_shape=list(self.tensor_shape))
+        return d
+
+
+NETWORKS = ("med_ddpm", "monai")
+
+# Med-DDPM's EMA (diffusion_model/trainer.py, train.py): recorded in each result, not run (outside the profiled step)
+MED_DDPM_EMA = {"decay": 0.995, "update_every_steps": 10, "start_step": 2000, "applied": False,
+                "note": "recorded, not run: before step 2,000 Med-DDPM copies the weights every 10 steps, after it "
+                        "updates the average every 10 steps; neither is part of the profiled training step"}
+
+
+# How a training step holds its gradients (Workload's docstring), recorded in each result
+GRAD_BUFFERS = {
+    "per_step": {"kept": False, "note": "autograd allocates .grad in the step's first backward; set to None after "
+                                        "the optimizer step"},
+    "stable": {"kept": True, "note": "CUDA graphs with gradient accumulation: .grad allocated once as zeros outside "
+                                     "the CUDA-graph pool and zeroed in place after each optimizer step, so that the "
+                                     "next micro-batch's CUDA-graph run cannot overwrite the accumulated gradients"},
+}
+
+
+def keeps_grad_buffers(variant: Variant, settings: ModelSettings) -> bool:
+    """Whether a training step keeps its ``.grad`` buffers (CUDA graphs and gradient accumulation; see
+    :class:`Workload`)."""
+    return variant.cuda_graphs and settings.micro_batches > 1
+
+
+def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai",
+                     micro_batches: int = 1) -> ModelSettings:
+    """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
+    (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``
+    (per optimizer step) come from the config's ``unet3d_profile`` block.
+
+    Raises:
+        ValueError: an unknown ``network`` or ``micro_batches`` below 1."""
+    if network not in NETWORKS:
+        raise ValueError(f"unet3d_profile.network: {network!r} is not one of {', '.join(NETWORKS)}")
+    if int(micro_batches) < 1:
+        raise ValueError(f"unet3d_profile.micro_batches: {micro_batches!r} must be at least 1")
+    p = dict(presets[preset_name])
+    override = (scales or {}).get(scale) or {}
+    if "volume" in override:
+        fov = [v * s for v, s in zip(p["volume"], p["spacing_mm"])]
+        p["spacing_mm"] = [f / v for f, v in zip(fov, override["volume"])]
+    p.update(override)
+    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
+    return ModelSettings(preset=preset_name, scale=scale, network=network, micro_batches=int(micro_batches), **p)
+
+
+def build_network(s: ModelSettings) -> torch.nn.Module:
+    """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
+    MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
+    if s.network == "med_ddpm":
+        from ..models.med_ddpm_unet import MedDDPMUNet
+
+        return MedDDPMUNet(s.image_channels + s.mask_channels, s.out_channels, base_channels=s.base_channels,
+                           channel_mult=s.channel_mult, num_res_blocks=s.num_res_blocks,
+                           attention_levels=s.attention_levels, num_heads=s.num_heads, norm_groups=s.norm_groups)
+    return build_unet(s)
+
+
+def build_unet(s: ModelSettings) -> torch.nn.Module:
+    """MONAI ``DiffusionModelUNet`` mapped to Med-DDPM (see module docstring). Parameters in fp32 on CPU.
+
+    MONAI (like guided diffusion) zero-initialises the last convolution of each residual block and
+    the output convolution, so an untrained network predicts exactly zero noise. Those layers are
+    re-initialised here with PyTorch's default initialisation, so that every layer contributes to the
+    output and the quality comparison between configurations compares real numbers, not zeros.
+    The arithmetic per step is unchanged.
+    """
+    from monai.networks.nets import DiffusionModelUNet
+
+    model = DiffusionModelUNet(
+        spatial_dims=3, in_channels=s.image_channels + s.mask_channels, out_channels=s.out_channels,
+        num_res_blocks=[s.num_res_blocks] * len(s.channels), channels=list(s.channels),
+        attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Conv3d, torch.nn.Linear)) and not module.weight.detach().any():
+            module.reset_parameters()
+    return model
+
+
+def build_scheduler(s: ModelSettings):
+    """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
+    from monai.networks.schedulers import DDPMScheduler
+
+    return DDPMScheduler(num_train_timesteps=s.timesteps, schedule=s.schedule)
