@@ -1,8 +1,10 @@
 """SR3 (``sr3``, ``sr3-rank``): the rule's ``sr3_scaling`` Trainer step vs a bare DDP loop, one process per rank, in the
 result's configuration (:mod:`accelbench.experiments.sr3_configs`: precision, attention placement, cuDNN autotuning,
-compilation, fused Adam, channels_last and, for the faithful series, its per-iteration ``loss.item()`` + barrier,
-which the bare loop makes too). The row's ``product_ms`` is the median in the rule's own ``result.json``, and
-``product_over_bare`` the number that matters: the table's value against the bare loop of the same settings."""
+compilation, fused Adam, channels_last and, for the faithful series, its per-iteration ``loss.item()`` + barrier
+and the authors' data path (DataLoader workers, pinned memory, blocking copy), which the bare loop takes too; for ours
+the bare loop's batches are already on the device); the row's ``settings`` say the data path. The row's
+``product_ms`` is the median in the rule's own ``result.json``, and ``product_over_bare`` the number that matters: the
+table's value against the bare loop of the same settings."""
 
 from __future__ import annotations
 
@@ -53,17 +55,20 @@ def sr3_rank(args) -> None:
     # harness: the rule's Trainer and timer
     tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=spec.get("ddp"),
                      compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                     host_syncs=conf.host_syncs)
+                     host_syncs=conf.host_syncs, compile_mode=conf.compile_mode, loader_workers=conf.loader_workers,
+                     blocking_copies=conf.blocking_copies)
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
     harness = gathered_max(t.samples)
+    data_path = data_path_text(tr.data_path, conf.authors_data_path)
     del tr
     _empty_cache()
 
-    # bare: DDP U-Net, Adam, batches from the same patches already on the device
+    # bare: DDP U-Net, Adam, batches from the same patches already on the device (the authors' data path: through
+    # the same kind of DataLoader and copy as the Trainer's)
     step, _ = sr3_bare(s, ds, dev, precision, seed, rank, world, local if system.backend == "cuda" else None,
-                       exp.ddp_kwargs(spec.get("ddp")), conf)
+                       exp.ddp_kwargs(spec.get("ddp")), conf, pin_memory=device.ops.non_blocking_copies)
     if world > 1:
         dist.barrier()
     bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
@@ -76,15 +81,26 @@ def sr3_rank(args) -> None:
                                m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
                                placement["threads"], torch.backends.cudnn.benchmark,
                                f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
-                               f"{precision}, compile {conf.compile}, fused Adam {conf.fused_adam}, channels_last "
-                               f"{conf.channels_last}, host syncs {conf.host_syncs}"))
+                               f"{precision}, compile {conf.compile} (mode {conf.compile_mode}), fused Adam "
+                               f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
+                               f"{data_path}"))
+
+
+def data_path_text(d: dict, authors: bool) -> str:
+    """The data path of a row's settings, from the Trainer's ``data_path`` record (:func:`sr3_model.batch_loader`)."""
+    capped = f" (of {d['loader_workers_requested']} requested)" if d["capped"] else ""
+    text = (f"data: DataLoader {d['loader_workers']} workers{capped}, pin_memory {d['pin_memory']}, "
+            f"{d['copy']} copy")
+    return text + (" (bare loop the same)" if authors else " (bare loop: batches already on the device)")
 
 
 def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, device_id: int | None,
-             ddp_kwargs: dict | None = None, conf=None):
+             ddp_kwargs: dict | None = None, conf=None, pin_memory: bool | None = None):
     """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
     patches already on the device; with ``conf`` (an :class:`~accelbench.experiments.sr3_configs.Configuration`) its
-    compilation, fused Adam, channels_last and host syncs. Returns ``(step, model)``."""
+    compilation, fused Adam, channels_last and host syncs, and where it takes the authors' data path, batches through
+    the same kind of DataLoader as the Trainer's (:func:`sr3_model.batch_loader`: the workers capped at the rank's
+    cores, ``pin_memory`` (default: on CUDA), the blocking or non_blocking copy). Returns ``(step, model)``."""
     import torch
     import torch.nn.functional as F
 
@@ -96,18 +112,43 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
     ids = [device_id] if device_id is not None else None
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs or {})) if world > 1 else model
     if conf is not None and conf.compile:
-        net = torch.compile(net)
+        net = torch.compile(net, mode=conf.compile_mode)  # the result's mode ("reduce-overhead": CUDA graphs)
+    cudagraphs = conf is not None and conf.compile and conf.compile_mode == "reduce-overhead"
     fused = conf is not None and conf.fused_adam and dev.type == "cuda"
     opt = torch.optim.Adam(model.parameters(), lr=s.lr, **({"fused": True} if fused else {}))
     syncs = conf is not None and conf.host_syncs
     sched = exp.build_scheduler(s, float64=False)
-    cond_all, target_all = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
     dtype = torch.bfloat16 if precision == "bf16" else None
     g = torch.Generator(device=dev).manual_seed(seed + rank)
+    if conf is not None and conf.authors_data_path:
+        blocking = conf.blocking_copies
+        sampler, loader, _ = exp.batch_loader(ds, s.batch_size, rank, world, seed,
+                                              pin_memory=dev.type == "cuda" if pin_memory is None else pin_memory,
+                                              workers=conf.loader_workers, blocking=blocking)
+
+        def batches():
+            epoch = 0
+            while True:
+                yield from loader
+                epoch += 1
+                sampler.set_epoch(epoch)
+
+        stream = batches()
+
+        def next_batch():
+            cond, target = next(stream)
+            return exp.to_device(cond, dev, fmt, blocking), exp.to_device(target, dev, fmt, blocking)
+    else:
+        cond_all, target_all = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
+
+        def next_batch():
+            idx = torch.randint(0, ds.n, (s.batch_size,), device=dev, generator=g)
+            return cond_all[idx], target_all[idx]
 
     def step():
-        idx = torch.randint(0, ds.n, (s.batch_size,), device=dev, generator=g)
-        cond, target = cond_all[idx], target_all[idx]
+        if cudagraphs:  # a new iteration, as the rule's Trainer.train_step marks it
+            torch.compiler.cudagraph_mark_step_begin()
+        cond, target = next_batch()
         tt = torch.randint(0, s.timesteps, (s.batch_size,), device=dev, generator=g)
         noise = torch.randn(target.shape, device=dev, generator=g)
         x_t = sched.add_noise(original_samples=target, noise=noise, timesteps=tt)

@@ -400,6 +400,77 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
 
 
+def _trainer(conf_name: str, s=None, device=None) -> "sr3.Trainer":
+    """A tiny CPU Trainer in configuration ``conf_name``'s data path (workers, copy) and host syncs."""
+    from accelbench.devices import Device
+
+    s = s or tiny_settings()
+    c = sr3_configs.get(conf_name)
+    data = sr3.PatchSet(np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
+                        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32), s.hr_size)
+    return sr3.Trainer(s, device or Device("cpu"), data, c.precision, seed=0, host_syncs=c.host_syncs,
+                       loader_workers=c.loader_workers, blocking_copies=c.blocking_copies)
+
+
+def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(monkeypatch):
+    """Issue 24: the faithful series' DataLoader has the authors' 8 workers (config/sr_sr3_64_256_set2.json) capped at
+    the cores this rank has (its threads, set by launch.place_this_rank, at most its CPU affinity), pins where the
+    device pins, and the batch is copied with a blocking .to(device) (their set_device); every setting is recorded
+    with its source."""
+    import os
+
+    from accelbench import backends
+
+    faithful = sr3_configs.get("faithful")
+    assert (faithful.loader_workers, faithful.blocking_copies, faithful.authors_data_path) == (8, True, True)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert sr3.rank_cores() == 1
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4096)  # more threads than CPUs: the affinity caps
+    assert sr3.rank_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.undo()
+    copies = []
+    to_device = sr3.to_device
+    monkeypatch.setattr(sr3, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(
+        x, dev, fmt, blocking))
+    monkeypatch.setattr(sr3, "rank_cores", lambda: 2)  # this rank's share of the job's cores
+    tr = _trainer("faithful")
+    assert tr.loader.num_workers == 2 and tr.loader.pin_memory is False and tr.loader.persistent_workers is False
+    d = tr.data_path
+    assert (d["loader_workers_requested"], d["loader_workers"], d["rank_cores"]) == (8, 2, 2)
+    assert "8 workers requested, 2 core(s)" in d["capped"] and d["copy"] == "blocking"
+    assert (d["pin_memory_requested"], d["pin_memory"]) == (True, False)  # the CPU does not pin
+    assert "config/sr_sr3_64_256_set2.json" in d["source"] and "set_device" in d["source"]
+    cond, target = tr.next_batch()
+    assert copies == [True, True] and cond.shape == target.shape == (4, 1, 32, 32)
+    tr.train_step()  # a step through the worker processes
+    monkeypatch.setattr(sr3, "rank_cores", lambda: 16)  # enough cores: the authors' 8, not capped
+    monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says: pinned
+    tr = _trainer("faithful")
+    assert tr.loader.num_workers == 8 and tr.data_path["capped"] is None and tr.loader.pin_memory is True
+    del tr
+
+
+def test_ours_keeps_its_data_path():
+    """Ours: batches made in the rank's process (no workers), copied with non_blocking=True; recorded as such."""
+    for name in ("fp32", "bf16", "bf16_compile", "bf16_compile_channels_last", "bf16_compile_cudagraphs"):
+        c = sr3_configs.get(name)
+        assert (c.loader_workers, c.blocking_copies, c.authors_data_path) == (None, False, False)
+    tr = _trainer("bf16")
+    assert tr.loader.num_workers == 0 and not tr.blocking_copies
+    assert tr.data_path == {"loader_workers_requested": 0, "loader_workers": 0, "rank_cores": sr3.rank_cores(),
+                            "capped": None, "pin_memory_requested": False, "pin_memory": False,
+                            "persistent_workers": False, "copy": "non_blocking",
+                            "source": sr3_configs.OURS_DATA_SOURCE}
+
+
+def test_only_the_faithful_spec_carries_the_data_path():
+    """The spec (rule sr3_train; its sha256 says whether a result is current) gains the authors' data path for the
+    faithful series only, so its results made before are redone and no other configuration's are."""
+    assert sr3_configs.spec_settings("faithful") == {"data_path": {"loader_workers": 8, "pin_memory": True,
+                                                                   "copy": "blocking"}}
+    assert all(sr3_configs.spec_settings(n) == {} for n in sr3_configs.CONFIGURATIONS if n != "faithful")
+
+
 def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
     """fp32 with cuDNN's TF32 on (PyTorch's default on CUDA) is judged against the TF32 peak: on one H200 the
     FP32 peak gave an MFU of 1.64 (issue 23's GPU check); bf16 against bf16's; N ranks do N x one rank's FLOPs."""
@@ -475,6 +546,11 @@ def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
                   authors_iterations_per_device={"2": 7})
     assert m["study_b_projection"]["iterations"] == 7 and "job file" in m["study_b_projection"]["method"]
     assert m["configuration"]["series"] == "faithful" and m["configuration"]["host_syncs"]
+    assert (m["configuration"]["loader_workers"], m["configuration"]["blocking_copies"]) == (8, True)
+    data_path = {"loader_workers_requested": 8, "loader_workers": 1, "copy": "blocking"}
+    m = exp.merge(s, [_record(0, [1.0], data_path=data_path), _record(1, [1.0], data_path=data_path)], 2, faithful,
+                  workload_iterations=8, max_iterations=1, warmup=0)
+    assert m["data_path"] == data_path  # rank 0's record (sr3_model.batch_loader)
 
 
 def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):

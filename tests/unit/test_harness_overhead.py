@@ -155,6 +155,44 @@ def test_ddp_profile_sr3_two_gloo_ranks(tmp_path, default_config, systems):
     assert {r["variant"] for r in rows} == {"default", "bucket_view", "static_graph+bucket_view", "one_bucket"}
 
 
+def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
+    """Issue 24: for a configuration with the authors' data path the bare loop draws its batches through the same
+    kind of DataLoader (workers capped at the rank's cores, blocking copy) as the Trainer; ours' bare loop keeps its
+    batches on the device. The row's settings say the data path."""
+    import numpy as np
+    import torch
+
+    from accelbench.experiments import sr3_configs
+    from accelbench.experiments import sr3_model as exp
+
+    bench = _module("sr3")
+    s = exp.resolve_settings(dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
+                                  attention_resolutions=[8], num_heads=1, dropout=0.0, norm_groups=4, timesteps=20,
+                                  beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4), "small", {})
+    ds = exp.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
+    loaders, copies = [], []
+    batch_loader, to_device = exp.batch_loader, exp.to_device
+    monkeypatch.setattr(exp, "batch_loader", lambda *a, **kw: loaders.append(kw) or batch_loader(*a, **kw))
+    monkeypatch.setattr(exp, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(
+        x, dev, fmt, blocking))
+    monkeypatch.setattr(exp, "rank_cores", lambda: 1)
+    faithful = sr3_configs.get("faithful")
+    step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, faithful)
+    for _ in range(3):  # 8 patches, batch 4: across an epoch boundary
+        step()
+    assert loaders == [{"pin_memory": False, "workers": 8, "blocking": True}] and copies == [True] * 6
+    loaders.clear(), copies.clear()
+    step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "bf16", 0, 0, 1, None, None, sr3_configs.get("bf16"))
+    step()
+    assert loaders == [] and copies == []  # ours: batches already on the device
+    _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=False, workers=8, blocking=True)
+    assert bench.data_path_text(d, True) == ("data: DataLoader 1 workers (of 8 requested), pin_memory False, "
+                                             "blocking copy (bare loop the same)")
+    _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=True)
+    assert bench.data_path_text(d, False) == ("data: DataLoader 0 workers, pin_memory True, non_blocking copy "
+                                              "(bare loop: batches already on the device)")
+
+
 def test_percentiles(host):
     assert host.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
     p = host.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values

@@ -34,6 +34,10 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         # the Study B-faithful settings, each recorded (issue 24)
         assert m["cudnn_benchmark"] is True and m["configuration"]["host_syncs"] and r["config"]["series"] == "faithful"
         assert r["config"]["settings"]["attention_levels"] == [False, True, False]  # as run (tiny: unet_image_size 16)
+        # the authors' data path: 8 DataLoader workers capped at the rank's one core, blocking copy (CPU: no pinning)
+        assert {k: m["data_path"][k] for k in ("loader_workers_requested", "loader_workers", "pin_memory", "copy")} \
+            == {"loader_workers_requested": 8, "loader_workers": 1, "pin_memory": False, "copy": "blocking"}
+        assert r["config"]["data_path"] == {"loader_workers": 8, "pin_memory": True, "copy": "blocking"}  # spec
         assert len(m["loss"]["curve"]) == m["iterations_run"]
         assert m["study_b_projection"]["label"] == "projection" and m["study_b_projection"]["iterations"] == 40000 // n
         assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]

@@ -189,13 +189,17 @@ def sr3_prepare_spec(wildcards):
 
 
 def sr3_scaling_spec(wildcards):
+    """The job's settings; a configuration's own settings beyond its name only where sr3_configs.spec_settings lists
+    them (the faithful series' data path, issue 24), so that the other configurations' specs stay as they were."""
+    from accelbench.experiments.sr3_configs import spec_settings
+
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
                              "quality_sample_steps", "seed")}
     run["authors_iterations_per_device"] = dict(u.get("authors_iterations_per_device") or {})
     ddp = {k: v for k, v in (u.get("ddp") or {}).items() if v is not None}  # in the spec only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "devices": int(wildcards.devices),
-                       "configuration": wildcards.configuration,
+                       "configuration": wildcards.configuration, **spec_settings(wildcards.configuration),
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run, **({"ddp": ddp} if ddp else {})})
 
 

@@ -16,15 +16,22 @@ Three series, each a row group in the tables:
 - the 64-card run's iteration count: ``"n_iter": 62e1`` (620 per card, not 40,000 / 64 = 625): config
   ``sr3_scaling.authors_iterations_per_device``, used in the Study B projection of this series;
 - on Gaudi: ``PT_HPU_LAZY_MODE=1`` and ``PT_HPU_MAX_COMPOUND_OP_SIZE=2`` (``voyager/*.yaml``), set before the bridge
-  loads (:func:`environment`).
+  loads (:func:`environment`);
+- the data path of ``data/__init__.py`` ``create_dataloader`` (train phase): ``num_workers`` from the JSON's
+  ``"datasets": {"train": {"num_workers": 8}}`` (``config/sr_sr3_64_256_set2.json``; here capped at the rank's cores),
+  ``pin_memory=True``, DataLoader's default ``persistent_workers=False``, and the batch copied as
+  ``model/base_model.py`` ``set_device`` does it (``item.to(self.device)``: blocking), recorded in
+  ``measurements.data_path``.
 
 ``paper_text`` -- ``fp32``: the paper's text: attention at 16 px, autotuning off, no host synchronisation in the
 timed loop (the configuration this project ran before the series existed; its committed results keep the name).
 
 ``ours`` -- the fastest honest run on the hardware, same network as the faithful series (attention as run), no
-host synchronisation in the timed loop, cuDNN autotuning on: ``bf16`` (autocast, eager), ``bf16_compile``
-(+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC activations and weights),
-``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: the eager step is launch-bound, ~5,000 kernels per iteration).
+host synchronisation in the timed loop, cuDNN autotuning on, batches made in the rank's process (no DataLoader
+workers) from pinned memory where copies overlap (CUDA) and copied with ``non_blocking=True``: ``bf16`` (autocast,
+eager), ``bf16_compile`` (+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC
+activations and weights), ``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: the eager step is launch-bound,
+~5,000 kernels per iteration).
 Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
 batches (checked by the aggregation, :func:`loss_agreement`).
 """
@@ -58,6 +65,13 @@ class Configuration:
         fused_adam: Adam's fused kernel where the backend has one (capability ``fused_adamw``).
         channels_last: NHWC memory format for the network and its inputs.
         authors_iterations: the 64-card iteration count of the authors' job file applies to the projection.
+        loader_workers: DataLoader worker processes per rank requested (None: 0, batches made in the rank's process);
+            the faithful series' 8 are ``datasets.train.num_workers`` of the authors' ``config/sr_sr3_64_256_set2.json``
+            (used by ``data/__init__.py`` ``create_dataloader``), capped at the rank's cores when run
+            (:func:`accelbench.experiments.sr3_model.batch_loader`).
+        blocking_copies: the batch is copied to the device with a blocking ``.to(device)``, as the authors'
+            ``model/base_model.py`` ``set_device`` (from pinned memory as their ``create_dataloader``'s
+            ``pin_memory=True``, where the device pins); False: pinned where copies overlap, ``non_blocking=True``.
     """
 
     name: str
@@ -71,6 +85,13 @@ class Configuration:
     fused_adam: bool = False
     channels_last: bool = False
     authors_iterations: bool = False
+    loader_workers: int | None = None  # DataLoader workers per rank (None: 0); capped at the rank's cores when run
+    blocking_copies: bool = False  # batch copied with a blocking .to(device) (the authors' set_device)
+
+    @property
+    def authors_data_path(self) -> bool:
+        """Whether batches take the authors' data path (DataLoader workers, pinned, blocking copy)."""
+        return self.loader_workers is not None or self.blocking_copies
 
     def to_dict(self) -> dict:
         d = {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
@@ -80,7 +101,8 @@ class Configuration:
 
 
 CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
-    Configuration("faithful", "faithful", host_syncs=True, authors_iterations=True),
+    Configuration("faithful", "faithful", host_syncs=True, authors_iterations=True,
+                  loader_workers=8, blocking_copies=True),  # the authors' data path (AUTHORS_DATA_SOURCE)
     Configuration("fp32", "paper_text", attention="paper_text", cudnn_benchmark=False),
     Configuration("bf16", "ours", precision="bf16"),
     Configuration("bf16_compile", "ours", precision="bf16", compile=True, fused_adam=True),
@@ -92,6 +114,24 @@ CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
 AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads
 FAITHFUL_HPU_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
+# where each data path comes from (measurements.data_path.source)
+AUTHORS_DATA_SOURCE = ("javierhndev/Super-Resolution-SR3: data/__init__.py create_dataloader (train: DataLoader("
+                       "num_workers=datasets.train.num_workers, pin_memory=True, sampler=DistributedSampler)), "
+                       "config/sr_sr3_64_256_set2.json datasets.train.num_workers = 8, model/base_model.py set_device "
+                       "(item.to(self.device): blocking)")
+OURS_DATA_SOURCE = ("ours: batches made in the rank's process (no workers), pinned where copies overlap the device's "
+                    "work (CUDA), .to(non_blocking=True)")
+
+
+def spec_settings(name: str) -> dict:
+    """Settings of configuration ``name`` that its jobs' spec carries beyond the name (rule ``sr3_train``; the spec's
+    sha256 says whether a finished result is current): the authors' data path (issue 24) for a configuration that
+    takes it, so that its results made before are redone; ``{}`` for the others, whose specs stay as they were."""
+    c = get(name)
+    if not c.authors_data_path:
+        return {}
+    return {"data_path": {"loader_workers": c.loader_workers, "pin_memory": True,
+                          "copy": "blocking" if c.blocking_copies else "non_blocking"}}
 
 
 def get(name: str) -> Configuration:

@@ -164,6 +164,52 @@ class PatchSet(torch.utils.data.Dataset):
         return self.cond[i % self.n], self.target[i % self.n]
 
 
+def rank_cores() -> int:
+    """The cores this rank has: its intra-op threads (``torch.get_num_threads()``: its share of the job's cores, set
+    by :func:`accelbench.launch.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads()
+    return max(1, min(torch.get_num_threads(), cpus))
+
+
+def batch_loader(data: PatchSet, batch_size: int, rank: int, world: int, seed: int, *, pin_memory: bool,
+                 workers: int | None = None, blocking: bool = False):
+    """One rank's batches: a ``DistributedSampler`` (shuffled, full batches) and its ``DataLoader``.
+
+    ``workers`` (a configuration's ``loader_workers``; None: 0, batches made in this process) is capped at the cores
+    this rank has (:func:`rank_cores`); ``persistent_workers=False`` (DataLoader's default, as the authors'
+    ``create_dataloader``: the workers start again every epoch). ``pin_memory``: whether the device pins (the caller
+    says). ``blocking``: how the caller copies the batch (:func:`to_device`), recorded only.
+
+    Returns:
+        ``(sampler, loader, data_path)``: ``data_path`` is what ``measurements.data_path`` records (workers requested
+        and used, the cores that capped them, pinning, the copy, the source of these settings).
+    """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from .sr3_configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
+
+    requested, cores = int(workers or 0), rank_cores()
+    used = min(requested, cores)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=used,
+                        pin_memory=pin_memory, persistent_workers=False)
+    authors = workers is not None or blocking
+    record = {"loader_workers_requested": requested, "loader_workers": used, "rank_cores": cores,
+              "capped": (f"{requested} workers requested, {cores} core(s) on this rank (its threads, its share of "
+                         "the job's cores; at most its CPU affinity)") if used < requested else None,
+              "pin_memory_requested": True if authors else pin_memory, "pin_memory": pin_memory,
+              "persistent_workers": False, "copy": "blocking" if blocking else "non_blocking",
+              "source": AUTHORS_DATA_SOURCE if authors else OURS_DATA_SOURCE}
+    return sampler, loader, record
+
+
+def to_device(x: torch.Tensor, dev: torch.device, memory_format: torch.memory_format, blocking: bool) -> torch.Tensor:
+    """``x`` on ``dev``: a blocking copy (the authors' ``set_device``: ``x.to(device)``) or ``non_blocking=True``."""
+    return x.to(dev, non_blocking=not blocking, memory_format=memory_format)
+
+
 DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
 
 
@@ -182,14 +228,16 @@ def ddp_kwargs(ddp: dict | None) -> dict:
 
 class Trainer:
     """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed, with the ``ddp`` options of
-    :func:`ddp_kwargs`), Adam, scheduler, batches."""
+    :func:`ddp_kwargs`), Adam, scheduler, batches (:func:`batch_loader`: ``loader_workers`` worker processes, capped at
+    the rank's cores; ``blocking_copies``: the authors' blocking ``.to(device)``, else ``non_blocking=True``)."""
 
     def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
                  rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None, *,
                  compile: bool = False, fused_adam: bool = False, channels_last: bool = False,
-                 host_syncs: bool = False, compile_mode: str | None = None):
+                 host_syncs: bool = False, compile_mode: str | None = None, loader_workers: int | None = None,
+                 blocking_copies: bool = False):
         self.s, self.device, self.rank, self.world = s, device, rank, world
-        self.distributed, self.host_syncs = distributed, host_syncs
+        self.distributed, self.host_syncs, self.blocking_copies = distributed, host_syncs, blocking_copies
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
@@ -209,14 +257,13 @@ class Trainer:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr, **({"fused": True} if self.fused_adam else {}))
         self.amp = torch.bfloat16 if precision == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
-        from torch.utils.data import DataLoader, DistributedSampler
-
-        self.sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
         # pinned host memory where copies can overlap the device's work (CUDA): `.to(non_blocking=True)` from pageable
-        # memory makes the host wait for the device before every iteration (issue 24: bf16 on 1 H200, 166 -> 128 ms)
+        # memory makes the host wait for the device before every iteration (issue 24: bf16 on 1 H200, 166 -> 128 ms);
+        # the authors' data path pins too (their create_dataloader's pin_memory=True), where the device pins
         self.pin_memory = device.ops.non_blocking_copies
-        self.loader = DataLoader(data, batch_size=s.batch_size, sampler=self.sampler, drop_last=True,
-                                 pin_memory=self.pin_memory)
+        self.sampler, self.loader, self.data_path = batch_loader(
+            data, s.batch_size, rank, world, seed, pin_memory=self.pin_memory, workers=loader_workers,
+            blocking=blocking_copies)
         if len(self.loader) == 0:
             raise ConfigError(f"no full batch of {s.batch_size} per rank from {len(data)} patches over {world} ranks")
         self.epoch, self._it = 0, iter(self.loader)
@@ -230,9 +277,8 @@ class Trainer:
             self.sampler.set_epoch(self.epoch)
             self._it = iter(self.loader)
             cond, target = next(self._it)
-        dev, fmt = self.device.torch_device, self.memory_format
-        return (cond.to(dev, non_blocking=True, memory_format=fmt),
-                target.to(dev, non_blocking=True, memory_format=fmt))
+        dev, fmt, blocking = self.device.torch_device, self.memory_format, self.blocking_copies
+        return to_device(cond, dev, fmt, blocking), to_device(target, dev, fmt, blocking)
 
     def predict(self, net, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         with self.device.autocast(self.amp):

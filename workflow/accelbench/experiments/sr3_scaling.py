@@ -178,7 +178,9 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
     it. On CUDA the iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations they
     make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
-    series makes its loss read per iteration, ours none beyond the measurement's own).
+    series makes its loss read and its blocking batch copies per iteration, ours none beyond the measurement's own).
+    How batches reach the device (the configuration's ``loader_workers`` capped at this rank's cores, pinning, the
+    copy) is recorded as ``data_path``.
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
     timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 then samples the held-out patches for PSNR/SSIM
@@ -206,7 +208,8 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
                  compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                 host_syncs=conf.host_syncs, compile_mode=conf.compile_mode)
+                 host_syncs=conf.host_syncs, compile_mode=conf.compile_mode, loader_workers=conf.loader_workers,
+                 blocking_copies=conf.blocking_copies)
     step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
     device.reset_peak_memory()
     if world > 1:
@@ -230,7 +233,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
               "host_syncs_where": syncs.get("where"),
               "fused_adam": tr.fused_adam,
               "collective_backend": pg if world > 1 else None, "flops": step_flops,
-              "data_path": {"pin_memory": tr.pin_memory, "non_blocking_copies": True, "loader_workers": 0},
+              "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
               # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
               "math_flags": {"cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
                              "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}}
@@ -302,7 +305,7 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
         "cudnn_benchmark": first["cudnn_benchmark"],
         "ddp_options": ddp_kwargs(ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
         "rank_median_ms": [r["median_ms"] for r in records],
-        "data_path": first.get("data_path"),  # how batches reach the device (pinned host memory on CUDA)
+        "data_path": first.get("data_path"),  # how batches reach the device (sr3_model.batch_loader)
         "math_flags": first.get("math_flags"),
         "rank_nodes": [r["node"] for r in records],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": first["replica_max_abs_diff"],
