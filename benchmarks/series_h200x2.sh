@@ -28,6 +28,8 @@
 #      without channels_last_3d); the energy meter off vs on for Study A tf32 (a GPU-bound step)
 #   9: LoRA Llama-3.1-8B single GPU, faithful and ours (energy per token), the overhead benchmark of ours; SR3's
 #      overhead benchmark on 1 GPU (faithful, bf16, every core) and its profile (host vs device time, 1 rank)
+# A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
+# can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
 part=${1:?usage: series_h200x2.sh PART OUT_DIR SECONDS}
 out=${2:?OUT_DIR}
