@@ -88,14 +88,16 @@ def study_a(result: dict, args):
 
     spec = result["config"]
     system = system_from(spec)
-    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}))
+    # the result's network and micro-batches (results made before the choice existed: the MONAI stand-in, 1)
+    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
+                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
     variant = exp.VARIANTS[spec["configuration"]]
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)
     torch.manual_seed(spec["run"]["seed"])
     ctx = exp.math_mode(variant.tf32, variant.cudnn_benchmark)
     ctx.__enter__()
-    w = exp.Workload(exp.build_unet(settings), settings, variant, device, image, mask, spec["run"]["seed"])
+    w = exp.Workload(exp.build_network(settings), settings, variant, device, image, mask, spec["run"]["seed"])
     steps = _steps(result["measurements"]["train_step"]["median"], args.seconds, args.repeat)
     return spec["configuration"], lambda on: _phase(w.train_step, device, args.warmup, steps, on)
 

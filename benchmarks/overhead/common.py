@@ -50,27 +50,33 @@ def _empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def _events_loop(step, warmup: int, repeat: int) -> list[float]:
+def _events_loop(step, warmup: int, repeat: int, before=None, after=None) -> list[float]:
     """CUDA-event time (ms) of each of ``repeat`` calls of ``step`` after ``warmup`` untimed calls (CPU smoke runs:
-    the host clock)."""
+    the host clock). ``before``/``after``: called untimed around each call (work the product's timer leaves outside
+    its window, e.g. Trainer's batch fetch and its logging reads)."""
     import torch
 
+    before, after = before or (lambda: None), after or (lambda: None)
     for _ in range(warmup):
-        step()
+        before(), step(), after()
     if not torch.cuda.is_available():
         out = []
         for _ in range(repeat):
+            before()
             t0 = time.perf_counter()
             step()
             out.append((time.perf_counter() - t0) * 1e3)
+            after()
         return out
     torch.cuda.synchronize()
     pairs = []
     for _ in range(repeat):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before()
         a.record()
         step()
         b.record()
+        after()
         pairs.append((a, b))
     torch.cuda.synchronize()
     return [a.elapsed_time(b) for a, b in pairs]

@@ -8,7 +8,9 @@ accumulation, fused AdamW, gradient clipping, how batches reach the device (pinn
 blocking for ``faithful``) and the faithful series' per-step host reads (``logging_steps 1``: loss and grad norm
 ``.item()``; the NaN/Inf filter on every micro-batch; the label-token count across ranks). The CSV's ``settings``
 column states them, what the bare loop does not reproduce (Trainer's own host work) and any setting in which this
-harness run differs from the result (a result from another node or software)."""
+harness run differs from the result (a result from another node or software). It times the window of the product's
+step timer (Trainer's on_step_begin to on_step_end): the batch fetch and copies and the token-count reduction before it
+(get_batch_samples), the logging reads after it, each untimed."""
 
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ def lora_rank(args) -> None:
         dist.init_process_group("nccl" if system.backend == "cuda" else "gloo")
     ddp = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
     step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp, mirror=mirror)
-    bare_samples = _events_loop(step, s.warmup_steps, s.timed_steps)
+    # the window of the product's timer (on_step_begin to on_step_end): fetch and logging reads stay outside it
+    bare_samples = _events_loop(step.body, s.warmup_steps, s.timed_steps, before=step.before, after=step.after)
     allh, allb = [harness_samples], [bare_samples]
     if world > 1:
         allh, allb = [None] * world, [None] * world
@@ -276,10 +279,21 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
         count["batches"] += 1
         return tuple(t.to(dev, non_blocking=non_blocking) for t in pool[count["batches"] % len(pool)])
 
-    def step():
+    state = {"batches": None, "tr_loss": None, "norm": None}
+
+    def before():
+        """Trainer's get_batch_samples, before its step timer starts (on_step_begin): the step's micro-batches
+        fetched and copied, and the label-token count reduced across ranks."""
         batches = [fetch() for _ in range(s.grad_accum)]  # Trainer fetches a step's micro-batches first
         if mirror is not None and mirror.average_tokens and world > 1:  # accelerate gathers the count and sums it
             dist.all_reduce(sum(lab[..., 1:].ne(-100).sum() for _, lab in batches))
+        state["batches"] = batches
+
+    def body():
+        """What the product's step timer sees: the micro-batches' forward/backward, clipping, the optimizer step."""
+        if state["batches"] is None:
+            before()
+        batches, state["batches"] = state["batches"], None
         tr_loss = torch.zeros((), device=dev) if mirror is not None else None
         for micro, (ids, labels) in enumerate(batches):
             ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
@@ -294,6 +308,11 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
         opt.step()
         opt.zero_grad(set_to_none=True)
         count["steps"] += 1
+        state["tr_loss"], state["norm"] = tr_loss, norm
+
+    def after():
+        """Trainer's logging, after its step timer stops (on_step_end): the faithful series' host reads."""
+        tr_loss, norm = state["tr_loss"], state["norm"]
         if mirror is not None and mirror.log_every and count["steps"] % mirror.log_every == 0:
             if world > 1:  # Trainer's log: the loss all-gathered over the ranks, its mean read, then the grad norm
                 parts = [torch.empty(1, device=dev) for _ in range(world)]
@@ -302,4 +321,12 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
             tr_loss.item()
             if norm is not None:
                 norm.item()
+
+    def step():
+        """One whole step (fetch, body, logging), for callers that time it as one."""
+        before()
+        body()
+        after()
+
+    step.before, step.body, step.after = before, body, after
     return step, net

@@ -61,7 +61,7 @@ def sr3_rank(args) -> None:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
     harness = gathered_max(t.samples)
-    data_path = data_path_text(tr.data_path, conf.authors_data_path)
+    data_path = data_path_text(tr.data_path, conf.authors_data_path) + result_data_path_differs(result, tr.data_path)
     del tr
     _empty_cache()
 
@@ -84,6 +84,20 @@ def sr3_rank(args) -> None:
                                f"{precision}, compile {conf.compile} (mode {conf.compile_mode}), fused Adam "
                                f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
                                f"{data_path}"))
+
+
+def result_data_path_differs(result: dict, here: dict) -> str:
+    """``""`` where the result ran the data path this run takes (workers used, copy), else a note for the row's
+    settings: the result's product_ms then comes from another data path (e.g. a faithful result made before the
+    authors' data path), so product_over_bare compares unlike work."""
+    rec = (result.get("measurements") or {}).get("data_path") or {}
+    theirs = (rec.get("loader_workers", 0), rec.get("copy", "non_blocking" if rec.get("non_blocking_copies", True)
+                                                    else "blocking"))
+    ours = (here["loader_workers"], here["copy"])
+    if theirs == ours:
+        return ""
+    return (f"; the result ran another data path ({theirs[0]} workers, {theirs[1]} copy; here {ours[0]}, {ours[1]}): "
+            "product_over_bare compares unlike work")
 
 
 def data_path_text(d: dict, authors: bool) -> str:

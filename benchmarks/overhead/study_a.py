@@ -45,6 +45,10 @@ def study_a(args) -> None:
             net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
             opt = torch.optim.Adam(model.parameters(), lr=settings.lr,
                                    **({"fused": True} if variant.fused_adam else {}))
+            stable = exp.keeps_grad_buffers(variant, settings)  # as the rule's Workload (CUDA graphs + accumulation)
+            if stable:
+                for p in model.parameters():
+                    p.grad = torch.zeros_like(p)
             sched = exp.build_scheduler(settings)
             order = (0, 1, *(2 + a for a in settings.spatial_order))  # the network's layout
             x0 = image.permute(order).to(_dev()).contiguous(memory_format=fmt)
@@ -62,7 +66,7 @@ def study_a(args) -> None:
                     loss = F.l1_loss(pred, noise)
                     (loss / n if n > 1 else loss).backward()
                 opt.step()
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=not stable)
             samples = _events_loop(step, warmup, repeat)
         return statistics.median(samples)  # model, net, opt: freed with this frame (step only ran above)
 

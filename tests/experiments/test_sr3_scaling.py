@@ -434,10 +434,11 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
         x, dev, fmt, blocking))
     monkeypatch.setattr(sr3, "rank_cores", lambda: 2)  # this rank's share of the job's cores
     tr = _trainer("faithful")
-    assert tr.loader.num_workers == 2 and tr.loader.pin_memory is False and tr.loader.persistent_workers is False
+    assert tr.loader.num_workers == 2 and tr.loader.pin_memory is False and tr.loader.persistent_workers is True
     d = tr.data_path
     assert (d["loader_workers_requested"], d["loader_workers"], d["rank_cores"]) == (8, 2, 2)
     assert "8 workers requested, 2 core(s)" in d["capped"] and d["copy"] == "blocking"
+    assert d["persistent_workers"] is True and "whole training set" in d["persistent_workers_why"]
     assert (d["pin_memory_requested"], d["pin_memory"]) == (True, False)  # the CPU does not pin
     assert "config/sr_sr3_64_256_set2.json" in d["source"] and "set_device" in d["source"]
     cond, target = tr.next_batch()
@@ -459,7 +460,7 @@ def test_ours_keeps_its_data_path():
     assert tr.loader.num_workers == 0 and not tr.blocking_copies
     assert tr.data_path == {"loader_workers_requested": 0, "loader_workers": 0, "rank_cores": sr3.rank_cores(),
                             "capped": None, "pin_memory_requested": False, "pin_memory": False,
-                            "persistent_workers": False, "copy": "non_blocking",
+                            "persistent_workers": False, "persistent_workers_why": None, "copy": "non_blocking",
                             "source": sr3_configs.OURS_DATA_SOURCE}
 
 

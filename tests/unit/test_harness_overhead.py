@@ -191,6 +191,12 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=True)
     assert bench.data_path_text(d, False) == ("data: DataLoader 0 workers, pin_memory True, non_blocking copy "
                                               "(bare loop: batches already on the device)")
+    # a result made with another data path (the committed faithful result of 2026-12-01: no workers, non-blocking)
+    here = {"loader_workers": 1, "copy": "blocking"}
+    old_result = {"measurements": {"data_path": {"pin_memory": True, "non_blocking_copies": True, "loader_workers": 0}}}
+    assert "the result ran another data path (0 workers, non_blocking copy; here 1, blocking)" in \
+        bench.result_data_path_differs(old_result, here)
+    assert bench.result_data_path_differs({"measurements": {"data_path": here}}, here) == ""
 
 
 def test_percentiles(host):
@@ -319,4 +325,11 @@ def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurement
     step()
     step()
     assert len(items) == 2 * reads
+    # the timed part (the window of the product's step timer) makes no logging reads: they come after it
+    items.clear()
+    step.before()
+    step.body()
+    assert items == []
+    step.after()
+    assert len(items) == reads
     assert f"compile {compiled}" in lora.settings_text(s, plan, mirror)

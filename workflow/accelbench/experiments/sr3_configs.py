@@ -19,7 +19,8 @@ Three series, each a row group in the tables:
   loads (:func:`environment`);
 - the data path of ``data/__init__.py`` ``create_dataloader`` (train phase): ``num_workers`` from the JSON's
   ``"datasets": {"train": {"num_workers": 8}}`` (``config/sr_sr3_64_256_set2.json``; here capped at the rank's cores),
-  ``pin_memory=True``, DataLoader's default ``persistent_workers=False``, and the batch copied as
+  ``pin_memory=True`` (their DataLoader's default ``persistent_workers=False`` restarts the workers every epoch of
+  their whole training set; ours keeps them for the run: :data:`~accelbench.experiments.sr3_model.PERSISTENT_WORKERS_WHY`), and the batch copied as
   ``model/base_model.py`` ``set_device`` does it (``item.to(self.device)``: blocking), recorded in
   ``measurements.data_path``.
 
