@@ -122,9 +122,7 @@ def sr3(result: dict, args):
     device = Device(system.backend)
     ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
     tr = exp.Trainer(s, device, ds, conf.precision, job.params["seed"], 0, 1, distributed=False, ddp=None,
-                     compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                     host_syncs=conf.host_syncs, compile_mode=conf.compile_mode, loader_workers=conf.loader_workers,
-                     blocking_copies=conf.blocking_copies)
+                     **conf.trainer_options())
     steps = _steps(result["measurements"]["iteration"]["median"], args.seconds, args.repeat)
     return spec["configuration"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
 

@@ -54,9 +54,7 @@ def sr3_rank(args) -> None:
 
     # harness: the rule's Trainer and timer
     tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=spec.get("ddp"),
-                     compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                     host_syncs=conf.host_syncs, compile_mode=conf.compile_mode, loader_workers=conf.loader_workers,
-                     blocking_copies=conf.blocking_copies)
+                     **conf.trainer_options())
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")

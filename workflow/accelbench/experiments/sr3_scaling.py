@@ -207,9 +207,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
-                 compile=conf.compile, fused_adam=conf.fused_adam, channels_last=conf.channels_last,
-                 host_syncs=conf.host_syncs, compile_mode=conf.compile_mode, loader_workers=conf.loader_workers,
-                 blocking_copies=conf.blocking_copies)
+                 **conf.trainer_options())
     step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
     device.reset_peak_memory()
     if world > 1:
