@@ -28,6 +28,14 @@
 #      without channels_last_3d); the energy meter off vs on for Study A tf32 (a GPU-bound step)
 #   9: LoRA Llama-3.1-8B single GPU, faithful and ours (energy per token), the overhead benchmark of ours; SR3's
 #      overhead benchmark on 1 GPU (faithful, bf16, every core) and its profile (host vs device time, 1 rank)
+# Parts 11-13 are for a second one-GPU lease (part 11 carries .whl/ and builds the inputs; results go to a reference run
+# of their own, reference_runs/h200x1-2026-12-01, so that every 1-GPU number and its bare loop come from one node):
+#   11: SR3 on 1 GPU, every configuration of the faithful and ours series again on this node (faithful with the
+#       authors' data path; bf16_compile_channels_last and bf16_compile_channels_last_cudagraphs new)
+#   12: SR3's overhead benchmark on 1 GPU for each of them (the rule's median against the bare loop, same node) and
+#       the profile of the compiled steps (host vs device time, kernel time by class)
+#   13: LoRA Llama-3.1-8B ours on 1 GPU again and its overhead benchmark; the energy meter off vs on for SR3's fastest
+#       configuration (3 rounds: repeatability); Study A's CUDA-graph configuration with 2 micro-batches
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -49,18 +57,21 @@ rm -rf "$work" && mkdir -p "$work"
 touch "$work/start"
 log="$out/log.txt"
 half=$(( $(nproc) / 2 ))
-cores=$half  # per stream; parts 7-9 (one GPU) give the one stream every core
+cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every core
 [ "$part" -ge 7 ] && cores=$(nproc)
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
 if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmarks; nothing measured
   # twice), copied after the prelude so that they are newer than the inputs it builds
   for d in reference_runs/h200x2-2026-12-01/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
+  # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
+  [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
+  [ "$part" = 13 ] && rm -rf "$R/lora_finetune/llama31_8b/flash/single"
   touch "$work/start"
 fi
 until=$limit
@@ -169,6 +180,32 @@ case $part in
     step 45 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
       --result "$S/bf16/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 3 --repeat 10 \
       --csv "$out/ddp_profile_h200.csv"
+    ;;
+  11)
+    export CUDA_VISIBLE_DEVICES=0
+    for c in faithful bf16_compile_cudagraphs bf16_compile_channels_last_cudagraphs bf16 bf16_compile \
+             bf16_compile_channels_last; do
+      step 60 smk "$S/$c/devices_1/result.json"
+    done
+    ;;
+  12)
+    export CUDA_VISIBLE_DEVICES=0
+    for c in faithful bf16_compile_cudagraphs bf16_compile_channels_last_cudagraphs bf16 bf16_compile \
+             bf16_compile_channels_last; do
+      step 70 bench sr3 --result "$S/$c/devices_1/result.json" "${sky[@]}"
+    done
+    for c in bf16_compile_cudagraphs bf16_compile_channels_last_cudagraphs; do
+      step 60 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+        --result "$S/$c/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 --repeat 10 \
+        --csv "$out/ddp_profile_h200.csv"
+    done
+    ;;
+  13)
+    export CUDA_VISIBLE_DEVICES=0
+    step 150 smk "$L8/flash/single/n1/result.json"
+    step 70 bench lora --result "$L8/flash/single/n1/result.json"
+    step 100 ebench --result "$S/${FASTEST_SR3:-bf16_compile_cudagraphs}/devices_1/result.json" "${sky[@]}"
+    step 150 smk "$SA/bf16_compile_cudagraphs_autotuned/result.json"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac

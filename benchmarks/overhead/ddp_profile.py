@@ -16,7 +16,7 @@ from .sr3 import sr3_bare
 
 PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
                   "window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms", "gpu_idle_ms",
-                  "kernels_per_step", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
+                  "kernels_per_step", "class_ms", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
                   "device", "note", "when"]
 ONE_BUCKET_MB = 100_000  # larger than any model's gradients here: DDP then all-reduces them in one bucket
 
@@ -80,15 +80,29 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
     busy, comm = device_intervals(trace_events)
     if not busy:
         return {k: None for k in ("window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms",
-                                  "gpu_idle_ms", "kernels_per_step")}
+                                  "gpu_idle_ms", "kernels_per_step", "class_ms")}
     comm_set = set(comm)
     compute = [iv for iv in busy if iv not in comm_set]
     window = max(b for _, b in busy) - min(a for a, _ in busy)
     per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
     n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
-    return {"window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
+    return {"class_ms": kernel_classes(trace_events, steps), "window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
             "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
             "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
+
+
+def kernel_classes(trace_events: list[dict], steps: int) -> str:
+    """Device kernel time per step by kernel class (:func:`accelbench.measure.classify_kernel`: convolution, GEMM,
+    normalization, elementwise, layout conversion, ...), in ms, largest first, as JSON (the CSV's ``class_ms``):
+    where the GPU's time goes once the host no longer sets the pace."""
+    from accelbench.measure import classify_kernel
+
+    per: dict[str, float] = {}
+    for e in trace_events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            c = classify_kernel(str(e.get("name", "")))
+            per[c] = per.get(c, 0.0) + float(e.get("dur", 0)) / 1e3 / steps
+    return json.dumps({c: round(v, 3) for c, v in sorted(per.items(), key=lambda kv: -kv[1])})
 
 
 STATIC_GRAPH_NO_SYNC = ("not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "
@@ -140,6 +154,24 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
     profiled_ms = [a.elapsed_time(b) for a, b in pairs] if cuda else host
     return {"step_ms": round(step_ms, 3), "step_ms_profiled": round(statistics.median(profiled_ms), 3),
             "host_launch_ms": round(statistics.median(host), 3), **profile_metrics(events, profiled)}
+
+
+def upgrade_header(path: Path) -> None:
+    """Rewrite an existing CSV whose header lacks some of :data:`PROFILE_FIELDS` (written before a column was added)
+    with the full header, its rows' new cells empty, so that appended rows line up with the header."""
+    if not path.exists():
+        return
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames == PROFILE_FIELDS:
+            return
+        rows = list(reader)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=PROFILE_FIELDS, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
 
 
 def ddp_profile(args) -> None:
@@ -213,6 +245,7 @@ def ddp_profile_rank(args) -> None:
         dist.barrier()
         dist.destroy_process_group()
     if rank == 0:
+        upgrade_header(Path(args.csv))
         new = not Path(args.csv).exists()
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
         with open(args.csv, "a", newline="") as fh:

@@ -453,7 +453,8 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
 
 def test_ours_keeps_its_data_path():
     """Ours: batches made in the rank's process (no workers), copied with non_blocking=True; recorded as such."""
-    for name in ("fp32", "bf16", "bf16_compile", "bf16_compile_channels_last", "bf16_compile_cudagraphs"):
+    for name in ("fp32", "bf16", "bf16_compile", "bf16_compile_channels_last", "bf16_compile_cudagraphs",
+                 "bf16_compile_channels_last_cudagraphs"):
         c = sr3_configs.get(name)
         assert (c.loader_workers, c.blocking_copies, c.authors_data_path) == (None, False, False)
     tr = _trainer("bf16")
@@ -528,6 +529,9 @@ def test_configurations_record_what_each_series_runs():
         c = sr3_configs.get(name)
         assert c.series == "ours" and c.attention == "as_run" and not c.host_syncs and c.precision == "bf16"
     assert sr3_configs.get("bf16_compile").compile and sr3_configs.get("bf16_compile").fused_adam
+    both = sr3_configs.get("bf16_compile_channels_last_cudagraphs")  # NHWC and CUDA graphs together
+    assert (both.series, both.channels_last, both.compile_mode, both.fused_adam) == ("ours", True, "reduce-overhead", True)
+    assert both.trainer_options()["channels_last"] and both.trainer_options()["compile_mode"] == "reduce-overhead"
     with pytest.raises(ConfigError, match="sr3_scaling.configurations: unknown configuration 'fp16'"):
         sr3_configs.get("fp16")
     assert sr3_configs.of_result({"config": {"precision": "bf16"}}).name == "bf16"  # results from before the series

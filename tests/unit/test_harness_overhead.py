@@ -88,7 +88,25 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
     assert m["nccl_ms"] == 0.15 and m["exposed_comm_ms"] == pytest.approx(0.1)  # 400-600 not under compute
     assert m["compute_ms"] == pytest.approx(0.3) and m["gpu_idle_ms"] == pytest.approx(0.1)  # 600-700, 800-900
     assert m["kernels_per_step"] == 1.5
+    classes = json.loads(m["class_ms"])  # kernel time per step by class, largest first
+    from accelbench.measure import classify_kernel
+
+    nccl = classify_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+    assert classes == {"gemm": 0.25, nccl: 0.15} and list(classes) == ["gemm", nccl]
+    assert sum(classes.values()) == pytest.approx(0.4)  # 400 + 300 + 100 µs of kernels over 2 steps (copies apart)
     assert set(ddp.profile_metrics(events[-1:], 2).values()) == {None}  # no device activity (CPU): no device numbers
+
+
+def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, tmp_path):
+    """Rows appended to a CSV written before ``class_ms`` existed line up with the header (the old rows kept)."""
+    path = tmp_path / "p.csv"
+    old = [f for f in ddp.PROFILE_FIELDS if f != "class_ms"]
+    path.write_text(",".join(old) + "\n" + ",".join("x" if f == "case" else "" for f in old) + "\n")
+    ddp.upgrade_header(path)
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0]) == ddp.PROFILE_FIELDS and rows[0]["case"] == "x" and rows[0]["class_ms"] == ""
+    ddp.upgrade_header(path)  # idempotent
+    assert path.read_text().count("\n") == 2
 
 
 def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):

@@ -32,7 +32,8 @@ host synchronisation in the timed loop, cuDNN autotuning on, batches made in the
 workers) from pinned memory where copies overlap (CUDA) and copied with ``non_blocking=True``: ``bf16`` (autocast,
 eager), ``bf16_compile`` (+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC
 activations and weights), ``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: the eager step is launch-bound,
-~5,000 kernels per iteration).
+~5,000 kernels per iteration), ``bf16_compile_channels_last_cudagraphs`` (both: NHWC bf16 convolutions without
+cuDNN's layout transforms, and no launch overhead).
 Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
 batches (checked by the aggregation, :func:`loss_agreement`).
 """
@@ -118,6 +119,8 @@ CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
                   channels_last=True),
     Configuration("bf16_compile_cudagraphs", "ours", precision="bf16", compile=True, compile_mode="reduce-overhead",
                   fused_adam=True),
+    Configuration("bf16_compile_channels_last_cudagraphs", "ours", precision="bf16", compile=True,
+                  compile_mode="reduce-overhead", fused_adam=True, channels_last=True),
 )}
 AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads
