@@ -294,6 +294,25 @@ class Trainer:
             x = torch.cat([cond, x_t], dim=1).contiguous(memory_format=self.memory_format)
             return net(x, t).float()
 
+    def flop_step(self) -> None:
+        """One forward and backward of the network as :meth:`train_step` runs it (next batch, noise, L1 on epsilon),
+        through the plain module (``self.model``: neither the DDP wrapper nor the compiled one) and with no
+        optimizer step (the gradients are dropped): what FLOP counting runs (:func:`accelbench.flops.count_flops`).
+
+        Counting through the compiled module broke compilation: TorchDynamo, called under ``FlopCounterMode`` (a
+        dispatch mode), leaves the frame uncompiled and runs it eagerly on every later call too, so every compiled
+        configuration ran eager in the rule (H200, SR3 ``bf16_compile_cudagraphs``: the rule's median 197.2 ms, the
+        same Trainer in the overhead benchmark 77.7 ms). The plain module runs the same operators, so the count is
+        the same; DDP's hooks do not fire for a forward that did not pass through DDP."""
+        cond, target = self.next_batch()
+        dev = self.device.torch_device
+        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
+        noise = torch.randn(target.shape, device=dev, generator=self.gen)
+        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
+        F.l1_loss(self.predict(self.model, x_t, cond, t), noise).backward()
+        self.device.mark_step()
+        self.opt.zero_grad(set_to_none=True)
+
     def train_step(self) -> torch.Tensor:
         """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam.
         With ``host_syncs`` (the authors' ``sr.py``/``model.py``) it ends with ``loss.item()`` and, distributed,

@@ -139,13 +139,29 @@ def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, 
 
 def count_step_flops(tr: "Trainer") -> dict:
     """FLOPs of one rank's training step (:func:`accelbench.flops.count_flops`: ``FlopCounterMode``, matmuls and
-    convolutions, forward + backward), counted on one extra step before the timed run (its loss is not kept). A
-    backend whose ops the counter cannot run records why instead."""
+    convolutions, forward + backward), counted on one extra untimed forward and backward of the plain module before
+    the timed run (:meth:`~.sr3_model.Trainer.flop_step`: never through ``torch.compile``'s wrapper, which a count
+    under the counter's dispatch mode leaves uncompiled for good). A backend whose ops the counter cannot run records
+    why instead."""
     try:
-        value = flops.count_flops(tr.train_step)
+        value = flops.count_flops(tr.flop_step)
     except Exception as exc:  # noqa: BLE001  (any failure of the counter: record it, the timed run is unaffected)
         return {"per_device_step": None, "method": f"FlopCounterMode failed: {type(exc).__name__}: {exc}"[:300]}
-    return {"per_device_step": value, "method": "torch FlopCounterMode on one extra untimed training step"}
+    return {"per_device_step": value,
+            "method": "torch FlopCounterMode on one extra untimed forward and backward of the plain (uncompiled, "
+                      "unwrapped) module"}
+
+
+def compiled_graphs() -> dict:
+    """What TorchDynamo compiled in this process so far (``torch._dynamo.utils.counters``): frames compiled, graphs,
+    graph breaks. A configuration that asks for ``torch.compile`` and compiled no graph ran eager: its step time
+    would be reported under a name it did not run (:func:`train_rank` stops with the reason)."""
+    from torch._dynamo.utils import counters
+
+    return {"frames_compiled": int(counters["frames"].get("ok", 0)),
+            "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+            "method": "torch._dynamo.utils.counters after the timed iterations"}
 
 
 @contextlib.contextmanager
@@ -208,7 +224,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
     tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
                  **conf.trainer_options())
-    step_flops = count_step_flops(tr)  # one extra untimed step on every rank (DDP needs them all), before the clock
+    step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
     device.reset_peak_memory()
     if world > 1:
         dist.barrier()
@@ -219,6 +235,10 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
                                     desc=f"rank {rank} SR3 train")
     whole.stop()
     wall = whole.seconds()
+    compiled = compiled_graphs() if conf.compile else None
+    if compiled is not None and compiled["unique_graphs"] == 0:
+        raise RuntimeError(f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
+                           f"step ran eager, so its time is not {conf.name}'s ({compiled})")
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
     record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,
@@ -229,7 +249,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
               "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
               "host_syncs_timed": syncs.get("count"), "host_syncs_method": syncs.get("method"),
               "host_syncs_where": syncs.get("where"),
-              "fused_adam": tr.fused_adam,
+              "fused_adam": tr.fused_adam, "compiled": compiled,
               "collective_backend": pg if world > 1 else None, "flops": step_flops,
               "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
               # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
@@ -274,6 +294,7 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
         "host_syncs_timed_per_rank": [r.get("host_syncs_timed") for r in records],
         "host_syncs_method": first.get("host_syncs_method"), "host_syncs_where": first.get("host_syncs_where"),
         "fused_adam": first.get("fused_adam"),
+        "compiled": first.get("compiled"),  # what TorchDynamo compiled (compiled_graphs); None: not compiled
         "collective_backend": first["collective_backend"],
         "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
         "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
