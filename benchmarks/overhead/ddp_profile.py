@@ -86,7 +86,8 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
     window = max(b for _, b in busy) - min(a for a, _ in busy)
     per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
     n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
-    return {"class_ms": kernel_classes(trace_events, steps), "window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
+    return {"class_ms": kernel_classes(trace_events, steps),
+            "window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
             "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
             "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
 

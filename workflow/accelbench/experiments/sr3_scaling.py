@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from .. import backends, energy, flops, measure
 from ..devices import Device
@@ -182,8 +183,9 @@ def count_host_syncs(device: Device) -> Iterator[dict]:
             torch.cuda.set_sync_debug_mode("default")
     syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
     result.update(count=sum(syncs.values()), where=dict(syncs.most_common(5)),
-                  method="torch.cuda.set_sync_debug_mode('warn') over the warm-up and timed iterations "
-                         "(the measurement's own reads of its events included); where: file:line -> count")
+                  method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
+                         "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
+                         "events included); where: file:line -> count")
 
 
 def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration, data: dict[str, np.ndarray], *,
@@ -192,14 +194,15 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
                ddp: dict | None = None, **_) -> tuple[dict, dict[str, np.ndarray] | None]:
     """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
     (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
-    it. On CUDA the iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations they
-    make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
+    it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations
+    they make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
     series makes its loss read and its blocking batch copies per iteration, ours none beyond the measurement's own).
     How batches reach the device (the configuration's ``loader_workers`` capped at this rank's cores, pinning, the
     copy) is recorded as ``data_path``.
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
-    timed one by one (:func:`accelbench.measure.time_steps`). Rank 0 then samples the held-out patches for PSNR/SSIM
+    timed one by one (:func:`accelbench.measure.time_steps`; the warm-up ones, which compile, are not counted for host
+    synchronisations). Rank 0 then samples the held-out patches for PSNR/SSIM
     (after the process group is gone: the other ranks do not wait for it).
 
     Returns:
@@ -230,8 +233,10 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
         dist.barrier()
     whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
     whole.start()
-    with count_host_syncs(device) as syncs:
-        timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, warm, run_iters - warm,
+    for _ in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
+        tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
+    with count_host_syncs(device) as syncs:  # the timed iterations only (after time_steps' synchronize)
+        timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm,
                                     desc=f"rank {rank} SR3 train")
     whole.stop()
     wall = whole.seconds()
