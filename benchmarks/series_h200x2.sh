@@ -36,6 +36,14 @@
 #       the profile of the compiled steps (host vs device time, kernel time by class)
 #   13: LoRA Llama-3.1-8B ours on 1 GPU again and its overhead benchmark; the energy meter off vs on for SR3's fastest
 #       configuration (3 rounds: repeatability); Study A's CUDA-graph configuration with 2 micro-batches
+#   (Parts 11-13 ran on 2026-12-01 at 88a41ff: 537, 555 and 468 s. Each SR3 rule took about 110 s, each overhead
+#   benchmark of a compiled configuration about 230 s (it compiles twice), of faithful 72 s; LoRA's rule 130 s and its
+#   benchmark 134 s. They found that the rule's compiled SR3 configurations ran eager, fixed in 24b583c.)
+#   14: (the next one-GPU lease, a fresh node: carries .whl/, builds the inputs, starts from
+#       reference_runs/h200x1-2026-12-01) SR3 bf16_compile_cudagraphs again with the fix and its overhead benchmark
+#       (the fixed rule's median against the bare loop), then bf16 (eager) remade on this node and its benchmark
+#   15: SR3's profile of the compiled step (host vs device time, kernel time by class), then bf16_compile again and
+#       its overhead benchmark
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -62,16 +70,19 @@ cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
 if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmarks; nothing measured
   # twice), copied after the prelude so that they are newer than the inputs it builds
-  for d in reference_runs/h200x2-2026-12-01/results/h200; do [ -d "$d" ] && cp -rn "$d" results/; done
+  runs=(reference_runs/h200x2-2026-12-01)  # parts 14 and later: this node's kind's run first (cp -n: first wins)
+  [ "$part" -ge 14 ] && runs=(reference_runs/h200x1-2026-12-01 reference_runs/h200x2-2026-12-01)
+  for r in "${runs[@]}"; do [ -d "$r/results/h200" ] && cp -rn "$r/results/h200" results/; done
   # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
   [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
   [ "$part" = 13 ] && rm -rf "$R/lora_finetune/llama31_8b/flash/single"
+  [ "$part" = 14 ] && rm -rf "$S/bf16/devices_1"
   touch "$work/start"
 fi
 until=$limit
@@ -206,6 +217,21 @@ case $part in
     step 70 bench lora --result "$L8/flash/single/n1/result.json"
     step 100 ebench --result "$S/${FASTEST_SR3:-bf16_compile_cudagraphs}/devices_1/result.json" "${sky[@]}"
     step 150 smk "$SA/bf16_compile_cudagraphs_autotuned/result.json"
+    ;;
+  14)
+    export CUDA_VISIBLE_DEVICES=0
+    step 120 smk "$S/bf16_compile_cudagraphs/devices_1/result.json"
+    step 240 bench sr3 --result "$S/bf16_compile_cudagraphs/devices_1/result.json" "${sky[@]}"
+    step 90 smk "$S/bf16/devices_1/result.json"  # remade on this node (removed above), so its bare loop compares
+    step 80 bench sr3 --result "$S/bf16/devices_1/result.json" "${sky[@]}"
+    ;;
+  15)
+    export CUDA_VISIBLE_DEVICES=0
+    step 150 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16_compile_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 --repeat 10 \
+      --csv "$out/ddp_profile_h200.csv"
+    step 120 smk "$S/bf16_compile/devices_1/result.json"
+    step 240 bench sr3 --result "$S/bf16_compile/devices_1/result.json" "${sky[@]}"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
