@@ -159,7 +159,8 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
 
 def upgrade_header(path: Path) -> None:
     """Rewrite an existing CSV whose header lacks some of :data:`PROFILE_FIELDS` (written before a column was added)
-    with the full header, its rows' new cells empty, so that appended rows line up with the header."""
+    with the full header, its rows' new cells empty, so that appended rows line up with the header (a column no longer
+    in the fields would be dropped; none has been removed)."""
     if not path.exists():
         return
     with path.open(newline="") as fh:

@@ -188,23 +188,29 @@ def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
     assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
     indices = sorted(tr.sampler)
-    tr.train_step()
+    # the rule's FLOP count before its steps: through the DDP module's own parameters it left static_graph's
+    # replicas out of step from the second step on (no error); on a copy they stay identical
+    flops = exp.count_step_flops(tr)["per_device_step"]
+    for _ in range(3):
+        tr.train_step()
     after = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach()
     spread = sr3.replica_spread(tr.model)
-    queue.put((rank, spread, float((after - before).abs().max()), indices))
+    queue.put((rank, spread, float((after - before).abs().max()), indices, flops))
     dist.destroy_process_group()
 
 
 @pytest.mark.timeout(180)
 def test_two_process_gloo_ddp_keeps_replicas_identical():
+    """2 gloo ranks, DDP with static_graph and bucket views: the FLOP count and 3 steps leave identical replicas."""
     ctx = torch.multiprocessing.get_context("spawn")
     queue = ctx.SimpleQueue()
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), queue), nprocs=2, join=True,
                                           start_method="spawn")
     out = sorted(queue.get() for _ in range(2))
     assert [r for r, *_ in out] == [0, 1]
-    assert all(spread == 0.0 for _, spread, _, _ in out)  # identical after a step on different batches and noise
-    assert all(moved > 0 for _, _, moved, _ in out)  # and the step did change the weights
+    assert all(spread == 0.0 for _, spread, *_ in out)  # identical after 3 steps on different batches and noise
+    assert all(moved > 0 for _, _, moved, *_ in out)  # and the steps did change the weights
+    assert out[0][4] == out[1][4] > 0  # both ranks counted the same FLOPs
     assert not set(out[0][3]) & set(out[1][3]) and len(out[0][3]) == 8  # disjoint halves of the 16 patches
 
 

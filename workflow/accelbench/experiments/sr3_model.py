@@ -303,15 +303,22 @@ class Trainer:
         dispatch mode), leaves the frame uncompiled and runs it eagerly on every later call too, so every compiled
         configuration ran eager in the rule (H200, SR3 ``bf16_compile_cudagraphs``: the rule's median 197.2 ms, the
         same Trainer in the overhead benchmark 77.7 ms). The plain module runs the same operators, so the count is
-        the same; DDP's hooks do not fire for a forward that did not pass through DDP."""
+        the same. Distributed, it runs on a copy of the module: DDP's gradient hooks sit on the module's parameters,
+        and with ``static_graph=True`` a backward through them that DDP did not start left the replicas out of step
+        (found on 2 gloo ranks)."""
+        import copy
+
+        model = copy.deepcopy(self.model) if self.distributed else self.model
         cond, target = self.next_batch()
         dev = self.device.torch_device
         t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
         noise = torch.randn(target.shape, device=dev, generator=self.gen)
         x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
-        F.l1_loss(self.predict(self.model, x_t, cond, t), noise).backward()
+        F.l1_loss(self.predict(model, x_t, cond, t), noise).backward()
         self.device.mark_step()
-        self.opt.zero_grad(set_to_none=True)
+        if model is self.model:
+            self.opt.zero_grad(set_to_none=True)
+        del model
 
     def train_step(self) -> torch.Tensor:
         """One iteration: next batch, noise at random timesteps, L1 on epsilon, backward (DDP all-reduce), Adam.

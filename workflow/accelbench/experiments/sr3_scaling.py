@@ -153,6 +153,22 @@ def count_step_flops(tr: "Trainer") -> dict:
                       "unwrapped) module"}
 
 
+def check_compiled(conf: Configuration) -> dict | None:
+    """:func:`compiled_graphs` for a configuration that asks for ``torch.compile`` (None for one that does not).
+
+    Raises:
+        RuntimeError: it asks for ``torch.compile`` and TorchDynamo compiled no graph (every rank compiles the same
+            step, so every rank stops).
+    """
+    if not conf.compile:
+        return None
+    compiled = compiled_graphs()
+    if compiled["unique_graphs"] == 0:
+        raise RuntimeError(f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
+                           f"step ran eager, so its time is not {conf.name}'s ({compiled})")
+    return compiled
+
+
 def compiled_graphs() -> dict:
     """What TorchDynamo compiled in this process so far (``torch._dynamo.utils.counters``): frames compiled, graphs,
     graph breaks. A configuration that asks for ``torch.compile`` and compiled no graph ran eager: its step time
@@ -235,15 +251,14 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     whole.start()
     for _ in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
         tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
-    with count_host_syncs(device) as syncs:  # the timed iterations only (after time_steps' synchronize)
+    if warm:  # fail before the timed iterations where the warm-up compiled nothing
+        check_compiled(conf)
+    with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
         timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm,
                                     desc=f"rank {rank} SR3 train")
     whole.stop()
     wall = whole.seconds()
-    compiled = compiled_graphs() if conf.compile else None
-    if compiled is not None and compiled["unique_graphs"] == 0:
-        raise RuntimeError(f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
-                           f"step ran eager, so its time is not {conf.name}'s ({compiled})")
+    compiled = check_compiled(conf)
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
     record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,
