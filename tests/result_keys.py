@@ -31,6 +31,8 @@ ADDED = {
     ("sr3_scaling", "measurements.host_syncs_method"): "issue 24: how the host syncs were counted",
     ("sr3_scaling", "measurements.host_syncs_where"): "issue 24: where the counted host syncs happened",
     ("sr3_scaling", "measurements.fused_adam"): "issue 24: Adam's fused kernel (ours)",
+    ("sr3_scaling", "measurements.compiled"): "issue 24: what TorchDynamo compiled (a compiled configuration that "
+                                              "compiled nothing ran eager)",
     ("lora_finetune", "measurements.series"): "issue 25: the runtime series (faithful/ours) and every setting it ran with",
     ("lora_finetune", "measurements.train_runtime"): "issue 25: optimum-habana's train_runtime after 3 warm-up steps",
     ("lora_finetune", "measurements.loss_tolerance"): "issue 25: ours' loss-curve tolerance against the faithful series",
