@@ -18,8 +18,29 @@ FIELDS = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_ove
           "threads_per_rank", "cudnn_benchmark", "settings", "device", "when"]
 
 
+def upgrade_header(path: Path, fields: list[str]) -> None:
+    """Rewrite an existing CSV whose header is not ``fields`` (written before a column was added) with ``fields``, its
+    rows' new cells empty, so that appended rows line up with the header (a column no longer in ``fields`` would be
+    dropped; none has been removed)."""
+    if not path.exists():
+        return
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        if reader.fieldnames == fields:
+            return
+        rows = list(reader)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    tmp.replace(path)
+
+
 def _append(csv_path: str, row: dict, fields: list[str] = FIELDS) -> None:
-    """Append ``row`` (its ``fields``) to ``csv_path``, writing the header first for a new file; echo it as JSON."""
+    """Append ``row`` (its ``fields``) to ``csv_path``, writing the header first for a new file (an older header is
+    upgraded first: :func:`upgrade_header`); echo it as JSON."""
+    upgrade_header(Path(csv_path), fields)
     new = not Path(csv_path).exists()
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
     with open(csv_path, "a", newline="") as fh:

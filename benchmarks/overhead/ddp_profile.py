@@ -3,13 +3,12 @@ the LoRA or SR3 bare loop per rank count, DDP variant and rank."""
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 import time
 from pathlib import Path
 
-from .common import _empty_cache, _events_loop, _ranks, _system, _torchrun
+from .common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
 from .lora import _lora_case, lora_bare
 from .sr3 import sr3_bare
 
@@ -157,25 +156,6 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
             "host_launch_ms": round(statistics.median(host), 3), **profile_metrics(events, profiled)}
 
 
-def upgrade_header(path: Path) -> None:
-    """Rewrite an existing CSV whose header lacks some of :data:`PROFILE_FIELDS` (written before a column was added)
-    with the full header, its rows' new cells empty, so that appended rows line up with the header (a column no longer
-    in the fields would be dropped; none has been removed)."""
-    if not path.exists():
-        return
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        if reader.fieldnames == PROFILE_FIELDS:
-            return
-        rows = list(reader)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=PROFILE_FIELDS, lineterminator="\n", extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
-
-
 def ddp_profile(args) -> None:
     """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
     data = ["--data", args.data] if args.data else []
@@ -247,15 +227,7 @@ def ddp_profile_rank(args) -> None:
         dist.barrier()
         dist.destroy_process_group()
     if rank == 0:
-        upgrade_header(Path(args.csv))
-        new = not Path(args.csv).exists()
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.csv, "a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=PROFILE_FIELDS, lineterminator="\n")
-            if new:
-                w.writeheader()
-            for i in range(len(rows)):
-                for r in allrows:
-                    w.writerow({k: r[i].get(k) for k in PROFILE_FIELDS})
-                    print(json.dumps({k: r[i].get(k) for k in PROFILE_FIELDS}), flush=True)
+        for i in range(len(rows)):
+            for r in allrows:
+                _append(args.csv, r[i], PROFILE_FIELDS)
 

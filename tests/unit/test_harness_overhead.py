@@ -99,13 +99,14 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
 
 def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, tmp_path):
     """Rows appended to a CSV written before ``class_ms`` existed line up with the header (the old rows kept)."""
+    upgrade_header = _module("common").upgrade_header
     path = tmp_path / "p.csv"
     old = [f for f in ddp.PROFILE_FIELDS if f != "class_ms"]
     path.write_text(",".join(old) + "\n" + ",".join("x" if f == "case" else "" for f in old) + "\n")
-    ddp.upgrade_header(path)
+    upgrade_header(path, ddp.PROFILE_FIELDS)
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0]) == ddp.PROFILE_FIELDS and rows[0]["case"] == "x" and rows[0]["class_ms"] == ""
-    ddp.upgrade_header(path)  # idempotent
+    upgrade_header(path, ddp.PROFILE_FIELDS)  # idempotent
     assert path.read_text().count("\n") == 2
 
 

@@ -294,6 +294,15 @@ class Trainer:
             x = torch.cat([cond, x_t], dim=1).contiguous(memory_format=self.memory_format)
             return net(x, t).float()
 
+    def loss(self, net) -> torch.Tensor:
+        """SR3's training loss through ``net``: next batch, noise at random timesteps, L1 on the predicted epsilon."""
+        cond, target = self.next_batch()
+        dev = self.device.torch_device
+        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
+        noise = torch.randn(target.shape, device=dev, generator=self.gen)
+        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
+        return F.l1_loss(self.predict(net, x_t, cond, t), noise)
+
     def flop_step(self) -> None:
         """One forward and backward of the network as :meth:`train_step` runs it (next batch, noise, L1 on epsilon),
         through the plain module (``self.model``: neither the DDP wrapper nor the compiled one) and with no
@@ -309,12 +318,7 @@ class Trainer:
         import copy
 
         model = copy.deepcopy(self.model) if self.distributed else self.model
-        cond, target = self.next_batch()
-        dev = self.device.torch_device
-        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
-        noise = torch.randn(target.shape, device=dev, generator=self.gen)
-        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
-        F.l1_loss(self.predict(model, x_t, cond, t), noise).backward()
+        self.loss(model).backward()
         self.device.mark_step()
         if model is self.model:
             self.opt.zero_grad(set_to_none=True)
@@ -326,12 +330,7 @@ class Trainer:
         ``dist.barrier()``: two host synchronisations per iteration."""
         if self.cudagraphs:  # a new iteration: the graphs' previous outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        cond, target = self.next_batch()
-        dev = self.device.torch_device
-        t = torch.randint(0, self.s.timesteps, (target.shape[0],), device=dev, generator=self.gen)
-        noise = torch.randn(target.shape, device=dev, generator=self.gen)
-        x_t = self.scheduler.add_noise(original_samples=target, noise=noise, timesteps=t)
-        loss = F.l1_loss(self.predict(self.net, x_t, cond, t), noise)
+        loss = self.loss(self.net)
         loss.backward()
         self.device.mark_step()
         self.opt.step()
