@@ -50,6 +50,12 @@ loop's, to ``..._attribution.csv``::
 
     python benchmarks/harness_overhead.py host-overhead --layers 32   # 32 = Llama-3.1-8B's decoder layer count
 
+Host-bound check of SR3 (``sr3-host-bound``, :mod:`overhead.sr3_host`): the rule's Trainer timed with its own data
+path, with batches already on the device and with DataLoader workers; device vs host time per step::
+
+    python benchmarks/harness_overhead.py sr3-host-bound --result R/sr3_scaling/bf16/devices_1/result.json \
+        --data resources/sky/sr3_paper.npz
+
 The benchmarks live in the package ``benchmarks/overhead/`` beside this file, one module per concern; this file is
 their command line, and the script torchrun runs on each rank.
 """
@@ -69,6 +75,7 @@ from overhead.efficiency import efficiency  # noqa: E402
 from overhead.host import host_overhead  # noqa: E402
 from overhead.lora import lora, lora_rank  # noqa: E402
 from overhead.sr3 import sr3, sr3_rank  # noqa: E402
+from overhead.sr3_host import sr3_host_bound  # noqa: E402
 from overhead.study_a import study_a  # noqa: E402
 
 
@@ -112,8 +119,17 @@ def main(argv=None) -> None:
                         "the cProfile attribution is then of that run")
     h.add_argument("--top", type=int, default=0, help="print the top N cumulative cProfile entries of both sides")
     h.add_argument("--note", default="", help="added to the settings column")
+    b = sub.add_parser("sr3-host-bound", help="SR3: device vs host time per step of the rule's Trainer, three data "
+                                              "paths, one device")
+    b.add_argument("--result", nargs="+", required=True, help="the SR3 rule's result.json files (their configuration)")
+    b.add_argument("--data", required=True, help="the rule's sky data (.npz)")
+    b.add_argument("--csv", default="benchmarks/sr3_host_bound_h200.csv")
+    b.add_argument("--workers", type=int, default=2, help="DataLoader workers of the third variant")
+    b.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch's default)")
+    b.add_argument("--warmup", type=int, default=5)
+    b.add_argument("--repeat", type=int, default=20)
     args = p.parse_args(argv)
-    {"host-overhead": host_overhead, "study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
+    {"host-overhead": host_overhead, "sr3-host-bound": sr3_host_bound, "study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
      "efficiency": efficiency, "ddp-profile": ddp_profile, "ddp-profile-rank": ddp_profile_rank}[args.cmd](args)
 
 

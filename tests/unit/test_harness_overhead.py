@@ -174,6 +174,33 @@ def test_ddp_profile_sr3_two_gloo_ranks(tmp_path, default_config, systems):
     assert {r["variant"] for r in rows} == {"default", "bucket_view", "static_graph+bucket_view", "one_bucket"}
 
 
+def test_sr3_host_bound_rows(tmp_path, default_config, systems):
+    """`sr3-host-bound` on the small SR3 U-Net (CPU, 1 thread): the rule's Trainer in its own data path, with batches
+    already on the device and with 1 DataLoader worker; one row each, positive times, the variants named."""
+    import subprocess
+
+    from accelbench.data import sky
+
+    u = default_config["sr3_scaling"]
+    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
+                             "quality_sample_steps", "seed")}
+    spec = {"system": systems["cpu"].to_dict(), "devices": 1, "precision": "bf16", "configuration": "bf16",
+            "preset": u["preset"], "scales": u["scales"], "run": run}
+    sky.prepare(tmp_path / "d.npz", patch=u["scales"]["small"]["hr_size"], factor=u["preset"]["factor"])
+    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "config": spec,
+                                                      "measurements": {"parameters": 1}}))
+    out = tmp_path / "h.csv"
+    cmd = [sys.executable, str(REPO / "benchmarks/harness_overhead.py"), "sr3-host-bound", "--result",
+           str(tmp_path / "result.json"), "--data", str(tmp_path / "d.npz"), "--csv", str(out), "--workers", "1",
+           "--threads", "1", "--warmup", "1", "--repeat", "2"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(csv.DictReader(out.open()))
+    assert [r["variant"] for r in rows] == ["workers=0", "device-resident", "workers=1"]
+    assert all(float(r[k]) > 0 for r in rows for k in ("median_ms", "host_ms", "next_batch_host_ms"))
+    assert {r["case"] for r in rows} == {"bf16 (ours)"} and rows[0]["steps"] == "2"
+
+
 def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     """Issue 24: for a configuration with the authors' data path the bare loop draws its batches through the same
     kind of DataLoader (workers capped at the rank's cores, blocking copy) as the Trainer; ours' bare loop keeps its

@@ -1,0 +1,113 @@
+"""SR3 (``sr3-host-bound``): is the rule's step bound by the host's kernel launches, and does its data path cost
+anything? One process, one device, for each given result (its configuration, :mod:`accelbench.experiments.sr3_configs`)
+the rule's ``Trainer`` is timed as the rule times it (``measure.time_steps``: CUDA events, no host sync inside the
+loop) in three data paths:
+
+* ``workers=0``: the configuration's own (ours: batches made in the process, pinned, ``non_blocking`` copy);
+* ``device-resident``: the same Trainer, its batches drawn on the device from patches already there (no DataLoader,
+  no copy: the bare loop's data path);
+* ``workers=N`` (``--workers``): a new Trainer with N persistent DataLoader workers (the pinning in DataLoader's
+  thread).
+
+Per variant the row gives the device time per step (median, p10, p90 of ``--repeat``), the host time to queue one
+step with no synchronisation (``host_ms``: the mean over ``--repeat`` steps; ``host_ms`` close to ``median_ms`` means
+the host's launches set the pace, and any host work shows in the step) and the host time of one batch fetch and copy
+(``next_batch_host_ms``, median; after a synchronize). Found on 1 H200 (2026-12-01): bf16 and bf16_compile take as long
+to queue as to run (153 vs 163 ms, 121 vs 120 ms), the batch fetch 0.45 ms; only CUDA graphs make SR3's step
+device-bound at batch 4. ::
+
+    python benchmarks/harness_overhead.py sr3-host-bound --result R/sr3_scaling/bf16/devices_1/result.json \\
+        R/sr3_scaling/bf16_compile/devices_1/result.json --data resources/sky/sr3_paper.npz
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .common import _append, _system
+
+FIELDS = ["experiment", "case", "variant", "median_ms", "p10_ms", "p90_ms", "host_ms", "next_batch_host_ms", "steps",
+          "threads", "cudnn_benchmark", "settings", "device", "when"]
+
+
+def sr3_host_bound(args) -> None:
+    import torch
+
+    from accelbench import measure
+    from accelbench.data import sky
+    from accelbench.devices import Device
+    from accelbench.experiments import sr3_configs
+    from accelbench.experiments import sr3_model as exp
+
+    data = sky.load(args.data)
+    backend = "cuda" if torch.cuda.is_available() else "cpu"
+    device = Device(backend, 0)
+    dev = device.torch_device
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    for path in args.result:
+        result = json.loads(Path(path).read_text())
+        spec = result["config"]
+        conf = sr3_configs.of_result(result)
+        s = exp.resolve_settings(spec["preset"], _system(spec).scale, spec.get("scales", {})).for_configuration(
+            conf.attention)
+        torch.backends.cudnn.benchmark = conf.cudnn_benchmark
+        ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
+        for workers in (None, args.workers):
+            tr = exp.Trainer(s, device, ds, conf.precision, spec["run"]["seed"],
+                             **{**conf.trainer_options(), "loader_workers": workers})
+            variants = [f"workers={tr.data_path['loader_workers']}"]
+            if workers is None:
+                variants.append("device-resident")
+            for variant in variants:
+                if variant == "device-resident":
+                    tr.next_batch = _device_batches(ds, s.batch_size, dev, tr.memory_format, spec["run"]["seed"])
+                row = _measure(tr, device, args.warmup, args.repeat, measure)
+                _append(args.csv, {**row, "experiment": "sr3", "case": f"{conf.name} ({conf.series})",
+                                   "variant": variant, "steps": args.repeat, "threads": torch.get_num_threads(),
+                                   "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                                   "settings": (f"{result['measurements'].get('parameters')} params, batch "
+                                                f"{s.batch_size}, {s.hr_size} px, {conf.precision}, compile "
+                                                f"{conf.compile} (mode {conf.compile_mode}), pin_memory "
+                                                f"{tr.data_path['pin_memory']}, {tr.data_path['copy']} copy"),
+                                   "device": torch.cuda.get_device_name(0) if backend == "cuda" else "cpu",
+                                   "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}, FIELDS)
+            del tr
+            if backend == "cuda":
+                torch.cuda.empty_cache()
+
+
+def _device_batches(ds, batch: int, dev, fmt, seed: int):
+    """A ``next_batch`` drawing ``batch`` patches at random on the device from copies of ``ds`` already there."""
+    import torch
+
+    cond, target = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
+    g = torch.Generator(device=dev).manual_seed(seed)
+
+    def next_batch():
+        idx = torch.randint(0, ds.n, (batch,), device=dev, generator=g)
+        return cond[idx], target[idx]
+    return next_batch
+
+
+def _measure(tr, device, warmup: int, repeat: int, measure) -> dict:
+    """Device time per step (the rule's timer), host time to queue a step (no sync) and of one batch fetch, in ms."""
+    t = measure.time_steps(tr.train_step, device, warmup, repeat, energy=False)
+    device.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        tr.train_step()
+    host = (time.perf_counter() - t0) / repeat * 1e3
+    device.synchronize()
+    fetch = []
+    for _ in range(repeat):
+        device.synchronize()
+        a = time.perf_counter()
+        tr.next_batch()
+        fetch.append((time.perf_counter() - a) * 1e3)
+    return {"median_ms": round(t.median, 3), "p10_ms": round(t.p10, 3), "p90_ms": round(t.p90, 3),
+            "host_ms": round(host, 3), "next_batch_host_ms": round(statistics.median(fetch), 3)}
