@@ -44,6 +44,14 @@
 #       (the fixed rule's median against the bare loop), then bf16 (eager) remade on this node and its benchmark
 #   15: SR3's profile of the compiled step (host vs device time, kernel time by class), then bf16_compile again and
 #       its overhead benchmark
+#   (Parts 14-15 ran on 2026-12-01 at 3a78b6f, 480 and 318 s: reference_runs/h200x1b-2026-12-01. The fixed rule's
+#   CUDA-graph step took 78.27 ms, its bare loop 78.33; its first iteration compiled for 181 s with a cold cache.)
+# Parts 16-17 are for the next 2-GPU lease (nvidia-h200-x2; part 16 carries .whl/ and builds the inputs; starts from
+# reference_runs/h200x2-2026-12-01, then h200x1b and h200x1), SR3 ours as the fixed rule runs it, on 2 GPUs:
+#   16: bf16_compile_cudagraphs on 2 GPUs (DDP) and its overhead benchmark (the rule's median against the bare loop)
+#   17: bf16_compile_cudagraphs on 1 GPU of the same node (for the efficiency), the overhead benchmark of faithful on
+#       2 GPUs, the profile of the compiled step on 1 and 2 ranks
+#   then parts 5 and 6 (LoRA DDP/FSDP faithful and ours with energy; Gemma-2-27B FSDP).
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -70,7 +78,7 @@ cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
@@ -78,11 +86,14 @@ if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmar
   # twice), copied after the prelude so that they are newer than the inputs it builds
   runs=(reference_runs/h200x2-2026-12-01)  # parts 14 and later: this node's kind's run first (cp -n: first wins)
   [ "$part" -ge 14 ] && runs=(reference_runs/h200x1-2026-12-01 reference_runs/h200x2-2026-12-01)
+  [ "$part" -ge 16 ] && runs=(reference_runs/h200x2-2026-12-01 reference_runs/h200x1b-2026-12-01
+                              reference_runs/h200x1-2026-12-01)
   for r in "${runs[@]}"; do [ -d "$r/results/h200" ] && cp -rn "$r/results/h200" results/; done
   # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
   [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
   [ "$part" = 13 ] && rm -rf "$R/lora_finetune/llama31_8b/flash/single"
   [ "$part" = 14 ] && rm -rf "$S/bf16/devices_1"
+  [ "$part" = 16 ] && rm -rf "$S/bf16_compile_cudagraphs/devices_1"  # remade on this node (part 17)
   touch "$work/start"
 fi
 until=$limit
@@ -232,6 +243,17 @@ case $part in
       --csv "$out/ddp_profile_h200.csv"
     step 120 smk "$S/bf16_compile/devices_1/result.json"
     step 240 bench sr3 --result "$S/bf16_compile/devices_1/result.json" "${sky[@]}"
+    ;;
+  16)
+    step 330 smk "$S/bf16_compile_cudagraphs/devices_2/result.json"
+    step 200 bench sr3 --result "$S/bf16_compile_cudagraphs/devices_2/result.json" "${sky[@]}"
+    ;;
+  17)
+    CUDA_VISIBLE_DEVICES=0 step 150 smk "$S/bf16_compile_cudagraphs/devices_1/result.json"
+    step 90 bench sr3 --result "$S/faithful/devices_2/result.json" "${sky[@]}"
+    step 200 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16_compile_cudagraphs/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 5 --repeat 10 \
+      --csv "$out/ddp_profile_h200.csv"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
