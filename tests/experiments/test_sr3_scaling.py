@@ -169,7 +169,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
+def _ddp_worker(rank: int, world: int, port: int, queue, compiled: bool = False) -> None:
+    import functools
     import os
 
     import torch.distributed as dist
@@ -184,8 +185,16 @@ def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
     hr = rng.uniform(size=(16, 32, 32)).astype(np.float32)
     ds = sr3.PatchSet(hr, sky.downsample(hr, 4), 32)
     ddp = {"gradient_as_bucket_view": True, "static_graph": True, "bucket_cap_mb": None}  # sr3_scaling.ddp
-    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp)
-    assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
+    options = {}
+    if compiled:  # the ours configuration's compiled DDP step; Dynamo's eager backend traces (DDPOptimizer splits
+        # the graph at DDP's buckets) without generating code, so this stays fast on a CPU
+        torch.compile = functools.partial(torch.compile, backend="eager")
+        ddp = {"bucket_cap_mb": 1}  # several buckets: DDPOptimizer splits the graph
+        options = sr3_configs.get("bf16_compile").trainer_options()
+    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp,
+                     **options)
+    if not compiled:
+        assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
     indices = sorted(tr.sampler)
     # the rule's FLOP count before its steps: through the DDP module's own parameters it left static_graph's
@@ -195,7 +204,8 @@ def _ddp_worker(rank: int, world: int, port: int, queue) -> None:
         tr.train_step()
     after = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach()
     spread = sr3.replica_spread(tr.model)
-    queue.put((rank, spread, float((after - before).abs().max()), indices, flops))
+    graphs = exp.compiled_graphs() if compiled else None
+    queue.put((rank, spread, float((after - before).abs().max()), indices, flops, graphs))
     dist.destroy_process_group()
 
 
@@ -212,6 +222,22 @@ def test_two_process_gloo_ddp_keeps_replicas_identical():
     assert all(moved > 0 for _, _, moved, *_ in out)  # and the steps did change the weights
     assert out[0][4] == out[1][4] > 0  # both ranks counted the same FLOPs
     assert not set(out[0][3]) & set(out[1][3]) and len(out[0][3]) == 8  # disjoint halves of the 16 patches
+
+
+@pytest.mark.timeout(300)
+def test_two_process_gloo_compiled_ddp_step_compiles_and_keeps_replicas_identical():
+    """Ours on 2 ranks (issue 24): the compiled step wrapped in DDP (``torch.compile(DDP(model))``), the FLOP count
+    first (on a copy of the plain module), then 3 steps: TorchDynamo compiled the network's forward (one graph, which
+    DDPOptimizer splits at DDP's buckets; DDP's own forward wrapper stays eager: Dynamo breaks at its logger and at
+    ``_inside_ddp_forward``, which it skips by design) and the replicas stay identical."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), queue, True), nprocs=2, join=True,
+                                          start_method="spawn")
+    out = sorted(queue.get() for _ in range(2))
+    assert all(spread == 0.0 for _, spread, *_ in out) and all(moved > 0 for _, _, moved, *_ in out)
+    for *_, flops, graphs in out:
+        assert flops > 0 and graphs["frames_compiled"] >= 1 and graphs["unique_graphs"] >= 1, graphs
 
 
 # --------------------------------------------------------------------------- aggregation
