@@ -52,6 +52,10 @@
 #   17: bf16_compile_cudagraphs on 1 GPU of the same node (for the efficiency), the overhead benchmark of faithful on
 #       2 GPUs, the profile of the compiled step on 1 and 2 ranks
 #   then parts 5 and 6 (LoRA DDP/FSDP faithful and ours with energy; Gemma-2-27B FSDP).
+# Part 18 is for the next one-GPU lease (a fresh node: carries .whl/, builds the inputs, starts from
+# reference_runs/h200x1b-2026-12-01, then h200x1): where the CUDA-graph step's 22 ms of layout conversions come from
+#   18: bf16_compile_channels_last_cudagraphs with the fixed rule and its overhead benchmark, then the profile of both
+#       CUDA-graph configurations (kernel time by class, the top kernels by name: benchmarks/ddp_profile_h200.csv)
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -78,7 +82,7 @@ cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ] || [ "$part" = 18 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
@@ -88,6 +92,7 @@ if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmar
   [ "$part" -ge 14 ] && runs=(reference_runs/h200x1-2026-12-01 reference_runs/h200x2-2026-12-01)
   [ "$part" -ge 16 ] && runs=(reference_runs/h200x2-2026-12-01 reference_runs/h200x1b-2026-12-01
                               reference_runs/h200x1-2026-12-01)
+  [ "$part" -ge 18 ] && runs=(reference_runs/h200x1b-2026-12-01 reference_runs/h200x1-2026-12-01)
   for r in "${runs[@]}"; do [ -d "$r/results/h200" ] && cp -rn "$r/results/h200" results/; done
   # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
   [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
@@ -254,6 +259,16 @@ case $part in
     step 200 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
       --result "$S/bf16_compile_cudagraphs/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 5 --repeat 10 \
       --csv "$out/ddp_profile_h200.csv"
+    ;;
+  18)
+    export CUDA_VISIBLE_DEVICES=0
+    step 300 smk "$S/bf16_compile_channels_last_cudagraphs/devices_1/result.json"
+    step 100 bench sr3 --result "$S/bf16_compile_channels_last_cudagraphs/devices_1/result.json" "${sky[@]}"
+    for c in bf16_compile_cudagraphs bf16_compile_channels_last_cudagraphs; do
+      step 75 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+        --result "$S/$c/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 --repeat 10 \
+        --csv "$out/ddp_profile_h200.csv"
+    done
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac

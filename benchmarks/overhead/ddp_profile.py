@@ -15,7 +15,7 @@ from .sr3 import sr3_bare
 
 PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
                   "window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms", "gpu_idle_ms",
-                  "kernels_per_step", "class_ms", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
+                  "kernels_per_step", "class_ms", "top_kernels", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
                   "device", "note", "when"]
 ONE_BUCKET_MB = 100_000  # larger than any model's gradients here: DDP then all-reduces them in one bucket
 
@@ -79,13 +79,13 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
     busy, comm = device_intervals(trace_events)
     if not busy:
         return {k: None for k in ("window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms",
-                                  "gpu_idle_ms", "kernels_per_step", "class_ms")}
+                                  "gpu_idle_ms", "kernels_per_step", "class_ms", "top_kernels")}
     comm_set = set(comm)
     compute = [iv for iv in busy if iv not in comm_set]
     window = max(b for _, b in busy) - min(a for a, _ in busy)
     per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
     n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
-    return {"class_ms": kernel_classes(trace_events, steps),
+    return {"class_ms": kernel_classes(trace_events, steps), "top_kernels": top_kernels(trace_events, steps),
             "window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
             "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
             "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
@@ -103,6 +103,28 @@ def kernel_classes(trace_events: list[dict], steps: int) -> str:
             c = classify_kernel(str(e.get("name", "")))
             per[c] = per.get(c, 0.0) + float(e.get("dur", 0)) / 1e3 / steps
     return json.dumps({c: round(v, 3) for c, v in sorted(per.items(), key=lambda kv: -kv[1])})
+
+
+TOP_KERNELS = 15  # kernels named in the CSV's top_kernels
+KERNEL_NAME_CHARS = 120  # templated CUTLASS/cuDNN names run to thousands of characters
+
+
+def top_kernels(trace_events: list[dict], steps: int, n: int = TOP_KERNELS) -> str:
+    """The ``n`` device kernels that take the most time, as JSON (the CSV's ``top_kernels``): a list of
+    ``[name (first 120 characters), ms per step, launches per step, class]``, largest first. What ``class_ms`` adds
+    up, by name: which kernels a class such as ``layout_conversion`` is made of."""
+    from accelbench.measure import classify_kernel
+
+    ms: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for e in trace_events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel":
+            name = str(e.get("name", ""))
+            ms[name] = ms.get(name, 0.0) + float(e.get("dur", 0)) / 1e3 / steps
+            calls[name] = calls.get(name, 0) + 1
+    top = sorted(ms.items(), key=lambda kv: -kv[1])[:n]
+    return json.dumps([[name[:KERNEL_NAME_CHARS], round(v, 3), round(calls[name] / steps, 1), classify_kernel(name)]
+                       for name, v in top])
 
 
 STATIC_GRAPH_NO_SYNC = ("not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "

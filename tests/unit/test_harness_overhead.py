@@ -94,6 +94,10 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
     nccl = classify_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
     assert classes == {"gemm": 0.25, nccl: 0.15} and list(classes) == ["gemm", nccl]
     assert sum(classes.values()) == pytest.approx(0.4)  # 400 + 300 + 100 µs of kernels over 2 steps (copies apart)
+    top = json.loads(m["top_kernels"])  # by name, largest first: [name, ms per step, launches per step, class]
+    assert top == [["gemm", 0.25, 1.0, "gemm"], ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.15, 0.5, nccl]]
+    assert len(json.loads(ddp.top_kernels(events, 2, n=1))) == 1
+    assert len(json.loads(ddp.top_kernels([k("x" * 5000, 0, 1)], 1))[0][0]) == ddp.KERNEL_NAME_CHARS
     assert set(ddp.profile_metrics(events[-1:], 2).values()) == {None}  # no device activity (CPU): no device numbers
 
 
@@ -101,11 +105,11 @@ def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, 
     """Rows appended to a CSV written before ``class_ms`` existed line up with the header (the old rows kept)."""
     upgrade_header = _module("common").upgrade_header
     path = tmp_path / "p.csv"
-    old = [f for f in ddp.PROFILE_FIELDS if f != "class_ms"]
+    old = [f for f in ddp.PROFILE_FIELDS if f not in ("class_ms", "top_kernels")]
     path.write_text(",".join(old) + "\n" + ",".join("x" if f == "case" else "" for f in old) + "\n")
     upgrade_header(path, ddp.PROFILE_FIELDS)
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0]) == ddp.PROFILE_FIELDS and rows[0]["case"] == "x" and rows[0]["class_ms"] == ""
+    assert list(rows[0]) == ddp.PROFILE_FIELDS and rows[0]["case"] == "x" and rows[0]["class_ms"] == rows[0]["top_kernels"] == ""
     upgrade_header(path, ddp.PROFILE_FIELDS)  # idempotent
     assert path.read_text().count("\n") == 2
 
