@@ -1,20 +1,20 @@
-"""SR3 (``sr3-host-bound``): is the rule's step bound by the host's kernel launches, and does its data path cost
-anything? One process, one device, for each given result (its configuration, :mod:`accelbench.experiments.sr3_configs`)
-the rule's ``Trainer`` is timed as the rule times it (``measure.time_steps``: CUDA events, no host sync inside the
-loop) in three data paths:
+"""SR3 (``sr3-host-bound``): does the SR3 rule's data path cost anything, and what does its step look like when the
+host, not the device, sets the pace? One process, one device. For each given result (its configuration,
+:mod:`accelbench.experiments.sr3_configs`), the rule's ``Trainer`` and timer (``measure.time_steps``: CUDA events, no
+synchronisation inside the loop; threads: ``--threads`` or torch's default, no rank placement) in three data paths:
 
-* ``workers=0``: the configuration's own (ours: batches made in the process, pinned, ``non_blocking`` copy);
+* ``workers=K``: the configuration's own (ours: batches made in the process, K = 0, pinned, ``non_blocking`` copy;
+  faithful: its DataLoader workers and blocking copy);
 * ``device-resident``: the same Trainer, its batches drawn on the device from patches already there (no DataLoader,
   no copy: the bare loop's data path);
-* ``workers=N`` (``--workers``): a new Trainer with N persistent DataLoader workers (the pinning in DataLoader's
-  thread).
+* ``workers=N`` (``--workers``, when it differs from K): a new Trainer with N persistent DataLoader workers (pinning
+  in DataLoader's thread).
 
-Per variant the row gives the device time per step (median, p10, p90 of ``--repeat``), the host time to queue one
-step with no synchronisation (``host_ms``: the mean over ``--repeat`` steps; ``host_ms`` close to ``median_ms`` means
-the host's launches set the pace, and any host work shows in the step) and the host time of one batch fetch and copy
-(``next_batch_host_ms``, median; after a synchronize). Found on 1 H200 (2026-12-01): bf16 and bf16_compile take as long
-to queue as to run (153 vs 163 ms, 121 vs 120 ms), the batch fetch 0.45 ms; only CUDA graphs make SR3's step
-device-bound at batch 4. ::
+Per variant the row gives the step time (CUDA events: median, p10, p90 of ``--repeat``), the host's wall time per
+step over ``--repeat`` steps with no explicit synchronisation (``host_ms``; once the launch queue is full the host
+waits for the device, so this alone does not tell host-bound from device-bound) and the host time of one batch fetch
+and copy after a synchronize (``next_batch_host_ms``, median). On 1 H200 (2026-12-01) the batch fetch took 0.45 ms
+and batches already on the device changed nothing beyond the spread. ::
 
     python benchmarks/harness_overhead.py sr3-host-bound --result R/sr3_scaling/bf16/devices_1/result.json \\
         R/sr3_scaling/bf16_compile/devices_1/result.json --data resources/sky/sr3_paper.npz
@@ -57,11 +57,12 @@ def sr3_host_bound(args) -> None:
             conf.attention)
         torch.backends.cudnn.benchmark = conf.cudnn_benchmark
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
-        for workers in (None, args.workers):
+        own = conf.loader_workers or 0
+        for i, workers in enumerate([conf.loader_workers] + ([args.workers] if args.workers != own else [])):
             tr = exp.Trainer(s, device, ds, conf.precision, spec["run"]["seed"],
                              **{**conf.trainer_options(), "loader_workers": workers})
             variants = [f"workers={tr.data_path['loader_workers']}"]
-            if workers is None:
+            if i == 0:  # the configuration's own data path, then the same Trainer's bare one
                 variants.append("device-resident")
             for variant in variants:
                 if variant == "device-resident":

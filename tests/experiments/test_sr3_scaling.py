@@ -236,8 +236,10 @@ def test_two_process_gloo_compiled_ddp_step_compiles_and_keeps_replicas_identica
                                           start_method="spawn")
     out = sorted(queue.get() for _ in range(2))
     assert all(spread == 0.0 for _, spread, *_ in out) and all(moved > 0 for _, _, moved, *_ in out)
-    for *_, flops, graphs in out:
-        assert flops > 0 and graphs["frames_compiled"] >= 1 and graphs["unique_graphs"] >= 1, graphs
+    assert out[0][4] == out[1][4] > 0  # both ranks counted the same FLOPs
+    for *_, graphs in out:  # counted through the compiled DDP module (the defect), Dynamo still reports 6 frames
+        # from DDP's wrapper but no graph: unique_graphs 0
+        assert graphs["frames_compiled"] >= 1 and graphs["unique_graphs"] >= 1, graphs
 
 
 # --------------------------------------------------------------------------- aggregation
