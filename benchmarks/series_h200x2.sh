@@ -52,7 +52,10 @@
 #   17: bf16_compile_cudagraphs on 1 GPU and faithful on 2 GPUs remade on this node (so that the efficiency and the
 #       faithful overhead benchmark compare one node), that benchmark; the profile of the compiled step on 1 and 2
 #       ranks if time is left
-#   then parts 5 and 6 (LoRA DDP/FSDP faithful and ours with energy; Gemma-2-27B FSDP).
+#   then parts 5 and 6 (LoRA DDP/FSDP faithful and ours with energy; Gemma-2-27B FSDP), then
+#   20: LoRA Llama-3.1-8B ZeRO-3 on 2 GPUs, faithful (the authors' DeepSpeed config) and ours. DeepSpeed is not in the
+#       node's image: carry its wheels as a second folder, made on a machine with internet by
+#       `benchmarks/node_wheels.sh .whl_ds deepspeed==0.19.8` (4.8 MB; device_run.sh installs every .whl_*/ folder)
 # A step's budget only decides whether it starts (a running step is stopped at the call's limit); the budgets below
 # count a cold Inductor cache on a fresh node (the fixed rule's first SR3 iteration compiled for 181 s) and a warm one
 # after the rule compiled the same graph (the overhead benchmark of a compiled configuration then took 81 s).
@@ -279,6 +282,10 @@ case $part in
       --result "$S/bf16_compile_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 --repeat 10 \
       --csv "$out/ddp_profile_h200.csv"
     step 150 bench sr3 --result "$S/bf16_compile_channels_last_cudagraphs/devices_1/result.json" "${sky[@]}"
+    ;;
+  20)
+    step 240 smk "$L8/faithful/flash/zero3/n2/result.json"
+    step 240 smk "$L8/flash/zero3/n2/result.json"
     ;;
   *) echo "unknown part $part" | tee -a "$log"; exit 2 ;;
 esac
