@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
 from .lora import _lora_case, lora_bare
-from .sr3 import sr3_bare
+from .sr3 import result_case, sr3_bare
 
 
 PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
@@ -204,13 +204,11 @@ def ddp_profile_rank(args) -> None:
         settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
     else:
         from accelbench.data import sky
-        from accelbench.experiments import sr3_configs
         from accelbench.experiments import sr3_model as exp
 
         spec = result["config"]
         system = _system(spec)
-        conf = sr3_configs.of_result(result)
-        s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {})).for_configuration(conf.attention)
+        conf, s = result_case(result)
         torch.backends.cudnn.benchmark = conf.cudnn_benchmark
         data = sky.load(args.data)
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)

@@ -28,15 +28,13 @@ def sr3_rank(args) -> None:
     from accelbench import launch, measure, multinode
     from accelbench.data import sky
     from accelbench.devices import Device
-    from accelbench.experiments import sr3_configs
     from accelbench.experiments import sr3_model as exp
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())
     spec = result["config"]
     system = _system(spec)
-    conf = sr3_configs.of_result(result)
-    s = exp.resolve_settings(spec["preset"], system.scale, spec.get("scales", {})).for_configuration(conf.attention)
+    conf, s = result_case(result)
     n, precision, seed = int(spec["devices"]), conf.precision, spec["run"]["seed"]
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     rank, world, local, _ = multinode.join_process_group(system.backend)
@@ -106,6 +104,32 @@ def data_path_text(d: dict, authors: bool) -> str:
     return text + (" (bare loop the same)" if authors else " (bare loop: batches already on the device)")
 
 
+def result_case(result: dict):
+    """``(configuration, settings)`` of an SR3 ``result.json``: its :class:`~accelbench.experiments.sr3_configs.
+    Configuration` and the SR3 settings it ran (preset at the system's scale, attention placed as the configuration
+    places it), as the rule resolved them."""
+    from accelbench.experiments import sr3_configs
+    from accelbench.experiments import sr3_model as exp
+
+    spec = result["config"]
+    conf = sr3_configs.of_result(result)
+    return conf, exp.resolve_settings(spec["preset"], _system(spec).scale, spec.get("scales", {})).for_configuration(
+        conf.attention)
+
+
+def device_batches(ds, batch: int, dev, fmt, generator):
+    """A ``next_batch`` drawing ``batch`` patches at random (``generator``, on ``dev``) from copies of ``ds`` already
+    on the device in memory format ``fmt``: the bare loop's data path (no DataLoader, no host-to-device copy)."""
+    import torch
+
+    cond, target = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
+
+    def next_batch():
+        idx = torch.randint(0, ds.n, (batch,), device=dev, generator=generator)
+        return cond[idx], target[idx]
+    return next_batch
+
+
 def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, device_id: int | None,
              ddp_kwargs: dict | None = None, conf=None, pin_memory: bool | None = None):
     """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
@@ -151,11 +175,7 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
             cond, target = next(stream)
             return exp.to_device(cond, dev, fmt, blocking), exp.to_device(target, dev, fmt, blocking)
     else:
-        cond_all, target_all = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
-
-        def next_batch():
-            idx = torch.randint(0, ds.n, (s.batch_size,), device=dev, generator=g)
-            return cond_all[idx], target_all[idx]
+        next_batch = device_batches(ds, s.batch_size, dev, fmt, g)
 
     def step():
         if cudagraphs:  # a new iteration, as the rule's Trainer.train_step marks it

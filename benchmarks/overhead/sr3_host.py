@@ -28,7 +28,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import _append, _system
+from .common import _append
+from .sr3 import device_batches, result_case
 
 FIELDS = ["experiment", "case", "variant", "median_ms", "p10_ms", "p90_ms", "host_ms", "next_batch_host_ms", "steps",
           "threads", "cudnn_benchmark", "settings", "device", "when"]
@@ -40,7 +41,6 @@ def sr3_host_bound(args) -> None:
     from accelbench import measure
     from accelbench.data import sky
     from accelbench.devices import Device
-    from accelbench.experiments import sr3_configs
     from accelbench.experiments import sr3_model as exp
 
     data = sky.load(args.data)
@@ -52,9 +52,7 @@ def sr3_host_bound(args) -> None:
     for path in args.result:
         result = json.loads(Path(path).read_text())
         spec = result["config"]
-        conf = sr3_configs.of_result(result)
-        s = exp.resolve_settings(spec["preset"], _system(spec).scale, spec.get("scales", {})).for_configuration(
-            conf.attention)
+        conf, s = result_case(result)
         torch.backends.cudnn.benchmark = conf.cudnn_benchmark
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
         own = conf.loader_workers or 0
@@ -66,7 +64,8 @@ def sr3_host_bound(args) -> None:
                 variants.append("device-resident")
             for variant in variants:
                 if variant == "device-resident":
-                    tr.next_batch = _device_batches(ds, s.batch_size, dev, tr.memory_format, spec["run"]["seed"])
+                    tr.next_batch = device_batches(ds, s.batch_size, dev, tr.memory_format,
+                                                   torch.Generator(device=dev).manual_seed(spec["run"]["seed"]))
                 row = _measure(tr, device, args.warmup, args.repeat, measure)
                 _append(args.csv, {**row, "experiment": "sr3", "case": f"{conf.name} ({conf.series})",
                                    "variant": variant, "steps": args.repeat, "threads": torch.get_num_threads(),
@@ -80,19 +79,6 @@ def sr3_host_bound(args) -> None:
             del tr
             if backend == "cuda":
                 torch.cuda.empty_cache()
-
-
-def _device_batches(ds, batch: int, dev, fmt, seed: int):
-    """A ``next_batch`` drawing ``batch`` patches at random on the device from copies of ``ds`` already there."""
-    import torch
-
-    cond, target = ds.cond.to(dev, memory_format=fmt), ds.target.to(dev, memory_format=fmt)
-    g = torch.Generator(device=dev).manual_seed(seed)
-
-    def next_batch():
-        idx = torch.randint(0, ds.n, (batch,), device=dev, generator=g)
-        return cond[idx], target[idx]
-    return next_batch
 
 
 def _measure(tr, device, warmup: int, repeat: int, measure) -> dict:
