@@ -64,6 +64,11 @@
 #   18: bf16_compile_channels_last_cudagraphs with the fixed rule, then its profile (kernel time by class, the top
 #       kernels by name: benchmarks/ddp_profile_h200.csv; the compiled graph is then in the cache)
 #   19: the profile of bf16_compile_cudagraphs (compiles afresh), then the overhead benchmark of the channels_last one
+#   (Parts 18-19 ran on 2026-12-01 at d406c1c, 371 and 297 s: the 22 ms are cuDNN's nchwToNhwc/nhwcToNchw transposes
+#   around each bf16 convolution, 910 kernels; channels_last removes them but adds 154 eager copies, 10.8 ms)
+#   21: (the next one-GPU call, a fresh node: carries .whl/, builds the inputs, starts from
+#       reference_runs/h200x1b-2026-12-01) bf16_compile_layout_opt_cudagraphs (Inductor's layout optimization
+#       forced in the NCHW network), its profile, then its overhead benchmark
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -90,7 +95,7 @@ cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
-if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ] || [ "$part" = 18 ]; then  # the inputs (built once; the node keeps them between calls)
+if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ] || [ "$part" = 18 ] || [ "$part" = 21 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
 fi
@@ -282,6 +287,14 @@ case $part in
       --result "$S/bf16_compile_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 --repeat 10 \
       --csv "$out/ddp_profile_h200.csv"
     step 150 bench sr3 --result "$S/bf16_compile_channels_last_cudagraphs/devices_1/result.json" "${sky[@]}"
+    ;;
+  21)
+    export CUDA_VISIBLE_DEVICES=0
+    step 330 smk "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json"
+    step 110 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 \
+      --repeat 10 --csv "$out/ddp_profile_h200.csv"
+    step 100 bench sr3 --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" "${sky[@]}"
     ;;
   20)
     step 240 smk "$L8/faithful/flash/zero3/n2/result.json"

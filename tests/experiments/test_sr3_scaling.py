@@ -489,7 +489,7 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
 def test_ours_keeps_its_data_path():
     """Ours: batches made in the rank's process (no workers), copied with non_blocking=True; recorded as such."""
     for name in ("fp32", "bf16", "bf16_compile", "bf16_compile_channels_last", "bf16_compile_cudagraphs",
-                 "bf16_compile_channels_last_cudagraphs"):
+                 "bf16_compile_channels_last_cudagraphs", "bf16_compile_layout_opt_cudagraphs"):
         c = sr3_configs.get(name)
         assert (c.loader_workers, c.blocking_copies, c.authors_data_path) == (None, False, False)
     tr = _trainer("bf16")
@@ -567,11 +567,28 @@ def test_configurations_record_what_each_series_runs():
     both = sr3_configs.get("bf16_compile_channels_last_cudagraphs")  # NHWC and CUDA graphs together
     assert (both.series, both.channels_last, both.compile_mode, both.fused_adam) == ("ours", True, "reduce-overhead", True)
     assert both.trainer_options()["channels_last"] and both.trainer_options()["compile_mode"] == "reduce-overhead"
+    opt = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")  # NCHW network, Inductor's layout optimization forced
+    assert (opt.series, opt.channels_last, opt.layout_optimization, opt.compile_mode) == ("ours", False, True,
+                                                                                          "reduce-overhead")
+    assert opt.to_dict()["layout_optimization"] is True and not both.layout_optimization  # recorded in the result
     with pytest.raises(ConfigError, match="sr3_scaling.configurations: unknown configuration 'fp16'"):
         sr3_configs.get("fp16")
     assert sr3_configs.of_result({"config": {"precision": "bf16"}}).name == "bf16"  # results from before the series
     assert sr3_configs.environment("faithful", "hpu") == {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
     assert sr3_configs.environment("faithful", "cuda") == {} and sr3_configs.environment("bf16", "hpu") == {}
+
+
+def test_layout_optimization_reaches_this_compile_call_only():
+    """``force_layout_optimization`` goes to the configuration's own ``torch.compile`` call, beside the mode's options
+    (``torch.compile`` takes a mode or options, not both); Inductor's process-wide config is left alone."""
+    import torch._inductor.config as inductor
+
+    assert sr3.compile_options("reduce-overhead") == {"mode": "reduce-overhead"}
+    assert sr3.compile_options(None) == {"mode": None}
+    assert sr3.compile_options("reduce-overhead", True) == {
+        "options": {"triton.cudagraphs": True, "force_layout_optimization": True}}
+    assert sr3.compile_options(None, True) == {"options": {"force_layout_optimization": True}}
+    assert inductor.force_layout_optimization is False
 
 
 def test_flop_count_leaves_the_compiled_step_compiled(monkeypatch):

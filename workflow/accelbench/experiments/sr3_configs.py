@@ -33,7 +33,12 @@ workers) from pinned memory where copies overlap (CUDA) and copied with ``non_bl
 eager), ``bf16_compile`` (+ ``torch.compile`` and Adam's fused kernel), ``bf16_compile_channels_last`` (+ NHWC
 activations and weights), ``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: the eager step is launch-bound,
 ~5,000 kernels per iteration), ``bf16_compile_channels_last_cudagraphs`` (both: NHWC bf16 convolutions without
-cuDNN's layout transforms, and no launch overhead).
+cuDNN's layout transforms, and no launch overhead), ``bf16_compile_layout_opt_cudagraphs`` (CUDA graphs of an NCHW
+network in which Inductor's layout optimization is forced (``force_layout_optimization``): the compiled graph keeps
+convolution activations NHWC between the convolutions. Its heuristic, ``GraphLowering.decide_layout_opt``, declines
+for this U-Net (decoder convolutions with twice as many input as output channels), so cuDNN transposed NCHW <-> NHWC
+around each bf16 convolution: 910 ``nchwToNhwc``/``nhwcToNchw`` kernels, 21.9 of 78.2 ms per iteration on an H200,
+``benchmarks/ddp_profile_h200.csv``; channels_last removed those but added 154 eager copies, 10.8 ms).
 Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
 batches (checked by the aggregation, :func:`loss_agreement`).
 """
@@ -66,6 +71,8 @@ class Configuration:
         compile_mode: its mode (``reduce-overhead``: CUDA graphs of the forward and backward; measured on one device).
         fused_adam: Adam's fused kernel where the backend has one (capability ``fused_adamw``).
         channels_last: NHWC memory format for the network and its inputs.
+        layout_optimization: force Inductor's layout optimization in the compiled graph (Inductor option
+            ``force_layout_optimization``, passed to this ``torch.compile`` call only).
         authors_iterations: the 64-card iteration count of the authors' job file applies to the projection.
         loader_workers: DataLoader worker processes per rank requested (None: 0, batches made in the rank's process);
             the faithful series' 8 are ``datasets.train.num_workers`` of the authors' ``config/sr_sr3_64_256_set2.json``
@@ -86,6 +93,7 @@ class Configuration:
     compile_mode: str | None = None  # torch.compile mode ("reduce-overhead": CUDA graphs)
     fused_adam: bool = False
     channels_last: bool = False
+    layout_optimization: bool = False
     authors_iterations: bool = False
     loader_workers: int | None = None  # DataLoader workers per rank (None: 0); capped at the rank's cores when run
     blocking_copies: bool = False  # batch copied with a blocking .to(device) (the authors' set_device)
@@ -99,7 +107,7 @@ class Configuration:
         """The keyword arguments of :class:`~accelbench.experiments.sr3_model.Trainer` this configuration sets (the
         rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""
         return {"compile": self.compile, "fused_adam": self.fused_adam, "channels_last": self.channels_last,
-                "host_syncs": self.host_syncs, "compile_mode": self.compile_mode,
+                "layout_optimization": self.layout_optimization, "host_syncs": self.host_syncs, "compile_mode": self.compile_mode,
                 "loader_workers": self.loader_workers, "blocking_copies": self.blocking_copies}
 
     def to_dict(self) -> dict:
@@ -121,6 +129,8 @@ CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
                   fused_adam=True),
     Configuration("bf16_compile_channels_last_cudagraphs", "ours", precision="bf16", compile=True,
                   compile_mode="reduce-overhead", fused_adam=True, channels_last=True),
+    Configuration("bf16_compile_layout_opt_cudagraphs", "ours", precision="bf16", compile=True,
+                  compile_mode="reduce-overhead", fused_adam=True, layout_optimization=True),
 )}
 AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads

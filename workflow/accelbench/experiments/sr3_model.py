@@ -235,6 +235,18 @@ def ddp_kwargs(ddp: dict | None) -> dict:
     return d
 
 
+def compile_options(mode: str | None, layout_optimization: bool = False) -> dict:
+    """Keyword arguments of ``torch.compile`` for ``mode`` (None: the default), with Inductor's layout optimization
+    forced where asked (``force_layout_optimization``; the mode's own options kept, since ``torch.compile`` takes a
+    mode or options, not both). Scoped to this call: Inductor's process-wide config is left as it was."""
+    if not layout_optimization:
+        return {"mode": mode}
+    import torch._inductor
+
+    mode_options = torch._inductor.list_mode_options(mode) if mode else {}  # (None lists every mode's)
+    return {"options": {**mode_options, "force_layout_optimization": True}}
+
+
 class Trainer:
     """One DDP rank's SR3 training loop: model (DDP-wrapped when distributed, with the ``ddp`` options of
     :func:`ddp_kwargs`), Adam, scheduler, batches (:func:`batch_loader`: ``loader_workers`` worker processes, capped at
@@ -244,7 +256,7 @@ class Trainer:
                  rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None, *,
                  compile: bool = False, fused_adam: bool = False, channels_last: bool = False,
                  host_syncs: bool = False, compile_mode: str | None = None, loader_workers: int | None = None,
-                 blocking_copies: bool = False):
+                 blocking_copies: bool = False, layout_optimization: bool = False):
         self.s, self.device, self.rank, self.world = s, device, rank, world
         self.distributed, self.host_syncs, self.blocking_copies = distributed, host_syncs, blocking_copies
         dev = device.torch_device
@@ -259,7 +271,7 @@ class Trainer:
         else:
             self.net = self.model
         if compile:  # DDP-wrapped: TorchDynamo splits the graph at DDP's buckets (DDPOptimizer)
-            self.net = torch.compile(self.net, mode=compile_mode)
+            self.net = torch.compile(self.net, **compile_options(compile_mode, layout_optimization))
         self.cudagraphs = compile and compile_mode == "reduce-overhead"
         self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
         self.fused_adam = bool(fused_adam and device.ops.fused_adamw)
