@@ -69,6 +69,8 @@
 #   21: (the next one-GPU call, a fresh node: carries .whl/, builds the inputs, starts from
 #       reference_runs/h200x1b-2026-12-01) bf16_compile_layout_opt_cudagraphs (Inductor's layout optimization
 #       forced in the NCHW network), its profile, then its overhead benchmark
+#   22: (a fresh node, 280 s of device time left: no input but the SR3 patches) the profile of
+#       bf16_compile_layout_opt_cudagraphs from reference_runs/h200x1c-2026-12-01, its bare loop compiled as the rule's
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -95,6 +97,9 @@ cores=$half  # per stream; parts 7 and later (one GPU) give the one stream every
 echo "part $part, ${limit}s, $(nproc) cores, commit ${ACCELBENCH_GIT_COMMIT:-?}" | tee -a "$log"
 nvidia-smi -L 2>/dev/null | tee -a "$log"
 smk() { python3 -m snakemake "$@" --cores all "${cfg[@]}"; }
+if [ "$part" = 22 ]; then  # the SR3 patches only (every second counts)
+  smk resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
+fi
 if [ "$part" = 1 ] || [ "$part" = 4 ] || [ "$part" = 7 ] || [ "$part" = 11 ] || [ "$part" = 14 ] || [ "$part" = 16 ] || [ "$part" = 18 ] || [ "$part" = 21 ]; then  # the inputs (built once; the node keeps them between calls)
   smk resources/mri/whole_head_paper/image.nii.gz resources/sky/sr3_paper.npz > "$work/prelude.log" 2>&1 \
     || { echo "prelude failed"; tail -30 "$work/prelude.log"; } | tee -a "$log"
@@ -106,6 +111,7 @@ if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmar
   [ "$part" -ge 16 ] && runs=(reference_runs/h200x2-2026-12-01 reference_runs/h200x1b-2026-12-01
                               reference_runs/h200x1-2026-12-01)
   [ "$part" -ge 18 ] && runs=(reference_runs/h200x1b-2026-12-01 reference_runs/h200x1-2026-12-01)
+  [ "$part" -ge 22 ] && runs=(reference_runs/h200x1c-2026-12-01 "${runs[@]}")
   for r in "${runs[@]}"; do [ -d "$r/results/h200" ] && cp -rn "$r/results/h200" results/; done
   # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
   [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
@@ -295,6 +301,12 @@ case $part in
       --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 \
       --repeat 10 --csv "$out/ddp_profile_h200.csv"
     step 100 bench sr3 --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" "${sky[@]}"
+    ;;
+  22)
+    export CUDA_VISIBLE_DEVICES=0
+    step 200 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
+      --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" "${sky[@]}" --nprocs 1 --warmup 5 \
+      --repeat 10 --csv "$out/ddp_profile_h200.csv"
     ;;
   20)
     step 240 smk "$L8/faithful/flash/zero3/n2/result.json"

@@ -78,7 +78,9 @@ def sr3_rank(args) -> None:
                                placement["threads"], torch.backends.cudnn.benchmark,
                                f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
                                f"{precision}, compile {conf.compile} (mode {conf.compile_mode}), fused Adam "
-                               f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
+                               f"{conf.fused_adam}, channels_last {conf.channels_last}, "
+                               f"{'Inductor layout optimization forced, ' if conf.layout_optimization else ''}"
+                               f"host syncs {conf.host_syncs}, "
                                f"{data_path}"))
 
 
@@ -148,7 +150,8 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
     ids = [device_id] if device_id is not None else None
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs or {})) if world > 1 else model
     if conf is not None and conf.compile:
-        net = torch.compile(net, mode=conf.compile_mode)  # the result's mode ("reduce-overhead": CUDA graphs)
+        # the result's mode ("reduce-overhead": CUDA graphs) and Inductor options, as the rule's Trainer compiles
+        net = torch.compile(net, **exp.compile_options(conf.compile_mode, conf.layout_optimization))
     cudagraphs = conf is not None and conf.compile and conf.compile_mode == "reduce-overhead"
     fused = conf is not None and conf.fused_adam and dev.type == "cuda"
     opt = torch.optim.Adam(model.parameters(), lr=s.lr, **({"fused": True} if fused else {}))
