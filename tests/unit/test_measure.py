@@ -79,6 +79,14 @@ def test_time_steps_counts_calls():
     ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
     ("aten::native_group_norm", "normalization"),
     ("some_unknown_kernel", "other"),
+    # Inductor kernels recorded on an H200 (SR3 bf16, channels_last): a fused GroupNorm + SiLU epilogue named after
+    # the convolution that feeds it is not a convolution; a template kernel is
+    ("triton_poi_fused__to_copy_add_clone_convolution_native_dropout_native_group_norm_silu_unsqueeze_16",
+     "normalization"),
+    ("triton_red_fused__to_copy_convolution_backward_native_group_norm_backward_sum_3", "normalization"),
+    ("triton_poi_fused_addmm_silu_2", "elementwise"),
+    ("triton_tem_fused_convolution_0", "convolution"),
+    ("triton_tem_fused_mm_1", "gemm"),
 ])
 def test_classify_kernel(name, cls):
     assert measure.classify_kernel(name) == cls
