@@ -46,12 +46,13 @@
 #       its overhead benchmark
 #   (Parts 14-15 ran on 2026-12-01 at 3a78b6f, 480 and 318 s: reference_runs/h200x1b-2026-12-01. The fixed rule's
 #   CUDA-graph step took 78.27 ms, its bare loop 78.33; its first iteration compiled for 181 s with a cold cache.)
-# Parts 16-17 are for the next 2-GPU lease (nvidia-h200-x2; part 16 carries .whl/ and builds the inputs; starts from
-# reference_runs/h200x2-2026-12-01, then h200x1b and h200x1), SR3 ours as the fixed rule runs it, on 2 GPUs:
-#   16: bf16_compile_cudagraphs on 2 GPUs (DDP) and its overhead benchmark (the rule's median against the bare loop)
-#   17: bf16_compile_cudagraphs on 1 GPU and faithful on 2 GPUs remade on this node (so that the efficiency and the
-#       faithful overhead benchmark compare one node), that benchmark; the profile of the compiled step on 1 and 2
-#       ranks if time is left
+# Parts 16-17 and 23 are for the next 2-GPU lease (nvidia-h200-x2; part 16 carries .whl/ and builds the inputs;
+# starts from reference_runs/h200x2-2026-12-01, then h200x1b and h200x1), SR3 ours' fastest configuration
+# (bf16_compile_layout_opt_cudagraphs: 65.18 ms on 1 GPU, reference_runs/h200x1c-2026-12-01) as the fixed rule runs it:
+#   16: on 2 GPUs (DDP) and its overhead benchmark (the rule's median against the bare loop)
+#   17: on 1 GPU remade on this node (so that the efficiency compares one node) and its overhead benchmark; faithful on
+#       2 GPUs remade on this node
+#   23: the faithful 2-GPU overhead benchmark; the profile of the compiled step on 1 and 2 ranks
 #   then parts 5 and 6 (LoRA DDP/FSDP faithful and ours with energy; Gemma-2-27B FSDP), then
 #   20: LoRA Llama-3.1-8B ZeRO-3 on 2 GPUs, faithful (the authors' DeepSpeed config) and ours. DeepSpeed is not in the
 #       node's image: carry its wheels as a second folder, made on a machine with internet by
@@ -112,12 +113,14 @@ if [ "$part" -ge 4 ]; then  # the results parts 1-3 made (inputs of the benchmar
                               reference_runs/h200x1-2026-12-01)
   [ "$part" -ge 18 ] && runs=(reference_runs/h200x1b-2026-12-01 reference_runs/h200x1-2026-12-01)
   [ "$part" -ge 22 ] && runs=(reference_runs/h200x1c-2026-12-01 "${runs[@]}")
+  [ "$part" = 16 ] || [ "$part" = 17 ] || [ "$part" = 23 ] && runs=(reference_runs/h200x2-2026-12-01
+    reference_runs/h200x1c-2026-12-01 reference_runs/h200x1b-2026-12-01 reference_runs/h200x1-2026-12-01)
   for r in "${runs[@]}"; do [ -d "$r/results/h200" ] && cp -rn "$r/results/h200" results/; done
   # parts 11-13 remake on this node the 1-GPU results they compare with their bare loops
   [ "$part" = 11 ] && rm -rf "$R"/sr3_scaling/*/devices_1
   [ "$part" = 13 ] && rm -rf "$R/lora_finetune/llama31_8b/flash/single"
   [ "$part" = 14 ] && rm -rf "$S/bf16/devices_1"
-  [ "$part" = 17 ] && rm -rf "$S/bf16_compile_cudagraphs/devices_1" "$S/faithful/devices_2"  # remade on this node
+  [ "$part" = 17 ] && rm -rf "$S/bf16_compile_layout_opt_cudagraphs/devices_1" "$S/faithful/devices_2"  # remade here
   touch "$work/start"
 fi
 until=$limit
@@ -269,16 +272,20 @@ case $part in
     step 240 bench sr3 --result "$S/bf16_compile/devices_1/result.json" "${sky[@]}"
     ;;
   16)
-    step 330 smk "$S/bf16_compile_cudagraphs/devices_2/result.json"
-    step 180 bench sr3 --result "$S/bf16_compile_cudagraphs/devices_2/result.json" "${sky[@]}"
+    step 330 smk "$S/bf16_compile_layout_opt_cudagraphs/devices_2/result.json"
+    step 180 bench sr3 --result "$S/bf16_compile_layout_opt_cudagraphs/devices_2/result.json" "${sky[@]}"
     ;;
   17)
-    CUDA_VISIBLE_DEVICES=0 step 260 smk "$S/bf16_compile_cudagraphs/devices_1/result.json"
+    CUDA_VISIBLE_DEVICES=0 step 260 smk "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json"
+    CUDA_VISIBLE_DEVICES=0 step 150 bench sr3 --result "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json" \
+      "${sky[@]}"
     step 100 smk "$S/faithful/devices_2/result.json"
+    ;;
+  23)
     step 100 bench sr3 --result "$S/faithful/devices_2/result.json" "${sky[@]}"
     step 200 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
-      --result "$S/bf16_compile_cudagraphs/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 5 --repeat 10 \
-      --csv "$out/ddp_profile_h200.csv"
+      --result "$S/bf16_compile_layout_opt_cudagraphs/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 5 \
+      --repeat 10 --csv "$out/ddp_profile_h200.csv"
     ;;
   18)
     export CUDA_VISIBLE_DEVICES=0
