@@ -47,7 +47,7 @@
 #   (Parts 14-15 ran on 2026-12-01 at 3a78b6f, 480 and 318 s: reference_runs/h200x1b-2026-12-01. The fixed rule's
 #   CUDA-graph step took 78.27 ms, its bare loop 78.33; its first iteration compiled for 181 s with a cold cache.)
 # Parts 16-17 and 23 are for the next 2-GPU lease (nvidia-h200-x2; part 16 carries .whl/ and builds the inputs;
-# starts from reference_runs/h200x2-2026-12-01, then h200x1b and h200x1), SR3 ours' fastest configuration
+# starts from reference_runs/h200x2-2026-12-01, then h200x1c, h200x1b and h200x1), SR3 ours' fastest configuration
 # (bf16_compile_layout_opt_cudagraphs: 65.18 ms on 1 GPU, reference_runs/h200x1c-2026-12-01) as the fixed rule runs it:
 #   16: on 2 GPUs (DDP) and its overhead benchmark (the rule's median against the bare loop)
 #   17: on 1 GPU remade on this node (so that the efficiency compares one node) and its overhead benchmark; faithful on
@@ -70,8 +70,9 @@
 #   21: (the next one-GPU call, a fresh node: carries .whl/, builds the inputs, starts from
 #       reference_runs/h200x1b-2026-12-01) bf16_compile_layout_opt_cudagraphs (Inductor's layout optimization
 #       forced in the NCHW network), its profile, then its overhead benchmark
-#   22: (a fresh node, 280 s of device time left: no input but the SR3 patches) the profile of
+#   22: (a fresh node, 260 s of device time left: no input but the SR3 patches) the profile of
 #       bf16_compile_layout_opt_cudagraphs from reference_runs/h200x1c-2026-12-01, its bare loop compiled as the rule's
+#       Trainer compiles it
 # A call carries at most 64 MiB with the tracked tree (about 12 MiB): parts that score no HellaSwag/BoolQ (4, 5, 7-9)
 # can leave lm_eval's wheel (9 MB) out of .whl/ (the node keeps what an earlier call installed).
 set -uo pipefail
@@ -281,7 +282,15 @@ case $part in
       "${sky[@]}"
     step 100 smk "$S/faithful/devices_2/result.json"
     ;;
-  23)
+  23)  # on the node still warm from parts 16-17 (no inputs step), which remade these results there
+    for f in "$S/faithful/devices_2/result.json" "$S/bf16_compile_layout_opt_cudagraphs/devices_1/result.json"; do
+      for r in reference_runs/*/"$f"; do
+        if [ ! -f "$f" ] || { [ -f "$r" ] && cmp -s "$f" "$r"; }; then
+          echo "part 23: $f was not remade on this node by part 17 (run part 17 first, on the same node)" | tee -a "$log"
+          exit 3
+        fi
+      done
+    done
     step 100 bench sr3 --result "$S/faithful/devices_2/result.json" "${sky[@]}"
     step 200 python3 benchmarks/harness_overhead.py ddp-profile --experiment sr3 \
       --result "$S/bf16_compile_layout_opt_cudagraphs/devices_2/result.json" "${sky[@]}" --nprocs 1,2 --warmup 5 \

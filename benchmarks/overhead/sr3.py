@@ -77,10 +77,8 @@ def sr3_rank(args) -> None:
                                m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
                                placement["threads"], torch.backends.cudnn.benchmark,
                                f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
-                               f"{precision}, compile {conf.compile} (mode {conf.compile_mode}), fused Adam "
-                               f"{conf.fused_adam}, channels_last {conf.channels_last}, "
-                               f"{'Inductor layout optimization forced, ' if conf.layout_optimization else ''}"
-                               f"host syncs {conf.host_syncs}, "
+                               f"{precision}, {conf.compile_label}, fused Adam "
+                               f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
                                f"{data_path}"))
 
 

@@ -71,8 +71,8 @@ def sr3_host_bound(args) -> None:
                                    "variant": variant, "steps": args.repeat, "threads": torch.get_num_threads(),
                                    "cudnn_benchmark": torch.backends.cudnn.benchmark,
                                    "settings": (f"{result['measurements'].get('parameters')} params, batch "
-                                                f"{s.batch_size}, {s.hr_size} px, {conf.precision}, compile "
-                                                f"{conf.compile} (mode {conf.compile_mode}), pin_memory "
+                                                f"{s.batch_size}, {s.hr_size} px, {conf.precision}, "
+                                                f"{conf.compile_label}, pin_memory "
                                                 f"{tr.data_path['pin_memory']}, {tr.data_path['copy']} copy"),
                                    "device": torch.cuda.get_device_name(0) if backend == "cuda" else "cpu",
                                    "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}, FIELDS)

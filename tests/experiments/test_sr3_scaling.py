@@ -585,9 +585,9 @@ def test_layout_optimization_reaches_this_compile_call_only():
 
     assert sr3.compile_options("reduce-overhead") == {"mode": "reduce-overhead"}
     assert sr3.compile_options(None) == {"mode": None}
-    assert sr3.compile_options("reduce-overhead", True) == {
-        "options": {"triton.cudagraphs": True, "force_layout_optimization": True}}
-    assert sr3.compile_options(None, True) == {"options": {"force_layout_optimization": True}}
+    forced = {"layout_optimization": True, "force_layout_optimization": True}
+    assert sr3.compile_options("reduce-overhead", True) == {"options": {"triton.cudagraphs": True, **forced}}
+    assert sr3.compile_options(None, True) == {"options": forced}
     assert inductor.force_layout_optimization is False
 
 

@@ -406,4 +406,5 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     conf = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")
     bench.sr3_bare(s, ds, torch.device("cpu"), "bf16", 0, 0, 1, None, None, conf)
     exp.Trainer(s, Device("cpu"), ds, "bf16", seed=0, **conf.trainer_options())
-    assert calls[0] == calls[1] == {"options": {"triton.cudagraphs": True, "force_layout_optimization": True}}
+    forced = {"triton.cudagraphs": True, "layout_optimization": True, "force_layout_optimization": True}
+    assert calls[0] == calls[1] == {"options": forced}

@@ -225,14 +225,14 @@ KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("convolution", re.compile(
         r"conv|implicit_gemm|implicit_convolve|fprop|dgrad|wgrad|scudnn|winograd|cudnn|"
         r"xmma_fprop|xmma_dgrad|xmma_wgrad|mkldnn_convolution|slow_conv3d|im2col|vol2col|col2vol", re.I)),
-    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|triton_tem_fused_(add|b)?mm|aten::mm\b|aten::addmm|aten::linear|"
+    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|aten::addmm|aten::linear|"
                         r"AddmmBackward|\bMmBackward|xmma", re.I)),
     ("elementwise", re.compile(r"distribution_|normal_kernel|philox|aten::randn|aten::normal_", re.I)),  # RNG
     ("normalization", re.compile(
         r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
         r"ComputeInternalGradients|ComputeBackwardFusedParams|"
         r"aten::native_group_norm", re.I)),
-    ("reduction", re.compile(r"reduce|sum_kernel|mean_kernel|aten::sum|aten::mean|aten::l1_loss|norm_kernel", re.I)),
+    ("reduction", re.compile(r"reduce|triton_red_|triton_per_|sum_kernel|mean_kernel|aten::sum|aten::mean|aten::l1_loss|norm_kernel", re.I)),
     ("memory", re.compile(r"memcpy|memset|Memcpy|Memset|aten::fill_|aten::zero_|aten::empty", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor_apply|foreach|aten::_fused_adam", re.I)),
     ("elementwise", re.compile(
@@ -256,10 +256,10 @@ _CONVERT_TENSOR = re.compile(r"convertTensor\w*<\s*([^,<>]+?)\s*,\s*([^,<>]+?)\s
 # Inductor's generated pointwise/reduction kernels (``triton_poi_``/``triton_red_``/``triton_per_``) are named after
 # every operator whose nodes they fuse, including the convolution or matmul that produced their input
 # (``triton_poi_fused__to_copy_add_clone_convolution_native_dropout_native_group_norm_silu_unsqueeze_16``: a GroupNorm
-# + SiLU epilogue); those names say nothing of the kernel's own work. Inductor's template kernels (``triton_tem_``)
-# do run the matmul or convolution.
+# + SiLU epilogue); those names say nothing of the kernel's own work, so these kernels are never ``convolution`` or
+# ``gemm``. Inductor's template kernels (``triton_tem_``) do run the matmul or convolution.
 _INDUCTOR_FUSED = re.compile(r"triton_(poi|red|per)_")
-_PRODUCER_OPS = re.compile(r"convolution(_backward)?|(?<![a-z])(add|b)?mm(?![a-z])|addmm|matmul", re.I)
+_NOT_FOR_FUSED = ("convolution", "gemm")
 
 
 def classify_kernel(name: str) -> str:
@@ -269,12 +269,13 @@ def classify_kernel(name: str) -> str:
     see the comment above :data:`KERNEL_CLASSES`. Inductor's fused pointwise and reduction kernels are never
     ``convolution`` or ``gemm`` (see :data:`_INDUCTOR_FUSED`).
     """
-    if _INDUCTOR_FUSED.search(name):
-        name = _PRODUCER_OPS.sub("", name)
+    fused = bool(_INDUCTOR_FUSED.search(name))
     m = _CONVERT_TENSOR.search(name)
     if m and m.group(1) != m.group(2):
         return "cast_copy"
     for cls, pattern in KERNEL_CLASSES:
+        if fused and cls in _NOT_FOR_FUSED:
+            continue
         if pattern.search(name):
             return cls
     return "other"

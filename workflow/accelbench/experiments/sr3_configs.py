@@ -103,6 +103,13 @@ class Configuration:
         """Whether batches take the authors' data path (DataLoader workers, pinned, blocking copy)."""
         return self.loader_workers is not None or self.blocking_copies
 
+    @property
+    def compile_label(self) -> str:
+        """How the network is compiled, as the benchmarks' CSV rows say it: ``compile True (mode reduce-overhead,
+        Inductor layout optimization forced)``."""
+        forced = ", Inductor layout optimization forced" if self.layout_optimization else ""
+        return f"compile {self.compile} (mode {self.compile_mode}{forced})"
+
     def trainer_options(self) -> dict:
         """The keyword arguments of :class:`~accelbench.experiments.sr3_model.Trainer` this configuration sets (the
         rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""

@@ -237,14 +237,15 @@ def ddp_kwargs(ddp: dict | None) -> dict:
 
 def compile_options(mode: str | None, layout_optimization: bool = False) -> dict:
     """Keyword arguments of ``torch.compile`` for ``mode`` (None: the default), with Inductor's layout optimization
-    forced where asked (``force_layout_optimization``; the mode's own options kept, since ``torch.compile`` takes a
+    forced where asked (``layout_optimization`` and ``force_layout_optimization``; the mode's own options kept, since ``torch.compile`` takes a
     mode or options, not both). Scoped to this call: Inductor's process-wide config is left as it was."""
     if not layout_optimization:
         return {"mode": mode}
     import torch._inductor
 
     mode_options = torch._inductor.list_mode_options(mode) if mode else {}  # (None lists every mode's)
-    return {"options": {**mode_options, "force_layout_optimization": True}}
+    # force_layout_optimization is read only where layout_optimization is on (off on ROCm by default)
+    return {"options": {**mode_options, "layout_optimization": True, "force_layout_optimization": True}}
 
 
 class Trainer:
