@@ -213,8 +213,7 @@ def ddp_profile_rank(args) -> None:
         data = sky.load(args.data)
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)
         case = conf.name
-        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {conf.precision}" + (
-            ", Inductor layout optimization forced" if conf.layout_optimization else "")
+        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {conf.precision}{conf.layout_label}"
     cuda = system.backend == "cuda"
     if cuda:
         torch.cuda.set_device(local)

@@ -225,14 +225,15 @@ KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("convolution", re.compile(
         r"conv|implicit_gemm|implicit_convolve|fprop|dgrad|wgrad|scudnn|winograd|cudnn|"
         r"xmma_fprop|xmma_dgrad|xmma_wgrad|mkldnn_convolution|slow_conv3d|im2col|vol2col|col2vol", re.I)),
-    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|aten::addmm|aten::linear|"
-                        r"AddmmBackward|\bMmBackward|xmma", re.I)),
+    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|"
+                        r"aten::addmm|aten::linear|AddmmBackward|\bMmBackward|xmma", re.I)),
     ("elementwise", re.compile(r"distribution_|normal_kernel|philox|aten::randn|aten::normal_", re.I)),  # RNG
     ("normalization", re.compile(
         r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
         r"ComputeInternalGradients|ComputeBackwardFusedParams|"
         r"aten::native_group_norm", re.I)),
-    ("reduction", re.compile(r"reduce|triton_red_|triton_per_|sum_kernel|mean_kernel|aten::sum|aten::mean|aten::l1_loss|norm_kernel", re.I)),
+    ("reduction", re.compile(r"reduce|triton_red_|triton_per_|sum_kernel|mean_kernel|aten::sum|aten::mean|"
+                             r"aten::l1_loss|norm_kernel", re.I)),
     ("memory", re.compile(r"memcpy|memset|Memcpy|Memset|aten::fill_|aten::zero_|aten::empty", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor_apply|foreach|aten::_fused_adam", re.I)),
     ("elementwise", re.compile(

@@ -107,14 +107,19 @@ class Configuration:
     def compile_label(self) -> str:
         """How the network is compiled, as the benchmarks' CSV rows say it: ``compile True (mode reduce-overhead,
         Inductor layout optimization forced)``."""
-        forced = ", Inductor layout optimization forced" if self.layout_optimization else ""
-        return f"compile {self.compile} (mode {self.compile_mode}{forced})"
+        return f"compile {self.compile} (mode {self.compile_mode}{self.layout_label})"
+
+    @property
+    def layout_label(self) -> str:
+        """``, Inductor layout optimization forced`` where it is, else empty: the suffix the benchmarks' rows add."""
+        return ", Inductor layout optimization forced" if self.layout_optimization else ""
 
     def trainer_options(self) -> dict:
         """The keyword arguments of :class:`~accelbench.experiments.sr3_model.Trainer` this configuration sets (the
         rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""
         return {"compile": self.compile, "fused_adam": self.fused_adam, "channels_last": self.channels_last,
-                "layout_optimization": self.layout_optimization, "host_syncs": self.host_syncs, "compile_mode": self.compile_mode,
+                "layout_optimization": self.layout_optimization, "host_syncs": self.host_syncs,
+                "compile_mode": self.compile_mode,
                 "loader_workers": self.loader_workers, "blocking_copies": self.blocking_copies}
 
     def to_dict(self) -> dict:

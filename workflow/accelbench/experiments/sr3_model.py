@@ -237,8 +237,9 @@ def ddp_kwargs(ddp: dict | None) -> dict:
 
 def compile_options(mode: str | None, layout_optimization: bool = False) -> dict:
     """Keyword arguments of ``torch.compile`` for ``mode`` (None: the default), with Inductor's layout optimization
-    forced where asked (``layout_optimization`` and ``force_layout_optimization``; the mode's own options kept, since ``torch.compile`` takes a
-    mode or options, not both). Scoped to this call: Inductor's process-wide config is left as it was."""
+    forced where asked (``layout_optimization`` and ``force_layout_optimization``; the mode's own options kept, since
+    ``torch.compile`` takes a mode or options, not both). Scoped to this call: Inductor's process-wide config is left
+    as it was."""
     if not layout_optimization:
         return {"mode": mode}
     import torch._inductor
