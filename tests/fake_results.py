@@ -17,8 +17,11 @@ SYSTEMS = {
     "cpu": {"name": "cpu", "backend": "cpu", "devices": 1, "scale": "small"},
     "h100": {"name": "h100", "backend": "cuda", "devices": 8, "scale": "paper"},
     "a100": {"name": "a100", "backend": "cuda", "devices": 8, "scale": "paper"},
+    "h200": {"name": "h200", "backend": "cuda", "devices": 8, "scale": "paper"},
+    "gaudi2": {"name": "gaudi2", "backend": "hpu", "devices": 8, "scale": "paper"},
 }
-DEVICE_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB"}
+DEVICE_NAMES = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100-SXM4-80GB", "h200": "NVIDIA H200",
+                "gaudi2": "Intel Gaudi2 (HL-225)"}
 
 
 def timing(median: float, n: int = 3) -> dict:
@@ -33,7 +36,7 @@ def _collected(system: str) -> str:
 def _environment(system: str) -> dict:
     env = json.loads(_collected(system))  # the real provenance, collected once per system
     if system in DEVICE_NAMES:
-        env["hardware"].update(backend="cuda", device_name=DEVICE_NAMES[system], device_count=8,
+        env["hardware"].update(backend=SYSTEMS[system]["backend"], device_name=DEVICE_NAMES[system], device_count=8,
                                device_memory_gib=79.1)
     return env
 
@@ -116,26 +119,33 @@ def lora(system: str, attention: str, strategy: str, devices: int, step_ms: floa
                   m, status, reason)
 
 
+STUDY_B_MODEL = "TinyLlama-1.1B"  # what Study B's perplexity claims were measured on (like for like by default)
+
+
 def quant(system: str, method: str, bitset: str, ppl: float = 10.0, compression: float = 1.0, status: str = "ok",
-          reason=None, weights: str = "pretrained") -> dict:
+          reason=None, weights: str = "pretrained", model: str = STUDY_B_MODEL, text: str = "wikitext2") -> dict:
     m = None
     if status == "ok":
         m = {"perplexity": {"value": ppl, "unit": "ppl", "tokens": 512}, "eval_time": {"value": 1.0, "unit": "s"},
              "throughput": {"forward_step": timing(10.0), "tokens_per_step": 128, "tokens_per_s": 12800.0,
                             "unit": "tokens/s"},
              "size": {"unit": "bytes"}, "compression_x": {"value": compression, "unit": "x"},
-             "model_compression_x": {"value": compression / 2, "unit": "x"}, "model": {"weights": weights}}
-    return result("llm_quant", system, {"model": "smollm2_135m", "method": method, "bitset": bitset}, m, status, reason)
+             "model_compression_x": {"value": compression / 2, "unit": "x"},
+             "model": {"name": model, "weights": weights}}
+    return result("llm_quant", system, {"model": "smollm2_135m", "method": method, "bitset": bitset,
+                                        "data": {"source": text}}, m, status, reason)
 
 
-def sensitivity(system: str, prune: list[float], weights: str = "pretrained") -> dict:
+def sensitivity(system: str, prune: list[float], weights: str = "pretrained", model: str = STUDY_B_MODEL,
+                text: str = "wikitext2") -> dict:
     n = len(prune)
     clusters = [0 if p >= sorted(prune)[-max(1, n // 3)] else 2 for p in prune]
     m = {"baseline_ppl": {"value": 10.0, "unit": "ppl", "tokens": 128},
          "layers": [{"layer": i, "prune": p} for i, p in enumerate(prune)], "submodules": [],
          "allocation": {"prune": {"percentile": clusters}}, "sensitivity_time": {"value": 1.0, "unit": "s"},
-         "model": {"weights": weights}}
-    return result("llm_quant", system, {"model": "smollm2_135m", "method": "sensitivity", "bitset": "none"}, m)
+         "model": {"name": model, "weights": weights}}
+    return result("llm_quant", system, {"model": "smollm2_135m", "method": "sensitivity", "bitset": "none",
+                                        "data": {"source": text}}, m)
 
 
 def write(results_dir: Path, objs: list[dict]) -> list[str]:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fake_results as fr
-from accelbench.aggregate import claims as claims_mod
+from accelbench.aggregate import claims_report as claims_mod
 from accelbench.aggregate import study_a
 
 REPO = Path(__file__).resolve().parents[2]

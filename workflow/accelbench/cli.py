@@ -169,7 +169,7 @@ def cmd_energy_aggregate(args: argparse.Namespace) -> None:
 
 
 def cmd_claims(args: argparse.Namespace) -> None:
-    from .aggregate import claims
+    from .aggregate import claims_report as claims
 
     # validate_results' lists (every result file it checked, fresh and copied in) are result-list files too
     args.results_file = [*(args.results_file or []), *args.validated]

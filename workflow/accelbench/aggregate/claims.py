@@ -7,13 +7,30 @@ claims of Study A (``study_a_claims.csv``) and Study B (``study_b_claims.csv``),
 * ``range``: ``low <= measured <= high``; ``min``: ``measured >= low``; ``max``: ``measured <= high``;
 * ``true``: the measured property holds.
 
-A system is checked on every observation the claim covers (each bit set, device count, model family...);
-``holds`` needs all of them to pass. The verdict is one of :data:`VERDICTS`; ``not measured here`` always says
-why: the experiment was not run, the case was ``unsupported``/``OOM`` (with the result's reason), the claim is
-about other hardware (``applies_to``; the value measured here is still shown), the observations could not be made
-(:class:`NotMeasured`, e.g. a rate counter that covers too little of a step, see the study modules), every pair lies
-within its timing spread (``unresolved``), or the result was flagged noisy (``measurements.noise.noisy``: not
-measured reliably). Hardware labels come from each result's provenance.
+and the evidence a verdict needs (data too):
+
+* ``hardware``: where the claim was published (``a100``, ``h100``, ``gaudi2``, ``any``...), judged by the one
+  scope policy of :mod:`accelbench.aggregate.scope`;
+* ``needs``: the observations that make the evidence complete (``|``-separated keys, ``fnmatch`` patterns: bit sets
+  ``fake/8_4_4``, model and cards ``llama-3.1-8b/2``, device counts ``4``, configurations); blank = one observation;
+* ``setting``: what like for like means (``model=tinyllama*;text=wikitext*``: each observation's own setting must
+  match, case-insensitive ``fnmatch``);
+* ``quote`` and ``quote_source``: the published words, verbatim, and where they stand.
+
+Verdicts (:data:`VERDICTS` are their categories; the text may add a parenthesis):
+
+* ``holds`` / ``does not hold``: every needed observation is present, like for like and outside its timing spread,
+  and all pass / one fails (one failing observation is enough for ``does not hold``, the missing ones are named);
+* ``partly measured (k of n)``: the observations made pass, but ``n - k`` needed ones are missing (named, with the
+  partial values shown). No path gives ``holds`` from missing data;
+* ``not measured here (...)``: the claim is about other hardware (``(A100 claim)``, the value measured here still
+  shown), the experiment was not run, the case was ``unsupported``/``OOM`` (with the result's reason), the
+  observations could not be made (:class:`NotMeasured`), every observation is within its timing spread, at a
+  counter's noise floor, made on another setting (``not like for like``) or through a proxy (``(numerics proxy
+  passes)``: what the proxy gave, never a verdict on the claim), or the result was flagged noisy.
+
+Hardware labels come from each result's provenance. Every quantity has a plausible range
+(``claim_quantities.csv``); a tolerance that covers it could not fail, and ``tests/unit/test_claims.py`` refuses it.
 
 This module holds no study-specific code and imports no study module. The observations behind a claim come from the
 aggregation module of its experiment, found through the registry (:func:`accelbench.registry.aggregated`,
@@ -23,11 +40,12 @@ imported by name): each such module may define
   is :class:`ClaimInputs` (the results by experiment, rows computed once per table); a check builds its rows with
   :func:`verdict_row` (one per system) or :func:`not_run`;
 * ``claims_layout(df)``: its claims file in this table's shape (``quantity``, ``selector``, ``experiment``, ``claim``,
-  ``published``), or None when ``df`` is not in its layout (Study A's file has its own columns).
+  ``published``, ``hardware``), or None when ``df`` is not in its layout (Study A's file has its own columns).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import math
 from collections.abc import Callable, Collection
@@ -35,21 +53,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from .. import registry
+from ..errors import DataError
+from . import scope
+from .common import noise_why
 
-from .. import registry  # noqa: E402
-from ..errors import DataError  # noqa: E402
-from .common import HTML_NOTE_CHARS, footnoted, html_table, load_results, noise_why, write_table  # noqa: E402
-from .figures import FONT, save_figure  # noqa: E402
+VERDICTS = ("holds", "does not hold", "partly measured", "not measured here")  # the categories of a verdict text
+COLUMNS = ["study", "claim_id", "claim", "source", "quote", "quote_source", "scope", "quantity", "tolerance",
+           "fails_if", "needs", "published", "system", "hardware", "measured", "verdict", "why"]
 
-VERDICTS = ("holds", "does not hold", "not measured here")
-COLUMNS = ["study", "claim_id", "claim", "source", "quantity", "tolerance", "published", "system", "hardware",
-           "measured", "verdict", "why"]
+
+def category(verdict: str) -> str:
+    """The category (:data:`VERDICTS`) of a verdict text: ``partly measured (1 of 3)`` -> ``partly measured``.
+
+    Raises:
+        DataError: a text of no category.
+    """
+    for v in VERDICTS:
+        if str(verdict) == v or str(verdict).startswith(v + " ("):
+            return v
+    raise DataError(f"claims table: verdict {verdict!r} is none of {', '.join(VERDICTS)}")
 
 
 class NotMeasured(Exception):
@@ -68,7 +93,10 @@ class Observation:
     text: str
     results: list[dict] = field(default_factory=list)
     unresolved: bool = False  # inside the measurement spread: evidence neither way, left out of the verdict
-    note: str = ""  # how it was measured, when that is not what the claim names (a proxy); shown in measured and why
+    note: str = ""  # a proxy (``numerics proxy: ...``): measured, shown, never judged as the claim
+    key: str = ""  # which needed observation this is (matched against the claim's ``needs``)
+    setting: dict = field(default_factory=dict)  # what it was measured on (matched against the claim's ``setting``)
+    floor: str = ""  # why the value sits at a counter's noise floor (shown, not judged)
 
 
 # --------------------------------------------------------------------------- the study modules
@@ -144,18 +172,52 @@ def claims_frame(df: pd.DataFrame, study: str, name: str = "claims") -> pd.DataF
             if shaped is not None:
                 df = shaped
                 break
+    for col in ("hardware", "needs", "setting", "quote", "quote_source"):
+        if col not in df:
+            df[col] = ""
+    for _, c in df.iterrows():
+        try:
+            scope.claim_classes(c["hardware"])
+        except ValueError as exc:
+            raise DataError(f"{name}: claim {c['claim_id']}: column hardware: {exc}") from None
+        _setting(c)
     df.insert(0, "study", study)
     return df
 
 
-def _applies(claim: pd.Series, system: str, hardware: str) -> bool:
-    tokens = [t for t in str(claim.get("applies_to", "") or "").lower().split("/") if t]
-    return not tokens or system.split(" (")[0].lower() in tokens or any(t in hardware.lower() for t in tokens)
+def _setting(claim: pd.Series) -> dict[str, str]:
+    """The claim's ``setting`` (``model=tinyllama*;text=wikitext*``) as ``{key: pattern}``.
+
+    Raises:
+        DataError: an item without ``=``.
+    """
+    out = {}
+    for item in str(claim.get("setting", "") or "").split(";"):
+        if not item.strip():
+            continue
+        key, eq, pattern = item.partition("=")
+        if not eq or not key.strip() or not pattern.strip():
+            raise DataError(f"claim {claim['claim_id']}: setting {item.strip()!r} is not key=pattern")
+        out[key.strip().lower()] = pattern.strip().lower()
+    return out
+
+
+def needs_of(claim: pd.Series) -> list[str]:
+    """The observations the claim needs (``|``-separated keys of its ``needs`` column); empty = one observation."""
+    return [t.strip() for t in str(claim.get("needs", "") or "").split("|") if t.strip()]
 
 
 def tolerance_text(claim: pd.Series) -> str:
     c, lo, hi = claim["check"], claim.get("low", ""), claim.get("high", "")
     return {"range": f"{lo} <= x <= {hi}", "min": f"x >= {lo}", "max": f"x <= {hi}", "true": "property holds"}.get(c, c)
+
+
+def fails_if(claim: pd.Series) -> str:
+    """The result that would make the claim fail, from its check: ``x < 3 or x > 5``, ``x < 0.75``, ``false``."""
+    c, lo, hi = claim["check"], str(claim.get("low", "")).strip(), str(claim.get("high", "")).strip()
+    parts = ([f"x < {lo}"] if lo and c in ("range", "min") else []) + ([f"x > {hi}"] if hi and c in ("range", "max")
+                                                                        else [])
+    return "the property is false" if c == "true" else " or ".join(parts) or "nothing (no bound)"
 
 
 def passes(claim: pd.Series, value: float | bool) -> bool:
@@ -175,60 +237,120 @@ def passes(claim: pd.Series, value: float | bool) -> bool:
 def claim_cells(claim: pd.Series) -> dict:
     """The cells of a claims-table row that describe the claim (the same on every system)."""
     return {"study": claim["study"], "claim_id": claim["claim_id"], "claim": claim["claim"], "source": claim["source"],
-            "quantity": claim["quantity"], "tolerance": tolerance_text(claim), "published": claim["published"]}
+            "quote": claim.get("quote", ""), "quote_source": claim.get("quote_source", ""),
+            "scope": scope.label(claim.get("hardware", "")), "quantity": claim["quantity"],
+            "tolerance": tolerance_text(claim), "fails_if": fails_if(claim), "needs": " | ".join(needs_of(claim)),
+            "published": claim["published"]}
 
 
 def _measured_text(obs: list[Observation]) -> str:
-    notes = list(dict.fromkeys(o.note for o in obs if o.note))
+    notes = list(dict.fromkeys(o.note.split(":")[0] for o in obs if o.note))
     return (f"({' / '.join(notes)}) " if notes else "") + "; ".join(o.text for o in obs)
+
+
+def like_for_like(claim: pd.Series, obs: Observation) -> str:
+    """What differs between the claim's ``setting`` and the observation's (``model SmolLM2-135M-Instruct, not
+    tinyllama*``); empty when like for like. A key the observation does not report differs too."""
+    diffs = []
+    for key, pattern in _setting(claim).items():
+        value = str(obs.setting.get(key, "")).strip()
+        if not fnmatch.fnmatch(value.lower(), pattern):
+            diffs.append(f"{key} {value or '(not recorded)'}, not {pattern}")
+    return "; ".join(diffs)
+
+
+def _covers(obs: Observation, need: str) -> bool:
+    return fnmatch.fnmatch(obs.key.lower(), need.lower())
+
+
+def _would(claim: pd.Series, obs: list[Observation]) -> str:
+    """``passes`` / ``fails`` (``k of n``): what the check gives on observations that do not judge the claim."""
+    failed = sum(not passes(claim, o.value) for o in obs)
+    return f"fails ({failed} of {len(obs)})" if failed else "passes"
 
 
 def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate, timing_free: Collection[str] = (),
                 direction_only: Collection[str] = ()) -> dict:
     """Evaluate one claim on one system: ``evaluate()`` returns the observations or raises NotMeasured.
 
-    A claim about other hardware (``applies_to``) is ``not measured here`` with the value measured here still shown.
-    A result flagged noisy makes the claim ``not measured here`` (not measured reliably) unless its quantity is in
-    ``timing_free`` (quantities that do not depend on timing: sizes, perplexity, sensitivity ranks, OOM...).
-    Observations marked ``unresolved`` (inside their timing spread) are listed but left out of the verdict; if all
-    are, the claim is ``not measured here``. A quantity in ``direction_only`` is judged on its direction only (the
-    why says the published magnitude is not judged)."""
+    In order: a claim about other hardware (:func:`accelbench.aggregate.scope.in_scope`) is ``not measured here
+    (A100 claim)`` with the value measured here still shown; a result flagged noisy makes it ``not measured here``
+    (not measured reliably) unless its quantity is in ``timing_free`` (sizes, perplexity, sensitivity ranks, OOM...).
+    Then only observations that are like for like (the claim's ``setting``), no proxy, not at a counter's floor,
+    outside their timing spread and among the claim's ``needs`` judge it: one failing gives ``does not hold``; all
+    passing give ``holds`` when every need is covered, else ``partly measured (k of n)``; none gives ``not measured
+    here`` naming why. A quantity in ``direction_only`` is judged on its direction only (the why says the published
+    magnitude is not judged)."""
     row = {**claim_cells(claim), "system": system, "hardware": hardware, "measured": ""}
-    if not _applies(claim, system, hardware):
-        why = f"the claim is about {claim['applies_to'].upper()}; this is {hardware}"
-        try:
-            row["measured"] = _measured_text(evaluate())
-        except NotMeasured as exc:
-            row["measured"], why = exc.measured, f"{why} (and here: {exc})"
-        return {**row, "verdict": "not measured here", "why": why}
+    ok_scope, scope_why = scope.in_scope(claim.get("hardware", ""), hardware)
     try:
         obs = evaluate()
     except NotMeasured as exc:
+        if not ok_scope:
+            return {**row, "measured": exc.measured, "verdict": f"not measured here ({scope.label(claim['hardware'])} "
+                    "claim)", "why": f"{scope_why}; and here: {exc}"}
         return {**row, "measured": exc.measured, "verdict": "not measured here", "why": str(exc)}
     row["measured"] = _measured_text(obs)
+    if not ok_scope:
+        return {**row, "verdict": f"not measured here ({scope.label(claim['hardware'])} claim)",
+                "why": f"{scope_why}; the check on the value measured here {_would(claim, obs)}"}
     noisy = [w for o in obs for r in o.results if (w := noise_why(r))]
     if noisy and claim["quantity"] not in timing_free:
         return {**row, "verdict": "not measured here", "why": f"not measured reliably: result flagged noisy ({noisy[0]})"}
-    unresolved = [o for o in obs if o.unresolved]
-    judged = [o for o in obs if not o.unresolved]
-    if not judged:
-        return {**row, "verdict": "not measured here", "why": "every pair within its timing spread (p10-p90 overlap)"}
-    of = f"{len(judged)} resolved pair{'s' if len(judged) > 1 else ''}" if unresolved else str(len(judged))
-    tail = (f"; {len(unresolved)} pair{'s' if len(unresolved) > 1 else ''} within "
-            f"{'their' if len(unresolved) > 1 else 'its'} timing spread") if unresolved else ""
+    needs = needs_of(claim)
+    aside: dict[str, list[Observation]] = {}  # why an observation does not judge the claim -> those observations
+    judged = []
+    for o in obs:
+        unlike = like_for_like(claim, o)
+        reason = ("proxy" if o.note else f"not like for like ({unlike})" if unlike else
+                  "at the counter's noise floor" if o.floor else "not needed" if needs and not any(
+                      _covers(o, n) for n in needs) else "within its timing spread" if o.unresolved else "")
+        (aside.setdefault(reason, []) if reason else judged).append(o)
+    extra = "; ".join(f"{why}: {len(os)}" if why != "proxy" else f"proxy: {len(os)}" for why, os in aside.items())
+    tail = f"; left out ({extra})" if extra else ""
     if claim["quantity"] in direction_only:
         tail += " (direction; the published magnitude is not judged)"
-    notes = list(dict.fromkeys(o.note for o in obs if o.note))
-    if notes:
-        tail += "; measured with a proxy, not the claimed quantity: " + " / ".join(
-            n.removeprefix("proxy: ") for n in notes)
+    covered = [n for n in needs if any(_covers(o, n) for o in judged)]
+    missing = [n for n in needs if n not in covered]
     failed = [o for o in judged if not passes(claim, o.value)]
+    what = "false" if claim["check"] == "true" else f"outside {tolerance_text(claim)}"
     if failed:
+        gap = f"; not measured: {', '.join(missing)}" if missing else ""
         return {**row, "verdict": "does not hold",
-                "why": f"{len(failed)} of {of} " + ("false" if claim["check"] == "true" else
-                                                     f"outside {tolerance_text(claim)}") + f": {failed[0].text}{tail}"}
+                "why": f"{len(failed)} of {len(judged)} {what}: {failed[0].text}{gap}{tail}"}
     within = "true" if claim["check"] == "true" else f"within {tolerance_text(claim)}"
-    return {**row, "verdict": "holds", "why": f"{len(judged)} of {of} {within}{tail}"}
+    if judged and not missing:
+        return {**row, "verdict": "holds", "why": f"{len(judged)} of {len(judged)} {within}{tail}"}
+    if judged:
+        return {**row, "verdict": f"partly measured ({len(covered)} of {len(needs)})",
+                "why": f"measured {', '.join(covered)} ({within}); missing {', '.join(missing)}{tail}"}
+    return _aside_row(claim, row, aside, needs)
+
+
+def _aside_row(claim: pd.Series, row: dict, aside: dict[str, list[Observation]], needs: list[str]) -> dict:
+    """The ``not measured here`` row of a claim none of whose observations judges it, saying why (the proxy's or
+    the other setting's result shown, never as the verdict)."""
+    if "proxy" in aside:
+        os = aside["proxy"]
+        label = os[0].note.split(":")[0].strip()
+        how = " / ".join(dict.fromkeys(o.note.split(":", 1)[-1].strip().removeprefix("proxy: ") for o in os))
+        return {**row, "verdict": f"not measured here ({label} {_would(claim, os)})",
+                "why": f"measured only through a proxy ({how}); {claim['quantity']} itself is not measured"}
+    unlike = next((k for k in aside if k.startswith("not like for like")), None)
+    if unlike:
+        return {**row, "verdict": "not measured here (not like for like)",
+                "why": f"{unlike.removeprefix('not like for like (').removesuffix(')')}; on this setting the check "
+                       f"{_would(claim, aside[unlike])}"}
+    if "at the counter's noise floor" in aside:
+        os = aside["at the counter's noise floor"]
+        return {**row, "verdict": "not measured here (at the counter's floor)",
+                "why": f"{os[0].floor}; the ratio divides by noise"}
+    if "within its timing spread" in aside:
+        return {**row, "verdict": "not measured here",
+                "why": "every pair within its timing spread (p10-p90 overlap)"}
+    return {**row, "verdict": "not measured here",
+            "why": f"none of the needed observations ({', '.join(needs)}) was made; measured instead: "
+                   + "; ".join(o.text for o in aside.get("not needed", []))}
 
 
 def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
@@ -281,114 +403,7 @@ def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: str |
         else:
             raise DataError(f"claim {claim['claim_id']}: unknown experiment {claim['experiment']!r}")
     df = pd.DataFrame(rows, columns=COLUMNS)
-    if not (df["verdict"].isin(VERDICTS).all() and (df["why"].astype(str).str.len() > 0).all()):
-        raise DataError("claims table: a row without a verdict or a reason (a bug in accelbench.aggregate.claims)")
+    df["verdict"].map(category)  # every verdict has a category (raises otherwise)
+    if not (df["why"].astype(str).str.len() > 0).all():
+        raise DataError("claims table: a row without a reason (a bug in accelbench.aggregate.claims)")
     return df
-
-
-# --------------------------------------------------------------------------- figure
-VERDICT_COLOUR = {"holds": "#8fd18a", "does not hold": "#f08a8a", "not measured here": "#d9d9d9"}
-NO_RESULTS = "no results"
-
-
-def origin_column(df: pd.DataFrame) -> pd.Series:
-    """The origin of each claims row, from its hardware label: ``reference run (<hardware>, <date>)`` for a
-    committed reference run's results, ``measured here`` for this checkout's, ``no results`` where nothing ran."""
-    def one(hw: str) -> str:
-        hw = str(hw)
-        if hw in ("none", ""):
-            return NO_RESULTS
-        if hw.startswith("reference run (") and "): " in hw:
-            return hw.split("): ", 1)[0] + ")"
-        return "measured here"
-    return df["hardware"].map(one) if not df.empty else pd.Series(dtype=str)
-
-
-def verdict_counts(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows (claim x system) per study, origin and verdict: measured here and each reference run counted apart."""
-    d = df.assign(origin=origin_column(df))
-    counts = d.groupby(["study", "origin", "verdict"]).size().unstack("verdict", fill_value=0) if not d.empty \
-        else pd.DataFrame()
-    return counts.reindex(columns=list(VERDICTS), fill_value=0)
-
-
-def summary_line(df: pd.DataFrame) -> str:
-    """``measured here: 3 holds, 0 does not hold, 20 not measured here; reference run (H200, ...): ...`` (rows of
-    claim x system, each origin apart)."""
-    counts = verdict_counts(df)
-    if counts.empty:
-        return "no claims"
-    by = counts.groupby(level="origin").sum()
-    return "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS) for o, r in by.iterrows())
-
-
-def fig_claims(df: pd.DataFrame, path: str | Path) -> list[str]:
-    """Verdict counts as stacked horizontal bars, one bar per (study, origin): measured here and each reference run
-    apart (one count per claim and system). The claims themselves are in the HTML table of the report and in
-    claims.csv/.md. Returns the figure's problems."""
-    counts = verdict_counts(df)
-    rows = [f"Study {st}: {o}" for st, o in counts.index] if not counts.empty else []
-    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(1, len(rows))))
-    y = np.arange(len(rows))[::-1]
-    left = np.zeros(len(rows))
-    for v in VERDICTS:
-        vals = counts[v].to_numpy(dtype=float) if not counts.empty else np.zeros(0)
-        ax.barh(y, vals, left=left, color=VERDICT_COLOUR[v], label=v)
-        left += vals
-    ax.set_yticks(y, rows, fontsize=FONT["tick"])
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("claims x systems (count)")
-    ax.set_ylabel("study: origin of the results")
-    ax.set_title("Published claims of Study A and Study B: verdicts, each origin counted apart", fontsize=FONT["label"],
-                 loc="left")
-    if rows:
-        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1), title="verdict",
-                  title_fontsize=FONT["legend"])
-    else:
-        ax.text(0.5, 0.5, "no claims", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    return save_figure(fig, path)
-
-
-def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path,
-              out_dir: str | Path) -> pd.DataFrame:
-    """Write ``claims.{csv,md,tex,html}`` (with an ``origin`` column: measured here / reference run / no results)
-    and ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
-
-    Raises:
-        ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results = load_results(result_paths)
-    claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
-    df = claims_table(results, claims, sr3_reference)
-    shown = df.copy()
-    shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
-    write_table(shown, out / "claims", "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400) "
-                "checked against each system's results: holds / does not hold / not measured here (why). "
-                f"Counted apart (one count per claim and system): {summary_line(df)}.",
-                title="Claims: published vs measured")
-    (out / "claims.html").write_text(claims_html(shown, summary_line(df)))
-    fig_claims(df, out / "fig_claims.png")
-    return df
-
-
-BRIEF = ["claim_id", "claim", "published", "origin", "system", "measured", "verdict", "why"]
-
-
-def claims_html(shown: pd.DataFrame, summary: str) -> str:
-    """The claims table for the report's first page: the columns a reviewer reads first (:data:`BRIEF`; the rest
-    is in claims.csv), verdict cells coloured, measured here and each reference run counted apart in the caption."""
-    brief = shown.reindex(columns=BRIEF).astype(object).where(shown.reindex(columns=BRIEF).notna(), "")
-    brief = brief.map(str)
-    cells, notes = footnoted(brief, HTML_NOTE_CHARS, 240, repeated=True)
-    html = html_table(cells, f"Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400), one row "
-                      f"per claim and system. Counted apart: {summary}. Every column: results/claims/claims.csv.",
-                      notes, title="Claims: published vs measured")
-    style = "".join(f".accelbench-table td.v-{v.replace(' ', '-')}{{background:{c}}}" for v, c in VERDICT_COLOUR.items())
-    for v in VERDICTS:
-        html = html.replace(f"<td>{v}</td>", f'<td class="v-{v.replace(" ", "-")}">{v}</td>')
-    return html.replace("</style>", style + "</style>", 1)

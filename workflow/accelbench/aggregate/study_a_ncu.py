@@ -156,7 +156,10 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 # --------------------------------------------------------------------------- claims
 # the quantities of study_a_claims.csv measured by Nsight Compute (experiment unet3d_ncu)
 QUANTITIES = {"sm_cycles_reduction_x", "dynamic_instructions_reduction_x", "tensor_core_utilization_gain_x",
-              "ipc_change_pct", "sm_cycles_ratio", "instructions_ratio"}
+              "tensor_core_utilization_pct", "ipc_change_pct", "sm_cycles_ratio", "instructions_ratio"}
+# kernel classes that cannot use the tensor pipe: what ncu reads for them is the counter's floor (noise)
+NO_TENSOR_CORE_CLASSES = ("elementwise", "normalization", "cast_copy", "layout_conversion", "reduction", "optimizer",
+                          "memory")
 # counter quantities that do not depend on timing: a result measured under other load still answers them
 TIMING_FREE = {"dynamic_instructions_reduction_x", "instructions_ratio"}
 CLAIM_CHECKS: dict = {}  # judged by study_a's check (per profiled system and model), from counter_observations
@@ -240,13 +243,19 @@ def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list
                    "dynamic_instructions_reduction_x": ("instructions_ratio", True),
                    "instructions_ratio": ("instructions_ratio", False),
                    "ipc_change_pct": ("ipc_change_pct", False)}.get(q, (None, False))
-    if q == "tensor_core_utilization_gain_x":
+    if q in ("tensor_core_utilization_gain_x", "tensor_core_utilization_pct"):
         if not (pd.notna(r.get("tensor_pipe_pct")) and pd.notna(b.get("tensor_pipe_pct")) and b["tensor_pipe_pct"] > 0):
             raise NotMeasured("tensor-pipe utilisation not read by ncu on this GPU")
         v = r["tensor_pipe_pct"] / b["tensor_pipe_pct"]
-        text = f"{conf}: tensor pipe {b['tensor_pipe_pct']:.1f}% -> {r['tensor_pipe_pct']:.1f}% ({v:.2f}x)"
+        floor = tensor_pipe_floor(res.get(("unet3d_ncu", "baseline")))
+        at = f"; floor {floor:.2f}% (the most ncu reads on kernels that cannot use the tensor pipe)" if floor else ""
+        text = f"{conf}: tensor pipe {b['tensor_pipe_pct']:.2f}% -> {r['tensor_pipe_pct']:.2f}% ({v:.2f}x){at}"
         _check_rate_coverage("tensor_pipe_pct", {"baseline": b, conf: r}, text)
-        return [Observation(v, text, pair)]
+        if q == "tensor_core_utilization_pct":  # the absolute reading: the configuration's own utilisation
+            return [Observation(float(r["tensor_pipe_pct"]), text, pair)]
+        low = (f"the baseline's tensor pipe {b['tensor_pipe_pct']:.2f}% is at or under the counter's floor "
+               f"{floor:.2f}%") if floor and b["tensor_pipe_pct"] <= floor else ""
+        return [Observation(v, text, pair, floor=low)]
     if col is None:
         raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
     v = r.get(col)
@@ -257,6 +266,16 @@ def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list
     if q == "ipc_change_pct":
         _check_rate_coverage("ipc", {"baseline": b, conf: r}, text)
     return [Observation(v, text, pair)]
+
+
+def tensor_pipe_floor(result: dict | None) -> float | None:
+    """The tensor-pipe utilisation (%) ncu reads on kernels that cannot use the tensor pipe (the highest over the
+    classes of :data:`NO_TENSOR_CORE_CLASSES` in ``measurements.by_class``): the counter's noise floor for one
+    result; None when the result has no per-class reading."""
+    by_class = (((result or {}).get("measurements") or {}).get("by_class")) or {}
+    values = [float(c["tensor_pipe_pct"]) for k, c in by_class.items()
+              if k in NO_TENSOR_CORE_CLASSES and isinstance(c, dict) and c.get("tensor_pipe_pct") is not None]
+    return max(values) if values else None
 
 
 def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list[str]:

@@ -1,0 +1,270 @@
+"""The claims table as a reviewer reads it: one row per claim first, every run's row behind it, a figure, a page.
+
+:mod:`accelbench.aggregate.claims` judges each claim on each system; this module presents the verdicts:
+
+* :func:`summary_table`: one row per claim, its verdict from the evidence that judges it, the run named. Where
+  runs give decisive verdicts that differ, the row reads ``runs disagree`` and says each run's verdict, what it
+  measured and how the runs differ; otherwise the most complete evidence leads (``holds``/``does not hold``, then
+  the ``partly measured`` row with most needs covered, then ``not measured here`` with its most specific reason);
+* :func:`aggregate`: ``claims.{csv,md,tex,html}`` (every claim x system row, with its origin), ``claims_summary.csv``
+  (one row per claim) and ``fig_claims.png``, the report's first table;
+* :func:`claims_page`: ``docs/claims.md``, each claim with its quote and source, hardware scope, what would make
+  it fail, the evidence it needs, and each committed reference run's verdict (``accelbench claims-page``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from . import scope  # noqa: E402
+from .claims import VERDICTS, category, claims_table, fails_if, needs_of, read_claims, tolerance_text  # noqa: E402
+from .common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table  # noqa: E402
+from .figures import FONT, save_figure  # noqa: E402
+
+DISAGREE = "runs disagree"
+SUMMARY_VERDICTS = (*VERDICTS, DISAGREE)
+VERDICT_COLOUR = {"holds": "#8fd18a", "does not hold": "#f08a8a", "partly measured": "#f3d27a",
+                  "not measured here": "#d9d9d9", DISAGREE: "#c9a0dc"}
+NO_RESULTS = "no results"
+SUMMARY_COLUMNS = ["study", "claim_id", "claim", "published", "scope", "verdict", "evidence", "measured", "why",
+                   "runs"]
+TITLE = "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400)"
+
+
+def origin_column(df: pd.DataFrame) -> pd.Series:
+    """The origin of each claims row, from its hardware label: ``reference run (<label>, <date>)`` for a committed
+    reference run's results, ``measured here`` for this checkout's, ``no results`` where nothing ran."""
+    def one(hw: str) -> str:
+        hw = str(hw)
+        if hw in ("none", ""):
+            return NO_RESULTS
+        if hw.startswith("reference run (") and "): " in hw:
+            return hw.split("): ", 1)[0] + ")"
+        return "measured here"
+    return df["hardware"].map(one) if not df.empty else pd.Series(dtype=str)
+
+
+def _covered(verdict: str) -> int:
+    m = re.search(r"\((\d+) of \d+\)", verdict)
+    return int(m.group(1)) if m else 0
+
+
+def _where(row: pd.Series) -> str:
+    return f"{row['origin']}, {scope.device_part(row['hardware'])}" if row["origin"] != NO_RESULTS else NO_RESULTS
+
+
+def _summary_row(g: pd.DataFrame) -> dict:
+    """The one row of one claim from its rows of every origin (see the module docstring for which leads)."""
+    first = g.iloc[0]
+    cats = g["verdict"].map(category)
+    counts = ", ".join(f"{int((cats == v).sum())} {v}" for v in VERDICTS if (cats == v).any())
+    base = {c: first[c] for c in ("study", "claim_id", "published", "scope")}
+    base["claim"] = re.sub(r" \[[^\]]*\]$", "", str(first["claim"]))
+    base["runs"] = f"{len(g)} row{'s' if len(g) > 1 else ''}: {counts}"
+    decisive = g[cats.isin(["holds", "does not hold"])]
+    if not decisive.empty:
+        verdicts = sorted(set(decisive["verdict"]))
+        if len(verdicts) > 1:
+            each = "; ".join(f"{_where(r)}: {r['verdict']} on {r['measured']}" for _, r in decisive.iterrows())
+            devices = sorted({scope.device_part(h) for h in decisive["hardware"]})
+            differ = (f"hardware differs ({' vs '.join(devices)})" if len(devices) > 1 else
+                      "same hardware: the runs measured different observations or settings (see measured)")
+            return {**base, "verdict": DISAGREE, "evidence": "; ".join(dict.fromkeys(decisive["origin"])),
+                    "measured": " | ".join(decisive["measured"]), "why": f"{each}. Why they differ: {differ}"}
+        lead = decisive.iloc[0]
+        also = len(decisive) - 1
+        return {**base, "verdict": lead["verdict"], "evidence": "; ".join(dict.fromkeys(map(_where, (
+            r for _, r in decisive.iterrows())))), "measured": lead["measured"],
+                "why": lead["why"] + (f" (and {also} more row{'s' if also > 1 else ''} agree)" if also else "")}
+    partly = g[cats == "partly measured"]
+    if not partly.empty:
+        lead = partly.loc[partly["verdict"].map(_covered).idxmax()]
+        return {**base, "verdict": lead["verdict"], "evidence": _where(lead), "measured": lead["measured"],
+                "why": lead["why"]}
+    specific = g[g["verdict"].str.contains(r"\(", regex=True) & (g["origin"] != NO_RESULTS)]
+    lead = specific.iloc[0] if not specific.empty else g.iloc[0]
+    return {**base, "verdict": lead["verdict"], "evidence": _where(lead), "measured": lead["measured"],
+            "why": lead["why"]}
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim (:data:`SUMMARY_COLUMNS`) from the claims table ``df`` (every claim x system row, with or
+    without an ``origin`` column), in the claims files' order."""
+    if df.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    d = df if "origin" in df else df.assign(origin=origin_column(df))
+    rows = [_summary_row(g) for _, g in d.groupby("claim_id", sort=False)]
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def verdict_counts(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows (claim x system) per study, origin and verdict category: measured here and each reference run counted
+    apart."""
+    d = df.assign(origin=origin_column(df), category=df["verdict"].map(category)) if not df.empty else df
+    counts = d.groupby(["study", "origin", "category"]).size().unstack("category", fill_value=0) if not d.empty \
+        else pd.DataFrame()
+    return counts.reindex(columns=list(VERDICTS), fill_value=0)
+
+
+def summary_line(df: pd.DataFrame) -> str:
+    """``one verdict per claim: 3 holds, ...; measured here: ...; reference run (H200, ...): ...``."""
+    if df.empty:
+        return "no claims"
+    summary = summary_table(df)
+    heads = summary["verdict"].map(lambda v: DISAGREE if v == DISAGREE else category(v))
+    line = "one verdict per claim: " + ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS)
+    by = verdict_counts(df).groupby(level="origin").sum()
+    return line + "; " + "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS)
+                                   for o, r in by.iterrows())
+
+
+def fig_claims(df: pd.DataFrame, path: str | Path) -> list[str]:
+    """Verdicts as stacked horizontal bars: per study one bar of one verdict per claim, then one bar per origin
+    (measured here and each reference run apart, one count per claim and system). Returns the figure's problems."""
+    counts = verdict_counts(df)
+    summary = summary_table(df)
+    bars: list[tuple[str, dict]] = []
+    for st in sorted(set(summary["study"])):
+        heads = summary[summary["study"] == st]["verdict"].map(lambda v: DISAGREE if v == DISAGREE else category(v))
+        bars.append((f"Study {st}: one verdict per claim", {v: int((heads == v).sum()) for v in SUMMARY_VERDICTS}))
+        for (s, o), r in counts.iterrows():
+            if s == st:
+                bars.append((f"Study {st}: {o}", {v: int(r[v]) for v in VERDICTS}))
+    fig, ax = plt.subplots(figsize=(10, 1.8 + 0.45 * max(1, len(bars))))
+    y = np.arange(len(bars))[::-1]
+    left = np.zeros(len(bars))
+    for v in SUMMARY_VERDICTS:
+        vals = np.array([b.get(v, 0) for _, b in bars], dtype=float)
+        if vals.any() or v in VERDICTS:
+            ax.barh(y, vals, left=left, color=VERDICT_COLOUR[v], label=v)
+        left += vals
+    ax.set_yticks(y, [b for b, _ in bars], fontsize=FONT["tick"])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("claims (first bar of a study) or claims x systems (count)")
+    ax.set_ylabel("study: one verdict per claim, then each origin")
+    ax.set_title("Verdicts of the published claims: one per claim, then each origin apart", fontsize=FONT["label"],
+                 loc="left")
+    if bars:
+        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1), title="verdict",
+                  title_fontsize=FONT["legend"])
+    else:
+        ax.text(0.5, 0.5, "no claims", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path,
+              out_dir: str | Path) -> pd.DataFrame:
+    """Write ``claims.{csv,md,tex,html}`` (every claim x system, with an ``origin`` column: measured here /
+    reference run / no results; the Markdown and HTML lead with one row per claim), ``claims_summary.csv`` and
+    ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
+
+    Raises:
+        ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = load_results(result_paths)
+    claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
+    df = claims_table(results, claims, sr3_reference)
+    shown = df.copy()
+    shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
+    summary = summary_table(shown)
+    line = summary_line(df)
+    write_table(summary, out / "claims_summary", f"{TITLE}: one row per claim, its verdict from the evidence that "
+                f"judges it (run named). {line}.", title="Claims: one verdict per claim")
+    write_table(shown, out / "claims", f"{TITLE} checked against each system's results (one row per claim and "
+                f"system): holds / does not hold / partly measured (k of n) / not measured here (why). {line}.",
+                title="Claims: every run")
+    (out / "claims.md").write_text((out / "claims_summary.md").read_text() + "\n\n" + (out / "claims.md").read_text())
+    (out / "claims.html").write_text(claims_html(shown, summary, line))
+    fig_claims(df, out / "fig_claims.png")
+    return df
+
+
+BRIEF = ["claim_id", "claim", "published", "origin", "system", "measured", "verdict", "why"]
+
+
+def _coloured(html: str) -> str:
+    style = "".join(f".accelbench-table td.v-{i}{{background:{c}}}" for i, c in enumerate(VERDICT_COLOUR.values()))
+    colour_of = {v: i for i, v in enumerate(VERDICT_COLOUR)}
+
+    def cell(m: re.Match) -> str:
+        text = m.group(1)
+        cat = DISAGREE if text == DISAGREE else next((v for v in VERDICTS if text == v or text.startswith(v + " (")),
+                                                     None)
+        return m.group(0) if cat is None else f'<td class="v-{colour_of[cat]}">{text}</td>'
+
+    html = re.sub(r"<td>([^<]*)</td>", cell, html)
+    return html.replace("</style>", style + "</style>", 1)
+
+
+def claims_html(shown: pd.DataFrame, summary: pd.DataFrame, line: str) -> str:
+    """The report's claims page: one row per claim first (verdict cells coloured), every claim x system row behind
+    a ``<details>`` (the columns a reviewer reads first, :data:`BRIEF`; the rest is in claims.csv)."""
+    def one(df: pd.DataFrame, caption: str, title: str) -> str:
+        cells = df.astype(object).where(df.notna(), "").map(str)
+        cells, notes = footnoted(cells, HTML_NOTE_CHARS, 240, repeated=True)
+        return _coloured(html_table(cells, caption, notes, title=title))
+
+    head = one(summary, f"{TITLE}: one row per claim, its verdict from the evidence that judges it (run named). "
+               f"{line}. Every column: results/claims/claims_summary.csv.", "Claims: one verdict per claim")
+    every = one(shown.reindex(columns=BRIEF), f"{TITLE}, one row per claim and system. Every column: "
+                "results/claims/claims.csv.", "Claims: every run")
+    return head + f"\n<details><summary>Every run's verdict ({len(shown)} rows)</summary>\n{every}\n</details>\n"
+
+
+# --------------------------------------------------------------------------- docs/claims.md
+def _md(text) -> str:
+    return str(text if pd.notna(text) else "").replace("|", "\\|").replace("\n", " ")
+
+
+def claims_page(claims_paths: list[str | Path], run_tables: dict[str, Path]) -> str:
+    """``docs/claims.md``: for each claim its quote and source, hardware scope, tolerance and what would make it
+    fail, the evidence it needs and the setting it must be measured on, then each reference run's verdict (from
+    ``run_tables``: ``{run folder name: its tables/claims/claims.csv}``, each run judged on its own results), after
+    one table of one verdict per claim over every run together."""
+    claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
+    runs = {name: pd.read_csv(p, dtype=str, keep_default_na=False) for name, p in sorted(run_tables.items())}
+    every = pd.concat([df.assign(run=name) for name, df in runs.items()], ignore_index=True) if runs else None
+    out = ["# Claims of the two studies, and what each reference run says of them", "",
+           "Generated by `accelbench claims-page` from `resources/reference/study_a_claims.csv`, "
+           "`resources/reference/study_b_claims.csv` and each reference run's `tables/claims/claims.csv` "
+           "(do not edit). How a verdict is reached: `workflow/accelbench/aggregate/claims.py`; which hardware "
+           "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class).", "",
+           "## One verdict per claim, over every reference run", ""]
+    if every is not None and not every.empty:
+        summary = summary_table(every.drop(columns=["run"]))
+        out += ["| claim | verdict | evidence | measured |", "|---|---|---|---|"]
+        out += [f"| {_md(r['claim_id'])} | {_md(r['verdict'])} | {_md(r['evidence'])} | {_md(r['measured'])} |"
+                for _, r in summary.iterrows()]
+    else:
+        out.append("No reference run has a claims table yet.")
+    for _, c in claims.iterrows():
+        cid = c["claim_id"]
+        quote = f"> {c['quote']}\n>\n> -- {c['quote_source']}" if str(c.get("quote", "")).strip() else \
+            f"No verbatim text: {c['source']} (the claim is our wording)."
+        out += ["", f"## {cid}: {_md(c['claim'])}", "", quote, "",
+                f"- **Published**: {_md(c['published'])}",
+                f"- **Source**: {_md(c['source'])}",
+                f"- **Hardware scope**: {scope.label(c['hardware'])}",
+                f"- **Quantity and tolerance**: `{c['quantity']}` ({_md(c['experiment'])}), "
+                f"{_md(tolerance_text(c))}; fails if {_md(fails_if(c))}",
+                f"- **Evidence it needs**: {_md(' | '.join(needs_of(c)) or 'one observation')}"
+                + (f"; measured on `{c['setting']}`" if str(c.get("setting", "")).strip() else ""),
+                ] + ([f"- **Note**: {_md(c['note'])}"] if str(c.get("note", "")).strip() else [])
+        rows = [(name, r) for name, df in runs.items() for _, r in df[df["claim_id"] == cid].iterrows()]
+        if rows:
+            out += ["", "| reference run | system | verdict | measured | why |", "|---|---|---|---|---|"]
+            out += [f"| {name} | {_md(r['system'])} | {_md(r['verdict'])} | {_md(r['measured'])} | {_md(r['why'])} |"
+                    for name, r in rows]
+    return "\n".join(out) + "\n"
