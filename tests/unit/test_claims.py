@@ -294,3 +294,124 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     study_a.aggregate(paths[:2] + fr.write(tmp_path / "unsupported", unsupported), CLAIMS[0], tmp_path / "unsup")
     vs = pd.read_csv(tmp_path / "unsup" / "claims_vs_measured.csv").set_index("claim_id")
     assert "proxy" in vs.loc["a8", "how"] and "ERR_NVGPUCTRPERM" in vs.loc["a8", "why"]
+
+
+# --------------------------------------------------------------------------- evidence, scope, quotes (issue 47)
+def test_one_of_three_needed_observations_is_partly_measured(tmp_path):
+    """b4 needs all three bit sets: one measured and passing is not `holds`."""
+    objs = [fr.quant("cpu", "fp32", "none", ppl=10.0, compression=1.0),
+            fr.quant("cpu", "fake", "16_8_4", ppl=10.3, compression=3.43)]
+    b4 = verdict(table(tmp_path, objs), "b4")
+    assert b4["verdict"] == "partly measured (1 of 3)"
+    assert "measured fake/16_8_4" in b4["why"] and "missing fake/8_8_4, fake/8_4_4" in b4["why"]
+    assert "+3.0%" in b4["measured"]  # the partial value is shown
+    objs.append(fr.quant("cpu", "fake", "8_4_4", ppl=12.0, compression=5.9))  # +20%: a failing one decides
+    b4 = verdict(table(tmp_path / "fails", objs), "b4")
+    assert b4["verdict"] == "does not hold" and "not measured: fake/8_8_4" in b4["why"]
+
+
+def test_another_model_or_text_is_not_like_for_like(tmp_path):
+    """Perplexity on another model and text (the H200 runs: SmolLM2-135M-Instruct on pydoc) is shown, not judged."""
+    objs = [fr.quant("cpu", "fp32", "none", ppl=10.0, model="SmolLM2-135M-Instruct", text="pydoc")] + [
+        fr.quant("cpu", "fake", b, ppl=10.3, compression=4.0, model="SmolLM2-135M-Instruct", text="pydoc")
+        for b in ("16_8_4", "8_8_4", "8_4_4")]
+    b4 = verdict(table(tmp_path, objs), "b4")
+    assert b4["verdict"] == "not measured here (not like for like)"
+    assert "model SmolLM2-135M-Instruct, not *tinyllama*" in b4["why"] and "text pydoc, not wikitext*" in b4["why"]
+    assert "the check passes" in b4["why"] and "+3.0%" in b4["measured"]
+
+
+def test_b4_is_not_holds_on_the_committed_two_gpu_run():
+    """The h200x2 reference run measured one bit set of three, on SmolLM2-135M-Instruct and pydoc text."""
+    import glob
+
+    run = Path("reference_runs/h200x2-2026-12-01")
+    results = cr.load_results(sorted(glob.glob(str(run / "results/**/result.json"), recursive=True)))
+    claims = pd.concat([cl.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
+    df = cl.claims_table(results, claims, REF / "study_b_sr3_scaling.csv")
+    b4 = df[df["claim_id"] == "b4"]
+    assert len(b4) and not (b4["verdict"] == "holds").any(), b4[["verdict", "why"]]
+
+
+def test_every_tolerance_can_fail():
+    """A tolerance that covers its quantity's whole plausible range passes any measurement: refused."""
+    q = pd.read_csv(REF / "claim_quantities.csv", comment="#", keep_default_na=False).set_index("quantity")
+    claims = pd.concat([cl.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
+    assert set(claims["quantity"]) <= set(q.index), set(claims["quantity"]) - set(q.index)
+    for _, c in claims.iterrows():
+        if c["check"] == "true":
+            continue  # a property: fails when false
+        lo, hi = float(q.loc[c["quantity"], "plausible_low"]), float(q.loc[c["quantity"], "plausible_high"])
+        t_lo = float(c["low"]) if str(c["low"]).strip() else -float("inf")
+        t_hi = float(c["high"]) if str(c["high"]).strip() else float("inf")
+        assert not (t_lo <= lo and t_hi >= hi), f"{c['claim_id']}: {cl.tolerance_text(c)} covers {lo}..{hi}"
+        assert cl.fails_if(c).startswith("x ")
+    # the old a2/a3 tolerance (1 <= x <= 100: any reduction) is what this test exists to refuse
+    old = pd.Series({"claim_id": "a3", "check": "range", "low": "1", "high": "100"})
+    lo, hi = (float(q.loc["dynamic_instructions_reduction_x", k]) for k in ("plausible_low", "plausible_high"))
+    assert float(old["low"]) <= lo and float(old["high"]) >= hi
+
+
+def test_study_a_quotes_are_the_abstracts_words():
+    """The published texts of a2-a6 are the abstract's own words (the sentence is in the CSV's header)."""
+    text = (REF / "study_a_claims.csv").read_text()
+    sentence = next(line for line in text.splitlines() if "The abstract's sentence, verbatim" in line).split(": ", 1)[1]
+    a = cl.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
+    assert a.loc["a3", "quote"] == "cut dynamic instructions by 100x"
+    assert "up to" not in a.loc["a3", "published"] and a.loc["a3", "published"].startswith('"cut dynamic')
+    for cid in ("a2", "a3", "a4", "a4b", "a5", "a6"):
+        assert a.loc[cid, "quote"] and a.loc[cid, "quote"] in sentence, cid
+        assert a.loc[cid, "quote_source"] == "arXiv 2606.19365 abstract"
+    b = cl.read_claims(REF / "study_b_claims.csv", "B").set_index("claim_id")
+    assert "550860c" in b.loc["b4", "quote_source"] and "12.94" in b.loc["b4", "quote"]
+
+
+def test_the_scope_policy_on_an_h200_run(tmp_path):
+    """On an H200, every A100 or V100 claim is not measured here with its value shown; H100 claims are judged (an
+    H200 counts as H100 class: the one rule of accelbench.aggregate.scope)."""
+    from accelbench.aggregate import scope
+
+    df = table(tmp_path, ncu_run("h200", every=True) + [fr.unet3d("h200", "tf32_channels_last_3d", 20.0),
+                                                        fr.ncu("h200", "tf32_channels_last_3d", 1e8, 1e8,
+                                                               rates_over_every_kernel=True)])
+    a = cl.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
+    for cid, row in df[df["study"] == "A"].set_index("claim_id").iterrows():
+        classes = scope.claim_classes(a.loc[cid, "hardware"])
+        if "h100" in classes:
+            assert "claim)" not in row["verdict"], (cid, row["verdict"])
+        else:
+            gpu = scope.label(a.loc[cid, "hardware"])
+            assert row["verdict"] == f"not measured here ({gpu} claim)", (cid, row["verdict"])
+            assert row["measured"], cid  # the value measured here is shown beside it
+    assert verdict(df, "a8")["verdict"] == "does not hold"  # H100 claim: SM cycles 0.2, published 0.39
+    assert scope.class_of("reference run (A100 series, 2026-12-01): NVIDIA H200 (1x)")[0] == "h100"
+    assert scope.class_of("Intel Gaudi2 (HL-225)")[0] == "gaudi2" and scope.class_of("AMD EPYC")[0] == "other"
+
+
+def test_counter_floor_ratio_is_not_judged(tmp_path):
+    """A tensor-pipe ratio whose baseline sits at the counter's floor (what ncu reads on kernels that cannot use
+    tensor cores) divides by noise: both absolute values and the floor shown, no verdict."""
+    objs = ncu_run("a100", every=True)
+    objs[2]["measurements"]["by_class"]["elementwise"] = {"kernels": 10, "tensor_pipe_pct": 2.5}
+    a4 = verdict(table(tmp_path, objs), "a4")
+    assert a4["verdict"] == "not measured here (at the counter's floor)"
+    assert "2.00% -> 10.00%" in a4["measured"] and "floor 2.50%" in a4["measured"]
+
+
+def test_one_row_per_claim_names_its_evidence_and_disagreements(tmp_path):
+    objs = [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 55.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 200.0)]
+    df = table(tmp_path, objs)
+    summary = pd.read_csv(tmp_path / "claims" / "claims_summary.csv", keep_default_na=False).set_index("claim_id")
+    ids = set(cl.read_claims(CLAIMS[0], "A")["claim_id"]) | set(cl.read_claims(CLAIMS[1], "B")["claim_id"])
+    assert set(summary.index) == ids and len(summary) == len(ids)
+    assert summary.loc["b13", "verdict"] == "does not hold"  # the H100's 0.5 fails; the CPU's 0.91 is partial
+    assert len(df[df["claim_id"] == "b13"]) == 2
+    md = (tmp_path / "claims" / "claims.md").read_text()
+    assert md.index("one row per claim, its verdict") < md.index("one row per claim and system")
+    rows = [{"claim_id": "b13", "claim": "c", "published": "p", "scope": "any hardware", "verdict": v, "hardware": hw,
+             "measured": m, "why": "w", "study": "B"} for v, hw, m in
+            (("holds", "reference run (X, 2026-01-01): NVIDIA H100", "0.9"),
+             ("does not hold", "reference run (Y, 2026-01-02): NVIDIA H100", "0.5"))]
+    s = cr.summary_table(pd.DataFrame(rows)).iloc[0]
+    assert s["verdict"] == cr.DISAGREE and "holds on 0.9" in s["why"] and "does not hold on 0.5" in s["why"]
+    assert "Why they differ" in s["why"]
