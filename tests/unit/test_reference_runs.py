@@ -13,8 +13,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_readme_section_matches_the_committed_reference_runs():
-    """The main README's generated block and each run's README are current (`accelbench reference-runs`)."""
-    assert reference_runs.update(REPO / "reference_runs", REPO / "README.md", check=True) == []
+    """The main README's generated block, each run's README, the claims page and ARTIFACT.md's verdicts are current
+    (`accelbench reference-runs`)."""
+    assert reference_runs.update(REPO / "reference_runs", REPO / "README.md", check=True,
+                                 reference_dir=REPO / "resources/reference", claims_doc=REPO / "docs/claims.md",
+                                 artifact=REPO / "ARTIFACT.md") == []
 
 
 def _quant_result(path: Path, system: str, ppl: float) -> Path:

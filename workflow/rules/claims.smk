@@ -31,6 +31,7 @@ rule claims:
             caption="../report/claims_table.rst",
             category="Claims",
         ),
+        summary=f"{RESULTS}/claims/claims_summary.csv",
         table_md=f"{RESULTS}/claims/claims.md",
         table_html=f"{RESULTS}/claims/claims.html",
         table_tex=f"{RESULTS}/claims/claims.tex",
