@@ -145,7 +145,8 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
 
         for run in find_runs(args.root):
             log.info("tables of %s: %s", run["name"], ", ".join(map(str, write_tables(run, args.reference_dir))))
-    changed = update(args.root, args.readme, check=args.check)
+    changed = update(args.root, args.readme, check=args.check, reference_dir=args.reference_dir,
+                     claims_doc=args.claims_doc, artifact=args.artifact)
     if args.check and changed:
         raise AccelbenchError("out of date (run `accelbench reference-runs`): " + ", ".join(map(str, changed)))
     log.info("reference runs: %s", ", ".join(map(str, changed)) if changed else "up to date")
@@ -294,13 +295,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="folder to write (tokenizer.json, tokenizer_config.json, accelbench.json)")
     s.set_defaults(func=cmd_llm_tokenizer_export)
 
-    s = sub.add_parser("reference-runs", help="regenerate the READMEs of the committed reference runs (reference_runs/)")
+    s = sub.add_parser("reference-runs", help="regenerate the READMEs of the committed reference runs (reference_runs/), "
+                                              "the claims page docs/claims.md and ARTIFACT.md's verdicts block")
     s.add_argument("--root", default="reference_runs")
     s.add_argument("--readme", default="README.md", help="the main README with the generated 'Reference runs' block")
     s.add_argument("--check", action="store_true", help="only check that they are up to date (exit 1 otherwise)")
     s.add_argument("--tables", action="store_true", help="also regenerate each run's tables and figures "
                                                          "(<run>/tables/) from its result files")
     s.add_argument("--reference-dir", default="resources/reference", help="the published numbers (claims, tables)")
+    s.add_argument("--claims-doc", default="docs/claims.md", help="the claims page (each claim, its quote, scope, "
+                                                                  "evidence and every reference run's verdict)")
+    s.add_argument("--artifact", default="ARTIFACT.md", help="the evaluators' guide with the generated verdicts block")
     s.set_defaults(func=cmd_reference_runs)
 
     s = sub.add_parser("validate-results", help="check result.json files against the result schemas (fails naming "
