@@ -60,7 +60,7 @@ def test_time_steps_counts_calls():
     ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
     ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>", "elementwise"),
-    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "cast_copy"),
+    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "cast_copy"),  # path unknown
     # casts recorded in a bf16-autocast block on an H200: not layout conversions
     ("void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
      "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>", "cast_copy"),
@@ -68,7 +68,9 @@ def test_time_steps_counts_calls():
      "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
      "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
      "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", "cast_copy"),
-    ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>", "layout_conversion"),
+    # a flat element-wise conversion (one element count, no strides), not a transpose: see measure.KERNEL_CLASSES
+    ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>",
+     "cast_copy"),
     ("void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
      "cast_copy"),
     ("aten::copy_", "cast_copy"),
@@ -159,20 +161,41 @@ def test_recorded_cpu_trace_is_reduced():
     assert "aten::convolution" not in classes
 
 
+def _launching_ops(trace: dict, kernel: dict) -> list[str]:
+    """The CPU operators (outermost first) around the runtime call that launched ``kernel`` (by correlation id)."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    launch = next(e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                  and e["args"].get("correlation") == kernel["args"]["correlation"])
+    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == launch.get("tid")
+           and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)]
+    return [e["name"] for e in sorted(ops, key=lambda e: (e["ts"], -e.get("dur", 0)))]
+
+
 def check_cuda_trace_split() -> None:
-    """The recorded H200 trace (fp32, channels_last_3d) holds 6 cuDNN ``convertTensor_kernel<float, float, ...>``
-    NCDHW<->NDHWC transposes and 7 same-dtype ``direct_copy_kernel_cuda`` copies (``aten::contiguous``/
-    ``aten::to`` inside the convolutions and GroupNorm, counted by hand from the trace): the first are
-    layout conversions, the second casts/copies. Raises AssertionError when the classifier disagrees."""
-    records, source, _ = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz"))
+    """The recorded H200 trace (fp32 channels_last_3d, TF32 on) holds 7 same-dtype ``direct_copy_kernel_cuda`` copies
+    through ``gpu_kernel_impl_nocast``'s strided ``elementwise_kernel``, each launched under ``aten::contiguous`` or
+    ``aten::to`` (memory-format conversions: the NCDHW input to channels_last_3d, GroupNorm's and the convolution
+    backward's ``contiguous``), and 6 cuDNN ``convertTensor_kernel<float, float, float, ...>(alpha, src, beta, dst, n)``
+    inside ``cudnn_convolution`` on operands already NDHWC: the first are layout conversions, the second flat
+    element-wise conversions (cast_copy). Raises AssertionError when the classifier disagrees."""
+    trace = measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz")
+    records, source, _ = measure.kernel_records_from_trace(trace)
     assert source == "device_kernel"
     s = measure.summarize_kernels(records, source)
-    by_hand_layout = sum(1 for r in records if "convertTensor_kernel<float, float, float" in r.name)
-    by_hand_copy = sum(1 for r in records if "direct_copy_kernel_cuda" in r.name)
-    assert (by_hand_layout, by_hand_copy) == (6, 7)
-    assert s.layout_conversion_count == by_hand_layout  # channels_last_3d adds layout-conversion kernels
-    assert s.cast_copy_count == by_hand_copy
-    assert {row["class"] for row in s.table if "direct_copy" in row["name"]} == {"cast_copy"}
+    kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    copies = [k for k in kernels if "direct_copy_kernel_cuda" in k["name"]]
+    converts = [k for k in kernels if "convertTensor_kernel<float, float, float" in k["name"]]
+    assert (len(copies), len(converts)) == (7, 6)
+    # the evidence, from the trace itself: what launched each kernel
+    assert all("gpu_kernel_impl_nocast" in k["name"] and k["name"].startswith("void at::native::elementwise_kernel<")
+               for k in copies)
+    assert all({"aten::contiguous", "aten::to"} & set(_launching_ops(trace, k)) for k in copies)
+    assert all(_launching_ops(trace, k)[-1] in ("aten::cudnn_convolution", "aten::convolution_backward")
+               for k in converts)
+    assert all(k["name"].endswith("float*, unsigned long)") for k in converts)  # one flat count, no strides
+    assert s.layout_conversion_count == len(copies)  # channels_last_3d adds layout-conversion kernels
+    assert s.cast_copy_count == len(converts)
+    assert {row["class"] for row in s.table if "direct_copy" in row["name"]} == {"layout_conversion"}
     assert s.class_share["convolution"] > 0.2
     assert 0 <= s.idle_fraction < 1
 
@@ -182,11 +205,17 @@ def test_recorded_cuda_trace_is_reduced():
     check_cuda_trace_split()
 
 
-def test_sabotage_cast_counted_as_layout_is_caught(monkeypatch):
-    """Sabotage: the old classifier (copies and casts inside layout_conversion) must fail the check."""
-    sabotaged = [("layout_conversion", re.compile(measure.KERNEL_CLASSES[0][1].pattern + "|direct_copy_kernel|copy_kernel",
-                                                  re.I))] + measure.KERNEL_CLASSES[1:]
-    monkeypatch.setattr(measure, "KERNEL_CLASSES", sabotaged)
+def test_sabotage_strided_copy_counted_as_cast_is_caught(monkeypatch):
+    """Sabotage: the previous classifier (every ``direct_copy_kernel`` a cast/copy) must fail the check."""
+    monkeypatch.setattr(measure, "_STRIDED_SAME_DTYPE_COPY", re.compile(r"(?!)"))
+    with pytest.raises(AssertionError):
+        check_cuda_trace_split()
+
+
+def test_sabotage_flat_convert_counted_as_layout_is_caught(monkeypatch):
+    """Sabotage: cuDNN's flat ``convertTensor_kernel`` back in layout_conversion must fail the check."""
+    sabotaged = [("layout_conversion", re.compile(measure.KERNEL_CLASSES[0][1].pattern + "|convertTensor", re.I))]
+    monkeypatch.setattr(measure, "KERNEL_CLASSES", sabotaged + measure.KERNEL_CLASSES[1:])
     with pytest.raises(AssertionError):
         check_cuda_trace_split()
 

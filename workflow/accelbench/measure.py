@@ -203,23 +203,47 @@ class KernelRecord:
     dur_us: float
 
 
-# Ordered: the first matching class wins. Names seen in cuDNN/cuBLAS/CUTLASS/PyTorch kernels and in
-# CPU aten operators.
-# - "layout_conversion": kernels whose name says they transform the memory layout: cuDNN's
-#   NCHW<->NHWC / NCDHW<->NDHWC transposes (``nchwToNhwc``, ``convertTensor`` between equal dtypes),
-#   transposes/permutes, oneDNN reorders.
-# - "cast_copy": dtype casts (``bfloat16_copy_kernel_cuda``, ``direct_copy_kernel`` with a cast,
-#   ``convertTensor`` between different dtypes, ``aten::to``) and plain copies (``direct_copy_kernel``,
-#   ``aten::copy_``/``clone``/``contiguous``). A same-dtype copy that PyTorch launches to change the
-#   memory format (``contiguous(memory_format=channels_last_3d)``) has the same kernel name as any
-#   other copy, so it is counted here too: ``layout_conversion`` is a lower bound on layout work and
-#   ``layout_conversion + cast_copy`` an upper bound.
+# Ordered: the first matching class wins, after the one rule of :func:`classify_kernel` that reads the path a copy
+# kernel took (:data:`_STRIDED_SAME_DTYPE_COPY`). Names seen in cuDNN/cuBLAS/CUTLASS/PyTorch kernels and in CPU aten
+# operators. The two copy classes are told apart by what the kernel does, as far as its name proves it (decided on
+# every copy kernel of the committed ``reference_runs/*/results/**/kernels.csv`` and of the recorded traces; the names
+# are in tests/fixtures/copy_kernel_names.csv):
+# - "layout_conversion": kernels that rearrange elements in memory without changing their values:
+#   * cuDNN's NCHW<->NHWC / NCDHW<->NDHWC transposes (``nchwToNhwcKernel``, ``nhwcToNchwKernel``), transposes and
+#     permutes, oneDNN reorders;
+#   * same-dtype strided copies (:data:`_STRIDED_SAME_DTYPE_COPY`): PyTorch's ``direct_copy_kernel_cuda`` lambda run
+#     by ``gpu_kernel_impl_nocast`` through the generic strided ``elementwise_kernel<128, N, ...>``. ``gpu_kernel_impl``
+#     calls ``gpu_kernel_impl_nocast`` only when no operand needs a dynamic cast (source dtype == destination dtype
+#     == the lambda's one element type), and that function launches ``elementwise_kernel`` (an offset calculator per
+#     element) only when the iteration is not contiguous; a same-dtype contiguous copy is a ``cudaMemcpyAsync``
+#     (``copy_device_to_device``). So the source and destination strides differ: a memory-format conversion
+#     (``contiguous(memory_format=...)``, ``.to(memory_format=...)``; in the recorded channels_last_3d traces every
+#     one of them sits under ``aten::contiguous`` or ``aten::to`` in GroupNorm, the convolutions and their
+#     backward), or a copy into or out of a non-dense view (a transpose materialized, a slice written).
+# - "cast_copy": copies that are not proved to be a layout change:
+#   * dtype casts: ``bfloat16_copy_kernel_cuda``/``float16_copy_kernel_cuda``/``float8_copy_kernel_cuda`` (their own
+#     lambdas, even through ``gpu_kernel_impl_nocast``: the lambda converts), ``direct_copy_kernel_cuda`` through
+#     ``gpu_kernel_impl`` (the dynamic-cast paths: ``LoadWithCast``/``StoreWithCast`` in the contiguous
+#     ``unrolled_elementwise_kernel``, ``elementwise_kernel<128, 4, gpu_kernel_impl<...>>`` when strided; PyTorch takes
+#     them only when the dtypes differ, e.g. the recorded ``unrolled_elementwise_kernel<direct_copy_kernel_cuda ...
+#     {lambda(float)#1} ... LoadWithCast<1>, StoreWithCast<1>>`` of 1-3 us: some other dtype cast to float32, not a
+#     same-dtype copy), ``aten::to``/``aten::_to_copy``;
+#   * cuDNN's ``convertTensor_kernel<SRC, DST, ...>(alpha, src, beta, dst, n)``, equal element types or not: its one
+#     flat element count (no dimensions, no strides) cannot change a layout. The recorded float->float one runs only in
+#     TF32 + channels_last_3d steps, inside ``cudnn_convolution`` on operands that are already NDHWC, with cuDNN's
+#     data-type tag 2 that its TF32 transposes carry: an element-wise conversion of the operands, not a transpose;
+#   * contiguous same-dtype copies (``vectorized_elementwise_kernel``/``unrolled_elementwise_kernel`` with
+#     ``direct_copy_kernel_cuda`` and no cast: plain copies, no layout change);
+#   * copies whose name does not say which path ran: ``direct_copy_kernel`` without ``gpu_kernel_impl_nocast`` (older
+#     PyTorch, or a name cut short before it), CPU operators (``aten::copy_``/``clone``/``contiguous``: one operator
+#     name for a layout change and a plain copy). A layout change among them is not counted as one.
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     ("layout_conversion", re.compile(
-        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|convertTensor|reorder", re.I)),
+        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|reorder", re.I)),
     ("cast_copy", re.compile(
-        r"direct_copy_kernel|copy_kernel|bfloat16_copy|float8_copy|LoadWithCast|StoreWithCast|aten::copy_|"
-        r"aten::clone|aten::contiguous|aten::to\b|aten::_to_copy|aten::_to_dtype|ToCopyBackward|CloneBackward", re.I)),
+        r"direct_copy_kernel|copy_kernel|bfloat16_copy|float8_copy|LoadWithCast|StoreWithCast|convertTensor|"
+        r"aten::copy_|aten::clone|aten::contiguous|aten::to\b|aten::_to_copy|aten::_to_dtype|ToCopyBackward|"
+        r"CloneBackward", re.I)),
     ("attention", re.compile(
         r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I)),
     ("convolution", re.compile(
@@ -249,9 +273,12 @@ TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|i88
 NOT_TENSOR_CORE = re.compile(r"ffma|sgemm|scudnn|dgemm", re.I)
 
 
-# cuDNN's tensor conversion kernel: ``convertTensor_kernel<SRC, DST, COMPUTE, ...>``. Equal element
-# types: a layout transform; different element types: a cast (possibly with a layout change).
-_CONVERT_TENSOR = re.compile(r"convertTensor\w*<\s*([^,<>]+?)\s*,\s*([^,<>]+?)\s*,")
+# A same-dtype strided copy (see the comment above :data:`KERNEL_CLASSES`): ``direct_copy_kernel_cuda``'s lambda
+# inside ``gpu_kernel_impl_nocast<...>``, launched by the generic ``elementwise_kernel<...>`` (not ``vectorized_`` or
+# ``unrolled_``), in the spellings torch.profiler (``at::native::``), Nsight Compute
+# (``void at::gpu_kernel_impl_nocast<at::...>``) and Nsight Systems (``(int)128``) give it.
+_STRIDED_SAME_DTYPE_COPY = re.compile(
+    r"(?<![\w])elementwise_kernel<[^<>]*?gpu_kernel_impl_nocast<\s*(?:[\w:]*::)?direct_copy_kernel_cuda")
 
 
 # Inductor's generated pointwise/reduction kernels (``triton_poi_``/``triton_red_``/``triton_per_``) are named after
@@ -266,14 +293,18 @@ _NOT_FOR_FUSED = ("convolution", "gemm")
 def classify_kernel(name: str) -> str:
     """Class of a kernel or operator name: one of :data:`KERNEL_CLASSES` or ``other``.
 
-    Casts and copies (``cast_copy``) are kept apart from layout transforms (``layout_conversion``):
-    see the comment above :data:`KERNEL_CLASSES`. Inductor's fused pointwise and reduction kernels are never
-    ``convolution`` or ``gemm`` (see :data:`_INDUCTOR_FUSED`).
+    Copies are classed by what they do (the comment above :data:`KERNEL_CLASSES` gives the evidence):
+    ``layout_conversion`` = cuDNN's NC(D)HW<->N(D)HWC transposes, transposes/permutes/reorders, and same-dtype strided
+    copies (``direct_copy_kernel_cuda`` run by ``gpu_kernel_impl_nocast`` through the strided ``elementwise_kernel``:
+    :data:`_STRIDED_SAME_DTYPE_COPY`); ``cast_copy`` = dtype casts (``bfloat16_copy_kernel_cuda``, ``LoadWithCast``/
+    ``StoreWithCast``, ``aten::to``/``_to_copy``), cuDNN's flat ``convertTensor_kernel`` (any element types),
+    contiguous same-dtype copies, and copies whose name does not show the path (``direct_copy_kernel`` without
+    ``gpu_kernel_impl_nocast``, CPU ``aten::copy_``/``clone``/``contiguous``). Inductor's fused pointwise and reduction
+    kernels are never ``convolution`` or ``gemm`` (see :data:`_INDUCTOR_FUSED`).
     """
+    if _STRIDED_SAME_DTYPE_COPY.search(name):
+        return "layout_conversion"
     fused = bool(_INDUCTOR_FUSED.search(name))
-    m = _CONVERT_TENSOR.search(name)
-    if m and m.group(1) != m.group(2):
-        return "cast_copy"
     for cls, pattern in KERNEL_CLASSES:
         if fused and cls in _NOT_FOR_FUSED:
             continue
@@ -411,8 +442,6 @@ def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
                       "tensor_core": is_tensor_core_kernel(row["name"]),
                       "calls": row["calls"] / steps, "device_time_us": row["device_time_us"] / steps,
                       "share": row["device_time_us"] / total if total else 0.0})
-    classes = list(dict.fromkeys([c for c, _ in KERNEL_CLASSES] + ["other"]))
-    class_time = {c: sum(r["device_time_us"] for r in table if r["class"] == c) for c in classes}
     if source == "device_kernel" or window is None:
         span = max(r.start_us + r.dur_us for r in records) - min(r.start_us for r in records)
     else:
@@ -422,12 +451,96 @@ def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
         source=source, steps=steps, kernel_count=len(records) / steps, distinct_kernels=len(table),
         device_time_us=total / steps, span_us=span / steps,
         idle_fraction=max(0.0, 1.0 - busy / span) if span > 0 else 0.0,
-        class_time_us=class_time,
-        class_share={c: (t * steps / total if total else 0.0) for c, t in class_time.items()},
-        tensor_core_share=sum(r["device_time_us"] for r in table if r["tensor_core"]) * steps / total if total else 0.0,
-        layout_conversion_count=sum(r["calls"] for r in table if r["class"] == "layout_conversion"),
-        cast_copy_count=sum(r["calls"] for r in table if r["class"] == "cast_copy"),
-        table=table)
+        **_class_totals(table), table=table)
+
+
+# The fields of a kernel summary (``measurements.kernels`` of a result) that depend on the classifier.
+CLASS_FIELDS = ("class_time_us", "class_share", "tensor_core_share", "layout_conversion_count", "cast_copy_count")
+
+
+def _class_totals(table: list[dict]) -> dict:
+    """:data:`CLASS_FIELDS` of a complete per-kernel table whose rows hold ``class``, ``tensor_core``, ``calls`` and
+    ``device_time_us`` (per step): device time per class, its share of the table's device time, the tensor-core share,
+    and the launches per step of the two copy classes."""
+    total = sum(r["device_time_us"] for r in table)
+    classes = list(dict.fromkeys([c for c, _ in KERNEL_CLASSES] + ["other"]))
+    class_time = {c: sum(r["device_time_us"] for r in table if r["class"] == c) for c in classes}
+    return {
+        "class_time_us": class_time,
+        "class_share": {c: (t / total if total else 0.0) for c, t in class_time.items()},
+        "tensor_core_share": sum(r["device_time_us"] for r in table if r["tensor_core"]) / total if total else 0.0,
+        "layout_conversion_count": sum(r["calls"] for r in table if r["class"] == "layout_conversion"),
+        "cast_copy_count": sum(r["calls"] for r in table if r["class"] == "cast_copy")}
+
+
+def read_kernel_table(path: str | Path) -> list[dict]:
+    """Rows of a ``kernels.csv`` written by :func:`write_kernel_table`, numbers as numbers (``tensor_core`` a bool)."""
+    import csv
+
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    out = []
+    for i, row in enumerate(rows, start=2):
+        try:
+            out.append({**row, "calls": float(row["calls"]), "device_time_us": float(row["device_time_us"]),
+                        "share": float(row.get("share") or 0.0),
+                        "tensor_core": str(row.get("tensor_core", "")).strip().lower() == "true"})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: line {i}: not a kernel-table row ({exc!r})") from None
+    return out
+
+
+def reclassify(kernels_csv_rows: Iterable[dict]) -> dict:
+    """The class numbers of a complete per-kernel table (the rows of a result's ``kernels.csv``: ``name``, ``calls``,
+    ``device_time_us`` per step; the recorded ``class`` and ``tensor_core`` columns are ignored), re-derived with the
+    current :func:`classify_kernel` and :func:`is_tensor_core_kernel`: the :data:`CLASS_FIELDS` of
+    ``measurements.kernels`` (``class_time_us``, ``class_share``, ``tensor_core_share``, ``layout_conversion_count``,
+    ``cast_copy_count``), exactly as :func:`summarize_kernels` computes them from a trace. Shares are of the table's
+    total device time (the result's ``device_time_us``: kernels.csv holds every kernel)."""
+    table = [{"class": classify_kernel(r["name"]), "tensor_core": is_tensor_core_kernel(r["name"]),
+              "calls": float(r["calls"]), "device_time_us": float(r["device_time_us"])} for r in kernels_csv_rows]
+    return _class_totals(table)
+
+
+def reclassify_recorded(kernels: dict) -> dict:
+    """The class numbers of a recorded ``measurements.kernels`` re-derived from its own top table, for a result whose
+    ``kernels.csv`` is not kept: each row of ``table`` (the top kernels by device time) that the current
+    :func:`classify_kernel` puts in another class moves its time and launches there; the kernels outside the table
+    keep their recorded classes. Returns the :data:`CLASS_FIELDS` (``tensor_core_share`` as recorded)."""
+    time = {c: float(t) for c, t in kernels["class_time_us"].items()}
+    counts = {"layout_conversion": kernels.get("layout_conversion_count"), "cast_copy": kernels.get("cast_copy_count")}
+    for row in kernels.get("table") or []:
+        old, new = row["class"], classify_kernel(row["name"])
+        if old == new:
+            continue
+        time[old] = time.get(old, 0.0) - row["device_time_us"]
+        time[new] = time.get(new, 0.0) + row["device_time_us"]
+        for c, sign in ((old, -1), (new, 1)):
+            if counts.get(c) is not None:
+                counts[c] += sign * row["calls"]
+    total = sum(time.values())
+    return {"class_time_us": time, "class_share": {c: (t / total if total else 0.0) for c, t in time.items()},
+            "tensor_core_share": kernels.get("tensor_core_share"),
+            "layout_conversion_count": counts["layout_conversion"], "cast_copy_count": counts["cast_copy"]}
+
+
+# Where the class numbers of :func:`current_classes` come from.
+CLASSES_FROM_TABLE = "kernels.csv, current classifier"
+CLASSES_FROM_TOP = "top kernels reclassified, the rest as recorded"
+CLASSES_AS_RECORDED = "as recorded"
+
+
+def current_classes(kernels: dict, kernel_table: str | Path | None = None) -> tuple[dict, str]:
+    """``measurements.kernels`` of a result with its class numbers (:data:`CLASS_FIELDS`) re-derived by the current
+    classifier, and where they come from: the full per-kernel table ``kernel_table`` (the result's ``kernels.csv``)
+    when it exists (:func:`reclassify`, :data:`CLASSES_FROM_TABLE`), else the result's own top table
+    (:func:`reclassify_recorded`, :data:`CLASSES_FROM_TOP`), else the numbers as recorded. The result itself is not
+    changed: a result records what its run's classifier said; an aggregation reads the current rule."""
+    if kernel_table is not None and Path(kernel_table).is_file():
+        return {**kernels, **reclassify(read_kernel_table(kernel_table))}, CLASSES_FROM_TABLE
+    if kernels.get("table") and kernels.get("class_time_us"):
+        return {**kernels, **reclassify_recorded(kernels)}, CLASSES_FROM_TOP
+    return dict(kernels), CLASSES_AS_RECORDED
 
 
 def write_kernel_table(summary: KernelSummary, path: str | Path) -> None:

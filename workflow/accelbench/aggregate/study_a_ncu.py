@@ -365,6 +365,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     reasons = sorted({f"{h}: {st} ({r})" for h, st, r in zip(df.get("hardware", []), df.get("status", []),
                                                                df.get("reason", [])) if st != "ok"})
     write_table(class_rows(results), out_dir / "counters_by_class",
-                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}.",
+                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}. Classes as the run's "
+                "classifier recorded them (a result stores 50 kernels by name, too few to re-class): results "
+                "measured before 2026-12-02 count same-dtype strided copies (channels_last_3d conversions) as "
+                "cast_copy; the Study A table re-classes them as layout_conversion.",
                 empty="Nothing measured: " + ("; ".join(reasons) if reasons else "no unet3d_ncu result") + ".")
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")
