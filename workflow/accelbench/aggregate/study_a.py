@@ -24,8 +24,10 @@ import pandas as pd  # noqa: E402
 
 from ..experiments.unet3d_profile import AUTOTUNED, VARIANTS  # noqa: E402
 from . import claims as cl  # noqa: E402
+from . import scope  # noqa: E402
 from . import study_a_ncu  # noqa: E402
 from .claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
+from ..measure import current_classes  # noqa: E402
 from ..registry import EXPERIMENTS  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
@@ -37,9 +39,20 @@ CLASSES = ["convolution", "gemm", "attention", "normalization", "layout_conversi
 ORDER = list(VARIANTS)
 
 
+def _kernel_table(result: dict) -> Path | None:
+    """The per-kernel table (``kernels.csv``, ``artefacts.kernel_table``) beside a loaded result, if it names one."""
+    name = (result.get("artefacts") or {}).get("kernel_table")
+    return Path(result["_path"]).with_name(name) if name and result.get("_path") else None
+
+
 def result_rows(results: list[dict]) -> pd.DataFrame:
     """One row per (system, model, configuration) with the Study A columns; speedups vs. that
-    system's baseline. Times in ms, memory in GiB, shares as fractions of device time."""
+    system's baseline. Times in ms, memory in GiB, shares as fractions of device time.
+
+    Kernel classes (``share_*``, ``layout_conversion_kernels``, ``cast_copy_kernels``, ``tensor_core_share``) are those
+    of the current classifier (:func:`accelbench.measure.current_classes`): re-derived from the ``kernels.csv`` beside
+    the result when it is there, else from the result's top-kernel table (the rest as recorded); ``kernel_classes``
+    says which. The result files are not changed."""
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
@@ -52,7 +65,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                "micro_batches": m.get("micro_batches", 1),
                "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r), "noise_why": noise_why(r)}
         if r["status"] == "ok":
-            k = m["kernels"]
+            k, row["kernel_classes"] = current_classes(m["kernels"], _kernel_table(r))
             row.update({
                 "train_step_ms": m["train_step"]["median"], "train_step_p10_ms": m["train_step"]["p10"],
                 "train_step_p90_ms": m["train_step"]["p90"], "timed_steps": m["train_step"]["count"],
@@ -95,7 +108,7 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
             "share_convolution", "share_gemm", "share_attention", "share_normalization", "share_layout_conversion",
             "share_cast_copy", "share_elementwise", "tensor_core_share", "idle_fraction", "peak_mem_gib", "tflop_per_s",
             "mfu", "quality_rel_l2_noise", "quality_psnr_db_noise", "quality_ssim_noise", "quality_holds", "noise",
-            "status", "reason"]
+            "kernel_classes", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -104,8 +117,8 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------- the claims table
-QUALITY_PROXY = ("proxy: the predicted noise of one untrained network compared with the baseline configuration's "
-                 "(the result names no method)")
+QUALITY_PROXY = ("numerics proxy: the predicted noise of one untrained network compared with the baseline "
+                 "configuration's (the result names no method); synthesis quality needs a trained network's samples")
 # quantities that do not depend on timing (a result measured under other load still answers them)
 TIMING_FREE = {"synthesis_quality"} | study_a_ncu.TIMING_FREE
 
@@ -117,12 +130,15 @@ def claims_layout(df: pd.DataFrame) -> pd.DataFrame | None:
     if "metric" not in df or "quantity" in df:
         return None
     conf = df["configuration"]
+    published = [f'"{q}" ({g.upper()}, {s})' if q else f"{v} ({g.upper()}, {s})"
+                 for q, v, g, s in zip(df.get("quote", [""] * len(df)), df["value"], df["gpu"], df["source"])]
     return df.assign(
+        hardware=["v100/a100/h100" if g.strip().lower() == "all" else g for g in df["gpu"]],
         quantity=df["metric"], selector=conf,
         experiment=["unet3d_ncu" if m in study_a_ncu.QUANTITIES else "unet3d_profile" for m in df["metric"]],
         claim=[f"{c}: {m.replace('_', ' ')} {v}" + (f" ({n})" if n else "")
                for c, m, v, n in zip(conf, df["metric"], df["value"], df["note"])],
-        published=[f"{v} ({g.upper()}, {s})" for v, g, s in zip(df["value"], df["gpu"], df["source"])])
+        published=published)
 
 
 def _claim_key(r: dict) -> tuple:
@@ -149,10 +165,12 @@ def observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame, res: d
         def method(conf):  # each result names how its quality was measured (a proxy)
             r = res.get(("unet3d_profile", conf))
             q = ((r or {}).get("measurements") or {}).get("quality") or {}
-            return q.get("method") or QUALITY_PROXY
+            how = q.get("method")
+            return f"numerics proxy: {how}" if how and "sample" not in str(how).lower() else how or QUALITY_PROXY
 
         return [Observation(bool(r["quality_holds"]), f"{r['configuration']}: rel. L2 {r['quality_rel_l2_noise']:.2g}",
-                            used(("unet3d_profile", r["configuration"])), note=method(r["configuration"]))
+                            used(("unet3d_profile", r["configuration"])), note=method(r["configuration"]),
+                            key=r["configuration"])
                 for _, r in ok.iterrows()]
     if q in ("speedup_x", "throughput_gain"):
         r = ok_row(prof, conf, "unet3d_profile")
@@ -207,9 +225,9 @@ def _noisy(row: pd.Series) -> bool:
 
 
 def same_gpu(claim_gpu: str, hardware: str) -> bool:
-    """Whether ``hardware`` (a provenance label) is a GPU the claim was made on (``all`` = Study A's V100/A100/H100)."""
-    gpus = ["V100", "A100", "H100"] if claim_gpu.strip().lower() == "all" else claim_gpu.upper().split("/")
-    return any(g.strip() and g.strip() in hardware.upper() for g in gpus)
+    """Whether ``hardware`` (a provenance label) is in the hardware class a claim was made on (``all`` = Study A's
+    V100/A100/H100), by the one scope policy (:func:`accelbench.aggregate.scope.in_scope`: an H200 is H100 class)."""
+    return scope.in_scope("v100/a100/h100" if claim_gpu.strip().lower() == "all" else claim_gpu, hardware)[0]
 
 
 def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str]:
@@ -249,9 +267,11 @@ def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str
     if metric in ("speedup_x", "throughput_gain"):
         extra = ""
         if "channels_last" in conf:
+            # layout conversions as the current classifier counts them (result_rows: same-dtype strided copies too)
             extra = f", {r['layout_conversion_kernels']:.0f} layout-conversion kernels/step"
             if pd.notna(r.get("cast_copy_kernels")):
                 extra += f" (+{r['cast_copy_kernels']:.0f} cast/copy kernels, counted apart)"
+            extra += f", {r['share_layout_conversion']:.0%} of device time in layout conversion"
         return f"{r['speedup_vs_baseline']:.2f}x{extra}", "measured (training-step time)"
     if metric in ("sm_cycles_ratio", "sm_cycles_reduction_x"):
         ratio = 1 / r["speedup_vs_baseline"]
@@ -517,7 +537,9 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
                 f"projected_sample_s = median reverse step x {steps_text} (the configured timesteps; a projection). "
                 f"Quality: an untrained network's predicted noise vs. the baseline's (rel. L2, PSNR, SSIM; a proxy "
                 f"for synthesis quality). noise: 'noisy' where other processes loaded the host or the timing spread "
-                f"p90/median passed the config's threshold (measurements.noise).")
+                f"p90/median passed the config's threshold (measurements.noise). Kernel classes: the current "
+                f"classifier's (same-dtype strided copies count as layout conversion), re-derived from each result's "
+                f"kernels.csv, else from its top kernels; kernel_classes says which.")
     claims = claims_table(read_claims(claims_path), df, loaded)
     write_table(claims, out_dir / "claims_vs_measured",
                 f"Study A's published claims ({Path(claims_path).name}) beside values measured on {hw}. A result "
