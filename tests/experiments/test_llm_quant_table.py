@@ -77,7 +77,7 @@ def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
 
 
 def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
-    """The bundled model's baseline is named for what it is (Q4_1 weights dequantized, fp32 compute), the throughput
+    """The bundled model's baseline is named for what it is (Q4_1-dequantized, fp32 compute), the throughput
     column is evaluation tokens / evaluation time (not the forward benchmark), and the caption says what the
     Q4_1 baseline does to the comparison."""
     import pandas as pd
@@ -92,7 +92,8 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     study_b_quant.aggregate(paths, "resources/reference/study_b_quantization.csv", out)
     df = pd.read_csv(out / "table.csv")
     ours = df[df["source"] == "measured"].set_index("method")
-    assert ours.loc["fp32", "label"] == "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)"
+    assert ours.loc["fp32", "label"] == "SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)"
+    assert (ours["model_name"] == "SmolLM2-135M-Instruct (Q4_1-dequantized)").all()
     assert "FP32 baseline" not in set(ours["label"]) and (ours["weights"] == "pretrained, Q4_1 dequantized").all()
     assert ours.loc["fp32", "throughput_tok_per_s"] == pytest.approx(1022 / 2.0)
     assert ours.loc["fake", "throughput_tok_per_s"] == pytest.approx(1022 / 4.0)

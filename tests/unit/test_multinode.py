@@ -213,7 +213,8 @@ def test_scaling_outputs_label_multi_node_points(tmp_path):
              **agg.layout_columns({"nodes": max(1, d // 8), "ranks_per_node": min(d, 8)}, d)} for d in (1, 8, 16)]
     df = pd.DataFrame(rows)
     eff = agg.efficiency_table(df, ref).set_index(["series", "devices"])
-    assert eff.loc[("measured H100 (paper), Study B-faithful (authors' code): faithful", 16), "layout"] == "2 nodes x 8"
+    assert eff.loc[("measured here: H100 (paper), Study B-faithful (authors' code): faithful", 16), "layout"] == \
+        "2 nodes x 8"
     assert eff.loc[("published Gaudi1", 64), "layout"] == "8 nodes x 8"
     assert eff.loc[("published Gaudi1", 8), "layout"] == "1 node"
     agg.fig_scaling(df, ref, source, tmp_path / "fig.png")

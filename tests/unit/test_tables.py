@@ -197,4 +197,4 @@ def test_sr3_labels_count_devices_used_and_curves_span_them(tmp_path):
     ref, _ = study_b_sr3.read_reference("resources/reference/study_b_sr3_scaling.csv")
     eff = study_b_sr3.efficiency_table(df, ref)
     assert set(eff.loc[eff["series"].str.startswith("measured"), "series"]) == {
-        "measured NVIDIA H100 80GB HBM3 (79.1 GiB) (paper), paper text (attention at 16 px): fp32"}
+        "measured here: NVIDIA H100 80GB HBM3 (79.1 GiB) (paper), paper text (attention at 16 px): fp32"}

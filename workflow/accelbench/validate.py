@@ -5,7 +5,11 @@ Schemas (``accelbench/schemas/``, JSON Schema draft 2020-12): ``result.json`` ho
 results with a non-empty reason) and ``<experiment>.json`` what an ``ok`` result of that experiment must measure:
 timings with their unit and repeated samples (median, p10/p90), values with units. Schemas are strict about what
 must be there and permissive about extra fields (results gain fields over time). On top of the schemas every number
-in the file must be finite (``NaN``/``Infinity`` are refused: writers store ``null`` for "no value").
+in the file must be finite (``NaN``/``Infinity`` are refused: writers store ``null`` for "no value"), and physically
+possible (:func:`bound_problems`): no MFU above 1, no board's average power above the power limit its provenance
+records. Results made before those two rules (:data:`BOUNDS_SINCE`, e.g. the committed reference runs) are not
+refused for them: the problems come back as warnings (:func:`warnings_of`, logged and listed in the summary), and the
+tables flag the numbers (the quantization table recomputes or hides the MFU, the energy table flags the power).
 
 :func:`validate_files` checks many files and raises one :class:`~accelbench.errors.ResultError` naming every
 offending file with the field that is wrong; :func:`problems` gives the list for one file.
@@ -13,8 +17,10 @@ offending file with the field that is wrong; :func:`problems` gives the list for
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
+import logging
 import math
 import re
 from functools import lru_cache
@@ -29,6 +35,7 @@ from .backends import BACKENDS
 from .registry import names
 from .results import SCHEMA_VERSION, read_json, redo_journal
 
+log = logging.getLogger(__name__)
 EXPERIMENTS = names()  # the study experiments of the registry (net_smoke, a diagnostic, has no schema)
 BASE = "result.json"
 
@@ -89,6 +96,97 @@ def _negative(obj, where=(), named=False) -> list[str]:
     return []
 
 
+# The physical bounds (issue 47) apply to results made from this UTC time on; older ones get them as warnings.
+BOUNDS_SINCE = "2026-12-02T00:00:00+00:00"
+BOARD_SOURCES = ("nvml", "hlml")  # energy counters of the accelerator board, which the board's power limit bounds
+# a board's power reading is accurate to about +-5% (nvidia-smi: "accurate to within +/- 5%" of the draw) and the cap
+# acts over tens of ms: a new result is refused only above limit x (1 + this); the tables flag anything above the limit
+POWER_METER_TOLERANCE = 0.05
+MFU_KEY = re.compile(r"(^|_)mfu($|_)")
+
+
+def _mfu_over_one(obj, where=()) -> list[str]:
+    if isinstance(obj, dict):
+        out = []
+        for k, v in obj.items():
+            if (MFU_KEY.search(str(k)) and isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and math.isfinite(v) and v > 1):
+                out.append(f"{_where((*where, k))}: MFU {v:.3g} is above 1 (achieved FLOP/s above the peak: the FLOP "
+                           f"count or the peak it is paired with is wrong)")
+            else:
+                out += _mfu_over_one(v, (*where, k))
+        return out
+    if isinstance(obj, list):
+        return [p for i, v in enumerate(obj) for p in _mfu_over_one(v, (*where, i))]
+    return []
+
+
+def power_limit_w(data: dict) -> float | None:
+    """The board's power limit (W per device) recorded in a result's provenance
+    (``environment.hardware.power_limit_w``, :meth:`accelbench.backends.cuda.CudaOps.provenance`), None if absent."""
+    v = ((data.get("environment") or {}).get("hardware") or {}).get("power_limit_w")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def power_over_limit(energy: dict | None, limit_w: float) -> list[dict]:
+    """The metered phases of ``measurements.energy`` whose average power per device (median over windows, W, divided
+    by the devices counted) is above ``limit_w`` (W per device) by more than the meter's accuracy
+    (:data:`POWER_METER_TOLERANCE`): ``[{"phase", "power_w" (per device), "windows"}]``.
+    Board counters only (:data:`BOARD_SOURCES`: a host's RAPL package is not bounded by the board's limit)."""
+    if not isinstance(energy, dict) or energy.get("status") != "ok":
+        return []
+    out = []
+    for phase, e in (energy.get("phases") or {}).items():
+        if not isinstance(e, dict) or e.get("status") != "ok" or e.get("source") not in BOARD_SOURCES:
+            continue
+        w = (e.get("power_w") or {}).get("median")
+        if not isinstance(w, (int, float)):
+            continue
+        per_device = float(w) / max(1, int(e.get("devices_counted") or 1))
+        if per_device > limit_w * (1 + POWER_METER_TOLERANCE):
+            out.append({"phase": phase, "power_w": per_device, "windows": e.get("windows_used")})
+    return out
+
+
+def bound_problems(data: dict) -> list[str]:
+    """Physically impossible values of one result: an MFU (any ``mfu``/``mfu_*`` key of ``measurements``) above 1,
+    and a metered phase whose average power per device is above the board's power limit recorded in the provenance
+    (:func:`power_limit_w`; without one the power is not checked)."""
+    out = _mfu_over_one(data.get("measurements"), ("measurements",))
+    limit = power_limit_w(data)
+    if limit is not None:
+        energy = (data.get("measurements") or {}).get("energy")
+        out += [f"measurements.energy.phases.{p['phase']}.power_w: {p['power_w']:.1f} W per device (median over "
+                f"{p['windows']} window(s)) is above the board's power limit {limit:g} W "
+                f"(environment.hardware.power_limit_w): the energy counter or the window timing is wrong"
+                for p in power_over_limit(energy, limit)]
+    return out
+
+
+def made_before_bounds(data: dict) -> bool:
+    """True for a result made before :data:`BOUNDS_SINCE` (``environment.timestamp_utc``), whose impossible values
+    are warnings, not errors; False where the time is missing or unreadable (checked as new)."""
+    ts = (data.get("environment") or {}).get("timestamp_utc")
+    try:
+        made = _dt.datetime.fromisoformat(str(ts))
+    except ValueError:
+        return False
+    if made.tzinfo is None:
+        made = made.replace(tzinfo=_dt.UTC)
+    return made < _dt.datetime.fromisoformat(BOUNDS_SINCE)
+
+
+def warnings_of(data) -> list[str]:
+    """The physical-bound problems (:func:`bound_problems`) of a result made before the rules (:data:`BOUNDS_SINCE`):
+    reported, not refused (its measured numbers stay as recorded; the tables flag them)."""
+    if not isinstance(data, dict) or not made_before_bounds(data):
+        return []
+    try:
+        return bound_problems(data)
+    except RecursionError:
+        return []
+
+
 def problems_of(data) -> list[str]:
     """Every problem of one parsed result, as ``field: message`` lines (empty when valid)."""
     if not isinstance(data, dict):
@@ -106,7 +204,8 @@ def _problems_of(data: dict) -> list[str]:
     if exp in EXPERIMENTS and not out:
         out += [f"{_where(e.absolute_path)}: {_message(e)}"
                 for e in sorted(validator(exp).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
-    return out + _non_finite(data) + _negative(data.get("measurements"), ("measurements",))
+    out += _non_finite(data) + _negative(data.get("measurements"), ("measurements",))
+    return out if made_before_bounds(data) else out + bound_problems(data)
 
 
 def problems(path: str | Path) -> list[str]:
@@ -124,7 +223,8 @@ def problems(path: str | Path) -> list[str]:
 
 
 def validate_files(paths: list[str | Path]) -> list[dict]:
-    """Validate every file; return one summary per file (path, experiment, status, sha256).
+    """Validate every file; return one summary per file (path, experiment, status, sha256, and ``warnings``: the
+    impossible values of a result made before the rules that refuse them, :func:`warnings_of`, also logged).
 
     Raises:
         ResultError: one or more files are invalid; the message lists each file and its wrong fields.
@@ -139,6 +239,11 @@ def validate_files(paths: list[str | Path]) -> list[dict]:
         summary.append({"path": str(p), "experiment": data["experiment"], "status": data["status"],
                         "system": data["config"]["system"]["name"],
                         "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()})
+        warned = warnings_of(data)
+        if warned:
+            summary[-1]["warnings"] = warned
+            for w in warned:
+                log.warning("%s: %s (made before %s: reported, not refused; the tables flag it)", p, w, BOUNDS_SINCE)
     if bad:
         lines = [f"{len(bad)} of {len(paths)} result file(s) do not match the result schema "
                  f"(accelbench/schemas, schema_version {SCHEMA_VERSION}); fix or move each away and rerun its rule:"]

@@ -6,6 +6,8 @@ rule energy_aggregate:
         # reference-run ones included), so this job's printed input stays short however many results there are
         validated=validated(*EXPERIMENTS),
         sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+        # read beside the SR3 reference: board power limits for results that recorded none (column flag)
+        board_power=REPO / "resources/reference/board_power.csv",
     output:
         table=report(
             f"{RESULTS}/energy/energy.csv",

@@ -52,6 +52,8 @@ rule study_b_quant_aggregate:
     input:
         results=llm_quant_results() + copied_results("llm_quant"),
         reference=REPO / "resources/reference/study_b_quantization.csv",
+        # read beside the reference: the model cards' published scores (<task>_card_pct)
+        model_cards=REPO / "resources/reference/model_cards.csv",
         validated=validated("llm_quant"),
     output:
         table=report(

@@ -76,6 +76,26 @@ def devices_used(result: dict) -> int:
     return 1
 
 
+def model_display(result: dict, fallback: str | None = None) -> str | None:
+    """The name of the model a result ran, from its own record (``measurements.model``), never from a table's
+    constant: ``display_name`` where recorded (:func:`accelbench.models.llm.display_name`), else rebuilt from
+    ``name`` and ``quantized_file`` the same way (``"SmolLM2-135M-Instruct (Q4_1-dequantized)"``); a random-init
+    model named only by its architecture type gets ``"<fallback, the config's family or name> (random init)"``.
+    Without a record: ``fallback``, else the config's ``model_name``/``model`` key."""
+    from ..models.llm import display_name
+
+    info = (result.get("measurements") or {}).get("model")
+    cfg = result.get("config") or {}
+    if not isinstance(info, dict) or not info.get("name"):
+        return fallback or cfg.get("model_name") or (cfg["model"] if isinstance(cfg.get("model"), str) else None)
+    if info.get("display_name"):
+        return info["display_name"]
+    name = str(info["name"])
+    if info.get("weights") == "random init" and "random" not in name.lower():
+        return f"{fallback or cfg.get('family') or name} (random init)"
+    return display_name(name, info.get("quantized_file"))
+
+
 def joined_labels(df: pd.DataFrame, column: str = "hardware", empty: str = "none") -> str:
     """The distinct provenance labels of ``column`` (e.g. every hardware measured), for captions and titles."""
     return "; ".join(sorted(set(df[column]))) if not df.empty else empty

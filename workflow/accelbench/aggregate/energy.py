@@ -7,6 +7,9 @@ and those copied in or committed (reference runs), and writes:
   (J per step, median over windows, summed over the job's devices), average power (W), the headline energy per work
   unit (J per image, per token, per 1k evaluated tokens, ...) and throughput per watt; ``energy`` says ``ok``,
   ``unsupported`` (with the reason), ``off``, or ``not recorded`` (a result made before the meter existed);
+  ``model``: what ran (:func:`.common.model_display`); ``flag``: a metered phase whose average power per device is
+  above the board's power limit (the limit the result recorded, else ``board_power.csv`` beside the SR3 reference):
+  not a power the board can draw, so the row's energy is not reliable (:func:`power_flag`);
 * ``energy_units.{csv,md,tex}``: every energy-per-unit and per-watt number of every result, each labelled
   ``measured`` or ``projection`` (Study A's 250-step sample, SR3's 40,000 iterations of Study B);
 * ``fig_time_vs_energy.png``: per experiment, step time vs J per step, one colour per system; on the SR3 panel the
@@ -27,7 +30,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..energy import LABEL
-from .common import joined_labels, load_results, write_table
+from ..validate import power_limit_w, power_over_limit
+from .common import joined_labels, load_results, model_display, write_table
 from .figures import FONT, published as published_origin, save_figure, series_label, wrap
 
 # the case of a result: these config values, where present, in this order (no experiment is named)
@@ -56,8 +60,51 @@ def _time_ms(m: dict) -> float | None:
     return None
 
 
-def rows(results: list[dict]) -> pd.DataFrame:
-    """One row per ``ok`` result (see the module docstring); ``energy_units`` rows under ``attrs["units"]``."""
+BOARD_POWER = "board_power.csv"  # beside the SR3 reference (resources/reference/)
+
+
+def read_board_power(path: str | Path | None) -> pd.DataFrame:
+    """Board power limits (``device_match``, ``power_limit_w`` in W per device, ``source``); empty without the file."""
+    cols = ["device_match", "power_limit_w", "source"]
+    if not path or not Path(path).is_file():
+        return pd.DataFrame(columns=cols)
+    return pd.read_csv(path, comment="#").reindex(columns=cols)
+
+
+def board_limit(result: dict, boards: pd.DataFrame | None = None) -> tuple[float | None, str]:
+    """``(W per device, where from)``: the enforced limit the result recorded (:func:`accelbench.validate.
+    power_limit_w`), else the first ``boards`` row whose ``device_match`` is in the provenance's device name, else
+    ``(None, "")``."""
+    recorded = power_limit_w(result)
+    if recorded is not None:
+        return recorded, "recorded"
+    name = str(((result.get("environment") or {}).get("hardware") or {}).get("device_name") or "")
+    for _, b in (boards if boards is not None else pd.DataFrame()).iterrows():
+        if str(b["device_match"]) and str(b["device_match"]) in name:
+            return float(b["power_limit_w"]), str(b["source"])
+    return None, ""
+
+
+def power_flag(result: dict, boards: pd.DataFrame | None = None) -> str | None:
+    """Why a result's energy is not reliable, or None: each metered phase whose average power per device (W) is above
+    the board's limit (:func:`board_limit`), with the windows it rests on (one window: ``one window above the board
+    limit``). The measured numbers stay as recorded."""
+    limit, where = board_limit(result, boards)
+    if limit is None:
+        return None
+    over = power_over_limit((result.get("measurements") or {}).get("energy"), limit)
+    if not over:
+        return None
+    parts = [f"{p['phase']}: {p['power_w']:.1f} W per device"
+             + (" from one window above the board limit" if p["windows"] == 1 else
+                f" (median of {p['windows']} windows) above the board limit") for p in over]
+    return (f"{'; '.join(parts)} ({limit:g} W, {'recorded' if where == 'recorded' else 'board_power.csv'}): "
+            f"not reliable")
+
+
+def rows(results: list[dict], boards: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per ``ok`` result (see the module docstring); ``energy_units`` rows under ``attrs["units"]``;
+    ``boards``: :func:`read_board_power` (the limits of results that recorded none)."""
     out, units = [], []
     for r in results:
         if r.get("status") != "ok":
@@ -65,7 +112,8 @@ def rows(results: list[dict]) -> pd.DataFrame:
         m = r.get("measurements") or {}
         e = m.get("energy")
         base = {"system": r["_hardware"], "series": r["_series"], "experiment": r["experiment"], "case": _case(r)}
-        row = {**base, "phase": (e or {}).get("main_phase"), "step_ms": _time_ms(m),
+        row = {**base, "model": model_display(r) if isinstance(m.get("model"), dict) else None,
+               "flag": power_flag(r, boards), "phase": (e or {}).get("main_phase"), "step_ms": _time_ms(m),
                "energy": (e or {}).get("status", "not recorded"), "j_per_step": None, "power_w": None,
                "per_unit": None, "unit": None, "per_watt": None, "per_watt_unit": None, "source": None,
                "reliable": None, "reason": (e or {}).get("reason")}
@@ -85,9 +133,9 @@ def rows(results: list[dict]) -> pd.DataFrame:
                 units.append({**base, "quantity": name, "value": v["value"], "unit": v["unit"], "label": "measured",
                               "phase": v.get("phase")})
         out.append(row)
-    df = pd.DataFrame(out, columns=["system", "series", "experiment", "case", "phase", "step_ms", "energy",
+    df = pd.DataFrame(out, columns=["system", "series", "experiment", "case", "model", "phase", "step_ms", "energy",
                                     "j_per_step", "power_w", "per_unit", "unit", "per_watt", "per_watt_unit",
-                                    "source", "reliable", "reason"])
+                                    "source", "reliable", "flag", "reason"])
     df.attrs["units"] = pd.DataFrame(units, columns=["system", "series", "experiment", "case", "quantity", "value",
                                                      "unit", "label", "phase"])
     return df.sort_values(["experiment", "case", "system"], kind="stable").reset_index(drop=True)
@@ -174,12 +222,14 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path | None,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
-    df = rows(results)
+    df = rows(results, read_board_power(Path(reference_path).parent / BOARD_POWER if reference_path else None))
     write_table(df, out_dir / "energy",
                 f"Time and energy per step of every result ({LABEL}; systems: {joined_labels(df, 'system')}): step "
                 f"time (ms, the clock's median), J per step (median over windows of >= 1 s, summed over the job's "
                 f"devices), W, energy per unit and throughput per watt; host CPU, memory, network and cooling are "
-                f"not counted", empty="no ok result")
+                f"not counted. flag: a metered phase whose average power per device is above the board's power limit "
+                f"(recorded in the result, else board_power.csv): not a power the board can draw, the energy is not "
+                f"reliable", empty="no ok result")
     write_table(df.attrs["units"], out_dir / "energy_units",
                 f"Energy per work unit and throughput per watt ({LABEL}); `projection` = a measured median times a "
                 f"step count", empty="no result with energy")

@@ -33,7 +33,7 @@ import pandas as pd  # noqa: E402
 
 from ..errors import DataError  # noqa: E402
 from .claims import ClaimInputs, NotMeasured, Observation, per_system_rows  # noqa: E402
-from .common import load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .common import load_results, model_display, noise_cell, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
@@ -81,6 +81,8 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         cfg, m = r["config"], r["measurements"]
         row = {"system": cfg["system"]["name"], "hardware": r["_hardware"], "device": r.get("_device", r["_hardware"]),
                "software": r["_software"], "model": cfg["model_name"], "family": cfg.get("family", cfg["model_name"]),
+               # what ran, from the result's record (e.g. "SmolLM2-135M-Instruct (Q4_1-dequantized)")
+               "model_name": model_display(r, cfg.get("family")),
                "attention": cfg["attention"], "strategy": cfg["strategy"], "devices": int(cfg["devices"]),
                "series": cfg.get("series", OLD_SERIES),
                "status": r["status"], "reason": r.get("reason"), "origin": origin_of(r),
@@ -90,6 +92,8 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
             row.update({
                 "weights": m["model"].get("weights"), "attn_implementation": m["attn_implementation"],
                 "precision": m["precision"], "seq_len": m["data"]["seq_len"],
+                # why bf16 became fp32 (a system or a CPU without native bf16, issue 42), as a footnote
+                "precision_note": "; ".join(n for n in m.get("notes") or () if "fp32 used" in n) or None,
                 "step_ms": m["step"]["median"], "step_p10_ms": m["step"]["p10"], "step_p90_ms": m["step"]["p90"],
                 "timed_steps": m["step"]["count"], "slowest_rank_step_ms": m["step_slowest_rank_median_ms"],
                 "samples_per_s": m["samples_per_s"], "tokens_per_s": m["tokens_per_s"],
@@ -139,9 +143,10 @@ def loss_check(df: pd.DataFrame) -> list:
 
 def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     """The run table with ``OOM``/``unsupported`` in place of numbers for cases that did not run."""
-    cols = ["hardware", "family", "weights", "series", "attention", "attn_implementation", "strategy", "devices",
-            "precision", "seq_len", "step_ms", "step_p10_ms", "step_p90_ms", "train_runtime_ms_per_step",
-            "samples_per_s", "tokens_per_s", "peak_mem_gib", "host_peak_rss_gib", "mfu_lora", "mfu_6n",
+    cols = ["hardware", "family", "model_name", "weights", "series", "attention", "attn_implementation", "strategy",
+            "devices",
+            "precision", "precision_note", "seq_len", "step_ms", "step_p10_ms", "step_p90_ms",
+            "train_runtime_ms_per_step", "samples_per_s", "tokens_per_s", "peak_mem_gib", "host_peak_rss_gib", "mfu_lora", "mfu_6n",
             "eval_loss_before", "eval_loss_after", "loss_vs_faithful", "projected_min_per_mtok",
             "projected_epoch_min", "noise", "status", "reason"]
     out = df.reindex(columns=cols).astype(object)
@@ -341,7 +346,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
                                           f"(p10-p90 {e_lo:.0f}-{e_hi:.0f}), flash {t['flash']:.0f} ms "
                                           f"({f_lo:.0f}-{f_hi:.0f}): {v:+.1f}%"
                                           + (" (the p10-p90 spreads overlap: unresolved)" if overlap else ""),
-                                       used(g), unresolved=overlap))
+                                       used(g), unresolved=overlap, key=f"{fam}/{n}"))
         if not obs:
             raise NotMeasured("no pair of eager and flash runs at equal model, strategy and devices")
         return obs
@@ -353,7 +358,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
             if sharded in t and "ddp" in t:
                 v = t[sharded] / t["ddp"]
                 obs.append(Observation(v, prefix + f"{fam} {att} n={n}: {sharded} {t[sharded]:.0f} ms / DDP {t['ddp']:.0f} ms "
-                                          f"= {v:.2f}x", used(g)))
+                                          f"= {v:.2f}x", used(g), key=f"{fam}/{n}"))
         if not obs:
             raise NotMeasured(f"no {sharded} and DDP runs at equal model, attention and devices")
         return obs
@@ -369,7 +374,7 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
             obs.append(Observation(not fits.empty,
                                    prefix + f"{fam}: OOM with {', '.join(sorted(set(unsharded_oom['strategy'])))}; sharded "
                                    + (", ".join(f"{s} n={n} ok" for s, n in zip(fits["strategy"], fits["devices"]))
-                                      or "runs: " + ", ".join(sorted(set(sharded["status"])))), used(g)))
+                                      or "runs: " + ", ".join(sorted(set(sharded["status"])))), used(g), key=fam))
         if not obs:
             raise NotMeasured("no model ran out of memory without sharding here (with sharded runs beside it): "
                               "add a model that does not fit one device (e.g. llama33_70b) to lora_finetune.models")

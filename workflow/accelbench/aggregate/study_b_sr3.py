@@ -6,6 +6,11 @@ its source in the header lines). Strong-scaling efficiency with iterations x dev
 ``T(1) / (N * T(N))`` for wall times, which for measured runs equals ``t_iter(1) / t_iter(N)`` (same
 per-device batch). Hardware labels come from each result's provenance.
 
+Labels say what the data show: an ``ours`` configuration is labelled :data:`FASTEST` only where it is faster than the
+faithful configuration on the same node (:func:`series_labels`), and every minutes column says whether it is a
+projection (median iteration x 40,000), a measured-plus-projected total (the iterations run, first-iteration
+compilation included, + the median for the rest) or a published wall time (``minutes_kind``).
+
 Claims (:data:`CLAIM_CHECKS`, for the claims table): strong-scaling efficiency per system, and the cross-system
 1-device throughput order against the published times.
 """
@@ -24,10 +29,15 @@ import pandas as pd  # noqa: E402
 from ..errors import DataError  # noqa: E402
 from ..experiments import sr3_configs  # noqa: E402
 from ..experiments.sr3_scaling import STUDY_B_WORKLOAD  # noqa: E402
+from . import scope  # noqa: E402
 from .claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows  # noqa: E402
 from .common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from .figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
 
+FASTEST = "ours (fastest honest run)"
+# what each minutes column of the efficiency table holds (its `minutes_kind`)
+MINUTES_KIND = {"projection": "projected: median iteration x 40,000 / devices (no compilation, no warm-up)",
+                "published": "published: Study B's wall time"}
 REFERENCE_LABELS = {"gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3", "v100": "V100", "a100": "A100",
                     "h100": "H100"}
 # Devices per node of the published runs (Study B: Voyager's Gaudi1 nodes hold 8 cards, its 64-card run spans 8 nodes;
@@ -69,8 +79,8 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
             eff = float(t1.iloc[0] / (r["devices"] * r["minutes"])) if len(t1) else np.nan
             rows.append({"series": f"published {REFERENCE_LABELS.get(system, system)}", "precision": "fp32",
                          "devices": int(r["devices"]), "layout": _published_layout(system, int(r["devices"])),
-                         "minutes_40k": float(r["minutes"]), "efficiency": eff,
-                         "label": "published"})
+                         "minutes_40k": float(r["minutes"]), "minutes_kind": MINUTES_KIND["published"],
+                         "efficiency": eff, "label": "published"})
     return pd.DataFrame(rows)
 
 
@@ -112,6 +122,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "iterations_run": m["iterations_run"], "wall_s": m["measured_wall_s"],
                 "strong_total_s": m["strong_scaling_total"]["seconds"], "strong_total_label": m["strong_scaling_total"]["label"],
                 "study_b_40k_minutes_projection": m["study_b_projection"]["minutes"],
+                "study_b_40k_minutes_measured_plus_projected": measured_plus_projected_minutes(m),
                 "peak_mem_gib": m.get("peak_mem_gib"),
                 "peak_rss_gib": max(m.get("peak_rss_gib_per_rank") or [np.nan]),
                 "replica_max_abs_diff": m["replica_max_abs_diff"],
@@ -138,7 +149,56 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
         df["efficiency_vs_1"] = eff
         df["speedup_vs_1"] = df["efficiency_vs_1"] * df["devices"]
         df["loss_vs_faithful"] = [_loss_check(df, r) for _, r in df.iterrows()]
+    df["series_label"] = series_labels(df)
     return df
+
+
+def measured_plus_projected_minutes(m: dict) -> float | None:
+    """Minutes of Study B's workload as run: ``strong_scaling_total`` (the measured wall time of the iterations run,
+    first-iteration compilation and warm-up included, + the median iteration for the rest), where it is the same
+    workload as ``study_b_projection`` (both record ``workload_iterations``; else None: another scale's total, or one
+    that does not say its workload, is not Study B's 40,000 iterations)."""
+    total, proj = m.get("strong_scaling_total") or {}, m.get("study_b_projection") or {}
+    work = total.get("workload_iterations")
+    if total.get("seconds") is None or work is None or work != proj.get("workload_iterations"):
+        return None
+    return float(total["seconds"]) / 60.0
+
+
+def series_labels(df: pd.DataFrame) -> list[str]:
+    """Per row, its series' label, computed from the data for ``ours``: :data:`FASTEST` only on the fastest ``ours``
+    configuration whose median iteration (ms) is below the faithful configuration's on the same node (same system,
+    origin and hardware label) at the same device count; other ``ours`` rows say ``faster than faithful``, ``not
+    faster than faithful (<ms> vs <ms> ms per iteration)``, that no faithful run on the node compares, or that they
+    did not run. Other series keep :data:`accelbench.experiments.sr3_configs.SERIES`."""
+    node = ["system", "origin", "hardware", "devices"]
+    ok = df[df["status"] == "ok"] if "iteration_ms" in df else df.iloc[:0]
+    faithful = {tuple(r[k] for k in node): float(r["iteration_ms"])
+                for _, r in ok[ok["configuration"] == "faithful"].iterrows()}
+    faster = {}  # node -> the fastest ours row index below faithful
+    for i, r in ok[ok["series"] == "ours"].iterrows():
+        key = tuple(r[k] for k in node)
+        if key in faithful and float(r["iteration_ms"]) < faithful[key] and (
+                key not in faster or float(r["iteration_ms"]) < float(ok.loc[faster[key], "iteration_ms"])):
+            faster[key] = i
+    out = []
+    for i, r in df.iterrows():
+        if r["series"] != "ours":
+            out.append(sr3_configs.SERIES.get(r["series"], r["series"]))
+            continue
+        key = tuple(r[k] for k in node)
+        if r["status"] != "ok":
+            out.append(f"ours ({status_cell(r.to_dict())}: not compared)")
+        elif key not in faithful:
+            out.append("ours (not compared: no faithful run on this node)")
+        elif faster.get(key) == i:
+            out.append(FASTEST)
+        elif float(r["iteration_ms"]) < faithful[key]:
+            out.append("ours (faster than faithful)")
+        else:
+            out.append(f"ours (not faster than faithful: {float(r['iteration_ms']):.1f} vs {faithful[key]:.1f} ms "
+                       f"per iteration)")
+    return out
 
 
 def _max_or_none(values):
@@ -164,10 +224,12 @@ def _loss_check(df: pd.DataFrame, r: pd.Series) -> str | None:
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
-    cols = ["hardware", "scale", "series", "configuration", "precision", "attention_levels", "cudnn_benchmark",
-            "host_syncs_timed", "devices", "layout", "interconnect", "iteration_ms", "iteration_p10_ms", "iteration_p90_ms",
+    cols = ["hardware", "scale", "series", "series_label", "configuration", "precision", "attention_levels",
+            "cudnn_benchmark", "host_syncs_timed", "devices", "layout", "interconnect", "iteration_ms",
+            "iteration_p10_ms", "iteration_p90_ms",
             "images_per_s", "iterations_per_device", "iterations_run", "wall_s", "strong_total_s", "strong_total_label",
-            "study_b_40k_minutes_projection", "speedup_vs_1", "efficiency_vs_1", "mfu", "loss_vs_faithful",
+            "study_b_40k_minutes_projection", "study_b_40k_minutes_measured_plus_projected", "speedup_vs_1",
+            "efficiency_vs_1", "mfu", "loss_vs_faithful",
             "peak_mem_gib", "peak_rss_gib",
             "replica_max_abs_diff", "psnr_sr3_db", "psnr_bicubic_db", "ssim_sr3", "ssim_bicubic", "beats_bicubic",
             "quality_sampler", "noise", "status", "reason"]
@@ -179,17 +241,29 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
-    """Scaling efficiency per series and device count: measured (this run's results) beside published."""
+    """Scaling efficiency per series and device count: this run's results beside published. ``minutes_40k``: a
+    measured row's projection from its median iteration, a published row's wall time (``minutes_kind`` says which);
+    ``minutes_40k_measured_plus_projected``: a measured row's total with the iterations it ran (compilation
+    included), beside its projection."""
     rows = []
     for _, r in df.iterrows():
-        rows.append({"series": f"measured {r.get('device', r['hardware'])} ({r['scale']}), "
-                               f"{sr3_configs.SERIES[r['series']]}: {r['configuration']}", "precision": r["precision"],
-                     "devices": r["devices"], "layout": r.get("layout"),
-                     "minutes_40k": r.get("study_b_40k_minutes_projection") if r["status"] == "ok" else None,
-                     "efficiency": r.get("efficiency_vs_1") if r["status"] == "ok" else None,
-                     "label": "projection" if r["status"] == "ok" else status_cell(r.to_dict()),
+        ok = r["status"] == "ok"
+        label = r.get("series_label") or sr3_configs.SERIES.get(r["series"], r["series"])
+        device, origin = str(r.get("device", r["hardware"])), str(r.get("origin") or "measured here")
+        who = device if device.startswith(origin) else f"{origin}: {device}"  # a reference run's label leads already
+        rows.append({"series": f"{who} ({r['scale']}), {label}: {r['configuration']}",
+                     "precision": r["precision"], "devices": r["devices"], "layout": r.get("layout"),
+                     "minutes_40k": r.get("study_b_40k_minutes_projection") if ok else None,
+                     "minutes_kind": MINUTES_KIND["projection"] if ok else None,
+                     "minutes_40k_measured_plus_projected":
+                         r.get("study_b_40k_minutes_measured_plus_projected") if ok else None,
+                     "efficiency": r.get("efficiency_vs_1") if ok else None,
+                     "label": "projection" if ok else status_cell(r.to_dict()),
                      "noise": r.get("noise"), "reason": r.get("reason")})
-    return pd.concat([pd.DataFrame(rows), published_efficiency(ref)], ignore_index=True)
+    cols = ["series", "precision", "devices", "layout", "minutes_40k", "minutes_kind",
+            "minutes_40k_measured_plus_projected", "efficiency", "label", "noise", "reason"]
+    return pd.concat([pd.DataFrame(rows, columns=cols), published_efficiency(ref)], ignore_index=True).reindex(
+        columns=cols)
 
 
 def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> list[str]:
@@ -214,7 +288,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         if len(t1):
             ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8,
                       markersize=4, label=label)
-    small = []
+    small, with_totals = [], False
     for j, ((hw, prec, scale, origin), g) in enumerate(
             # one curve per device type: the label without a count (each point's count is its x)
             ok.groupby(["device" if "device" in ok else "hardware", "configuration", "scale", "origin"], sort=True)
@@ -235,6 +309,12 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         if scale == "paper":
             ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2,
                       label=label)
+            total = g.dropna(subset=["study_b_40k_minutes_measured_plus_projected"]) \
+                if "study_b_40k_minutes_measured_plus_projected" in g else g.iloc[:0]
+            if len(total):  # beside the projection: the total with the iterations run (compilation included)
+                ax_t.plot(total["devices"], total["study_b_40k_minutes_measured_plus_projected"], ":s", color=color,
+                          markerfacecolor="none", linewidth=1.2, label="_total")  # one legend entry for all: below
+                with_totals = True
         else:
             small.append(label)
         t1 = g.loc[g["devices"] == 1, "iteration_ms"]
@@ -242,6 +322,12 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
             ax_s.plot(g["devices"], g["speedup_vs_1"], "-s", color=color, linewidth=2, label=label)
     n = np.array(sorted(all_n)) if all_n else np.array([1])
     ax_s.plot(n, n, ":", color="grey", linewidth=1, label="ideal linear speedup")
+    if with_totals:  # one entry for every series' dotted total (its colour is the series')
+        from matplotlib.lines import Line2D
+
+        ax_t.add_line(Line2D([], [], ls=":", marker="s", color="0.35", markerfacecolor="none", linewidth=1.2,
+                             label="dotted, open squares (colour of the series): the iterations run, compilation "
+                                   "included, + the median for the rest"))
     if small:
         ax_t.text(0.98, 0.98, wrap("not on this time axis (another workload scale; see the speedup panel): "
                                    + "; ".join(small), fig, FONT["legend"], 0.4),
@@ -252,7 +338,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     ax_t.set_xscale("log", base=2)
     ax_t.set_yscale("log")
     ax_t.set_title("wall time at paper scale (log-log; measured: projected from the median iteration)",
-                   fontsize=FONT["label"])
+                   fontsize=FONT["label"])  # dotted: with the iterations run (its legend entry says so)
     ax_s.set_xlabel("devices (count)")
     ax_s.set_ylabel("speedup over 1 device, T(1) / T(N) (x)")
     ax_s.set_title("speedup over 1 device, every scale (log-log)", fontsize=FONT["label"])
@@ -343,14 +429,16 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
     return [Observation(float(r["efficiency_vs_1"]), f"{r['configuration']} ({sr3_configs.SERIES[r['series']]}) "
                                                      f"{r['devices']} devices: efficiency "
                                                      f"{r['efficiency_vs_1']:.2f} (iteration {r['iteration_ms']:.1f} ms)",
-                        [res[k] for k in [(r["configuration"], r["devices"]), (r["configuration"], 1)] if k in res])
+                        [res[k] for k in [(r["configuration"], r["devices"]), (r["configuration"], 1)] if k in res],
+                        key=str(int(r["devices"])))
             for _, r in ok.iterrows()]
 
 
 def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.DataFrame, noise: dict) -> dict:
-    """The cross-system claim: measured 1-device throughput order of the ``applies_to`` systems vs. the published.
+    """The cross-system claim: measured 1-device throughput order of the claim's ``hardware`` classes vs. the
+    published (a system counts as the class the scope policy gives it, :mod:`accelbench.aggregate.scope`).
     ``noise``: why a result is noisy, by (system, precision, devices)."""
-    tokens = [t for t in claim["applies_to"].lower().split("/") if t]
+    tokens = scope.claim_classes(claim["hardware"])
     pub = sr3_reference[(sr3_reference["devices"] == 1) & sr3_reference["system"].isin(tokens)]
     pub_order = list(pub.sort_values("minutes")["system"])
     measured = {}
@@ -358,7 +446,7 @@ def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.
     for _, g in ok.groupby("system") if not ok.empty else []:
         for _, r in select_configuration(g, claim["selector"]).iterrows():
             for t in tokens:
-                if r["system"].lower() == t or t in r["hardware"].lower():
+                if scope.class_of(r["hardware"])[0] == t:
                     measured[t] = (r["images_per_s"], f"{r['hardware']} ({r['configuration']})",
                                    (r["system"], r["configuration"], r["devices"]))
     base = {**claim_cells(claim), "system": ", ".join(sorted(set(sr3["system"]))) if not sr3.empty else "(none)",
@@ -376,8 +464,12 @@ def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.
         return {**base, "measured": text, "verdict": "not measured here",
                 "why": "not measured reliably: result flagged noisy (" + why_noisy[0] + ")"}
     holds = order == expected
-    return {**base, "measured": text, "verdict": "holds" if holds else "does not hold",
-            "why": f"published order {' > '.join(expected)}; measured {' > '.join(order)}"}
+    missing = [t for t in tokens if t not in measured]
+    verdict = ("does not hold" if not holds else "holds" if not missing
+               else f"partly measured ({len(measured)} of {len(tokens)})")
+    return {**base, "measured": text, "verdict": verdict,
+            "why": f"published order {' > '.join(expected)}; measured {' > '.join(order)}"
+                   + (f"; missing {', '.join(missing)}" if missing else "")}
 
 
 def _claim_key(r: dict) -> tuple:
@@ -430,10 +522,15 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     ref, source = read_reference(reference_path)
     df = result_rows(results)
     write_table(table(df), out_dir / "scaling",
-                "Study B SR3 training per system, precision and device count (iteration: median, ms; totals: s)")
+                "Study B SR3 training per system, precision and device count (iteration: median, ms; totals: s; "
+                "study_b_40k_minutes_projection: median iteration x Study B's 40,000 iterations, min; "
+                "study_b_40k_minutes_measured_plus_projected: the measured wall time of the iterations run, first-"
+                f"iteration compilation included, + the median for the rest, min). series_label: {FASTEST!r} only on "
+                "the fastest ours configuration faster than the faithful one on the same node and device count")
     write_table(efficiency_table(df, ref), out_dir / "efficiency",
-                f"Strong-scaling efficiency T(1) / (N T(N)): measured (projection to 40,000 iterations) and "
-                f"published ({source})")
+                "Strong-scaling efficiency T(1) / (N T(N)): this run's results (minutes_40k projected from the median "
+                "iteration; minutes_40k_measured_plus_projected: the iterations run, compilation included, + the "
+                f"median for the rest; minutes_kind says which) and published wall times ({source})")
     fig_scaling(df, ref, source, out_dir / "fig_scaling.png")
     fig_samples(df, out_dir / "fig_samples.png")
     return {"table": out_dir / "scaling.csv", "efficiency": out_dir / "efficiency.csv",

@@ -7,6 +7,20 @@ from pathlib import Path
 from .base import Backend
 
 
+def _power_limit_w(text: str | None) -> float | None:
+    """The board power limit (W per device) from ``nvidia-smi --query-gpu=enforced.power.limit`` output (one line
+    per GPU, watts): the largest where GPUs differ (no device may average above it), None when unreadable or not
+    reported (``[N/A]``). Results record it as ``environment.hardware.power_limit_w`` so that
+    :func:`accelbench.validate.bound_problems` can refuse an average power above it."""
+    values = []
+    for line in (text or "").splitlines():
+        try:
+            values.append(float(line.strip()))
+        except ValueError:
+            continue
+    return max(values) if values and max(values) > 0 else None
+
+
 class CudaBackend(Backend):
     name = "cuda"
     accelerator = True
@@ -132,6 +146,8 @@ class CudaBackend(Backend):
         }
         if out["driver"]:
             out["driver"] = out["driver"].splitlines()[0]
+        out["power_limit_w"] = _power_limit_w(_run(["nvidia-smi", "--query-gpu=enforced.power.limit",
+                                                    "--format=csv,noheader,nounits"]))
         return out
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:

