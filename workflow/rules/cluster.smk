@@ -19,12 +19,17 @@ rule gpu_smoke:
 
 
 # Before the first job (not in dry runs): a local run checks the system's backend on this host (a run that submits to
-# Slurm leaves it to each job on its node), and `account: null` in slurm/site.yaml submits without an account.
+# Slurm leaves it to each job on its node), and `account: null` in slurm/site.yaml submits without an account; a
+# local run prints its time estimate (accelbench.estimate; ACCELBENCH_ESTIMATE=0: none).
 onstart:
     from accelbench.cluster import honour_slurm_no_account, require_backend_for_local_jobs
 
     require_backend_for_local_jobs(workflow, SYSTEM)
     honour_slurm_no_account(workflow)
+    if workflow.local_exec:  # the jobs to run and the expected wall time here, refreshed as jobs finish (issue 42)
+        from accelbench.estimate import start as start_estimate
+
+        start_estimate(workflow)
 
 
 # A refused Slurm submission (bad partition/account/limits): name the rule and the file to fix, after Snakemake's error;

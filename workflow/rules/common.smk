@@ -8,7 +8,7 @@ import os
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from accelbench import backends, registry
+from accelbench import backends, precisions, registry
 from accelbench.config import read_yaml, validate_config
 from accelbench.harness import spec_path_of
 from accelbench.locks import NOTICE_FD
@@ -149,8 +149,11 @@ def mri_spec(wildcards):
 def unet3d_profile_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
+    from accelbench.experiments.unet3d_configs import VARIANTS
+
+    emulated = precisions.spec_entry(config, VARIANTS[wildcards.configuration].autocast)  # issue 42: only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model": wildcards.model, "configuration": wildcards.configuration,
-                       "network": u["network"], "micro_batches": u["micro_batches"],
+                       **emulated, "network": u["network"], "micro_batches": u["micro_batches"],
                        "presets": {wildcards.model: u["presets"][wildcards.model]}, "scales": u.get("scales", {}),
                        "data": config["data"]["mri"], "run": run})
 
@@ -191,7 +194,7 @@ def sr3_prepare_spec(wildcards):
 def sr3_scaling_spec(wildcards):
     """The job's settings; a configuration's own settings beyond its name only where sr3_configs.spec_settings lists
     them (the faithful series' data path, issue 24), so that the other configurations' specs stay as they were."""
-    from accelbench.experiments.sr3_configs import spec_settings
+    from accelbench.experiments.sr3_configs import get as sr3_configuration, spec_settings
 
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
@@ -200,6 +203,7 @@ def sr3_scaling_spec(wildcards):
     ddp = {k: v for k, v in (u.get("ddp") or {}).items() if v is not None}  # in the spec only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "devices": int(wildcards.devices),
                        "configuration": wildcards.configuration, **spec_settings(wildcards.configuration),
+                       **precisions.spec_entry(config, sr3_configuration(wildcards.configuration).precision),
                        "preset": u["preset"], "scales": u.get("scales", {}), "run": run, **({"ddp": ddp} if ddp else {})})
 
 
@@ -377,6 +381,7 @@ def lora_finetune_spec(wildcards):
                        "strategy": wildcards.strategy, "devices": int(wildcards.devices),
                        "settings": settings.to_dict(), "data": data, "projection": u["projection"],
                        "series": series, "series_options": options,
+                       **precisions.spec_entry(config, settings.precision),
                        **({"ddp": ddp} if ddp else {})})
 
 

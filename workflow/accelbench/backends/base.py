@@ -184,6 +184,18 @@ class Backend(abc.ABC):
         """Hardware fields of the provenance beyond ``info`` (backend, cpu, cpu_count, torch_threads): device
         name/count/memory, driver and runtime versions."""
 
+    def precision_support(self) -> dict | None:
+        """Which precisions the hardware under this process runs natively (issue 42), for provenance and
+        :mod:`accelbench.precisions`: ``{"native": [...], "emulated": {precision: why}, "capability": ...}`` plus
+        what it was read from; None where a system file's ``precisions`` alone decide (the default: accelerator
+        system files list what their chips run)."""
+        return None
+
+    def emulation_slowdown(self, precision: str) -> float | None:
+        """A short probe's time in ``precision`` over its time in fp32 on this hardware (measured once per process);
+        None where not measured (the default)."""
+        return None
+
     @staticmethod
     def host_as_device(info: dict) -> dict:
         """The host CPU recorded as the device (cpu, or an accelerator backend that sees no device)."""

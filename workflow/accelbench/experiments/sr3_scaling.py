@@ -61,7 +61,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import backends, energy, flops, measure
+from .. import backends, energy, flops, measure, precisions
 from ..devices import Device
 from ..errors import ConfigError
 from ..outcome import Outcome
@@ -415,6 +415,47 @@ def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak
             {**flops.throughput_and_mfu(total, iteration_ms, peak * devices if peak else None), "peak_of": peak_key})
 
 
+# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine:
+# each rank trains on one core, so a job's wall time follows the iterations per rank
+COST = {"startup_s": 9.0, "ranks_s": 6.0, "iteration_s": 0.3, "sample_step_s": 0.02, "reference_work": 64**2 * 16**2}
+
+
+def estimate_s(spec: dict) -> float:
+    """Wall seconds of the job on the reference machine: start-up, torchrun's start of the ranks (more than one),
+    the iterations one rank runs and the quality sample's reverse steps, each x the work per image (pixels x
+    width^2, relative to the default's); start-up alone where it will only write ``unsupported``."""
+    from ..estimate import STARTUP_S
+    from ..harness import system_from
+
+    system = system_from(spec)
+    s = Settings.from_spec(spec, system)
+    if (unsupported_reason(system, s.devices, s.precision)
+            or precisions.emulated_reason(system, s.precision, precisions.run_emulated(spec))):
+        return STARTUP_S
+    r = s.params
+    run_iters = iteration_plan(s.devices, r["workload_iterations"], r["max_iterations"], r["warmup"])[1]
+    work = s.sr3.hr_size**2 * s.sr3.inner_channels**2 / COST["reference_work"]
+    return (COST["startup_s"] + (COST["ranks_s"] if s.devices > 1 else 0.0)
+            + work * (run_iters * COST["iteration_s"]
+                      + r["quality_images"] * r["quality_sample_steps"] * COST["sample_step_s"]))
+
+
+def _case(s: Settings, ctx) -> tuple[dict, dict]:
+    """``(measurements, config)`` that every result of the job carries, ``unsupported`` ones included."""
+    config = {"settings": s.sr3.to_dict(), "configuration": s.conf.name, "series": s.conf.series,
+              "precision": s.precision,
+              "environment": sr3_configs.environment(s.conf.name, ctx.system.backend)}
+    return {"devices": s.devices, "precision": s.precision}, config
+
+
+def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
+    """``unsupported`` known without measuring (written without the device lock): the configuration's precision is
+    one this host only emulates, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the config's
+    ``run_emulated_precisions`` lists it: :func:`accelbench.precisions.emulated_reason`, a short probe)."""
+    reason = precisions.emulated_reason(ctx.system, s.precision, precisions.run_emulated(ctx.spec))
+    return None if reason is None else Outcome.unsupported(reason, *_case(s, ctx))
+
+
 def run(s: Settings, ctx) -> Outcome:
     """One strong-scaling point: ``unsupported`` where the system cannot run it (:func:`unsupported_reason`, against
     the devices visible on this node), else ``s.devices`` DDP ranks (:func:`run_rank`, launched through
@@ -423,10 +464,7 @@ def run(s: Settings, ctx) -> Outcome:
     beside it."""
     from ..systems import probe_devices
 
-    config = {"settings": s.sr3.to_dict(), "configuration": s.conf.name, "series": s.conf.series,
-              "precision": s.precision,
-              "environment": sr3_configs.environment(s.conf.name, ctx.system.backend)}
-    case = {"devices": s.devices, "precision": s.precision}
+    case, config = _case(s, ctx)
     visible = probe_devices()["count"] if backends.get(ctx.system.backend).accelerator else None
     reason = unsupported_reason(ctx.system, s.devices, s.precision, visible)
     if reason:

@@ -223,6 +223,22 @@ def _kernel_table(ctx) -> str | None:
     return str(table) if table.exists() else None
 
 
+# cost model of a job (accelbench.estimate, issue 42): Nsight Compute replays each selected kernel once per pass,
+# hundreds of times a training step; not fitted (no GPU in the reference runs): a rough figure per job
+COST = {"ncu_s": 900.0}
+
+
+def estimate_s(spec: dict) -> float:
+    """Wall seconds of the job: start-up alone where it is known to write ``unsupported`` (any CPU, no ``ncu``),
+    else a rough :data:`COST` (a GPU run is not fitted here)."""
+    from ..estimate import STARTUP_S
+    from ..harness import system_from
+
+    system = system_from(spec)
+    reason = known_unsupported_reason(spec, system, __file__)  # the kernel table is made by an earlier job
+    return STARTUP_S if reason else COST["ncu_s"]
+
+
 def unsupported_outcome(spec: Settings, ctx) -> Outcome | None:
     """The job's ``unsupported`` outcome when it is known without measuring (:func:`known_unsupported_reason`):
     the harness then writes it without taking the machine-wide device lock."""

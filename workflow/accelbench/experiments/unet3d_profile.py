@@ -71,7 +71,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import energy, flops, measure
+from .. import energy, flops, measure, precisions
 from ..devices import Device
 from ..outcome import Outcome
 
@@ -430,9 +430,42 @@ class Settings:
 
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     """The job's ``unsupported`` outcome when the system lacks the configuration's precision (TF32 on a CPU or
-    V100, bf16 on V100): known without measuring, so the harness writes it without taking the device lock."""
-    reason = unsupported_reason(s.variant, ctx.system)
+    V100, bf16 on V100), or this host only emulates it, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the
+    config's ``run_emulated_precisions`` lists it: :func:`accelbench.precisions.emulated_reason`, a short probe):
+    known without measuring, so the harness writes it without taking the device lock."""
+    reason = unsupported_reason(s.variant, ctx.system) or precisions.emulated_reason(
+        ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec))
     return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
+
+
+# cost model of a job (accelbench.estimate, issue 42): seconds per forward-pass unit of the reference work (a 32^3
+# volume at width 16, Med-DDPM's U-Net) on the reference machine, fitted to the embedded default's jobs
+COST = {"startup_s": 10.0, "unit_s": 0.42, "compile_s": 90.0, "bf16_x": 0.35, "reference_work": 32**3 * 16**2}
+
+
+def estimate_s(spec: dict) -> float:
+    """Wall seconds of the job on the reference machine (:data:`accelbench.estimate.REFERENCE`): forward-pass units
+    (a training step = 3 per micro-batch; the quality probe's and the timed sampling steps 1 each) x the work per
+    pass (voxels x width^2, relative to the default's) x :data:`COST` ``unit_s``, x ``bf16_x`` under native bf16
+    autocast (x the probe's slowdown where emulated bf16 is asked for); start-up alone where the job will only write
+    ``unsupported`` (:func:`unsupported_outcome`'s reasons)."""
+    from ..estimate import STARTUP_S
+    from ..harness import system_from
+
+    system, variant = system_from(spec), VARIANTS[spec["configuration"]]
+    if unsupported_reason(variant, system) or precisions.emulated_reason(system, variant.autocast,
+                                                                         precisions.run_emulated(spec)):
+        return STARTUP_S
+    m = resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
+                         network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
+    r = spec["run"]
+    units = (3 * m.micro_batches * (1 + r["warmup"] + r["repeat"] + r["profile_steps"])
+             + r["warmup"] + r["repeat"] + 2 * r["quality_sample_steps"] + 1)
+    work = m.volume[0] * m.volume[1] * m.volume[2] * m.base_channels**2 / COST["reference_work"]
+    if variant.autocast == "bf16":
+        emulated = precisions.emulation(system, "bf16")
+        work *= emulated[1] if emulated else COST["bf16_x"]
+    return COST["startup_s"] + COST["unit_s"] * units * work + (COST["compile_s"] if variant.compile else 0.0)
 
 
 def run(s: Settings, ctx) -> Outcome:

@@ -55,8 +55,8 @@ Modules (each imports only those above it; only the job entry points are re-expo
 - :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
 """
 
-from .run import Settings, run, run_method_job, run_sensitivity_job
+from .run import Settings, estimate_s, run, run_method_job, run_sensitivity_job
 
 EXPERIMENT = "llm_quant"
 
-__all__ = ["EXPERIMENT", "Settings", "run", "run_method_job", "run_sensitivity_job"]
+__all__ = ["EXPERIMENT", "Settings", "estimate_s", "run", "run_method_job", "run_sensitivity_job"]

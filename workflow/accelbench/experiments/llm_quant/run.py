@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ... import precisions
 from ...errors import ConfigError, DataError
 from ...measure import StepClock
 from .evaluate import Evaluator, load_text, token_chunks
@@ -185,10 +186,54 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
                                "autocast": run.autocast, "eval_batch": run.eval_batch,
                                "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
                                "inc_calibration_split": inc.get("calibration_split", "calibration") if method == "inc_fp8" else None}})
+        # Study B's fp16 autocast runs where fp16 is only emulated too (a CPU without AVX512-FP16/AMX-FP16): its
+        # perplexity and accuracy are what the claims read; its speed is then the emulation's, said here (issue 42)
+        emulated = precisions.emulation(system, PEAK_KEY.get(run.autocast)) if run.autocast else None
+        m["settings"]["autocast_emulated"] = (f"{PEAK_KEY[run.autocast]} is emulated here ({emulated[0]}): a probe "
+                                              f"measured it {emulated[1]:.1f}x the fp32 time") if emulated else None
         compute, peak = eval_peak(system.peak_tflops, dtype, run.autocast)
         m["eval_throughput"] = {**eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"], peak),
                                 "peak_dtype": compute}
     return out
+
+
+# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
+# (SmolLM2-135M: 30 layers of width 576): seconds per unit of work, a unit being one token through the model
+COST = {"startup_s": 12.0, "sensitivity_token_s": 0.002, "eval_token_s": 0.005, "document_s": 0.5,
+        "emulated_fp16": 1.6, "reference_params": 30 * 576**2}
+
+
+def estimate_s(spec: dict) -> float:
+    """Wall seconds of the job on the reference machine: the sensitivity map's evaluations x tokens, or a method's
+    perplexity tokens and accuracy documents (the study prompts counted as tasks), each x the model's size
+    (layers x width^2, relative to SmolLM2-135M's); start-up alone where it only writes ``unsupported`` (INC FP8 off
+    Gaudi, torchao int4 on a backend without its tinygemm layout)."""
+    from ... import backends
+    from ...estimate import STARTUP_S
+    from ...harness import system_from
+
+    system = system_from(spec)
+    ops = backends.get(system.backend)
+    cfg = (spec.get("model_spec") or {}).get("config") or {}
+    size = cfg.get("num_hidden_layers", 30) * cfg.get("hidden_size", 576) ** 2 / COST["reference_params"]
+    method = spec.get("method", "sensitivity")
+    if method == "sensitivity":
+        layers = cfg.get("num_hidden_layers", 30)
+        evaluations = layers * len(spec.get("sensitivity_metrics") or ()) + 1 + (
+            0 if spec.get("submodules") == "none" else 7 * (layers if spec.get("submodules") == "per_layer" else 1))
+        tokens = spec.get("sensitivity_tokens") or 4096
+        return COST["startup_s"] + size * evaluations * tokens * COST["sensitivity_token_s"]
+    if method == "inc_fp8" and not ops.fp8_inc:
+        return STARTUP_S
+    if method == "torchao" and 4 in parse_bitset(spec["bitset"]) and not ops.torchao_int4_tinygemm:
+        return STARTUP_S + 3.0  # torchao's kernel probe
+    acc = spec.get("accuracy") or {}
+    tasks = len(acc.get("tasks") or ()) + (len(acc.get("tasks") or ()) if acc.get("study_b_prompts") is True
+                                           else len(acc.get("study_b_prompts") or ()))
+    work = ((spec.get("eval_tokens") or 4096) * COST["eval_token_s"]
+            + tasks * (acc.get("limit") or 1000) * COST["document_s"])
+    slow = COST["emulated_fp16"] if method == "int8_dq" else 1.0  # fp16 autocast: emulated on most CPUs
+    return COST["startup_s"] + size * work * slow
 
 
 PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # compute dtype -> system file's peak key

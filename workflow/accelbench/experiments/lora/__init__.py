@@ -51,8 +51,8 @@ Modules (each imports only those above it; callers import what they use from the
     :mod:`accelbench.launcher`, merge) and :func:`~.job.run_rank`.
 """
 
-from .job import Settings, prepare_environment, run, run_rank
+from .job import Settings, estimate_s, prepare_environment, run, run_rank
 
 EXPERIMENT = "lora_finetune"  # the result's `experiment`, config key, rule name and result folder
 
-__all__ = ["EXPERIMENT", "Settings", "prepare_environment", "run", "run_rank"]
+__all__ = ["EXPERIMENT", "Settings", "estimate_s", "prepare_environment", "run", "run_rank"]

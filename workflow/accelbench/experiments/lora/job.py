@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ... import backends
+from ... import backends, precisions
 from ...outcome import Outcome
 from .model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
 from .series import gaudi_mode, settings_of
@@ -31,7 +31,34 @@ class Settings:
     @classmethod
     def from_spec(cls, spec: dict, system) -> "Settings":
         lora = settings_of(spec)
-        return cls(spec, lora, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, lora))
+        return cls(spec, lora, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, lora,
+                                        run_emulated=precisions.run_emulated(spec)))
+
+
+# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
+# (SmolLM2-135M, 2 x 2 blocks of 32 tokens per optimizer step): seconds per optimizer step of that work
+COST = {"startup_s": 8.0, "ranks_s": 8.0, "step_s": 0.8, "eval_block_s": 0.25, "compile_s": 40.0,
+        "reference_tokens": 2 * 2 * 32}
+
+
+def estimate_s(spec: dict) -> float:
+    """Wall seconds of the job on the reference machine: start-up and model load, torchrun's start of the ranks
+    (more than one device), the optimizer steps (x the tokens per step relative to the default's), the held-out
+    loss before and after, and torch.compile where the series compiles; start-up alone where the plan is not
+    ``ok`` (FSDP on a CPU, ZeRO-3 without deepspeed)."""
+    from ...estimate import STARTUP_S
+    from ...harness import system_from
+
+    s = Settings.from_spec(spec, system_from(spec))
+    if s.plan.status != "ok":
+        return STARTUP_S
+    t = s.lora
+    work = t.per_device_batch * t.grad_accum * t.seq_len / COST["reference_tokens"]
+    compiled = (spec.get("series", "ours") != "faithful" and (spec.get("series_options") or {}).get("compile")
+                and backends.get(spec["system"]["backend"]).accelerator)  # on a CPU the series runs eager
+    return (COST["startup_s"] + (COST["ranks_s"] if s.plan.devices > 1 else 0.0)
+            + (t.warmup_steps + t.timed_steps) * COST["step_s"] * work + 2 * t.eval_blocks * COST["eval_block_s"]
+            + (COST["compile_s"] if compiled else 0.0))
 
 
 def prepare_environment(spec: dict, system) -> None:

@@ -7,7 +7,7 @@ import importlib.util
 import os
 from dataclasses import asdict, dataclass, field
 
-from ... import backends
+from ... import backends, precisions
 from ...errors import ConfigError
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
@@ -112,12 +112,14 @@ def attention_implementation(attention: str, backend: str, optimum_habana_versio
 
 
 def plan_run(strategy: str, devices: int, attention: str, system, settings: LoraSettings,
-             available: int | None = None) -> Plan:
+             available: int | None = None, run_emulated: tuple[str, ...] = ()) -> Plan:
     """Decide whether a (strategy, devices, attention) case can run on ``system``; unsupported cases get a reason.
 
     Rules: ``single`` needs exactly 1 device, the others at least 2; ``devices`` must not exceed the devices
     available (:func:`available_devices`); ``fsdp`` needs an accelerator (:data:`FSDP_CPU_REASON`); ``zero3`` needs
-    ``deepspeed``; bf16 falls back to fp32 on systems without it (noted).
+    ``deepspeed``; bf16 falls back to fp32 on systems without it, and where this host only emulates it, slowly
+    (a CPU without AVX512-BF16/AMX: :func:`accelbench.precisions.emulated_reason`), unless ``run_emulated`` (config
+    ``run_emulated_precisions``) lists it (noted).
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"lora_finetune strategy {strategy!r} unknown; allowed: {', '.join(STRATEGIES)}")
@@ -129,6 +131,10 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     if precision == "bf16" and not system.supports("bf16"):
         precision = "fp32"
         notes.append(f"{system.name} has no native bf16: fp32 used")
+    emulated = precisions.emulated_reason(system, precision, tuple(run_emulated))
+    if emulated:
+        precision = "fp32"
+        notes.append(f"fp32 used: {emulated}")
     base = dict(strategy=strategy, devices=devices, attention=attention, attn_implementation=impl,
                 precision=precision, notes=notes)
     from ...multinode import job_limit_reason, node_plan

@@ -1,0 +1,117 @@
+"""The run's time estimate (issue 42): the cost models kept with the experiments, the line before the first job
+and its refreshes, and the per-job times it records."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from accelbench import estimate
+from accelbench.backends import cpu
+from test_precisions import unet3d_spec
+
+
+def test_fmt():
+    assert estimate.fmt(45.4) == "45 s" and estimate.fmt(550) == "9 min 10 s" and estimate.fmt(3720) == "1 h 2 min"
+    assert estimate.fmt(-3) == "0 s"
+
+
+def test_cost_models_follow_the_settings_and_unsupported_jobs_cost_start_up(default_config, systems, monkeypatch):
+    from accelbench.experiments import unet3d_profile
+
+    cpu_system = systems["cpu"]
+    base = unet3d_profile.estimate_s(unet3d_spec(default_config, cpu_system, "baseline"))
+    assert base > estimate.STARTUP_S
+    assert unet3d_profile.estimate_s(unet3d_spec(default_config, cpu_system, "tf32")) == estimate.STARTUP_S
+    longer = unet3d_spec(default_config, cpu_system, "baseline")
+    longer["run"] = dict(longer["run"], repeat=2 * longer["run"]["repeat"])
+    assert unet3d_profile.estimate_s(longer) > base
+    # on a CPU without native bf16, where the probe measures it slow, the bf16 job only writes `unsupported`
+    monkeypatch.setattr(cpu, "_family", lambda: "x86")
+    monkeypatch.setattr(cpu, "cpu_flags", lambda path=cpu.CPUINFO: {"avx2"})
+    monkeypatch.setattr(cpu, "cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(cpu, "probe_slowdown", lambda precision, size=24: 6.7)
+    monkeypatch.setattr(cpu, "_SLOWDOWN", {})
+    monkeypatch.delenv(cpu.PROBE_ENV, raising=False)
+    assert unet3d_profile.estimate_s(unet3d_spec(default_config, cpu_system, "bf16")) == estimate.STARTUP_S
+
+
+def test_job_reference_s_reads_the_spec_of_measurement_jobs(tmp_path, default_config, systems):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(unet3d_spec(default_config, systems["cpu"], "baseline")))
+    out = "results/cpu/unet3d_profile/whole_head/baseline/result.json"
+    from accelbench.experiments import unet3d_profile
+
+    assert estimate.job_reference_s("unet3d_profile", out, str(spec)) == pytest.approx(
+        unet3d_profile.estimate_s(json.loads(spec.read_text())))
+    assert estimate.job_reference_s("claims", "results/claims/claims.csv", None) == estimate.RULE_S["claims"]
+    assert estimate.job_reference_s("new_rule", "x.csv", None) == estimate.DEFAULT_RULE_S
+
+
+class FakeDag:
+    def __init__(self, jobs):
+        self.jobs, self._running, self._finished = jobs, set(), set()
+
+    def needrun_jobs(self):
+        return list(self.jobs)
+
+
+class _Job(SimpleNamespace):
+    __hash__ = object.__hash__  # Snakemake's jobs are hashable (sets of running and finished jobs)
+    __eq__ = object.__eq__
+
+
+def _job(rule, output):
+    return _Job(rule=SimpleNamespace(name=rule), output=[output], params=SimpleNamespace())
+
+
+def test_line_before_the_first_job_and_refreshed_as_jobs_finish(tmp_path, monkeypatch):
+    monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: 2 * estimate.REFERENCE["calibration_s"])
+    jobs = [_job("claims", "results/claims/claims.csv"), _job("energy_aggregate", "results/energy/energy.csv"),
+            _job("mystery", "x.txt")]
+    dag = FakeDag(jobs)
+    p = estimate.Progress(dag, cores=2)
+    total = 2 * (estimate.RULE_S["claims"] + estimate.RULE_S["energy_aggregate"] + estimate.DEFAULT_RULE_S)
+    assert p.speed == pytest.approx(2.0) and p.total_s() == pytest.approx(total)
+    assert p.first_line().startswith(f"accelbench: 3 jobs to run, about {estimate.fmt(total)} on this machine "
+                                     "(calibration: 2.00x the reference CPU's time")
+    dag._running.add(jobs[0])
+    assert not p.poll()
+    dag._running.discard(jobs[0])
+    dag._finished.add(jobs[0])
+    assert p.poll()
+    line = p.line()
+    assert line.startswith("accelbench: 1 of 3 jobs done, about ") and "left (" in line and "so far)" in line
+    rec = json.loads((tmp_path / "job_times.jsonl").read_text())
+    assert rec["rule"] == "claims" and rec["estimate_s"] == pytest.approx(2 * estimate.RULE_S["claims"])
+    assert rec["measured_s"] is not None and rec["cores"] == 2
+    # a run far behind its estimate says so (once a minute of estimated work is done)
+    p.estimates = dict.fromkeys(jobs, 100.0)
+    p.started -= 10 * p.total_s()
+    p.done.update(jobs[1:])
+    p.done.discard(jobs[2])
+    assert "slower than estimated" in p.line()
+
+
+def test_a_failing_estimate_never_stops_the_run(monkeypatch, capsys):
+    monkeypatch.setattr(estimate, "Progress", lambda dag, cores: (_ for _ in ()).throw(ValueError("odd")))
+    assert estimate.start(SimpleNamespace(dag=None, cores=2)) is None
+    assert "no time estimate (ValueError: odd)" in capsys.readouterr().err
+    monkeypatch.setenv("ACCELBENCH_ESTIMATE", "0")
+    assert estimate.start(SimpleNamespace(dag=None, cores=2)) is None
+
+
+def test_calibration_is_short():
+    assert 0 < estimate.calibrate(repeat=2) < 30
+
+
+def test_every_study_experiment_keeps_a_cost_model():
+    from accelbench import registry
+
+    for name in registry.names():
+        assert callable(getattr(registry.get(name).load(), "estimate_s", None)), name
+
+
+def test_recorded_file_is_under_snakemake():
+    assert estimate.LOG == Path(".snakemake/accelbench/job_times.jsonl")

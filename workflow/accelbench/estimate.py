@@ -1,0 +1,208 @@
+"""The run's time estimate (issue 42): one line before the first job, refreshed as jobs finish.
+
+At the start of a local run (``onstart`` in ``workflow/rules/cluster.smk``; not in dry runs)::
+
+    accelbench: 50 jobs to run, about 9 min 10 s on this machine (calibration: 1.04x the reference CPU's time)
+    accelbench: 12 of 50 jobs done, about 6 min 5 s left (3 min 2 s so far)
+
+How: every job's cost on the reference machine (:data:`REFERENCE`) comes from the cost model kept with its
+experiment (``estimate_s(spec)`` of the experiment module: a function of the job's settings, fitted to the embedded
+default's measured jobs) or, for the other rules, from :data:`RULE_S`; a short calibration (:func:`calibrate`: a
+fraction of a second of fp32 convolution, matmul and MLP on one core, in CPU time) scales them to this machine. As
+jobs finish, the rest is rescaled by how the finished ones compared with their estimate, and a run more than
+:data:`SLOWER` x its estimate says so.
+Snakemake's own ``N of M steps`` lines stay as they are.
+
+Each finished job's measured wall time is appended beside its estimate to ``.snakemake/accelbench/job_times.jsonl``
+(one JSON object a line: rule, output, estimate_s, measured_s, run start, calibration), the data the cost models
+are fitted to. The estimate is a sum over jobs: it assumes jobs run one after the other, which measurement jobs do
+(each takes every core), and counts the light jobs that overlap them at their measured share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+# The machine the cost models were fitted on (its jobs measured in runs of the embedded default, with and without
+# ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), and its calibration (:func:`calibrate`: CPU s, best of 5)
+REFERENCE = {"cpu": "AMD EPYC (avx512_bf16, torch capability AVX512), 2 cores", "date": "2026-12-02",
+             "calibration_s": 0.042}
+# wall seconds a job of these rules adds to a run on the reference machine (its start-up included; llm_export runs
+# beside the data preparations)
+RULE_S = {"mri_prepare": 7.0, "sr3_prepare": 2.0, "llm_export": 30.0, "llm_tokenizer_export": 8.0,
+          "validate_results": 1.0, "study_a_aggregate": 6.0, "study_a_ncu_aggregate": 4.0,
+          "study_b_sr3_aggregate": 6.0, "study_b_quant_aggregate": 4.0, "study_b_lora_aggregate": 3.0,
+          "claims": 8.0, "energy_aggregate": 4.0, "all": 0.0}
+DEFAULT_RULE_S = 8.0
+STARTUP_S = 3.0  # a measurement job that only writes `unsupported` (python, torch, the harness)
+SLOWER = 1.3  # a run this many times its estimate so far says so
+LOG = Path(".snakemake/accelbench/job_times.jsonl")
+POLL_S = 0.5
+
+
+def calibrate(repeat: int = 5) -> float:
+    """CPU seconds of a fixed fp32 workload on one thread (``Conv3d(16, 16, 3)`` forward and backward on
+    ``1 x 16 x 24^3``, a ``512 x 512`` matmul, a ``576 -> 1536 -> 576`` MLP forward and backward on 64 rows), best
+    of ``repeat`` after one warm-up: the speed of this machine's cores, which other processes on the machine barely
+    change (CPU time of one thread, the best of several)."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            conv = torch.nn.Conv3d(16, 16, 3, padding=1)
+            x = torch.randn(1, 16, 24, 24, 24, requires_grad=True)
+            a, b = torch.randn(512, 512), torch.randn(512, 512)
+            mlp = torch.nn.Sequential(torch.nn.Linear(576, 1536), torch.nn.SiLU(), torch.nn.Linear(1536, 576))
+            y = torch.randn(64, 576)
+
+            def once() -> float:
+                t0 = time.process_time()
+                conv(x).sum().backward()
+                a @ b
+                mlp(y).sum().backward()
+                return time.process_time() - t0
+
+            once()
+            return min(once() for _ in range(repeat))
+    finally:
+        torch.set_num_threads(old)
+
+
+def fmt(seconds: float) -> str:
+    """``9 min 10 s``, ``45 s``, ``1 h 2 min``."""
+    s = round(max(seconds, 0))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _experiment_of(output: str) -> str | None:
+    """The registry name in a result path ``<results>/<system>/<experiment>/.../result.json``, else None."""
+    from . import registry
+
+    parts = Path(output).parts
+    for name in registry.names(selectable_only=False):
+        if name in parts[:-1] and parts[-1] == registry.get(name).result:
+            return name
+    return None
+
+
+def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
+    """A job's wall seconds on the reference machine: its experiment's ``estimate_s(spec)`` for a measurement job,
+    else :data:`RULE_S` (unknown rules: :data:`DEFAULT_RULE_S`)."""
+    from . import registry
+
+    name = _experiment_of(output) if spec_path else None
+    if name is not None:
+        model = getattr(registry.get(name).load(), "estimate_s", None)
+        if model is not None:
+            return float(model(json.loads(Path(spec_path).read_text())))
+    return RULE_S.get(rule, DEFAULT_RULE_S)
+
+
+def _spec_of(job) -> str | None:
+    try:
+        spec = job.params.get("spec") if hasattr(job.params, "get") else getattr(job.params, "spec", None)
+    except Exception:  # noqa: BLE001 (params that cannot be evaluated here: no spec)
+        return None
+    return spec if isinstance(spec, str) and Path(spec).is_file() else None
+
+
+class Progress:
+    """The estimate line and its refreshes for the jobs ``dag`` will run (a daemon thread polling the DAG)."""
+
+    def __init__(self, dag, cores: int, out=None):
+        self.dag, self.cores, self.out = dag, cores, out or sys.stderr
+        self.jobs = list(dag.needrun_jobs())
+        self.estimates: dict = {}
+        for job in self.jobs:
+            output = str(job.output[0]) if len(job.output) else ""
+            try:
+                self.estimates[job] = job_reference_s(job.rule.name, output, _spec_of(job))
+            except Exception:  # noqa: BLE001 (a model failing on odd settings: the rule's figure, the run goes on)
+                self.estimates[job] = RULE_S.get(job.rule.name, DEFAULT_RULE_S)
+        self.calibration_s = calibrate()
+        self.speed = self.calibration_s / REFERENCE["calibration_s"]
+        self.started = time.time()
+        self.started_at: dict = {}
+        self.done: set = set()
+
+    def total_s(self, jobs=None) -> float:
+        return self.speed * sum(self.estimates[j] for j in (self.jobs if jobs is None else jobs))
+
+    def first_line(self) -> str:
+        return (f"accelbench: {len(self.jobs)} jobs to run, about {fmt(self.total_s())} on this machine "
+                f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})")
+
+    def line(self) -> str:
+        elapsed = time.time() - self.started
+        done_est = self.total_s(self.done)
+        left = self.total_s([j for j in self.jobs if j not in self.done])
+        drift = elapsed / done_est if done_est >= 60 else 1.0  # how the finished jobs compared with their estimate
+        left *= min(max(drift, 0.5), 3.0)
+        text = (f"accelbench: {len(self.done)} of {len(self.jobs)} jobs done, about {fmt(left)} left "
+                f"({fmt(elapsed)} so far)")
+        if drift > SLOWER:
+            text += f"; running {drift:.1f}x slower than estimated"
+        return text
+
+    def poll(self) -> bool:
+        """Note jobs that started and finished since the last call; True when some finished."""
+        now = time.time()
+        try:
+            running, finished = set(getattr(self.dag, "_running", ())), set(self.dag._finished)
+        except RuntimeError:  # a set changed size while copied: next time
+            return False
+        for job in running:
+            self.started_at.setdefault(job, now)
+        new = [j for j in self.jobs if j in finished and j not in self.done]
+        for job in new:
+            self.done.add(job)
+            self._record(job, now)
+        return bool(new)
+
+    def _record(self, job, now: float) -> None:
+        started = self.started_at.get(job)
+        rec = {"rule": job.rule.name, "output": str(job.output[0]) if len(job.output) else None,
+               "estimate_s": round(self.speed * self.estimates[job], 1),
+               "reference_s": round(self.estimates[job], 1),
+               "measured_s": round(now - started, 1) if started else None,
+               "run_started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+               "calibration_s": round(self.calibration_s, 4), "cores": self.cores}
+        try:
+            LOG.parent.mkdir(parents=True, exist_ok=True)
+            with LOG.open("a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+        except OSError:
+            pass
+
+    def watch(self) -> None:
+        while len(self.done) < len(self.jobs):
+            if self.poll() and len(self.done) < len(self.jobs):
+                print(self.line(), file=self.out, flush=True)
+            time.sleep(POLL_S)
+
+
+def start(workflow) -> Progress | None:
+    """Print the estimate line and start refreshing it (``onstart``); None, with one line saying why, if it cannot
+    be made (the run goes on). ``ACCELBENCH_ESTIMATE=0`` turns it off."""
+    if os.environ.get("ACCELBENCH_ESTIMATE", "1") == "0":
+        return None
+    try:
+        progress = Progress(workflow.dag, workflow.cores or 1)
+    except Exception as exc:  # noqa: BLE001 (never fail a run over its estimate)
+        print(f"accelbench: no time estimate ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return None
+    print(progress.first_line(), file=sys.stderr, flush=True)
+    threading.Thread(target=progress.watch, name="accelbench-estimate", daemon=True).start()
+    return progress
