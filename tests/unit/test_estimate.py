@@ -115,3 +115,19 @@ def test_every_study_experiment_keeps_a_cost_model():
 
 def test_recorded_file_is_under_snakemake():
     assert estimate.LOG == Path(".snakemake/accelbench/job_times.jsonl")
+
+
+def test_no_estimate_for_a_run_the_cost_models_do_not_fit(tmp_path, monkeypatch):
+    """On an accelerator (an H200 gave "about 9 h 31 min" for a 10-minute run) the CPU cost models say nothing:
+    the first line says why, the refreshes count jobs and time only."""
+    monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: estimate.REFERENCE["calibration_s"])
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"system": {"name": "h200", "backend": "cuda", "scale": "paper"}}))
+    job = _Job(rule=SimpleNamespace(name="unet3d_profile"), output=["results/h200/unet3d_profile/x/result.json"],
+               params=SimpleNamespace(spec=str(spec)))
+    p = estimate.Progress(FakeDag([job, _job("claims", "results/claims/claims.csv")]), cores=16)
+    assert p.first_line() == ("accelbench: 2 jobs to run; no time estimate: the cost models are fitted to the "
+                              "embedded default on a CPU (backend cpu, scale small); this run measures on system "
+                              "h200 (backend cuda, scale paper)")
+    assert p.line().startswith("accelbench: 0 of 2 jobs done (") and "left" not in p.line()

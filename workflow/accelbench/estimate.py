@@ -110,6 +110,24 @@ def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
     return RULE_S.get(rule, DEFAULT_RULE_S)
 
 
+def _unfitted(jobs) -> str | None:
+    """Why the cost models do not apply to a run (they are fitted to the embedded default: backend ``cpu`` at scale
+    ``small``): the first measurement job whose spec names another backend or scale; None when every one fits."""
+    for job in jobs:
+        spec = _spec_of(job)
+        if spec is None:
+            continue
+        try:
+            system = json.loads(Path(spec).read_text()).get("system") or {}
+        except (OSError, ValueError):
+            continue
+        backend, scale = system.get("backend"), system.get("scale")
+        if (backend, scale) != ("cpu", "small") and backend is not None:
+            return (f"the cost models are fitted to the embedded default on a CPU (backend cpu, scale small); this run "
+                    f"measures on system {system.get('name')} (backend {backend}, scale {scale})")
+    return None
+
+
 def _spec_of(job) -> str | None:
     try:
         spec = job.params.get("spec") if hasattr(job.params, "get") else getattr(job.params, "spec", None)
@@ -131,6 +149,7 @@ class Progress:
                 self.estimates[job] = job_reference_s(job.rule.name, output, _spec_of(job))
             except Exception:  # noqa: BLE001 (a model failing on odd settings: the rule's figure, the run goes on)
                 self.estimates[job] = RULE_S.get(job.rule.name, DEFAULT_RULE_S)
+        self.unfitted = _unfitted(self.jobs)  # why the cost models do not apply to this run (None: they do)
         self.calibration_s = calibrate()
         self.speed = self.calibration_s / REFERENCE["calibration_s"]
         self.started = time.time()
@@ -141,11 +160,15 @@ class Progress:
         return self.speed * sum(self.estimates[j] for j in (self.jobs if jobs is None else jobs))
 
     def first_line(self) -> str:
+        if self.unfitted:
+            return f"accelbench: {len(self.jobs)} jobs to run; no time estimate: {self.unfitted}"
         return (f"accelbench: {len(self.jobs)} jobs to run, about {fmt(self.total_s())} on this machine "
                 f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})")
 
     def line(self) -> str:
         elapsed = time.time() - self.started
+        if self.unfitted:
+            return f"accelbench: {len(self.done)} of {len(self.jobs)} jobs done ({fmt(elapsed)} so far)"
         done_est = self.total_s(self.done)
         left = self.total_s([j for j in self.jobs if j not in self.done])
         drift = elapsed / done_est if done_est >= 60 else 1.0  # how the finished jobs compared with their estimate
