@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from dag import snakemake, write_config
+from accelbench.aggregate.claims import VERDICTS, category
 
 EXPERIMENTS = ["unet3d_profile", "sr3_scaling"]  # one Study A and one Study B experiment: every kind of output
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -116,12 +117,12 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     ids_a = set(pd.read_csv(Path("resources/reference/study_a_claims.csv"), comment="#")["claim_id"])
     ids_b = set(pd.read_csv(Path("resources/reference/study_b_claims.csv"), comment="#")["claim_id"])
     assert set(claims["claim_id"]) == ids_a | ids_b
-    assert set(claims["verdict"]) <= {"holds", "does not hold", "not measured here"}
+    assert {category(v) for v in claims["verdict"]} <= set(VERDICTS)
     assert (claims["why"].str.len() > 0).all() and (claims["hardware"].str.len() > 0).all()
     lora = claims[claims["claim_id"] == "b9"].iloc[0]  # experiment not in this run: said so, not left out
     assert lora["verdict"] == "not measured here" and "lora_finetune" in lora["why"]
-    tf32 = claims[claims["claim_id"] == "a12"].iloc[0]  # TF32 on a CPU: the result's own reason
-    assert tf32["verdict"] == "not measured here" and "unsupported" in tf32["why"]
+    tf32 = claims[claims["claim_id"] == "a12"].iloc[0]  # an A100/H100 claim on a CPU, TF32 there unsupported
+    assert tf32["verdict"] == "not measured here (A100/H100 claim)" and "unsupported" in tf32["why"]
     sr3 = claims[claims["claim_id"] == "b13"].iloc[0]
     assert sr3["hardware"].startswith("CPU") and sr3["measured"]
 
@@ -138,14 +139,14 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     for table in ("claims.csv", "table.csv", "scaling.csv", "efficiency.csv"):
         assert table in html, table
 
-    # the report opens on the claims: the claims table, as HTML, is the first table and starts on the first screen
+    # the report opens on the claims: one verdict per claim, as HTML, is the first table on the first screen
     assert html.find("claim_id") != -1 and "System Message" not in html  # no docutils warning on the first page
     shot = screenshot_path(tmp_path / "report_first_screen.png")
     seen = open_in_browser(report, tmp_path / "chromium-profile", screenshot=shot)
     first = seen["first_table"]
     assert first is not None, "no HTML table in the report"
-    assert "claim_id" in first["headers"] and "verdict" in first["headers"] and "origin" in first["headers"], first
-    assert first["rows"] == len(claims) and 0 <= first["top"] < first["height"], first
+    assert "claim_id" in first["headers"] and "verdict" in first["headers"] and "evidence" in first["headers"], first
+    assert first["rows"] == len(ids_a | ids_b) and 0 <= first["top"] < first["height"], first
     assert shot.stat().st_size > 0
     assert not seen["page_errors"], seen["page_errors"]
     assert not seen["console_errors"], seen["console_errors"]
