@@ -68,6 +68,11 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
     ("sr3 ok", "measurements.study_b_projection.label", "measured", "measurements.study_b_projection.label"),
     ("sr3 ok", "status", "done", "status: 'done' is not one of"),
     ("sr3 ok", "config.devices", None, "config: 'devices' is a required property"),
+    # negative values that once passed by their key names (issue 43: -12.5 and -19.97 reached runs.csv)
+    ("lora ok", "measurements.projection.minutes_per_million_tokens", -12.5, "minutes_per_million_tokens: -12.5 is neg"),
+    ("lora ok", "measurements.host_peak_rss_gib_max", -19.97, "host_peak_rss_gib_max: -19.97 is negative"),
+    ("sr3 ok", "measurements.iterations_per_device", -4, "measurements.iterations_per_device: -4 is negative"),
+    ("lora ok", "measurements.throughput_6n.mfu", -0.1, "measurements.throughput_6n.mfu: -0.1 is negative"),
 ]
 
 

@@ -82,8 +82,9 @@ def _non_finite(obj, where=()) -> list[str]:
 
 
 # Quantities that cannot be negative, by key name: durations, counts, sizes, rates, and a timing's statistics.
-NON_NEGATIVE = re.compile(r"((^|_)(ms|s|us|ns|seconds|minutes|hours|gib|mib|bytes|count|per_s)"
-                          r"|^(median|p10|p90|samples))$")
+NON_NEGATIVE = re.compile(r"((^|_)(ms|s|us|ns|seconds|minutes|hours|gib|mib|bytes|count|per_s|mfu|max|per_device"
+                          r"|tokens|minutes_per_million_tokens|iterations)"
+                          r"|^(median|p10|p90|samples|mfu|iterations_per_device))$")
 
 
 def _negative(obj, where=(), named=False) -> list[str]:
