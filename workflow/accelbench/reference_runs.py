@@ -139,7 +139,8 @@ def update(root: str | Path, readme: str | Path, check: bool = False, reference_
                 if not check:
                     doc.write_text(page)
         if artifact is not None:
-            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END, claims_report.verdict_table(tables), check, changed)
+            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END,
+                   claims_report.verdict_table(claims_report.read_run_tables(tables)), check, changed)
     return changed
 
 

@@ -296,7 +296,8 @@ def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate, timing_f
                 "why": f"{scope_why}; the check on the value measured here {_would(claim, obs)}"}
     noisy = [w for o in obs for r in o.results if (w := noise_why(r))]
     if noisy and claim["quantity"] not in timing_free:
-        return {**row, "verdict": "not measured here", "why": f"not measured reliably: result flagged noisy ({noisy[0]})"}
+        return {**row, "verdict": "not measured here",
+                "why": f"not measured reliably: result flagged noisy ({noisy[0]})"}
     needs = needs_of(claim)
     aside: dict[str, list[Observation]] = {}  # why an observation does not judge the claim -> those observations
     judged = []

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ..errors import DataError  # noqa: E402
 from . import scope  # noqa: E402
 from .claims import VERDICTS, category, claims_table, fails_if, needs_of, read_claims, tolerance_text  # noqa: E402
 from .common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table  # noqa: E402
@@ -82,8 +83,8 @@ def _summary_row(g: pd.DataFrame) -> dict:
                     "measured": " | ".join(decisive["measured"]), "why": f"{each}. Why they differ: {differ}"}
         lead = decisive.iloc[0]
         also = len(decisive) - 1
-        return {**base, "verdict": lead["verdict"], "evidence": "; ".join(dict.fromkeys(map(_where, (
-            r for _, r in decisive.iterrows())))), "measured": lead["measured"],
+        evidence = "; ".join(dict.fromkeys(decisive.apply(_where, axis=1)))
+        return {**base, "verdict": lead["verdict"], "evidence": evidence, "measured": lead["measured"],
                 "why": lead["why"] + (f" (and {also} more row{'s' if also > 1 else ''} agree)" if also else "")}
     partly = g[cats == "partly measured"]
     if not partly.empty:
@@ -115,26 +116,33 @@ def verdict_counts(df: pd.DataFrame) -> pd.DataFrame:
     return counts.reindex(columns=list(VERDICTS), fill_value=0)
 
 
-def summary_line(df: pd.DataFrame) -> str:
-    """``one verdict per claim: 3 holds, ...; measured here: ...; reference run (H200, ...): ...``."""
+def head_category(verdict: str) -> str:
+    """The category of a one-per-claim verdict: :data:`DISAGREE`, else :func:`accelbench.aggregate.claims.category`."""
+    return DISAGREE if verdict == DISAGREE else category(verdict)
+
+
+def summary_line(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> str:
+    """``one verdict per claim: 3 holds, ...; measured here: ...; reference run (H200, ...): ...``; ``summary``: the
+    :func:`summary_table` of ``df`` where already made."""
     if df.empty:
         return "no claims"
-    summary = summary_table(df)
-    heads = summary["verdict"].map(lambda v: DISAGREE if v == DISAGREE else category(v))
+    summary = summary_table(df) if summary is None else summary
+    heads = summary["verdict"].map(head_category)
     line = "one verdict per claim: " + ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS)
     by = verdict_counts(df).groupby(level="origin").sum()
     return line + "; " + "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS)
                                    for o, r in by.iterrows())
 
 
-def fig_claims(df: pd.DataFrame, path: str | Path) -> list[str]:
+def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None = None) -> list[str]:
     """Verdicts as stacked horizontal bars: per study one bar of one verdict per claim, then one bar per origin
-    (measured here and each reference run apart, one count per claim and system). Returns the figure's problems."""
+    (measured here and each reference run apart, one count per claim and system). ``summary``: the
+    :func:`summary_table` of ``df`` where already made. Returns the figure's problems."""
     counts = verdict_counts(df)
-    summary = summary_table(df)
+    summary = summary_table(df) if summary is None else summary
     bars: list[tuple[str, dict]] = []
     for st in sorted(set(summary["study"])):
-        heads = summary[summary["study"] == st]["verdict"].map(lambda v: DISAGREE if v == DISAGREE else category(v))
+        heads = summary[summary["study"] == st]["verdict"].map(head_category)
         bars.append((f"Study {st}: one verdict per claim", {v: int((heads == v).sum()) for v in SUMMARY_VERDICTS}))
         for (s, o), r in counts.iterrows():
             if s == st:
@@ -179,7 +187,7 @@ def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr
     shown = df.copy()
     shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
     summary = summary_table(shown)
-    line = summary_line(df)
+    line = summary_line(df, summary)
     write_table(summary, out / "claims_summary", f"{TITLE}: one row per claim, its verdict from the evidence that "
                 f"judges it (run named). {line}.", title="Claims: one verdict per claim")
     write_table(shown, out / "claims", f"{TITLE} checked against each system's results (one row per claim and "
@@ -187,7 +195,7 @@ def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr
                 title="Claims: every run")
     (out / "claims.md").write_text((out / "claims_summary.md").read_text() + "\n\n" + (out / "claims.md").read_text())
     (out / "claims.html").write_text(claims_html(shown, summary, line))
-    fig_claims(df, out / "fig_claims.png")
+    fig_claims(df, out / "fig_claims.png", summary)
     return df
 
 
@@ -200,9 +208,11 @@ def _coloured(html: str) -> str:
 
     def cell(m: re.Match) -> str:
         text = m.group(1)
-        cat = DISAGREE if text == DISAGREE else next((v for v in VERDICTS if text == v or text.startswith(v + " (")),
-                                                     None)
-        return m.group(0) if cat is None else f'<td class="v-{colour_of[cat]}">{text}</td>'
+        try:
+            cat = head_category(text)
+        except DataError:  # a cell that is no verdict
+            return m.group(0)
+        return f'<td class="v-{colour_of[cat]}">{text}</td>'
 
     html = re.sub(r"<td>([^<]*)</td>", cell, html)
     return html.replace("</style>", style + "</style>", 1)
@@ -228,10 +238,15 @@ def _md(text) -> str:
     return str(text if pd.notna(text) else "").replace("|", "\\|").replace("\n", " ")
 
 
-def verdict_table(run_tables: dict[str, Path]) -> str:
+def read_run_tables(run_tables: dict[str, Path]) -> dict[str, pd.DataFrame]:
+    """``{run folder name: its committed tables/claims/claims.csv}``, read, in name order."""
+    return {name: pd.read_csv(p, dtype=str, keep_default_na=False) for name, p in sorted(run_tables.items())}
+
+
+def verdict_table(runs: dict[str, pd.DataFrame]) -> str:
     """A Markdown table of one verdict per claim over every reference run together (:func:`summary_table` of their
-    committed ``tables/claims/claims.csv``): claim, verdict, the evidence (run and hardware), what it measured."""
-    runs = [pd.read_csv(p, dtype=str, keep_default_na=False) for _, p in sorted(run_tables.items())]
+    claims tables, :func:`read_run_tables`): claim, verdict, the evidence (run and hardware), what it measured."""
+    runs = list(runs.values())
     if not runs:
         return "No reference run has a claims table yet."
     summary = summary_table(pd.concat(runs, ignore_index=True))
@@ -247,13 +262,13 @@ def claims_page(claims_paths: list[str | Path], run_tables: dict[str, Path]) -> 
     ``run_tables``: ``{run folder name: its tables/claims/claims.csv}``, each run judged on its own results), after
     one table of one verdict per claim over every run together."""
     claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
-    runs = {name: pd.read_csv(p, dtype=str, keep_default_na=False) for name, p in sorted(run_tables.items())}
+    runs = read_run_tables(run_tables)
     out = ["# Claims of the two studies, and what each reference run says of them", "",
            "Generated by `accelbench reference-runs` from `resources/reference/study_a_claims.csv`, "
            "`resources/reference/study_b_claims.csv` and each reference run's `tables/claims/claims.csv` "
            "(do not edit). How a verdict is reached: `workflow/accelbench/aggregate/claims.py`; which hardware "
            "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class).", "",
-           "## One verdict per claim, over every reference run", "", verdict_table(run_tables)]
+           "## One verdict per claim, over every reference run", "", verdict_table(runs)]
     for _, c in claims.iterrows():
         cid = c["claim_id"]
         quote = f"> {c['quote']}\n>\n> -- {c['quote_source']}" if str(c.get("quote", "")).strip() else \
