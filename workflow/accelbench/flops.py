@@ -130,3 +130,14 @@ def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, s
                formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
                             "(frozen: forward + input grad; adapters: full; attention at S)")
     return out
+
+
+PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # compute dtype -> system file's peak key
+
+
+def eval_peak(peaks: dict, dtype: str, autocast: str | None) -> tuple[str, float | None]:
+    """(compute dtype, its peak TFLOP/s from the system file's ``peak_tflops``) of an evaluation: the autocast dtype
+    where one is set (Study B's INT8 path runs its matmuls under FP16 autocast on an FP32 model: an FP32 peak gave
+    it an MFU of 1.24 on the H200), else the model's dtype (torch name, e.g. ``float32``). Peak None if unknown."""
+    compute = autocast or dtype
+    return compute, peaks.get(PEAK_KEY.get(compute, compute))

@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 from ..errors import DataError, ResultError  # noqa: E402
 from ..experiments.llm_quant.accuracy import bundled_baselines
 from ..experiments.llm_quant.layers import SUBMODULES  # noqa: E402
-from ..experiments.llm_quant.run import PEAK_KEY, eval_peak
+from ..flops import PEAK_KEY, eval_peak
 from ..models.llm import model_label
 from .claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
 from .common import STATUS_LABEL, csv_frame, load_results, model_display, noise_cell, status_cell, write_table
@@ -199,7 +199,7 @@ def baselines_caption(table: pd.DataFrame, results: list[dict]) -> str:
 def mfu_cells(result: dict) -> dict:
     """``eval_tflop_per_s``, ``eval_mfu`` and ``eval_mfu_peak`` of one method result, the MFU recomputed from the
     stored TFLOP/s against the system's peak for the evaluation's compute dtype (the autocast dtype where set, as
-    :func:`accelbench.experiments.llm_quant.run.eval_peak` does for new results), and ``flag`` where it differs from
+    the experiment does for new results, :func:`accelbench.flops.eval_peak`), and ``flag`` where it differs from
     the recorded one or is above 1 (then not shown: :data:`MFU_OVER_ONE`)."""
     m, cfg = result.get("measurements") or {}, result.get("config") or {}
     et = m.get("eval_throughput") or {}

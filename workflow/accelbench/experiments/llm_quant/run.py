@@ -10,6 +10,7 @@ import torch
 
 from ... import precisions
 from ...errors import ConfigError, DataError
+from ...flops import PEAK_KEY, eval_peak
 from ...measure import StepClock
 from .evaluate import Evaluator, load_text, token_chunks
 from .layers import decoder_layers
@@ -234,17 +235,6 @@ def estimate_s(spec: dict) -> float:
             + tasks * (acc.get("limit") or 1000) * COST["document_s"])
     slow = COST["emulated_fp16"] if method == "int8_dq" else 1.0  # fp16 autocast: emulated on most CPUs
     return COST["startup_s"] + size * work * slow
-
-
-PEAK_KEY = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # compute dtype -> system file's peak key
-
-
-def eval_peak(peaks: dict, dtype: str, autocast: str | None) -> tuple[str, float | None]:
-    """(compute dtype, its peak TFLOP/s from the system file's ``peak_tflops``) of an evaluation: the autocast dtype
-    where one is set (Study B's INT8 path runs its matmuls under FP16 autocast on an FP32 model: an FP32 peak gave
-    it an MFU of 1.24 on the H200), else the model's dtype (torch name, e.g. ``float32``). Peak None if unknown."""
-    compute = autocast or dtype
-    return compute, peaks.get(PEAK_KEY.get(compute, compute))
 
 
 def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: float | None) -> dict:
