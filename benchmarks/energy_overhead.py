@@ -36,9 +36,27 @@ import statistics
 import time
 from pathlib import Path
 
-FIELDS = ["experiment", "case", "round", "meter", "steps", "step_ms", "step_p10_ms", "step_p90_ms", "j_per_step",
-          "power_w", "windows", "reliable", "source", "on_over_off", "j_spread", "off_spread", "paired_on_over_off",
-          "device", "when"]
+FIELDS = [
+    "experiment",
+    "case",
+    "round",
+    "meter",
+    "steps",
+    "step_ms",
+    "step_p10_ms",
+    "step_p90_ms",
+    "j_per_step",
+    "power_w",
+    "windows",
+    "reliable",
+    "source",
+    "on_over_off",
+    "j_spread",
+    "off_spread",
+    "paired_on_over_off",
+    "device",
+    "when",
+]
 
 
 def _append(path: str, row: dict) -> None:
@@ -89,8 +107,14 @@ def study_a(result: dict, args):
     spec = result["config"]
     system = system_from(spec)
     # the result's network and micro-batches (results made before the choice existed: the MONAI stand-in, 1)
-    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
-                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
+    settings = exp.resolve_settings(
+        spec["model"],
+        spec["presets"],
+        system.scale,
+        spec.get("scales", {}),
+        network=spec.get("network", "monai"),
+        micro_batches=spec.get("micro_batches", 1),
+    )
     variant = exp.VARIANTS[spec["configuration"]]
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)
@@ -121,8 +145,9 @@ def sr3(result: dict, args):
     data = sky.load(args.data)
     device = Device(system.backend)
     ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
-    tr = exp.Trainer(s, device, ds, conf.precision, job.params["seed"], 0, 1, distributed=False, ddp=None,
-                     **conf.trainer_options())
+    tr = exp.Trainer(
+        s, device, ds, conf.precision, job.params["seed"], 0, 1, distributed=False, ddp=None, **conf.trainer_options()
+    )
     steps = _steps(result["measurements"]["iteration"]["median"], args.seconds, args.repeat)
     return spec["configuration"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
 
@@ -146,6 +171,7 @@ def lora(result: dict, args):
         if out["status"] != "ok":
             raise SystemExit(f"energy_overhead: Trainer run {out['status']}: {out['reason']}")
         return out["measurements"]["step_samples_ms"][warm:], out["measurements"]["energy"]
+
     return f"{spec['attention']}/{spec['strategy']}", phase
 
 
@@ -167,8 +193,9 @@ def main(argv=None) -> None:
     result = json.loads(Path(args.result).read_text())
     build = {"unet3d_profile": study_a, "sr3_scaling": sr3, "lora_finetune": lora}.get(result["experiment"])
     if build is None or result["status"] != "ok":
-        raise SystemExit(f"energy_overhead: {args.result}: an ok unet3d_profile, sr3_scaling or lora_finetune "
-                         f"result is needed")
+        raise SystemExit(
+            f"energy_overhead: {args.result}: an ok unet3d_profile, sr3_scaling or lora_finetune result is needed"
+        )
     case, phase = build(result, args)
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     medians: dict[bool, list[float]] = {False: [], True: []}
@@ -182,23 +209,44 @@ def main(argv=None) -> None:
             ok = bool(e) and e.get("status") == "ok"
             if ok:
                 joules.append(e["per_step"]["median"])
-            _append(args.csv, {"experiment": result["experiment"], "case": case, "round": r + 1,
-                               "meter": "on" if on else "off", "steps": len(s), "step_ms": round(medians[on][-1], 4),
-                               "step_p10_ms": round(q[0], 4), "step_p90_ms": round(q[-1], 4),
-                               "j_per_step": round(e["per_step"]["median"], 4) if ok else (e or {}).get("status"),
-                               "power_w": round(e["power_w"]["median"], 2) if ok else None,
-                               "windows": e.get("windows_used") if ok else None,
-                               "reliable": e.get("reliable") if ok else None, "source": e.get("source") if ok else
-                               (e or {}).get("reason"), "device": device,
-                               "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            _append(
+                args.csv,
+                {
+                    "experiment": result["experiment"],
+                    "case": case,
+                    "round": r + 1,
+                    "meter": "on" if on else "off",
+                    "steps": len(s),
+                    "step_ms": round(medians[on][-1], 4),
+                    "step_p10_ms": round(q[0], 4),
+                    "step_p90_ms": round(q[-1], 4),
+                    "j_per_step": round(e["per_step"]["median"], 4) if ok else (e or {}).get("status"),
+                    "power_w": round(e["power_w"]["median"], 2) if ok else None,
+                    "windows": e.get("windows_used") if ok else None,
+                    "reliable": e.get("reliable") if ok else None,
+                    "source": e.get("source") if ok else (e or {}).get("reason"),
+                    "device": device,
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+            )
     ratio, off_spread, paired = summary(medians[False], medians[True])
     spread = _spread(joules) if joules else None
-    _append(args.csv, {"experiment": result["experiment"], "case": case, "round": "summary",
-                       "meter": f"{args.rounds} rounds", "on_over_off": round(ratio, 4),
-                       "j_spread": round(spread, 4) if spread is not None else None,
-                       "off_spread": round(off_spread, 4), "paired_on_over_off": round(paired, 4),
-                       "j_per_step": round(statistics.median(joules), 4) if joules else None, "device": device,
-                       "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    _append(
+        args.csv,
+        {
+            "experiment": result["experiment"],
+            "case": case,
+            "round": "summary",
+            "meter": f"{args.rounds} rounds",
+            "on_over_off": round(ratio, 4),
+            "j_spread": round(spread, 4) if spread is not None else None,
+            "off_spread": round(off_spread, 4),
+            "paired_on_over_off": round(paired, 4),
+            "j_per_step": round(statistics.median(joules), 4) if joules else None,
+            "device": device,
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,11 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("study-a", "sr3", "sr3-rank", "lora", "lora-rank", "efficiency", "ddp-profile", "ddp-profile-rank"):
         s = sub.add_parser(name)
-        s.add_argument("--csv", required=not name.startswith("ddp-profile"),
-                       default="benchmarks/ddp_profile_h200.csv" if name.startswith("ddp-profile") else None)
+        s.add_argument(
+            "--csv",
+            required=not name.startswith("ddp-profile"),
+            default="benchmarks/ddp_profile_h200.csv" if name.startswith("ddp-profile") else None,
+        )
         if name == "efficiency":
             continue
         if name.startswith("ddp-profile"):
@@ -102,8 +105,9 @@ def main(argv=None) -> None:
             s.add_argument("--mask", required=True)
         if name.startswith("sr3"):
             s.add_argument("--data", required=True)
-    h = sub.add_parser("host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, "
-                                             "CPU, 1 thread")
+    h = sub.add_parser(
+        "host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, CPU, 1 thread"
+    )
     h.add_argument("--csv", default="benchmarks/harness_overhead_host_cpu.csv")
     h.add_argument("--layers", type=int, default=2)
     h.add_argument("--hidden", type=int, default=64)
@@ -114,13 +118,18 @@ def main(argv=None) -> None:
     h.add_argument("--repeat", type=int, default=20)
     h.add_argument("--rounds", type=int, default=3, help="Trainer and bare runs, alternated")
     h.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True, help="bare loop: fused AdamW")
-    h.add_argument("--before", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run the Trainer with LossCurveMixin.fast_host_step off (Trainer's own per-step walks); "
-                        "the cProfile attribution is then of that run")
+    h.add_argument(
+        "--before",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the Trainer with LossCurveMixin.fast_host_step off (Trainer's own per-step walks); "
+        "the cProfile attribution is then of that run",
+    )
     h.add_argument("--top", type=int, default=0, help="print the top N cumulative cProfile entries of both sides")
     h.add_argument("--note", default="", help="added to the settings column")
-    b = sub.add_parser("sr3-host-bound", help="SR3: device vs host time per step of the rule's Trainer, three data "
-                                              "paths, one device")
+    b = sub.add_parser(
+        "sr3-host-bound", help="SR3: device vs host time per step of the rule's Trainer, three data paths, one device"
+    )
     b.add_argument("--result", nargs="+", required=True, help="the SR3 rule's result.json files (their configuration)")
     b.add_argument("--data", required=True, help="the rule's sky data (.npz)")
     b.add_argument("--csv", default="benchmarks/sr3_host_bound_h200.csv")
@@ -129,8 +138,18 @@ def main(argv=None) -> None:
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--repeat", type=int, default=20)
     args = p.parse_args(argv)
-    {"host-overhead": host_overhead, "sr3-host-bound": sr3_host_bound, "study-a": study_a, "sr3": sr3, "sr3-rank": sr3_rank, "lora": lora, "lora-rank": lora_rank,
-     "efficiency": efficiency, "ddp-profile": ddp_profile, "ddp-profile-rank": ddp_profile_rank}[args.cmd](args)
+    {
+        "host-overhead": host_overhead,
+        "sr3-host-bound": sr3_host_bound,
+        "study-a": study_a,
+        "sr3": sr3,
+        "sr3-rank": sr3_rank,
+        "lora": lora,
+        "lora-rank": lora_rank,
+        "efficiency": efficiency,
+        "ddp-profile": ddp_profile,
+        "ddp-profile-rank": ddp_profile_rank,
+    }[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -8,13 +8,20 @@ First run (2026-11-30, H200, ncu at /usr/local/cuda/bin/ncu, a thread-local push
 saw 574 of the step's 1551 kernels (40% of its device time), because autograd launches the backward kernels from its
 own thread; unet3d-step now opens a process-wide start/end range instead. Both passes took 67 s at 128^3.
 """
-import json, os, subprocess, sys, time
+
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
+
 import yaml
+
 from accelbench.config import deep_merge
-from accelbench.systems import load_systems, probe_devices, resolve_system
-from accelbench.experiments.unet3d_profile import resolve_settings
 from accelbench.data import mri
+from accelbench.experiments.unet3d_profile import resolve_settings
+from accelbench.systems import load_systems, probe_devices, resolve_system
 
 out = Path(os.environ.get("OUT", "ncu_check"))
 out.mkdir(parents=True, exist_ok=True)
@@ -31,22 +38,76 @@ mri.prepare(img, msk, volume=list(s.volume), spacing_mm=list(s.spacing_mm), **cf
 print("mri", list(s.volume), round(time.time() - t, 1), flush=True)
 run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
 run.update(repeat=3, quality_sample_steps=1)
-spec = {"system": system.to_dict(), "model": "whole_head", "configuration": conf,
-        "presets": {"whole_head": u["presets"]["whole_head"]}, "scales": u.get("scales", {}), "data": cfg["data"]["mri"],
-        "run": run}
+spec = {
+    "system": system.to_dict(),
+    "model": "whole_head",
+    "configuration": conf,
+    "presets": {"whole_head": u["presets"]["whole_head"]},
+    "scales": u.get("scales", {}),
+    "data": cfg["data"]["mri"],
+    "run": run,
+}
 t = time.time()
-p = subprocess.run([sys.executable, "-m", "accelbench", "unet3d-profile", "--spec", json.dumps(spec), "--image", img,
-                    "--mask", msk, "--out", "/tmp/prof/result.json"], capture_output=True, text=True)
+p = subprocess.run(
+    [
+        sys.executable,
+        "-m",
+        "accelbench",
+        "unet3d-profile",
+        "--spec",
+        json.dumps(spec),
+        "--image",
+        img,
+        "--mask",
+        msk,
+        "--out",
+        "/tmp/prof/result.json",
+    ],
+    capture_output=True,
+    text=True,
+)
 print("profile rc", p.returncode, round(time.time() - t, 1), p.stderr[-1500:], flush=True)
 r = json.load(open("/tmp/prof/result.json"))
-print("profile status", r["status"], r.get("reason"), "kernels/step", r["measurements"].get("kernels", {}).get("kernel_count"),
-      "device_time_us", r["measurements"].get("kernels", {}).get("device_time_us"), flush=True)
-nspec = dict(spec, ncu={**{k: v for k, v in cfg["unet3d_ncu"].items() if k != "configurations"},
-                        "launch_count": int(os.environ.get("LC", "20")), "max_kernels": 6, "timeout_s": int(os.environ.get("TO", "170"))})
+print(
+    "profile status",
+    r["status"],
+    r.get("reason"),
+    "kernels/step",
+    r["measurements"].get("kernels", {}).get("kernel_count"),
+    "device_time_us",
+    r["measurements"].get("kernels", {}).get("device_time_us"),
+    flush=True,
+)
+nspec = dict(
+    spec,
+    ncu={
+        **{k: v for k, v in cfg["unet3d_ncu"].items() if k != "configurations"},
+        "launch_count": int(os.environ.get("LC", "20")),
+        "max_kernels": 6,
+        "timeout_s": int(os.environ.get("TO", "170")),
+    },
+)
 t = time.time()
-p = subprocess.run([sys.executable, "-m", "accelbench", "unet3d-ncu", "--spec", json.dumps(nspec), "--image", img,
-                    "--mask", msk, "--profile-result", "/tmp/prof/result.json", "--out", str(out / "ncu_result.json")],
-                   capture_output=True, text=True)
+p = subprocess.run(
+    [
+        sys.executable,
+        "-m",
+        "accelbench",
+        "unet3d-ncu",
+        "--spec",
+        json.dumps(nspec),
+        "--image",
+        img,
+        "--mask",
+        msk,
+        "--profile-result",
+        "/tmp/prof/result.json",
+        "--out",
+        str(out / "ncu_result.json"),
+    ],
+    capture_output=True,
+    text=True,
+)
 print("ncu rc", p.returncode, round(time.time() - t, 1), p.stderr[-1500:], flush=True)
 n = json.load(open(out / "ncu_result.json"))
 m = n["measurements"]

@@ -73,14 +73,31 @@ PEAK_BF16 = 989.4e12  # H200 bf16 dense peak
 CL = torch.channels_last_3d
 
 # whole-head preset (config/config.yaml unet3d_profile.presets.whole_head, scale "paper")
-WHOLE_HEAD = ModelSettings(preset="whole_head", scale="paper", volume=(128, 128, 128), spacing_mm=(1.5, 1.5, 1.5),
-                           base_channels=64, channel_mult=(1, 1, 2, 3, 4), num_res_blocks=1,
-                           attention_resolutions=(16,), num_heads=1, image_channels=1, mask_channels=2,
-                           out_channels=1, norm_groups=32, timesteps=250, schedule="cosine", lr=1e-5, batch_size=1,
-                           network="med_ddpm", micro_batches=2)
+WHOLE_HEAD = ModelSettings(
+    preset="whole_head",
+    scale="paper",
+    volume=(128, 128, 128),
+    spacing_mm=(1.5, 1.5, 1.5),
+    base_channels=64,
+    channel_mult=(1, 1, 2, 3, 4),
+    num_res_blocks=1,
+    attention_resolutions=(16,),
+    num_heads=1,
+    image_channels=1,
+    mask_channels=2,
+    out_channels=1,
+    norm_groups=32,
+    timesteps=250,
+    schedule="cosine",
+    lr=1e-5,
+    batch_size=1,
+    network="med_ddpm",
+    micro_batches=2,
+)
 # CPU smoke test: 16^3, width 16, attention at level 3 (2^3 voxels) + middle, like the 128^3 network's level 3
-TINY = dataclasses.replace(WHOLE_HEAD, scale="tiny", volume=(16, 16, 16), base_channels=16, norm_groups=8,
-                           attention_resolutions=(2,))
+TINY = dataclasses.replace(
+    WHOLE_HEAD, scale="tiny", volume=(16, 16, 16), base_channels=16, norm_groups=8, attention_resolutions=(2,)
+)
 
 
 # --------------------------------------------------------------------------- variants
@@ -103,9 +120,12 @@ class Variant:
         return self.mode in ("reduce-overhead", "max-autotune") or dict(self.options).get("triton.cudagraphs", False)
 
 
-MODE_OPTIONS = {"default": {}, "reduce-overhead": {"triton.cudagraphs": True},
-                "max-autotune": {"max_autotune": True, "triton.cudagraphs": True},
-                "max-autotune-no-cudagraphs": {"max_autotune": True}}
+MODE_OPTIONS = {
+    "default": {},
+    "reduce-overhead": {"triton.cudagraphs": True},
+    "max-autotune": {"max_autotune": True, "triton.cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
+}
 
 _V = [
     Variant("ref_ncdhw_cg", note="product bf16_compile_cudagraphs_autotuned (the reference)"),
@@ -113,45 +133,145 @@ _V = [
     Variant("cl_naive_default", layout="cl", mode="default", note="channels_last_3d as is, no CUDA graphs"),
     Variant("cl_naive_cg", layout="cl", note="channels_last_3d as is"),
     Variant("cl_sep_default", layout="cl", up="sep", mode="default", note="channels_last_3d + separable upsample"),
-    Variant("cl_tok_default", layout="cl", attn="tokens", mode="default",
-            note="channels_last_3d + token-layout attention"),
-    Variant("cl_fix_default", layout="cl", attn="tokens", up="sep", mode="default",
-            note="(a) channels_last_3d + token attention + separable upsample, no CUDA graphs"),
+    Variant(
+        "cl_tok_default", layout="cl", attn="tokens", mode="default", note="channels_last_3d + token-layout attention"
+    ),
+    Variant(
+        "cl_fix_default",
+        layout="cl",
+        attn="tokens",
+        up="sep",
+        mode="default",
+        note="(a) channels_last_3d + token attention + separable upsample, no CUDA graphs",
+    ),
     Variant("cl_fix_cg", layout="cl", attn="tokens", up="sep", note="(a) + CUDA graphs"),
     Variant("cl_fix_rt_cg", layout="cl", attn="tokens", up="rt", note="(a) with contiguous round-trip upsample"),
     Variant("cl_fix_nockpt_cg", layout="cl", attn="tokens", up="sep", ckpt=False, note="(a)+(b)"),
     Variant("cl_fix_sdpa_cg", layout="cl", attn="sdpa", up="sep", note="(a)+(c), attention checkpointed"),
     Variant("cl_fix_nockpt_sdpa_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, note="(a)+(b)+(c)"),
-    Variant("cl_fix_nockpt_sdpa_default", layout="cl", attn="sdpa", up="sep", ckpt=False, mode="default",
-            note="(a)+(b)+(c) without CUDA graphs"),
-    Variant("cl_fix_nockpt_sdpa_gradcl_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, gradcl=True,
-            note="(a)+(b)+(c) + channels-last gradients at every conv"),
-    Variant("cl_fix_nockpt_sdpa_gradcl_default", layout="cl", attn="sdpa", up="sep", ckpt=False, gradcl=True,
-            mode="default", note="as above, no CUDA graphs"),
-    Variant("cl_fix_nockpt_sdpa_fused_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, adam="fused",
-            note="(a)+(b)+(c) + fused Adam"),
-    Variant("cl_fix_nockpt_sdpa_maxat", layout="cl", attn="sdpa", up="sep", ckpt=False, mode="max-autotune",
-            note="(a)+(b)+(c)+(d) max-autotune (CUDA graphs included)"),
-    Variant("cl_fix_nockpt_sdpa_maxat_atenconv", layout="cl", attn="sdpa", up="sep", ckpt=False,
-            mode="max-autotune", options=(("max_autotune", True), ("triton.cudagraphs", True),
-                                          ("max_autotune_conv_backends", "ATEN")),
-            note="max-autotune with convolutions left to cuDNN (GEMM/pointwise tuned)"),
-    Variant("cl_fixgn_nockpt_sdpa_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, gn="cl",
-            note="(a incl. layout-preserving GroupNorm)+(b)+(c)"),
-    Variant("cl_fixgn_nockpt_sdpa_fused_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, gn="cl", adam="fused",
-            note="(a incl. GroupNorm)+(b)+(c) + fused Adam"),
-    Variant("cl_fixgn_cg", layout="cl", attn="tokens", up="sep", gn="cl",
-            note="(a incl. GroupNorm), attention checkpointed, einsum-equivalent"),
-    Variant("cl_fixgn_nockpt_cg", layout="cl", attn="tokens", up="sep", ckpt=False, gn="cl",
-            note="(a incl. GroupNorm)+(b)"),
-    Variant("cl_fixgn_nockpt_sdpa_default", layout="cl", attn="sdpa", up="sep", ckpt=False, gn="cl", mode="default",
-            note="(a incl. GroupNorm)+(b)+(c), no CUDA graphs"),
-    Variant("cl_fixgn_nockpt_sdpa_gradcl_cg", layout="cl", attn="sdpa", up="sep", ckpt=False, gn="cl", gradcl=True,
-            note="(a incl. GroupNorm)+(b)+(c) + channels-last gradients at every conv"),
-    Variant("cl_fixgn_nockpt_sdpa_maxat", layout="cl", attn="sdpa", up="sep", ckpt=False, gn="cl",
-            mode="max-autotune", note="(a incl. GroupNorm)+(b)+(c)+(d) max-autotune (CUDA graphs included)"),
-    Variant("ncdhw_fix_nockpt_sdpa_cg", attn="sdpa", up="sep", ckpt=False,
-            note="(b)+(c)+separable upsample in the product layout"),
+    Variant(
+        "cl_fix_nockpt_sdpa_default",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        mode="default",
+        note="(a)+(b)+(c) without CUDA graphs",
+    ),
+    Variant(
+        "cl_fix_nockpt_sdpa_gradcl_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gradcl=True,
+        note="(a)+(b)+(c) + channels-last gradients at every conv",
+    ),
+    Variant(
+        "cl_fix_nockpt_sdpa_gradcl_default",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gradcl=True,
+        mode="default",
+        note="as above, no CUDA graphs",
+    ),
+    Variant(
+        "cl_fix_nockpt_sdpa_fused_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        adam="fused",
+        note="(a)+(b)+(c) + fused Adam",
+    ),
+    Variant(
+        "cl_fix_nockpt_sdpa_maxat",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        mode="max-autotune",
+        note="(a)+(b)+(c)+(d) max-autotune (CUDA graphs included)",
+    ),
+    Variant(
+        "cl_fix_nockpt_sdpa_maxat_atenconv",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        mode="max-autotune",
+        options=(("max_autotune", True), ("triton.cudagraphs", True), ("max_autotune_conv_backends", "ATEN")),
+        note="max-autotune with convolutions left to cuDNN (GEMM/pointwise tuned)",
+    ),
+    Variant(
+        "cl_fixgn_nockpt_sdpa_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="cl",
+        note="(a incl. layout-preserving GroupNorm)+(b)+(c)",
+    ),
+    Variant(
+        "cl_fixgn_nockpt_sdpa_fused_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="cl",
+        adam="fused",
+        note="(a incl. GroupNorm)+(b)+(c) + fused Adam",
+    ),
+    Variant(
+        "cl_fixgn_cg",
+        layout="cl",
+        attn="tokens",
+        up="sep",
+        gn="cl",
+        note="(a incl. GroupNorm), attention checkpointed, einsum-equivalent",
+    ),
+    Variant(
+        "cl_fixgn_nockpt_cg", layout="cl", attn="tokens", up="sep", ckpt=False, gn="cl", note="(a incl. GroupNorm)+(b)"
+    ),
+    Variant(
+        "cl_fixgn_nockpt_sdpa_default",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="cl",
+        mode="default",
+        note="(a incl. GroupNorm)+(b)+(c), no CUDA graphs",
+    ),
+    Variant(
+        "cl_fixgn_nockpt_sdpa_gradcl_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="cl",
+        gradcl=True,
+        note="(a incl. GroupNorm)+(b)+(c) + channels-last gradients at every conv",
+    ),
+    Variant(
+        "cl_fixgn_nockpt_sdpa_maxat",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="cl",
+        mode="max-autotune",
+        note="(a incl. GroupNorm)+(b)+(c)+(d) max-autotune (CUDA graphs included)",
+    ),
+    Variant(
+        "ncdhw_fix_nockpt_sdpa_cg",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        note="(b)+(c)+separable upsample in the product layout",
+    ),
 ]
 VARIANTS = {v.name: v for v in _V}
 REFERENCE = "ref_ncdhw_cg"
@@ -179,7 +299,7 @@ class TokenAttention(nn.Module):
         if self.sdpa:
             out = F.scaled_dot_product_attention(q, k, v)  # scale width^-1/2 = (width^-1/4)^2
         else:
-            s = width ** -0.25
+            s = width**-0.25
             wts = (q * s) @ (k * s).transpose(-1, -2)
             wts = torch.softmax(wts.float(), dim=-1).to(wts.dtype)
             out = wts @ v
@@ -263,6 +383,7 @@ class ConvCLGrad(nn.Module):
 
 def rewrite(model: nn.Module, v: Variant) -> nn.Module:
     """Swap modules in place per the variant (the parameters stay the same tensors)."""
+
     def swap(pred, make):
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
@@ -347,7 +468,8 @@ class Work:
             else:
                 t = torch.randint(0, self.s.timesteps, (b,), device=self.dev, generator=self.gen)
                 noise = torch.randn(self.image.shape, device=self.dev, generator=self.gen).contiguous(
-                    memory_format=self.fmt)
+                    memory_format=self.fmt
+                )
             x_t = self.add_noise(self.image, noise, t)
             inp = torch.cat([x_t, self.mask], dim=1).contiguous(memory_format=self.fmt)
             with torch.autocast(self.dev.type, dtype=torch.bfloat16):
@@ -421,9 +543,24 @@ def kclass(name: str) -> str:
     return "other"
 
 
-GENERIC = {"aten::copy_", "aten::clone", "aten::contiguous", "aten::to", "aten::_to_copy", "aten::reshape",
-           "aten::_reshape_alias", "aten::empty_like", "aten::expand", "aten::as_strided", "aten::view",
-           "aten::empty_strided", "aten::empty", "aten::t", "aten::transpose", "aten::permute"}
+GENERIC = {
+    "aten::copy_",
+    "aten::clone",
+    "aten::contiguous",
+    "aten::to",
+    "aten::_to_copy",
+    "aten::reshape",
+    "aten::_reshape_alias",
+    "aten::empty_like",
+    "aten::expand",
+    "aten::as_strided",
+    "aten::view",
+    "aten::empty_strided",
+    "aten::empty",
+    "aten::t",
+    "aten::transpose",
+    "aten::permute",
+}
 
 
 def analyse_profile(prof, steps: int) -> dict:
@@ -466,12 +603,17 @@ def analyse_profile(prof, steps: int) -> dict:
         classes[c] = classes.get(c, 0.0) + us
         counts[c] = counts.get(c, 0) + cnt
     top = sorted(kernels.items(), key=lambda kv: -kv[1][1])
-    return {"kernel_count": sum(v[0] for v in kernels.values()) / steps, "device_ms": total / 1e3 / steps,
-            "span_ms": span / 1e3 / steps, "classes_ms": {k: v / 1e3 / steps for k, v in classes.items()},
-            "class_counts": {k: v / steps for k, v in counts.items()},
-            "top": [(n, c / steps, us / 1e3 / steps, kclass(n)) for n, (c, us) in top[:20]],
-            "copies": sorted(((k[0], k[1], c / steps, us / 1e3 / steps) for k, (c, us) in copies.items()),
-                             key=lambda r: -r[3])}
+    return {
+        "kernel_count": sum(v[0] for v in kernels.values()) / steps,
+        "device_ms": total / 1e3 / steps,
+        "span_ms": span / 1e3 / steps,
+        "classes_ms": {k: v / 1e3 / steps for k, v in classes.items()},
+        "class_counts": {k: v / steps for k, v in counts.items()},
+        "top": [(n, c / steps, us / 1e3 / steps, kclass(n)) for n, (c, us) in top[:20]],
+        "copies": sorted(
+            ((k[0], k[1], c / steps, us / 1e3 / steps) for k, (c, us) in copies.items()), key=lambda r: -r[3]
+        ),
+    }
 
 
 def profile_step(work: Work, steps: int = 1) -> dict:
@@ -491,8 +633,9 @@ def selftest(dev: torch.device) -> dict:
     torch.manual_seed(0)
     res = {}
     x = torch.randn(2, 8, 5, 6, 7, device=dev, dtype=torch.float64)
-    res["upsample_fp64_max_abs"] = float((trilinear_up2(x) - F.interpolate(x, scale_factor=2, mode="trilinear"))
-                                         .abs().max())
+    res["upsample_fp64_max_abs"] = float(
+        (trilinear_up2(x) - F.interpolate(x, scale_factor=2, mode="trilinear")).abs().max()
+    )
     xg = x.clone().requires_grad_(True)
     g = torch.randn(2, 8, 10, 12, 14, device=dev, dtype=torch.float64)
     (F.interpolate(xg, scale_factor=2, mode="trilinear") * g).sum().backward()
@@ -519,18 +662,55 @@ def selftest(dev: torch.device) -> dict:
                 t = TokenAttention(a, sdpa, checkpointed=False)
                 xa = torch.randn(2, 64, 3, 4, 5, device=dev, dtype=torch.float64)
                 res[f"attention_heads{heads}_{'sdpa' if sdpa else 'tokens'}_fp64_max_abs"] = float(
-                    (t(xa.contiguous(memory_format=CL)) - a(xa)).abs().max())
+                    (t(xa.contiguous(memory_format=CL)) - a(xa)).abs().max()
+                )
     return res
 
 
 # --------------------------------------------------------------------------- driver
-FIELDS = ["variant", "status", "note", "layout", "attn", "attn_checkpointed", "upsample", "groupnorm", "gradcl",
-          "compile_mode",
-          "inductor_options", "adam", "cuda_graphs", "first_step_s", "steps_timed", "ms_median", "ms_p10", "ms_p90",
-          "ms_mean", "speedup_vs_autotuned_baseline", "speedup_vs_ref_in_run", "mfu", "rel_l2_vs_bf16_ref",
-          "rel_l2_vs_fp32_eager", "peak_mem_gib", "prof_kernels_per_step", "prof_device_ms", "prof_span_ms",
-          "prof_idle_fraction", "conv_ms", "layout_transpose_ms", "aten_copy_ms", "aten_copy_count", "upsample_ms",
-          "normalization_ms", "attention_ms", "gemm_ms", "triton_other_ms", "optimizer_ms", "other_ms", "error"]
+FIELDS = [
+    "variant",
+    "status",
+    "note",
+    "layout",
+    "attn",
+    "attn_checkpointed",
+    "upsample",
+    "groupnorm",
+    "gradcl",
+    "compile_mode",
+    "inductor_options",
+    "adam",
+    "cuda_graphs",
+    "first_step_s",
+    "steps_timed",
+    "ms_median",
+    "ms_p10",
+    "ms_p90",
+    "ms_mean",
+    "speedup_vs_autotuned_baseline",
+    "speedup_vs_ref_in_run",
+    "mfu",
+    "rel_l2_vs_bf16_ref",
+    "rel_l2_vs_fp32_eager",
+    "peak_mem_gib",
+    "prof_kernels_per_step",
+    "prof_device_ms",
+    "prof_span_ms",
+    "prof_idle_fraction",
+    "conv_ms",
+    "layout_transpose_ms",
+    "aten_copy_ms",
+    "aten_copy_count",
+    "upsample_ms",
+    "normalization_ms",
+    "attention_ms",
+    "gemm_ms",
+    "triton_other_ms",
+    "optimizer_ms",
+    "other_ms",
+    "error",
+]
 
 
 def write_outputs(out: Path, rows, kernels, copies, meta):
@@ -587,9 +767,15 @@ def main(argv=None) -> int:
     # the product's math mode for bf16 configurations: TF32 off, cuDNN autotuning on
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    meta = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "settings": s.to_dict(),
-            "argv": sys.argv, "variants": {}}
+    meta = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "settings": s.to_dict(),
+        "argv": sys.argv,
+        "variants": {},
+    }
     print(f"# {meta['device']} torch {meta['torch']} cuda {meta['cuda']} cudnn {meta['cudnn']}", flush=True)
     meta["selftest"] = selftest(dev)
     print("# selftest (rewrites vs product modules, fp64):", json.dumps(meta["selftest"]), flush=True)
@@ -614,10 +800,20 @@ def main(argv=None) -> int:
     first_s_seen = []
     for name in names:
         v = VARIANTS[name]
-        row = {"variant": name, "note": v.note, "layout": v.layout, "attn": v.attn, "attn_checkpointed": v.ckpt,
-               "upsample": v.up, "groupnorm": v.gn, "gradcl": v.gradcl, "compile_mode": v.mode,
-               "inductor_options": json.dumps(dict(v.options)) if v.options else "", "adam": v.adam,
-               "cuda_graphs": v.cuda_graphs}
+        row = {
+            "variant": name,
+            "note": v.note,
+            "layout": v.layout,
+            "attn": v.attn,
+            "attn_checkpointed": v.ckpt,
+            "upsample": v.up,
+            "groupnorm": v.gn,
+            "gradcl": v.gradcl,
+            "compile_mode": v.mode,
+            "inductor_options": json.dumps(dict(v.options)) if v.options else "",
+            "adam": v.adam,
+            "cuda_graphs": v.cuda_graphs,
+        }
         elapsed = time.perf_counter() - t_start
         est = max(first_s_seen + [a.est_variant_s]) if first_s_seen else a.est_variant_s
         if elapsed + est > a.budget_s:
@@ -642,9 +838,16 @@ def main(argv=None) -> int:
             sync(dev)
             ms = time_steps(w, a.repeat)
             med = statistics.median(ms)
-            row.update(status="ok", steps_timed=len(ms), ms_median=med, ms_p10=pct(ms, 0.1), ms_p90=pct(ms, 0.9),
-                       ms_mean=statistics.fmean(ms), speedup_vs_autotuned_baseline=AUTOTUNED_BASELINE_MS / med,
-                       mfu=FLOP_PER_STEP / (med / 1e3) / PEAK_BF16)
+            row.update(
+                status="ok",
+                steps_timed=len(ms),
+                ms_median=med,
+                ms_p10=pct(ms, 0.1),
+                ms_p90=pct(ms, 0.9),
+                ms_mean=statistics.fmean(ms),
+                speedup_vs_autotuned_baseline=AUTOTUNED_BASELINE_MS / med,
+                mfu=FLOP_PER_STEP / (med / 1e3) / PEAK_BF16,
+            )
             if dev.type == "cuda":
                 row["peak_mem_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
             if name == REFERENCE:
@@ -664,15 +867,23 @@ def main(argv=None) -> int:
                     p = None
             if name in prof_names and p is not None:
                 cl = p["classes_ms"]
-                row.update(prof_kernels_per_step=p["kernel_count"], prof_device_ms=p["device_ms"],
-                           prof_span_ms=p["span_ms"],
-                           prof_idle_fraction=1 - p["device_ms"] / p["span_ms"] if p["span_ms"] else None,
-                           conv_ms=cl.get("convolution", 0.0), layout_transpose_ms=cl.get("layout_transpose", 0.0),
-                           aten_copy_ms=cl.get("aten_copy", 0.0), aten_copy_count=p["class_counts"].get("aten_copy", 0),
-                           upsample_ms=cl.get("upsample", 0.0), normalization_ms=cl.get("normalization", 0.0),
-                           attention_ms=cl.get("attention", 0.0), gemm_ms=cl.get("gemm", 0.0),
-                           triton_other_ms=cl.get("triton_other", 0.0), optimizer_ms=cl.get("optimizer", 0.0),
-                           other_ms=cl.get("other", 0.0) + cl.get("memory", 0.0))
+                row.update(
+                    prof_kernels_per_step=p["kernel_count"],
+                    prof_device_ms=p["device_ms"],
+                    prof_span_ms=p["span_ms"],
+                    prof_idle_fraction=1 - p["device_ms"] / p["span_ms"] if p["span_ms"] else None,
+                    conv_ms=cl.get("convolution", 0.0),
+                    layout_transpose_ms=cl.get("layout_transpose", 0.0),
+                    aten_copy_ms=cl.get("aten_copy", 0.0),
+                    aten_copy_count=p["class_counts"].get("aten_copy", 0),
+                    upsample_ms=cl.get("upsample", 0.0),
+                    normalization_ms=cl.get("normalization", 0.0),
+                    attention_ms=cl.get("attention", 0.0),
+                    gemm_ms=cl.get("gemm", 0.0),
+                    triton_other_ms=cl.get("triton_other", 0.0),
+                    optimizer_ms=cl.get("optimizer", 0.0),
+                    other_ms=cl.get("other", 0.0) + cl.get("memory", 0.0),
+                )
                 for i, (kn, c, kms, kc) in enumerate(p["top"], 1):
                     kernels.append([name, i, kn[:200], kc, round(c, 2), round(kms, 4)])
                 for culprit, chain, c, cms in p["copies"][:25]:
@@ -689,28 +900,36 @@ def main(argv=None) -> int:
             if dev.type == "cuda":
                 try:
                     from torch._inductor import cudagraph_trees
+
                     cudagraph_trees.reset_cudagraph_trees()
                 except Exception:  # noqa: BLE001
                     pass
                 torch.cuda.empty_cache()
         rows.append(row)
         write_outputs(out, rows, kernels, copies, meta)
-        print(f"## {name}: {row.get('status')} median {fmt(row.get('ms_median'))} ms "
-              f"(p10 {fmt(row.get('ms_p10'))}, p90 {fmt(row.get('ms_p90'))}), first step {fmt(row.get('first_step_s'), 1)} s, "
-              f"rel_l2 vs ref {fmt(row.get('rel_l2_vs_bf16_ref'), 4)}, vs fp32 {fmt(row.get('rel_l2_vs_fp32_eager'), 4)}, "
-              f"copies {fmt(row.get('aten_copy_count'), 0)} ({fmt(row.get('aten_copy_ms'))} ms), "
-              f"t={time.perf_counter() - t_start:.0f}s", flush=True)
+        print(
+            f"## {name}: {row.get('status')} median {fmt(row.get('ms_median'))} ms "
+            f"(p10 {fmt(row.get('ms_p10'))}, p90 {fmt(row.get('ms_p90'))}), first step {fmt(row.get('first_step_s'), 1)} s, "
+            f"rel_l2 vs ref {fmt(row.get('rel_l2_vs_bf16_ref'), 4)}, vs fp32 {fmt(row.get('rel_l2_vs_fp32_eager'), 4)}, "
+            f"copies {fmt(row.get('aten_copy_count'), 0)} ({fmt(row.get('aten_copy_ms'))} ms), "
+            f"t={time.perf_counter() - t_start:.0f}s",
+            flush=True,
+        )
 
-    print("\n| variant | status | median | p10 | p90 | x autotuned | MFU | rel_l2 ref | rel_l2 fp32 | peak GiB | "
-          "conv | transp | copy (n) | upsample | norm | attn | first s |")
+    print(
+        "\n| variant | status | median | p10 | p90 | x autotuned | MFU | rel_l2 ref | rel_l2 fp32 | peak GiB | "
+        "conv | transp | copy (n) | upsample | norm | attn | first s |"
+    )
     print("|" + "---|" * 17)
     for r in rows:
-        print(f"| {r['variant']} | {r.get('status')} | {fmt(r.get('ms_median'), 1)} | {fmt(r.get('ms_p10'), 1)} | "
-              f"{fmt(r.get('ms_p90'), 1)} | {fmt(r.get('speedup_vs_autotuned_baseline'), 2)} | {fmt(r.get('mfu'), 3)} | "
-              f"{fmt(r.get('rel_l2_vs_bf16_ref'), 4)} | {fmt(r.get('rel_l2_vs_fp32_eager'), 4)} | "
-              f"{fmt(r.get('peak_mem_gib'), 1)} | {fmt(r.get('conv_ms'), 1)} | {fmt(r.get('layout_transpose_ms'), 1)} | "
-              f"{fmt(r.get('aten_copy_ms'), 1)} ({fmt(r.get('aten_copy_count'), 0)}) | {fmt(r.get('upsample_ms'), 1)} | "
-              f"{fmt(r.get('normalization_ms'), 1)} | {fmt(r.get('attention_ms'), 1)} | {fmt(r.get('first_step_s'), 0)} |")
+        print(
+            f"| {r['variant']} | {r.get('status')} | {fmt(r.get('ms_median'), 1)} | {fmt(r.get('ms_p10'), 1)} | "
+            f"{fmt(r.get('ms_p90'), 1)} | {fmt(r.get('speedup_vs_autotuned_baseline'), 2)} | {fmt(r.get('mfu'), 3)} | "
+            f"{fmt(r.get('rel_l2_vs_bf16_ref'), 4)} | {fmt(r.get('rel_l2_vs_fp32_eager'), 4)} | "
+            f"{fmt(r.get('peak_mem_gib'), 1)} | {fmt(r.get('conv_ms'), 1)} | {fmt(r.get('layout_transpose_ms'), 1)} | "
+            f"{fmt(r.get('aten_copy_ms'), 1)} ({fmt(r.get('aten_copy_count'), 0)}) | {fmt(r.get('upsample_ms'), 1)} | "
+            f"{fmt(r.get('normalization_ms'), 1)} | {fmt(r.get('attention_ms'), 1)} | {fmt(r.get('first_step_s'), 0)} |"
+        )
     print(f"# total {time.perf_counter() - t_start:.0f}s", flush=True)
     return 0
 

@@ -20,5 +20,9 @@ def write_config(workdir: Path, config: dict, experiments: list[str]) -> None:
 def snakemake(workdir: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
     """``snakemake <args>`` on the repository's Snakefile with ``<workdir>/config.yaml``, run in ``workdir``.
     Targets go first: ``--configfile`` takes every argument after it."""
-    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

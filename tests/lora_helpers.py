@@ -7,15 +7,30 @@ def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=100))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=100,
+        )
+    )
 
 
 def system(backend="cpu", devices=1, precisions=("fp32", "bf16"), memory=None):
     from accelbench.systems import System
 
-    return System(name=backend, backend=backend, devices=devices, precisions=tuple(precisions), image="cuda",
-                  scale="small", device_memory_gib=memory)
+    return System(
+        name=backend,
+        backend=backend,
+        devices=devices,
+        precisions=tuple(precisions),
+        image="cuda",
+        scale="small",
+        device_memory_gib=memory,
+    )
 
 
 def run_job(spec: dict, system, out="results/x/lora_finetune/m/a/s/n1/result.json"):

@@ -32,22 +32,28 @@ ADDED = {
     ("sr3_scaling", "measurements.host_syncs_where"): "issue 24: where the counted host syncs happened",
     ("sr3_scaling", "measurements.fused_adam"): "issue 24: Adam's fused kernel (ours)",
     ("sr3_scaling", "measurements.compiled"): "issue 24: what TorchDynamo compiled (a compiled configuration that "
-                                              "compiled nothing ran eager)",
-    ("lora_finetune", "measurements.series"): "issue 25: the runtime series (faithful/ours) and every setting it ran with",
+    "compiled nothing ran eager)",
+    (
+        "lora_finetune",
+        "measurements.series",
+    ): "issue 25: the runtime series (faithful/ours) and every setting it ran with",
     ("lora_finetune", "measurements.train_runtime"): "issue 25: optimum-habana's train_runtime after 3 warm-up steps",
-    ("lora_finetune", "measurements.loss_tolerance"): "issue 25: ours' loss-curve tolerance against the faithful series",
+    (
+        "lora_finetune",
+        "measurements.loss_tolerance",
+    ): "issue 25: ours' loss-curve tolerance against the faithful series",
     ("unet3d_profile", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("sr3_scaling", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("lora_finetune", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("llm_quant", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.energy)",
     ("llm_quant", "measurements.settings"): "issue 26: the Study B-faithful settings of a method job (tokenisation, "
-                                            "16-bit storage, clustering, autocast, INC scale method and calibration)",
+    "16-bit storage, clustering, autocast, INC scale method and calibration)",
     ("unet3d_profile", "measurements.network"): "issue 29: which U-Net ran (med_ddpm, Med-DDPM's own; monai stand-in)",
     ("unet3d_profile", "measurements.micro_batches"): "issue 29: micro-batches per optimizer step (Med-DDPM: 2)",
     ("unet3d_profile", "measurements.tensor_shape"): "issue 29: the network input (B, C, D, H, W) in its layout",
     ("unet3d_profile", "measurements.ema"): "issue 29: Med-DDPM's EMA settings, recorded (not run)",
     ("unet3d_profile", "measurements.grad_buffers"): "issue 29: how a step holds its gradients (kept as zeros with "
-                                                     "CUDA graphs and gradient accumulation)",
+    "CUDA graphs and gradient accumulation)",
 }
 
 
@@ -91,8 +97,11 @@ def check(results_dir: str | Path) -> list[str]:
         experiment = group.split("/")[0]
         lost = set(before[group]) - set(now[group])
         # config.* echoes the job's settings: a test's config may set optional keys (e.g. lora_finetune.ddp)
-        added = {k for k in set(now[group]) - set(before[group])
-                 if (experiment, k) not in ADDED and not k.startswith("config.")}
+        added = {
+            k
+            for k in set(now[group]) - set(before[group])
+            if (experiment, k) not in ADDED and not k.startswith("config.")
+        }
         problems += [f"{group}: key {k} lost" for k in sorted(lost)]
         problems += [f"{group}: key {k} added (declare it in tests/result_keys.py ADDED)" for k in sorted(added)]
     return problems

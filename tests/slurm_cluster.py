@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -25,8 +25,10 @@ def local_cluster(state: Path, env: dict | None = None, what: str = "slurm/local
     try:
         if up.returncode != 0:
             if os.environ.get("ACCELBENCH_CI_APT") != "1" and "not installed" in up.stderr:
-                pytest.skip("Slurm/MariaDB packages are not installed and ACCELBENCH_CI_APT is not 1 (only "
-                            ".ci/run lets tests apt-get install): " + up.stderr.strip().splitlines()[-1])
+                pytest.skip(
+                    "Slurm/MariaDB packages are not installed and ACCELBENCH_CI_APT is not 1 (only "
+                    ".ci/run lets tests apt-get install): " + up.stderr.strip().splitlines()[-1]
+                )
             pytest.fail(f"{what} failed:\n{up.stdout}\n{up.stderr}")
         yield state
     finally:

@@ -13,9 +13,22 @@ from pathlib import Path
 
 CLI = Path(__file__).resolve().parents[1] / "harness_overhead.py"  # the entry point torchrun runs per rank
 
-FIELDS = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "product_over_bare",
-          "steps",
-          "threads_per_rank", "cudnn_benchmark", "settings", "device", "when"]
+FIELDS = [
+    "experiment",
+    "case",
+    "devices",
+    "harness_ms",
+    "bare_ms",
+    "harness_over_bare",
+    "product_ms",
+    "product_over_bare",
+    "steps",
+    "threads_per_rank",
+    "cudnn_benchmark",
+    "settings",
+    "device",
+    "when",
+]
 
 
 def upgrade_header(path: Path, fields: list[str]) -> None:
@@ -116,16 +129,23 @@ def _torchrun(n: int, argv: list[str], threads: int) -> None:
 def _row(experiment, case, devices, harness, bare, product, steps, threads, benchmark, settings):
     import torch
 
-    return {"experiment": experiment, "case": case, "devices": devices, "harness_ms": round(harness, 3),
-            "bare_ms": round(bare, 3), "harness_over_bare": round(harness / bare, 4),
-            "product_ms": round(product, 3) if product else None,
-            "product_over_bare": round(product / bare, 4) if product else None, "steps": steps, "threads_per_rank": threads,
-            "cudnn_benchmark": benchmark, "settings": settings,
-            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
+    return {
+        "experiment": experiment,
+        "case": case,
+        "devices": devices,
+        "harness_ms": round(harness, 3),
+        "bare_ms": round(bare, 3),
+        "harness_over_bare": round(harness / bare, 4),
+        "product_ms": round(product, 3) if product else None,
+        "product_over_bare": round(product / bare, 4) if product else None,
+        "steps": steps,
+        "threads_per_rank": threads,
+        "cudnn_benchmark": benchmark,
+        "settings": settings,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def _ranks() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
-

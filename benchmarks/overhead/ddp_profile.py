@@ -8,15 +8,37 @@ import statistics
 import time
 from pathlib import Path
 
-from .common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
-from .lora import _lora_case, lora_bare
-from .sr3 import result_case, sr3_bare
+from overhead.common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
+from overhead.lora import _lora_case, lora_bare
+from overhead.sr3 import result_case, sr3_bare
 
-
-PROFILE_FIELDS = ["experiment", "case", "devices", "rank", "variant", "ddp_kwargs", "step_ms", "step_ms_profiled",
-                  "window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms", "gpu_idle_ms",
-                  "kernels_per_step", "class_ms", "top_kernels", "host_launch_ms", "steps", "profiled_steps", "threads_per_rank", "settings",
-                  "device", "note", "when"]
+PROFILE_FIELDS = [
+    "experiment",
+    "case",
+    "devices",
+    "rank",
+    "variant",
+    "ddp_kwargs",
+    "step_ms",
+    "step_ms_profiled",
+    "window_ms",
+    "gpu_busy_ms",
+    "compute_ms",
+    "nccl_ms",
+    "exposed_comm_ms",
+    "gpu_idle_ms",
+    "kernels_per_step",
+    "class_ms",
+    "top_kernels",
+    "host_launch_ms",
+    "steps",
+    "profiled_steps",
+    "threads_per_rank",
+    "settings",
+    "device",
+    "note",
+    "when",
+]
 ONE_BUCKET_MB = 100_000  # larger than any model's gradients here: DDP then all-reduces them in one bucket
 
 
@@ -78,17 +100,36 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
     All None where the trace has no device activity (CPU runs)."""
     busy, comm = device_intervals(trace_events)
     if not busy:
-        return {k: None for k in ("window_ms", "gpu_busy_ms", "compute_ms", "nccl_ms", "exposed_comm_ms",
-                                  "gpu_idle_ms", "kernels_per_step", "class_ms", "top_kernels")}
+        return {
+            k: None
+            for k in (
+                "window_ms",
+                "gpu_busy_ms",
+                "compute_ms",
+                "nccl_ms",
+                "exposed_comm_ms",
+                "gpu_idle_ms",
+                "kernels_per_step",
+                "class_ms",
+                "top_kernels",
+            )
+        }
     comm_set = set(comm)
     compute = [iv for iv in busy if iv not in comm_set]
     window = max(b for _, b in busy) - min(a for a, _ in busy)
     per = lambda us: round(us / 1e3 / steps, 4)  # noqa: E731  (µs over all steps -> ms per step)
     n_kernels = sum(1 for e in trace_events if e.get("ph") == "X" and e.get("cat") == "kernel")
-    return {"class_ms": kernel_classes(trace_events, steps), "top_kernels": top_kernels(trace_events, steps),
-            "window_ms": per(window), "gpu_busy_ms": per(covered(busy)), "compute_ms": per(covered(compute)),
-            "nccl_ms": per(covered(comm)), "exposed_comm_ms": per(not_overlapped(comm, compute)),
-            "gpu_idle_ms": per(window - covered(busy)), "kernels_per_step": round(n_kernels / steps, 1)}
+    return {
+        "class_ms": kernel_classes(trace_events, steps),
+        "top_kernels": top_kernels(trace_events, steps),
+        "window_ms": per(window),
+        "gpu_busy_ms": per(covered(busy)),
+        "compute_ms": per(covered(compute)),
+        "nccl_ms": per(covered(comm)),
+        "exposed_comm_ms": per(not_overlapped(comm, compute)),
+        "gpu_idle_ms": per(window - covered(busy)),
+        "kernels_per_step": round(n_kernels / steps, 1),
+    }
 
 
 def kernel_classes(trace_events: list[dict], steps: int) -> str:
@@ -123,12 +164,18 @@ def top_kernels(trace_events: list[dict], steps: int, n: int = TOP_KERNELS) -> s
             ms[name] = ms.get(name, 0.0) + float(e.get("dur", 0)) / 1e3 / steps
             calls[name] = calls.get(name, 0) + 1
     top = sorted(ms.items(), key=lambda kv: -kv[1])[:n]
-    return json.dumps([[name[:KERNEL_NAME_CHARS], round(v, 3), round(calls[name] / steps, 1), classify_kernel(name)]
-                       for name, v in top])
+    return json.dumps(
+        [
+            [name[:KERNEL_NAME_CHARS], round(v, 3), round(calls[name] / steps, 1), classify_kernel(name)]
+            for name, v in top
+        ]
+    )
 
 
-STATIC_GRAPH_NO_SYNC = ("not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "
-                        "(torch 2.13: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED', found on CPU/gloo)")
+STATIC_GRAPH_NO_SYNC = (
+    "not run: DDP static_graph with no_sync gradient accumulation fails in the reducer "
+    "(torch 2.13: 'expect_autograd_hooks_ INTERNAL ASSERT FAILED', found on CPU/gloo)"
+)
 
 
 def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str | None]]:
@@ -136,10 +183,16 @@ def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str |
     ``no_ddp`` (no wrapper). ``static_graph`` is not run with gradient accumulation (:data:`STATIC_GRAPH_NO_SYNC`)."""
     if world == 1:
         return [("no_ddp", {}, None)]
-    return [("default", {}, None), ("bucket_view", {"gradient_as_bucket_view": True}, None),
-            ("static_graph+bucket_view", {"static_graph": True, "gradient_as_bucket_view": True},
-             STATIC_GRAPH_NO_SYNC if grad_accum > 1 else None),
-            ("one_bucket", {"bucket_cap_mb": ONE_BUCKET_MB}, None)]
+    return [
+        ("default", {}, None),
+        ("bucket_view", {"gradient_as_bucket_view": True}, None),
+        (
+            "static_graph+bucket_view",
+            {"static_graph": True, "gradient_as_bucket_view": True},
+            STATIC_GRAPH_NO_SYNC if grad_accum > 1 else None,
+        ),
+        ("one_bucket", {"bucket_cap_mb": ONE_BUCKET_MB}, None),
+    ]
 
 
 def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
@@ -174,17 +227,40 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text()).get("traceEvents", [])
     profiled_ms = [a.elapsed_time(b) for a, b in pairs] if cuda else host
-    return {"step_ms": round(step_ms, 3), "step_ms_profiled": round(statistics.median(profiled_ms), 3),
-            "host_launch_ms": round(statistics.median(host), 3), **profile_metrics(events, profiled)}
+    return {
+        "step_ms": round(step_ms, 3),
+        "step_ms_profiled": round(statistics.median(profiled_ms), 3),
+        "host_launch_ms": round(statistics.median(host), 3),
+        **profile_metrics(events, profiled),
+    }
 
 
 def ddp_profile(args) -> None:
     """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
     data = ["--data", args.data] if args.data else []
     for n in [int(x) for x in str(args.nprocs).split(",") if x]:
-        _torchrun(n, ["ddp-profile-rank", "--experiment", args.experiment, "--result", args.result, "--csv", args.csv,
-                      "--threads", str(args.threads), "--warmup", str(args.warmup), "--repeat", str(args.repeat),
-                      "--profiled", str(args.profiled), *data], args.threads)
+        _torchrun(
+            n,
+            [
+                "ddp-profile-rank",
+                "--experiment",
+                args.experiment,
+                "--result",
+                args.result,
+                "--csv",
+                args.csv,
+                "--threads",
+                str(args.threads),
+                "--warmup",
+                str(args.warmup),
+                "--repeat",
+                str(args.repeat),
+                "--profiled",
+                str(args.profiled),
+                *data,
+            ],
+            args.threads,
+        )
 
 
 def ddp_profile_rank(args) -> None:
@@ -221,10 +297,19 @@ def ddp_profile_rank(args) -> None:
         dist.init_process_group("nccl" if cuda else "gloo")
     rows = []
     for variant, kw, not_run in ddp_variants(world, s.grad_accum if args.experiment == "lora" else 1):
-        row = {"experiment": args.experiment, "case": case, "devices": world, "rank": rank, "variant": variant,
-               "ddp_kwargs": json.dumps(kw, sort_keys=True), "steps": args.repeat, "profiled_steps": args.profiled,
-               "threads_per_rank": placement["threads"], "settings": settings,
-               "device": torch.cuda.get_device_name(local) if cuda else "cpu"}
+        row = {
+            "experiment": args.experiment,
+            "case": case,
+            "devices": world,
+            "rank": rank,
+            "variant": variant,
+            "ddp_kwargs": json.dumps(kw, sort_keys=True),
+            "steps": args.repeat,
+            "profiled_steps": args.profiled,
+            "threads_per_rank": placement["threads"],
+            "settings": settings,
+            "device": torch.cuda.get_device_name(local) if cuda else "cpu",
+        }
         if not_run:
             rows.append({**row, "note": not_run, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             continue
@@ -232,8 +317,9 @@ def ddp_profile_rank(args) -> None:
             step, net = lora_bare(spec, system, plan, s, rank, world, local, kw)
         else:
             dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-            step, net = sr3_bare(s, ds, dev, conf.precision, spec["run"]["seed"], rank, world,
-                                 local if cuda else None, kw, conf)
+            step, net = sr3_bare(
+                s, ds, dev, conf.precision, spec["run"]["seed"], rank, world, local if cuda else None, kw, conf
+            )
         if world > 1:
             dist.barrier()
         m = profile_step(step, args.warmup, args.repeat, args.profiled, cuda)
@@ -250,4 +336,3 @@ def ddp_profile_rank(args) -> None:
         for i in range(len(rows)):
             for r in allrows:
                 _append(args.csv, r[i], PROFILE_FIELDS)
-

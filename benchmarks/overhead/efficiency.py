@@ -22,13 +22,21 @@ def efficiency(args) -> None:
         if ones.empty:
             continue
         one = ones.loc[(when[ones.index] - when[i]).abs().idxmin()]
-        rows.append({"experiment": r["experiment"], "case": r["case"], "devices": int(r["devices"]),
-                     "efficiency_harness": round(one["harness_ms"] / r["harness_ms"], 4),
-                     "efficiency_bare": round(one["bare_ms"] / r["bare_ms"], 4),
-                     "efficiency_product": round(one["product_ms"] / r["product_ms"], 4)
-                     if pd.notna(r["product_ms"]) and pd.notna(one["product_ms"]) else None,
-                     "goal": 0.95, "one_device_when": one.get("when"), "when": r.get("when")})
+        rows.append(
+            {
+                "experiment": r["experiment"],
+                "case": r["case"],
+                "devices": int(r["devices"]),
+                "efficiency_harness": round(one["harness_ms"] / r["harness_ms"], 4),
+                "efficiency_bare": round(one["bare_ms"] / r["bare_ms"], 4),
+                "efficiency_product": round(one["product_ms"] / r["product_ms"], 4)
+                if pd.notna(r["product_ms"]) and pd.notna(one["product_ms"])
+                else None,
+                "goal": 0.95,
+                "one_device_when": one.get("when"),
+                "when": r.get("when"),
+            }
+        )
         print(json.dumps(rows[-1]))
     out = Path(args.csv).with_name(Path(args.csv).stem + "_efficiency.csv")
     pd.DataFrame(rows).to_csv(out, index=False)
-

@@ -9,12 +9,30 @@ import statistics
 import time
 from pathlib import Path
 
-from .common import _append, _empty_cache
-from .host_attribution import ATTRIBUTION_FIELDS, PartTimers, _parts
-from .lora import _lora_case, lora_bare
+from overhead.common import _append, _empty_cache
+from overhead.host_attribution import ATTRIBUTION_FIELDS, PartTimers, _parts
+from overhead.lora import _lora_case, lora_bare
 
-HOST_FIELDS = ["side", "clock", "median_ms", "p10_ms", "p90_ms", "steps", "rounds", "layers", "hidden", "vocab", "seq_len",
-               "batch", "precision", "threads", "settings", "device", "versions", "when"]
+HOST_FIELDS = [
+    "side",
+    "clock",
+    "median_ms",
+    "p10_ms",
+    "p90_ms",
+    "steps",
+    "rounds",
+    "layers",
+    "hidden",
+    "vocab",
+    "seq_len",
+    "batch",
+    "precision",
+    "threads",
+    "settings",
+    "device",
+    "versions",
+    "when",
+]
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -49,8 +67,9 @@ def tiny_tokenizer(folder: str, vocab: int) -> str:
     return folder
 
 
-def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision: str, warmup: int, timed: int,
-                   tokenizer: str) -> dict:
+def tiny_lora_spec(
+    layers: int, hidden: int, vocab: int, seq_len: int, precision: str, warmup: int, timed: int, tokenizer: str
+) -> dict:
     """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
     layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
     ``seq_len``, ``precision`` and the step counts given."""
@@ -59,12 +78,29 @@ def tiny_lora_spec(layers: int, hidden: int, vocab: int, seq_len: int, precision
 
     system = load_systems(Path(__file__).resolve().parents[2] / "config" / "systems")["cpu"]
     s = LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
-    return {"settings": s.to_dict(), "data": {"source": "pydoc"}, "model_name": f"tiny_llama_{layers}x{hidden}",
-            "attention": "flash", "strategy": "single", "devices": 1, "system": system.to_dict(),
-            "model": {"source": "random", "name": f"tiny Llama {layers}x{hidden}", "tokenizer": tokenizer,
-                      "config": {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden,
-                                 "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2,
-                                 "vocab_size": vocab}}}
+    return {
+        "settings": s.to_dict(),
+        "data": {"source": "pydoc"},
+        "model_name": f"tiny_llama_{layers}x{hidden}",
+        "attention": "flash",
+        "strategy": "single",
+        "devices": 1,
+        "system": system.to_dict(),
+        "model": {
+            "source": "random",
+            "name": f"tiny Llama {layers}x{hidden}",
+            "tokenizer": tokenizer,
+            "config": {
+                "model_type": "llama",
+                "hidden_size": hidden,
+                "intermediate_size": 2 * hidden,
+                "num_hidden_layers": layers,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": vocab,
+            },
+        },
+    }
 
 
 def _clocks() -> tuple[float, float]:
@@ -104,8 +140,10 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
             if state.global_step == last and profiler is not None:
                 profiler.disable()
             return end(args, state, control, **kw)
+
         t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
         return t
+
     lora_train.make_step_timer = timer
     try:
         out = lora_train.train_rank(spec, system, plan, threads=1)
@@ -114,9 +152,12 @@ def _trainer_run(spec, system, plan, s, profiler=None) -> dict:
     if out["status"] != "ok":
         raise SystemExit(f"Trainer run: {out['status']}: {out['reason']}")
     ms = lambda pairs, i: [(b[i] - a[i]) * 1e3 for a, b in pairs]  # noqa: E731
-    return {"window_wall": out["measurements"]["step_samples_ms"][s.warmup_steps:],
-            "window_cpu": ms(list(zip(begins, ends)), 1),
-            "loop_wall": ms(list(zip(begins, begins[1:])), 0), "loop_cpu": ms(list(zip(begins, begins[1:])), 1)}
+    return {
+        "window_wall": out["measurements"]["step_samples_ms"][s.warmup_steps :],
+        "window_cpu": ms(list(zip(begins, ends)), 1),
+        "loop_wall": ms(list(zip(begins, begins[1:])), 0),
+        "loop_cpu": ms(list(zip(begins, begins[1:])), 1),
+    }
 
 
 def _bare_run(step, warmup: int, repeat: int) -> dict:
@@ -141,16 +182,16 @@ def host_overhead(args) -> None:
     import pstats
     import tempfile
 
+    import accelerate
     import torch
     import transformers
-
-    import accelerate
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
     tok_dir = tiny_tokenizer(tempfile.mkdtemp(prefix="accelbench_tok_"), args.vocab)
-    spec = tiny_lora_spec(args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup,
-                          args.repeat, tok_dir)
+    spec = tiny_lora_spec(
+        args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup, args.repeat, tok_dir
+    )
     spec, system, s, plan = _lora_case({"config": spec})
     fused = args.fused
     from accelbench.experiments.lora.trainer import LossCurveMixin
@@ -178,27 +219,54 @@ def host_overhead(args) -> None:
 
     runs = [lambda m=m: trainer(m) for m in modes] + [bare]
     for r in range(args.rounds):  # interleaved, order reversed every other round: drift and load hit all sides
-        for run in (runs if r % 2 == 0 else runs[::-1]):
+        for run in runs if r % 2 == 0 else runs[::-1]:
             run()
-    versions = f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
-    common = {"steps": s.timed_steps, "rounds": args.rounds, "layers": args.layers, "hidden": args.hidden,
-              "vocab": args.vocab, "seq_len": s.seq_len, "batch": f"{s.per_device_batch}x{s.grad_accum}",
-              "precision": plan.precision, "threads": torch.get_num_threads(), "device": f"cpu: {_cpu_name()}",
-              "versions": versions}
-    settings = (f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
-                f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
-                f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
-                + (f"; {args.note}" if args.note else ""))
+    versions = (
+        f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
+    )
+    common = {
+        "steps": s.timed_steps,
+        "rounds": args.rounds,
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "vocab": args.vocab,
+        "seq_len": s.seq_len,
+        "batch": f"{s.per_device_batch}x{s.grad_accum}",
+        "precision": plan.precision,
+        "threads": torch.get_num_threads(),
+        "device": f"cpu: {_cpu_name()}",
+        "versions": versions,
+    }
+    settings = (
+        f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
+        f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
+        f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
+        + (f"; {args.note}" if args.note else "")
+    )
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     stats = {k: percentiles(v) for k, v in samples.items()}
     for (side, clock), v in stats.items():
-        _append(args.csv, fields=HOST_FIELDS,
-                row={"side": side, "clock": clock, **v, **common, "settings": settings, "when": now})
-    for (side, clock) in [k for k in stats if k[0] != "bare"]:
-        diff = {k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")}
-        _append(args.csv, fields=HOST_FIELDS,
-                row={"side": f"{side} - bare", "clock": clock, **diff, **common,
-                     "settings": settings + "; differences of the percentiles", "when": now})
+        _append(
+            args.csv,
+            fields=HOST_FIELDS,
+            row={"side": side, "clock": clock, **v, **common, "settings": settings, "when": now},
+        )
+    for side, clock in [k for k in stats if k[0] != "bare"]:
+        diff = {
+            k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")
+        }
+        _append(
+            args.csv,
+            fields=HOST_FIELDS,
+            row={
+                "side": f"{side} - bare",
+                "clock": clock,
+                **diff,
+                **common,
+                "settings": settings + "; differences of the percentiles",
+                "when": now,
+            },
+        )
 
     # attribution: thread-CPU time of each part (:func:`_parts`) in one more run of each side (the Trainer with
     # fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
@@ -221,23 +289,53 @@ def host_overhead(args) -> None:
         timers.restore()
         LossCurveMixin.fast_host_step = True
     n = s.timed_steps
-    rows = [("step window (on_step_begin to on_step_end)", statistics.mean(trainer_clocks["window_cpu"]),
-             statistics.mean(bare_clocks["cpu"]), 1.0, "-", "bare: the step call"),
-            ("step loop (on_step_begin to the next)", statistics.mean(trainer_clocks["loop_cpu"]),
-             statistics.mean(bare_clocks["cpu"]), 1.0, "-", f"mean of {n - 1} intervals; incl. get_batch_samples")]
+    rows = [
+        (
+            "step window (on_step_begin to on_step_end)",
+            statistics.mean(trainer_clocks["window_cpu"]),
+            statistics.mean(bare_clocks["cpu"]),
+            1.0,
+            "-",
+            "bare: the step call",
+        ),
+        (
+            "step loop (on_step_begin to the next)",
+            statistics.mean(trainer_clocks["loop_cpu"]),
+            statistics.mean(bare_clocks["cpu"]),
+            1.0,
+            "-",
+            f"mean of {n - 1} intervals; incl. get_batch_samples",
+        ),
+    ]
     for label, owner, name, side, note in parts:
         where = f"{getattr(owner, '__module__', '')}.{getattr(owner, '__qualname__', getattr(owner, '__name__', ''))}"
-        rows.append((label, t_ms[label] / n if side != "bare" else None, b_ms[label] / n if side != "trainer" else None,
-                     t_calls[label] / n if side != "bare" else None, f"{where}.{name}".lstrip("."), note))
+        rows.append(
+            (
+                label,
+                t_ms[label] / n if side != "bare" else None,
+                b_ms[label] / n if side != "trainer" else None,
+                t_calls[label] / n if side != "bare" else None,
+                f"{where}.{name}".lstrip("."),
+                note,
+            )
+        )
     attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
     for label, tm, bm, calls, where, note in rows:
-        _append(str(attr), fields=ATTRIBUTION_FIELDS, row={
-            "layers": args.layers, "fast_host_step": not args.before, "part": label,
-            "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
-            "bare_ms_per_step": round(bm, 3) if bm is not None else None,
-            "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
-            "trainer_calls_per_step": round(calls, 2) if calls is not None else None, "where": where,
-            "note": "; ".join(x for x in (note, f"thread CPU ms per step, {n} steps of one run") if x)})
+        _append(
+            str(attr),
+            fields=ATTRIBUTION_FIELDS,
+            row={
+                "layers": args.layers,
+                "fast_host_step": not args.before,
+                "part": label,
+                "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
+                "bare_ms_per_step": round(bm, 3) if bm is not None else None,
+                "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
+                "trainer_calls_per_step": round(calls, 2) if calls is not None else None,
+                "where": where,
+                "note": "; ".join(x for x in (note, f"thread CPU ms per step, {n} steps of one run") if x),
+            },
+        )
     if args.top:
         prof = cProfile.Profile()
         LossCurveMixin.fast_host_step = not args.before
@@ -270,4 +368,3 @@ def _trainer_optim(s, plan) -> str:
 
     kw = training_arguments_kwargs(plan, s, "cpu", tempfile.mkdtemp(prefix="accelbench_args_"), 1, None)
     return str(TrainingArguments(**kw).optim.value)
-

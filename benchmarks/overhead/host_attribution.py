@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import time
 
-ATTRIBUTION_FIELDS = ["layers", "fast_host_step", "part", "trainer_ms_per_step", "bare_ms_per_step",
-                      "extra_ms_per_step", "trainer_calls_per_step", "where", "note"]
+ATTRIBUTION_FIELDS = [
+    "layers",
+    "fast_host_step",
+    "part",
+    "trainer_ms_per_step",
+    "bare_ms_per_step",
+    "extra_ms_per_step",
+    "trainer_calls_per_step",
+    "where",
+    "note",
+]
 
 
 def _parts() -> list[tuple[str, object, str, str, str]]:
@@ -24,35 +33,81 @@ def _parts() -> list[tuple[str, object, str, str, str]]:
     from accelbench.experiments.lora.trainer import LossCurveMixin
 
     return [
-        ("get_batch_samples (dataloader, collator, device placement, token count)", Trainer, "get_batch_samples",
-         "trainer", "before on_step_begin: outside the product's step window"),
-        ("  _get_num_items_in_batch", Trainer, "_get_num_items_in_batch", "trainer",
-         "labels[..., 1:].ne(-100).sum() per micro-batch"),
-        ("training_step x grad_accum", Trainer, "training_step", "trainer", "forward + backward and Trainer's wrapping"),
-        ("  model.train() (Module.train, outermost calls)", torch.nn.Module, "train", "trainer",
-         "Trainer: before every micro-batch, a walk over every module"),
+        (
+            "get_batch_samples (dataloader, collator, device placement, token count)",
+            Trainer,
+            "get_batch_samples",
+            "trainer",
+            "before on_step_begin: outside the product's step window",
+        ),
+        (
+            "  _get_num_items_in_batch",
+            Trainer,
+            "_get_num_items_in_batch",
+            "trainer",
+            "labels[..., 1:].ne(-100).sum() per micro-batch",
+        ),
+        (
+            "training_step x grad_accum",
+            Trainer,
+            "training_step",
+            "trainer",
+            "forward + backward and Trainer's wrapping",
+        ),
+        (
+            "  model.train() (Module.train, outermost calls)",
+            torch.nn.Module,
+            "train",
+            "trainer",
+            "Trainer: before every micro-batch, a walk over every module",
+        ),
         ("  _prepare_inputs", Trainer, "_prepare_inputs", "trainer", ".to(device) of the batch"),
         ("  compute_loss", Trainer, "compute_loss", "trainer", "incl. the forward"),
-        ("    accelerate forward wrapper (autocast, outputs to fp32)", ConvertOutputsToFp32, "__call__", "trainer",
-         "incl. the model forward; converts the logits to fp32"),
-        ("    model forward (PeftModelForCausalLM.forward)", PeftModelForCausalLM, "forward", "both",
-         "bare: under torch.autocast"),
+        (
+            "    accelerate forward wrapper (autocast, outputs to fp32)",
+            ConvertOutputsToFp32,
+            "__call__",
+            "trainer",
+            "incl. the model forward; converts the logits to fp32",
+        ),
+        (
+            "    model forward (PeftModelForCausalLM.forward)",
+            PeftModelForCausalLM,
+            "forward",
+            "both",
+            "bare: under torch.autocast",
+        ),
         ("  accelerator.backward", Accelerator, "backward", "trainer", "incl. autograd"),
         ("    autograd backward (torch.autograd.backward)", torch.autograd, "backward", "both", ""),
         ("floating_point_ops (LossCurveMixin)", LossCurveMixin, "floating_point_ops", "trainer", "state.total_flos"),
-        ("_clip_grad_norm (LossCurveMixin, then Trainer's)", LossCurveMixin, "_clip_grad_norm", "trainer",
-         "fast_host_step: the parameters that require gradients; else model.parameters() (frozen ones too)"),
+        (
+            "_clip_grad_norm (LossCurveMixin, then Trainer's)",
+            LossCurveMixin,
+            "_clip_grad_norm",
+            "trainer",
+            "fast_host_step: the parameters that require gradients; else model.parameters() (frozen ones too)",
+        ),
         ("  torch.nn.utils.clip_grad_norm_", torch.nn.utils, "clip_grad_norm_", "both", "bare: adapter parameters"),
         ("_get_grad_norm", Trainer, "_get_grad_norm", "trainer", ""),
         ("optimizer.step (AcceleratedOptimizer)", AcceleratedOptimizer, "step", "trainer", "incl. the torch optimizer"),
         ("  AdamW step (torch.optim.AdamW.step)", torch.optim.AdamW, "step", "both", "fused AdamW on both sides"),
         ("_get_learning_rate", Trainer, "_get_learning_rate", "trainer", ""),
         ("lr_scheduler.step", LRScheduler, "step", "trainer", "constant_with_warmup (LambdaLR)"),
-        ("model.zero_grad (Module.zero_grad)", torch.nn.Module, "zero_grad", "trainer",
-         "Trainer: a walk over every parameter; fast_host_step: a cached list (not timed here, ~0.03 ms)"),
+        (
+            "model.zero_grad (Module.zero_grad)",
+            torch.nn.Module,
+            "zero_grad",
+            "trainer",
+            "Trainer: a walk over every parameter; fast_host_step: a cached list (not timed here, ~0.03 ms)",
+        ),
         ("optimizer.zero_grad (bare)", torch.optim.Optimizer, "zero_grad", "bare", "adapter parameters"),
-        ("callbacks (CallbackHandler.call_event)", CallbackHandler, "call_event", "trainer",
-         "StepTimer, DefaultFlowCallback, ProgressCallback (tqdm)"),
+        (
+            "callbacks (CallbackHandler.call_event)",
+            CallbackHandler,
+            "call_event",
+            "trainer",
+            "StepTimer, DefaultFlowCallback, ProgressCallback (tqdm)",
+        ),
         ("_maybe_log_save_evaluate", Trainer, "_maybe_log_save_evaluate", "trainer", "log/save/eval checks"),
     ]
 
@@ -94,6 +149,7 @@ class PartTimers:
                 timers.ms[label] += (time.thread_time() - t0) * 1e3
                 timers.calls[label] += 1
                 depth[0] -= 1
+
         return wrapped
 
     def enable(self):
@@ -105,4 +161,3 @@ class PartTimers:
     def restore(self):
         for owner, attr, orig in reversed(self._saved):
             setattr(owner, attr, orig)
-

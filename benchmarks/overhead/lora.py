@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import _append, _empty_cache, _events_loop, _ranks, _row, _system, _torchrun
+from overhead.common import _append, _empty_cache, _events_loop, _ranks, _row, _system, _torchrun
 
 
 def lora(args) -> None:
@@ -29,7 +29,9 @@ def lora(args) -> None:
     if n == 1:  # the rule runs `single` in its own process, without torchrun
         lora_rank(args)
         return
-    _torchrun(n, ["lora-rank", "--result", args.result, "--csv", args.csv, "--threads", str(args.threads)], args.threads)
+    _torchrun(
+        n, ["lora-rank", "--result", args.result, "--csv", args.csv, "--threads", str(args.threads)], args.threads
+    )
 
 
 def lora_rank(args) -> None:
@@ -52,7 +54,7 @@ def lora_rank(args) -> None:
     out = train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
     if out["status"] != "ok":
         raise SystemExit(f"harness run: {out['status']}: {out['reason']}")
-    harness_samples = out["measurements"]["step_samples_ms"][s.warmup_steps:]
+    harness_samples = out["measurements"]["step_samples_ms"][s.warmup_steps :]
     differs = harness_differences(result.get("measurements") or {}, out["measurements"])
     del out
     _empty_cache()
@@ -71,13 +73,23 @@ def lora_rank(args) -> None:
         dist.destroy_process_group()
     if rank == 0:  # rank 0's median, as the product reports
         m = result["measurements"]
-        _append(args.csv, _row("lora", f"{spec['model_name']} {spec['attention']} {spec['strategy']}", world,
-                               statistics.median(allh[0]), statistics.median(allb[0]),
-                               m["step"]["median"] if result["status"] == "ok" else None, s.timed_steps,
-                               placement["threads"], torch.backends.cudnn.benchmark,
-                               settings_text(s, plan, mirror, differs)
-                               + f"; slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
-                               f"bare {max(statistics.median(x) for x in allb):.1f} ms"))
+        _append(
+            args.csv,
+            _row(
+                "lora",
+                f"{spec['model_name']} {spec['attention']} {spec['strategy']}",
+                world,
+                statistics.median(allh[0]),
+                statistics.median(allb[0]),
+                m["step"]["median"] if result["status"] == "ok" else None,
+                s.timed_steps,
+                placement["threads"],
+                torch.backends.cudnn.benchmark,
+                settings_text(s, plan, mirror, differs)
+                + f"; slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
+                f"bare {max(statistics.median(x) for x in allb):.1f} ms",
+            ),
+        )
 
 
 def _lora_case(result: dict):
@@ -97,28 +109,31 @@ def _lora_case(result: dict):
 class BareSettings:
     """The runtime settings of a LoRA result that :func:`lora_bare` reproduces (built by :func:`bare_settings`)."""
 
-    series: str                  # faithful | ours | ours_<variant>
-    compile: bool                # torch.compile of the (DDP-wrapped) model, last, as accelerate's prepare_model
-    compile_backend: str         # TrainingArguments.torch_compile_backend (None there means "inductor")
-    liger: bool                  # Liger kernels on the base model (TrainingArguments.use_liger_kernel)
-    adapters_bf16: bool          # the LoRA model cast to bf16 after the adapters (train_rank, run_lora_clm.py)
-    fused_adamw: bool            # optim "adamw_torch_fused" (weight decay 0: TrainingArguments' default)
-    max_grad_norm: float         # clipping of the trainable parameters' gradients when > 0
-    batch_copy: str              # "non_blocking": pinned, non_blocking=True; "blocking": accelerate's default copy
-    log_every: int | None        # optimizer steps between the loss/grad-norm host reads (None: logging off)
-    nan_inf_filter: bool         # isnan/isinf of every micro-batch loss read on the host
-    average_tokens: bool         # label-token count reduced across ranks before every optimizer step (world > 1)
-    source: str                  # where the values were read
+    series: str  # faithful | ours | ours_<variant>
+    compile: bool  # torch.compile of the (DDP-wrapped) model, last, as accelerate's prepare_model
+    compile_backend: str  # TrainingArguments.torch_compile_backend (None there means "inductor")
+    liger: bool  # Liger kernels on the base model (TrainingArguments.use_liger_kernel)
+    adapters_bf16: bool  # the LoRA model cast to bf16 after the adapters (train_rank, run_lora_clm.py)
+    fused_adamw: bool  # optim "adamw_torch_fused" (weight decay 0: TrainingArguments' default)
+    max_grad_norm: float  # clipping of the trainable parameters' gradients when > 0
+    batch_copy: str  # "non_blocking": pinned, non_blocking=True; "blocking": accelerate's default copy
+    log_every: int | None  # optimizer steps between the loss/grad-norm host reads (None: logging off)
+    nan_inf_filter: bool  # isnan/isinf of every micro-batch loss read on the host
+    average_tokens: bool  # label-token count reduced across ranks before every optimizer step (world > 1)
+    source: str  # where the values were read
     not_reproduced: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """The settings as the CSV's ``settings`` column states them."""
         logging = f"every {self.log_every} step(s) (loss, grad norm .item())" if self.log_every else "off"
-        text = (f"series {self.series}, compile {self.compile}" + (f" ({self.compile_backend})" if self.compile else "")
-                + f", liger {self.liger}, adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
-                f"{self.fused_adamw}, clip {self.max_grad_norm}, batch copy {self.batch_copy}, logging {logging}, "
-                f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}; "
-                f"from {self.source}")
+        text = (
+            f"series {self.series}, compile {self.compile}"
+            + (f" ({self.compile_backend})" if self.compile else "")
+            + f", liger {self.liger}, adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
+            f"{self.fused_adamw}, clip {self.max_grad_norm}, batch copy {self.batch_copy}, logging {logging}, "
+            f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}; "
+            f"from {self.source}"
+        )
         return text + (f"; not reproduced: {'; '.join(self.not_reproduced)}" if self.not_reproduced else "")
 
 
@@ -143,10 +158,16 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     ts, ser = m.get("trainer_settings") or {}, m.get("series") or {}
     ops = backends.get(system.backend)
     cuda = system.backend == "cuda"
-    rt = runtime_for(spec.get("series", "ours"), spec.get("series_options"), ops.accelerator,
-                     backend_has_compile=ops.accelerator and not ops.optimum_habana)
-    for key, want in (("per_device_train_batch_size", s.per_device_batch),
-                      ("gradient_accumulation_steps", s.grad_accum)):
+    rt = runtime_for(
+        spec.get("series", "ours"),
+        spec.get("series_options"),
+        ops.accelerator,
+        backend_has_compile=ops.accelerator and not ops.optimum_habana,
+    )
+    for key, want in (
+        ("per_device_train_batch_size", s.per_device_batch),
+        ("gradient_accumulation_steps", s.grad_accum),
+    ):
         if ts.get(key) is not None and int(ts[key]) != want:
             raise SystemExit(f"result's trainer_settings.{key} {ts[key]} differs from its config's {want}")
     notes = []
@@ -154,8 +175,11 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     if liger and not (cuda and importlib.util.find_spec("liger_kernel")):
         notes.append("Liger kernels (liger_kernel not installed or no CUDA device here)")
         liger = False
-    adapters_bf16 = (ser["adapters_cast_to"] == "bfloat16" if "adapters_cast_to" in ser
-                     else plan.precision == "bf16" and ops.accelerator and plan.strategy != "zero3")
+    adapters_bf16 = (
+        ser["adapters_cast_to"] == "bfloat16"
+        if "adapters_cast_to" in ser
+        else plan.precision == "bf16" and ops.accelerator and plan.strategy != "zero3"
+    )
     if adapters_bf16 and not cuda:  # lora_bare keeps float32 weights off CUDA, as train_rank off an accelerator
         notes.append("the bf16 cast of the LoRA model (CUDA only here)")
         adapters_bf16 = False
@@ -176,22 +200,41 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     return BareSettings(
         series=spec.get("series", "ours"),
         compile=bool(ts.get("torch_compile", rt.compile and plan.strategy in COMPILED_STRATEGIES)),
-        compile_backend=ts.get("torch_compile_backend") or "inductor", liger=liger, adapters_bf16=adapters_bf16,
+        compile_backend=ts.get("torch_compile_backend") or "inductor",
+        liger=liger,
+        adapters_bf16=adapters_bf16,
         fused_adamw=ts["optim"] == "adamw_torch_fused" if "optim" in ts else ops.fused_adamw,
         max_grad_norm=float(ts.get("max_grad_norm", s.max_grad_norm)),
-        batch_copy="non_blocking" if non_blocking else "blocking", log_every=int(every) if every else None,
+        batch_copy="non_blocking" if non_blocking else "blocking",
+        log_every=int(every) if every else None,
         nan_inf_filter=bool(ts.get("logging_nan_inf_filter", not rt.no_step_sync)),
         average_tokens=bool(ts.get("average_tokens_across_devices", not rt.no_step_sync)),
         source="the result's trainer_settings and series" if ts else "the result's config (no trainer_settings)",
-        not_reproduced=tuple(notes))
+        not_reproduced=tuple(notes),
+    )
 
 
 # settings of the harness run compared with the result's (trainer_settings keys, then series keys)
-COMPARED = (("trainer_settings", ("torch_compile", "use_liger_kernel", "optim", "batch_copy", "logging_strategy",
-                                  "logging_steps", "logging_nan_inf_filter", "average_tokens_across_devices",
-                                  "max_grad_norm", "gradient_accumulation_steps", "per_device_train_batch_size",
-                                  "fast_host_step")),
-            ("series", ("adapters_cast_to",)))
+COMPARED = (
+    (
+        "trainer_settings",
+        (
+            "torch_compile",
+            "use_liger_kernel",
+            "optim",
+            "batch_copy",
+            "logging_strategy",
+            "logging_steps",
+            "logging_nan_inf_filter",
+            "average_tokens_across_devices",
+            "max_grad_norm",
+            "gradient_accumulation_steps",
+            "per_device_train_batch_size",
+            "fast_host_step",
+        ),
+    ),
+    ("series", ("adapters_cast_to",)),
+)
 
 
 def harness_differences(result_m: dict, harness_m: dict) -> list[str]:
@@ -207,13 +250,25 @@ def harness_differences(result_m: dict, harness_m: dict) -> list[str]:
 def settings_text(s, plan, mirror: BareSettings, differs: list[str] | tuple = ()) -> str:
     """The CSV ``settings`` of a LoRA row: shapes, precision, attention, the bare loop's :class:`BareSettings` and the
     settings in which the harness run differs from the result (:func:`harness_differences`)."""
-    text = (f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}, attention "
-            f"{plan.attention} ({plan.attn_implementation}), {mirror.describe()}")
+    text = (
+        f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}, attention "
+        f"{plan.attention} ({plan.attn_implementation}), {mirror.describe()}"
+    )
     return text + (f"; harness run differs from the result: {'; '.join(differs)}" if differs else "")
 
 
-def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, ddp_kwargs: dict | None = None,
-              fused: bool | None = None, mirror: BareSettings | None = None):
+def lora_bare(
+    spec: dict,
+    system,
+    plan,
+    s,
+    rank: int,
+    world: int,
+    local: int,
+    ddp_kwargs: dict | None = None,
+    fused: bool | None = None,
+    mirror: BareSettings | None = None,
+):
     """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
     LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); AdamW on the adapters; ``grad_accum``
     micro-batches of random token ids (``no_sync`` but the last); gradient clipping. The process group must exist
@@ -249,14 +304,18 @@ def lora_bare(spec: dict, system, plan, s, rank: int, world: int, local: int, dd
 
         _apply_liger_kernel_to_instance(model=model.get_base_model())
     model.train()
-    net = (torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
-           if world > 1 else model)
+    net = (
+        torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
+        if world > 1
+        else model
+    )
     if mirror is not None and mirror.compile:  # accelerate's prepare_model: torch.compile last, around the DDP model
         net = torch.compile(net, backend=mirror.compile_backend)
     params = [p for p in model.parameters() if p.requires_grad]
     fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
-    opt = torch.optim.AdamW(params, lr=s.lr, **({"fused": True} if fused else {}),
-                            **({"weight_decay": 0.0} if mirror is not None else {}))
+    opt = torch.optim.AdamW(
+        params, lr=s.lr, **({"fused": True} if fused else {}), **({"weight_decay": 0.0} if mirror is not None else {})
+    )
     vocab = min(model.config.vocab_size, 49152)
     g = torch.Generator(device=dev).manual_seed(s.seed + rank)
     dtype = torch.bfloat16 if plan.precision == "bf16" else None

@@ -12,13 +12,28 @@ import json
 import statistics
 from pathlib import Path
 
-from .common import _append, _empty_cache, _events_loop, _row, _system, _torchrun
+from overhead.common import _append, _empty_cache, _events_loop, _row, _system, _torchrun
 
 
 def sr3(args) -> None:
     spec = json.loads(Path(args.result).read_text())["config"]
-    _torchrun(int(spec["devices"]), ["sr3-rank", "--result", args.result, "--data", args.data, "--csv", args.csv,
-                                     "--warmup", str(args.warmup), "--repeat", str(args.repeat)], args.threads)
+    _torchrun(
+        int(spec["devices"]),
+        [
+            "sr3-rank",
+            "--result",
+            args.result,
+            "--data",
+            args.data,
+            "--csv",
+            args.csv,
+            "--warmup",
+            str(args.warmup),
+            "--repeat",
+            str(args.repeat),
+        ],
+        args.threads,
+    )
 
 
 def sr3_rank(args) -> None:
@@ -51,8 +66,18 @@ def sr3_rank(args) -> None:
         return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
 
     # harness: the rule's Trainer and timer
-    tr = exp.Trainer(s, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=spec.get("ddp"),
-                     **conf.trainer_options())
+    tr = exp.Trainer(
+        s,
+        device,
+        ds,
+        precision,
+        seed,
+        rank,
+        world,
+        distributed=world > 1,
+        ddp=spec.get("ddp"),
+        **conf.trainer_options(),
+    )
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
@@ -63,8 +88,19 @@ def sr3_rank(args) -> None:
 
     # bare: DDP U-Net, Adam, batches from the same patches already on the device (the authors' data path: through
     # the same kind of DataLoader and copy as the Trainer's)
-    step, _ = sr3_bare(s, ds, dev, precision, seed, rank, world, local if system.backend == "cuda" else None,
-                       exp.ddp_kwargs(spec.get("ddp")), conf, pin_memory=device.ops.non_blocking_copies)
+    step, _ = sr3_bare(
+        s,
+        ds,
+        dev,
+        precision,
+        seed,
+        rank,
+        world,
+        local if system.backend == "cuda" else None,
+        exp.ddp_kwargs(spec.get("ddp")),
+        conf,
+        pin_memory=device.ops.non_blocking_copies,
+    )
     if world > 1:
         dist.barrier()
     bare = gathered_max(_events_loop(step, args.warmup, args.repeat))
@@ -73,13 +109,24 @@ def sr3_rank(args) -> None:
         dist.destroy_process_group()
     if rank == 0:
         m = result["measurements"]
-        _append(args.csv, _row("sr3", f"{conf.name} ({conf.series})", n, harness, bare,
-                               m["iteration"]["median"] if result["status"] == "ok" else None, args.repeat,
-                               placement["threads"], torch.backends.cudnn.benchmark,
-                               f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
-                               f"{precision}, {conf.compile_label}, fused Adam "
-                               f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
-                               f"{data_path}"))
+        _append(
+            args.csv,
+            _row(
+                "sr3",
+                f"{conf.name} ({conf.series})",
+                n,
+                harness,
+                bare,
+                m["iteration"]["median"] if result["status"] == "ok" else None,
+                args.repeat,
+                placement["threads"],
+                torch.backends.cudnn.benchmark,
+                f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
+                f"{precision}, {conf.compile_label}, fused Adam "
+                f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
+                f"{data_path}",
+            ),
+        )
 
 
 def result_data_path_differs(result: dict, here: dict) -> str:
@@ -87,20 +134,23 @@ def result_data_path_differs(result: dict, here: dict) -> str:
     settings: the result's product_ms then comes from another data path (e.g. a faithful result made before the
     authors' data path), so product_over_bare compares unlike work."""
     rec = (result.get("measurements") or {}).get("data_path") or {}
-    theirs = (rec.get("loader_workers", 0), rec.get("copy", "non_blocking" if rec.get("non_blocking_copies", True)
-                                                    else "blocking"))
+    theirs = (
+        rec.get("loader_workers", 0),
+        rec.get("copy", "non_blocking" if rec.get("non_blocking_copies", True) else "blocking"),
+    )
     ours = (here["loader_workers"], here["copy"])
     if theirs == ours:
         return ""
-    return (f"; the result ran another data path ({theirs[0]} workers, {theirs[1]} copy; here {ours[0]}, {ours[1]}): "
-            "product_over_bare compares unlike work")
+    return (
+        f"; the result ran another data path ({theirs[0]} workers, {theirs[1]} copy; here {ours[0]}, {ours[1]}): "
+        "product_over_bare compares unlike work"
+    )
 
 
 def data_path_text(d: dict, authors: bool) -> str:
     """The data path of a row's settings, from the Trainer's ``data_path`` record (:func:`sr3_model.batch_loader`)."""
     capped = f" (of {d['loader_workers_requested']} requested)" if d["capped"] else ""
-    text = (f"data: DataLoader {d['loader_workers']} workers{capped}, pin_memory {d['pin_memory']}, "
-            f"{d['copy']} copy")
+    text = f"data: DataLoader {d['loader_workers']} workers{capped}, pin_memory {d['pin_memory']}, {d['copy']} copy"
     return text + (" (bare loop the same)" if authors else " (bare loop: batches already on the device)")
 
 
@@ -114,7 +164,8 @@ def result_case(result: dict):
     spec = result["config"]
     conf = sr3_configs.of_result(result)
     return conf, exp.resolve_settings(spec["preset"], _system(spec).scale, spec.get("scales", {})).for_configuration(
-        conf.attention)
+        conf.attention
+    )
 
 
 def device_batches(ds, batch: int, dev, fmt, generator):
@@ -127,11 +178,23 @@ def device_batches(ds, batch: int, dev, fmt, generator):
     def next_batch():
         idx = torch.randint(0, ds.n, (batch,), device=dev, generator=generator)
         return cond[idx], target[idx]
+
     return next_batch
 
 
-def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, device_id: int | None,
-             ddp_kwargs: dict | None = None, conf=None, pin_memory: bool | None = None):
+def sr3_bare(
+    s,
+    ds,
+    dev,
+    precision: str,
+    seed: int,
+    rank: int,
+    world: int,
+    device_id: int | None,
+    ddp_kwargs: dict | None = None,
+    conf=None,
+    pin_memory: bool | None = None,
+):
     """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
     patches already on the device; with ``conf`` (an :class:`~accelbench.experiments.sr3_configs.Configuration`) its
     compilation, fused Adam, channels_last and host syncs, and where it takes the authors' data path, batches through
@@ -159,9 +222,16 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
     g = torch.Generator(device=dev).manual_seed(seed + rank)
     if conf is not None and conf.authors_data_path:
         blocking = conf.blocking_copies
-        sampler, loader, _ = exp.batch_loader(ds, s.batch_size, rank, world, seed,
-                                              pin_memory=dev.type == "cuda" if pin_memory is None else pin_memory,
-                                              workers=conf.loader_workers, blocking=blocking)
+        sampler, loader, _ = exp.batch_loader(
+            ds,
+            s.batch_size,
+            rank,
+            world,
+            seed,
+            pin_memory=dev.type == "cuda" if pin_memory is None else pin_memory,
+            workers=conf.loader_workers,
+            blocking=blocking,
+        )
 
         def batches():
             epoch = 0
@@ -195,5 +265,5 @@ def sr3_bare(s, ds, dev, precision: str, seed: int, rank: int, world: int, devic
             loss.item()
             if world > 1:
                 torch.distributed.barrier()
-    return step, net
 
+    return step, net

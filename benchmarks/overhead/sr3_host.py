@@ -25,14 +25,28 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from .common import _append
-from .sr3 import device_batches, result_case
+from overhead.common import _append
+from overhead.sr3 import device_batches, result_case
 
-FIELDS = ["experiment", "case", "variant", "median_ms", "p10_ms", "p90_ms", "host_ms", "next_batch_host_ms", "steps",
-          "threads", "cudnn_benchmark", "settings", "device", "when"]
+FIELDS = [
+    "experiment",
+    "case",
+    "variant",
+    "median_ms",
+    "p10_ms",
+    "p90_ms",
+    "host_ms",
+    "next_batch_host_ms",
+    "steps",
+    "threads",
+    "cudnn_benchmark",
+    "settings",
+    "device",
+    "when",
+]
 
 
 def sr3_host_bound(args) -> None:
@@ -57,25 +71,48 @@ def sr3_host_bound(args) -> None:
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
         own = conf.loader_workers or 0
         for i, workers in enumerate([conf.loader_workers] + ([args.workers] if args.workers != own else [])):
-            tr = exp.Trainer(s, device, ds, conf.precision, spec["run"]["seed"],
-                             **{**conf.trainer_options(), "loader_workers": workers})
+            tr = exp.Trainer(
+                s,
+                device,
+                ds,
+                conf.precision,
+                spec["run"]["seed"],
+                **{**conf.trainer_options(), "loader_workers": workers},
+            )
             variants = [f"workers={tr.data_path['loader_workers']}"]
             if i == 0:  # the configuration's own data path, then the same Trainer's bare one
                 variants.append("device-resident")
             for variant in variants:
                 if variant == "device-resident":
-                    tr.next_batch = device_batches(ds, s.batch_size, dev, tr.memory_format,
-                                                   torch.Generator(device=dev).manual_seed(spec["run"]["seed"]))
+                    tr.next_batch = device_batches(
+                        ds,
+                        s.batch_size,
+                        dev,
+                        tr.memory_format,
+                        torch.Generator(device=dev).manual_seed(spec["run"]["seed"]),
+                    )
                 row = _measure(tr, device, args.warmup, args.repeat, measure)
-                _append(args.csv, {**row, "experiment": "sr3", "case": f"{conf.name} ({conf.series})",
-                                   "variant": variant, "steps": args.repeat, "threads": torch.get_num_threads(),
-                                   "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                                   "settings": (f"{result['measurements'].get('parameters')} params, batch "
-                                                f"{s.batch_size}, {s.hr_size} px, {conf.precision}, "
-                                                f"{conf.compile_label}, pin_memory "
-                                                f"{tr.data_path['pin_memory']}, {tr.data_path['copy']} copy"),
-                                   "device": torch.cuda.get_device_name(0) if backend == "cuda" else "cpu",
-                                   "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}, FIELDS)
+                _append(
+                    args.csv,
+                    {
+                        **row,
+                        "experiment": "sr3",
+                        "case": f"{conf.name} ({conf.series})",
+                        "variant": variant,
+                        "steps": args.repeat,
+                        "threads": torch.get_num_threads(),
+                        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                        "settings": (
+                            f"{result['measurements'].get('parameters')} params, batch "
+                            f"{s.batch_size}, {s.hr_size} px, {conf.precision}, "
+                            f"{conf.compile_label}, pin_memory "
+                            f"{tr.data_path['pin_memory']}, {tr.data_path['copy']} copy"
+                        ),
+                        "device": torch.cuda.get_device_name(0) if backend == "cuda" else "cpu",
+                        "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    },
+                    FIELDS,
+                )
             del tr
             if backend == "cuda":
                 torch.cuda.empty_cache()
@@ -96,5 +133,10 @@ def _measure(tr, device, warmup: int, repeat: int, measure) -> dict:
         a = time.perf_counter()
         tr.next_batch()
         fetch.append((time.perf_counter() - a) * 1e3)
-    return {"median_ms": round(t.median, 3), "p10_ms": round(t.p10, 3), "p90_ms": round(t.p90, 3),
-            "host_ms": round(host, 3), "next_batch_host_ms": round(statistics.median(fetch), 3)}
+    return {
+        "median_ms": round(t.median, 3),
+        "p10_ms": round(t.p10, 3),
+        "p90_ms": round(t.p90, 3),
+        "host_ms": round(host, 3),
+        "next_batch_host_ms": round(statistics.median(fetch), 3),
+    }

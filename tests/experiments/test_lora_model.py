@@ -34,6 +34,7 @@ def test_parameter_counts_see_through_zero3_partitioning(monkeypatch):
     """ZeRO-3 reference results recorded ``model.parameters: 0`` (numel of partitioned parameters), making 6N and
     MFU-6N ~1000x too small: counts use DeepSpeed's ``ds_numel`` where present."""
     import transformers
+
     from accelbench.models import llm
 
     class Fake:  # a partitioned parameter: no local elements, the full size in ds_numel
@@ -53,10 +54,18 @@ def test_parameter_counts_see_through_zero3_partitioning(monkeypatch):
     assert counts["total"] == full + counts["trainable"]
     # load_causal_lm's info["parameters"] (the N of 6N) for a model built partitioned
     build = transformers.AutoModelForCausalLM.from_config
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config",
-                        lambda *a, **kw: _partition_like_zero3(build(*a, **kw)))
-    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100}
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_config", lambda *a, **kw: _partition_like_zero3(build(*a, **kw))
+    )
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 100,
+    }
     info = llm.load_causal_lm({"source": "random", "config": config}, dtype="float32").info
     assert info["parameters"] == full > 0
 
@@ -67,7 +76,7 @@ def test_random_init_is_drawn_on_the_device_where_it_fits():
     rnd, disk = {"source": "random"}, {"source": "path"}
     place = random_init_place
     assert place(rnd, "cuda", "single", None, None) == place(rnd, "cuda", "ddp", 150.0, 139.0) == "device"
-    assert place(rnd, "cuda", "fsdp", 50.4, 139.0) == "device_then_host"          # Gemma-2-27B bf16 on an H200
+    assert place(rnd, "cuda", "fsdp", 50.4, 139.0) == "device_then_host"  # Gemma-2-27B bf16 on an H200
     # Llama-3.3-70B bf16 does not fit: drawn on the device module by module, kept on the host (its host init would
     # take about 19 minutes, longer than any 10-minute call)
     assert place(rnd, "cuda", "fsdp", 131.5, 139.0) == "device_by_module"
@@ -85,18 +94,27 @@ def test_module_by_module_init_draws_the_same_distributions(model_type, tied):
     distributions of a plain ``from_config`` per parameter, the same buffers, ties kept, and a finite loss. Run with
     the CPU as the init device here: the path is the same on an accelerator, only the storage's device differs."""
     import torch
+
     from accelbench.models.llm import load_causal_lm
 
-    config = {"model_type": model_type, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "head_dim": 16,
-              "tie_word_embeddings": tied}
+    config = {
+        "model_type": model_type,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 512,
+        "head_dim": 16,
+        "tie_word_embeddings": tied,
+    }
     spec = {"source": "random", "config": config}
     plain = load_causal_lm(spec, dtype="float32").model
     by_module = load_causal_lm(spec, dtype="float32", init_device=torch.device("cpu")).model
     for (name, a), (_, b) in zip(plain.named_parameters(), by_module.named_parameters()):
         assert b.device.type == "cpu" and b.dtype == a.dtype and bool(torch.isfinite(b).all()), name
         a, b = a.detach(), b.detach()
-        assert abs(float(a.std()) - float(b.std())) <= 0.25 * float(a.std()) + 1e-6, name   # N(0, 0.02) or constant
+        assert abs(float(a.std()) - float(b.std())) <= 0.25 * float(a.std()) + 1e-6, name  # N(0, 0.02) or constant
         assert abs(float(a.mean()) - float(b.mean())) <= 0.01, name
         if float(a.std()) > 0:  # drawn, not copied from the uninitialised host memory
             assert not torch.equal(b, torch.zeros_like(b)), name

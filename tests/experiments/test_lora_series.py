@@ -14,8 +14,17 @@ from accelbench.experiments.lora.trainer import training_arguments_kwargs
 
 def _kw(strategy, backend="cuda", name="faithful", family="llama-3.3-70b", opts=None):
     rt = series.runtime_for(name, opts or ({} if name == "faithful" else {"liger": False}), backend != "cpu")
-    return training_arguments_kwargs(Plan(strategy, 2 if strategy != "single" else 1, "flash", "sdpa", "bf16"),
-                                     LoraSettings(), backend, "/tmp/x", 13, "LlamaDecoderLayer", 0, rt, family)
+    return training_arguments_kwargs(
+        Plan(strategy, 2 if strategy != "single" else 1, "flash", "sdpa", "bf16"),
+        LoraSettings(),
+        backend,
+        "/tmp/x",
+        13,
+        "LlamaDecoderLayer",
+        0,
+        rt,
+        family,
+    )
 
 
 def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
@@ -42,7 +51,9 @@ def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
     assert p["fsdp_version"] == 1 and p["reshard_after_forward"] == "full_shard"  # FULL_SHARD
     assert p["backward_prefetch"] == "BACKWARD_PRE" and p["sync_module_states"] is True
     assert p["use_orig_params"] is True and p["cpu_ram_efficient_loading"] is True
-    assert p["transformer_cls_names_to_wrap"] == "LlamaDecoderLayer" and p["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert (
+        p["transformer_cls_names_to_wrap"] == "LlamaDecoderLayer" and p["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    )
     assert fsdp["fsdp_config"]["authors_layer_cls"] == "GaudiLlamaDecoderLayer"
     assert series.faithful_fsdp_config("gemma-2-27b", "X")["authors_layer_cls"] == "GaudiGemma2DecoderLayer"
 
@@ -71,19 +82,32 @@ def test_ours_is_apart_and_checked():
         series.runtime_for("mine", {}, True)
 
 
-@pytest.mark.parametrize("family,strategy,devices,mode", [
-    ("llama-3.1-8b", "single", 1, "lazy"), ("llama-3.1-8b", "ddp", 8, "lazy"),      # mcLlama3.1-8b_*.sh
-    ("gemma-2-27b", "single", 1, "lazy"),                                            # ..._1HPU_...
-    ("gemma-2-27b", "ddp", 2, "compile"), ("gemma-2-27b", "ddp", 8, "compile"),     # DDP_LikeDSAndFSDP
-    ("gemma-2-27b", "fsdp", 4, "compile"), ("gemma-2-27b", "zero3", 6, "compile"),
-    ("llama-3.3-70b", "fsdp", 4, "compile"), ("llama-3.3-70b", "zero3", 8, "compile")])
+@pytest.mark.parametrize(
+    "family,strategy,devices,mode",
+    [
+        ("llama-3.1-8b", "single", 1, "lazy"),
+        ("llama-3.1-8b", "ddp", 8, "lazy"),  # mcLlama3.1-8b_*.sh
+        ("gemma-2-27b", "single", 1, "lazy"),  # ..._1HPU_...
+        ("gemma-2-27b", "ddp", 2, "compile"),
+        ("gemma-2-27b", "ddp", 8, "compile"),  # DDP_LikeDSAndFSDP
+        ("gemma-2-27b", "fsdp", 4, "compile"),
+        ("gemma-2-27b", "zero3", 6, "compile"),
+        ("llama-3.3-70b", "fsdp", 4, "compile"),
+        ("llama-3.3-70b", "zero3", 8, "compile"),
+    ],
+)
 def test_gaudi_mode_as_the_job_files_choose_it(family, strategy, devices, mode):
     g = series.gaudi_mode(family, strategy, devices)
     assert g["mode"] == mode
     if mode == "compile":
         assert g["env"] == {"PT_HPU_LAZY_MODE": "0"}
-        assert g["args"] == {"use_lazy_mode": False, "torch_compile": True, "torch_compile_backend": "hpu_backend",
-                             "use_fused_rope": False, "pipelining_fwd_bwd": False}
+        assert g["args"] == {
+            "use_lazy_mode": False,
+            "torch_compile": True,
+            "torch_compile_backend": "hpu_backend",
+            "use_fused_rope": False,
+            "pipelining_fwd_bwd": False,
+        }
     else:
         assert g["args"] == {"use_lazy_mode": True} and "PT_HPU_LAZY_MODE" not in g["env"]
     flags = series.job_flash_flags(family, strategy, devices)
@@ -95,8 +119,13 @@ def test_gaudi_mode_as_the_job_files_choose_it(family, strategy, devices, mode):
 def test_older_70b_zero3_job_set_is_selectable():
     old = series.gaudi_mode("llama-3.3-70b", "zero3", 4, "2025-11")
     assert old["mode"] == "lazy" and old["env"]["PT_HPU_MAX_COMPOUND_OP_SIZE"] == "10"
-    spec = {"settings": LoraSettings(warmup_steps=1).to_dict(), "series": "faithful", "family": "llama-3.3-70b",
-            "strategy": "zero3", "series_options": {"job_set": "2025-11"}}
+    spec = {
+        "settings": LoraSettings(warmup_steps=1).to_dict(),
+        "series": "faithful",
+        "family": "llama-3.3-70b",
+        "strategy": "zero3",
+        "series_options": {"job_set": "2025-11"},
+    }
     s = series.settings_of(spec)
     assert (s.per_device_batch, s.grad_accum, s.seq_len, s.max_grad_norm) == (1, 1, 1024, 1.0)
     assert s.warmup_steps == 3  # --throughput_warmup_steps 3

@@ -42,10 +42,14 @@ def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful(tmp_p
         return r
 
     base = [3.0, 2.9, 2.8, 2.7]
-    res = [one("faithful", "single", 1, 300.0, base), one("faithful", "fsdp", 2, 900.0, base),
-           one("faithful", "ddp", 2, 300.0, base),
-           one("ours", "single", 1, 150.0, [3.0, 2.91, 2.79, 2.7], 0.02),
-           one("ours", "ddp", 2, 150.0, [3.0, 2.9, 2.6, 2.7], 0.02), one("ours", "fsdp", 2, 150.0, base[:2], 0.02)]
+    res = [
+        one("faithful", "single", 1, 300.0, base),
+        one("faithful", "fsdp", 2, 900.0, base),
+        one("faithful", "ddp", 2, 300.0, base),
+        one("ours", "single", 1, 150.0, [3.0, 2.91, 2.79, 2.7], 0.02),
+        one("ours", "ddp", 2, 150.0, [3.0, 2.9, 2.6, 2.7], 0.02),
+        one("ours", "fsdp", 2, 150.0, base[:2], 0.02),
+    ]
     df = agg.result_rows(res)
     runs = agg.runs_table(df)
     assert set(runs["series"]) == {"faithful", "ours"}

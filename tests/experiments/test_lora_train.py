@@ -57,6 +57,7 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
                 f = sys._getframe(1)
                 calls.append(f"{f.f_code.co_filename}:{f.f_lineno} {_name}")
             return _orig(self, *a, **k)
+
         monkeypatch.setattr(owner, name, wrapped)
     real_timer, real_load = lora_train.make_step_timer, llm.load_causal_lm
 
@@ -73,6 +74,7 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
             if state.global_step == settings.warmup_steps + settings.timed_steps:
                 on[0] = False
             return end(args, state, control, **kw)
+
         t.on_step_begin, t.on_step_end = on_step_begin, on_step_end
         return t
 
@@ -80,12 +82,27 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
         lm = real_load(spec, dtype)
         lm.tokenizer = CrcTokenizer()
         return lm
+
     monkeypatch.setattr(lora_train, "make_step_timer", timer)  # where train_rank looks it up
     monkeypatch.setattr(llm, "load_causal_lm", load)
-    spec = {"settings": settings.to_dict(), "data": {"source": "pydoc"}, "series": series, "family": "tiny",
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
-                                                     "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                     "num_key_value_heads": 2, "vocab_size": 100}}}
+    spec = {
+        "settings": settings.to_dict(),
+        "data": {"source": "pydoc"},
+        "series": series,
+        "family": "tiny",
+        "model": {
+            "source": "random",
+            "config": {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 100,
+            },
+        },
+    }
     out = train_rank(spec, system(), Plan("single", 1, "flash", "sdpa", "fp32"), threads=1)
     assert out["status"] == "ok", out
     return calls, out
@@ -114,7 +131,9 @@ def test_no_host_sync_inside_timed_steps(monkeypatch):
     assert len(m["loss_curve"]) == TINY.warmup_steps + TINY.timed_steps
     assert all(math.isfinite(x) and x > 0 for x in m["loss_curve"])
     ts = m["trainer_settings"]
-    assert ts["logging_nan_inf_filter"] is False and ts["logging_strategy"] == "no" and not ts["attention_mask_in_batch"]
+    assert (
+        ts["logging_nan_inf_filter"] is False and ts["logging_strategy"] == "no" and not ts["attention_mask_in_batch"]
+    )
     assert m["eval_loss_before"] is not None and m["eval_loss_after"] is not None
     # set-up phases, timed and logged per rank (a 27B FSDP job on the H200 spent its whole window before step 1)
     assert set(m["setup_s"]) == {"model_build", "lora_and_data", "trainer_init", "train"}
@@ -151,8 +170,13 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
 
     # transformers 4.x (the Habana image's pins) clips over model.parameters() inline in its training loop, with no
     # method to override: that one walk per step remains there
-    inline_clip = [c for c in calls if not hasattr(Trainer, "_clip_grad_norm") and "/transformers/trainer.py:" in c
-                   and c.split()[-1] == "parameters"]
+    inline_clip = [
+        c
+        for c in calls
+        if not hasattr(Trainer, "_clip_grad_norm")
+        and "/transformers/trainer.py:" in c
+        and c.split()[-1] == "parameters"
+    ]
     assert len(inline_clip) <= TINY.timed_steps
     assert [c for c in calls if c.split()[-1] in ("train", "zero_grad", "parameters") and c not in inline_clip] == []
     assert out["measurements"]["trainer_settings"]["fast_host_step"] is True
@@ -185,8 +209,11 @@ def test_step_timer_sees_the_wrapper_under_torch_compile():
 
     compiled = torch.compile(DistributedDataParallel())
     timer = make_step_timer(Device("cpu"), 1)
-    timer.trainer = SimpleNamespace(model_wrapped=compiled, args=SimpleNamespace(world_size=2),
-                                    accelerator=SimpleNamespace(distributed_type="MULTI_GPU"))
+    timer.trainer = SimpleNamespace(
+        model_wrapped=compiled,
+        args=SimpleNamespace(world_size=2),
+        accelerator=SimpleNamespace(distributed_type="MULTI_GPU"),
+    )
     timer.clock.start()
     timer.on_step_end(None, SimpleNamespace(global_step=1, max_steps=2), None)
     assert timer.wrapped_as == "OptimizedModule(DistributedDataParallel)" and WRAPPER["ddp"] in timer.wrapped_as

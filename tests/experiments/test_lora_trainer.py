@@ -6,18 +6,27 @@ import torch
 
 from accelbench.errors import ConfigError
 from accelbench.experiments.lora.settings import LoraSettings, Plan
-from accelbench.experiments.lora.trainer import (check_ddp_options, ddp_options_for, loss_curve_trainer,
-                                                 training_arguments_kwargs)
+from accelbench.experiments.lora.trainer import (
+    check_ddp_options,
+    ddp_options_for,
+    loss_curve_trainer,
+    training_arguments_kwargs,
+)
 from lora_helpers import tiny_llama
 
 
 def test_training_arguments_per_strategy():
     s = LoraSettings()
     mk = lambda strat, backend="cpu": training_arguments_kwargs(  # noqa: E731
-        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, "LlamaDecoderLayer")
+        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, "LlamaDecoderLayer"
+    )
     single = mk("single")
     assert single["learning_rate"] == 3e-4 and single["lr_scheduler_type"] == "constant"  # the job files
-    assert single.get("warmup_steps", single.get("warmup_ratio")) == 0.03 and single["max_grad_norm"] == 0.3 and single["bf16"]
+    assert (
+        single.get("warmup_steps", single.get("warmup_ratio")) == 0.03
+        and single["max_grad_norm"] == 0.3
+        and single["bf16"]
+    )
     assert single["per_device_train_batch_size"] == 2 and single["gradient_accumulation_steps"] == 2
     assert "fsdp" not in single and "deepspeed" not in single and "ddp_backend" not in single
     assert mk("ddp")["ddp_backend"] == "gloo" and mk("ddp", "cuda")["ddp_backend"] == "nccl"
@@ -34,13 +43,15 @@ def test_training_arguments_per_strategy():
 def test_training_arguments_are_accepted_by_transformers(tmp_path):
     from transformers import TrainingArguments
 
-    kw = training_arguments_kwargs(Plan("single", 1, "eager", "eager", "fp32"), LoraSettings(), "cpu",
-                                      str(tmp_path), 5, None)
+    kw = training_arguments_kwargs(
+        Plan("single", 1, "eager", "eager", "fp32"), LoraSettings(), "cpu", str(tmp_path), 5, None
+    )
     args = TrainingArguments(**kw)
     assert args.max_steps == 5 and args.get_warmup_steps(5) == 1
     # on CUDA the batches are copied without a host wait (accelerate's non_blocking, pinned DataLoader memory)
-    cuda = training_arguments_kwargs(Plan("single", 1, "flash", "sdpa", "bf16"), LoraSettings(), "cuda",
-                                        str(tmp_path), 5, None)
+    cuda = training_arguments_kwargs(
+        Plan("single", 1, "flash", "sdpa", "bf16"), LoraSettings(), "cuda", str(tmp_path), 5, None
+    )
     assert cuda["accelerator_config"] == {"non_blocking": True} and cuda["dataloader_pin_memory"] is True
     assert "accelerator_config" not in kw
     cuda.update(use_cpu=True, bf16=False)  # this machine has no GPU (TrainingArguments then turns pinning off)
@@ -61,8 +72,9 @@ def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
     assert check_ddp_options({"static_graph": True}, 1) == {"static_graph": True}
     with pytest.raises(ConfigError, match="unknown option"):
         check_ddp_options({"bucket_size": 3}, 1)
-    kw = training_arguments_kwargs(Plan("single", 1, "eager", "eager", "fp32"), LoraSettings(), "cpu",
-                                      str(tmp_path), 2, None)
+    kw = training_arguments_kwargs(
+        Plan("single", 1, "eager", "eager", "fp32"), LoraSettings(), "cpu", str(tmp_path), 2, None
+    )
     cls = loss_curve_trainer(Trainer, check_ddp_options(opts, 2))
     trainer = cls(model=tiny_llama(), args=TrainingArguments(**kw))
     if trainer.accelerator.ddp_handler is None:  # transformers 4.x makes it in _wrap_model, when distributed
@@ -78,4 +90,7 @@ def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
     assert [trainer.floating_point_ops(b) for b in batches] == expected and expected[0] > 0
     assert len(calls) == 1
     assert trainer.accelerator.ddp_handler.to_kwargs() | {"find_unused_parameters": None} == {
-        "gradient_as_bucket_view": True, "bucket_cap_mb": 7, "find_unused_parameters": None}
+        "gradient_as_bucket_view": True,
+        "bucket_cap_mb": 7,
+        "find_unused_parameters": None,
+    }

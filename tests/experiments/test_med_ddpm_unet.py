@@ -46,8 +46,13 @@ def test_parameters_and_forward_flops_equal_med_ddpm(default_config, preset):
 def test_brats_layout_is_med_ddpms_and_monai_keeps_the_data_order(default_config):
     assert _paper(default_config, "brats").tensor_shape == (1, 8, 144, 192, 192)
     u = default_config["unet3d_profile"]
-    assert exp.resolve_settings("brats", u["presets"], "paper", u["scales"], network="monai").tensor_shape == \
-        (1, 8, 192, 192, 144)
+    assert exp.resolve_settings("brats", u["presets"], "paper", u["scales"], network="monai").tensor_shape == (
+        1,
+        8,
+        192,
+        192,
+        144,
+    )
 
 
 def test_default_config_runs_med_ddpms_network_and_step(default_config):
@@ -93,8 +98,9 @@ def test_one_training_step_of_two_micro_batches_on_cpu(tiny_config):
     """The tiny setting (16^3, width 8): one optimizer step = 2 forward/backward passes and one Adam step; every
     parameter gets a gradient and moves; the loss is finite."""
     u = tiny_config["unet3d_profile"]
-    s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network=u["network"],
-                             micro_batches=2)  # Med-DDPM's step (the tiny config runs 1 to save CPU time)
+    s = exp.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network=u["network"], micro_batches=2
+    )  # Med-DDPM's step (the tiny config runs 1 to save CPU time)
     assert s.network == "med_ddpm" and s.micro_batches == 2
     torch.manual_seed(0)
     model = exp.build_network(s)
@@ -134,9 +140,15 @@ def test_cuda_graph_modes_are_torchs():
     assert not exp.VARIANTS["bf16_compile_max_autotune"].cuda_graphs and not exp.VARIANTS["bf16_compile"].cuda_graphs
 
 
-@pytest.mark.parametrize("mode, micro_batches, kept", [("reduce-overhead", 2, True), ("max-autotune", 2, True),
-                                                       ("max-autotune-no-cudagraphs", 2, False),
-                                                       ("reduce-overhead", 1, False)])
+@pytest.mark.parametrize(
+    "mode, micro_batches, kept",
+    [
+        ("reduce-overhead", 2, True),
+        ("max-autotune", 2, True),
+        ("max-autotune-no-cudagraphs", 2, False),
+        ("reduce-overhead", 1, False),
+    ],
+)
 def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkeypatch, mode, micro_batches, kept):
     """CUDA graphs with gradient accumulation (H200, torch 2.11: "accessing tensor output of CUDAGraphs that has been
     overwritten by a subsequent run" in the second micro-batch's backward): every .grad exists before the first
@@ -146,8 +158,9 @@ def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkey
     equal the baseline's bit for bit. torch.compile is the identity here (no compiler on the CPU)."""
     monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
     u = tiny_config["unet3d_profile"]
-    s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network="med_ddpm",
-                             micro_batches=micro_batches)
+    s = exp.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network="med_ddpm", micro_batches=micro_batches
+    )
     variant = exp.dataclasses.replace(exp.VARIANTS["baseline"], name="compiled", compile=True, compile_mode=mode)
     assert variant.cuda_graphs is (mode != "max-autotune-no-cudagraphs")
     image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
@@ -164,8 +177,9 @@ def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkey
     model.register_forward_pre_hook(lambda *_: seen.append([p.grad for p in params]))
     grads, ref_grads = [], []
     for wl, out in ((w, grads), (ref, ref_grads)):
-        wl.opt.register_step_pre_hook(lambda opt, *_, out=out: out.append(
-            [p.grad.clone() for g in opt.param_groups for p in g["params"]]))
+        wl.opt.register_step_pre_hook(
+            lambda opt, *_, out=out: out.append([p.grad.clone() for g in opt.param_groups for p in g["params"]])
+        )
     with exp.math_mode(False):
         for _ in range(2):
             w.train_step()

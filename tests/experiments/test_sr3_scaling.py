@@ -16,9 +16,22 @@ from accelbench.experiments import sr3_scaling as exp
 
 
 def tiny_settings(**kw) -> sr3.SR3Settings:
-    preset = dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
-                  attention_resolutions=[8], num_heads=1, dropout=0.2, norm_groups=4, timesteps=2000,
-                  beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4)
+    preset = dict(
+        hr_size=32,
+        factor=4,
+        inner_channels=8,
+        channel_mult=[1, 2, 2],
+        num_res_blocks=1,
+        attention_resolutions=[8],
+        num_heads=1,
+        dropout=0.2,
+        norm_groups=4,
+        timesteps=2000,
+        beta_start=1e-6,
+        beta_end=1e-2,
+        lr=2e-5,
+        batch_size=4,
+    )
     preset.update(kw)
     return sr3.resolve_settings(preset, "small", {})
 
@@ -38,10 +51,12 @@ def test_hubble_tiling_is_deterministic_and_heldout_never_overlaps_training():
         for y, x in train:  # no training window shares a pixel with a held-out tile
             assert y + 64 <= hy or hy + 64 <= y or x + 64 <= hx or hx + 64 <= x
     # the pairs are real 4x area downsamplings of the patches
-    np.testing.assert_allclose(a["heldout_lr"][0], a["heldout_hr"][0].reshape(16, 4, 16, 4).mean(axis=(1, 3)), atol=1e-6)
+    np.testing.assert_allclose(
+        a["heldout_lr"][0], a["heldout_hr"][0].reshape(16, 4, 16, 4).mean(axis=(1, 3)), atol=1e-6
+    )
     # and the patches are the image's pixels at their origins
     _, y, x = a["heldout_origin"][3]
-    np.testing.assert_array_equal(a["heldout_hr"][3], img[y:y + 64, x:x + 64])
+    np.testing.assert_array_equal(a["heldout_hr"][3], img[y : y + 64, x : x + 64])
 
 
 def test_paper_scale_tiling_has_both_splits_and_bad_inputs_fail(tmp_path):
@@ -72,7 +87,9 @@ def test_folder_source_reads_npy_and_png(tmp_path):
 @pytest.mark.parametrize("devices", [1, 2, 4, 8, 16, 32, 64])
 def test_strong_scaling_split_is_exact(devices):
     per = exp.split_iterations(40000, devices)
-    assert per * devices == 40000 and per == {1: 40000, 2: 20000, 4: 10000, 8: 5000, 16: 2500, 32: 1250, 64: 625}[devices]
+    assert (
+        per * devices == 40000 and per == {1: 40000, 2: 20000, 4: 10000, 8: 5000, 16: 2500, 32: 1250, 64: 625}[devices]
+    )
 
 
 @pytest.mark.parametrize("devices", [3, 6, 7, 0])
@@ -122,8 +139,9 @@ def _oracle_chain(sched, x0, steps, ddpm: bool):
     sched.set_timesteps(steps)
     t0 = int(sched.timesteps[0])
     # noise in float64 (add_noise casts the schedule to the samples' dtype), then a float32 chain like sampling
-    x = sched.add_noise(original_samples=x0.double(), noise=torch.randn(x0.shape, generator=g).double(),
-                        timesteps=torch.tensor([t0])).float()
+    x = sched.add_noise(
+        original_samples=x0.double(), noise=torch.randn(x0.shape, generator=g).double(), timesteps=torch.tensor([t0])
+    ).float()
     ac = sched.alphas_cumprod
     for ts in sched.timesteps:
         ti = int(ts)
@@ -191,8 +209,7 @@ def _ddp_worker(rank: int, world: int, port: int, queue, compiled: bool = False)
         torch.compile = functools.partial(torch.compile, backend="eager")
         ddp = {"bucket_cap_mb": 1}  # several buckets: DDPOptimizer splits the graph
         options = sr3_configs.get("bf16_compile").trainer_options()
-    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp,
-                     **options)
+    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp, **options)
     if not compiled:
         assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
@@ -214,8 +231,9 @@ def test_two_process_gloo_ddp_keeps_replicas_identical():
     """2 gloo ranks, DDP with static_graph and bucket views: the FLOP count and 3 steps leave identical replicas."""
     ctx = torch.multiprocessing.get_context("spawn")
     queue = ctx.SimpleQueue()
-    torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), queue), nprocs=2, join=True,
-                                          start_method="spawn")
+    torch.multiprocessing.start_processes(
+        _ddp_worker, args=(2, _free_port(), queue), nprocs=2, join=True, start_method="spawn"
+    )
     out = sorted(queue.get() for _ in range(2))
     assert [r for r, *_ in out] == [0, 1]
     assert all(spread == 0.0 for _, spread, *_ in out)  # identical after 3 steps on different batches and noise
@@ -232,8 +250,9 @@ def test_two_process_gloo_compiled_ddp_step_compiles_and_keeps_replicas_identica
     ``_inside_ddp_forward``, which it skips by design) and the replicas stay identical."""
     ctx = torch.multiprocessing.get_context("spawn")
     queue = ctx.SimpleQueue()
-    torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), queue, True), nprocs=2, join=True,
-                                          start_method="spawn")
+    torch.multiprocessing.start_processes(
+        _ddp_worker, args=(2, _free_port(), queue, True), nprocs=2, join=True, start_method="spawn"
+    )
     out = sorted(queue.get() for _ in range(2))
     assert all(spread == 0.0 for _, spread, *_ in out) and all(moved > 0 for _, _, moved, *_ in out)
     assert out[0][4] == out[1][4] > 0  # both ranks counted the same FLOPs
@@ -256,44 +275,113 @@ def test_published_efficiency_matches_study_b_claims():
 # --------------------------------------------------------------------------- the job (sr3-train: harness + launcher)
 def _spec(default_config, systems, devices):
     u = default_config["sr3_scaling"]
-    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
-                             "quality_sample_steps", "seed")}
-    return {"system": systems["cpu"].to_dict(), "devices": devices, "configuration": "faithful",
-            "preset": u["preset"], "scales": u["scales"], "run": run}
+    run = {
+        k: u[k]
+        for k in ("workload_iterations", "max_iterations", "warmup", "quality_images", "quality_sample_steps", "seed")
+    }
+    return {
+        "system": systems["cpu"].to_dict(),
+        "devices": devices,
+        "configuration": "faithful",
+        "preset": u["preset"],
+        "scales": u["scales"],
+        "run": run,
+    }
 
 
 # what an ok result has measured since before the harness and the launcher, plus the launch and noise records
-OK_KEYS = {"parameters", "precision", "devices", "collective_backend", "per_device_batch", "global_batch",
-           "iterations_per_device", "iterations_run", "complete", "iteration", "images_per_s",
-           "images_per_s_per_device", "measured_wall_s", "strong_scaling_total", "weak_scaling_total",
-           "study_b_projection", "peak_mem_gib_per_rank", "peak_mem_gib", "peak_rss_gib_per_rank", "threads_per_rank",
-           "placement_per_rank", "cudnn_benchmark", "ddp_options", "rank_median_ms", "rank_nodes",
-           "replica_max_abs_diff", "loss", "quality", "train_patches", "heldout_patches", "launch", "noise",
-           "flops", "train_throughput", "data_path", "math_flags",
-           # issue 24: the configuration and its series, the host syncs counted over the timed loop, fused Adam
-           "configuration", "host_syncs_timed_per_rank", "host_syncs_method", "host_syncs_where", "fused_adam",
-           "energy",  # board energy (issue 28)
-           "compiled"}  # what TorchDynamo compiled (None: not a compiled configuration)  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+OK_KEYS = {
+    "parameters",
+    "precision",
+    "devices",
+    "collective_backend",
+    "per_device_batch",
+    "global_batch",
+    "iterations_per_device",
+    "iterations_run",
+    "complete",
+    "iteration",
+    "images_per_s",
+    "images_per_s_per_device",
+    "measured_wall_s",
+    "strong_scaling_total",
+    "weak_scaling_total",
+    "study_b_projection",
+    "peak_mem_gib_per_rank",
+    "peak_mem_gib",
+    "peak_rss_gib_per_rank",
+    "threads_per_rank",
+    "placement_per_rank",
+    "cudnn_benchmark",
+    "ddp_options",
+    "rank_median_ms",
+    "rank_nodes",
+    "replica_max_abs_diff",
+    "loss",
+    "quality",
+    "train_patches",
+    "heldout_patches",
+    "launch",
+    "noise",
+    "flops",
+    "train_throughput",
+    "data_path",
+    "math_flags",
+    # issue 24: the configuration and its series, the host syncs counted over the timed loop, fused Adam
+    "configuration",
+    "host_syncs_timed_per_rank",
+    "host_syncs_method",
+    "host_syncs_where",
+    "fused_adam",
+    "energy",  # board energy (issue 28)
+    "compiled",
+}  # what TorchDynamo compiled (None: not a compiled configuration)  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
     """A rank's record as :func:`exp.train_rank` returns it (rank 0 with the quality, loss and counts)."""
-    r = {"rank": rank, "samples_ms": samples_ms, "median_ms": sorted(samples_ms)[len(samples_ms) // 2],
-         "method": "synchronize+perf_counter", "warmup": 1, "wall_s": 1.0 + rank, "peak_mem_gib": None,
-         "peak_rss_gib": 0.5, "threads": 1, "node": f"n{rank}", "placement": {"threads": 1},
-         "cudnn_benchmark": False, "replica_max_abs_diff": 0.0, "collective_backend": "gloo",
-         "flops": {"per_device_step": 2_000_000, "method": "torch FlopCounterMode"}, **kw}
+    r = {
+        "rank": rank,
+        "samples_ms": samples_ms,
+        "median_ms": sorted(samples_ms)[len(samples_ms) // 2],
+        "method": "synchronize+perf_counter",
+        "warmup": 1,
+        "wall_s": 1.0 + rank,
+        "peak_mem_gib": None,
+        "peak_rss_gib": 0.5,
+        "threads": 1,
+        "node": f"n{rank}",
+        "placement": {"threads": 1},
+        "cudnn_benchmark": False,
+        "replica_max_abs_diff": 0.0,
+        "collective_backend": "gloo",
+        "flops": {"per_device_step": 2_000_000, "method": "torch FlopCounterMode"},
+        **kw,
+    }
     if rank == 0:
-        r.update(parameters=123, loss={"first": 1.0, "last10_mean": 0.5, "rank": 0}, quality={"psnr_db": 20.0},
-                 train_patches=16, heldout_patches=4)
+        r.update(
+            parameters=123,
+            loss={"first": 1.0, "last10_mean": 0.5, "rank": 0},
+            quality={"psnr_db": 20.0},
+            train_patches=16,
+            heldout_patches=4,
+        )
     return r
 
 
 def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     s = tiny_settings()
     records = [_record(0, [10.0, 30.0, 10.0]), _record(1, [20.0, 10.0, 20.0])]
-    m = exp.merge(s, records, 2, sr3_configs.get("fp32"), workload_iterations=8, max_iterations=3, warmup=1,
-                  ddp={"bucket_cap_mb": 5})
+    m = exp.merge(
+        s,
+        records,
+        2,
+        sr3_configs.get("fp32"),
+        workload_iterations=8,
+        max_iterations=3,
+        warmup=1,
+        ddp={"bucket_cap_mb": 5},
+    )
     assert m["iteration"]["samples"] == [20.0, 30.0, 20.0] and m["iteration"]["median"] == 20.0
     assert m["iteration"]["warmup"] == 1 and m["iteration"]["method"].endswith("max over 2 ranks")
     assert (m["iterations_per_device"], m["iterations_run"], m["complete"]) == (4, 3, False)
@@ -301,7 +389,12 @@ def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     assert m["images_per_s"] == pytest.approx(2 * s.batch_size / 0.020) and m["global_batch"] == 2 * s.batch_size
     assert m["rank_median_ms"] == [10.0, 20.0] and m["rank_nodes"] == ["n0", "n1"] and m["peak_mem_gib"] is None
     assert m["ddp_options"] == {"bucket_cap_mb": 5} and m["quality"] == {"psnr_db": 20.0} and m["parameters"] == 123
-    assert set(m) == OK_KEYS - {"launch", "noise", "flops", "train_throughput"}  # data_path: from the records  # those two: run(), with the system
+    assert set(m) == OK_KEYS - {
+        "launch",
+        "noise",
+        "flops",
+        "train_throughput",
+    }  # data_path: from the records  # those two: run(), with the system
 
 
 def _job(tmp_path, monkeypatch, default_config, systems, devices):
@@ -326,7 +419,7 @@ def _ranks_here(monkeypatch, calls: list):
     def fake_torchrun(cmd, env=None, **kw):
         calls.append((cmd, env))
         n = int(next(a for a in cmd if a.startswith("--nproc_per_node=")).split("=")[1])
-        args = cli.build_parser().parse_args(cmd[cmd.index("accelbench") + 1:])
+        args = cli.build_parser().parse_args(cmd[cmd.index("accelbench") + 1 :])
         codes = []
         for r in range(n):
             monkeypatch.setenv("RANK", str(r))
@@ -370,13 +463,14 @@ def test_a_rank_out_of_memory_makes_an_oom_result(tmp_path, default_config, syst
     argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
     assert cli.main(argv + ["--threads", "4"]) == 0
     r = json.loads(out.read_text())
-    assert r["status"] == "oom" and r["reason"] == ("out of device memory: rank 1: CUDA out of memory. "
-                                                    "Tried to allocate 2.00 GiB")
+    assert r["status"] == "oom" and r["reason"] == (
+        "out of device memory: rank 1: CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
     assert r["measurements"]["devices"] == 2 and r["measurements"]["precision"] == "fp32"
     assert r["config"]["settings"]["hr_size"] and r["artefacts"] == {}
     [(cmd, env)] = calls
     assert "--nproc_per_node=2" in cmd and "--standalone" in cmd and cmd[cmd.index("accelbench") + 1] == "rank"
-    assert ["--input", "data=d.npz"] == cmd[cmd.index("--input"):cmd.index("--input") + 2]
+    assert ["--input", "data=d.npz"] == cmd[cmd.index("--input") : cmd.index("--input") + 2]
     assert env["OMP_NUM_THREADS"] == "1"  # a CPU "device" is one core (launch.rank_threads), whatever --threads says
     assert not list((tmp_path / ".snakemake/accelbench/ranks").iterdir())  # the rank files went with their folder
 
@@ -406,7 +500,11 @@ def test_ranks_are_merged_into_one_ok_result(tmp_path, default_config, systems, 
     assert m["launch"]["world_size"] == 2 and m["launch"]["launcher"] == "torchrun --standalone"
     assert m["placement_per_rank"] == [{"threads": 1, "cpus": None}] * 2
     assert set(r["config"]) >= {"devices", "precision", "preset", "run", "settings", "configuration", "series"}
-    assert (r["config"]["configuration"], r["config"]["series"], r["config"]["precision"]) == ("faithful", "faithful", "fp32")
+    assert (r["config"]["configuration"], r["config"]["series"], r["config"]["precision"]) == (
+        "faithful",
+        "faithful",
+        "fp32",
+    )
     assert np.load(out.with_name("samples.npz"))["sr3"].shape == (2, 2)
 
 
@@ -425,8 +523,9 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     from accelbench.devices import Device
 
     s = tiny_settings()
-    data = sr3.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
-                        np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size)
+    data = sr3.PatchSet(
+        np.zeros((8, s.hr_size, s.hr_size), np.float32), np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size
+    )
     cpu = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0)
     assert cpu.pin_memory is False and cpu.loader.pin_memory is False
     monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says
@@ -435,16 +534,27 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
 
 
-def _trainer(conf_name: str, s=None, device=None) -> "sr3.Trainer":
+def _trainer(conf_name: str, s=None, device=None) -> sr3.Trainer:
     """A tiny CPU Trainer in configuration ``conf_name``'s data path (workers, copy) and host syncs."""
     from accelbench.devices import Device
 
     s = s or tiny_settings()
     c = sr3_configs.get(conf_name)
-    data = sr3.PatchSet(np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
-                        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32), s.hr_size)
-    return sr3.Trainer(s, device or Device("cpu"), data, c.precision, seed=0, host_syncs=c.host_syncs,
-                       loader_workers=c.loader_workers, blocking_copies=c.blocking_copies)
+    data = sr3.PatchSet(
+        np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
+        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32),
+        s.hr_size,
+    )
+    return sr3.Trainer(
+        s,
+        device or Device("cpu"),
+        data,
+        c.precision,
+        seed=0,
+        host_syncs=c.host_syncs,
+        loader_workers=c.loader_workers,
+        blocking_copies=c.blocking_copies,
+    )
 
 
 def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(monkeypatch):
@@ -465,8 +575,9 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
     monkeypatch.undo()
     copies = []
     to_device = sr3.to_device
-    monkeypatch.setattr(sr3, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(
-        x, dev, fmt, blocking))
+    monkeypatch.setattr(
+        sr3, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(x, dev, fmt, blocking)
+    )
     monkeypatch.setattr(sr3, "rank_cores", lambda: 2)  # this rank's share of the job's cores
     tr = _trainer("faithful")
     assert tr.loader.num_workers == 2 and tr.loader.pin_memory is False and tr.loader.persistent_workers is True
@@ -488,23 +599,39 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
 
 def test_ours_keeps_its_data_path():
     """Ours: batches made in the rank's process (no workers), copied with non_blocking=True; recorded as such."""
-    for name in ("fp32", "bf16", "bf16_compile", "bf16_compile_channels_last", "bf16_compile_cudagraphs",
-                 "bf16_compile_channels_last_cudagraphs", "bf16_compile_layout_opt_cudagraphs"):
+    for name in (
+        "fp32",
+        "bf16",
+        "bf16_compile",
+        "bf16_compile_channels_last",
+        "bf16_compile_cudagraphs",
+        "bf16_compile_channels_last_cudagraphs",
+        "bf16_compile_layout_opt_cudagraphs",
+    ):
         c = sr3_configs.get(name)
         assert (c.loader_workers, c.blocking_copies, c.authors_data_path) == (None, False, False)
     tr = _trainer("bf16")
     assert tr.loader.num_workers == 0 and not tr.blocking_copies
-    assert tr.data_path == {"loader_workers_requested": 0, "loader_workers": 0, "rank_cores": sr3.rank_cores(),
-                            "capped": None, "pin_memory_requested": False, "pin_memory": False,
-                            "persistent_workers": False, "persistent_workers_why": None, "copy": "non_blocking",
-                            "source": sr3_configs.OURS_DATA_SOURCE}
+    assert tr.data_path == {
+        "loader_workers_requested": 0,
+        "loader_workers": 0,
+        "rank_cores": sr3.rank_cores(),
+        "capped": None,
+        "pin_memory_requested": False,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "persistent_workers_why": None,
+        "copy": "non_blocking",
+        "source": sr3_configs.OURS_DATA_SOURCE,
+    }
 
 
 def test_only_the_faithful_spec_carries_the_data_path():
     """The spec (rule sr3_train; its sha256 says whether a result is current) gains the authors' data path for the
     faithful series only, so its results made before are redone and no other configuration's are."""
-    assert sr3_configs.spec_settings("faithful") == {"data_path": {"loader_workers": 8, "pin_memory": True,
-                                                                   "copy": "blocking"}}
+    assert sr3_configs.spec_settings("faithful") == {
+        "data_path": {"loader_workers": 8, "pin_memory": True, "copy": "blocking"}
+    }
     assert all(sr3_configs.spec_settings(n) == {} for n in sr3_configs.CONFIGURATIONS if n != "faithful")
 
 
@@ -517,7 +644,9 @@ def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
     assert f["iteration"] == 37e12 and t["peak_of"] == "tf32" and t["mfu"] == pytest.approx(185 / (2 * 494.7))
     assert exp.job_mfu({**first, "math_flags": {"cudnn_tf32": False}}, "fp32", 1, 1000.0, peaks)[1]["peak_of"] == "fp32"
     assert exp.job_mfu(first, "bf16", 1, 100.0, peaks)[1]["mfu"] == pytest.approx(185 / 989.4)
-    assert exp.job_mfu({"flops": {"per_device_step": None, "method": "failed"}}, "bf16", 1, 1.0, peaks)[1]["mfu"] is None
+    assert (
+        exp.job_mfu({"flops": {"per_device_step": None, "method": "failed"}}, "bf16", 1, 1.0, peaks)[1]["mfu"] is None
+    )
 
 
 # --------------------------------------------------------------------------- issue 24: the series and their settings
@@ -550,7 +679,9 @@ def test_faithful_attention_sits_where_the_authors_code_put_it(default_config):
     assert params == pytest.approx(542.7e6, rel=0.02)
     text = _paper(default_config, "paper_text")  # the paper's text: the 16-px level
     assert text.attention_levels == (False, False, False, False, True, False)
-    small = sr3.resolve_settings(default_config["sr3_scaling"]["preset"], "small", default_config["sr3_scaling"]["scales"])
+    small = sr3.resolve_settings(
+        default_config["sr3_scaling"]["preset"], "small", default_config["sr3_scaling"]["scales"]
+    )
     assert small.attention_levels == s.attention_levels  # the CPU size keeps the level
 
 
@@ -559,17 +690,31 @@ def test_configurations_record_what_each_series_runs():
     assert (faithful.series, faithful.precision, faithful.attention) == ("faithful", "fp32", "as_run")
     assert faithful.cudnn_benchmark and faithful.host_syncs and not faithful.compile
     text = sr3_configs.get("fp32")
-    assert (text.series, text.attention, text.cudnn_benchmark, text.host_syncs) == ("paper_text", "paper_text", False, False)
+    assert (text.series, text.attention, text.cudnn_benchmark, text.host_syncs) == (
+        "paper_text",
+        "paper_text",
+        False,
+        False,
+    )
     for name in ("bf16", "bf16_compile", "bf16_compile_channels_last"):
         c = sr3_configs.get(name)
         assert c.series == "ours" and c.attention == "as_run" and not c.host_syncs and c.precision == "bf16"
     assert sr3_configs.get("bf16_compile").compile and sr3_configs.get("bf16_compile").fused_adam
     both = sr3_configs.get("bf16_compile_channels_last_cudagraphs")  # NHWC and CUDA graphs together
-    assert (both.series, both.channels_last, both.compile_mode, both.fused_adam) == ("ours", True, "reduce-overhead", True)
+    assert (both.series, both.channels_last, both.compile_mode, both.fused_adam) == (
+        "ours",
+        True,
+        "reduce-overhead",
+        True,
+    )
     assert both.trainer_options()["channels_last"] and both.trainer_options()["compile_mode"] == "reduce-overhead"
     opt = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")  # NCHW network, Inductor's layout optimization forced
-    assert (opt.series, opt.channels_last, opt.layout_optimization, opt.compile_mode) == ("ours", False, True,
-                                                                                          "reduce-overhead")
+    assert (opt.series, opt.channels_last, opt.layout_optimization, opt.compile_mode) == (
+        "ours",
+        False,
+        True,
+        "reduce-overhead",
+    )
     assert opt.to_dict()["layout_optimization"] is True and not both.layout_optimization  # recorded in the result
     with pytest.raises(ConfigError, match="sr3_scaling.configurations: unknown configuration 'fp16'"):
         sr3_configs.get("fp16")
@@ -629,14 +774,29 @@ def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
     assert sr3_configs.study_b_iterations(faithful, 8, 40000, authors) == 5000
     s = tiny_settings()
     records = [_record(r, [10.0, 10.0]) for r in range(2)]
-    m = exp.merge(s, records, 2, faithful, workload_iterations=8, max_iterations=2, warmup=0,
-                  authors_iterations_per_device={"2": 7})
+    m = exp.merge(
+        s,
+        records,
+        2,
+        faithful,
+        workload_iterations=8,
+        max_iterations=2,
+        warmup=0,
+        authors_iterations_per_device={"2": 7},
+    )
     assert m["study_b_projection"]["iterations"] == 7 and "job file" in m["study_b_projection"]["method"]
     assert m["configuration"]["series"] == "faithful" and m["configuration"]["host_syncs"]
     assert (m["configuration"]["loader_workers"], m["configuration"]["blocking_copies"]) == (8, True)
     data_path = {"loader_workers_requested": 8, "loader_workers": 1, "copy": "blocking"}
-    m = exp.merge(s, [_record(0, [1.0], data_path=data_path), _record(1, [1.0], data_path=data_path)], 2, faithful,
-                  workload_iterations=8, max_iterations=1, warmup=0)
+    m = exp.merge(
+        s,
+        [_record(0, [1.0], data_path=data_path), _record(1, [1.0], data_path=data_path)],
+        2,
+        faithful,
+        workload_iterations=8,
+        max_iterations=1,
+        warmup=0,
+    )
     assert m["data_path"] == data_path  # rank 0's record (sr3_model.batch_loader)
 
 
@@ -646,8 +806,9 @@ def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):
     from accelbench.devices import Device
 
     s = tiny_settings()
-    data = sr3.PatchSet(np.zeros((8, s.hr_size, s.hr_size), np.float32),
-                        np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size)
+    data = sr3.PatchSet(
+        np.zeros((8, s.hr_size, s.hr_size), np.float32), np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size
+    )
     item = torch.Tensor.item
     reads = []
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(self.numel()) or item(self))
@@ -682,8 +843,11 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
     from accelbench.devices import Device
 
     s = tiny_settings()
-    data = sr3.PatchSet(np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
-                        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32), s.hr_size)
+    data = sr3.PatchSet(
+        np.random.rand(16, s.hr_size, s.hr_size).astype(np.float32),
+        np.random.rand(16, s.lr_size, s.lr_size).astype(np.float32),
+        s.hr_size,
+    )
     device = Device("cuda", 0)
     for conf, expect_syncs in (("bf16", False), ("faithful", True)):
         c = sr3_configs.get(conf)
@@ -692,6 +856,9 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
         with exp.count_host_syncs(device) as syncs:
             measure.time_steps(tr.train_step, device, 2, 5)
         # not the measurement's own explicit torch.cuda.synchronize after the warm-up (seen on the H200: 1 per run)
-        ours = sum(n for where, n in syncs["where"].items()
-                   if "measure.py" not in where and "torch/cuda/__init__.py" not in where)
+        ours = sum(
+            n
+            for where, n in syncs["where"].items()
+            if "measure.py" not in where and "torch/cuda/__init__.py" not in where
+        )
         assert (ours >= 7) if expect_syncs else ours == 0, (conf, syncs)

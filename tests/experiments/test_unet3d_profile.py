@@ -99,9 +99,15 @@ def test_ieee_check_rejects_tf32_numbers(monkeypatch):
     with exp.math_mode(False):
         assert exp.ieee_fp32_check(Device("cpu"))["holds"]
         real_conv3d = exp.F.conv3d
-        monkeypatch.setattr(exp.F, "conv3d", lambda x, w, **kw: real_conv3d(
-            _round_to_tf32(x) if x.dtype == torch.float32 else x, _round_to_tf32(w) if w.dtype == torch.float32 else w,
-            **kw))
+        monkeypatch.setattr(
+            exp.F,
+            "conv3d",
+            lambda x, w, **kw: real_conv3d(
+                _round_to_tf32(x) if x.dtype == torch.float32 else x,
+                _round_to_tf32(w) if w.dtype == torch.float32 else w,
+                **kw,
+            ),
+        )
         chk = exp.ieee_fp32_check(Device("cpu"))
         assert chk["flags_ieee"] and not chk["holds"] and chk["conv_rel_err"] > 10 * exp.IEEE_FP32_REL_ERR_MAX
 
@@ -110,8 +116,15 @@ def _run(settings, name, system, tmp_path, **kw):
     image = torch.rand(1, 1, 16, 16, 16) * 2 - 1
     mask = torch.zeros(1, 2, 16, 16, 16)
     mask[:, 0, 4:12, 4:12, 4:12] = 1
-    args = dict(warmup=1, repeat=2, profile_steps=1, quality_sample_steps=2, quality_rel_l2_max=0.05, seed=0,
-                trace_path=tmp_path / f"{name}.json.gz")
+    args = dict(
+        warmup=1,
+        repeat=2,
+        profile_steps=1,
+        quality_sample_steps=2,
+        quality_rel_l2_max=0.05,
+        seed=0,
+        trace_path=tmp_path / f"{name}.json.gz",
+    )
     args.update(kw)
     return exp.profile(settings, exp.VARIANTS[name], system, image, mask, **args)
 
@@ -166,7 +179,9 @@ def test_cudnn_autotuning_is_a_recorded_axis():
 
     assert exp.VARIANTS["bf16"].cudnn_benchmark is False and exp.VARIANTS["bf16"].baseline == "baseline"
     tuned = exp.VARIANTS["bf16_compile_autotuned"]
-    assert tuned.cudnn_benchmark and tuned.compile and tuned.autocast == "bf16" and tuned.baseline == "baseline_autotuned"
+    assert (
+        tuned.cudnn_benchmark and tuned.compile and tuned.autocast == "bf16" and tuned.baseline == "baseline_autotuned"
+    )
     assert {"tf32_compile", "bf16_compile"} <= set(exp.VARIANTS)
     before = torch.backends.cudnn.benchmark
     with exp.math_mode(False, cudnn_benchmark=not before):

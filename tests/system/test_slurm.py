@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from slurm_cluster import local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,17 +40,40 @@ def slurm_cluster(tmp_path_factory):
 def write_inputs(workdir: Path, config: dict, **site) -> Path:
     (workdir / "config.yaml").write_text(yaml.safe_dump(config))
     site_file = workdir / "site.yaml"
-    site_file.write_text(yaml.safe_dump({"partition": "debug", "account": None, "status_command": "sacct",
-                                         "init_seconds_before_status_checks": 2, "deployment": "none",
-                                         "max_jobs": 4, "node_limits": {"cpus": 1, "mem_mb": 2000}, **site}))
+    site_file.write_text(
+        yaml.safe_dump(
+            {
+                "partition": "debug",
+                "account": None,
+                "status_command": "sacct",
+                "init_seconds_before_status_checks": 2,
+                "deployment": "none",
+                "max_jobs": 4,
+                "node_limits": {"cpus": 1, "mem_mb": 2000},
+                **site,
+            }
+        )
+    )
     return site_file
 
 
 def snakemake_slurm(workdir: Path, site_file: Path, *targets: str, timeout: float = 900):
     """Run `snakemake --cores all --profile slurm` from the repository root; a hung run is stopped with SIGINT."""
     env = {**os.environ, "ACCELBENCH_SLURM_SITE": str(site_file)}
-    cmd = [sys.executable, "-m", "snakemake", *targets, "--cores", "all", "--profile", "slurm", "-d", str(workdir),
-           "--configfile", str(workdir / "config.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        *targets,
+        "--cores",
+        "all",
+        "--profile",
+        "slurm",
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(workdir / "config.yaml"),
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -74,8 +98,13 @@ def submitted_jobs(out: str) -> dict[str, list[str]]:
 
 def sacct(jobids: list[str]) -> dict[str, dict]:
     """{job id: {"account", "state"}} as Slurm's accounting database has them."""
-    proc = subprocess.run(["sacct", "-n", "-X", "-P", "-j", ",".join(jobids), "-o", "JobID,Account,State"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    proc = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-j", ",".join(jobids), "-o", "JobID,Account,State"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     rows = [ln.split("|") for ln in proc.stdout.splitlines() if ln.strip()]
     return {r[0]: {"account": r[1], "state": r[2]} for r in rows}
 
@@ -105,8 +134,15 @@ def test_default_dag_through_slurm(slurm_cluster, tmp_path, slurm_config):
     assert smoke["env"]["SLURM_JOB_ID"] and smoke["env"]["SLURMD_NODENAME"] == "localhost"
     assert smoke["expected"] == 0 and smoke["matches"] is True and smoke["env"]["SLURM_CPUS_PER_TASK"] == "1"
     jobs = submitted_jobs(out)
-    assert set(jobs) == {"mri_prepare", "unet3d_profile", "validate_results", "study_a_aggregate", "claims",
-                         "energy_aggregate", "gpu_smoke"}, out[-3000:]
+    assert set(jobs) == {
+        "mri_prepare",
+        "unet3d_profile",
+        "validate_results",
+        "study_a_aggregate",
+        "claims",
+        "energy_aggregate",
+        "gpu_smoke",
+    }, out[-3000:]
     # `account: null`: submitted without -A (no guess from sacct, no sacctmgr validation); Slurm's accounting then
     # charged the user's default account, and every job's end was read through `sacct` (status_command: sacct)
     assert "trying to guess" not in out and "Guessed SLURM account" not in out
@@ -142,8 +178,10 @@ def test_cuda_system_submitted_from_gpu_less_node(slurm_cluster, tmp_path, slurm
     jobs = submitted_jobs(out)
     assert {"mri_prepare", "unet3d_profile", "gpu_smoke"} <= set(jobs), out[-4000:]
     # the measurement failed on the node, reported per job with its rule and the node's error
-    assert ("Job of rule unet3d_profile failed: accelbench unet3d-profile: error: system 'h100' needs backend "
-            "'cuda' with 1 device(s), but this machine has no accelerator") in out, out[-4000:]
+    assert (
+        "Job of rule unet3d_profile failed: accelbench unet3d-profile: error: system 'h100' needs backend "
+        "'cuda' with 1 device(s), but this machine has no accelerator"
+    ) in out, out[-4000:]
     assert "study_a_aggregate" not in jobs  # its input failed: never submitted
     assert not list(tmp_path.glob("results/h100/unet3d_profile/**/result.json"))  # a failed job leaves no result
     # the smoke job got the 4 GPUs it asked for from Slurm, and says that it sees none

@@ -28,8 +28,11 @@ SCRIPT = REPO / "slurm/local_cluster.sh"
 @pytest.fixture(scope="module")
 def two_node_cluster(tmp_path_factory):
     """A running Slurm with two emulated nodes on localhost; stopped (our PIDs only) afterwards."""
-    with local_cluster(tmp_path_factory.mktemp("slurm2_state"), {"ACCELBENCH_SLURM_NODES": "2"},
-                       "ACCELBENCH_SLURM_NODES=2 slurm/local_cluster.sh up") as state:
+    with local_cluster(
+        tmp_path_factory.mktemp("slurm2_state"),
+        {"ACCELBENCH_SLURM_NODES": "2"},
+        "ACCELBENCH_SLURM_NODES=2 slurm/local_cluster.sh up",
+    ) as state:
         yield state
 
 
@@ -54,8 +57,10 @@ def test_non_dividing_device_count_fails_clearly(tmp_path, tiny_config):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path, "--dry-run")
     assert proc.returncode != 0
-    assert ("sr3_scaling.devices: 3 devices do not fill whole nodes of system 'cpu' (devices_per_node: 2); "
-            "use at most 2 (one node) or a multiple of 2") in proc.stdout + proc.stderr
+    assert (
+        "sr3_scaling.devices: 3 devices do not fill whole nodes of system 'cpu' (devices_per_node: 2); "
+        "use at most 2 (one node) or a multiple of 2"
+    ) in proc.stdout + proc.stderr
     ok = sr3_config(tiny_config, systems_dir(tmp_path / "ok", devices_per_node=2, devices=8), [1, 2, 4])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(ok))
     assert snakemake(tmp_path, "--dry-run").returncode == 0  # 4 = 2 nodes x 2 divides
@@ -65,13 +70,43 @@ def test_sr3_and_net_smoke_on_two_nodes_through_slurm(two_node_cluster, tmp_path
     cfg = sr3_config(tiny_config, systems_dir(tmp_path, devices_per_node=1, devices=2), [1, 2])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     site = tmp_path / "site.yaml"
-    site.write_text(yaml.safe_dump({"partition": "debug", "account": None, "status_command": "squeue",
-                                    "init_seconds_before_status_checks": 2, "deployment": "none", "max_jobs": 4,
-                                    "node_limits": {"cpus": 1, "mem_mb": 2000}, "multinode": {"exclusive": True}}))
-    cmd = [sys.executable, "-m", "snakemake", "all", "results/cpu/net_smoke/devices_2/allreduce.json", "--cores", "all",
-           "--profile", "slurm", "-d", str(tmp_path), "--configfile", str(tmp_path / "config.yaml")]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "ACCELBENCH_SLURM_SITE": str(site)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    site.write_text(
+        yaml.safe_dump(
+            {
+                "partition": "debug",
+                "account": None,
+                "status_command": "squeue",
+                "init_seconds_before_status_checks": 2,
+                "deployment": "none",
+                "max_jobs": 4,
+                "node_limits": {"cpus": 1, "mem_mb": 2000},
+                "multinode": {"exclusive": True},
+            }
+        )
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "all",
+        "results/cpu/net_smoke/devices_2/allreduce.json",
+        "--cores",
+        "all",
+        "--profile",
+        "slurm",
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(tmp_path / "config.yaml"),
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, "ACCELBENCH_SLURM_SITE": str(site)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         out, _ = proc.communicate(timeout=1200)
     except subprocess.TimeoutExpired:

@@ -13,22 +13,42 @@ CLAIMS = "resources/reference/study_a_claims.csv"
 def _fake(tmp_path, system, conf, status="ok", step=100.0, hw="NVIDIA H200"):
     env = provenance.collect("cpu")
     env["hardware"].update(backend="cuda", device_name=hw, device_count=1, device_memory_gib=139.8)
-    cfg = {"system": {"name": system, "scale": "paper"}, "model": "whole_head", "configuration": conf,
-           "settings": {"scale": "paper", "volume": [128, 128, 128]}}
+    cfg = {
+        "system": {"name": system, "scale": "paper"},
+        "model": "whole_head",
+        "configuration": conf,
+        "settings": {"scale": "paper", "volume": [128, 128, 128]},
+    }
     timing = {"median": step, "p10": step * 0.9, "p90": step * 1.1, "count": 5}
     shares = {c: 0.0 for c in study_a.CLASSES}
     shares["convolution"] = 0.7
     shares["layout_conversion"] = 0.1 if "channels_last" in conf else 0.0
     shares["elementwise"] = 0.3 - shares["layout_conversion"]
-    m = {} if status != "ok" else {
-        "train_step": timing, "sample_step": timing, "sample_projection": {"seconds": step * 0.25, "steps": 1000},
-        "kernels": {"kernel_count": 900, "layout_conversion_count": 40 if "channels_last" in conf else 0,
-                    "cast_copy_count": 25 if "channels_last" in conf else 10,
-                    "source": "device_kernel", "class_share": shares, "tensor_core_share": 0.6 if "tf32" in conf else 0.0,
-                    "idle_fraction": 0.1},
-        "peak_mem_gib": 30.0, "train_throughput": {"tflop_per_s": 50.0, "mfu": 0.1},
-        "quality": {"predicted_noise": {"rel_l2": 1e-3, "psnr_db": 70.0, "ssim": 0.999},
-                    "sample": {"psnr_db": 60.0, "ssim": 1.0}, "holds": True}}
+    m = (
+        {}
+        if status != "ok"
+        else {
+            "train_step": timing,
+            "sample_step": timing,
+            "sample_projection": {"seconds": step * 0.25, "steps": 1000},
+            "kernels": {
+                "kernel_count": 900,
+                "layout_conversion_count": 40 if "channels_last" in conf else 0,
+                "cast_copy_count": 25 if "channels_last" in conf else 10,
+                "source": "device_kernel",
+                "class_share": shares,
+                "tensor_core_share": 0.6 if "tf32" in conf else 0.0,
+                "idle_fraction": 0.1,
+            },
+            "peak_mem_gib": 30.0,
+            "train_throughput": {"tflop_per_s": 50.0, "mfu": 0.1},
+            "quality": {
+                "predicted_noise": {"rel_l2": 1e-3, "psnr_db": 70.0, "ssim": 0.999},
+                "sample": {"psnr_db": 60.0, "ssim": 1.0},
+                "holds": True,
+            },
+        }
+    )
     r = results.make_result("unet3d_profile", status, cfg, env, m, None if status == "ok" else "out of device memory")
     path = tmp_path / system / "unet3d_profile" / "whole_head" / conf / "result.json"
     results.write_result(r, path)
@@ -36,11 +56,14 @@ def _fake(tmp_path, system, conf, status="ok", step=100.0, hw="NVIDIA H200"):
 
 
 def test_aggregate_tables_figures_and_claims(tmp_path):
-    paths = [_fake(tmp_path, "h200", "baseline", step=100.0), _fake(tmp_path, "h200", "tf32", step=25.0),
-             _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
-             _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
-             _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
-             _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB")]
+    paths = [
+        _fake(tmp_path, "h200", "baseline", step=100.0),
+        _fake(tmp_path, "h200", "tf32", step=25.0),
+        _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
+        _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
+        _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
+        _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB"),
+    ]
     out = tmp_path / "agg"
     study_a.aggregate(paths, CLAIMS, out)
     df = pd.read_csv(out / "table.csv")
@@ -85,7 +108,10 @@ def test_aggregate_command_reads_a_results_file_like_the_results_option(tmp_path
     listing = tmp_path / "list.json"
     listing.write_text(json.dumps({"results": paths}))
     by_file, by_hand = tmp_path / "by_file", tmp_path / "by_hand"
-    assert cli.main(["study-a-aggregate", "--results-file", str(listing), "--claims", CLAIMS, "--out-dir", str(by_file)]) == 0
+    assert (
+        cli.main(["study-a-aggregate", "--results-file", str(listing), "--claims", CLAIMS, "--out-dir", str(by_file)])
+        == 0
+    )
     assert cli.main(["study-a-aggregate", "--results", *paths, "--claims", CLAIMS, "--out-dir", str(by_hand)]) == 0
     assert (by_file / "table.csv").read_text() == (by_hand / "table.csv").read_text()
     assert len(pd.read_csv(by_file / "table.csv")) == 2

@@ -12,8 +12,15 @@ from accelbench.aggregate import energy as agg
 from accelbench.energy import Settings, Window
 
 REFERENCE = "resources/reference/study_b_sr3_scaling.csv"
-COUNTER = {"source": "nvml", "api": "nvmlDeviceGetTotalEnergyConsumption", "resolution_j": 1e-3,
-           "update_period_s": 0.1, "wrap_j": None, "counter": "GPU-x", "covers": "GPU board"}
+COUNTER = {
+    "source": "nvml",
+    "api": "nvmlDeviceGetTotalEnergyConsumption",
+    "resolution_j": 1e-3,
+    "update_period_s": 0.1,
+    "wrap_j": None,
+    "counter": "GPU-x",
+    "covers": "GPU board",
+}
 
 
 def phase(j_per_step: float, step_s: float, windows: int = 3, counter: str = "GPU-x") -> dict:
@@ -28,18 +35,33 @@ def with_energy(result: dict, rep: dict) -> dict:
 
 
 def test_tables_put_energy_beside_time_for_every_system_and_label_projections(tmp_path):
-    sr3_e = energy.report({"iteration": energy.merge_ranks([phase(30.0, 0.05, counter="GPU-a"),
-                                                                    phase(32.0, 0.05, counter="GPU-b")])}, "iteration",
-                          {"image": ("iteration", 8, "J/image", 1, "measured"),
-                           "study_b_workload": ("iteration", 1, "kJ/Study B workload", 20000 / 1e3, "projection")},
-                          {"images_per_s_per_w": (160.0, "iteration", "images/s/W")}, step_ms=50.0)
+    sr3_e = energy.report(
+        {"iteration": energy.merge_ranks([phase(30.0, 0.05, counter="GPU-a"), phase(32.0, 0.05, counter="GPU-b")])},
+        "iteration",
+        {
+            "image": ("iteration", 8, "J/image", 1, "measured"),
+            "study_b_workload": ("iteration", 1, "kJ/Study B workload", 20000 / 1e3, "projection"),
+        },
+        {"images_per_s_per_w": (160.0, "iteration", "images/s/W")},
+        step_ms=50.0,
+    )
     objs = [
         with_energy(fake_results.sr3("h100", 2, 50.0), sr3_e),
-        with_energy(fake_results.unet3d("a100", "bf16"), energy.report(
-            {"train_step": phase(40.0, 0.1)}, "train_step",
-            {"training_step": ("train_step", 1, "J/training step", 1, "measured")}, step_ms=100.0)),
-        with_energy(fake_results.lora("cpu", "flash", "single", 1), energy.report(
-            {"step": {"status": "unsupported", "reason": "no RAPL package zone under /sys/class/powercap"}}, "step")),
+        with_energy(
+            fake_results.unet3d("a100", "bf16"),
+            energy.report(
+                {"train_step": phase(40.0, 0.1)},
+                "train_step",
+                {"training_step": ("train_step", 1, "J/training step", 1, "measured")},
+                step_ms=100.0,
+            ),
+        ),
+        with_energy(
+            fake_results.lora("cpu", "flash", "single", 1),
+            energy.report(
+                {"step": {"status": "unsupported", "reason": "no RAPL package zone under /sys/class/powercap"}}, "step"
+            ),
+        ),
         fake_results.quant("h100", "fp32", "none"),  # made before the meter: no measurements.energy
         fake_results.sr3("a100", 1, 80.0, status="oom", reason="out of device memory"),
     ]
@@ -78,9 +100,12 @@ def test_figure_is_readable_and_shows_published_times_without_energy(tmp_path):
 def fake_results_loaded(tmp_path):
     from accelbench.aggregate.common import load_results
 
-    objs = [with_energy(fake_results.sr3(s, 1, ms), energy.report({"iteration": phase(j, ms / 1e3)}, "iteration",
-                                                                   step_ms=ms))
-            for s, ms, j in (("h100", 50.0, 30.0), ("a100", 80.0, 35.0))]
+    objs = [
+        with_energy(
+            fake_results.sr3(s, 1, ms), energy.report({"iteration": phase(j, ms / 1e3)}, "iteration", step_ms=ms)
+        )
+        for s, ms, j in (("h100", 50.0, 30.0), ("a100", 80.0, 35.0))
+    ]
     return load_results(fake_results.write(tmp_path / "r", objs))
 
 

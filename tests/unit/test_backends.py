@@ -19,8 +19,21 @@ REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "workflow/accelbench"
 
 # Modules that ask the backend object instead of comparing backend names (keep this list when converting more).
-CONVERTED = ["devices.py", "multinode.py", "systems.py", "provenance.py", "locks.py", "launch.py", "measure.py",
-             "containers.py", "cluster.py", "hostload.py", "ncu.py", "../rules/common.smk", "../rules/cluster.smk"]
+CONVERTED = [
+    "devices.py",
+    "multinode.py",
+    "systems.py",
+    "provenance.py",
+    "locks.py",
+    "launch.py",
+    "measure.py",
+    "containers.py",
+    "cluster.py",
+    "hostload.py",
+    "ncu.py",
+    "../rules/common.smk",
+    "../rules/cluster.smk",
+]
 # ... and every module of experiments/ (found, so a new experiment module is guarded without being listed)
 CONVERTED += sorted(str(p.relative_to(PKG)) for p in (PKG / "experiments").rglob("*.py"))
 
@@ -56,8 +69,9 @@ def test_every_backend_implements_the_whole_protocol(cls):
     # every abstract method of the protocol is overridden with the same parameters
     for meth in Backend.__abstractmethods__ if hasattr(Backend, "__abstractmethods__") else ():
         assert getattr(cls, meth) is not getattr(Backend, meth)
-        assert list(inspect.signature(getattr(cls, meth)).parameters) == \
-            list(inspect.signature(getattr(Backend, meth)).parameters)
+        assert list(inspect.signature(getattr(cls, meth)).parameters) == list(
+            inspect.signature(getattr(Backend, meth)).parameters
+        )
 
 
 def test_unknown_backend_fails_naming_the_known_ones():
@@ -81,8 +95,11 @@ def test_schema_enums_are_the_table():
     result = _schemas()["result.json"]["$defs"]
     assert result["system"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
     assert result["environment"]["properties"]["hardware"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
-    bad = schema_errors({"name": "x", "backend": "rocm", "devices": 1, "precisions": ["fp32"], "image": "cuda",
-                         "scale": "small"}, SYSTEM_SCHEMA, "system file x.yaml")
+    bad = schema_errors(
+        {"name": "x", "backend": "rocm", "devices": 1, "precisions": ["fp32"], "image": "cuda", "scale": "small"},
+        SYSTEM_SCHEMA,
+        "system file x.yaml",
+    )
     assert any("rocm" in e and "cuda" in e for e in bad), bad
 
 
@@ -92,7 +109,11 @@ def test_cpu_device_ops():
     dev = Device("cpu")
     assert dev.backend == "cpu" and dev.ops is backends.get("cpu") and dev == Device("cpu")
     assert dev.torch_device == torch.device("cpu")
-    dev.set_device(); dev.synchronize(); dev.mark_step(); dev.reset_peak_memory(); dev.empty_cache()
+    dev.set_device()
+    dev.synchronize()
+    dev.mark_step()
+    dev.reset_peak_memory()
+    dev.empty_cache()
     assert dev.peak_memory_bytes() is None
     assert dev.profiler_activities() == [torch.profiler.ProfilerActivity.CPU]
     with dev.autocast(None):
@@ -114,8 +135,8 @@ def test_cpu_device_ops():
 
 def test_per_backend_facts_as_before():
     from accelbench import locks, multinode
-    from accelbench.measure import StepClock
     from accelbench.devices import Device
+    from accelbench.measure import StepClock
 
     assert [multinode.collective_backend(n) for n in ("cpu", "cuda", "hpu")] == ["gloo", "nccl", "hccl"]
     assert backends.get("cuda").device_index(3) == 3 and backends.get("hpu").device_index(3) == 0
@@ -138,25 +159,29 @@ def test_detect_finds_a_backend_of_the_table():
 def test_software_label_keeps_its_field_order():
     from accelbench.provenance import software_label
 
-    env = {"hardware": {"driver": "580", "synapseai": "1.21", "cudnn": 91300, "cuda": "13.0"},
-           "software": {"libraries": {"torch": "2.11"}}}
+    env = {
+        "hardware": {"driver": "580", "synapseai": "1.21", "cudnn": 91300, "cuda": "13.0"},
+        "software": {"libraries": {"torch": "2.11"}},
+    }
     assert software_label(env) == "torch 2.11, CUDA 13.0, cuDNN 91300, SynapseAI 1.21, driver 580"
 
 
 def test_hpu_importable_without_habana_frameworks():
     """No Gaudi stack is imported at import time, nor by probing a machine without it."""
-    code = ("import sys, importlib.abc\n"
-            "class Block(importlib.abc.MetaPathFinder):\n"
-            "    def find_spec(self, name, path, target=None):\n"
-            "        if name.split('.')[0] == 'habana_frameworks': raise ImportError('blocked: ' + name)\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "import accelbench.backends, accelbench.backends.hpu, accelbench.devices, accelbench.systems\n"
-            "import accelbench.provenance, accelbench.containers, accelbench.cluster, accelbench.multinode\n"
-            "from accelbench import backends\n"
-            "hpu = backends.get('hpu')\n"
-            "assert hpu.collective == 'hccl' and hpu.container_image == 'habana'\n"
-            "assert not any(m.startswith('habana_frameworks') for m in sys.modules)\n"
-            "print('ok')\n")
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'habana_frameworks': raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import accelbench.backends, accelbench.backends.hpu, accelbench.devices, accelbench.systems\n"
+        "import accelbench.provenance, accelbench.containers, accelbench.cluster, accelbench.multinode\n"
+        "from accelbench import backends\n"
+        "hpu = backends.get('hpu')\n"
+        "assert hpu.collective == 'hccl' and hpu.container_image == 'habana'\n"
+        "assert not any(m.startswith('habana_frameworks') for m in sys.modules)\n"
+        "print('ok')\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     if not backends.hpu.habana_available():
@@ -164,15 +189,30 @@ def test_hpu_importable_without_habana_frameworks():
         assert backends.get("hpu").absence_note() == "habana_frameworks not installed"
 
 
-@pytest.mark.parametrize("line", ['if backend == "cuda":', 'x = system.backend != "cpu"', 'if found["backend"] == "cpu":',
-                                  'if backend in ("cuda", "hpu"):', '{"cuda": "nccl", "hpu": "hccl"}.get(backend)',
-                                  'if "hpu" == backend:', 'if system.image == "habana":'])
+@pytest.mark.parametrize(
+    "line",
+    [
+        'if backend == "cuda":',
+        'x = system.backend != "cpu"',
+        'if found["backend"] == "cpu":',
+        'if backend in ("cuda", "hpu"):',
+        '{"cuda": "nccl", "hpu": "hccl"}.get(backend)',
+        'if "hpu" == backend:',
+        'if system.image == "habana":',
+    ],
+)
 def test_the_guard_catches_name_comparisons(line):
     assert any(p.search(line) for p in FORBIDDEN)
 
 
-@pytest.mark.parametrize("line", ["if system.backend != backend:", 'ops = backends.get(system.backend)',
-                                  'if found["backend"] != system.backend or found["count"] < devices:'])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "if system.backend != backend:",
+        "ops = backends.get(system.backend)",
+        'if found["backend"] != system.backend or found["count"] < devices:',
+    ],
+)
 def test_the_guard_lets_name_equality_pass(line):
     assert not any(p.search(line) for p in FORBIDDEN)
 
@@ -180,6 +220,9 @@ def test_the_guard_lets_name_equality_pass(line):
 @pytest.mark.parametrize("module", CONVERTED)
 def test_no_backend_name_comparisons_in_converted_modules(module):
     path = (PKG / module).resolve()
-    bad = [f"{path.name}:{i}: {line.strip()}" for i, line in enumerate(path.read_text().splitlines(), 1)
-           if not line.lstrip().startswith("#") and any(p.search(line) for p in FORBIDDEN)]
+    bad = [
+        f"{path.name}:{i}: {line.strip()}"
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if not line.lstrip().startswith("#") and any(p.search(line) for p in FORBIDDEN)
+    ]
     assert not bad, "compare backend names here no more; ask accelbench.backends.get(name):\n" + "\n".join(bad)

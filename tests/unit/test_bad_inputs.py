@@ -34,29 +34,39 @@ def _labels(values=(1, 2)) -> np.ndarray:
 def test_4d_nifti_is_refused_at_prepare_naming_file_and_shape(tmp_path):
     _mri_folder(tmp_path / "d", np.random.default_rng(0).random((20, 20, 20, 3)), _labels())
     with pytest.raises(DataError, match=r"image/case.nii.gz has shape \(20, 20, 20, 3\): a 3-D volume"):
-        mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder",
-                    folder=str(tmp_path / "d"))
+        mri.prepare(
+            tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder", folder=str(tmp_path / "d")
+        )
     assert not (tmp_path / "i.nii.gz").exists()
 
 
 def test_single_volume_4d_nifti_is_accepted(tmp_path):
     _mri_folder(tmp_path / "d", np.random.default_rng(0).random((20, 20, 20, 1)), _labels())
-    summary = mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder",
-                          folder=str(tmp_path / "d"))
+    summary = mri.prepare(
+        tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder", folder=str(tmp_path / "d")
+    )
     assert summary["volume"] == [16, 16, 16]
 
 
 def test_mask_without_the_configured_labels_is_refused(tmp_path):
     _mri_folder(tmp_path / "d", np.random.default_rng(0).random((20, 20, 20)), _labels((255, 255)))
     with pytest.raises(DataError, match=r"mask/case.nii.gz holds the labels \[255\], none of data.mri.label_values"):
-        mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder",
-                    folder=str(tmp_path / "d"))
+        mri.prepare(
+            tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder", folder=str(tmp_path / "d")
+        )
 
 
 def test_mask_missing_one_label_warns_with_the_labels_found(tmp_path, caplog):
     _mri_folder(tmp_path / "d", np.random.default_rng(0).random((20, 20, 20)), _labels((1, 1)))
-    mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [16] * 3, [1] * 3, source="folder",
-                folder=str(tmp_path / "d"), label_values=[1, 2])
+    mri.prepare(
+        tmp_path / "i.nii.gz",
+        tmp_path / "m.nii.gz",
+        [16] * 3,
+        [1] * 3,
+        source="folder",
+        folder=str(tmp_path / "d"),
+        label_values=[1, 2],
+    )
     assert "lacks the labels [2]" in caplog.text and "found [1]" in caplog.text
 
 
@@ -106,7 +116,8 @@ def test_lora_model_key_typo_is_named(default_config):
     cfg["lora_finetune"]["models"] = ["smollm2_135m", "typo"]
     assert cross_field_errors(cfg) == [
         f"config key 'lora_finetune.models[1]': 'typo' is not a key of lora_finetune.presets (known: "
-        f"{', '.join(sorted(cfg['lora_finetune']['presets']))})"]
+        f"{', '.join(sorted(cfg['lora_finetune']['presets']))})"
+    ]
 
 
 def test_norm_groups_that_do_not_divide_the_channels_are_named(default_config):

@@ -18,11 +18,14 @@ CLAIMS = [REF / "study_a_claims.csv", REF / "study_b_claims.csv"]
 def cpu_run() -> list[dict]:
     """What the embedded default gives on a CPU: TF32 unsupported, no counters, no FSDP, no Gaudi FP8."""
     return [
-        fr.unet3d("cpu", "baseline", 100.0), fr.unet3d("cpu", "channels_last_3d", 97.0),
+        fr.unet3d("cpu", "baseline", 100.0),
+        fr.unet3d("cpu", "channels_last_3d", 97.0),
         fr.unet3d("cpu", "tf32", status="unsupported", reason="TF32 needs an NVIDIA GPU (Ampere or newer)"),
         fr.unet3d("cpu", "tf32_channels_last_3d", status="unsupported", reason="TF32 needs an NVIDIA GPU"),
-        fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 110.0),
-        fr.lora("cpu", "eager", "single", 1, 1000.0), fr.lora("cpu", "flash", "single", 1, 900.0),
+        fr.sr3("cpu", 1, 100.0),
+        fr.sr3("cpu", 2, 110.0),
+        fr.lora("cpu", "eager", "single", 1, 1000.0),
+        fr.lora("cpu", "flash", "single", 1, 900.0),
         fr.lora("cpu", "flash", "ddp", 2, 1100.0),
         fr.lora("cpu", "flash", "fsdp", 2, status="unsupported", reason="accelerate enables FSDP only on accelerators"),
         fr.quant("cpu", "fp32", "none", ppl=10.0, compression=1.0),
@@ -53,9 +56,18 @@ def verdict(df: pd.DataFrame, claim_id: str, system: str | None = None) -> pd.Se
 def test_study_b_claims_cover_the_published_statements():
     b = cl.read_claims(REF / "study_b_claims.csv", "B")
     assert len(b) >= 8 and b["claim_id"].is_unique
-    assert {"compression_x", "perplexity_increase_pct", "sensitivity_max_over_median", "first_last_layer_top_share",
-            "flash_gain_pct", "fsdp_slowdown_vs_ddp", "zero3_slowdown_vs_ddp", "oom_without_sharding",
-            "scaling_efficiency", "throughput_order"} <= set(b["quantity"])
+    assert {
+        "compression_x",
+        "perplexity_increase_pct",
+        "sensitivity_max_over_median",
+        "first_last_layer_top_share",
+        "flash_gain_pct",
+        "fsdp_slowdown_vs_ddp",
+        "zero3_slowdown_vs_ddp",
+        "oom_without_sharding",
+        "scaling_efficiency",
+        "throughput_order",
+    } <= set(b["quantity"])
     assert (b["source"].str.len() > 0).all() and (b["published"].str.len() > 0).all()
     assert set(b["check"]) <= {"range", "min", "max", "true"}
 
@@ -98,9 +110,13 @@ def test_every_claim_of_both_studies_gets_a_verdict_and_a_reason(tmp_path):
 
 def test_claims_that_fail_and_noisy_results(tmp_path):
     fam = "llama-3.1-8b"
-    objs = [fr.lora("gaudi2", "eager", "ddp", 2, 900.0, family=fam), fr.lora("gaudi2", "flash", "ddp", 2, 1000.0, family=fam),
-            fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 200.0),
-            fr.sensitivity("cpu", [1.0, 1.0, 9.0, 1.0, 1.0])]
+    objs = [
+        fr.lora("gaudi2", "eager", "ddp", 2, 900.0, family=fam),
+        fr.lora("gaudi2", "flash", "ddp", 2, 1000.0, family=fam),
+        fr.sr3("cpu", 1, 100.0),
+        fr.sr3("cpu", 2, 200.0),
+        fr.sensitivity("cpu", [1.0, 1.0, 9.0, 1.0, 1.0]),
+    ]
     df = table(tmp_path, objs)
     b9 = verdict(df, "b9")  # one failing observation is enough, the missing ones named
     assert b9["verdict"] == "does not hold" and "-10.0%" in b9["why"]
@@ -125,9 +141,11 @@ def test_quality_claims_need_pretrained_weights(tmp_path):
     """A random-init model (throughput only) gets no perplexity or sensitivity verdict; its compression still counts
     (the H200 reference run's TinyLlama architecture had "does not hold" for b6 on random weights)."""
     rnd = "random init"
-    objs = [fr.quant("h100", "fp32", "none", ppl=50000.0, compression=1.0, weights=rnd),
-            fr.quant("h100", "fake", "16_8_4", ppl=49000.0, compression=3.43, weights=rnd),
-            fr.sensitivity("h100", [1.0, 1.0, 9.0, 1.0, 1.0], weights=rnd)]
+    objs = [
+        fr.quant("h100", "fp32", "none", ppl=50000.0, compression=1.0, weights=rnd),
+        fr.quant("h100", "fake", "16_8_4", ppl=49000.0, compression=3.43, weights=rnd),
+        fr.sensitivity("h100", [1.0, 1.0, 9.0, 1.0, 1.0], weights=rnd),
+    ]
     df = table(tmp_path, objs)
     for claim_id in ("b4", "b5", "b6"):
         row = verdict(df, claim_id)
@@ -138,11 +156,13 @@ def test_quality_claims_need_pretrained_weights(tmp_path):
 def test_oom_without_sharding_and_sharded_slowdown(tmp_path):
     fam = "llama-3.3-70b"
     gemma = "gemma-2-27b"
-    objs = [fr.lora("gaudi2", "flash", "ddp", 2, status="oom", reason="out of device memory: 140 GiB", family=fam),
-            fr.lora("gaudi2", "flash", "fsdp", 4, 3000.0, family=fam),
-            fr.lora("gaudi2", "flash", "ddp", 4, 1000.0, family=gemma),
-            fr.lora("gaudi2", "flash", "fsdp", 4, 3200.0, family=gemma),
-            fr.lora("gaudi2", "flash", "zero3", 4, 900.0, family=gemma)]
+    objs = [
+        fr.lora("gaudi2", "flash", "ddp", 2, status="oom", reason="out of device memory: 140 GiB", family=fam),
+        fr.lora("gaudi2", "flash", "fsdp", 4, 3000.0, family=fam),
+        fr.lora("gaudi2", "flash", "ddp", 4, 1000.0, family=gemma),
+        fr.lora("gaudi2", "flash", "fsdp", 4, 3200.0, family=gemma),
+        fr.lora("gaudi2", "flash", "zero3", 4, 900.0, family=gemma),
+    ]
     df = table(tmp_path, objs)
     b12 = verdict(df, "b12")
     assert b12["verdict"] == "holds" and "fsdp n=4 ok" in b12["measured"] and "Gaudi2" in b12["hardware"]
@@ -150,8 +170,10 @@ def test_oom_without_sharding_and_sharded_slowdown(tmp_path):
     assert b10["verdict"] == "partly measured (1 of 4)" and "3.20x" in b10["measured"]
     assert "missing gemma-2-27b/2, gemma-2-27b/6, gemma-2-27b/8" in b10["why"]
     assert verdict(df, "b11")["verdict"] == "does not hold"
-    h100 = [fr.lora("h100", "flash", "ddp", 2, status="oom", reason="out of device memory", family=fam),
-            fr.lora("h100", "flash", "fsdp", 4, 3000.0, family=fam)]  # a Gaudi2 claim, measured on an H100
+    h100 = [
+        fr.lora("h100", "flash", "ddp", 2, status="oom", reason="out of device memory", family=fam),
+        fr.lora("h100", "flash", "fsdp", 4, 3000.0, family=fam),
+    ]  # a Gaudi2 claim, measured on an H100
     b12 = verdict(table(tmp_path / "h100", h100), "b12")
     assert b12["verdict"] == "not measured here (Gaudi2 claim)" and "fsdp n=4 ok" in b12["measured"]
 
@@ -176,24 +198,38 @@ def test_flash_gain_inside_the_spread_says_so(tmp_path):
     """A -0.5% gain whose p10-p90 ranges overlap is evidence neither way (H200 reference run, Llama-3.1-8B DDP -0.3%
     once made b9 "does not hold"): unresolved, listed, left out of the verdict."""
     fam = "llama-3.1-8b"
-    df = table(tmp_path, [fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family=fam),
-                          fr.lora("gaudi2", "flash", "ddp", 2, 1005.0, family=fam)])
+    df = table(
+        tmp_path,
+        [
+            fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family=fam),
+            fr.lora("gaudi2", "flash", "ddp", 2, 1005.0, family=fam),
+        ],
+    )
     b9 = verdict(df, "b9")
     assert b9["verdict"] == "not measured here" and "every pair within its timing spread" in b9["why"]
     assert "ddp n=2" in b9["measured"] and "-0.5% (the p10-p90 spreads overlap: unresolved)" in b9["measured"]
 
     # a second pair at 4 cards, its spreads apart: judged alone; the unresolved 2-card pair does not count as measured
-    for flash_ms, expected, why in ((900.0, "partly measured (1 of 3)", "measured llama-3.1-8b/4 (within x >= 0)"),
-                                    (1100.0, "does not hold", "1 of 1 outside x >= 0")):
-        df = table(tmp_path / expected, [fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family=fam),
-                                         fr.lora("gaudi2", "flash", "ddp", 2, 1005.0, family=fam),
-                                         fr.lora("gaudi2", "eager", "ddp", 4, 1000.0, family=fam),
-                                         fr.lora("gaudi2", "flash", "ddp", 4, flash_ms, family=fam)])
+    for flash_ms, expected, why in (
+        (900.0, "partly measured (1 of 3)", "measured llama-3.1-8b/4 (within x >= 0)"),
+        (1100.0, "does not hold", "1 of 1 outside x >= 0"),
+    ):
+        df = table(
+            tmp_path / expected,
+            [
+                fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family=fam),
+                fr.lora("gaudi2", "flash", "ddp", 2, 1005.0, family=fam),
+                fr.lora("gaudi2", "eager", "ddp", 4, 1000.0, family=fam),
+                fr.lora("gaudi2", "flash", "ddp", 4, flash_ms, family=fam),
+            ],
+        )
         b9 = verdict(df, "b9")
         assert b9["verdict"] == expected and why in b9["why"], b9["why"]
         assert "within its timing spread: 1" in b9["why"] and b9["measured"].count("unresolved") == 1
-    gemma = [fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family="gemma-2-27b"),
-             fr.lora("gaudi2", "flash", "ddp", 2, 800.0, family="gemma-2-27b")]  # not the claim's model
+    gemma = [
+        fr.lora("gaudi2", "eager", "ddp", 2, 1000.0, family="gemma-2-27b"),
+        fr.lora("gaudi2", "flash", "ddp", 2, 800.0, family="gemma-2-27b"),
+    ]  # not the claim's model
     b9 = verdict(table(tmp_path / "gemma", gemma), "b9")
     assert b9["verdict"] == "not measured here" and "none of the needed observations" in b9["why"]
 
@@ -201,11 +237,30 @@ def test_flash_gain_inside_the_spread_says_so(tmp_path):
 def ncu_run(system: str = "h100", base_share: float = 0.7, tf32_share: float = 0.7, every: bool = False) -> list[dict]:
     """Profiles and counters of baseline and tf32 on one system (tf32: 4x faster, SM cycles 0.2x, instructions 0.1x,
     IPC +5%, tensor pipe 5x); ``*_share``: the step's device time behind the rates, ``every``: rates over every kernel."""
-    return [fr.unet3d(system, "baseline", 100.0), fr.unet3d(system, "tf32", 25.0),
-            fr.ncu(system, "baseline", 1e9, 2e9, ipc=2.0, tensor_pipe_pct=2.0, rates_time_share=base_share,
-                   rates_over_every_kernel=every),
-            fr.ncu(system, "tf32", 2e8, 2e8, ipc=2.1, tensor_pipe_pct=10.0, rates_time_share=tf32_share,
-                   rates_over_every_kernel=every)]
+    return [
+        fr.unet3d(system, "baseline", 100.0),
+        fr.unet3d(system, "tf32", 25.0),
+        fr.ncu(
+            system,
+            "baseline",
+            1e9,
+            2e9,
+            ipc=2.0,
+            tensor_pipe_pct=2.0,
+            rates_time_share=base_share,
+            rates_over_every_kernel=every,
+        ),
+        fr.ncu(
+            system,
+            "tf32",
+            2e8,
+            2e8,
+            ipc=2.1,
+            tensor_pipe_pct=10.0,
+            rates_time_share=tf32_share,
+            rates_over_every_kernel=every,
+        ),
+    ]
 
 
 def test_rate_claims_need_rates_over_most_of_the_step(tmp_path):
@@ -226,8 +281,12 @@ def test_rate_claims_need_rates_over_most_of_the_step(tmp_path):
 
 def test_claims_about_another_gpu_still_show_the_value_measured_here(tmp_path):
     df = table(tmp_path, ncu_run(every=True))
-    for claim_id, gpu, value in (("a7", "A100", "sm cycles ratio 0.2"), ("a8", "H100", "sm cycles ratio 0.2"),
-                                 ("a9", "A100", "instructions ratio 0.1"), ("a13", "V100", "4.00x training step")):
+    for claim_id, gpu, value in (
+        ("a7", "A100", "sm cycles ratio 0.2"),
+        ("a8", "H100", "sm cycles ratio 0.2"),
+        ("a9", "A100", "instructions ratio 0.1"),
+        ("a13", "V100", "4.00x training step"),
+    ):
         row = verdict(df, claim_id)
         if gpu == "H100":  # an H100 claim on an H100: judged (0.2 is outside 0.29-0.49)
             assert row["verdict"] == "does not hold" and value in row["measured"]
@@ -242,8 +301,17 @@ def test_sharded_slowdown_judges_the_direction_only(tmp_path):
         assert "2.5-3.5x" not in b.loc[claim_id, "claim"] and "direction" in b.loc[claim_id, "claim"]
         assert "2.5-3.5x" in b.loc[claim_id, "published"]
     gemma = "gemma-2-27b"
-    df = table(tmp_path, [r for n in (2, 4, 6, 8) for r in (fr.lora("gaudi2", "flash", "ddp", n, 1000.0, family=gemma),
-                                                            fr.lora("gaudi2", "flash", "fsdp", n, 5620.0, family=gemma))])
+    df = table(
+        tmp_path,
+        [
+            r
+            for n in (2, 4, 6, 8)
+            for r in (
+                fr.lora("gaudi2", "flash", "ddp", n, 1000.0, family=gemma),
+                fr.lora("gaudi2", "flash", "fsdp", n, 5620.0, family=gemma),
+            )
+        ],
+    )
     b10 = verdict(df, "b10")
     assert b10["verdict"] == "holds" and "5.62x" in b10["measured"]
     assert b10["why"] == "4 of 4 within x >= 1 (direction; the published magnitude is not judged)"
@@ -259,7 +327,9 @@ def test_synthesis_quality_says_it_is_a_proxy(tmp_path):
     assert "measured only through a proxy (predicted noise of network N" in a6["why"]
     assert a6["measured"].startswith("(numerics proxy) baseline")
     objs[1]["measurements"]["quality"]["holds"] = False
-    assert verdict(table(tmp_path / "fails", objs), "a6")["verdict"] == "not measured here (numerics proxy fails (1 of 2))"
+    assert (
+        verdict(table(tmp_path / "fails", objs), "a6")["verdict"] == "not measured here (numerics proxy fails (1 of 2))"
+    )
     a6 = verdict(table(tmp_path / "unnamed", objs[:1] + [fr.unet3d("h100", "tf32", 50.0)]), "a6")
     assert "proxy" in a6["why"] and "names no method" in a6["why"]
 
@@ -269,8 +339,10 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     "needs Nsight Compute hardware counters" beside counters that exist, no time-ratio stand-in for a2/a7/a8."""
     from accelbench.aggregate import study_a
 
-    objs = ncu_run(every=True) + [fr.unet3d("h100", "tf32_channels_last_3d", 20.0),
-                                  fr.ncu("h100", "tf32_channels_last_3d", 1e8, 1e8, rates_over_every_kernel=True)]
+    objs = ncu_run(every=True) + [
+        fr.unet3d("h100", "tf32_channels_last_3d", 20.0),
+        fr.ncu("h100", "tf32_channels_last_3d", 1e8, 1e8, rates_over_every_kernel=True),
+    ]
     paths = fr.write(tmp_path / "results", objs)
     claims = cr.aggregate(paths, CLAIMS, REF / "study_b_sr3_scaling.csv", tmp_path / "claims")
     study_a.aggregate(paths, CLAIMS[0], tmp_path / "study_a")
@@ -289,8 +361,10 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     assert "proxy" in vs.loc["a8", "how"] and vs.loc["a8", "verdict"] == "not measured here"  # an H100 claim, on H100
     assert "no unet3d_ncu results" in vs.loc["a8", "why"]
 
-    unsupported = [fr.ncu("h100", c, status="unsupported", reason="ncu: counters not readable (ERR_NVGPUCTRPERM)")
-                   for c in ("baseline", "tf32")]  # counters tried but not measured: the proxy stays, labelled so
+    unsupported = [
+        fr.ncu("h100", c, status="unsupported", reason="ncu: counters not readable (ERR_NVGPUCTRPERM)")
+        for c in ("baseline", "tf32")
+    ]  # counters tried but not measured: the proxy stays, labelled so
     study_a.aggregate(paths[:2] + fr.write(tmp_path / "unsupported", unsupported), CLAIMS[0], tmp_path / "unsup")
     vs = pd.read_csv(tmp_path / "unsup" / "claims_vs_measured.csv").set_index("claim_id")
     assert "proxy" in vs.loc["a8", "how"] and "ERR_NVGPUCTRPERM" in vs.loc["a8", "why"]
@@ -299,8 +373,10 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
 # --------------------------------------------------------------------------- evidence, scope, quotes (issue 47)
 def test_one_of_three_needed_observations_is_partly_measured(tmp_path):
     """b4 needs all three bit sets: one measured and passing is not `holds`."""
-    objs = [fr.quant("cpu", "fp32", "none", ppl=10.0, compression=1.0),
-            fr.quant("cpu", "fake", "16_8_4", ppl=10.3, compression=3.43)]
+    objs = [
+        fr.quant("cpu", "fp32", "none", ppl=10.0, compression=1.0),
+        fr.quant("cpu", "fake", "16_8_4", ppl=10.3, compression=3.43),
+    ]
     b4 = verdict(table(tmp_path, objs), "b4")
     assert b4["verdict"] == "partly measured (1 of 3)"
     assert "measured fake/16_8_4" in b4["why"] and "missing fake/8_8_4, fake/8_4_4" in b4["why"]
@@ -314,7 +390,8 @@ def test_another_model_or_text_is_not_like_for_like(tmp_path):
     """Perplexity on another model and text (the H200 runs: SmolLM2-135M-Instruct on pydoc) is shown, not judged."""
     objs = [fr.quant("cpu", "fp32", "none", ppl=10.0, model="SmolLM2-135M-Instruct", text="pydoc")] + [
         fr.quant("cpu", "fake", b, ppl=10.3, compression=4.0, model="SmolLM2-135M-Instruct", text="pydoc")
-        for b in ("16_8_4", "8_8_4", "8_4_4")]
+        for b in ("16_8_4", "8_8_4", "8_4_4")
+    ]
     b4 = verdict(table(tmp_path, objs), "b4")
     assert b4["verdict"] == "not measured here (not like for like)"
     assert "model SmolLM2-135M-Instruct, not *tinyllama*" in b4["why"] and "text pydoc, not wikitext*" in b4["why"]
@@ -371,9 +448,14 @@ def test_the_scope_policy_on_an_h200_run(tmp_path):
     H200 counts as H100 class: the one rule of accelbench.aggregate.scope)."""
     from accelbench.aggregate import scope
 
-    df = table(tmp_path, ncu_run("h200", every=True) + [fr.unet3d("h200", "tf32_channels_last_3d", 20.0),
-                                                        fr.ncu("h200", "tf32_channels_last_3d", 1e8, 1e8,
-                                                               rates_over_every_kernel=True)])
+    df = table(
+        tmp_path,
+        ncu_run("h200", every=True)
+        + [
+            fr.unet3d("h200", "tf32_channels_last_3d", 20.0),
+            fr.ncu("h200", "tf32_channels_last_3d", 1e8, 1e8, rates_over_every_kernel=True),
+        ],
+    )
     a = cl.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
     for cid, row in df[df["study"] == "A"].set_index("claim_id").iterrows():
         classes = scope.claim_classes(a.loc[cid, "hardware"])
@@ -408,10 +490,23 @@ def test_one_row_per_claim_names_its_evidence_and_disagreements(tmp_path):
     assert len(df[df["claim_id"] == "b13"]) == 2
     md = (tmp_path / "claims" / "claims.md").read_text()
     assert md.index("one row per claim, its verdict") < md.index("one row per claim and system")
-    rows = [{"claim_id": "b13", "claim": "c", "published": "p", "scope": "any hardware", "verdict": v, "hardware": hw,
-             "measured": m, "why": "w", "study": "B"} for v, hw, m in
-            (("holds", "reference run (X, 2026-01-01): NVIDIA H100", "0.9"),
-             ("does not hold", "reference run (Y, 2026-01-02): NVIDIA H100", "0.5"))]
+    rows = [
+        {
+            "claim_id": "b13",
+            "claim": "c",
+            "published": "p",
+            "scope": "any hardware",
+            "verdict": v,
+            "hardware": hw,
+            "measured": m,
+            "why": "w",
+            "study": "B",
+        }
+        for v, hw, m in (
+            ("holds", "reference run (X, 2026-01-01): NVIDIA H100", "0.9"),
+            ("does not hold", "reference run (Y, 2026-01-02): NVIDIA H100", "0.5"),
+        )
+    ]
     s = cr.summary_table(pd.DataFrame(rows)).iloc[0]
     assert s["verdict"] == cr.DISAGREE and "holds on 0.9" in s["why"] and "does not hold on 0.5" in s["why"]
     assert "Why they differ" in s["why"]

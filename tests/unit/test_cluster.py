@@ -73,23 +73,29 @@ def test_no_account_submits_without_account(slurm_plugin, monkeypatch):
 
 def test_failed_jobs_named_with_their_error(tmp_path):
     (tmp_path / "logs").mkdir()
-    (tmp_path / "logs/u.log").write_text("INFO start\naccelbench unet3d-profile: error: system 'h100' needs backend "
-                                         "'cuda' with 1 device(s), but this machine has no accelerator\n")
-    log = ("Error in rule unet3d_profile:\n    message: SLURM-job '12' failed, SLURM status is: 'FAILED'.\n"
-           "    jobid: 3\n    log: logs/u.log (check log file(s) for error details)\n"
-           "Error in rule sr3_train:\n    message: SLURM-job '13' failed, SLURM status is: 'NODE_FAIL'.\n"
-           "    log: logs/missing.log (check log file(s) for error details)\n"
-           "Error in rule mri_prepare:\n    message: SLURM sbatch failed. The error message was 'invalid partition'\n")
+    (tmp_path / "logs/u.log").write_text(
+        "INFO start\naccelbench unet3d-profile: error: system 'h100' needs backend "
+        "'cuda' with 1 device(s), but this machine has no accelerator\n"
+    )
+    log = (
+        "Error in rule unet3d_profile:\n    message: SLURM-job '12' failed, SLURM status is: 'FAILED'.\n"
+        "    jobid: 3\n    log: logs/u.log (check log file(s) for error details)\n"
+        "Error in rule sr3_train:\n    message: SLURM-job '13' failed, SLURM status is: 'NODE_FAIL'.\n"
+        "    log: logs/missing.log (check log file(s) for error details)\n"
+        "Error in rule mri_prepare:\n    message: SLURM sbatch failed. The error message was 'invalid partition'\n"
+    )
     lines = failed_job_summaries(log, tmp_path)
     assert lines == [
         "Job of rule unet3d_profile failed: accelbench unet3d-profile: error: system 'h100' needs backend 'cuda' with "
         "1 device(s), but this machine has no accelerator (log: logs/u.log)",
-        "Job of rule sr3_train failed: SLURM-job '13' failed, SLURM status is: 'NODE_FAIL'. (log: logs/missing.log)"]
+        "Job of rule sr3_train failed: SLURM-job '13' failed, SLURM status is: 'NODE_FAIL'. (log: logs/missing.log)",
+    ]
     assert failed_job_summaries("nothing failed", tmp_path) == []
 
 
-@pytest.mark.parametrize("version,keyword", [("4.51.3", "torch_dtype"), ("4.55.4", "torch_dtype"),
-                                             ("4.56.0", "dtype"), ("5.24.0", "dtype")])
+@pytest.mark.parametrize(
+    "version,keyword", [("4.51.3", "torch_dtype"), ("4.55.4", "torch_dtype"), ("4.56.0", "dtype"), ("5.24.0", "dtype")]
+)
 def test_dtype_keyword_across_declared_transformers_range(monkeypatch, version, keyword):
     import torch
     import transformers
@@ -115,6 +121,6 @@ def test_no_loader_call_names_the_dtype_keyword_itself():
             while depth and i < len(text):
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
                 i += 1
-            if re.search(r"\b(torch_)?dtype\s*=", text[m.end():i]):
-                offenders.append(f"{path.relative_to(package)}: {text[m.start():i]}")
+            if re.search(r"\b(torch_)?dtype\s*=", text[m.end() : i]):
+                offenders.append(f"{path.relative_to(package)}: {text[m.start() : i]}")
     assert offenders == []

@@ -63,9 +63,8 @@ def test_deep_merge():
 def test_tiny_example_is_what_the_tests_run_and_validates(default_config, tiny_config):
     """config/examples/tiny.yaml (what `snakemake --configfile config/examples/tiny.yaml` merges over the default)
     holds overrides of known keys only, and the merged tiny configuration validates against the schema."""
-    from conftest import REPO, TINY
-
     from accelbench.config import schema_errors
+    from conftest import REPO, TINY
 
     tiny = yaml.safe_load(TINY.read_text())
     assert tiny and set(tiny) <= set(default_config)

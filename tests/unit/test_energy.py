@@ -96,8 +96,12 @@ def test_the_last_metered_step_closes_a_short_window_and_later_steps_are_not_met
 
 def test_counter_wrap_around_is_unwrapped(clock):
     # the counter wraps at 1000 J and starts at 900 J: the first window (250 J) crosses the wrap
-    meter = EnergyMeter(FakeDevice(), steps=8, config=Settings(window_s=1.0),
-                        counter=ScriptedCounter(clock, watts=250.0, wrap_j=1000.0, start_j=900.0))
+    meter = EnergyMeter(
+        FakeDevice(),
+        steps=8,
+        config=Settings(window_s=1.0),
+        counter=ScriptedCounter(clock, watts=250.0, wrap_j=1000.0, start_j=900.0),
+    )
     e = run(meter, clock, 8, 0.5)
     assert [w["joules"] for w in e["windows"]] == pytest.approx([250.0] * 4)
     assert energy.counter_delta(990.0, 10.0, 1000.0) == pytest.approx(20.0)
@@ -115,8 +119,12 @@ def test_counter_going_backwards_without_a_wrap_is_flagged_not_used(clock):
 
 
 def test_windows_shorter_than_the_update_period_are_flagged(clock):
-    e = run(EnergyMeter(FakeDevice(), steps=4, counter=ScriptedCounter(clock),
-                        config=Settings(window_s=1.0)), clock, 4, 0.01)  # the whole phase: 40 ms
+    e = run(
+        EnergyMeter(FakeDevice(), steps=4, counter=ScriptedCounter(clock), config=Settings(window_s=1.0)),
+        clock,
+        4,
+        0.01,
+    )  # the whole phase: 40 ms
     assert e["status"] == "ok" and e["windows"][0]["flags"] == ["short", "below_update_period"]
     assert e["below_update_period"] == 1 and not e["reliable"] and "too short" in e["note"]
     assert e["staleness_bound"] == pytest.approx(3.125)  # 125 ms update period / 40 ms window
@@ -134,9 +142,16 @@ class _Ops:
         return self.outcome
 
 
-@pytest.mark.parametrize("outcome,reason", [(CounterUnavailable("NVML energy counter not readable: NotSupported"),
-                                            "NVML energy counter not readable: NotSupported"),
-                                           (None, "no energy counter for backend fake")])
+@pytest.mark.parametrize(
+    "outcome,reason",
+    [
+        (
+            CounterUnavailable("NVML energy counter not readable: NotSupported"),
+            "NVML energy counter not readable: NotSupported",
+        ),
+        (None, "no energy counter for backend fake"),
+    ],
+)
 def test_counter_not_supported_is_unsupported_with_the_reason(outcome, reason, clock):
     dev = FakeDevice()
     dev.ops = _Ops(outcome)
@@ -150,15 +165,19 @@ def test_step_clock_meters_only_when_asked_and_leaves_the_timing_unchanged(monke
     from accelbench.backends.cpu import CpuBackend
 
     scripted = []
-    monkeypatch.setattr(CpuBackend, "energy_counter",
-                        lambda self, index=0: scripted.append(ScriptedCounter(Clock(), watts=10.0)) or scripted[-1])
+    monkeypatch.setattr(
+        CpuBackend,
+        "energy_counter",
+        lambda self, index=0: scripted.append(ScriptedCounter(Clock(), watts=10.0)) or scripted[-1],
+    )
     dev = Device("cpu")
     t = measure.time_steps(lambda: None, dev, warmup=1, repeat=5)
     assert t.count == 5 and t.energy["status"] == "ok" and "energy" not in t.to_dict()
     assert sum(w["steps"] for w in t.energy["windows"]) == 5
     assert measure.time_steps(lambda: None, dev, 0, 3, energy=False).energy is None
     clock = measure.StepClock(dev)  # not asked: no meter, no counter opened
-    clock.start(); clock.stop()
+    clock.start()
+    clock.stop()
     assert clock.energy() is None and len(scripted) == 1
     monkeypatch.setattr(energy, "_settings", Settings(enabled=False))
     assert measure.time_steps(lambda: None, dev, 0, 3).energy["status"] == "off" and len(scripted) == 1
@@ -181,8 +200,15 @@ def test_rapl_sums_package_zones_and_unwraps_each(tmp_path):
 
 def test_merge_ranks_sums_devices_and_counts_a_shared_counter_once():
     def rank(counter, j, w):
-        return {"status": "ok", "counter": counter, "source": "nvml", "reliable": True, "staleness_bound": 0.05,
-                "per_step": {"median": j, "p10": j - 1, "p90": j + 1}, "power_w": {"median": w}}
+        return {
+            "status": "ok",
+            "counter": counter,
+            "source": "nvml",
+            "reliable": True,
+            "staleness_bound": 0.05,
+            "per_step": {"median": j, "p10": j - 1, "p90": j + 1},
+            "power_w": {"median": w},
+        }
 
     m = energy.merge_ranks([rank("GPU-a", 10.0, 300.0), rank("GPU-b", 12.0, 320.0)])
     assert m["per_step"]["median"] == pytest.approx(22.0) and m["power_w"]["median"] == pytest.approx(620.0)

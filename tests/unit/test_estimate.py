@@ -6,9 +6,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_precisions import unet3d_spec
+
 from accelbench import estimate
 from accelbench.backends import cpu
-from test_precisions import unet3d_spec
 
 
 def test_fmt():
@@ -43,7 +44,8 @@ def test_job_reference_s_reads_the_spec_of_measurement_jobs(tmp_path, default_co
     from accelbench.experiments import unet3d_profile
 
     assert estimate.job_reference_s("unet3d_profile", out, str(spec)) == pytest.approx(
-        unet3d_profile.estimate_s(json.loads(spec.read_text())))
+        unet3d_profile.estimate_s(json.loads(spec.read_text()))
+    )
     assert estimate.job_reference_s("claims", "results/claims/claims.csv", None) == estimate.RULE_S["claims"]
     assert estimate.job_reference_s("new_rule", "x.csv", None) == estimate.DEFAULT_RULE_S
 
@@ -68,14 +70,19 @@ def _job(rule, output):
 def test_line_before_the_first_job_and_refreshed_as_jobs_finish(tmp_path, monkeypatch):
     monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
     monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: 2 * estimate.REFERENCE["calibration_s"])
-    jobs = [_job("claims", "results/claims/claims.csv"), _job("energy_aggregate", "results/energy/energy.csv"),
-            _job("mystery", "x.txt")]
+    jobs = [
+        _job("claims", "results/claims/claims.csv"),
+        _job("energy_aggregate", "results/energy/energy.csv"),
+        _job("mystery", "x.txt"),
+    ]
     dag = FakeDag(jobs)
     p = estimate.Progress(dag, cores=2)
     total = 2 * (estimate.RULE_S["claims"] + estimate.RULE_S["energy_aggregate"] + estimate.DEFAULT_RULE_S)
     assert p.speed == pytest.approx(2.0) and p.total_s() == pytest.approx(total)
-    assert p.first_line().startswith(f"accelbench: 3 jobs to run, about {estimate.fmt(total)} on this machine "
-                                     "(calibration: 2.00x the reference CPU's time")
+    assert p.first_line().startswith(
+        f"accelbench: 3 jobs to run, about {estimate.fmt(total)} on this machine "
+        "(calibration: 2.00x the reference CPU's time"
+    )
     dag._running.add(jobs[0])
     assert not p.poll()
     dag._running.discard(jobs[0])
@@ -124,10 +131,15 @@ def test_no_estimate_for_a_run_the_cost_models_do_not_fit(tmp_path, monkeypatch)
     monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: estimate.REFERENCE["calibration_s"])
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"system": {"name": "h200", "backend": "cuda", "scale": "paper"}}))
-    job = _Job(rule=SimpleNamespace(name="unet3d_profile"), output=["results/h200/unet3d_profile/x/result.json"],
-               params=SimpleNamespace(spec=str(spec)))
+    job = _Job(
+        rule=SimpleNamespace(name="unet3d_profile"),
+        output=["results/h200/unet3d_profile/x/result.json"],
+        params=SimpleNamespace(spec=str(spec)),
+    )
     p = estimate.Progress(FakeDag([job, _job("claims", "results/claims/claims.csv")]), cores=16)
-    assert p.first_line() == ("accelbench: 2 jobs to run; no time estimate: the cost models are fitted to the "
-                              "embedded default on a CPU (backend cpu, scale small); this run measures on system "
-                              "h200 (backend cuda, scale paper)")
+    assert p.first_line() == (
+        "accelbench: 2 jobs to run; no time estimate: the cost models are fitted to the "
+        "embedded default on a CPU (backend cpu, scale small); this run measures on system "
+        "h200 (backend cuda, scale paper)"
+    )
     assert p.line().startswith("accelbench: 0 of 2 jobs done (") and "left" not in p.line()

@@ -42,14 +42,18 @@ def test_second_cpu_machine_copied_in_gives_tables(tmp_path):
 
 
 def test_h200_run_beside_the_committed_reference_run_gives_tables(tmp_path):
-    src = next(d for d in sorted((REPO / "reference_runs").glob("h200-*"))  # a run with Study A results
-               if (d / "results/h200/unet3d_profile").is_dir())
+    src = next(
+        d
+        for d in sorted((REPO / "reference_runs").glob("h200-*"))  # a run with Study A results
+        if (d / "results/h200/unet3d_profile").is_dir()
+    )
     ref = tmp_path / "reference_runs" / src.name
     shutil.copytree(src, ref)
     mine = tmp_path / "results/h200/unet3d_profile"
     shutil.copytree(ref / "results/h200/unet3d_profile", mine)
     paths = sorted(map(str, mine.glob("**/result.json"))) + sorted(
-        map(str, (ref / "results/h200/unet3d_profile").glob("**/result.json")))
+        map(str, (ref / "results/h200/unet3d_profile").glob("**/result.json"))
+    )
     study_a.aggregate(paths, CLAIMS_A, tmp_path / "a")
     df = pd.read_csv(tmp_path / "a/table.csv")
     assert df["hardware"].str.startswith("reference run").sum() == len(df) / 2
@@ -101,7 +105,9 @@ def test_killed_redo_leaves_the_folder_not_current_and_the_rerun_puts_the_old_fi
     with results.superseding(out2, "cpu", "sr3_scaling") as moved:
         out2.write_text(json.dumps({"v": "new"}))
     assert sorted(p.name for p in out2.parent.iterdir()) == ["result.json"]
-    assert (moved / "samples.npz").read_bytes() == b"PK old" and json.loads((moved / "result.json").read_text())["v"] == "old"
+    assert (moved / "samples.npz").read_bytes() == b"PK old" and json.loads((moved / "result.json").read_text())[
+        "v"
+    ] == "old"
 
 
 # --------------------------------------------------------------------------- 7, 10, deep nesting: result files
@@ -151,19 +157,38 @@ g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
 """
 
 
-@pytest.mark.parametrize("path, value, message", [
-    ("noise.spread_max", float("nan"), "config key 'noise.spread_max': nan is not allowed (a finite number is needed)"),
-    ("noise.cpu_other_max", float("nan"), "config key 'noise.cpu_other_max': nan is not allowed"),
-    ("unet3d_profile.quality_rel_l2_max", float("nan"), "config key 'unet3d_profile.quality_rel_l2_max': nan"),
-    ("sr3_scaling.data.train_overlap", float("inf"), "config key 'sr3_scaling.data.train_overlap': inf is not allowed"),
-    ("unet3d_profile.repeat", 2.0, "config key 'unet3d_profile.repeat': 2.0 is not an integer (write 2)"),
-    ("unet3d_profile.repeat", 1e15, "config key 'unet3d_profile.repeat': 1000000000000000.0 is not an integer"),
-    ("unet3d_profile.repeat", 10**15, "config key 'unet3d_profile.repeat': 1000000000000000 is greater than the maximum of 10000"),
-    ("sr3_scaling.devices", [1.0], "config key 'sr3_scaling.devices[0]': 1.0 is not an integer (write 1)"),
-    ("results_dir", "/", "config key 'results_dir': '/' (/) is a folder of the operating system"),
-    ("results_dir", "/etc", "config key 'results_dir': '/etc' (/etc) is a folder of the operating system"),
-    ("results_dir", "/usr/lib/x", "config key 'results_dir': '/usr/lib/x' (/usr/lib/x) is a folder of the operating"),
-])
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (
+            "noise.spread_max",
+            float("nan"),
+            "config key 'noise.spread_max': nan is not allowed (a finite number is needed)",
+        ),
+        ("noise.cpu_other_max", float("nan"), "config key 'noise.cpu_other_max': nan is not allowed"),
+        ("unet3d_profile.quality_rel_l2_max", float("nan"), "config key 'unet3d_profile.quality_rel_l2_max': nan"),
+        (
+            "sr3_scaling.data.train_overlap",
+            float("inf"),
+            "config key 'sr3_scaling.data.train_overlap': inf is not allowed",
+        ),
+        ("unet3d_profile.repeat", 2.0, "config key 'unet3d_profile.repeat': 2.0 is not an integer (write 2)"),
+        ("unet3d_profile.repeat", 1e15, "config key 'unet3d_profile.repeat': 1000000000000000.0 is not an integer"),
+        (
+            "unet3d_profile.repeat",
+            10**15,
+            "config key 'unet3d_profile.repeat': 1000000000000000 is greater than the maximum of 10000",
+        ),
+        ("sr3_scaling.devices", [1.0], "config key 'sr3_scaling.devices[0]': 1.0 is not an integer (write 1)"),
+        ("results_dir", "/", "config key 'results_dir': '/' (/) is a folder of the operating system"),
+        ("results_dir", "/etc", "config key 'results_dir': '/etc' (/etc) is a folder of the operating system"),
+        (
+            "results_dir",
+            "/usr/lib/x",
+            "config key 'results_dir': '/usr/lib/x' (/usr/lib/x) is a folder of the operating",
+        ),
+    ],
+)
 def test_bad_config_value_is_one_line_naming_the_key(default_config, path, value, message):
     from accelbench.config import validate_config
     from accelbench.errors import ConfigError
@@ -203,7 +228,9 @@ def test_yaml_alias_bomb_and_duplicate_keys_are_refused(tmp_path, default_config
     assert time.perf_counter() - t < 5
     dup = tmp_path / "dup.yaml"
     dup.write_text("unet3d_profile:\n  repeat: 10\n  warmup: 2\n  repeat: 3\n")
-    with pytest.raises(ConfigError, match=f"{dup}: line 4: key 'repeat' is given twice in one mapping \\(first on line 2\\)"):
+    with pytest.raises(
+        ConfigError, match=f"{dup}: line 4: key 'repeat' is given twice in one mapping \\(first on line 2\\)"
+    ):
         read_yaml(dup)
 
 
@@ -220,16 +247,19 @@ def _mri(folder: Path, image=None, mask=None, mask_affine=None) -> Path:
     (folder / "image").mkdir(parents=True)
     (folder / "mask").mkdir()
     nib.save(nib.Nifti1Image(image.astype(np.float32), np.eye(4)), str(folder / "image/case.nii.gz"))
-    nib.save(nib.Nifti1Image(mask.astype(np.uint8), np.eye(4) if mask_affine is None else mask_affine),
-             str(folder / "mask/case.nii.gz"))
+    nib.save(
+        nib.Nifti1Image(mask.astype(np.uint8), np.eye(4) if mask_affine is None else mask_affine),
+        str(folder / "mask/case.nii.gz"),
+    )
     return folder
 
 
 def _prepare_mri(tmp_path, folder, volume=16):
     from accelbench.data import mri
 
-    return mri.prepare(tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [volume] * 3, [1] * 3, source="folder",
-                       folder=str(folder))
+    return mri.prepare(
+        tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [volume] * 3, [1] * 3, source="folder", folder=str(folder)
+    )
 
 
 def test_sky_map_with_a_nan_or_inf_pixel_stops_at_prepare(tmp_path):
@@ -254,7 +284,9 @@ def test_mri_with_nan_voxels_stops_at_prepare(tmp_path):
 
     image = np.random.default_rng(0).random((20, 20, 20))
     image[1, 2, 3] = np.nan
-    with pytest.raises(DataError, match=r"image/case.nii.gz has 1 NaN/Inf voxel\(s\) \(first: nan at voxel \(1, 2, 3\)\)"):
+    with pytest.raises(
+        DataError, match=r"image/case.nii.gz has 1 NaN/Inf voxel\(s\) \(first: nan at voxel \(1, 2, 3\)\)"
+    ):
         _prepare_mri(tmp_path, _mri(tmp_path / "d", image=image))
 
 
@@ -278,10 +310,18 @@ def test_mask_off_the_image_grid_or_of_another_shape_stops_at_prepare(tmp_path):
 
 
 # --------------------------------------------------------------------------- 12: overlapping device sets
-@pytest.mark.parametrize("first, second, exclusive", [
-    (None, "0", True), ("0", "0,1", True), ("0,1", "1,0", True), ("0, 1", "1", True), ("1", None, True),
-    ("0", "1", False), ("0,1", "2,3", False),
-])
+@pytest.mark.parametrize(
+    "first, second, exclusive",
+    [
+        (None, "0", True),
+        ("0", "0,1", True),
+        ("0,1", "1,0", True),
+        ("0, 1", "1", True),
+        ("1", None, True),
+        ("0", "1", False),
+        ("0,1", "2,3", False),
+    ],
+)
 def test_overlapping_device_sets_exclude_each_other(tmp_path, monkeypatch, first, second, exclusive):
     import threading
 
@@ -309,7 +349,9 @@ def test_unusable_lock_folder_is_one_line(tmp_path, monkeypatch):
 
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "file/locks"))
-    with pytest.raises(AccelbenchError, match=r"device lock .*file/locks/accelbench-cpu.lock cannot be used .*ACCELBENCH_LOCK_DIR"):
+    with pytest.raises(
+        AccelbenchError, match=r"device lock .*file/locks/accelbench-cpu.lock cannot be used .*ACCELBENCH_LOCK_DIR"
+    ):
         with locks.device_lock("cpu", "x"):
             pass
 
@@ -321,8 +363,14 @@ def test_encoder_only_model_is_not_loaded_as_a_causal_lm():
     from accelbench.errors import DataError
     from accelbench.models.llm import load_causal_lm, not_causal
 
-    tiny = {"model_type": "bert", "vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 1,
-            "num_attention_heads": 2, "intermediate_size": 32}
+    tiny = {
+        "model_type": "bert",
+        "vocab_size": 64,
+        "hidden_size": 16,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+    }
     with pytest.raises(DataError, match="'random' is not a causal LM: bert is an encoder .*decoder-only model"):
         load_causal_lm({"source": "random", "config": tiny})
     assert "hold no causal LM" in not_causal(BertConfig(architectures=["BertForMaskedLM"], is_decoder=True))
@@ -337,8 +385,9 @@ def _model_folder(folder: Path, weights: str) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     folder.mkdir(parents=True)
-    PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")),
-                            unk_token="<unk>").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")), unk_token="<unk>"
+    ).save_pretrained(folder)
     cfg = LlamaConfig(vocab_size=2, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(folder)
@@ -359,16 +408,22 @@ def _case(kind: str, tmp_path: Path):
         spec = _model_folder(tmp_path / "m", kind.split("_")[1])
         return lambda: load_causal_lm(spec), f"model '{tmp_path / 'm'}' not available offline or unreadable: "
     if kind == "model_path_missing":
-        return (lambda: load_causal_lm({"source": "path", "path": "/no/such/model"}),
-                "model path '/no/such/model' does not exist")
+        return (
+            lambda: load_causal_lm({"source": "path", "path": "/no/such/model"}),
+            "model path '/no/such/model' does not exist",
+        )
     if kind == "parquet_binary":
         (tmp_path / "d.parquet").write_bytes(b"\x00\x01binary, not parquet" * 10)
-        return (lambda: build_pairs("file", str(tmp_path / "d.parquet")),
-                f"instruction file {tmp_path / 'd.parquet'} is not a readable parquet file")
+        return (
+            lambda: build_pairs("file", str(tmp_path / "d.parquet")),
+            f"instruction file {tmp_path / 'd.parquet'} is not a readable parquet file",
+        )
     if kind == "json_object":
         (tmp_path / "d.json").write_text(json.dumps({"instruction": "a", "output": "b"}))
-        return (lambda: build_pairs("file", str(tmp_path / "d.json")),
-                f"instruction file {tmp_path / 'd.json'} holds a JSON dict; a list of objects is needed")
+        return (
+            lambda: build_pairs("file", str(tmp_path / "d.json")),
+            f"instruction file {tmp_path / 'd.json'} holds a JSON dict; a list of objects is needed",
+        )
     if kind == "nifti_truncated":
         folder = _mri(tmp_path / "d")
         img = folder / "image/case.nii"
@@ -376,17 +431,28 @@ def _case(kind: str, tmp_path: Path):
         (folder / "image/case.nii.gz").unlink()
         img.write_bytes(img.read_bytes()[:1000])
         (folder / "mask/case.nii.gz").rename(folder / "mask/case.nii")
-        return (lambda: _prepare_mri(tmp_path, folder),
-                f"MRI input {img} is unreadable as NIfTI: ")
+        return (lambda: _prepare_mri(tmp_path, folder), f"MRI input {img} is unreadable as NIfTI: ")
     if kind == "mask_5_channels":
         folder = _mri(tmp_path / "d", mask=np.zeros((20, 20, 20, 5), np.uint8))
-        return (lambda: _prepare_mri(tmp_path, folder),
-                f"mask {folder / 'mask/case.nii.gz'} is one-hot with 5 channels; data.mri.label_values has 2")
+        return (
+            lambda: _prepare_mri(tmp_path, folder),
+            f"mask {folder / 'mask/case.nii.gz'} is one-hot with 5 channels; data.mri.label_values has 2",
+        )
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["safetensors_truncated", "safetensors_garbage", "model_path_missing",
-                                  "parquet_binary", "json_object", "nifti_truncated", "mask_5_channels"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "safetensors_truncated",
+        "safetensors_garbage",
+        "model_path_missing",
+        "parquet_binary",
+        "json_object",
+        "nifti_truncated",
+        "mask_5_channels",
+    ],
+)
 def test_bad_input_is_one_line_naming_the_file(tmp_path, kind):
     from accelbench.errors import AccelbenchError
 

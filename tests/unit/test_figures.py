@@ -7,11 +7,10 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from test_aggregate import CLAIMS, _fake  # noqa: E402
 
 from accelbench.aggregate import figures, study_a  # noqa: E402
-from test_aggregate import CLAIMS, _fake  # noqa: E402
 
 
 @pytest.fixture
@@ -37,7 +36,9 @@ def _legend_texts(fig):
     out = []
     legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends)
     for leg in legends:  # a legend's title may name the series once for all its entries
-        out += [t.get_text() for t in leg.get_texts()] + ([leg.get_title().get_text()] if leg.get_title().get_text() else [])
+        out += [t.get_text() for t in leg.get_texts()] + (
+            [leg.get_title().get_text()] if leg.get_title().get_text() else []
+        )
     return out
 
 
@@ -96,9 +97,15 @@ def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_
     b.legend(loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
     problems = " | ".join(figures.figure_problems(fig, dpi=150))
-    for expected in ("larger than a page", "looks the same as 'convolution'", "annotation 'noisy' drawn over data",
-                     "annotation 'on the line' drawn over data", "entry 'published: Gaudi2' twice",
-                     "series label 'measured here: reference run", "series label 'published: Gaudi2'"):
+    for expected in (
+        "larger than a page",
+        "looks the same as 'convolution'",
+        "annotation 'noisy' drawn over data",
+        "annotation 'on the line' drawn over data",
+        "entry 'published: Gaudi2' twice",
+        "series label 'measured here: reference run",
+        "series label 'published: Gaudi2'",
+    ):
         assert expected in problems, (expected, problems)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(6, 3))
@@ -117,25 +124,31 @@ def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_
 
 
 def test_series_label_carries_origin_hardware_scale():
-    assert figures.series_label(figures.published("Study A"), "NVIDIA A100", "paper", "fp32") == \
-        "published (Study A): NVIDIA A100, paper scale, fp32"
+    assert (
+        figures.series_label(figures.published("Study A"), "NVIDIA A100", "paper", "fp32")
+        == "published (Study A): NVIDIA A100, paper scale, fp32"
+    )
     assert figures.origin_of({"environment": {}}) == "measured here"
     assert figures.origin_of({"environment": {"origin": "reference run"}}) == "reference run"
 
 
 # ---------------------------------------------------------------- Study A
 def test_study_a_figures(tmp_path, capture):
-    paths = [_fake(tmp_path, "h200", "baseline", step=100.0), _fake(tmp_path, "h200", "tf32", step=25.0),
-             _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
-             _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
-             _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
-             _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB")]
+    paths = [
+        _fake(tmp_path, "h200", "baseline", step=100.0),
+        _fake(tmp_path, "h200", "tf32", step=25.0),
+        _fake(tmp_path, "h200", "tf32_channels_last_3d", step=20.0),
+        _fake(tmp_path, "h200", "channels_last_3d", status="oom"),
+        _fake(tmp_path, "a100", "baseline", step=300.0, hw="NVIDIA A100-SXM4-80GB"),
+        _fake(tmp_path, "a100", "tf32", step=60.0, hw="NVIDIA A100-SXM4-80GB"),
+    ]
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     assert_readable(capture, "fig_speedup.png")
     fig, _ = capture["fig_speedup.png"]
     assert "whiskers" in fig.axes[0].get_title(loc="left")  # error bars explained in the figure
-    assert any(t.startswith("published (Study A digest): A100/H100, paper scale, speedup range")
-               for t in _legend_texts(fig))
+    assert any(
+        t.startswith("published (Study A digest): A100/H100, paper scale, speedup range") for t in _legend_texts(fig)
+    )
     assert_readable(capture, "fig_kernel_breakdown.png", series_in_legend=False)
     assert_readable(capture, "fig_kernel_counts.png", series_in_legend=False)
     for name in ("fig_kernel_breakdown.png", "fig_kernel_counts.png"):
@@ -149,15 +162,35 @@ def _ncu(tmp_path, system, conf, status="ok", cycles=1e9, hw="NVIDIA H200", back
     from accelbench import provenance, results
 
     env = provenance.collect("cpu")
-    env["hardware"].update(backend=backend, device_name=hw, device_count=1,
-                           device_memory_gib=139.8 if backend == "cuda" else None)
-    cfg = {"system": {"name": system, "scale": "paper" if backend == "cuda" else "small"}, "model": "whole_head",
-           "configuration": conf}
-    total = {"sm_cycles": cycles, "instructions": cycles * 2, "ipc": 2.0, "tensor_pipe_pct": 10.0,
-             "dram_throughput_pct": 50.0, "l1_hit_pct": 40.0, "l2_hit_pct": 60.0, "duration_ns": 5e6,
-             "top_stalls": [["long_scoreboard", 0.3]]}
-    m = {} if status != "ok" else {"total": total, "profiled_kernels": 5, "architecture": "hopper",
-                                   "by_class": {"convolution": {"kernels": 3, **total}}}
+    env["hardware"].update(
+        backend=backend, device_name=hw, device_count=1, device_memory_gib=139.8 if backend == "cuda" else None
+    )
+    cfg = {
+        "system": {"name": system, "scale": "paper" if backend == "cuda" else "small"},
+        "model": "whole_head",
+        "configuration": conf,
+    }
+    total = {
+        "sm_cycles": cycles,
+        "instructions": cycles * 2,
+        "ipc": 2.0,
+        "tensor_pipe_pct": 10.0,
+        "dram_throughput_pct": 50.0,
+        "l1_hit_pct": 40.0,
+        "l2_hit_pct": 60.0,
+        "duration_ns": 5e6,
+        "top_stalls": [["long_scoreboard", 0.3]],
+    }
+    m = (
+        {}
+        if status != "ok"
+        else {
+            "total": total,
+            "profiled_kernels": 5,
+            "architecture": "hopper",
+            "by_class": {"convolution": {"kernels": 3, **total}},
+        }
+    )
     reason = None if status == "ok" else "Nsight Compute needs an NVIDIA GPU; this system's backend is cpu"
     path = tmp_path / system / "unet3d_ncu" / "whole_head" / conf / "result.json"
     results.write_result(results.make_result("unet3d_ncu", status, cfg, env, m, reason), path)
@@ -167,8 +200,7 @@ def _ncu(tmp_path, system, conf, status="ok", cycles=1e9, hw="NVIDIA H200", back
 def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, capture):
     from accelbench.aggregate import study_a_ncu
 
-    paths = [_ncu(tmp_path, "cpu", c, status="unsupported", hw="AMD EPYC", backend="cpu")
-             for c in ("baseline", "tf32")]
+    paths = [_ncu(tmp_path, "cpu", c, status="unsupported", hw="AMD EPYC", backend="cpu") for c in ("baseline", "tf32")]
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg")
     assert_readable(capture, "fig_counter_ratios.png")
     fig, _ = capture["fig_counter_ratios.png"]
@@ -185,8 +217,13 @@ def _env(hw, backend, threads=2):
     from accelbench import provenance
 
     env = provenance.collect("cpu")
-    env["hardware"].update(backend=backend, device_name=hw, device_count=8 if backend == "cuda" else 1,
-                           device_memory_gib=139.8 if backend == "cuda" else None, torch_threads=threads)
+    env["hardware"].update(
+        backend=backend,
+        device_name=hw,
+        device_count=8 if backend == "cuda" else 1,
+        device_memory_gib=139.8 if backend == "cuda" else None,
+        torch_threads=threads,
+    )
     return env
 
 
@@ -195,23 +232,50 @@ def _sr3(tmp_path, system, devices, scale, it_ms, backend="cpu", hw="AMD EPYC", 
 
     from accelbench import results
 
-    cfg = {"system": {"name": system, "scale": scale}, "settings": {"scale": scale}, "precision": "fp32",
-           "devices": devices}
+    cfg = {
+        "system": {"name": system, "scale": scale},
+        "settings": {"scale": scale},
+        "precision": "fp32",
+        "devices": devices,
+    }
     t = {"median": it_ms, "p10": it_ms * 0.9, "p90": it_ms * 1.1, "count": 5, "samples": [it_ms] * 5}
-    q = {"sr3": {"psnr_db": 20.0, "ssim": 0.5}, "bicubic": {"psnr_db": 25.0, "ssim": 0.7}, "beats_bicubic": False,
-         "sampler": "ddim", "sample_steps": 10}
-    m = {} if status != "ok" else {
-        "iteration": t, "images_per_s": 4 * devices / it_ms * 1e3, "iterations_per_device": 32 // devices,
-        "iterations_run": 32 // devices, "measured_wall_s": 1.0,
-        "strong_scaling_total": {"seconds": it_ms * 32 / devices / 1e3, "label": "measured"},
-        "study_b_projection": {"minutes": it_ms * 40000 / devices / 6e4}, "peak_mem_gib": 1.0,
-        "peak_rss_gib_per_rank": [1.0], "replica_max_abs_diff": 0.0, "quality": q}
+    q = {
+        "sr3": {"psnr_db": 20.0, "ssim": 0.5},
+        "bicubic": {"psnr_db": 25.0, "ssim": 0.7},
+        "beats_bicubic": False,
+        "sampler": "ddim",
+        "sample_steps": 10,
+    }
+    m = (
+        {}
+        if status != "ok"
+        else {
+            "iteration": t,
+            "images_per_s": 4 * devices / it_ms * 1e3,
+            "iterations_per_device": 32 // devices,
+            "iterations_run": 32 // devices,
+            "measured_wall_s": 1.0,
+            "strong_scaling_total": {"seconds": it_ms * 32 / devices / 1e3, "label": "measured"},
+            "study_b_projection": {"minutes": it_ms * 40000 / devices / 6e4},
+            "peak_mem_gib": 1.0,
+            "peak_rss_gib_per_rank": [1.0],
+            "replica_max_abs_diff": 0.0,
+            "quality": q,
+        }
+    )
     path = tmp_path / system / "sr3_scaling" / "fp32" / f"devices_{devices}" / "result.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     z = np.linspace(0, 1, 64 * 64).reshape(64, 64)
     np.savez(path.with_name("samples.npz"), lr=z[::4, ::4], bicubic=z, sr3=z, truth=z)
-    r = results.make_result("sr3_scaling", status, cfg, _env(hw, backend), m,
-                            None if status == "ok" else "more devices than this system has", {"samples": "samples.npz"})
+    r = results.make_result(
+        "sr3_scaling",
+        status,
+        cfg,
+        _env(hw, backend),
+        m,
+        None if status == "ok" else "more devices than this system has",
+        {"samples": "samples.npz"},
+    )
     results.write_result(r, path)
     return path
 
@@ -219,10 +283,13 @@ def _sr3(tmp_path, system, devices, scale, it_ms, backend="cpu", hw="AMD EPYC", 
 def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture):
     from accelbench.aggregate import study_b_sr3
 
-    paths = [_sr3(tmp_path, "cpu", 1, "small", 100.0), _sr3(tmp_path, "cpu", 2, "small", 60.0),
-             _sr3(tmp_path, "cpu", 4, "small", 0, status="unsupported"),
-             _sr3(tmp_path, "h200", 1, "paper", 171.0, backend="cuda", hw="NVIDIA H200"),
-             _sr3(tmp_path, "h200", 2, "paper", 100.0, backend="cuda", hw="NVIDIA H200")]
+    paths = [
+        _sr3(tmp_path, "cpu", 1, "small", 100.0),
+        _sr3(tmp_path, "cpu", 2, "small", 60.0),
+        _sr3(tmp_path, "cpu", 4, "small", 0, status="unsupported"),
+        _sr3(tmp_path, "h200", 1, "paper", 171.0, backend="cuda", hw="NVIDIA H200"),
+        _sr3(tmp_path, "h200", 2, "paper", 100.0, backend="cuda", hw="NVIDIA H200"),
+    ]
     study_b_sr3.aggregate(paths, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "agg")
     assert_readable(capture, "fig_scaling.png")
     fig, _ = capture["fig_scaling.png"]
@@ -239,27 +306,59 @@ def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture)
 def _lora(tmp_path, attention, strategy, devices, step_ms, epoch_min=None, status="ok"):
     from accelbench import results
 
-    cfg = {"system": {"name": "cpu", "scale": "small"}, "model_name": "smollm2_135m", "family": "smollm2-135m",
-           "attention": attention, "strategy": strategy, "devices": devices}
+    cfg = {
+        "system": {"name": "cpu", "scale": "small"},
+        "model_name": "smollm2_135m",
+        "family": "smollm2-135m",
+        "attention": attention,
+        "strategy": strategy,
+        "devices": devices,
+    }
     t = {"median": step_ms, "p10": step_ms * 0.9, "p90": step_ms * 1.1, "count": 4, "samples": [step_ms] * 4}
-    m = {} if status != "ok" else {
-        "projection": {"minutes_per_million_tokens": step_ms / 1e3, "minutes": epoch_min},
-        "model": {"weights": "pretrained", "parameters": 1.35e8}, "attn_implementation": "sdpa",
-        "precision": "bf16", "data": {"seq_len": 128}, "step": t, "step_slowest_rank_median_ms": step_ms,
-        "samples_per_s": 1.0, "tokens_per_s": 100.0, "peak_mem_gib_max": None, "host_peak_rss_gib_max": 1.0,
-        "throughput_6n": {"mfu": None, "tflop_per_s": 0.01}, "lora_parameters": {"trainable": 1e6},
-        "loss": {"first_mean": 3.0, "last_mean": 2.5, "eval_before": 3.0, "eval_after": 2.6}}
+    m = (
+        {}
+        if status != "ok"
+        else {
+            "projection": {"minutes_per_million_tokens": step_ms / 1e3, "minutes": epoch_min},
+            "model": {"weights": "pretrained", "parameters": 1.35e8},
+            "attn_implementation": "sdpa",
+            "precision": "bf16",
+            "data": {"seq_len": 128},
+            "step": t,
+            "step_slowest_rank_median_ms": step_ms,
+            "samples_per_s": 1.0,
+            "tokens_per_s": 100.0,
+            "peak_mem_gib_max": None,
+            "host_peak_rss_gib_max": 1.0,
+            "throughput_6n": {"mfu": None, "tflop_per_s": 0.01},
+            "lora_parameters": {"trainable": 1e6},
+            "loss": {"first_mean": 3.0, "last_mean": 2.5, "eval_before": 3.0, "eval_after": 2.6},
+        }
+    )
     path = tmp_path / f"{attention}_{strategy}_{devices}" / "result.json"
-    results.write_result(results.make_result("lora_finetune", status, cfg, _env("AMD EPYC", "cpu"), m,
-                                             None if status == "ok" else "FSDP needs an accelerator"), path)
+    results.write_result(
+        results.make_result(
+            "lora_finetune",
+            status,
+            cfg,
+            _env("AMD EPYC", "cpu"),
+            m,
+            None if status == "ok" else "FSDP needs an accelerator",
+        ),
+        path,
+    )
     return path
 
 
 def test_lora_figure_no_blank_axis_and_readable_fonts(tmp_path, capture):
     from accelbench.aggregate import study_b_lora
 
-    paths = [_lora(tmp_path, "eager", "single", 1, 700.0), _lora(tmp_path, "flash", "single", 1, 650.0),
-             _lora(tmp_path, "flash", "ddp", 2, 500.0), _lora(tmp_path, "flash", "fsdp", 2, 0, status="unsupported")]
+    paths = [
+        _lora(tmp_path, "eager", "single", 1, 700.0),
+        _lora(tmp_path, "flash", "single", 1, 650.0),
+        _lora(tmp_path, "flash", "ddp", 2, 500.0),
+        _lora(tmp_path, "flash", "fsdp", 2, 0, status="unsupported"),
+    ]
     study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
     assert_readable(capture, "fig_runtime_vs_devices.png")
     fig, _ = capture["fig_runtime_vs_devices.png"]
@@ -276,16 +375,34 @@ def _quant_sens(tmp_path, per_layer=True):
     from accelbench import results
 
     n = 6
-    layers = [{"layer": i, "prune_ppl": 16 + i, "prune": [-0.4, 0.2, 1.5, 3.0, 30.0, 0.05][i],
-               "quant4_ppl": 16.1, "quant4": [0.1, -0.05, 0.3, 0.5, 2.0, 0.0][i]} for i in range(n)]
-    sub = [{"layer": str(i) if per_layer else "all", "module": m, "prune_ppl": 17.0, "prune": 0.5 * (j - 2) + i * 0.1}
-           for i in (range(n) if per_layer else ["all"]) for j, m in enumerate(
-               ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])]
+    layers = [
+        {
+            "layer": i,
+            "prune_ppl": 16 + i,
+            "prune": [-0.4, 0.2, 1.5, 3.0, 30.0, 0.05][i],
+            "quant4_ppl": 16.1,
+            "quant4": [0.1, -0.05, 0.3, 0.5, 2.0, 0.0][i],
+        }
+        for i in range(n)
+    ]
+    sub = [
+        {"layer": str(i) if per_layer else "all", "module": m, "prune_ppl": 17.0, "prune": 0.5 * (j - 2) + i * 0.1}
+        for i in (range(n) if per_layer else ["all"])
+        for j, m in enumerate(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    ]
     clusters = [0, 0, 1, 1, 2, 0]
-    m = {"baseline_ppl": {"value": 28.2}, "layers": layers, "submodules": sub,
-         "allocation": {"prune": {"percentile": clusters}}}
-    cfg = {"system": {"name": "cpu", "scale": "small"}, "model": "smollm2_135m", "method": "sensitivity",
-           "bitset": "none"}
+    m = {
+        "baseline_ppl": {"value": 28.2},
+        "layers": layers,
+        "submodules": sub,
+        "allocation": {"prune": {"percentile": clusters}},
+    }
+    cfg = {
+        "system": {"name": "cpu", "scale": "small"},
+        "model": "smollm2_135m",
+        "method": "sensitivity",
+        "bitset": "none",
+    }
     path = tmp_path / "sens" / "result.json"
     results.write_result(results.make_result("llm_quant", "ok", cfg, _env("AMD EPYC", "cpu"), m), path)
     return path

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from accelbench.flops import flops_per_token, lora_flop_counts
 from accelbench.experiments.lora.model import apply_lora
 from accelbench.experiments.lora.settings import LoraSettings
+from accelbench.flops import flops_per_token, lora_flop_counts
 
 
 def test_flops_formula():
@@ -22,8 +22,16 @@ def test_lora_flops_match_flop_counter(targets, tied):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=100, tie_word_embeddings=tied, attn_implementation="eager")
+    cfg = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        tie_word_embeddings=tied,
+        attn_implementation="eager",
+    )
     model, counts = apply_lora(LlamaForCausalLM(cfg), LoraSettings(r=4, alpha=4, target_modules=targets))
     batch, seq = 2, 24
     ids = torch.randint(0, 100, (batch, seq))

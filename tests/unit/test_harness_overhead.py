@@ -59,11 +59,13 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
     """The CSV accumulates sessions (other nodes, other days): an N-device row is divided into the 1-device row of the
     same model measured closest in time, not into another session's."""
     fields = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "when"]
-    rows = [["lora", "llama31_8b flash ddp", 2, 200.0, 200.0, 1.0, 250.0, "2026-11-30T08:13:29Z"],
-            ["lora", "llama31_8b flash single", 1, 180.0, 160.0, 1.125, 190.0, "2026-11-30T08:13:48Z"],
-            ["lora", "llama31_8b flash single", 1, 300.0, 300.0, 1.0, 280.0, "2026-11-30T13:20:06Z"],
-            ["lora", "llama31_8b flash ddp", 2, 400.0, 375.0, 1.067, 350.0, "2026-11-30T13:21:42Z"],
-            ["sr3", "fp32", 2, 100.0, 100.0, 1.0, 100.0, "2026-11-30T08:11:34Z"]]  # no 1-device SR3 row: skipped
+    rows = [
+        ["lora", "llama31_8b flash ddp", 2, 200.0, 200.0, 1.0, 250.0, "2026-11-30T08:13:29Z"],
+        ["lora", "llama31_8b flash single", 1, 180.0, 160.0, 1.125, 190.0, "2026-11-30T08:13:48Z"],
+        ["lora", "llama31_8b flash single", 1, 300.0, 300.0, 1.0, 280.0, "2026-11-30T13:20:06Z"],
+        ["lora", "llama31_8b flash ddp", 2, 400.0, 375.0, 1.067, 350.0, "2026-11-30T13:21:42Z"],
+        ["sr3", "fp32", 2, 100.0, 100.0, 1.0, 100.0, "2026-11-30T08:11:34Z"],
+    ]  # no 1-device SR3 row: skipped
     path = tmp_path / "h.csv"
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -71,17 +73,23 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
         w.writerows(rows)
     eff.efficiency(type("A", (), {"csv": str(path)}))
     out = list(csv.DictReader(open(tmp_path / "h_efficiency.csv")))
-    assert [(r["when"], r["one_device_when"]) for r in out] == [("2026-11-30T08:13:29Z", "2026-11-30T08:13:48Z"),
-                                                                ("2026-11-30T13:21:42Z", "2026-11-30T13:20:06Z")]
+    assert [(r["when"], r["one_device_when"]) for r in out] == [
+        ("2026-11-30T08:13:29Z", "2026-11-30T08:13:48Z"),
+        ("2026-11-30T13:21:42Z", "2026-11-30T13:20:06Z"),
+    ]
     assert [float(r["efficiency_harness"]) for r in out] == [0.9, 0.75]
     assert [float(r["efficiency_product"]) for r in out] == [0.76, 0.8]
 
 
 def test_profile_metrics_from_a_synthetic_trace(ddp):
     k = lambda name, ts, dur, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}  # noqa: E731
-    events = [k("gemm", 0, 400), k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300),
-              k("Memcpy HtoD", 700, 100, "gpu_memcpy"), k("gemm", 900, 100),
-              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000}]
+    events = [
+        k("gemm", 0, 400),
+        k("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 300),
+        k("Memcpy HtoD", 700, 100, "gpu_memcpy"),
+        k("gemm", 900, 100),
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5000},
+    ]
     m = ddp.profile_metrics(events, steps=2)  # µs in, ms per step out
     assert m["window_ms"] == 0.5  # 0 .. 1000 µs over 2 steps
     assert m["gpu_busy_ms"] == pytest.approx(0.4)  # 0-600, 700-800, 900-1000 = 800 µs
@@ -109,7 +117,11 @@ def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, 
     path.write_text(",".join(old) + "\n" + ",".join("x" if f == "case" else "" for f in old) + "\n")
     upgrade_header(path, ddp.PROFILE_FIELDS)
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0]) == ddp.PROFILE_FIELDS and rows[0]["case"] == "x" and rows[0]["class_ms"] == rows[0]["top_kernels"] == ""
+    assert (
+        list(rows[0]) == ddp.PROFILE_FIELDS
+        and rows[0]["case"] == "x"
+        and rows[0]["class_ms"] == rows[0]["top_kernels"] == ""
+    )
     upgrade_header(path, ddp.PROFILE_FIELDS)  # idempotent
     assert path.read_text().count("\n") == 2
 
@@ -124,17 +136,50 @@ def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):
 
     s = LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=1, timed_steps=2, precision="fp32")
     system = System(name="cpu", backend="cpu", devices=2, precisions=("fp32",), image="cpu", scale="small")
-    spec = {"model_name": "tiny", "attention": "flash", "strategy": "ddp", "devices": 2, "settings": s.to_dict(),
-            "system": system.to_dict(),
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
-                                                     "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                     "num_key_value_heads": 2, "vocab_size": 100}}}
+    spec = {
+        "model_name": "tiny",
+        "attention": "flash",
+        "strategy": "ddp",
+        "devices": 2,
+        "settings": s.to_dict(),
+        "system": system.to_dict(),
+        "model": {
+            "source": "random",
+            "config": {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 100,
+            },
+        },
+    }
     result = tmp_path / "result.json"
     result.write_text(json.dumps({"status": "ok", "config": spec}))
     out = tmp_path / "profile.csv"
-    cmd = [sys.executable, str(REPO / "benchmarks/harness_overhead.py"), "ddp-profile", "--experiment", "lora",
-           "--result", str(result), "--csv", str(out), "--nprocs", "2,1", "--threads", "2", "--warmup", "1",
-           "--repeat", "2", "--profiled", "2"]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks/harness_overhead.py"),
+        "ddp-profile",
+        "--experiment",
+        "lora",
+        "--result",
+        str(result),
+        "--csv",
+        str(out),
+        "--nprocs",
+        "2,1",
+        "--threads",
+        "2",
+        "--warmup",
+        "1",
+        "--repeat",
+        "2",
+        "--profiled",
+        "2",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = list(csv.DictReader(out.open()))
@@ -146,7 +191,8 @@ def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):
     two = [r for r in two if r not in static]
     assert [(r["variant"], r["rank"]) for r in rows if r["devices"] == "1"] == [("no_ddp", "0")]
     assert json.loads(next(r for r in two if r["variant"] == "one_bucket")["ddp_kwargs"]) == {
-        "bucket_cap_mb": ddp.ONE_BUCKET_MB}
+        "bucket_cap_mb": ddp.ONE_BUCKET_MB
+    }
     for r in two + [r for r in rows if r["devices"] == "1"]:
         assert float(r["step_ms"]) > 0 and float(r["host_launch_ms"]) > 0 and r["device"] == "cpu"
         assert r["gpu_busy_ms"] == "" and r["when"].endswith("Z")  # no device activity on CPU: left empty
@@ -160,17 +206,45 @@ def test_ddp_profile_sr3_two_gloo_ranks(tmp_path, default_config, systems):
     from accelbench.data import sky
 
     u = default_config["sr3_scaling"]
-    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
-                             "quality_sample_steps", "seed")}
-    spec = {"system": systems["cpu"].to_dict(), "devices": 2, "precision": "fp32", "preset": u["preset"],
-            "scales": u["scales"], "run": run}
+    run = {
+        k: u[k]
+        for k in ("workload_iterations", "max_iterations", "warmup", "quality_images", "quality_sample_steps", "seed")
+    }
+    spec = {
+        "system": systems["cpu"].to_dict(),
+        "devices": 2,
+        "precision": "fp32",
+        "preset": u["preset"],
+        "scales": u["scales"],
+        "run": run,
+    }
     hr = u["scales"]["small"]["hr_size"]
     sky.prepare(tmp_path / "d.npz", patch=hr, factor=u["preset"]["factor"])
     (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "config": spec}))
     out = tmp_path / "p.csv"
-    cmd = [sys.executable, str(REPO / "benchmarks/harness_overhead.py"), "ddp-profile", "--experiment", "sr3",
-           "--result", str(tmp_path / "result.json"), "--data", str(tmp_path / "d.npz"), "--csv", str(out),
-           "--nprocs", "2", "--threads", "2", "--warmup", "1", "--repeat", "1", "--profiled", "1"]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks/harness_overhead.py"),
+        "ddp-profile",
+        "--experiment",
+        "sr3",
+        "--result",
+        str(tmp_path / "result.json"),
+        "--data",
+        str(tmp_path / "d.npz"),
+        "--csv",
+        str(out),
+        "--nprocs",
+        "2",
+        "--threads",
+        "2",
+        "--warmup",
+        "1",
+        "--repeat",
+        "1",
+        "--profiled",
+        "1",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = list(csv.DictReader(out.open()))
@@ -186,17 +260,43 @@ def test_sr3_host_bound_rows(tmp_path, default_config, systems):
     from accelbench.data import sky
 
     u = default_config["sr3_scaling"]
-    run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
-                             "quality_sample_steps", "seed")}
-    spec = {"system": systems["cpu"].to_dict(), "devices": 1, "precision": "bf16", "configuration": "bf16",
-            "preset": u["preset"], "scales": u["scales"], "run": run}
+    run = {
+        k: u[k]
+        for k in ("workload_iterations", "max_iterations", "warmup", "quality_images", "quality_sample_steps", "seed")
+    }
+    spec = {
+        "system": systems["cpu"].to_dict(),
+        "devices": 1,
+        "precision": "bf16",
+        "configuration": "bf16",
+        "preset": u["preset"],
+        "scales": u["scales"],
+        "run": run,
+    }
     sky.prepare(tmp_path / "d.npz", patch=u["scales"]["small"]["hr_size"], factor=u["preset"]["factor"])
-    (tmp_path / "result.json").write_text(json.dumps({"status": "ok", "config": spec,
-                                                      "measurements": {"parameters": 1}}))
+    (tmp_path / "result.json").write_text(
+        json.dumps({"status": "ok", "config": spec, "measurements": {"parameters": 1}})
+    )
     out = tmp_path / "h.csv"
-    cmd = [sys.executable, str(REPO / "benchmarks/harness_overhead.py"), "sr3-host-bound", "--result",
-           str(tmp_path / "result.json"), "--data", str(tmp_path / "d.npz"), "--csv", str(out), "--workers", "1",
-           "--threads", "1", "--warmup", "1", "--repeat", "2"]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks/harness_overhead.py"),
+        "sr3-host-bound",
+        "--result",
+        str(tmp_path / "result.json"),
+        "--data",
+        str(tmp_path / "d.npz"),
+        "--csv",
+        str(out),
+        "--workers",
+        "1",
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--repeat",
+        "2",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = list(csv.DictReader(out.open()))
@@ -216,15 +316,33 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     from accelbench.experiments import sr3_model as exp
 
     bench = _module("sr3")
-    s = exp.resolve_settings(dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
-                                  attention_resolutions=[8], num_heads=1, dropout=0.0, norm_groups=4, timesteps=20,
-                                  beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4), "small", {})
+    s = exp.resolve_settings(
+        dict(
+            hr_size=32,
+            factor=4,
+            inner_channels=8,
+            channel_mult=[1, 2, 2],
+            num_res_blocks=1,
+            attention_resolutions=[8],
+            num_heads=1,
+            dropout=0.0,
+            norm_groups=4,
+            timesteps=20,
+            beta_start=1e-6,
+            beta_end=1e-2,
+            lr=2e-5,
+            batch_size=4,
+        ),
+        "small",
+        {},
+    )
     ds = exp.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
     loaders, copies = [], []
     batch_loader, to_device = exp.batch_loader, exp.to_device
     monkeypatch.setattr(exp, "batch_loader", lambda *a, **kw: loaders.append(kw) or batch_loader(*a, **kw))
-    monkeypatch.setattr(exp, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(
-        x, dev, fmt, blocking))
+    monkeypatch.setattr(
+        exp, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(x, dev, fmt, blocking)
+    )
     monkeypatch.setattr(exp, "rank_cores", lambda: 1)
     faithful = sr3_configs.get("faithful")
     step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, faithful)
@@ -236,16 +354,20 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     step()
     assert loaders == [] and copies == []  # ours: batches already on the device
     _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=False, workers=8, blocking=True)
-    assert bench.data_path_text(d, True) == ("data: DataLoader 1 workers (of 8 requested), pin_memory False, "
-                                             "blocking copy (bare loop the same)")
+    assert bench.data_path_text(d, True) == (
+        "data: DataLoader 1 workers (of 8 requested), pin_memory False, blocking copy (bare loop the same)"
+    )
     _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=True)
-    assert bench.data_path_text(d, False) == ("data: DataLoader 0 workers, pin_memory True, non_blocking copy "
-                                              "(bare loop: batches already on the device)")
+    assert bench.data_path_text(d, False) == (
+        "data: DataLoader 0 workers, pin_memory True, non_blocking copy (bare loop: batches already on the device)"
+    )
     # a result made with another data path (the committed faithful result of 2026-12-01: no workers, non-blocking)
     here = {"loader_workers": 1, "copy": "blocking"}
     old_result = {"measurements": {"data_path": {"pin_memory": True, "non_blocking_copies": True, "loader_workers": 0}}}
-    assert "the result ran another data path (0 workers, non_blocking copy; here 1, blocking)" in \
-        bench.result_data_path_differs(old_result, here)
+    assert (
+        "the result ran another data path (0 workers, non_blocking copy; here 1, blocking)"
+        in bench.result_data_path_differs(old_result, here)
+    )
     assert bench.result_data_path_differs({"measurements": {"data_path": here}}, here) == ""
 
 
@@ -279,21 +401,57 @@ def test_part_timers_count_outermost_calls_while_enabled_and_restore(attribution
 
 # measurements.series / measurements.trainer_settings of the H200 LoRA results (reference run h200x2-2026-12-01,
 # llama31_8b flash single n1: `ours` and `faithful`), the fields the bare loop reads
-OURS = {"series": {"series": "ours", "logging_steps": None, "no_step_sync": True, "fast_host_step": True,
-                   "non_blocking_copies": True, "adapter_dtype": "bf16", "compile": True, "liger": False,
-                   "adapters_cast_to": "bfloat16"},
-        "trainer_settings": {"logging_strategy": "no", "logging_steps": 500, "logging_nan_inf_filter": False,
-                             "include_num_input_tokens_seen": "no", "average_tokens_across_devices": False,
-                             "lr_scheduler_type": "constant", "torch_compile": True, "use_liger_kernel": False,
-                             "optim": "adamw_torch_fused", "batch_copy": "non_blocking, pinned",
-                             "attention_mask_in_batch": False, "fast_host_step": True, "max_grad_norm": 0.3,
-                             "gradient_accumulation_steps": 2, "per_device_train_batch_size": 2}}
-FAITHFUL = {"series": {**OURS["series"], "series": "faithful", "logging_steps": 1, "no_step_sync": False,
-                       "fast_host_step": False, "non_blocking_copies": False, "compile": False},
-            "trainer_settings": {**OURS["trainer_settings"], "logging_strategy": "steps", "logging_steps": 1,
-                                 "logging_nan_inf_filter": True, "average_tokens_across_devices": True,
-                                 "torch_compile": False, "batch_copy": "accelerate default (blocking)",
-                                 "fast_host_step": False}}
+OURS = {
+    "series": {
+        "series": "ours",
+        "logging_steps": None,
+        "no_step_sync": True,
+        "fast_host_step": True,
+        "non_blocking_copies": True,
+        "adapter_dtype": "bf16",
+        "compile": True,
+        "liger": False,
+        "adapters_cast_to": "bfloat16",
+    },
+    "trainer_settings": {
+        "logging_strategy": "no",
+        "logging_steps": 500,
+        "logging_nan_inf_filter": False,
+        "include_num_input_tokens_seen": "no",
+        "average_tokens_across_devices": False,
+        "lr_scheduler_type": "constant",
+        "torch_compile": True,
+        "use_liger_kernel": False,
+        "optim": "adamw_torch_fused",
+        "batch_copy": "non_blocking, pinned",
+        "attention_mask_in_batch": False,
+        "fast_host_step": True,
+        "max_grad_norm": 0.3,
+        "gradient_accumulation_steps": 2,
+        "per_device_train_batch_size": 2,
+    },
+}
+FAITHFUL = {
+    "series": {
+        **OURS["series"],
+        "series": "faithful",
+        "logging_steps": 1,
+        "no_step_sync": False,
+        "fast_host_step": False,
+        "non_blocking_copies": False,
+        "compile": False,
+    },
+    "trainer_settings": {
+        **OURS["trainer_settings"],
+        "logging_strategy": "steps",
+        "logging_steps": 1,
+        "logging_nan_inf_filter": True,
+        "average_tokens_across_devices": True,
+        "torch_compile": False,
+        "batch_copy": "accelerate default (blocking)",
+        "fast_host_step": False,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -306,14 +464,38 @@ def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
     from accelbench.experiments.lora.settings import LoraSettings
     from accelbench.systems import System
 
-    s = LoraSettings(r=4, alpha=4, seq_len=16, per_device_batch=2, grad_accum=2, warmup_steps=1, timed_steps=2,
-                     precision="fp32" if backend == "cpu" else "bf16")
+    s = LoraSettings(
+        r=4,
+        alpha=4,
+        seq_len=16,
+        per_device_batch=2,
+        grad_accum=2,
+        warmup_steps=1,
+        timed_steps=2,
+        precision="fp32" if backend == "cpu" else "bf16",
+    )
     system = System(name=backend, backend=backend, devices=1, precisions=("fp32", "bf16"), image="cuda", scale="small")
-    spec = {"model_name": "tiny", "attention": "flash", "strategy": "single", "devices": 1, "settings": s.to_dict(),
-            "system": system.to_dict(), "series": measurements["series"]["series"],
-            "model": {"source": "random", "config": {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
-                                                     "num_hidden_layers": 2, "num_attention_heads": 4,
-                                                     "num_key_value_heads": 2, "vocab_size": 100}}}
+    spec = {
+        "model_name": "tiny",
+        "attention": "flash",
+        "strategy": "single",
+        "devices": 1,
+        "settings": s.to_dict(),
+        "system": system.to_dict(),
+        "series": measurements["series"]["series"],
+        "model": {
+            "source": "random",
+            "config": {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 100,
+            },
+        },
+    }
     return {"status": "ok", "config": spec, "measurements": measurements}
 
 
@@ -328,14 +510,24 @@ def test_lora_bare_settings_are_the_results(lora):
     s = lora._lora_case(ours_r)[2]
     ours = lora.bare_settings(ours_r, s, plan, lora._system(ours_r["config"]))
     assert (ours.compile, ours.compile_backend, ours.fused_adamw, ours.adapters_bf16, ours.batch_copy) == (
-        True, "inductor", True, True, "non_blocking")
+        True,
+        "inductor",
+        True,
+        True,
+        "non_blocking",
+    )
     assert (ours.log_every, ours.nan_inf_filter, ours.average_tokens, ours.max_grad_norm) == (None, False, False, 0.3)
     assert not ours.not_reproduced
     text = lora.settings_text(s, plan, ours)
     assert "compile True (inductor)" in text and "batch copy non_blocking" in text and "attention flash (sdpa)" in text
     faithful = lora.bare_settings(faithful_r, lora._lora_case(faithful_r)[2], plan, lora._system(faithful_r["config"]))
-    assert (faithful.compile, faithful.batch_copy, faithful.log_every, faithful.nan_inf_filter,
-            faithful.average_tokens) == (False, "blocking", 1, True, True)
+    assert (
+        faithful.compile,
+        faithful.batch_copy,
+        faithful.log_every,
+        faithful.nan_inf_filter,
+        faithful.average_tokens,
+    ) == (False, "blocking", 1, True, True)
     assert any("fast_host_step False" in n for n in faithful.not_reproduced)  # stated, not silently left out
     text = lora.settings_text(s, plan, faithful)
     assert "compile False" in text and "logging every 1 step(s)" in text and "not reproduced: Trainer's" in text
@@ -397,9 +589,26 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     from accelbench.experiments import sr3_model as exp
 
     bench = _module("sr3")
-    s = exp.resolve_settings(dict(hr_size=32, factor=4, inner_channels=8, channel_mult=[1, 2, 2], num_res_blocks=1,
-                                  attention_resolutions=[8], num_heads=1, dropout=0.0, norm_groups=4, timesteps=20,
-                                  beta_start=1e-6, beta_end=1e-2, lr=2e-5, batch_size=4), "small", {})
+    s = exp.resolve_settings(
+        dict(
+            hr_size=32,
+            factor=4,
+            inner_channels=8,
+            channel_mult=[1, 2, 2],
+            num_res_blocks=1,
+            attention_resolutions=[8],
+            num_heads=1,
+            dropout=0.0,
+            norm_groups=4,
+            timesteps=20,
+            beta_start=1e-6,
+            beta_end=1e-2,
+            lr=2e-5,
+            batch_size=4,
+        ),
+        "small",
+        {},
+    )
     ds = exp.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
     calls = []
     monkeypatch.setattr(torch, "compile", lambda net, **kw: calls.append(kw) or net)  # record, do not compile

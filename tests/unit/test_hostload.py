@@ -30,8 +30,11 @@ def test_other_processes_on_cpu_or_gpu_make_it_noisy():
     busy = {"cpu_other_fraction": 0.6, "loadavg_1min_per_core": 3.0, "gpus": None}
     n = hostload.assess(m, busy)
     assert n["noisy"] and "60%" in n["why"][0] and n["thresholds"]["cpu_other_max"] == 0.10
-    gpu = {"cpu_other_fraction": 0.0, "loadavg_1min_per_core": 0.0,
-           "gpus": [{"index": 0, "other_processes": [4242], "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980}]}
+    gpu = {
+        "cpu_other_fraction": 0.0,
+        "loadavg_1min_per_core": 0.0,
+        "gpus": [{"index": 0, "other_processes": [4242], "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980}],
+    }
     assert hostload.assess(m, gpu)["noisy"]
     assert not hostload.assess(m, gpu, {"gpu_other_processes_max": 1})["noisy"]
 
@@ -76,13 +79,16 @@ def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monk
     hostload.start_job()
     system = systems["cpu"]
     out = tmp_path / "ok" / "result.json"
-    harness.write_outcome(harness.JobContext(registry.get("unet3d_profile"), {"noise": {"spread_max": 2.0}}, "s.json",
-                                             None, system, out), Outcome("ok", {"step": _timing(10.0, 30.0)}))
+    harness.write_outcome(
+        harness.JobContext(registry.get("unet3d_profile"), {"noise": {"spread_max": 2.0}}, "s.json", None, system, out),
+        Outcome("ok", {"step": _timing(10.0, 30.0)}),
+    )
     noise = json.loads(out.read_text())["measurements"]["noise"]
     assert noise["noisy"] and noise["thresholds"]["spread_max"] == 2.0 and noise["host"]["cpus"] >= 1
     out2 = tmp_path / "unsupported" / "result.json"
-    harness.write_outcome(harness.JobContext(registry.get("unet3d_profile"), {}, "s.json", None, system, out2),
-                          Outcome.unsupported("no"))
+    harness.write_outcome(
+        harness.JobContext(registry.get("unet3d_profile"), {}, "s.json", None, system, out2), Outcome.unsupported("no")
+    )
     assert "noise" not in json.loads(out2.read_text())["measurements"]
 
 

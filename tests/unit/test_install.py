@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _readme_commands():
     text = (REPO / "README.md").read_text()
-    block = text[text.index("## Quick start"):text.index("## What you get")]
+    block = text[text.index("## Quick start") : text.index("## What you get")]
     return [ln.strip() for ln in block.splitlines() if ln.startswith("python3 -m venv")], block
 
 
@@ -25,8 +25,11 @@ def _deps():
 def test_constraints_pin_versions_inside_the_declared_bounds():
     deps, extras = _deps()
     spec = {r.name.lower(): r.specifier for r in deps + [Requirement(x) for v in extras.values() for x in v]}
-    pins = [Requirement(ln) for ln in (REPO / "constraints.txt").read_text().splitlines()
-            if ln.strip() and not ln.startswith("#")]
+    pins = [
+        Requirement(ln)
+        for ln in (REPO / "constraints.txt").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     assert any(p.name == "snakemake" for p in pins)
     for p in pins:
         (version,) = [s.version for s in p.specifier]
@@ -45,7 +48,7 @@ def test_readme_commands_use_cpu_index_constraints_and_match_ci():
     assert cmd2 in ci  # .ci/run runs exactly command 2
     # the system installs are opt-in: .ci/run exports them, the README's command does not set them
     assert "ACCELBENCH_CI_APT=1" not in cmd2 and "export ACCELBENCH_CI_APT=1" in ci
-    said = block[block.index("# 2."):block.index(cmd2)]
+    said = block[block.index("# 2.") : block.index(cmd2)]
     assert "apt" in said and "ACCELBENCH_CI_APT=1" in said  # said next to command 2
 
 
@@ -57,7 +60,7 @@ def test_plugins_the_readme_uses_come_with_the_project():
     from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
 
     assert "slurm" in ExecutorPluginRegistry().plugins  # `--profile slurm` never ends in a usage dump
-    assert "rich" in LoggerPluginRegistry().plugins    # `snakemake --logger rich`
+    assert "rich" in LoggerPluginRegistry().plugins  # `snakemake --logger rich`
 
 
 def test_nothing_refers_outside_the_repository():

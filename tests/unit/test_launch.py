@@ -86,7 +86,7 @@ def test_no_rank_outlives_a_killed_job(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
     launcher = textwrap.dedent(f"""
         from accelbench import launch
-        cmd = launch.torchrun_command(2, [{str(tmp_path / 'worker.py')!r}, {str(tmp_path)!r}, "120"])
+        cmd = launch.torchrun_command(2, [{str(tmp_path / "worker.py")!r}, {str(tmp_path)!r}, "120"])
         launch.run(cmd, env=launch.rank_env(2, 2))
     """)
     job = subprocess.Popen([sys.executable, "-c", launcher], start_new_session=True)

@@ -50,50 +50,77 @@ def test_time_steps_counts_calls():
     assert len(calls) == 7 and t.count == 4 and t.unit == "ms" and t.method == "synchronize+perf_counter"
 
 
-@pytest.mark.parametrize("name,cls", [
-    ("sm90_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32", "convolution"),
-    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>", "layout_conversion"),
-    ("void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>", "layout_conversion"),
-    ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),
-    ("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", "convolution"),
-    ("ampere_sgemm_128x64_nn", "gemm"),
-    ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
-    ("void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>", "elementwise"),
-    ("void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda", "cast_copy"),  # path unknown
-    # casts recorded in a bf16-autocast block on an H200: not layout conversions
-    ("void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>", "cast_copy"),
-    ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-     "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
-     "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-     "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >", "cast_copy"),
-    # a flat element-wise conversion (one element count, no strides), not a transpose: see measure.KERNEL_CLASSES
-    ("void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>",
-     "cast_copy"),
-    ("void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
-     "cast_copy"),
-    ("aten::copy_", "cast_copy"),
-    ("aten::to", "cast_copy"),
-    ("aten::topk", "other"),
-    ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
-    ("Memset (Device)", "memory"),
-    ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
-    ("aten::native_group_norm", "normalization"),
-    ("some_unknown_kernel", "other"),
-    # Inductor kernels recorded on an H200 (SR3 bf16, channels_last): a fused GroupNorm + SiLU epilogue named after
-    # the convolution that feeds it is not a convolution; a template kernel is
-    ("triton_poi_fused__to_copy_add_clone_convolution_native_dropout_native_group_norm_silu_unsqueeze_16",
-     "normalization"),
-    ("triton_red_fused__to_copy_convolution_backward_native_group_norm_backward_sum_3", "normalization"),
-    ("triton_poi_fused_addmm_silu_2", "elementwise"),
-    ("triton_tem_fused_convolution_0", "convolution"),
-    ("triton_tem_fused_mm_1", "gemm"),
-    ("triton_tem_fused_add_mm_0", "gemm"),  # Inductor sorts the fused operators' names: epilogues come first
-    ("triton_tem_fused__to_copy_mm_0", "gemm"),
-    ("triton_red_fused_convolution_backward_0", "reduction"),  # a bias gradient's sum
-    ("triton_poi_fused_convert_element_type_0", "elementwise"),  # "conv..." in a fused kernel's name
-])
+@pytest.mark.parametrize(
+    "name,cls",
+    [
+        ("sm90_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x32", "convolution"),
+        (
+            "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>",
+            "layout_conversion",
+        ),
+        (
+            "void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>",
+            "layout_conversion",
+        ),
+        ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),
+        ("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", "convolution"),
+        ("ampere_sgemm_128x64_nn", "gemm"),
+        ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
+        (
+            "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<float, 4, normal>",
+            "elementwise",
+        ),
+        (
+            "void at::native::elementwise_kernel<128, 4, at::native::direct_copy_kernel_cuda",
+            "cast_copy",
+        ),  # path unknown
+        # casts recorded in a bf16-autocast block on an H200: not layout conversions
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
+            "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>",
+            "cast_copy",
+        ),
+        (
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
+            "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
+            "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
+            "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >",
+            "cast_copy",
+        ),
+        # a flat element-wise conversion (one element count, no strides), not a transpose: see measure.KERNEL_CLASSES
+        (
+            "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>",
+            "cast_copy",
+        ),
+        (
+            "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
+            "cast_copy",
+        ),
+        ("aten::copy_", "cast_copy"),
+        ("aten::to", "cast_copy"),
+        ("aten::topk", "other"),
+        ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>", "attention"),
+        ("Memset (Device)", "memory"),
+        ("autograd::engine::evaluate_function: ConvolutionBackward0", "convolution"),
+        ("aten::native_group_norm", "normalization"),
+        ("some_unknown_kernel", "other"),
+        # Inductor kernels recorded on an H200 (SR3 bf16, channels_last): a fused GroupNorm + SiLU epilogue named after
+        # the convolution that feeds it is not a convolution; a template kernel is
+        (
+            "triton_poi_fused__to_copy_add_clone_convolution_native_dropout_native_group_norm_silu_unsqueeze_16",
+            "normalization",
+        ),
+        ("triton_red_fused__to_copy_convolution_backward_native_group_norm_backward_sum_3", "normalization"),
+        ("triton_poi_fused_addmm_silu_2", "elementwise"),
+        ("triton_tem_fused_convolution_0", "convolution"),
+        ("triton_tem_fused_mm_1", "gemm"),
+        ("triton_tem_fused_add_mm_0", "gemm"),  # Inductor sorts the fused operators' names: epilogues come first
+        ("triton_tem_fused__to_copy_mm_0", "gemm"),
+        ("triton_red_fused_convolution_backward_0", "reduction"),  # a bias gradient's sum
+        ("triton_poi_fused_convert_element_type_0", "elementwise"),  # "conv..." in a fused kernel's name
+    ],
+)
 def test_classify_kernel(name, cls):
     assert measure.classify_kernel(name) == cls
 
@@ -101,13 +128,17 @@ def test_classify_kernel(name, cls):
 def test_tensor_core_flag():
     # names recorded on an H200 (cuDNN 9.19): TF32 kernels on tensor cores, FP32 ones on the FMA pipes
     assert measure.is_tensor_core_kernel(
-        "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32_warpgroupsize1x1x1")
+        "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32_warpgroupsize1x1x1"
+    )
     assert measure.is_tensor_core_kernel("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tensor16x8x8")
     assert not measure.is_tensor_core_kernel(
-        "sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize32x32x8_stage3_g1_ffma_execute")
+        "sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize32x32x8_stage3_g1_ffma_execute"
+    )
     assert not measure.is_tensor_core_kernel("volta_scudnn_128x64_relu_interior_nn_v1")
-    assert measure.classify_kernel("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>") \
+    assert (
+        measure.classify_kernel("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>")
         == "normalization"
+    )
 
 
 def test_busy_union_and_idle_fraction():
@@ -122,13 +153,15 @@ def test_busy_union_and_idle_fraction():
 def test_summarize_kernels_by_hand():
     """Two profiled steps of 3 kernel names, counted by hand: per-step calls and times, order, shares, tensor-core
     share, idle fraction from the kernel span (device) or the step window (CPU ops)."""
-    recs = [KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 0, 40),
-            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 40, 10),
-            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 60, 10),
-            KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 100, 40),
-            KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 140, 10),
-            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 160, 10),
-            KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 170, 20)]
+    recs = [
+        KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 0, 40),
+        KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 40, 10),
+        KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 60, 10),
+        KernelRecord("sm80_xmma_fprop_implicit_gemm_tf32f32_kernel", 100, 40),
+        KernelRecord("void at::native::vectorized_elementwise_kernel<4, silu>", 140, 10),
+        KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 160, 10),
+        KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 170, 20),
+    ]
     s = measure.summarize_kernels(recs, "device_kernel", steps=2)
     assert [r["name"][:12] for r in s.table] == ["sm80_xmma_fp", "void cudnn::", "void at::nat"]  # by device time
     conv, layout, elem = s.table
@@ -149,7 +182,9 @@ def test_summarize_kernels_by_hand():
 
 def test_recorded_cpu_trace_is_reduced():
     """A real torch.profiler trace (conv3d + GroupNorm + attention, forward and backward) on a CPU."""
-    records, source, window = measure.kernel_records_from_trace(measure.load_chrome_trace(FIXTURES / "cpu_trace.json.gz"))
+    records, source, window = measure.kernel_records_from_trace(
+        measure.load_chrome_trace(FIXTURES / "cpu_trace.json.gz")
+    )
     assert source == "cpu_op" and window is not None
     s = measure.summarize_kernels(records, source, window=window)
     classes = {row["name"]: row["class"] for row in s.table}
@@ -164,10 +199,19 @@ def test_recorded_cpu_trace_is_reduced():
 def _launching_ops(trace: dict, kernel: dict) -> list[str]:
     """The CPU operators (outermost first) around the runtime call that launched ``kernel`` (by correlation id)."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    launch = next(e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
-                  and e["args"].get("correlation") == kernel["args"]["correlation"])
-    ops = [e for e in events if e.get("cat") == "cpu_op" and e.get("tid") == launch.get("tid")
-           and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)]
+    launch = next(
+        e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and e["args"].get("correlation") == kernel["args"]["correlation"]
+    )
+    ops = [
+        e
+        for e in events
+        if e.get("cat") == "cpu_op"
+        and e.get("tid") == launch.get("tid")
+        and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)
+    ]
     return [e["name"] for e in sorted(ops, key=lambda e: (e["ts"], -e.get("dur", 0)))]
 
 
@@ -187,11 +231,14 @@ def check_cuda_trace_split() -> None:
     converts = [k for k in kernels if "convertTensor_kernel<float, float, float" in k["name"]]
     assert (len(copies), len(converts)) == (7, 6)
     # the evidence, from the trace itself: what launched each kernel
-    assert all("gpu_kernel_impl_nocast" in k["name"] and k["name"].startswith("void at::native::elementwise_kernel<")
-               for k in copies)
+    assert all(
+        "gpu_kernel_impl_nocast" in k["name"] and k["name"].startswith("void at::native::elementwise_kernel<")
+        for k in copies
+    )
     assert all({"aten::contiguous", "aten::to"} & set(_launching_ops(trace, k)) for k in copies)
-    assert all(_launching_ops(trace, k)[-1] in ("aten::cudnn_convolution", "aten::convolution_backward")
-               for k in converts)
+    assert all(
+        _launching_ops(trace, k)[-1] in ("aten::cudnn_convolution", "aten::convolution_backward") for k in converts
+    )
     assert all(k["name"].endswith("float*, unsigned long)") for k in converts)  # one flat count, no strides
     assert s.layout_conversion_count == len(copies)  # channels_last_3d adds layout-conversion kernels
     assert s.cast_copy_count == len(converts)

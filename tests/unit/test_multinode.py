@@ -33,9 +33,12 @@ def test_node_plan_splits_whole_nodes_and_refuses_the_rest(systems):
     assert mn.node_plan(gaudi1, 4) == mn.NodePlan(4, 1, 4)
     assert mn.node_plan(gaudi1, 8) == mn.NodePlan(8, 1, 8)
     assert mn.node_plan(gaudi1, 64) == mn.NodePlan(64, 8, 8)
-    with pytest.raises(ConfigError, match=r"sr3_scaling.devices: 12 devices do not fill whole nodes of system "
-                                          r"'gaudi1' \(devices_per_node: 8\); use at most 8 \(one node\) or a multiple "
-                                          r"of 8 \(e.g. 8 or 16\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"sr3_scaling.devices: 12 devices do not fill whole nodes of system "
+        r"'gaudi1' \(devices_per_node: 8\); use at most 8 \(one node\) or a multiple "
+        r"of 8 \(e.g. 8 or 16\)",
+    ):
         mn.node_plan(gaudi1, 12, "sr3_scaling.devices")
     with pytest.raises(ConfigError, match="at least 1"):
         mn.node_plan(gaudi1, 0)
@@ -60,11 +63,24 @@ def test_slurm_request_one_node_and_several(systems):
     assert mn.slurm_resources(h200, 4, {}) == {"gpu": 4}  # one node: as before (--gpus)
     assert mn.slurm_resources(systems["gaudi1"], 8, {}) == {"gpu": 0}
     many = mn.slurm_resources(h200, 16, {})
-    assert many == {"nodes": 2, "tasks": 2, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0,
-                    "slurm_extra": "--ntasks-per-node=1 --exclusive --gpus-per-node=8"}
+    assert many == {
+        "nodes": 2,
+        "tasks": 2,
+        "tasks_per_gpu": 0,
+        "mpi": "srun",
+        "gpu": 0,
+        "slurm_extra": "--ntasks-per-node=1 --exclusive --gpus-per-node=8",
+    }
     site = {"multinode": {"gres": "gpu:h200", "exclusive": False}}
-    assert mn.slurm_resources(h200, 64, site) == {"nodes": 8, "tasks": 8, "tasks_per_gpu": 0, "mpi": "srun", "gpu": 0,
-                                                 "gres": "gpu:h200:8", "slurm_extra": "--ntasks-per-node=1"}
+    assert mn.slurm_resources(h200, 64, site) == {
+        "nodes": 8,
+        "tasks": 8,
+        "tasks_per_gpu": 0,
+        "mpi": "srun",
+        "gpu": 0,
+        "gres": "gpu:h200:8",
+        "slurm_extra": "--ntasks-per-node=1",
+    }
     gaudi = mn.slurm_resources(systems["gaudi1"], 64, {"multinode": {"gres": "gpu"}})
     assert gaudi["gres"] == "gpu:8" and gaudi["nodes"] == 8
     with pytest.raises(ConfigError, match="do not fill whole nodes"):
@@ -80,12 +96,29 @@ def test_launch_command_standalone_and_srun(monkeypatch):
     monkeypatch.setattr(mn, "free_port", lambda: 29555)
     alloc = {"job_id": "4242", "hosts": ["gpu17", "gpu18"], "cpus_per_task": 64}
     cmd, rdzv = mn.launch_command(mn.NodePlan(16, 2, 8), ["rank"], alloc)
-    assert cmd[:7] == ["srun", "--jobid=4242", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                       "--kill-on-bad-exit=1", "--cpus-per-task=64"]
-    assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=10.1.0.17:29555",
-            "--max-restarts=0"} <= set(cmd) and "--standalone" not in cmd
+    assert cmd[:7] == [
+        "srun",
+        "--jobid=4242",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        "--cpus-per-task=64",
+    ]
+    assert {
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=10.1.0.17:29555",
+        "--max-restarts=0",
+    } <= set(cmd) and "--standalone" not in cmd
     assert any(a.startswith("--rdzv-id=accelbench-4242-") for a in cmd)
-    assert rdzv == {"backend": "c10d", "endpoint": "10.1.0.17:29555", "hosts": ["gpu17", "gpu18"], "slurm_job_id": "4242"}
+    assert rdzv == {
+        "backend": "c10d",
+        "endpoint": "10.1.0.17:29555",
+        "hosts": ["gpu17", "gpu18"],
+        "slurm_job_id": "4242",
+    }
 
     assert "outside a Slurm allocation" in mn.allocation_reason(mn.NodePlan(16, 2, 8), None)
     assert "holds 1 node(s)" in mn.allocation_reason(mn.NodePlan(16, 2, 8), {"job_id": "1", "hosts": ["a"]})
@@ -117,15 +150,20 @@ def test_nccl_transports_are_parsed():
     assert t["inter_node"] == ["NET/IB"] and t["interfaces"]["IB"][0].startswith("[0]mlx5_0:1/IB")
     one_node = mn.parse_nccl_transports("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n")
     assert one_node["inter_node"] == [] and one_node["via"] == {"SHM/direct/direct": 1}
-    sockets = mn.parse_nccl_transports("x NCCL INFO Using network Socket\nx NCCL INFO Channel 00/0 : 1[0] -> 2[0] "
-                                       "[send] via NET/Socket/0\n")
+    sockets = mn.parse_nccl_transports(
+        "x NCCL INFO Using network Socket\nx NCCL INFO Channel 00/0 : 1[0] -> 2[0] [send] via NET/Socket/0\n"
+    )
     assert sockets["network"] == ["Socket"] and sockets["inter_node"] == ["NET/Socket"]
     assert mn.parse_nccl_transports("gloo only, no collective library log") is None
 
 
 def test_launch_record_and_env():
-    rec = mn.launch_record(mn.NodePlan(4, 2, 2), "cuda", {"backend": "c10d", "endpoint": "h:1", "hosts": ["a", "b"],
-                                                          "slurm_job_id": "9"}, NCCL_LOG)
+    rec = mn.launch_record(
+        mn.NodePlan(4, 2, 2),
+        "cuda",
+        {"backend": "c10d", "endpoint": "h:1", "hosts": ["a", "b"], "slurm_job_id": "9"},
+        NCCL_LOG,
+    )
     assert rec["nodes"] == 2 and rec["ranks_per_node"] == 2 and rec["launcher"] == "srun + torchrun"
     assert rec["collective_backend"] == "nccl" and rec["nccl"]["inter_node"] == ["NET/IB"]
     assert mn.launch_record(mn.NodePlan(2, 1, 2), "cpu", None)["launcher"] == "not launched"
@@ -157,9 +195,16 @@ def test_net_smoke_settings_and_merge(systems):
     assert (s.devices, s.max_bytes, s.warmup, s.iters) == (2, 16 * 2**20, 2, 10) and s.sizes[0] == 4096
     assert net_smoke.Settings.from_spec({"devices": 8}, systems["h200"]).max_bytes == 2**30
     # per call, the slowest rank; per size, the median and minimum of those maxima
-    tables = [{"rank": r, "world_size": 2, "collective_backend": "gloo", "node": f"n{r}",
-               "sizes": [{"bytes": 4096, "times_us": times}]} for r, times in ((0, [10.0, 40.0, 30.0]),
-                                                                                (1, [20.0, 10.0, 20.0]))]
+    tables = [
+        {
+            "rank": r,
+            "world_size": 2,
+            "collective_backend": "gloo",
+            "node": f"n{r}",
+            "sizes": [{"bytes": 4096, "times_us": times}],
+        }
+        for r, times in ((0, [10.0, 40.0, 30.0]), (1, [20.0, 10.0, 20.0]))
+    ]
     m = net_smoke.merge(tables, warmup=2, iters=3)
     [row] = m["sizes"]
     assert row["time_us"] == 30.0 and row["time_us_min"] == 20.0  # maxima 20, 40, 30
@@ -203,29 +248,53 @@ def test_scaling_outputs_label_multi_node_points(tmp_path):
     from accelbench.aggregate import study_b_sr3 as agg
 
     nccl = mn.launch_record(mn.NodePlan(16, 2, 8), "cuda", {"backend": "c10d"}, NCCL_LOG)
-    assert agg.layout_columns(nccl, 16) == {"nodes": 2, "ranks_per_node": 8, "layout": "2 nodes x 8",
-                                            "interconnect": "NET/IB"}
+    assert agg.layout_columns(nccl, 16) == {
+        "nodes": 2,
+        "ranks_per_node": 8,
+        "layout": "2 nodes x 8",
+        "interconnect": "NET/IB",
+    }
     assert agg.layout_columns(None, 4)["layout"] == "1 node"  # results from before multi-node launching
     ref, source = agg.read_reference("resources/reference/study_b_sr3_scaling.csv")
-    rows = [{"system": "h100", "hardware": "H100", "origin": "measured here", "scale": "paper", "precision": "fp32",
-             "configuration": "faithful", "series": "faithful", "devices": d, "status": "ok", "iteration_ms": 100.0, "speedup_vs_1": d / (1 if d <= 8 else 1.2),
-             "study_b_40k_minutes_projection": 130 / d * (1 if d <= 8 else 1.2), "efficiency_vs_1": 1 / (1 if d <= 8 else 1.2),
-             **agg.layout_columns({"nodes": max(1, d // 8), "ranks_per_node": min(d, 8)}, d)} for d in (1, 8, 16)]
+    rows = [
+        {
+            "system": "h100",
+            "hardware": "H100",
+            "origin": "measured here",
+            "scale": "paper",
+            "precision": "fp32",
+            "configuration": "faithful",
+            "series": "faithful",
+            "devices": d,
+            "status": "ok",
+            "iteration_ms": 100.0,
+            "speedup_vs_1": d / (1 if d <= 8 else 1.2),
+            "study_b_40k_minutes_projection": 130 / d * (1 if d <= 8 else 1.2),
+            "efficiency_vs_1": 1 / (1 if d <= 8 else 1.2),
+            **agg.layout_columns({"nodes": max(1, d // 8), "ranks_per_node": min(d, 8)}, d),
+        }
+        for d in (1, 8, 16)
+    ]
     df = pd.DataFrame(rows)
     eff = agg.efficiency_table(df, ref).set_index(["series", "devices"])
-    assert eff.loc[("measured here: H100 (paper), Study B-faithful (authors' code): faithful", 16), "layout"] == \
-        "2 nodes x 8"
+    assert (
+        eff.loc[("measured here: H100 (paper), Study B-faithful (authors' code): faithful", 16), "layout"]
+        == "2 nodes x 8"
+    )
     assert eff.loc[("published Gaudi1", 64), "layout"] == "8 nodes x 8"
     assert eff.loc[("published Gaudi1", 8), "layout"] == "1 node"
     agg.fig_scaling(df, ref, source, tmp_path / "fig.png")
     assert (tmp_path / "fig.png").stat().st_size > 0
 
 
-@pytest.mark.parametrize("site, backend, want", [
-    ({}, "cuda", ["--gpus-per-node=8"]),
-    ({"multinode": {"gres": "gpu:h200"}}, "cuda", ["--gres=gpu:h200:8"]),
-    ({"multinode": {"gres": "gpu"}}, "hpu", ["--gres=gpu:8"]),
-])
+@pytest.mark.parametrize(
+    "site, backend, want",
+    [
+        ({}, "cuda", ["--gpus-per-node=8"]),
+        ({"multinode": {"gres": "gpu:h200"}}, "cuda", ["--gres=gpu:h200:8"]),
+        ({"multinode": {"gres": "gpu"}}, "hpu", ["--gres=gpu:8"]),
+    ],
+)
 def test_sbatch_call_of_a_multi_node_job(systems, site, backend, want):
     """The plugin's own sbatch string for the resources: nodes, one task per node, exclusive, accelerators per node."""
     from types import SimpleNamespace
@@ -237,11 +306,22 @@ def test_sbatch_call_of_a_multi_node_job(systems, site, backend, want):
         __getattr__ = dict.__getitem__
 
     system = with_layout(systems["h200" if backend == "cuda" else "gaudi1"], devices=64)
-    res = Resources({**{k: v for k, v in mn.slurm_resources(system, 16, site).items() if v is not None},
-                     "mem_mb": 1000, "runtime": 60})
+    res = Resources(
+        {
+            **{k: v for k, v in mn.slurm_resources(system, 16, site).items() if v is not None},
+            "mem_mb": 1000,
+            "runtime": 60,
+        }
+    )
     job = SimpleNamespace(resources=res, threads=16)
-    params = {"run_uuid": "u", "slurm_logfile": "l", "comment_str": "c", "account": "", "partition": "",
-              "workdir": "/w"}
+    params = {
+        "run_uuid": "u",
+        "slurm_logfile": "l",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": "/w",
+    }
     call = get_submit_command(job, params) + set_gres_string(job)
     for flag in ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--exclusive", "--cpus-per-task=16", *want]:
         assert flag in call.split(), (flag, call)

@@ -22,8 +22,14 @@ def _header_metrics() -> set[str]:
 
 
 def test_architecture_from_compute_capability():
-    assert [ncu.architecture(cc) for cc in ("7.0", "7.5", "8.0", "8.9", "9.0", "10.0")] == \
-        ["volta", "volta", "ampere", "ampere", "hopper", "hopper"]
+    assert [ncu.architecture(cc) for cc in ("7.0", "7.5", "8.0", "8.9", "9.0", "10.0")] == [
+        "volta",
+        "volta",
+        "ampere",
+        "ampere",
+        "hopper",
+        "hopper",
+    ]
 
 
 def test_metric_choice_differs_per_architecture():
@@ -90,11 +96,18 @@ def check_reduction_against_raw_export(red: dict) -> None:
     assert ipc.min() <= total["ipc"] <= ipc.max()
     # rates: numpy's weighted average of the raw columns, SM cycles as weights; stalls ranked from the same
     cycles = num("sm__cycles_elapsed.max").to_numpy()
-    for counter, col in (("ipc", "sm__inst_executed.avg.per_cycle_active"), ("l2_hit_pct", "lts__t_sector_hit_rate.pct")):
+    for counter, col in (
+        ("ipc", "sm__inst_executed.avg.per_cycle_active"),
+        ("l2_hit_pct", "lts__t_sector_hit_rate.pct"),
+    ):
         assert total[counter] == pytest.approx(np.average(num(col).to_numpy(), weights=cycles))
-    stalls = {c.split("stalled_")[1].split("_per_issue")[0]: np.average(num(c).to_numpy(), weights=cycles)
-              for c in raw.columns if c.startswith("smsp__average_warps_issue_stalled_") and c.endswith(".ratio")
-              and c.split("stalled_")[1].split("_per_issue")[0] in ncu.STALL_REASONS}
+    stalls = {
+        c.split("stalled_")[1].split("_per_issue")[0]: np.average(num(c).to_numpy(), weights=cycles)
+        for c in raw.columns
+        if c.startswith("smsp__average_warps_issue_stalled_")
+        and c.endswith(".ratio")
+        and c.split("stalled_")[1].split("_per_issue")[0] in ncu.STALL_REASONS
+    }
     top3 = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     assert [k for k, _ in total["top_stalls"]] == [k for k, _ in top3] and top3[0][1] > top3[2][1]
 
@@ -115,10 +128,16 @@ def test_sabotage_ncu_reduction_is_caught(monkeypatch):
 
 def test_kernels_without_cycles_get_no_weight():
     """A kernel without sm_cycles does not weigh in a rate; with no weights at all, rates are plain means."""
-    ks = [ncu.KernelCounters("a", {"sm_cycles": 100.0, "l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0})]
+    ks = [
+        ncu.KernelCounters("a", {"sm_cycles": 100.0, "l2_hit_pct": 50.0}),
+        ncu.KernelCounters("b", {"l2_hit_pct": 10.0}),
+    ]
     assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(50.0)
-    ks = [ncu.KernelCounters("a", {"l2_hit_pct": 50.0}), ncu.KernelCounters("b", {"l2_hit_pct": 10.0}),
-          ncu.KernelCounters("c", {"l2_hit_pct": 30.0})]
+    ks = [
+        ncu.KernelCounters("a", {"l2_hit_pct": 50.0}),
+        ncu.KernelCounters("b", {"l2_hit_pct": 10.0}),
+        ncu.KernelCounters("c", {"l2_hit_pct": 30.0}),
+    ]
     assert ncu.reduce(ks, lambda n: "other")["total"]["l2_hit_pct"] == pytest.approx(30.0)
     ks = [ncu.KernelCounters("a", {"sm_cycles": 1.0}), ncu.KernelCounters("b", {"sm_cycles": 2.0, "ipc": 3.0})]
     total = ncu.reduce(ks, lambda n: "other")["total"]
@@ -130,8 +149,10 @@ def test_cycle_weighted_ipc_is_instructions_over_cycles_when_sms_stay_active():
     cycle-weighted mean that reduce() takes equals instructions / (SMs x cycles) of the whole set."""
     n_sm = 132
     spec = [(1.0e6, 2000.0), (5.0e4, 900.0), (3.3e7, 41000.0)]  # (instructions, cycles)
-    kernels = [ncu.KernelCounters(f"k{i}", {"instructions": inst, "sm_cycles": cyc, "ipc": inst / (n_sm * cyc)})
-               for i, (inst, cyc) in enumerate(spec)]
+    kernels = [
+        ncu.KernelCounters(f"k{i}", {"instructions": inst, "sm_cycles": cyc, "ipc": inst / (n_sm * cyc)})
+        for i, (inst, cyc) in enumerate(spec)
+    ]
     total = ncu.reduce(kernels, lambda name: "other")["total"]
     assert total["ipc"] == pytest.approx(sum(i for i, _ in spec) / (n_sm * sum(c for _, c in spec)))
 
@@ -142,12 +163,17 @@ def test_parse_rejects_non_csv():
 
 
 def test_kernel_base_names_and_command():
-    assert ncu.kernel_base_name("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float>(long, float)") \
+    assert (
+        ncu.kernel_base_name("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float>(long, float)")
         == "RowwiseMomentsCUDAKernel"
-    assert ncu.kernel_base_name("sm90_xmma_fprop_implicit_gemm_tf32f32_kernel__5x_cudnn") == \
-        "sm90_xmma_fprop_implicit_gemm_tf32f32_kernel__5x_cudnn"
-    cmd = ncu.command("ncu", ["sm__cycles_elapsed.max"], ["python", "x.py"], "out.csv", kernel_names=["a", "b"],
-                      launch_count=50)
+    )
+    assert (
+        ncu.kernel_base_name("sm90_xmma_fprop_implicit_gemm_tf32f32_kernel__5x_cudnn")
+        == "sm90_xmma_fprop_implicit_gemm_tf32f32_kernel__5x_cudnn"
+    )
+    cmd = ncu.command(
+        "ncu", ["sm__cycles_elapsed.max"], ["python", "x.py"], "out.csv", kernel_names=["a", "b"], launch_count=50
+    )
     joined = " ".join(cmd)
     assert "--clock-control none" in joined and "--nvtx-include accelbench_step/" in joined
     assert "--nvtx-include accelbench_step --nvtx-include" in joined  # the start/end range (backward thread too)
@@ -156,8 +182,12 @@ def test_kernel_base_names_and_command():
 
 def test_select_kernels_by_device_time(tmp_path):
     table = tmp_path / "kernels.csv"
-    rows = [("void k1<float>(int)", "convolution", 60.0), ("k2", "normalization", 30.0), ("Memset (Device)", "memory", 5.0),
-            ("k3", "elementwise", 5.0)]
+    rows = [
+        ("void k1<float>(int)", "convolution", 60.0),
+        ("k2", "normalization", 30.0),
+        ("Memset (Device)", "memory", 5.0),
+        ("k3", "elementwise", 5.0),
+    ]
     with open(table, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["name", "class", "tensor_core", "calls", "device_time_us", "share"])
@@ -173,7 +203,10 @@ def test_unsupported_paths(systems, monkeypatch, tmp_path):
     spec = {"configuration": "baseline"}
     out = unet3d_ncu.profile_counters(spec, systems["cpu"], "i", "m", None, **kw)
     assert out["status"] == "unsupported" and "NVIDIA GPUs" in out["reason"]
-    assert unet3d_ncu.profile_counters({"configuration": "tf32"}, systems["v100"], "i", "m", None, **kw)["status"] == "unsupported"
+    assert (
+        unet3d_ncu.profile_counters({"configuration": "tf32"}, systems["v100"], "i", "m", None, **kw)["status"]
+        == "unsupported"
+    )
     table = tmp_path / "kernels.csv"
     table.write_text("name,class,tensor_core,calls,device_time_us,share\nk,convolution,False,1,1.0,1.0\n")
     monkeypatch.setattr(ncu, "ncu_path", lambda: None)
@@ -205,8 +238,10 @@ def _profiler_table(kernels, path):
 
 
 def test_unnamed_namespace_base_name():
-    assert ncu.kernel_base_name("void at::<unnamed>::RowwiseMomentsCUDAKernel<float>(long, T1)") == \
-        "RowwiseMomentsCUDAKernel"
+    assert (
+        ncu.kernel_base_name("void at::<unnamed>::RowwiseMomentsCUDAKernel<float>(long, T1)")
+        == "RowwiseMomentsCUDAKernel"
+    )
 
 
 def test_coverage_pass_totals_and_time_share(tmp_path):
@@ -219,7 +254,9 @@ def test_coverage_pass_totals_and_time_share(tmp_path):
     # kernels sharing a base name count by launches: the profiler's time of that name times profiled/launched
     assert 0.5 < part["device_time_share"] < 1.0 and part["kernels_profiled"] == 3
     assert part["device_time_share"] >= dur(detail) / dur(kernels) - 1e-9
-    cov_metrics = {c: m for c, m in ncu.choose_metrics("hopper", _header_metrics()).items() if c in ncu.COVERAGE_COUNTERS}
+    cov_metrics = {
+        c: m for c, m in ncu.choose_metrics("hopper", _header_metrics()).items() if c in ncu.COVERAGE_COUNTERS
+    }
     coverage = [ncu.KernelCounters(k.name, {c: k.values[c] for c in cov_metrics}) for k in kernels]
     merged = ncu.merge_coverage(ncu.reduce(detail, measure.classify_kernel), coverage, measure.classify_kernel)
     t = merged["total"]
@@ -235,8 +272,9 @@ def test_coverage_pass_totals_and_time_share(tmp_path):
     assert {"ipc", "tensor_pipe_pct", "sm_cycles"} <= set(t["coverage_counters"])
     assert t["rates_time_share"] == pytest.approx(dur(detail) / dur(kernels))
     conv = merged["by_class"]["convolution"]
-    assert conv["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels
-                                                  if measure.classify_kernel(k.name) == "convolution"))
+    assert conv["sm_cycles"] == pytest.approx(
+        sum(k.values["sm_cycles"] for k in kernels if measure.classify_kernel(k.name) == "convolution")
+    )
 
 
 def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path):
@@ -251,7 +289,8 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     from accelbench.aggregate import study_a_ncu
 
     fake = tmp_path / "ncu"
-    fake.write_text(textwrap.dedent(f"""\
+    fake.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import sys
         a = sys.argv[1:]
@@ -265,15 +304,26 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
             start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
             lines = lines[:start + 5]
         open(a[a.index("--log-file") + 1], "w").write("\\n".join(lines) + "\\n")
-        """))
+        """)
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setattr(ncu, "ncu_path", lambda: str(fake))
     monkeypatch.setattr(ncu, "query_metrics", lambda exe: _header_metrics())
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     table = tmp_path / "kernels.csv"
     _profiler_table(_fixture_kernels(), table)
-    out = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
-                         max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
+    out = unet3d_ncu.profile_counters(
+        {"configuration": "baseline"},
+        systems["h200"],
+        "i",
+        "m",
+        str(table),
+        coverage=0.9,
+        max_kernels=4,
+        launch_count=10,
+        warmup=0,
+        timeout_s=120,
+    )
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
     assert m["profiled_kernels"] == 15 and m["detail_kernels"] == 3
@@ -283,19 +333,46 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     stall = "smsp__average_warps_issue_stalled"
     assert stall not in m["commands"]["coverage"] and stall in m["commands"]["detail"]  # reduced metric set
     json.dumps(out)
-    result = {"config": {"system": {"name": "h200"}, "model": "whole_head", "configuration": "baseline"},
-              "status": "ok", "reason": None, "measurements": m, "_hardware": "NVIDIA H200", "_path": str(tmp_path / "x")}
+    result = {
+        "config": {"system": {"name": "h200"}, "model": "whole_head", "configuration": "baseline"},
+        "status": "ok",
+        "reason": None,
+        "measurements": m,
+        "_hardware": "NVIDIA H200",
+        "_path": str(tmp_path / "x"),
+    }
     row = study_a_ncu.table(study_a_ncu.counter_rows([result])).iloc[0]
     assert row["coverage_time_share"] == pytest.approx(1.0) and row["coverage_kernels"] == "15/15"
     assert row["sm_cycles_step_est"] == pytest.approx(m["total"]["sm_cycles"])  # as measured, not extrapolated
     assert 0 < row["rates_time_share"] < 1 and row["rates_over_every_kernel"] == "ipc, tensor_pipe_pct"
     assert "sm__inst_executed.avg.per_cycle_active" in m["commands"]["coverage"]
-    off = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
-                         max_kernels=4, launch_count=10, warmup=0, timeout_s=120, coverage_pass=False)
+    off = unet3d_ncu.profile_counters(
+        {"configuration": "baseline"},
+        systems["h200"],
+        "i",
+        "m",
+        str(table),
+        coverage=0.9,
+        max_kernels=4,
+        launch_count=10,
+        warmup=0,
+        timeout_s=120,
+        coverage_pass=False,
+    )
     assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]
     monkeypatch.setenv("FAKE_NCU_FAIL_COVERAGE", "1")  # a failed coverage pass: detail only, the error recorded
-    failed = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage=0.9,
-                            max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
+    failed = unet3d_ncu.profile_counters(
+        {"configuration": "baseline"},
+        systems["h200"],
+        "i",
+        "m",
+        str(table),
+        coverage=0.9,
+        max_kernels=4,
+        launch_count=10,
+        warmup=0,
+        timeout_s=120,
+    )
     fc = failed["measurements"]["coverage"]
     assert failed["status"] == "ok" and "simulated failure" in fc["coverage_error"] and not fc["meets_target"]
     assert failed["measurements"]["profiled_kernels"] == 3 and "partial" in fc["totals_from"]
@@ -314,9 +391,13 @@ def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
         base = tmp_path / "h200"
         prof = results.make_result("unet3d_profile", "ok", cfg, env, {"kernels": {"device_time_us": 1000.0}}, None)
         results.write_result(prof, base / "unet3d_profile" / "whole_head" / conf / "result.json")
-        m = {"total": {"sm_cycles": 1e6, "instructions": inst, "ipc": 1.0, "duration_ns": 500e3},
-             "profiled_kernels": 10, "architecture": "hopper", "by_class": {},
-             "kernel_selection": {"device_time_share": 0.8}}
+        m = {
+            "total": {"sm_cycles": 1e6, "instructions": inst, "ipc": 1.0, "duration_ns": 500e3},
+            "profiled_kernels": 10,
+            "architecture": "hopper",
+            "by_class": {},
+            "kernel_selection": {"device_time_share": 0.8},
+        }
         p = base / "unet3d_ncu" / "whole_head" / conf / "result.json"
         results.write_result(results.make_result("unet3d_ncu", "ok", cfg, env, m, None), p)
         paths.append(p)
@@ -357,7 +438,8 @@ def _scripted_ncu(tmp_path) -> Path:
     import textwrap
 
     fake = tmp_path / "ncu"
-    fake.write_text(textwrap.dedent(f"""\
+    fake.write_text(
+        textwrap.dedent(f"""\
         #!{sys.executable}
         import os, sys
         a = sys.argv[1:]
@@ -377,7 +459,8 @@ def _scripted_ncu(tmp_path) -> Path:
         if not rows:
             print("==WARNING== No kernels were profiled."); sys.exit(0)
         open(a[a.index("--log-file") + 1], "w").write("\\n".join(head + rows) + "\\n")
-        """))
+        """)
+    )
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     return fake
 
@@ -394,20 +477,33 @@ def test_bounded_coverage_passes_merge_to_the_single_pass(systems, monkeypatch, 
     _profiler_table(_fixture_kernels(), table)
     run = dict(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=300)
     one = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), **run)
-    split = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table),
-                                        coverage_pass_launches=4, coverage_pass_timeout_s=60, **run)
+    split = unet3d_ncu.profile_counters(
+        {"configuration": "baseline"},
+        systems["h200"],
+        "i",
+        "m",
+        str(table),
+        coverage_pass_launches=4,
+        coverage_pass_timeout_s=60,
+        **run,
+    )
     assert one["status"] == split["status"] == "ok", (one["reason"], split["reason"])
     m1, m4 = one["measurements"], split["measurements"]
     passes = m4["coverage"]["coverage"]["passes"]
-    assert [(p["launch_skip"], p["launch_count"], p["kernels"]) for p in passes] == \
-        [(0, 4, 4), (4, 4, 4), (8, 4, 4), (12, 4, 3)] and not any(p["error"] for p in passes)
+    assert [(p["launch_skip"], p["launch_count"], p["kernels"]) for p in passes] == [
+        (0, 4, 4),
+        (4, 4, 4),
+        (8, 4, 4),
+        (12, 4, 3),
+    ] and not any(p["error"] for p in passes)
     assert m4["profiled_kernels"] == 15 and m4["coverage"]["device_time_share"] == pytest.approx(1.0)
     for counter in ("sm_cycles", "instructions", "duration_ns", "ipc", "tensor_pipe_pct"):
         assert m4["total"][counter] == pytest.approx(m1["total"][counter]), counter
     assert m4["by_class"].keys() == m1["by_class"].keys()
     monkeypatch.setenv("FAKE_NCU_FAIL_SKIP", "4")
-    failed = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table),
-                                         coverage_pass_launches=4, **run)["measurements"]
+    failed = unet3d_ncu.profile_counters(
+        {"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage_pass_launches=4, **run
+    )["measurements"]
     fc = failed["coverage"]
     assert failed["profiled_kernels"] == 11 and "pass 1" in fc["coverage_error"] and "some failed" in fc["totals_from"]
     assert 0 < fc["device_time_share"] < 1  # the totals say what they hold

@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
 from accelbench import harness, precisions, provenance, registry
 from accelbench.backends import cpu
 from accelbench.experiments.lora.settings import LoraSettings, plan_run
 from lora_helpers import system
 
-REASON = ("bf16 is emulated on this CPU (AVX2, no AVX512-BF16/AMX): a probe measured it 6.7x the fp32 time; "
-          "set `run_emulated_precisions: [bf16]` to run it anyway")
+REASON = (
+    "bf16 is emulated on this CPU (AVX2, no AVX512-BF16/AMX): a probe measured it 6.7x the fp32 time; "
+    "set `run_emulated_precisions: [bf16]` to run it anyway"
+)
 
 
 @pytest.fixture
@@ -39,16 +42,21 @@ def test_support_from_flags_capability_and_isa_caps():
     spr = cpu.precision_support({"avx512_bf16", "amx_bf16", "amx_tile", "avx512_fp16"}, "AVX512", {}, "x86")
     assert spr["native"] == ["fp32", "bf16", "fp16"] and not spr["emulated"]
     # the caps of torch (ATEN_CPU_CAPABILITY) and oneDNN (ONEDNN_MAX_CPU_ISA) count, each named
-    capped = cpu.precision_support({"avx512_bf16"}, "AVX2", {"ATEN_CPU_CAPABILITY": "avx2",
-                                                             "ONEDNN_MAX_CPU_ISA": "AVX2"}, "x86")
-    assert capped["native"] == ["fp32"] and capped["isa_caps"] == {"ATEN_CPU_CAPABILITY": "avx2",
-                                                                   "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    assert capped["emulated"]["bf16"] == ("AVX2, AVX512-BF16/AMX capped by ATEN_CPU_CAPABILITY=avx2, "
-                                          "ONEDNN_MAX_CPU_ISA=AVX2")
+    capped = cpu.precision_support(
+        {"avx512_bf16"}, "AVX2", {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, "x86"
+    )
+    assert capped["native"] == ["fp32"] and capped["isa_caps"] == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
+    assert capped["emulated"]["bf16"] == (
+        "AVX2, AVX512-BF16/AMX capped by ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2"
+    )
     onednn = cpu.precision_support({"avx512_bf16"}, "AVX512", {"ONEDNN_MAX_CPU_ISA": "avx512_core_bf16"}, "x86")
     assert onednn["native"] == ["fp32", "bf16"]
-    assert cpu.precision_support({"avx512_bf16"}, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "x86")["native"] \
-        == ["fp32"]
+    assert cpu.precision_support({"avx512_bf16"}, "AVX512", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "x86")["native"] == [
+        "fp32"
+    ]
     graviton3 = cpu.precision_support({"asimd", "asimdhp", "bf16", "sve"}, "SVE256", {}, "arm")
     assert graviton3["native"] == ["fp32", "bf16", "fp16"] and graviton3["flags"] == ["asimd", "sve", "bf16", "asimdhp"]
     assert cpu.precision_support({"asimd"}, "DEFAULT", {}, "arm")["emulated"]["bf16"] == "DEFAULT, no BF16"
@@ -100,8 +108,7 @@ def test_emulated_reason_only_where_listed_emulated_slow_and_not_asked_for(avx2_
     monkeypatch.setattr(cpu, "_SLOWDOWN", {})
     monkeypatch.delenv(cpu.PROBE_ENV)
     assert precisions.emulated_reason(systems["cpu"], "bf16") is None  # emulated but not slow: it runs
-    assert precisions.spec_entry({"run_emulated_precisions": ["bf16"]}, "bf16") == {
-        "run_emulated_precisions": ["bf16"]}
+    assert precisions.spec_entry({"run_emulated_precisions": ["bf16"]}, "bf16") == {"run_emulated_precisions": ["bf16"]}
     assert precisions.spec_entry({"run_emulated_precisions": ["bf16"]}, None) == {}
     assert precisions.spec_entry({}, "bf16") == {}
 
@@ -110,17 +117,28 @@ def unet3d_spec(default_config, system, configuration, **extra):
     """A Study A job's spec as common.smk writes it."""
     u = default_config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    return {"system": system.to_dict(), "noise": default_config["noise"], "energy": default_config["energy"],
-            "model": "whole_head", "configuration": configuration, "network": u["network"],
-            "micro_batches": u["micro_batches"], "presets": {"whole_head": u["presets"]["whole_head"]},
-            "scales": u["scales"], "data": default_config["data"]["mri"], "run": run, **extra}
+    return {
+        "system": system.to_dict(),
+        "noise": default_config["noise"],
+        "energy": default_config["energy"],
+        "model": "whole_head",
+        "configuration": configuration,
+        "network": u["network"],
+        "micro_batches": u["micro_batches"],
+        "presets": {"whole_head": u["presets"]["whole_head"]},
+        "scales": u["scales"],
+        "data": default_config["data"]["mri"],
+        "run": run,
+        **extra,
+    }
 
 
 def test_study_a_bf16_is_unsupported_with_the_reason_and_tabled(avx2_cpu, default_config, systems, tmp_path):
     """The hook (written by the harness without the device lock), then Study A's table and claims read it."""
+    from test_aggregate import CLAIMS, _fake
+
     from accelbench.aggregate import study_a
     from accelbench.experiments import unet3d_profile as exp
-    from test_aggregate import CLAIMS, _fake
 
     cpu_system = systems["cpu"]
     exp_entry = registry.get("unet3d_profile")
@@ -161,8 +179,15 @@ def test_sr3_bf16_is_unsupported_and_faithful_runs(avx2_cpu, default_config, sys
     cpu_system = systems["cpu"]
 
     def hook(configuration, **extra):
-        spec = {"system": cpu_system.to_dict(), "devices": 2, "configuration": configuration, "preset": u["preset"],
-                "scales": u["scales"], "run": {}, **extra}
+        spec = {
+            "system": cpu_system.to_dict(),
+            "devices": 2,
+            "configuration": configuration,
+            "preset": u["preset"],
+            "scales": u["scales"],
+            "run": {},
+            **extra,
+        }
         ctx = harness.JobContext(registry.get("sr3_scaling"), spec, "spec.json", None, cpu_system, Path("r.json"))
         return exp.unsupported_outcome(exp.Settings.from_spec(spec, cpu_system), ctx)
 

@@ -15,15 +15,29 @@ REPO = Path(__file__).resolve().parents[2]
 def test_readme_section_matches_the_committed_reference_runs():
     """The main README's generated block, each run's README, the claims page and ARTIFACT.md's verdicts are current
     (`accelbench reference-runs`)."""
-    assert reference_runs.update(REPO / "reference_runs", REPO / "README.md", check=True,
-                                 reference_dir=REPO / "resources/reference", claims_doc=REPO / "docs/claims.md",
-                                 artifact=REPO / "ARTIFACT.md") == []
+    assert (
+        reference_runs.update(
+            REPO / "reference_runs",
+            REPO / "README.md",
+            check=True,
+            reference_dir=REPO / "resources/reference",
+            claims_doc=REPO / "docs/claims.md",
+            artifact=REPO / "ARTIFACT.md",
+        )
+        == []
+    )
 
 
 def _quant_result(path: Path, system: str, ppl: float) -> Path:
-    m = {"perplexity": {"value": ppl, "tokens": 93}, "compression_x": {"value": 1.0}, "model_compression_x": {"value": 1.0},
-         "throughput": {"tokens_per_s": 100.0}, "eval_time": {"value": 1.0}, "model": {"weights": "pretrained"},
-         "accuracy": {"hellaswag": {"status": "ok", "value": 0.5, "samples": 10}}}
+    m = {
+        "perplexity": {"value": ppl, "tokens": 93},
+        "compression_x": {"value": 1.0},
+        "model_compression_x": {"value": 1.0},
+        "throughput": {"tokens_per_s": 100.0},
+        "eval_time": {"value": 1.0},
+        "model": {"weights": "pretrained"},
+        "accuracy": {"hellaswag": {"status": "ok", "value": 0.5, "samples": 10}},
+    }
     cfg = {"system": {"name": system}, "model": "smollm2_135m", "method": "fp32", "bitset": "none"}
     return results.write_result(results.make_result("llm_quant", "ok", cfg, provenance.collect("cpu"), m), path)
 
@@ -31,8 +45,14 @@ def _quant_result(path: Path, system: str, ppl: float) -> Path:
 def _run(root: Path, **meta) -> Path:
     d = root / "reference_runs" / "h200-2026-12-01"
     d.mkdir(parents=True)
-    meta = {"date": "2026-12-01", "hardware": "2x NVIDIA H200 SXM 141 GB", "short": "H200", "commit": "abc123def4567890",
-            "commands": ["snakemake --cores all --configfile config/examples/gpu_paper.yaml"], **meta}
+    meta = {
+        "date": "2026-12-01",
+        "hardware": "2x NVIDIA H200 SXM 141 GB",
+        "short": "H200",
+        "commit": "abc123def4567890",
+        "commands": ["snakemake --cores all --configfile config/examples/gpu_paper.yaml"],
+        **meta,
+    }
     (d / "run.yaml").write_text(yaml.safe_dump(meta))
     _quant_result(d / "results/h200/llm_quant/smollm2_135m/fp32/none/result.json", "h200", 14.3)
     return d
@@ -57,7 +77,10 @@ def test_generated_readmes_from_fixture_run(tmp_path):
     # a new result makes both out of date
     _quant_result(run_dir / "results/h200/llm_quant/smollm2_135m/fake/8_4_4/result.json", "h200", 15.0)
     reference_runs._run_of_folder.cache_clear()
-    assert set(reference_runs.update(tmp_path / "reference_runs", readme, check=True)) == {readme, run_dir / "README.md"}
+    assert set(reference_runs.update(tmp_path / "reference_runs", readme, check=True)) == {
+        readme,
+        run_dir / "README.md",
+    }
 
 
 def test_bad_run_yaml_names_the_key(tmp_path):
@@ -66,8 +89,9 @@ def test_bad_run_yaml_names_the_key(tmp_path):
     (d / "run.yaml").write_text(yaml.safe_dump({"date": "2026-12-01", "hardware": "H200", "short": "H200"}))
     with pytest.raises(DataError, match="missing commit, commands"):
         reference_runs.find_runs(tmp_path / "reference_runs")
-    (d / "run.yaml").write_text(yaml.safe_dump({"date": "Dec 1", "hardware": "H", "short": "H", "commit": "a",
-                                                "commands": ["x"]}))
+    (d / "run.yaml").write_text(
+        yaml.safe_dump({"date": "Dec 1", "hardware": "H", "short": "H", "commit": "a", "commands": ["x"]})
+    )
     with pytest.raises(DataError, match="not YYYY-MM-DD"):
         reference_runs.load_run(d)
 
@@ -98,8 +122,11 @@ def test_committed_tables_are_regenerated_from_the_run_alone(tmp_path):
     table lists every committed configuration as the reference-run series, the claims table judges the run."""
     import shutil
 
-    src = next(d for d in sorted((REPO / "reference_runs").glob("h200-*"))  # a run with Study A results
-               if list(d.glob("results/*/unet3d_profile/**/result.json")))
+    src = next(
+        d
+        for d in sorted((REPO / "reference_runs").glob("h200-*"))  # a run with Study A results
+        if list(d.glob("results/*/unet3d_profile/**/result.json"))
+    )
     dst = tmp_path / "reference_runs" / src.name
     shutil.copytree(src / "results", dst / "results")
     shutil.copy(src / "run.yaml", dst / "run.yaml")

@@ -76,8 +76,13 @@ def _name_lists_in_python(path: Path) -> list[str]:
     """Literal lists, tuples, sets and dict keys in ``path`` that hold two or more experiment names."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        elements = (node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set)) else
-                    node.keys if isinstance(node, ast.Dict) else [])
+        elements = (
+            node.elts
+            if isinstance(node, (ast.List, ast.Tuple, ast.Set))
+            else node.keys
+            if isinstance(node, ast.Dict)
+            else []
+        )
         named = {e.value for e in elements if isinstance(e, ast.Constant) and e.value in NAMES}
         if len(named) >= 2:
             found.append(f"{_where(path)}:{node.lineno}: {sorted(named)}")
@@ -110,8 +115,10 @@ def test_no_list_of_experiment_names_outside_the_registry():
 
 def test_the_name_list_check_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text('EXPERIMENTS = ("unet3d_profile", "sr3_scaling")\nOWN = {"llm_quant": 1, "lora_finetune": 2}\n'
-                   'ONE = ["llm_quant", "other"]\n')
+    bad.write_text(
+        'EXPERIMENTS = ("unet3d_profile", "sr3_scaling")\nOWN = {"llm_quant": 1, "lora_finetune": 2}\n'
+        'ONE = ["llm_quant", "other"]\n'
+    )
     assert len(_name_lists_in_python(bad)) == 2
     smk = tmp_path / "bad.smk"
     smk.write_text('x = expand("{e}", e=["unet3d_ncu", "llm_quant"])\ny = ["sr3_scaling"]\n')

@@ -32,4 +32,5 @@ def test_a_lost_or_undeclared_key_is_named(tmp_path):
     _write(tmp_path / "changed", "a", lost)
     assert result_keys.check(tmp_path / "changed") == [
         "sr3_scaling/all/ok: key measurements.iteration lost",
-        "sr3_scaling/all/ok: key measurements.surprise added (declare it in tests/result_keys.py ADDED)"]
+        "sr3_scaling/all/ok: key measurements.surprise added (declare it in tests/result_keys.py ADDED)",
+    ]

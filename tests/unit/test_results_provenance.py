@@ -21,9 +21,18 @@ def test_provenance_fields():
 
 
 def test_labels_for_gpu_environment():
-    env = {"hardware": {"backend": "cuda", "device_name": "NVIDIA H200", "device_count": 1, "device_memory_gib": 139.8,
-                        "cuda": "13.0", "cudnn": 91300, "driver": "580.159.04"},
-           "software": {"libraries": {"torch": "2.11.0"}}}
+    env = {
+        "hardware": {
+            "backend": "cuda",
+            "device_name": "NVIDIA H200",
+            "device_count": 1,
+            "device_memory_gib": 139.8,
+            "cuda": "13.0",
+            "cudnn": 91300,
+            "driver": "580.159.04",
+        },
+        "software": {"libraries": {"torch": "2.11.0"}},
+    }
     assert provenance.hardware_label(env) == "NVIDIA H200 (1x, 139.8 GiB)"
     # the devices the job used, not the devices visible on the node; without a count for a curve over devices
     env["hardware"]["device_count"] = 2
@@ -37,8 +46,13 @@ def test_container_detection(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(provenance, "CONTAINERENV", tmp_path / "none")
     monkeypatch.setenv("APPTAINER_CONTAINER", "/images/accelbench-cuda.sif")
-    assert provenance.container_info() == {"image": "/images/accelbench-cuda.sif", "runtime": "apptainer",
-                                           "image_id": None, "base": None, "base_digest": None}
+    assert provenance.container_info() == {
+        "image": "/images/accelbench-cuda.sif",
+        "runtime": "apptainer",
+        "image_id": None,
+        "base": None,
+        "base_digest": None,
+    }
 
 
 def test_container_names_image_id_and_base_digest(monkeypatch, tmp_path):
@@ -62,8 +76,11 @@ def test_container_names_image_id_and_base_digest(monkeypatch, tmp_path):
     monkeypatch.setenv("ACCELBENCH_BASE", "localhost/debian:bookworm")
     monkeypatch.setenv("ACCELBENCH_BASE_DIGEST", "sha256:beef")
     info = provenance.container_info()
-    assert (info["image_id"], info["base"], info["base_digest"]) == ("sha256:c0ffee", "localhost/debian:bookworm",
-                                                                     "sha256:beef")
+    assert (info["image_id"], info["base"], info["base_digest"]) == (
+        "sha256:c0ffee",
+        "localhost/debian:bookworm",
+        "sha256:beef",
+    )
 
 
 def _result(status="ok", reason=None):

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from accelbench import cli, harness, locks, results
-from accelbench.errors import AccelbenchError
 from accelbench.config import schema_errors
+from accelbench.errors import AccelbenchError
 from conftest import REPO
 
 
@@ -95,8 +95,10 @@ def test_spec_file_is_read_and_its_hash_recorded(tmp_path, monkeypatch):
         harness.load_spec(str(tmp_path / "bad.json"))
 
 
-@pytest.mark.parametrize("key, value", [("results_dir", "r;touch /tmp/x;y"), ("results_dir", "lab||x"),
-                                        ("results_dir", "$(id)"), ("systems_dir", "a`b`")])
+@pytest.mark.parametrize(
+    "key, value",
+    [("results_dir", "r;touch /tmp/x;y"), ("results_dir", "lab||x"), ("results_dir", "$(id)"), ("systems_dir", "a`b`")],
+)
 def test_schema_refuses_shell_metacharacters_in_path_settings(default_config, key, value):
     problems = schema_errors(dict(default_config, **{key: value}), REPO / "config/config.schema.yaml")
     assert any(f"config key '{key}'" in p and "does not match" in p for p in problems), problems
@@ -170,8 +172,9 @@ def test_lock_wait_is_printed_on_the_notice_fd_with_who_holds_it(tmp_path, monke
         holder.join(30)
     first = text.splitlines()[0]
     assert first.startswith("accelbench: results/cpu/waiter/result.json: waiting 0 s for "), text
-    assert f"pid {holder.pid} on {socket.gethostname()}, checkout {os.getcwd()} (results/cpu/holder/result.json)" \
-        in first, text
+    assert (
+        f"pid {holder.pid} on {socket.gethostname()}, checkout {os.getcwd()} (results/cpu/holder/result.json)" in first
+    ), text
     assert "got " in text.splitlines()[-1], text
 
 
@@ -185,8 +188,15 @@ def test_known_unsupported_job_does_not_wait_for_the_device_lock(tmp_path, monke
     monkeypatch.setattr(locks, "device_lock", no_lock)
     out = tmp_path / "results/cpu/unet3d_ncu/whole_head/tf32/result.json"
     spec = {"system": systems["cpu"].to_dict(), "model": "whole_head", "configuration": "tf32", "ncu": {}}
-    ctx = harness.JobContext(registry.get("unet3d_ncu"), spec, "spec.json", None, systems["cpu"], out,
-                             inputs={"profile_result": str(tmp_path / "missing/result.json")})
+    ctx = harness.JobContext(
+        registry.get("unet3d_ncu"),
+        spec,
+        "spec.json",
+        None,
+        systems["cpu"],
+        out,
+        inputs={"profile_result": str(tmp_path / "missing/result.json")},
+    )
     result = harness.run_job(ctx)
     assert result["status"] == "unsupported" and "Nsight Compute profiles NVIDIA GPUs" in result["reason"]
     assert json.loads(out.read_text())["status"] == "unsupported"
@@ -199,12 +209,14 @@ def test_device_set_names():
     assert locks.device_set("hpu", {"HABANA_VISIBLE_MODULES": "../x"}) == "hpu-___x"
 
 
-def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_path, default_config, systems,
-                                                                            monkeypatch):
+def test_measurement_command_supersedes_on_success_and_restores_on_failure(
+    tmp_path, default_config, systems, monkeypatch
+):
     """Through `accelbench sr3-train` (the job records `unsupported` for an impossible device count, and fails
     when its torchrun fails): the guard of every measurement command, with the device lock in a private folder."""
-    from accelbench import multinode
     from test_sr3_scaling import _spec
+
+    from accelbench import multinode
 
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.chdir(tmp_path)  # the launcher's rank folders (.snakemake/accelbench/ranks)
@@ -213,8 +225,9 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(_spec(default_config, systems, 100_000)))
     assert cli.main(["sr3-train", "--spec", str(spec), "--data", "unused.npz", "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["status"] == "unsupported" and sorted(p.name for p in out.parent.iterdir()) == \
-        ["result.json"]
+    assert json.loads(out.read_text())["status"] == "unsupported" and sorted(p.name for p in out.parent.iterdir()) == [
+        "result.json"
+    ]
     [old] = (tmp_path / "results/cpu/.superseded").glob("*/sr3_scaling/fp32/devices_100000/result.json")
     assert json.loads(old.read_text()) == {"v": "old"} and (old.parent / "kernels.csv").exists()
     assert (tmp_path / "locks/accelbench-cpu.lock").exists()
@@ -222,6 +235,7 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(tmp_p
     out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_2/result.json"
     _finished(out.parent)
     spec.write_text(json.dumps(_spec(default_config, systems, 2)))
+
     def failing(cmd, env=None, **kw):  # torchrun fails after a rank wrote a partial side file
         assert "rank" in cmd
         (out.parent / "samples.npz").write_bytes(b"PK partial")

@@ -13,11 +13,18 @@ def test_all_systems_load(systems):
     assert not systems["v100"].supports("tf32") and systems["a100"].supports("tf32")
 
 
-@pytest.mark.parametrize("name,backend,expected", [
-    ("NVIDIA H200", "cuda", "h200"), ("NVIDIA H100 80GB HBM3", "cuda", "h100"),
-    ("NVIDIA A100-SXM4-40GB", "cuda", "a100"), ("Tesla V100-SXM2-32GB", "cuda", "v100"),
-    ("GAUDI2", "hpu", "gaudi2"), ("GAUDI3", "hpu", "gaudi3"), ("GAUDI", "hpu", "gaudi1"),
-])
+@pytest.mark.parametrize(
+    "name,backend,expected",
+    [
+        ("NVIDIA H200", "cuda", "h200"),
+        ("NVIDIA H100 80GB HBM3", "cuda", "h100"),
+        ("NVIDIA A100-SXM4-40GB", "cuda", "a100"),
+        ("Tesla V100-SXM2-32GB", "cuda", "v100"),
+        ("GAUDI2", "hpu", "gaudi2"),
+        ("GAUDI3", "hpu", "gaudi3"),
+        ("GAUDI", "hpu", "gaudi1"),
+    ],
+)
 def test_auto_detection_by_device_name(systems, name, backend, expected):
     found = {"backend": backend, "count": 1, "names": [name]}
     assert resolve_system("auto", systems, found).name == expected
@@ -46,12 +53,18 @@ def test_missing_backend_fails_naming_system_and_what_was_found(systems):
 
 
 def test_bad_system_file(tmp_path):
-    (tmp_path / "x1.yaml").write_text(yaml.safe_dump({"name": "x2", "backend": "cuda", "devices": 1,
-                                                      "precisions": ["fp32"], "image": "cuda", "scale": "paper"}))
+    (tmp_path / "x1.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "x2", "backend": "cuda", "devices": 1, "precisions": ["fp32"], "image": "cuda", "scale": "paper"}
+        )
+    )
     with pytest.raises(ConfigError, match="must equal the file name"):
         load_systems(tmp_path)
-    (tmp_path / "x1.yaml").write_text(yaml.safe_dump({"name": "x1", "backend": "rocm", "devices": 1,
-                                                      "precisions": ["fp32"], "image": "cuda", "scale": "paper"}))
+    (tmp_path / "x1.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "x1", "backend": "rocm", "devices": 1, "precisions": ["fp32"], "image": "cuda", "scale": "paper"}
+        )
+    )
     with pytest.raises(ConfigError, match=r"x1.yaml.*backend.*'rocm'.*allowed values"):
         load_systems(tmp_path)
     with pytest.raises(ConfigError, match="no system files"):

@@ -5,11 +5,11 @@ import json
 
 import pandas as pd
 import pytest
+from test_aggregate import CLAIMS, _fake
+from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
 
 from accelbench.aggregate import study_a, study_a_ncu, study_b_lora
 from accelbench.aggregate.common import column_format, write_table
-from test_aggregate import CLAIMS, _fake
-from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
 
 
 def _mark_noisy(path, noisy=True):
@@ -20,8 +20,15 @@ def _mark_noisy(path, noisy=True):
 
 
 def test_fixed_decimals_per_unit_and_no_scientific_notation(tmp_path):
-    df = pd.DataFrame({"train_step_ms": [5950.123, 12.0], "share_gemm": [0.12345, 0.5], "peak_mem_gib": [1.234, 2.0],
-                       "kernel_count": [1234.0, 5.0], "speedup_vs_baseline": [7.4321, 1.0]})
+    df = pd.DataFrame(
+        {
+            "train_step_ms": [5950.123, 12.0],
+            "share_gemm": [0.12345, 0.5],
+            "peak_mem_gib": [1.234, 2.0],
+            "kernel_count": [1234.0, 5.0],
+            "speedup_vs_baseline": [7.4321, 1.0],
+        }
+    )
     write_table(df, tmp_path / "t", "caption")
     md = (tmp_path / "t.md").read_text()
     assert "5950.1" in md and "e+" not in md and "0.123" in md and "1.23" in md and "1234" in md and "7.43" in md
@@ -32,11 +39,20 @@ def test_fixed_decimals_per_unit_and_no_scientific_notation(tmp_path):
 
 
 def test_long_reasons_become_footnotes_csv_is_rounded_and_html_is_a_fragment(tmp_path):
-    oom = ("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
-           "1.2 GiB is free")
-    df = pd.DataFrame({"hardware": ["NVIDIA H200"] * 3, "step_ms": [3933.3540019999873, None, None],
-                       "kernel_count": [1234567891.0, None, None], "status": ["ok", "oom", "oom"],
-                       "reason": [None, oom, oom], "note": ["short", "short", "<b>x</b>"]})
+    oom = (
+        "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which "
+        "1.2 GiB is free"
+    )
+    df = pd.DataFrame(
+        {
+            "hardware": ["NVIDIA H200"] * 3,
+            "step_ms": [3933.3540019999873, None, None],
+            "kernel_count": [1234567891.0, None, None],
+            "status": ["ok", "oom", "oom"],
+            "reason": [None, oom, oom],
+            "note": ["short", "short", "<b>x</b>"],
+        }
+    )
     write_table(df, tmp_path / "t", "caption", title="Runs")
     md = (tmp_path / "t.md").read_text()
     table = [ln for ln in md.splitlines() if ln.startswith("|")]
@@ -58,11 +74,13 @@ def test_header_only_table_becomes_one_line_why(tmp_path):
 
 
 def test_study_a_table_reason_noise_and_claims(tmp_path):
-    paths = [_fake(tmp_path, "cpu", "baseline", step=5950.0, hw="AMD EPYC"),
-             _mark_noisy(_fake(tmp_path, "cpu", "bf16", step=800.0, hw="AMD EPYC")),
-             _fake(tmp_path, "cpu", "tf32", status="unsupported", hw="AMD EPYC"),
-             _fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100 80GB HBM3"),
-             _fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100 80GB HBM3")]
+    paths = [
+        _fake(tmp_path, "cpu", "baseline", step=5950.0, hw="AMD EPYC"),
+        _mark_noisy(_fake(tmp_path, "cpu", "bf16", step=800.0, hw="AMD EPYC")),
+        _fake(tmp_path, "cpu", "tf32", status="unsupported", hw="AMD EPYC"),
+        _fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100 80GB HBM3"),
+        _fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100 80GB HBM3"),
+    ]
     out = tmp_path / "agg"
     study_a.aggregate(paths, CLAIMS, out)
     md = (out / "table.md").read_text()
@@ -85,8 +103,10 @@ def test_study_a_table_reason_noise_and_claims(tmp_path):
 
 
 def test_noisy_result_is_not_measured_reliably_in_claims(tmp_path):
-    paths = [_fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
-             _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
+    paths = [
+        _fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
+        _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100")),
+    ]
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     claims = pd.read_csv(tmp_path / "agg" / "claims_vs_measured.csv")
     tf32 = claims[claims["configuration"] == "tf32"]
@@ -114,8 +134,10 @@ def test_gains_label_single_device_runs_as_single(tmp_path):
 
 
 def test_noisy_bar_is_marked_in_the_speedup_figure(tmp_path, capture):
-    paths = [_fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
-             _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100"))]
+    paths = [
+        _fake(tmp_path, "h100", "baseline", step=100.0, hw="NVIDIA H100"),
+        _mark_noisy(_fake(tmp_path, "h100", "tf32", step=25.0, hw="NVIDIA H100")),
+    ]
     study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
     fig, problems = capture["fig_speedup.png"]
     assert problems == [] and not fig.axes[0].texts  # nothing written over a bar: hatched, and said in the legend
@@ -140,10 +162,15 @@ def test_gains_pair_runs_by_the_devices_used_not_the_devices_visible(tmp_path):
     counts the devices the job used (it read '2x' and '1x' before, and the pair was dropped from gains)."""
     import fake_results as fr
 
-    paths = fr.write(tmp_path / "results", [_h100_lora("eager", "single", 1, 700.0, visible=2),
-                                            _h100_lora("flash", "single", 1, 650.0, visible=1),
-                                            _h100_lora("eager", "ddp", 2, 997.4, visible=8),
-                                            _h100_lora("flash", "ddp", 2, 1000.0, visible=2)])
+    paths = fr.write(
+        tmp_path / "results",
+        [
+            _h100_lora("eager", "single", 1, 700.0, visible=2),
+            _h100_lora("flash", "single", 1, 650.0, visible=1),
+            _h100_lora("eager", "ddp", 2, 997.4, visible=8),
+            _h100_lora("flash", "ddp", 2, 1000.0, visible=2),
+        ],
+    )
     study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
     runs = pd.read_csv(tmp_path / "agg" / "runs.csv")
     assert set(runs.loc[runs["devices"] == 1, "hardware"]) == {"NVIDIA H100 80GB HBM3 (1x, 79.1 GiB)"}
@@ -167,8 +194,16 @@ def test_lora_result_without_parameter_count_shows_no_mfu_6n(tmp_path):
     small with status ok. Such a row (0 or absent) shows no MFU-6N and says why; MFU-LoRA and the times stay."""
     import fake_results as fr
 
-    zero = _h100_lora("eager", "zero3", 2, 900.0, visible=2, model={"parameters": 0},
-                      throughput_6n={"tflop_per_s": 1.6, "mfu": 0.0008}, throughput_lora={"mfu": 0.07})
+    zero = _h100_lora(
+        "eager",
+        "zero3",
+        2,
+        900.0,
+        visible=2,
+        model={"parameters": 0},
+        throughput_6n={"tflop_per_s": 1.6, "mfu": 0.0008},
+        throughput_lora={"mfu": 0.07},
+    )
     absent = _h100_lora("flash", "zero3", 2, 800.0, visible=2, throughput_6n={"tflop_per_s": 1.6, "mfu": 0.0008})
     del absent["measurements"]["model"]["parameters"]
     fine = _h100_lora("eager", "ddp", 2, 500.0, visible=2, throughput_6n={"tflop_per_s": 500.0, "mfu": 0.5})
@@ -197,4 +232,5 @@ def test_sr3_labels_count_devices_used_and_curves_span_them(tmp_path):
     ref, _ = study_b_sr3.read_reference("resources/reference/study_b_sr3_scaling.csv")
     eff = study_b_sr3.efficiency_table(df, ref)
     assert set(eff.loc[eff["series"].str.startswith("measured"), "series"]) == {
-        "measured here: NVIDIA H100 80GB HBM3 (79.1 GiB) (paper), paper text (attention at 16 px): fp32"}
+        "measured here: NVIDIA H100 80GB HBM3 (79.1 GiB) (paper), paper text (attention at 16 px): fp32"
+    }

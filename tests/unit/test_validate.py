@@ -10,8 +10,8 @@ from jsonschema import Draft202012Validator
 
 import fake_results as fr
 from accelbench import cli, harness, registry
-from accelbench.outcome import Outcome
 from accelbench.errors import ResultError
+from accelbench.outcome import Outcome
 from accelbench.systems import System
 from accelbench.validate import EXPERIMENTS, _schemas, problems_of, validate_files
 
@@ -43,8 +43,18 @@ def test_hand_made_results_of_the_real_writers_are_valid(name):
 def test_cli_writer_results_are_valid(tmp_path, experiment):
     """The one writer every job's result goes through (harness.write_outcome): provenance, status and reason."""
     system = System(name="cpu", backend="cpu", devices=1, precisions=("fp32",), image="cuda", scale="small")
-    config = {"system": system.to_dict(), "model": "m", "configuration": "tf32", "method": "fp32", "bitset": "none",
-              "model_name": "m", "attention": "eager", "strategy": "fsdp", "devices": 2, "precision": "fp32"}
+    config = {
+        "system": system.to_dict(),
+        "model": "m",
+        "configuration": "tf32",
+        "method": "fp32",
+        "bitset": "none",
+        "model_name": "m",
+        "attention": "eager",
+        "strategy": "fsdp",
+        "devices": 2,
+        "precision": "fp32",
+    }
     out = tmp_path / "result.json"
     ctx = harness.JobContext(registry.get(experiment), config, "spec.json", None, system, out)
     harness.write_outcome(ctx, Outcome.unsupported("not on a CPU"))
@@ -69,7 +79,12 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
     ("sr3 ok", "status", "done", "status: 'done' is not one of"),
     ("sr3 ok", "config.devices", None, "config: 'devices' is a required property"),
     # negative values that once passed by their key names (issue 43: -12.5 and -19.97 reached runs.csv)
-    ("lora ok", "measurements.projection.minutes_per_million_tokens", -12.5, "minutes_per_million_tokens: -12.5 is neg"),
+    (
+        "lora ok",
+        "measurements.projection.minutes_per_million_tokens",
+        -12.5,
+        "minutes_per_million_tokens: -12.5 is neg",
+    ),
     ("lora ok", "measurements.host_peak_rss_gib_max", -19.97, "host_peak_rss_gib_max: -19.97 is negative"),
     ("sr3 ok", "measurements.iterations_per_device", -4, "measurements.iterations_per_device: -4 is negative"),
     ("lora ok", "measurements.throughput_6n.mfu", -0.1, "measurements.throughput_6n.mfu: -0.1 is negative"),
@@ -131,8 +146,22 @@ def test_result_lists_travel_as_a_file_and_the_old_option_still_works(tmp_path, 
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps(ok[1:]))
     out2 = tmp_path / "v2.json"
-    assert cli.main(["validate-results", "--results", ok[0], "--results-file", str(plain), "--results-file", str(out),
-                     "--out", str(out2)]) == 0
+    assert (
+        cli.main(
+            [
+                "validate-results",
+                "--results",
+                ok[0],
+                "--results-file",
+                str(plain),
+                "--results-file",
+                str(out),
+                "--out",
+                str(out2),
+            ]
+        )
+        == 0
+    )
     assert [v["path"] for v in json.loads(out2.read_text())["validated"]] == ok  # order kept, duplicates once
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"results": "not a list"}))

@@ -8,27 +8,37 @@ import subprocess
 import sys
 
 import pandas as pd
-import result_keys
 import yaml
+
+import result_keys
 from dag import SNAKEMAKE
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-REASON = ("bf16 is emulated on this CPU (AVX2, {why}): a probe measured it 6.7x the fp32 time; "
-          "set `run_emulated_precisions: [bf16]` to run it anyway")
+REASON = (
+    "bf16 is emulated on this CPU (AVX2, {why}): a probe measured it 6.7x the fp32 time; "
+    "set `run_emulated_precisions: [bf16]` to run it anyway"
+)
 
 
 def avx2_env() -> dict:
     """The environment of an AVX2-only CPU, with the probe's answer for this torch and these caps (its key)."""
     env = {**os.environ, **AVX2}
     code = "from accelbench.backends import cpu; print(cpu.CpuBackend._probe_key(cpu.precision_support()))"
-    key = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    key = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     return {**env, "ACCELBENCH_PRECISION_PROBE": json.dumps({"key": key, "bf16": 6.7})}
 
 
 def run(workdir, env, *args):
-    return subprocess.run([*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=1500, env=env, check=False)
+    return subprocess.run(
+        [*SNAKEMAKE, *args, "-d", str(workdir), "--configfile", str(workdir / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env=env,
+        check=False,
+    )
 
 
 def test_bf16_recorded_unsupported_on_an_avx2_cpu_and_tables_built(tmp_path, tiny_config):
@@ -67,5 +77,7 @@ def test_bf16_recorded_unsupported_on_an_avx2_cpu_and_tables_built(tmp_path, tin
     out = again.stdout + again.stderr
     assert again.returncode == 0, out[-3000:]
     redone = {ln.split("output:", 1)[1].split()[0] for ln in out.splitlines() if "output:" in ln and "/cpu/" in ln}
-    assert redone == {"results/cpu/unet3d_profile/whole_head/bf16/result.json",
-                      "results/cpu/sr3_scaling/bf16/devices_1/result.json"}, redone
+    assert redone == {
+        "results/cpu/unet3d_profile/whole_head/bf16/result.json",
+        "results/cpu/sr3_scaling/bf16/devices_1/result.json",
+    }, redone

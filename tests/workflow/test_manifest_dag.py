@@ -15,9 +15,14 @@ def checkout_files(folder: str, names: list[str]) -> set[str]:
     """shutil.copytree's ignore: a user's checkout (the committed reference runs included), without this one's
     outputs, caches and environments."""
     top = Path(folder) == REPO
-    return {n for n in names if n in (".git", ".venv", "__pycache__", ".snakemake", "report.html", "build")
-            or n.endswith(".egg-info") or (top and n in ("results", "logs"))
-            or (Path(folder) == REPO / "resources" and n in ("mri", "sky", "llm"))}
+    return {
+        n
+        for n in names
+        if n in (".git", ".venv", "__pycache__", ".snakemake", "report.html", "build")
+        or n.endswith(".egg-info")
+        or (top and n in ("results", "logs"))
+        or (Path(folder) == REPO / "resources" and n in ("mri", "sky", "llm"))
+    }
 
 
 def test_a_changed_reference_result_reruns_the_jobs_that_read_it(tmp_path):

@@ -47,11 +47,26 @@ def checkout_files(folder: str, names: list[str]) -> set[str]:
     """shutil.copytree's ignore: a user's checkout (the committed reference runs included), without this one's
     outputs, caches and environments."""
     top = Path(folder) == REPO
-    return {n for n in names if n in (".git", ".venv", "__pycache__", ".snakemake", "report.html", "build")
-            or n.endswith(".egg-info") or (top and n in ("results", "logs"))
-            or (Path(folder) == REPO / "resources" and n in ("mri", "sky", "llm"))}
-DOCS = sorted({REPO / "README.md", REPO / "ARTIFACT.md", REPO / "CONTRIBUTING.md", REPO / "containers/README.md",
-               REPO / "reference_runs/README.md", *(REPO / "docs").glob("*.md")})
+    return {
+        n
+        for n in names
+        if n in (".git", ".venv", "__pycache__", ".snakemake", "report.html", "build")
+        or n.endswith(".egg-info")
+        or (top and n in ("results", "logs"))
+        or (Path(folder) == REPO / "resources" and n in ("mri", "sky", "llm"))
+    }
+
+
+DOCS = sorted(
+    {
+        REPO / "README.md",
+        REPO / "ARTIFACT.md",
+        REPO / "CONTRIBUTING.md",
+        REPO / "containers/README.md",
+        REPO / "reference_runs/README.md",
+        *(REPO / "docs").glob("*.md"),
+    }
+)
 PLACEHOLDERS = {"<name>": "h100", "<repo>": ".", "<elsewhere>": "elsewhere"}
 INSTALL = "python3 -m venv"
 SETUP = ("git clone", "cd ", "rsync ")  # set-up steps shown for orientation: never run by a test
@@ -69,8 +84,11 @@ def doc_lines(path: Path) -> list[str]:
     lines = []
     for block in re.findall(r"^```(?:bash|sh|console|shell)\s*\n(.*?)^```", text, flags=re.S | re.M):
         block = block.replace("\\\n", " ")
-        lines += [re.sub(r"\s+#.*$", "", ln.strip()) for ln in block.splitlines()
-                  if ln.strip() and not ln.strip().startswith("#")]
+        lines += [
+            re.sub(r"\s+#.*$", "", ln.strip())
+            for ln in block.splitlines()
+            if ln.strip() and not ln.strip().startswith("#")
+        ]
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     lines += [m for m in re.findall(r"`([^`\n]+)`", prose) if m.startswith(("snakemake ", "accelbench "))]
     for key, value in PLACEHOLDERS.items():
@@ -143,7 +161,10 @@ def commands() -> list[tuple[str, str, str, object]]:
                 for kind, payload in found:
                     command = payload if kind in ("dry-run", "report") else part
                     # one plan per distinct command: `snakemake -n X` plans what `snakemake X` does
-                    key = (kind, "report" if kind == "report" else re.sub(r" (-n|--cores all)(?= |$)", "", str(payload)))
+                    key = (
+                        kind,
+                        "report" if kind == "report" else re.sub(r" (-n|--cores all)(?= |$)", "", str(payload)),
+                    )
                     if key not in seen:
                         seen.add(key)
                         out.append((rel(doc), command, kind, payload))
@@ -159,8 +180,10 @@ def by_kind(*kinds: str) -> list[tuple[str, str, str, object]]:
 
 def test_every_documented_command_has_a_check():
     unknown = [f"{doc}: {cmd}" for doc, cmd, kind, _ in COMMANDS if kind == "unknown"]
-    assert not unknown, "documented commands that no test checks (add a check to tests/workflow/" \
-                        "test_readme_commands.py, or change the document):\n" + "\n".join(unknown)
+    assert not unknown, (
+        "documented commands that no test checks (add a check to tests/workflow/"
+        "test_readme_commands.py, or change the document):\n" + "\n".join(unknown)
+    )
 
 
 def test_the_parser_sees_what_it_must():
@@ -168,11 +191,16 @@ def test_the_parser_sees_what_it_must():
     command of a docs/ page: a parser that found nothing would pass every other test."""
     found = {ENV.sub("", part) for doc in DOCS for line in doc_lines(doc) for part in parts_of(line)}
     docs = {rel(doc) for doc in DOCS if doc_lines(doc)}
-    assert {"snakemake --cores all", "accelbench check-system", "snakemake -n --cores all --profile slurm --config "
-            "system=h100"} <= found, found
+    assert {
+        "snakemake --cores all",
+        "accelbench check-system",
+        "snakemake -n --cores all --profile slurm --config system=h100",
+    } <= found, found
     assert any("--profile slurm" in c for c in found) and any("results/h100/" in c for c in found), found
-    assert sum(1 for c in found if c.startswith("snakemake results/claims") or "results/claims/claims.csv --cores"
-               in c) >= 5, found
+    assert (
+        sum(1 for c in found if c.startswith("snakemake results/claims") or "results/claims/claims.csv --cores" in c)
+        >= 5
+    ), found
     assert {"README.md", "ARTIFACT.md", "containers/README.md", "reference_runs/README.md"} <= docs, docs
     assert any(d.startswith("docs/") for d in docs), docs
     assert len([ln for ln in doc_lines(REPO / "README.md") if ln.startswith(INSTALL)]) == 2
@@ -184,8 +212,9 @@ def test_readme_is_short_and_links_each_docs_page_once():
     assert len(text.splitlines()) < 200
     assert max(len(line) for line in text.splitlines()) < 400  # no generated wall of text
     for page in (REPO / "docs").glob("*.md"):
-        assert text.count(f"](docs/{page.name}") == 1, f"README links docs/{page.name} " \
-                                                        f"{text.count(f'](docs/{page.name}')} times"
+        assert text.count(f"](docs/{page.name}") == 1, (
+            f"README links docs/{page.name} {text.count(f'](docs/{page.name}')} times"
+        )
     assert "## Run it in a container" in text and "](containers/README.md)" in text
 
 
@@ -212,8 +241,9 @@ def test_install_one_liners_match_ci_and_pyproject():
                 assert deps[name].specifier.contains(version), f"README pins {name}=={version}, pyproject {deps[name]}"
             for image, facts in images.items():
                 if name in facts["pins"]:
-                    assert str(facts["pins"][name]) == version, f"README pins {name}=={version}, image {image} " \
-                                                                f"pins {facts['pins'][name]}"
+                    assert str(facts["pins"][name]) == version, (
+                        f"README pins {name}=={version}, image {image} pins {facts['pins'][name]}"
+                    )
 
 
 def test_pip_editor_script_and_container_lines_name_what_exists():
@@ -232,7 +262,9 @@ def test_pip_editor_script_and_container_lines_name_what_exists():
             assert (REPO / payload).is_file(), f"{doc}: {cmd}: no {payload}"
         elif kind == "script":
             script = REPO / payload[0]
-            assert script.is_file() and os.access(script, os.X_OK), f"{doc}: {cmd}: {payload[0]} missing or not executable"
+            assert script.is_file() and os.access(script, os.X_OK), (
+                f"{doc}: {cmd}: {payload[0]} missing or not executable"
+            )
             proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
             assert proc.returncode == 0, f"{doc}: {payload[0]}: {proc.stderr}"
         else:
@@ -274,8 +306,11 @@ def _env() -> dict:
     return env
 
 
-@pytest.mark.parametrize("doc,command", [(d, c) for d, c, _, _ in by_kind("dry-run", "report")],
-                         ids=[c for _, c, _, _ in by_kind("dry-run", "report")])
+@pytest.mark.parametrize(
+    "doc,command",
+    [(d, c) for d, c, _, _ in by_kind("dry-run", "report")],
+    ids=[c for _, c, _, _ in by_kind("dry-run", "report")],
+)
 def test_documented_snakemake_command_plans(repo_copy, doc, command):
     argv = shlex.split(command)
     run = [sys.executable, "-m", "snakemake", *argv[1:]]
@@ -286,8 +321,9 @@ def test_documented_snakemake_command_plans(repo_copy, doc, command):
     if "--report" in argv:
         # well-formed and parsed up to the report; in a fresh copy the figures do not exist yet (the report of a real
         # run is tested in the end-to-end tests)
-        assert proc.returncode == 0 or ("Creating report..." in out and "marked for report but does not exist" in out), \
-            f"{doc}: `{command}` failed:\n{out[-3000:]}"
+        assert proc.returncode == 0 or (
+            "Creating report..." in out and "marked for report but does not exist" in out
+        ), f"{doc}: `{command}` failed:\n{out[-3000:]}"
         return
     assert proc.returncode == 0, f"{doc}: `{command}` failed:\n{out[-3000:]}"
     assert "This was a dry-run" in out or "Nothing to be done" in out, out[-2000:]
@@ -300,9 +336,11 @@ def test_documented_snakemake_command_plans(repo_copy, doc, command):
         assert total and int(total.group(1)) <= 25, f"{doc}: `{command}` plans {total and total.group(1)} jobs"
 
 
-@pytest.mark.parametrize("doc,command,kind", [(d, c, k) for d, c, k, _ in by_kind("run", "help", "collect",
-                                                                                   "script-help")],
-                         ids=[c for _, c, _, _ in by_kind("run", "help", "collect", "script-help")])
+@pytest.mark.parametrize(
+    "doc,command,kind",
+    [(d, c, k) for d, c, k, _ in by_kind("run", "help", "collect", "script-help")],
+    ids=[c for _, c, _, _ in by_kind("run", "help", "collect", "script-help")],
+)
 def test_documented_cli_command_runs(repo_copy, doc, command, kind):
     argv = shlex.split(command)
     bin_dir = Path(sys.executable).parent

@@ -13,16 +13,31 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from dag import REPO
 from dag import write_config as _write_config
 
 
 def _snakemake(snakefile: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(snakefile), "--cores", "2", *args, "-d",
-                           str(workdir), "--configfile", str(workdir / "config.yaml")],
-                          capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(snakefile),
+            "--cores",
+            "2",
+            *args,
+            "-d",
+            str(workdir),
+            "--configfile",
+            str(workdir / "config.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
 
 
 def _study_a_one_job(config: dict) -> dict:
@@ -65,8 +80,11 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     lab = work / "results" / evil / "unet3d_profile/whole_head/baseline/result.json"
     lab.parent.mkdir(parents=True)
     env = old["environment"]
-    lab_result = dict(old, config={**old["config"], "system": {**old["config"]["system"], "name": "lab"}},
-                      environment={**env, "hardware": {**env["hardware"], "device_name": "lab CPU"}})
+    lab_result = dict(
+        old,
+        config={**old["config"], "system": {**old["config"]["system"], "name": "lab"}},
+        environment={**env, "hardware": {**env["hardware"], "device_name": "lab CPU"}},
+    )
     lab.write_text(json.dumps(lab_result))
     agg = _snakemake(clone / "Snakefile", work)
     assert agg.returncode == 0, agg.stderr[-3000:]
@@ -79,7 +97,10 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     _write_config(work, config, ["unet3d_profile"])
     dry = _snakemake(clone / "Snakefile", work, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
-    assert "first moves each (with its side files) to results/cpu/.superseded/" in dry.stderr and str(result.relative_to(work)) in dry.stderr
+    assert (
+        "first moves each (with its side files) to results/cpu/.superseded/" in dry.stderr
+        and str(result.relative_to(work)) in dry.stderr
+    )
     image = work / "resources/mri/whole_head_small/image.nii.gz"
     good_image = image.read_bytes()
     image.write_bytes(b"not a NIfTI")
@@ -124,8 +145,13 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
     text = Path(reference[0]).read_text()
     copied = []
     for i in range(60):
-        for rel in ("unet3d_profile/whole_head/baseline", "unet3d_ncu/whole_head/tf32", "sr3_scaling/fp32/devices_1",
-                    "llm_quant/smollm2_135m/fake/8_4_4", "lora_finetune/smollm2_135m/flash/ddp/n1"):
+        for rel in (
+            "unet3d_profile/whole_head/baseline",
+            "unet3d_ncu/whole_head/tf32",
+            "sr3_scaling/fp32/devices_1",
+            "llm_quant/smollm2_135m/fake/8_4_4",
+            "lora_finetune/smollm2_135m/flash/ddp/n1",
+        ):
             p = tmp_path / f"results/lab_{i:02d}/{rel}/result.json"
             p.parent.mkdir(parents=True)
             p.write_text(text)
@@ -143,8 +169,13 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
     assert energy and all("--results-file results/validation/" in ln for ln in energy), energy
     with_list = [ln for ln in lines if "--results-file" in ln and ln not in energy]
     assert {ln.split()[3] for ln in with_list} == {  # validate-results for each experiment, and every aggregation
-        "validate-results", "study-a-aggregate", "study-a-ncu-aggregate", "study-b-sr3-aggregate",
-        "study-b-quant-aggregate", "study-b-lora-aggregate"}, with_list
+        "validate-results",
+        "study-a-aggregate",
+        "study-a-ncu-aggregate",
+        "study-b-sr3-aggregate",
+        "study-b-quant-aggregate",
+        "study-b-lora-aggregate",
+    }, with_list
     assert all("--results-file .snakemake/accelbench/spec/" in ln for ln in with_list)
     listed = set()
     for ln in with_list:
@@ -166,8 +197,12 @@ def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny
     result = tmp_path / "results/cpu/unet3d_profile/whole_head/baseline/result.json"
     result.parent.mkdir(parents=True)
     target = str(result.relative_to(tmp_path))
-    for content, journal, redone in (({}, False, False), ({"spec_sha256": "0" * 64}, False, True),
-                                     ({}, True, True), ({}, False, False)):
+    for content, journal, redone in (
+        ({}, False, False),
+        ({"spec_sha256": "0" * 64}, False, True),
+        ({}, True, True),
+        ({}, False, False),
+    ):
         result.write_text(json.dumps(content))
         (result.parent / ".redo.json").unlink(missing_ok=True)
         if journal:

@@ -3,7 +3,6 @@
 import json
 
 import pandas as pd
-import pytest
 import yaml
 
 import result_keys
@@ -26,7 +25,9 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         m = r["measurements"]
         assert r["status"] == "ok" and r["environment"]["git"]["commit"] and r["config"]["devices"] == n
         assert m["iterations_per_device"] * n == cfg["sr3_scaling"]["workload_iterations"]
-        assert m["iteration"]["count"] == m["iterations_run"] - m["iteration"]["warmup"] and m["iteration"]["median"] > 0
+        assert (
+            m["iteration"]["count"] == m["iterations_run"] - m["iteration"]["warmup"] and m["iteration"]["median"] > 0
+        )
         assert len(m["rank_median_ms"]) == n and len(m["peak_rss_gib_per_rank"]) == n
         # thread placement and the cuDNN autotuning setting are recorded (a CPU "device" is one core)
         assert m["threads_per_rank"] == [1] * n and len(m["placement_per_rank"]) == n
@@ -35,8 +36,12 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         assert m["cudnn_benchmark"] is True and m["configuration"]["host_syncs"] and r["config"]["series"] == "faithful"
         assert r["config"]["settings"]["attention_levels"] == [False, True, False]  # as run (tiny: unet_image_size 16)
         # the authors' data path: 8 DataLoader workers capped at the rank's one core, blocking copy (CPU: no pinning)
-        assert {k: m["data_path"][k] for k in ("loader_workers_requested", "loader_workers", "pin_memory", "copy")} \
-            == {"loader_workers_requested": 8, "loader_workers": 1, "pin_memory": False, "copy": "blocking"}
+        assert {k: m["data_path"][k] for k in ("loader_workers_requested", "loader_workers", "pin_memory", "copy")} == {
+            "loader_workers_requested": 8,
+            "loader_workers": 1,
+            "pin_memory": False,
+            "copy": "blocking",
+        }
         assert r["config"]["data_path"] == {"loader_workers": 8, "pin_memory": True, "copy": "blocking"}  # spec
         assert len(m["loss"]["curve"]) == m["iterations_run"]
         assert m["study_b_projection"]["label"] == "projection" and m["study_b_projection"]["iterations"] == 40000 // n
@@ -52,15 +57,26 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         else:
             assert e["status"] == "unsupported" and "RAPL" in e["reason"]
     energy_table = pd.read_csv(tmp_path / "results" / "energy" / "energy.csv")
-    assert sorted(c.split("/")[0] + "/" + c.split("/")[-1] for c in energy_table["case"]) == ["faithful/n1",
-                                                                                            "faithful/n2"]
-    assert set(energy_table["energy"]) <= {"ok", "unsupported"} and (tmp_path / "results" / "energy" /
-                                                                     "fig_time_vs_energy.png").stat().st_size > 0
+    assert sorted(c.split("/")[0] + "/" + c.split("/")[-1] for c in energy_table["case"]) == [
+        "faithful/n1",
+        "faithful/n2",
+    ]
+    assert (
+        set(energy_table["energy"]) <= {"ok", "unsupported"}
+        and (tmp_path / "results" / "energy" / "fig_time_vs_energy.png").stat().st_size > 0
+    )
     assert (res / "devices_1" / "result.json").stat().st_mode & 0o222 == 0  # write-protected
 
     agg = tmp_path / "results" / "study_b_sr3"
-    for name in ("scaling.csv", "scaling.md", "scaling.tex", "efficiency.csv", "efficiency.md", "fig_scaling.png",
-                 "fig_samples.png"):
+    for name in (
+        "scaling.csv",
+        "scaling.md",
+        "scaling.tex",
+        "efficiency.csv",
+        "efficiency.md",
+        "fig_scaling.png",
+        "fig_samples.png",
+    ):
         assert (agg / name).stat().st_size > 0, name
     table = pd.read_csv(agg / "scaling.csv")
     assert sorted(table["devices"]) == [1, 2, 4096]

@@ -63,8 +63,16 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     assert json.loads((res / "tf32" / "result.json").read_text())["status"] == "unsupported"
 
     agg = tmp_path / "results" / "study_a"
-    for name in ("table.csv", "table.md", "table.tex", "claims_vs_measured.csv", "claims_vs_measured.md",
-                 "fig_speedup.png", "fig_kernel_breakdown.png", "fig_kernel_counts.png"):
+    for name in (
+        "table.csv",
+        "table.md",
+        "table.tex",
+        "claims_vs_measured.csv",
+        "claims_vs_measured.md",
+        "fig_speedup.png",
+        "fig_kernel_breakdown.png",
+        "fig_kernel_counts.png",
+    ):
         assert (agg / name).stat().st_size > 0, name
     ncu = json.loads((tmp_path / "results/cpu/unet3d_ncu/whole_head/baseline/result.json").read_text())
     assert ncu["status"] == "unsupported" and "NVIDIA GPUs" in ncu["reason"]  # recorded, and the DAG went on
@@ -104,6 +112,7 @@ def test_lint_and_dry_run_without_cores(tmp_path, tiny_config):
     for rule in ("unet3d_profile", "sr3_train", "llm_quant_sensitivity", "lora_finetune"):
         assert rule in dry.stdout
     # --report parses every rule without --cores (it then stops here only because nothing has been run yet)
-    report = subprocess.run([*base, "--report", str(tmp_path / "report.html"), *config], capture_output=True,
-                            text=True, timeout=300)
+    report = subprocess.run(
+        [*base, "--report", str(tmp_path / "report.html"), *config], capture_output=True, text=True, timeout=300
+    )
     assert "marked for report but does not exist" in report.stderr, report.stderr[-2000:]

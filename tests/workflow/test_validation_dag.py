@@ -25,8 +25,14 @@ def test_dag_refuses_a_copied_in_invalid_result_naming_file_and_field(tmp_path, 
     assert "devices_1/result.json:" not in out
     assert (tmp_path / "results/h100/sr3_scaling/fp32/devices_2/result.json").exists()  # nothing deleted
     # every aggregation waits for the validation of what it reads
-    for table in ("study_a/table.csv", "study_a/counters.csv", "study_b_sr3/scaling.csv", "study_b_quant/table.csv",
-                  "study_b_lora/runs.csv", "claims/claims.csv"):
+    for table in (
+        "study_a/table.csv",
+        "study_a/counters.csv",
+        "study_b_sr3/scaling.csv",
+        "study_b_quant/table.csv",
+        "study_b_lora/runs.csv",
+        "claims/claims.csv",
+    ):
         plan = snakemake(tmp_path, f"results/{table}", "-n", "--forceall", "--quiet", "rules")
         assert plan.returncode == 0, plan.stderr[-2000:]
         assert "validate_results" in plan.stdout, (table, plan.stdout)

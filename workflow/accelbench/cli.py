@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from . import registry
-from .errors import AccelbenchError
+from accelbench import registry
+from accelbench.errors import AccelbenchError
 
 log = logging.getLogger("accelbench")
 
@@ -34,7 +34,7 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
     Raises:
         DataError: the list file is missing or not one of these forms, or (``required``) no result file is given.
     """
-    from .errors import DataError
+    from accelbench.errors import DataError
 
     paths = [p for p in (args.results or []) if p]
     for listing in args.results_file or []:
@@ -47,8 +47,10 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
         elif isinstance(data, dict):
             data = data.get("results")
         if not isinstance(data, list) or not all(isinstance(v, str) and v for v in data):
-            raise DataError(f"--results-file {listing}: expected a JSON list of result.json paths, "
-                            '{"results": [paths]} or a validate-results output')
+            raise DataError(
+                f"--results-file {listing}: expected a JSON list of result.json paths, "
+                '{"results": [paths]} or a validate-results output'
+            )
         paths += data
     if required and not paths:
         raise DataError("no result files given: pass --results PATH... or --results-file LIST.json")
@@ -62,7 +64,7 @@ def _inputs(args: argparse.Namespace, experiment: registry.Experiment) -> dict:
 
 def cmd_measure(args: argparse.Namespace) -> None:
     """Any experiment's measurement command: the job harness around the experiment's ``run``."""
-    from . import harness
+    from accelbench import harness
 
     experiment = registry.get(args.experiment)
     ctx = harness.context(experiment, args.spec, args.out, _inputs(args, experiment), args.threads)
@@ -71,7 +73,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
 def cmd_rank(args: argparse.Namespace) -> None:
     """One rank of a multi-rank experiment (started by the launcher through torchrun)."""
-    from .harness import rank_main
+    from accelbench.harness import rank_main
 
     inputs = dict(item.split("=", 1) for item in args.input)
     code = rank_main(args.experiment, args.spec, args.out, args.rank_dir, args.threads, inputs)
@@ -83,8 +85,8 @@ def cmd_rank(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- data and models
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
-    from .data import mri
-    from .harness import load_spec
+    from accelbench.data import mri
+    from accelbench.harness import load_spec
 
     spec, _ = load_spec(args.spec)
     summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
@@ -92,9 +94,9 @@ def cmd_mri_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_unet3d_step(args: argparse.Namespace) -> None:
-    from .data.mri import load_case
-    from .experiments import unet3d_profile as exp
-    from .harness import load_spec, system_from
+    from accelbench.data.mri import load_case
+    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.harness import load_spec, system_from
 
     spec, _ = load_spec(args.spec)
     system = system_from(spec)
@@ -104,8 +106,8 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 
 
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
-    from .data import sky
-    from .harness import load_spec
+    from accelbench.data import sky
+    from accelbench.harness import load_spec
 
     spec, _ = load_spec(args.spec)
     summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
@@ -113,15 +115,15 @@ def cmd_sr3_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_llm_export(args: argparse.Namespace) -> None:
-    from .harness import load_spec
-    from .models.export import export_hf_folder
+    from accelbench.harness import load_spec
+    from accelbench.models.export import export_hf_folder
 
     info = export_hf_folder(load_spec(args.spec)[0], args.out)
     log.info("exported %s to %s", info["name"], args.out)
 
 
 def cmd_llm_tokenizer_export(args: argparse.Namespace) -> None:
-    from .models.export import export_tokenizer
+    from accelbench.models.export import export_tokenizer
 
     info = export_tokenizer(args.name, args.out)
     log.info("exported %s (%d ids) to %s", info["name"], info["vocab_size"], args.out)
@@ -138,15 +140,21 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
 
 def cmd_reference_runs(args: argparse.Namespace) -> None:
     """Regenerate (or with --check verify) each reference run's README.md and the main README's section."""
-    from .reference_runs import update
+    from accelbench.reference_runs import update
 
     if args.tables:
-        from .reference_runs import find_runs, write_tables
+        from accelbench.reference_runs import find_runs, write_tables
 
         for run in find_runs(args.root):
             log.info("tables of %s: %s", run["name"], ", ".join(map(str, write_tables(run, args.reference_dir))))
-    changed = update(args.root, args.readme, check=args.check, reference_dir=args.reference_dir,
-                     claims_doc=args.claims_doc, artifact=args.artifact)
+    changed = update(
+        args.root,
+        args.readme,
+        check=args.check,
+        reference_dir=args.reference_dir,
+        claims_doc=args.claims_doc,
+        artifact=args.artifact,
+    )
     if args.check and changed:
         raise AccelbenchError("out of date (run `accelbench reference-runs`): " + ", ".join(map(str, changed)))
     log.info("reference runs: %s", ", ".join(map(str, changed)) if changed else "up to date")
@@ -154,8 +162,8 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
 
 def cmd_validate_results(args: argparse.Namespace) -> None:
     """Check result files against the package's schemas; write the list of valid files (the aggregations' input)."""
-    from .results import write_json_atomic
-    from .validate import validate_files
+    from accelbench.results import write_json_atomic
+    from accelbench.validate import validate_files
 
     summary = validate_files(_result_paths(args, required=False))
     write_json_atomic({"validated": summary, "count": len(summary)}, args.out)
@@ -163,14 +171,14 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 
 
 def cmd_energy_aggregate(args: argparse.Namespace) -> None:
-    from .aggregate import energy
+    from accelbench.aggregate import energy
 
     paths = energy.aggregate(_result_paths(args, required=False), args.sr3_reference, args.out_dir)
     log.info("energy: %s", ", ".join(map(str, paths.values())))
 
 
 def cmd_claims(args: argparse.Namespace) -> None:
-    from .aggregate import claims_report as claims
+    from accelbench.aggregate import claims_report as claims
 
     # validate_results' lists (every result file it checked, fresh and copied in) are result-list files too
     args.results_file = [*(args.results_file or []), *args.validated]
@@ -180,8 +188,8 @@ def cmd_claims(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- this machine
 def cmd_check_system(args: argparse.Namespace) -> None:
-    from .config import load_config
-    from .systems import load_systems, probe_devices, require_backend, resolve_system
+    from accelbench.config import load_config
+    from accelbench.systems import load_systems, probe_devices, require_backend, resolve_system
 
     config = load_config(args.config)
     found = probe_devices()
@@ -191,22 +199,26 @@ def cmd_check_system(args: argparse.Namespace) -> None:
 
 
 def cmd_gpu_smoke(args: argparse.Namespace) -> None:
-    from .cluster import device_report
-    from .results import write_json_atomic
+    from accelbench.cluster import device_report
+    from accelbench.results import write_json_atomic
 
     report = device_report(args.expect)
     for tool, v in report["vendor_tool"].items():
         print(f"{tool} (exit {v['returncode']}):", *v["lines"], sep="\n  ")
     print("torch:", json.dumps(report["torch"]), "| job env:", json.dumps(report["env"]))
-    print(f"{report['host']}: expected {report['expected']} accelerator(s), seen {report['seen']}:",
-          "OK" if report["matches"] else "MISMATCH (check the gpu/gres mapping of slurm/site.yaml)")
+    print(
+        f"{report['host']}: expected {report['expected']} accelerator(s), seen {report['seen']}:",
+        "OK" if report["matches"] else "MISMATCH (check the gpu/gres mapping of slurm/site.yaml)",
+    )
     write_json_atomic(report, args.out)
 
 
 # --------------------------------------------------------------------------- parser
 INPUT_HELP = {
-    "image": "MRI image (NIfTI) from mri-prepare", "mask": "MRI mask (NIfTI) from mri-prepare",
-    "profile_result": "the configuration's unet3d_profile result.json", "data": "patch set from sr3-prepare",
+    "image": "MRI image (NIfTI) from mri-prepare",
+    "mask": "MRI mask (NIfTI) from mri-prepare",
+    "profile_result": "the configuration's unet3d_profile result.json",
+    "data": "patch set from sr3-prepare",
     "stage": "sensitivity (per-layer map + allocation) or method (one method and bit set)",
     "model_dir": "model folder written by `accelbench llm-export` (empty or absent: load per spec)",
     "sensitivity": "the model's sensitivity result.json (method stage)",
@@ -214,26 +226,42 @@ INPUT_HELP = {
 
 
 def _results_file_option(s) -> None:
-    s.add_argument("--results-file", action="extend", nargs="+", default=[], metavar="LIST.json",
-                   help="JSON lists of result.json files (or {\"results\": [...]}, or validate-results outputs); "
-                        "what the rules pass, so the shell line stays short; may be repeated, adds to --results")
+    s.add_argument(
+        "--results-file",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="LIST.json",
+        help='JSON lists of result.json files (or {"results": [...]}, or validate-results outputs); '
+        "what the rules pass, so the shell line stays short; may be repeated, adds to --results",
+    )
 
 
 def _measurement_parsers(sub) -> None:
     """One command per experiment of the registry, plus the internal ``rank`` command."""
     for e in registry.EXPERIMENTS.values():
-        s = sub.add_parser(e.command, help=f"{'Study ' + e.study if e.selectable else 'diagnostic'}: "
-                                          f"one {e.name} job (accelbench.experiments.{e.module}), one {e.result}")
+        s = sub.add_parser(
+            e.command,
+            help=f"{'Study ' + e.study if e.selectable else 'diagnostic'}: "
+            f"one {e.name} job (accelbench.experiments.{e.module}), one {e.result}",
+        )
         s.add_argument("--spec", required=True, help="JSON file of the job's resolved settings (or an inline object)")
-        s.add_argument("--out", required=True, help=f"{e.result} to write"
-                       + (f" ({', '.join(e.side_files)} beside it)" if e.side_files else ""))
+        s.add_argument(
+            "--out",
+            required=True,
+            help=f"{e.result} to write" + (f" ({', '.join(e.side_files)} beside it)" if e.side_files else ""),
+        )
         for name in e.inputs:
             s.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=INPUT_HELP.get(name))
-        s.add_argument("--threads", type=int, default=0,
-                       help="CPU cores of the job (split over its ranks; 0 = every usable core)")
-        s.add_argument("--overwrite", action="store_true",
-                       help="accepted for old command lines: a finished result is always superseded (moved to "
-                            "<system>/.superseded/), never overwritten")
+        s.add_argument(
+            "--threads", type=int, default=0, help="CPU cores of the job (split over its ranks; 0 = every usable core)"
+        )
+        s.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="accepted for old command lines: a finished result is always superseded (moved to "
+            "<system>/.superseded/), never overwritten",
+        )
         s.set_defaults(func=cmd_measure, experiment=e.name)
     s = sub.add_parser("rank", help="internal: one rank of a multi-rank experiment (started by the launcher)")
     s.add_argument("--experiment", required=True, choices=[e.name for e in registry.EXPERIMENTS.values() if e.ranks])
@@ -249,12 +277,19 @@ def _aggregate_parsers(sub) -> None:
     """One aggregation command per aggregated experiment: ``--results``/``--results-file``, the published data
     (``--reference``; ``--claims`` is the same option), ``--out-dir``."""
     for e in registry.aggregated():
-        s = sub.add_parser(f"{e.aggregate.replace('_', '-')}-aggregate",
-                           help=f"tables and figures of {e.name} results, beside the published {e.reference}")
+        s = sub.add_parser(
+            f"{e.aggregate.replace('_', '-')}-aggregate",
+            help=f"tables and figures of {e.name} results, beside the published {e.reference}",
+        )
         s.add_argument("--results", nargs="+", default=[], help="result.json files (any systems)")
         _results_file_option(s)
-        s.add_argument("--reference", "--claims", dest="reference", required=True,
-                       help=f"{e.reference} (published numbers or claims, with their sources)")
+        s.add_argument(
+            "--reference",
+            "--claims",
+            dest="reference",
+            required=True,
+            help=f"{e.reference} (published numbers or claims, with their sources)",
+        )
         s.add_argument("--out-dir", required=True)
         s.set_defaults(func=cmd_aggregate, aggregate_module=e.aggregate)
 
@@ -267,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     _aggregate_parsers(sub)
 
     s = sub.add_parser("mri-prepare", help="build the Study A MRI image/mask NIfTI pair")
-    s.add_argument("--spec", required=True, help="JSON file: {volume, spacing_mm, data: {source, folder, case, label_values}}")
+    s.add_argument(
+        "--spec", required=True, help="JSON file: {volume, spacing_mm, data: {source, folder, case, label_values}}"
+    )
     s.add_argument("--image", required=True)
     s.add_argument("--mask", required=True)
     s.set_defaults(func=cmd_mri_prepare)
@@ -280,36 +317,57 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_unet3d_step)
 
     s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
-    s.add_argument("--spec", required=True, help="JSON file: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}")
+    s.add_argument(
+        "--spec",
+        required=True,
+        help="JSON file: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}",
+    )
     s.add_argument("--out", required=True, help="patch set (.npz)")
     s.set_defaults(func=cmd_sr3_prepare)
 
-    s = sub.add_parser("llm-export", help="Study B: save an offline LM (SmolLM2 GGUF, random init) as a plain HF folder")
+    s = sub.add_parser(
+        "llm-export", help="Study B: save an offline LM (SmolLM2 GGUF, random init) as a plain HF folder"
+    )
     s.add_argument("--spec", required=True, help="JSON model spec of accelbench.models.llm.load_causal_lm")
     s.add_argument("--out", required=True, help="folder to write (safetensors, config, tokenizer, accelbench.json)")
     s.set_defaults(func=cmd_llm_export)
 
-    s = sub.add_parser("llm-tokenizer-export", help="Study B: save a tokenizer of random-init models (SmolLM2's, from "
-                                                    "its GGUF) as a small plain HF folder")
+    s = sub.add_parser(
+        "llm-tokenizer-export",
+        help="Study B: save a tokenizer of random-init models (SmolLM2's, from its GGUF) as a small plain HF folder",
+    )
     s.add_argument("--name", required=True, help="tokenizer to export (smollm2)")
-    s.add_argument("--out", required=True, help="folder to write (tokenizer.json, tokenizer_config.json, accelbench.json)")
+    s.add_argument(
+        "--out", required=True, help="folder to write (tokenizer.json, tokenizer_config.json, accelbench.json)"
+    )
     s.set_defaults(func=cmd_llm_tokenizer_export)
 
-    s = sub.add_parser("reference-runs", help="regenerate the READMEs of the committed reference runs (reference_runs/), "
-                                              "the claims page docs/claims.md and ARTIFACT.md's verdicts block")
+    s = sub.add_parser(
+        "reference-runs",
+        help="regenerate the READMEs of the committed reference runs (reference_runs/), "
+        "the claims page docs/claims.md and ARTIFACT.md's verdicts block",
+    )
     s.add_argument("--root", default="reference_runs")
     s.add_argument("--readme", default="README.md", help="the main README with the generated 'Reference runs' block")
     s.add_argument("--check", action="store_true", help="only check that they are up to date (exit 1 otherwise)")
-    s.add_argument("--tables", action="store_true", help="also regenerate each run's tables and figures "
-                                                         "(<run>/tables/) from its result files")
+    s.add_argument(
+        "--tables",
+        action="store_true",
+        help="also regenerate each run's tables and figures (<run>/tables/) from its result files",
+    )
     s.add_argument("--reference-dir", default="resources/reference", help="the published numbers (claims, tables)")
-    s.add_argument("--claims-doc", default="docs/claims.md", help="the claims page (each claim, its quote, scope, "
-                                                                  "evidence and every reference run's verdict)")
+    s.add_argument(
+        "--claims-doc",
+        default="docs/claims.md",
+        help="the claims page (each claim, its quote, scope, evidence and every reference run's verdict)",
+    )
     s.add_argument("--artifact", default="ARTIFACT.md", help="the evaluators' guide with the generated verdicts block")
     s.set_defaults(func=cmd_reference_runs)
 
-    s = sub.add_parser("validate-results", help="check result.json files against the result schemas (fails naming "
-                                                "each offending file and field)")
+    s = sub.add_parser(
+        "validate-results",
+        help="check result.json files against the result schemas (fails naming each offending file and field)",
+    )
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
     _results_file_option(s)
     s.add_argument("--out", required=True, help="JSON list of the validated files")
@@ -318,15 +376,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("claims", help="every claim of both studies against every system's results (one table)")
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
     _results_file_option(s)
-    s.add_argument("--validated", nargs="*", default=[],
-                   help="validate-results outputs: the result files they list are read too (keeps the shell line short)")
+    s.add_argument(
+        "--validated",
+        nargs="*",
+        default=[],
+        help="validate-results outputs: the result files they list are read too (keeps the shell line short)",
+    )
     s.add_argument("--claims", nargs=2, required=True, metavar=("STUDY_A_CSV", "STUDY_B_CSV"))
     s.add_argument("--sr3-reference", required=True, help="study_b_sr3_scaling.csv (published order of systems)")
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_claims)
 
-    s = sub.add_parser("energy-aggregate", help="time and energy per step of every result (device-level board "
-                                                "energy, not MLPerf Power): tables and a figure")
+    s = sub.add_parser(
+        "energy-aggregate",
+        help="time and energy per step of every result (device-level board "
+        "energy, not MLPerf Power): tables and a figure",
+    )
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
     _results_file_option(s)
     s.add_argument("--sr3-reference", help="study_b_sr3_scaling.csv (published SR3 times, drawn without energy)")
@@ -337,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", default="config/config.yaml")
     s.set_defaults(func=cmd_check_system)
 
-    s = sub.add_parser("gpu-smoke", help="print and save the devices this job sees (nvidia-smi -L / hl-smi, torch, Slurm env)")
+    s = sub.add_parser(
+        "gpu-smoke", help="print and save the devices this job sees (nvidia-smi -L / hl-smi, torch, Slurm env)"
+    )
     s.add_argument("--expect", type=int, required=True, help="accelerators the job requested (the rule's gpu resource)")
     s.add_argument("--out", required=True, help="JSON report")
     s.set_defaults(func=cmd_gpu_smoke)
@@ -345,15 +412,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .quiet import install
+    from accelbench.quiet import install
 
     install()  # known-harmless library warnings (accelbench.quiet.KNOWN_HARMLESS) stay out of the job logs
-    from .locks import claim_notice_fd
+    from accelbench.locks import claim_notice_fd
 
     claim_notice_fd()  # lock waits go to the run's terminal (fd 3 of the measurement rules' shell lines)
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         args.func(args)
     except AccelbenchError as exc:

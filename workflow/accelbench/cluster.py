@@ -18,12 +18,24 @@ import socket
 import subprocess
 from pathlib import Path
 
-from . import backends
+from accelbench import backends
 
 # Scheduler and runtime variables that decide which devices a job gets (each backend's first).
-JOB_ENV = (*(v for b in backends.all_backends() for v in b.job_env_vars), "SLURM_JOB_ID", "SLURM_JOB_NAME",
-           "SLURMD_NODENAME", "SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE", "SLURM_MEM_PER_NODE",
-           "SLURM_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL")
+JOB_ENV = (
+    *(v for b in backends.all_backends() for v in b.job_env_vars),
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURMD_NODENAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_GPUS",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_JOB_GPUS",
+    "SLURM_STEP_GPUS",
+    "GPU_DEVICE_ORDINAL",
+)
 
 # Vendor listing commands (each backend's `vendor_tool`): nvidia-smi prints one `GPU i: name (UUID: ...)` line per
 # device; hl-smi one CSV line per card.
@@ -51,15 +63,21 @@ def device_report(expected: int) -> dict:
     ``seen`` counts the vendor tool's device lines where a tool ran, else torch's count (0 on CPU);
     ``matches`` is ``seen == expected``.
     """
-    from .systems import probe_devices
+    from accelbench.systems import probe_devices
 
     vendor = vendor_listing()
     found = probe_devices()
     listed = [len(v["lines"]) for v in vendor.values() if v["returncode"] == 0]
     seen = listed[0] if listed else (found["count"] if backends.get(found["backend"]).accelerator else 0)
-    return {"host": socket.gethostname(), "vendor_tool": vendor, "torch": found,
-            "env": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
-            "expected": int(expected), "seen": seen, "matches": seen == int(expected)}
+    return {
+        "host": socket.gethostname(),
+        "vendor_tool": vendor,
+        "torch": found,
+        "env": {k: os.environ[k] for k in JOB_ENV if k in os.environ},
+        "expected": int(expected),
+        "seen": seen,
+        "matches": seen == int(expected),
+    }
 
 
 def slurm_submission_hints(log_text: str) -> list[str]:
@@ -77,9 +95,11 @@ def slurm_submission_hints(log_text: str) -> list[str]:
         reason = [ln.strip() for ln in m.group(2).splitlines() if "error" in ln.lower()]
         reason = reason[-1].rstrip("'.") if reason else m.group(2).splitlines()[0].strip()
         reason = re.sub(r"^(The error message was ')?(sbatch: error: )?", "", reason)
-        hints.append(f"Slurm refused the job of rule {m.group(1)}: {reason}. Fix: edit slurm/site.yaml (partition, "
-                     f"gpu_partition, account, qos, node_limits or rules: {{{m.group(1)}: ...}}) or point "
-                     f"ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule was written.")
+        hints.append(
+            f"Slurm refused the job of rule {m.group(1)}: {reason}. Fix: edit slurm/site.yaml (partition, "
+            f"gpu_partition, account, qos, node_limits or rules: {{{m.group(1)}: ...}}) or point "
+            f"ACCELBENCH_SLURM_SITE at your site's copy; no output of this rule was written."
+        )
     return hints
 
 
@@ -98,7 +118,7 @@ def require_backend_for_local_jobs(workflow, system) -> dict | None:
     """
     from snakemake_interface_executor_plugins.settings import ExecMode
 
-    from .systems import require_backend
+    from accelbench.systems import require_backend
 
     plugin = workflow.executor_plugin
     if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
@@ -154,7 +174,7 @@ def failed_job_summaries(log_text: str, workdir: str | Path = ".") -> list[str]:
         logs = re.search(r"^\s*log: (.+?) \(check log file", block, flags=re.M)
         message = re.search(r"^\s*message: (.+)$", block, flags=re.M)
         reason, where = None, ""
-        for path in (logs.group(1).split(", ") if logs else []):
+        for path in logs.group(1).split(", ") if logs else []:
             p = Path(workdir) / path
             text = p.read_text(errors="replace").splitlines() if p.is_file() else []
             errors = [ln.strip() for ln in text if re.search(r"\berror\b|Error:", ln)]

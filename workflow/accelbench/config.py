@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .errors import ConfigError
+from accelbench.errors import ConfigError
 
 CONFIG_SCHEMA = Path("config/config.schema.yaml")
 SYSTEM_SCHEMA = Path("config/system.schema.yaml")
@@ -38,8 +38,10 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise ConfigError(f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: key {key!r} is given "
-                                  f"twice in one mapping (first on line {seen[key]}); keep one")
+                raise ConfigError(
+                    f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: key {key!r} is given "
+                    f"twice in one mapping (first on line {seen[key]}); keep one"
+                )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
@@ -92,8 +94,10 @@ def expansion_errors(data: Any, what: str = "config") -> list[str]:
     except RecursionError:
         return [f"{what}: nested too deeply"]
     if n > MAX_EXPANDED_VALUES:
-        return [f"{what}: more than {MAX_EXPANDED_VALUES:,} values once its YAML aliases (*name) are expanded "
-                f"(an alias bomb?); write the values out or use fewer aliases"]
+        return [
+            f"{what}: more than {MAX_EXPANDED_VALUES:,} values once its YAML aliases (*name) are expanded "
+            f"(an alias bomb?); write the values out or use fewer aliases"
+        ]
     return []
 
 
@@ -107,8 +111,11 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 def _describe(error: jsonschema.ValidationError) -> str:
     if error.validator == "anyOf" and error.context:  # e.g. `experiments`: `all` or a list
         if isinstance(error.instance, list):  # say what is wrong inside the list
-            error = max((e for e in error.context if e.validator != "const" and e.validator != "type"),
-                        key=lambda e: len(e.absolute_path), default=error)
+            error = max(
+                (e for e in error.context if e.validator != "const" and e.validator != "type"),
+                key=lambda e: len(e.absolute_path),
+                default=error,
+            )
         else:
             where = _key_path(error)
             choices = [repr(a["const"]) if "const" in a else f"a list ({a.get('type')})" for a in error.validator_value]
@@ -118,8 +125,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         if not math.isfinite(error.instance):
             return f"config key '{where}': {error.instance!r} is not allowed (a finite number is needed)"
         if error.instance.is_integer() and "integer" in str(error.validator_value):
-            return f"config key '{where}': {error.instance!r} is not an integer (write {int(error.instance)})" \
-                if abs(error.instance) < 1e15 else f"config key '{where}': {error.instance!r} is not an integer"
+            return (
+                f"config key '{where}': {error.instance!r} is not an integer (write {int(error.instance)})"
+                if abs(error.instance) < 1e15
+                else f"config key '{where}': {error.instance!r} is not an integer"
+            )
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"config key '{where}': {error.instance!r} is not allowed; allowed values: {allowed}"
@@ -134,9 +144,9 @@ def load_schema(schema_path: str | Path) -> dict:
     ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.registry`); where it has
     a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`); SR3's configuration names
     from :mod:`accelbench.experiments.sr3_configs`."""
-    from .backends import BACKENDS
-    from .experiments.sr3_configs import CONFIGURATIONS
-    from .registry import names
+    from accelbench.backends import BACKENDS
+    from accelbench.experiments.sr3_configs import CONFIGURATIONS
+    from accelbench.registry import names
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     props = schema.get("properties", {})
@@ -163,8 +173,10 @@ def _is_number(checker, instance) -> bool:
 # finite one (`.nan` and `.inf` pass every `minimum`/`maximum` otherwise: a NaN threshold never flags anything).
 Validator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"integer": _is_integer,
-                                                                            "number": _is_number}))
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_number}
+    ),
+)
 
 
 def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") -> list[str]:
@@ -218,15 +230,35 @@ def _divisible(where: str, what: str, channels: list[int], attention: list[int],
     for key, checked in (("norm_groups", channels), ("num_heads", attention)):
         bad = [c for c in checked if c % p[key]]
         if bad:
-            out.append(f"config key '{where}': channels {bad} ({what}{', attention levels' if key == 'num_heads' else ''})"
-                       f" are not multiples of {key} {p[key]}")
+            out.append(
+                f"config key '{where}': channels {bad} ({what}{', attention levels' if key == 'num_heads' else ''})"
+                f" are not multiples of {key} {p[key]}"
+            )
     return out
 
 
 # Folders of the operating system that results must never be written into (as root they could be): the key
 # `results_dir` may not be one of these, nor lie under one, nor be `/` itself (`/results` in a container is fine).
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin", "/sys",
-               "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/include", "/usr/share")
+SYSTEM_DIRS = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/sbin",
+    "/sys",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/include",
+    "/usr/share",
+)
 
 
 def results_dir_errors(value) -> list[str]:
@@ -242,8 +274,10 @@ def results_dir_errors(value) -> list[str]:
         return []
     resolved = os.path.realpath(value_x)
     if resolved in ("/", "/usr", "/var") or any(resolved == d or resolved.startswith(d + "/") for d in SYSTEM_DIRS):
-        return [f"config key 'results_dir': {value!r} ({resolved}) is a folder of the operating system;"
-                f" give a folder of your own (default: results)"]
+        return [
+            f"config key 'results_dir': {value!r} ({resolved}) is a folder of the operating system;"
+            f" give a folder of your own (default: results)"
+        ]
     return []
 
 
@@ -262,28 +296,36 @@ def cross_field_errors(config: dict) -> list[str]:
     lora = config.get("lora_finetune") or {}
     for i, name in enumerate(lora.get("models", [])):
         if name not in (lora.get("presets") or {}):
-            out.append(f"config key 'lora_finetune.models[{i}]': {name!r} is not a key of lora_finetune.presets "
-                       f"(known: {', '.join(sorted(lora.get('presets') or {})) or 'none'})")
+            out.append(
+                f"config key 'lora_finetune.models[{i}]': {name!r} is not a key of lora_finetune.presets "
+                f"(known: {', '.join(sorted(lora.get('presets') or {})) or 'none'})"
+            )
     u = config.get("unet3d_profile") or {}
     for name, preset in (u.get("presets") or {}).items():
         for scale in ("paper", "small"):
             p = dict(preset, **((u.get("scales") or {}).get(scale) or {}))
-            where = f"unet3d_profile.presets.{name}" + (f" with unet3d_profile.scales.{scale}" if scale != "paper" else "")
+            where = f"unet3d_profile.presets.{name}" + (
+                f" with unet3d_profile.scales.{scale}" if scale != "paper" else ""
+            )
             channels = [p["base_channels"] * m for m in p["channel_mult"]]
             factors = {p["volume"][0] // r for r in p["attention_resolutions"] if p["volume"][0] % r == 0}
             attention = [c for level, c in enumerate(channels) if 2**level in factors]
             out += _divisible(where, "base_channels x channel_mult", channels, attention, p)
             step = 2 ** (len(p["channel_mult"]) - 1)
             if any(v % step for v in p["volume"]):
-                out.append(f"config key '{where}': volume {p['volume']} must be a multiple of {step} per side "
-                           f"({len(p['channel_mult'])} U-Net levels halve it {len(p['channel_mult']) - 1} times)")
+                out.append(
+                    f"config key '{where}': volume {p['volume']} must be a multiple of {step} per side "
+                    f"({len(p['channel_mult'])} U-Net levels halve it {len(p['channel_mult']) - 1} times)"
+                )
     sr3 = config.get("sr3_scaling") or {}
     if sr3.get("preset"):
         for scale in ("paper", "small"):
             p = dict(sr3["preset"], **((sr3.get("scales") or {}).get(scale) or {}))
             where = "sr3_scaling.preset" + (f" with sr3_scaling.scales.{scale}" if scale != "paper" else "")
             channels = [p["inner_channels"] * m for m in p["channel_mult"]]
-            attention = [c for level, c in enumerate(channels) if p["hr_size"] // 2**level in p["attention_resolutions"]]
+            attention = [
+                c for level, c in enumerate(channels) if p["hr_size"] // 2**level in p["attention_resolutions"]
+            ]
             out += _divisible(where, "inner_channels x channel_mult", channels, attention, p)
     return out
 
@@ -299,7 +341,7 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
     if problems:
         raise ConfigError(problems[0])
     if config.get("experiments") == "all":  # every study experiment of the registry, in its order
-        from .registry import names
+        from accelbench.registry import names
 
         config["experiments"] = list(names())
     coerce_to_schema(config, schema_path)

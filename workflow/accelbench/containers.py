@@ -27,8 +27,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from . import backends
-from .errors import ConfigError
+from accelbench import backends
+from accelbench.errors import ConfigError
 
 
 def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
@@ -45,7 +45,8 @@ def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
         raise ConfigError(
             f"system {system.name!r} names image {system.image!r}, but {folder} lacks {', '.join(missing)}: every rule "
             f"runs in that image. Fix: set `image:` in the system file to one of {have}, or add "
-            f"{folder}/Dockerfile and {folder}/accelbench-{system.image}.def (see containers/README.md)")
+            f"{folder}/Dockerfile and {folder}/accelbench-{system.image}.def (see containers/README.md)"
+        )
     if "{image}" not in uri_template:
         raise ConfigError(f"container_uri {uri_template!r} must contain '{{image}}' (the system's image name)")
     return uri_template.format(image=system.image)
@@ -83,14 +84,20 @@ def require_apptainer(uri: str, rules: str = "every rule") -> str:
     apptainer = shutil.which("apptainer")
     if apptainer:
         found = f"only `apptainer` ({apptainer}) is on PATH, but Snakemake runs `singularity`"
-        fix = (f"mkdir -p ~/bin && ln -s {apptainer} ~/bin/singularity && export PATH=~/bin:$PATH "
-               f"(or `deployment: none` in slurm/site.yaml)")
+        fix = (
+            f"mkdir -p ~/bin && ln -s {apptainer} ~/bin/singularity && export PATH=~/bin:$PATH "
+            f"(or `deployment: none` in slurm/site.yaml)"
+        )
     else:
         found = "neither `singularity` nor `apptainer` is on PATH"
-        fix = ("install apptainer or `module load apptainer` (it provides `singularity`) on this host and the compute "
-               "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)")
-    raise ConfigError(f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
-                      f"{rules} runs in {uri}.\nFix: {fix}")
+        fix = (
+            "install apptainer or `module load apptainer` (it provides `singularity`) on this host and the compute "
+            "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)"
+        )
+    raise ConfigError(
+        f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
+        f"{rules} runs in {uri}.\nFix: {fix}"
+    )
 
 
 class ApptainerWhenRun(set):
@@ -114,8 +121,11 @@ class ApptainerWhenRun(set):
         if self.workflow.dryrun and not shutil.which("singularity"):
             if not self.noted:
                 self.noted = True
-                print("accelbench: dry run on a host without `singularity`/`apptainer`: planned without containers; "
-                      "a real run with --software-deployment-method apptainer needs it", file=sys.stderr)
+                print(
+                    "accelbench: dry run on a host without `singularity`/`apptainer`: planned without containers; "
+                    "a real run with --software-deployment-method apptainer needs it",
+                    file=sys.stderr,
+                )
             return False
         if not self.workflow.dryrun:
             require_apptainer(self.uri, "every rule of this workflow (e.g. unet3d_profile)")
@@ -148,8 +158,9 @@ def _pip_facts(lines: list[str], folder: Path) -> tuple[dict[str, str], bool]:
     for line in lines:
         if re.search(r"\bpip3? install\b|\bpip_install\b", line):
             pins.update({name.lower(): ver for name, ver in _PIN.findall(line)})
-            project = project or bool(_PROJECT.search(line + " ") or re.search(r"pip_install\b.*\s-e\s+\.(\s|$)",
-                                                                                 line + " "))
+            project = project or bool(
+                _PROJECT.search(line + " ") or re.search(r"pip_install\b.*\s-e\s+\.(\s|$)", line + " ")
+            )
         call = _INSTALL_SH.search(line)
         if call:
             phase, rest = call.groups()
@@ -207,10 +218,40 @@ def parse_dockerfile(path: str | Path) -> Recipe:
     return Recipe(path, base, args, pins, project)
 
 
-APPTAINER_SECTIONS = {"setup", "files", "environment", "post", "runscript", "startscript", "test", "labels", "help",
-                      "arguments", "app", "appinstall", "appenv", "apphelp", "apprun", "applabels", "appfiles"}
-APPTAINER_BOOTSTRAPS = {"docker", "docker-archive", "docker-daemon", "library", "localimage", "oras", "shub", "yum",
-                        "debootstrap", "arch", "busybox", "zypper", "scratch"}
+APPTAINER_SECTIONS = {
+    "setup",
+    "files",
+    "environment",
+    "post",
+    "runscript",
+    "startscript",
+    "test",
+    "labels",
+    "help",
+    "arguments",
+    "app",
+    "appinstall",
+    "appenv",
+    "apphelp",
+    "apprun",
+    "applabels",
+    "appfiles",
+}
+APPTAINER_BOOTSTRAPS = {
+    "docker",
+    "docker-archive",
+    "docker-daemon",
+    "library",
+    "localimage",
+    "oras",
+    "shub",
+    "yum",
+    "debootstrap",
+    "arch",
+    "busybox",
+    "zypper",
+    "scratch",
+}
 
 
 def parse_apptainer_def(path: str | Path) -> Recipe:
@@ -249,8 +290,15 @@ def parse_apptainer_def(path: str | Path) -> Recipe:
     agent = header.get("bootstrap")
     if agent not in APPTAINER_BOOTSTRAPS:
         raise ConfigError(f"{path}: Bootstrap {agent!r} is not one of {sorted(APPTAINER_BOOTSTRAPS)}")
-    if agent in ("docker", "library", "localimage", "oras", "shub", "docker-archive", "docker-daemon") \
-            and not header.get("from"):
+    if agent in (
+        "docker",
+        "library",
+        "localimage",
+        "oras",
+        "shub",
+        "docker-archive",
+        "docker-daemon",
+    ) and not header.get("from"):
         raise ConfigError(f"{path}: Bootstrap {agent} needs a 'From:' line")
     args = {}
     for line in sections.get("arguments", []):
@@ -263,6 +311,7 @@ def parse_apptainer_def(path: str | Path) -> Recipe:
             if m.group(1) not in args:
                 raise ConfigError(f"{path}: {{{{ {m.group(1)} }}}} has no default in %arguments")
             return args[m.group(1)]
+
         return re.sub(r"\{\{\s*(\w+)\s*\}\}", one, text)
 
     body = [substitute(line) for line in sections.get("post", [])]
@@ -329,8 +378,9 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
         if "torch" in project and not project["torch"].specifier.contains(torch, prereleases=True):
             problems.append(f"{image}: image torch {torch} fails pyproject's {project['torch']}")
         if not requires_python.contains(f"{want['python']}.0"):
-            problems.append(f"{image}: image Python {want['python']} fails pyproject's requires-python "
-                            f"{requires_python}")
+            problems.append(
+                f"{image}: image Python {want['python']} fails pyproject's requires-python {requires_python}"
+            )
         for name, version in want["pins"].items():
             req = project.get(name.lower())
             if req and not req.specifier.contains(str(version), prereleases=True):
@@ -342,8 +392,10 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
                     problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, the image has torch {torch}")
                 other = project.get(dep.name.lower())
                 if other and dep.name != "torch" and not specifiers_overlap(dep.specifier, other.specifier):
-                    problems.append(f"{image}: {name}=={want['pins'][name]} needs {dep}, pyproject needs {other}: "
-                                    f"no version satisfies both")
+                    problems.append(
+                        f"{image}: {name}=={want['pins'][name]} needs {dep}, pyproject needs {other}: "
+                        f"no version satisfies both"
+                    )
         for name, version in (want.get("resolved") or {}).items():  # what pip resolves the image's stack to
             req = project.get(name.lower())
             if req and not req.specifier.contains(str(version), prereleases=True):
@@ -351,12 +403,14 @@ def check_images(containers_dir: str | Path, pyproject: str | Path, systems: dic
             for pin, reqs in (want.get("requires") or {}).items():
                 for dep in map(Requirement, reqs):
                     if dep.name.lower() == name.lower() and not dep.specifier.contains(str(version), prereleases=True):
-                        problems.append(f"{image}: resolves {name}=={version}, but {pin}=={want['pins'][pin]} "
-                                        f"needs {dep}")
+                        problems.append(
+                            f"{image}: resolves {name}=={version}, but {pin}=={want['pins'][pin]} needs {dep}"
+                        )
     for name, system in (systems or {}).items():
         if system.image not in facts or not (containers_dir / system.image / "Dockerfile").is_file():
-            problems.append(f"system {name!r} names image {system.image!r}, which is not in {containers_dir} "
-                            f"(have {sorted(facts)})")
+            problems.append(
+                f"system {name!r} names image {system.image!r}, which is not in {containers_dir} (have {sorted(facts)})"
+            )
     return problems
 
 
@@ -365,8 +419,14 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def check_installed(installed: dict[str, str], python: str, image: str, containers_dir: str | Path,
-                    constraints: str | Path | None = None, build: str | None = None) -> list[str]:
+def check_installed(
+    installed: dict[str, str],
+    python: str,
+    image: str,
+    containers_dir: str | Path,
+    constraints: str | Path | None = None,
+    build: str | None = None,
+) -> list[str]:
     """Every contradiction between what a built image holds and ``containers/versions.yaml`` (and constraints.txt).
 
     Args:
@@ -395,19 +455,25 @@ def check_installed(installed: dict[str, str], python: str, image: str, containe
     torch = have.get("torch")
     if torch is None or Version(torch).public != str(want["torch"]):
         problems.append(f"{image} image: torch {torch}, {where} says {want['torch']}")
-    expected = {**{k: (str(v), "pins") for k, v in want.get("pins", {}).items()},
-                **{k: (str(v), "resolved") for k, v in (want.get("resolved") or {}).items()}}
+    expected = {
+        **{k: (str(v), "pins") for k, v in want.get("pins", {}).items()},
+        **{k: (str(v), "resolved") for k, v in (want.get("resolved") or {}).items()},
+    }
     for name, (version, key) in expected.items():
         if have.get(_norm(name)) != version:
-            problems.append(f"{image} image: {name} {have.get(_norm(name), 'not installed')}, "
-                            f"{where} {key} says {version}")
+            problems.append(
+                f"{image} image: {name} {have.get(_norm(name), 'not installed')}, {where} {key} says {version}"
+            )
     for line in Path(constraints).read_text().splitlines() if constraints else []:
         name, sep, version = line.split("#")[0].strip().partition("==")
         if sep and _norm(name) in have and have[_norm(name)] != version.strip():
-            problems.append(f"{image} image: {name.strip()} {have[_norm(name)]}, {Path(constraints).name} says "
-                            f"{version.strip()}")
+            problems.append(
+                f"{image} image: {name.strip()} {have[_norm(name)]}, {Path(constraints).name} says {version.strip()}"
+            )
     project = tomllib.loads((containers_dir.parent / "pyproject.toml").read_text())["project"]
     if have.get(_norm(project["name"])) != project["version"]:
-        problems.append(f"{image} image: {project['name']} {have.get(_norm(project['name']), 'not installed')}, "
-                        f"pyproject.toml says {project['version']}")
+        problems.append(
+            f"{image} image: {project['name']} {have.get(_norm(project['name']), 'not installed')}, "
+            f"pyproject.toml says {project['version']}"
+        )
     return problems

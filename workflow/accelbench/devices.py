@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import backends
-from .backends import Backend
+from accelbench import backends
+from accelbench.backends import Backend
 
 
 @dataclass

@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 LABEL = "device-level board energy, not MLPerf Power"
-NOT_COUNTED = ("host CPU and host memory (except where the host CPU is the device: RAPL), network, storage, "
-               "cooling, power-supply losses")
+NOT_COUNTED = (
+    "host CPU and host memory (except where the host CPU is the device: RAPL), network, storage, "
+    "cooling, power-supply losses"
+)
 
 
 class CounterUnavailable(Exception):
@@ -69,9 +71,15 @@ class Counter:
         raise NotImplementedError
 
     def describe(self) -> dict:
-        return {"source": self.source, "api": self.api, "resolution_j": self.resolution_j,
-                "update_period_s": self.update_period_s, "wrap_j": self.wrap_j, "counter": self.identity,
-                "covers": self.covers}
+        return {
+            "source": self.source,
+            "api": self.api,
+            "resolution_j": self.resolution_j,
+            "update_period_s": self.update_period_s,
+            "wrap_j": self.wrap_j,
+            "counter": self.identity,
+            "covers": self.covers,
+        }
 
 
 class NvmlCounter(Counter):
@@ -88,7 +96,7 @@ class NvmlCounter(Counter):
             import pynvml
         except ImportError:
             raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
-        from .hostload import visible_gpus
+        from accelbench.hostload import visible_gpus
 
         try:
             pynvml.nvmlInit()
@@ -96,8 +104,9 @@ class NvmlCounter(Counter):
             uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
             visible = visible_gpus(count, uuids)
             if torch_index >= len(visible):
-                raise CounterUnavailable(f"NVML sees {count} GPU(s); torch device {torch_index} is not among the "
-                                         f"visible ones {visible}")
+                raise CounterUnavailable(
+                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
+                )
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
             self.identity = uuids[visible[torch_index]]
             self._read = pynvml.nvmlDeviceGetTotalEnergyConsumption
@@ -201,7 +210,7 @@ class Settings:
     min_windows: int = 3
 
     @classmethod
-    def from_spec(cls, value: dict | None) -> "Settings":
+    def from_spec(cls, value: dict | None) -> Settings:
         return cls(**{k: v for k, v in (value or {}).items() if k in ("enabled", "window_s", "min_windows")})
 
 
@@ -258,8 +267,14 @@ class EnergyMeter:
         config: :class:`Settings` (default: this process's, :func:`configure`).
     """
 
-    def __init__(self, device, steps: int | None = None, skip: int = 0, counter: Counter | None = None,
-                 config: Settings | None = None):
+    def __init__(
+        self,
+        device,
+        steps: int | None = None,
+        skip: int = 0,
+        counter: Counter | None = None,
+        config: Settings | None = None,
+    ):
         self.device, self.steps, self.skip = device, steps, skip
         self.config = config or _settings
         self.counter, self.reason = counter, None
@@ -328,8 +343,16 @@ class EnergyMeter:
 def _stats(values: list[float], unit: str) -> dict:
     s = sorted(values)
     q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
-    return {"unit": unit, "count": len(s), "median": statistics.median(s), "p10": q[0], "p90": q[-1],
-            "min": s[0], "max": s[-1], "stdev": statistics.stdev(s) if len(s) > 1 else 0.0}
+    return {
+        "unit": unit,
+        "count": len(s),
+        "median": statistics.median(s),
+        "p10": q[0],
+        "p90": q[-1],
+        "min": s[0],
+        "max": s[-1],
+        "stdev": statistics.stdev(s) if len(s) > 1 else 0.0,
+    }
 
 
 def summarize(windows: list[Window], counter: dict, config: Settings) -> dict:
@@ -344,24 +367,33 @@ def summarize(windows: list[Window], counter: dict, config: Settings) -> dict:
     """
     valid = [w for w in windows if w.joules is not None and w.steps > 0]
     if not valid:
-        return {"status": "unsupported", "label": LABEL, "windows": [asdict(w) for w in windows],
-                "reason": "no window with a usable counter reading (no metered step, or the counter went backwards)"}
+        return {
+            "status": "unsupported",
+            "label": LABEL,
+            "windows": [asdict(w) for w in windows],
+            "reason": "no window with a usable counter reading (no metered step, or the counter went backwards)",
+        }
     full = [w for w in valid if "short" not in w.flags]
     used = full or valid
     median_s = statistics.median(w.seconds for w in used)
     period = counter.get("update_period_s")
     out = {
-        "status": "ok", "label": LABEL, **counter,
+        "status": "ok",
+        "label": LABEL,
+        **counter,
         "per_step": _stats([w.joules / w.steps for w in used], "J"),
         "power_w": _stats([w.joules / w.seconds for w in used], "W"),
         "step_ms_metered": _stats([w.seconds / w.steps * 1e3 for w in used], "ms"),
         "steps_metered": sum(w.steps for w in used),
-        "windows_used": len(used), "short_windows": sum("short" in w.flags for w in valid),
+        "windows_used": len(used),
+        "short_windows": sum("short" in w.flags for w in valid),
         "below_update_period": sum("below_update_period" in w.flags for w in used),
         "staleness_bound": period / median_s if period and median_s > 0 else None,
-        "reliable": bool(full) and len(full) >= config.min_windows
-                    and not any("below_update_period" in w.flags for w in used),
-        "window_s": config.window_s, "min_windows": config.min_windows,
+        "reliable": bool(full)
+        and len(full) >= config.min_windows
+        and not any("below_update_period" in w.flags for w in used),
+        "window_s": config.window_s,
+        "min_windows": config.min_windows,
         "windows": [asdict(w) for w in windows],
         "not_counted": NOT_COUNTED,
     }
@@ -385,17 +417,35 @@ def merge_ranks(per_rank: list[dict | None]) -> dict:
         distinct.setdefault(r.get("counter") or id(r), r)
     rs = list(distinct.values())
     first = rs[0]
-    keep = ("source", "api", "resolution_j", "update_period_s", "wrap_j", "covers", "window_s", "min_windows",
-            "not_counted")
-    return {"status": "ok", "label": LABEL, **{k: first.get(k) for k in keep},
-            "per_step": {"unit": "J", "median": sum(r["per_step"]["median"] for r in rs),
-                         "p10": sum(r["per_step"]["p10"] for r in rs), "p90": sum(r["per_step"]["p90"] for r in rs),
-                         "method": "sum over devices of each rank's median (p10, p90 likewise)"},
-            "power_w": {"unit": "W", "median": sum(r["power_w"]["median"] for r in rs)},
-            "devices_counted": len(rs), "ranks": len(per_rank),
-            "reliable": all(r.get("reliable") for r in rs),
-            "staleness_bound": max((r.get("staleness_bound") or 0.0) for r in rs) or None,
-            "per_rank": per_rank}
+    keep = (
+        "source",
+        "api",
+        "resolution_j",
+        "update_period_s",
+        "wrap_j",
+        "covers",
+        "window_s",
+        "min_windows",
+        "not_counted",
+    )
+    return {
+        "status": "ok",
+        "label": LABEL,
+        **{k: first.get(k) for k in keep},
+        "per_step": {
+            "unit": "J",
+            "median": sum(r["per_step"]["median"] for r in rs),
+            "p10": sum(r["per_step"]["p10"] for r in rs),
+            "p90": sum(r["per_step"]["p90"] for r in rs),
+            "method": "sum over devices of each rank's median (p10, p90 likewise)",
+        },
+        "power_w": {"unit": "W", "median": sum(r["power_w"]["median"] for r in rs)},
+        "devices_counted": len(rs),
+        "ranks": len(per_rank),
+        "reliable": all(r.get("reliable") for r in rs),
+        "staleness_bound": max((r.get("staleness_bound") or 0.0) for r in rs) or None,
+        "per_rank": per_rank,
+    }
 
 
 def per_unit(energy: dict | None, units_per_step: float, unit: str, scale: float = 1.0) -> dict | None:
@@ -404,8 +454,11 @@ def per_unit(energy: dict | None, units_per_step: float, unit: str, scale: float
     if not energy or energy.get("status") != "ok" or not units_per_step:
         return None
     j = energy["per_step"]["median"]
-    return {"value": j * scale / units_per_step, "unit": unit,
-            "method": f"median J/step x {scale:g} / {units_per_step:g} per step"}
+    return {
+        "value": j * scale / units_per_step,
+        "unit": unit,
+        "method": f"median J/step x {scale:g} / {units_per_step:g} per step",
+    }
 
 
 def per_watt(rate: float | None, energy: dict | None) -> float | None:
@@ -416,8 +469,13 @@ def per_watt(rate: float | None, energy: dict | None) -> float | None:
     return rate / w if w and not math.isclose(w, 0.0) else None
 
 
-def report(phases: dict[str, dict | None], main: str, per_units: dict | None = None,
-           per_watts: dict | None = None, step_ms: float | None = None) -> dict:
+def report(
+    phases: dict[str, dict | None],
+    main: str,
+    per_units: dict | None = None,
+    per_watts: dict | None = None,
+    step_ms: float | None = None,
+) -> dict:
     """``measurements.energy`` of an experiment: every metered phase's result under ``phases``; the headline numbers
     of the ``main`` phase (``j_per_step``, ``power_w``, ``source``, ``reliable``); ``per_unit``: energy per work unit
     (``{name: (phase, units_per_step, unit, scale, label)}``, e.g. J per image, J per 1k tokens; ``label``
@@ -430,8 +488,16 @@ def report(phases: dict[str, dict | None], main: str, per_units: dict | None = N
     if e["status"] != "ok":
         out["reason"] = e.get("reason")
     else:
-        out.update({"source": e.get("source"), "reliable": e.get("reliable"), "j_per_step": e["per_step"]["median"],
-                    "power_w": e["power_w"]["median"], "per_unit": {}, "per_watt": {}})
+        out.update(
+            {
+                "source": e.get("source"),
+                "reliable": e.get("reliable"),
+                "j_per_step": e["per_step"]["median"],
+                "power_w": e["power_w"]["median"],
+                "per_unit": {},
+                "per_watt": {},
+            }
+        )
         for name, (phase, units, unit, scale, label) in (per_units or {}).items():
             value = per_unit(phases.get(phase), units, unit, scale)
             if value is not None:

@@ -30,14 +30,28 @@ from pathlib import Path
 
 # The machine the cost models were fitted on (its jobs measured in runs of the embedded default, with and without
 # ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), and its calibration (:func:`calibrate`: CPU s, best of 5)
-REFERENCE = {"cpu": "AMD EPYC (avx512_bf16, torch capability AVX512), 2 cores", "date": "2026-12-02",
-             "calibration_s": 0.042}
+REFERENCE = {
+    "cpu": "AMD EPYC (avx512_bf16, torch capability AVX512), 2 cores",
+    "date": "2026-12-02",
+    "calibration_s": 0.042,
+}
 # wall seconds a job of these rules adds to a run on the reference machine (its start-up included; llm_export runs
 # beside the data preparations)
-RULE_S = {"mri_prepare": 7.0, "sr3_prepare": 2.0, "llm_export": 30.0, "llm_tokenizer_export": 8.0,
-          "validate_results": 1.0, "study_a_aggregate": 6.0, "study_a_ncu_aggregate": 4.0,
-          "study_b_sr3_aggregate": 6.0, "study_b_quant_aggregate": 4.0, "study_b_lora_aggregate": 3.0,
-          "claims": 8.0, "energy_aggregate": 4.0, "all": 0.0}
+RULE_S = {
+    "mri_prepare": 7.0,
+    "sr3_prepare": 2.0,
+    "llm_export": 30.0,
+    "llm_tokenizer_export": 8.0,
+    "validate_results": 1.0,
+    "study_a_aggregate": 6.0,
+    "study_a_ncu_aggregate": 4.0,
+    "study_b_sr3_aggregate": 6.0,
+    "study_b_quant_aggregate": 4.0,
+    "study_b_lora_aggregate": 3.0,
+    "claims": 8.0,
+    "energy_aggregate": 4.0,
+    "all": 0.0,
+}
 DEFAULT_RULE_S = 8.0
 STARTUP_S = 3.0  # a measurement job that only writes `unsupported` (python, torch, the harness)
 SLOWER = 1.3  # a run this many times its estimate so far says so
@@ -88,7 +102,7 @@ def fmt(seconds: float) -> str:
 
 def _experiment_of(output: str) -> str | None:
     """The registry name in a result path ``<results>/<system>/<experiment>/.../result.json``, else None."""
-    from . import registry
+    from accelbench import registry
 
     parts = Path(output).parts
     for name in registry.names(selectable_only=False):
@@ -100,7 +114,7 @@ def _experiment_of(output: str) -> str | None:
 def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
     """A job's wall seconds on the reference machine: its experiment's ``estimate_s(spec)`` for a measurement job,
     else :data:`RULE_S` (unknown rules: :data:`DEFAULT_RULE_S`)."""
-    from . import registry
+    from accelbench import registry
 
     name = _experiment_of(output) if spec_path else None
     if name is not None:
@@ -123,8 +137,10 @@ def _unfitted(jobs) -> str | None:
             continue
         backend, scale = system.get("backend"), system.get("scale")
         if (backend, scale) != ("cpu", "small") and backend is not None:
-            return (f"the cost models are fitted to the embedded default on a CPU (backend cpu, scale small); this run "
-                    f"measures on system {system.get('name')} (backend {backend}, scale {scale})")
+            return (
+                f"the cost models are fitted to the embedded default on a CPU (backend cpu, scale small); this run "
+                f"measures on system {system.get('name')} (backend {backend}, scale {scale})"
+            )
     return None
 
 
@@ -162,8 +178,10 @@ class Progress:
     def first_line(self) -> str:
         if self.unfitted:
             return f"accelbench: {len(self.jobs)} jobs to run; no time estimate: {self.unfitted}"
-        return (f"accelbench: {len(self.jobs)} jobs to run, about {fmt(self.total_s())} on this machine "
-                f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})")
+        return (
+            f"accelbench: {len(self.jobs)} jobs to run, about {fmt(self.total_s())} on this machine "
+            f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})"
+        )
 
     def line(self) -> str:
         elapsed = time.time() - self.started
@@ -173,8 +191,10 @@ class Progress:
         left = self.total_s([j for j in self.jobs if j not in self.done])
         drift = elapsed / done_est if done_est >= 60 else 1.0  # how the finished jobs compared with their estimate
         left *= min(max(drift, 0.5), 3.0)
-        text = (f"accelbench: {len(self.done)} of {len(self.jobs)} jobs done, about {fmt(left)} left "
-                f"({fmt(elapsed)} so far)")
+        text = (
+            f"accelbench: {len(self.done)} of {len(self.jobs)} jobs done, about {fmt(left)} left "
+            f"({fmt(elapsed)} so far)"
+        )
         if drift > SLOWER:
             text += f"; running {drift:.1f}x slower than estimated"
         return text
@@ -196,12 +216,16 @@ class Progress:
 
     def _record(self, job, now: float) -> None:
         started = self.started_at.get(job)
-        rec = {"rule": job.rule.name, "output": str(job.output[0]) if len(job.output) else None,
-               "estimate_s": round(self.speed * self.estimates[job], 1),
-               "reference_s": round(self.estimates[job], 1),
-               "measured_s": round(now - started, 1) if started else None,
-               "run_started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
-               "calibration_s": round(self.calibration_s, 4), "cores": self.cores}
+        rec = {
+            "rule": job.rule.name,
+            "output": str(job.output[0]) if len(job.output) else None,
+            "estimate_s": round(self.speed * self.estimates[job], 1),
+            "reference_s": round(self.estimates[job], 1),
+            "measured_s": round(now - started, 1) if started else None,
+            "run_started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
+            "calibration_s": round(self.calibration_s, 4),
+            "cores": self.cores,
+        }
         try:
             LOG.parent.mkdir(parents=True, exist_ok=True)
             with LOG.open("a") as fh:

@@ -88,13 +88,15 @@ def lora_flop_counts(model) -> dict:
     cfg = model.config
     heads = cfg.num_attention_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    counts.update(layers=cfg.num_hidden_layers, attention_width=heads * head_dim,
-                  first_layer_adapted=sorted(adapted_first))
+    counts.update(
+        layers=cfg.num_hidden_layers, attention_width=heads * head_dim, first_layer_adapted=sorted(adapted_first)
+    )
     return counts
 
 
-def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int,
-                    counts: dict | None = None) -> dict:
+def flops_per_token(
+    n_params: int, n_trainable: int, layers: int, hidden: int, seq_len: int, counts: dict | None = None
+) -> dict:
     """Training FLOPs per token (2 FLOPs per multiply-add) by two named formulas.
 
     * ``6n``: PaLM's model FLOPs (Chowdhery et al. 2022, App. B; nanoGPT ``estimate_mfu``):
@@ -115,8 +117,10 @@ def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, s
     attn = 12 * layers * hidden * seq_len
     out = {"6n": 6 * n_params + attn, "formula_6n": "6*N + 12*L*d*S (PaLM App. B; upper bound for LoRA)"}
     if counts is None:
-        out.update(lora=4 * (n_params - n_trainable) + 6 * n_trainable + attn,
-                   formula_lora="4*N_frozen + 6*N_trainable + 12*L*d*S (approximation: no module sizes)")
+        out.update(
+            lora=4 * (n_params - n_trainable) + 6 * n_trainable + attn,
+            formula_lora="4*N_frozen + 6*N_trainable + 12*L*d*S (approximation: no module sizes)",
+        )
         return out
     m, m0 = counts["frozen_matmul"], counts["frozen_first_layer_qkv"]
     a, a0 = counts["adapter"], counts["adapter_first_layer_a"]
@@ -124,11 +128,17 @@ def flops_per_token(n_params: int, n_trainable: int, layers: int, hidden: int, s
     ad = set(counts["first_layer_adapted"])
     b0 = 2 * (("q_proj" in ad) or ("k_proj" in ad)) + 2 * ("q_proj" in ad) + 2 * ("k_proj" in ad) + 2 * ("v_proj" in ad)
     attention = 12 * n_layers * width * seq_len - (8 - b0) * width * seq_len
-    out.update(lora=2 * m + 2 * (m - m0) + 6 * a - 2 * a0 + attention,
-               lora_terms={"frozen_forward": 2 * m, "frozen_input_grad": 2 * (m - m0),
-                           "adapters": 6 * a - 2 * a0, "attention": attention},
-               formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
-                            "(frozen: forward + input grad; adapters: full; attention at S)")
+    out.update(
+        lora=2 * m + 2 * (m - m0) + 6 * a - 2 * a0 + attention,
+        lora_terms={
+            "frozen_forward": 2 * m,
+            "frozen_input_grad": 2 * (m - m0),
+            "adapters": 6 * a - 2 * a0,
+            "attention": attention,
+        },
+        formula_lora="2*M + 2*(M - M_qkv0) + 6*A - 2*A_0 + 12*L*a*S - (8 - b_0)*a*S "
+        "(frozen: forward + input grad; adapters: full; attention at S)",
+    )
     return out
 
 

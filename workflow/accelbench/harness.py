@@ -42,13 +42,14 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from .errors import AccelbenchError
-from .outcome import Outcome
-from .registry import Experiment
+from accelbench.errors import AccelbenchError
+from accelbench.outcome import Outcome
+from accelbench.registry import Experiment
 
 log = logging.getLogger("accelbench")
 
@@ -88,7 +89,7 @@ class JobContext:
         result when the body succeeds (a reader never sees a truncated file) and recorded in
         ``artefacts[key or stem]``. A body that leaves the path unwritten records nothing; one that raises leaves
         nothing behind (:func:`accelbench.results.atomic_path`)."""
-        from .results import atomic_path
+        from accelbench.results import atomic_path
 
         path = self.out.with_name(name)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +102,7 @@ class JobContext:
         """Launch ``devices`` ranks of this experiment's ``run_rank`` and collect them
         (:func:`accelbench.launcher.run_ranks`). Returns the :class:`~accelbench.launcher.Ranks` or an
         ``oom``/``unsupported`` :class:`Outcome`."""
-        from .launcher import run_ranks
+        from accelbench.launcher import run_ranks
 
         return run_ranks(self, settings, devices, key)
 
@@ -151,15 +152,16 @@ def spec_path_of(spec: dict) -> str:
 
 def system_from(spec: dict):
     """The :class:`accelbench.systems.System` recorded in a spec (``spec["system"]``)."""
-    from .systems import System
+    from accelbench.systems import System
 
     d = dict(spec["system"])
     d["precisions"], d["match"] = tuple(d["precisions"]), tuple(d.get("match", ()))
     return System(**d)
 
 
-def context(experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict | None = None,
-            threads: int = 0) -> JobContext:
+def context(
+    experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict | None = None, threads: int = 0
+) -> JobContext:
     """The :class:`JobContext` of a job (spec loaded, system made; nothing checked or started yet)."""
     spec, sha = load_spec(spec_arg)
     path = spec_arg if sha is not None else spec_path_of(spec)
@@ -170,14 +172,21 @@ def context(experiment: Experiment, spec_arg: str, out: str | Path, inputs: dict
 def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
     """Write ``outcome`` as the job's result: ``config`` = spec + ``outcome.config``; ``measurements.noise`` for
     ``ok`` results; provenance; ``artefacts``; ``spec_sha256``. Atomic. Returns the result object."""
-    from . import hostload, provenance, results
+    from accelbench import hostload, provenance, results
 
     config = {**ctx.spec, **outcome.config}
     if outcome.status == "ok":
         outcome.measurements["noise"] = hostload.job_noise(outcome.measurements, ctx.spec.get("noise"))
-    result = results.make_result(ctx.experiment.name, outcome.status, config,
-                                 provenance.collect(ctx.system.backend, ctx.system.to_dict(), config),
-                                 outcome.measurements, outcome.reason, ctx.artefacts, spec_sha256=ctx.spec_sha256)
+    result = results.make_result(
+        ctx.experiment.name,
+        outcome.status,
+        config,
+        provenance.collect(ctx.system.backend, ctx.system.to_dict(), config),
+        outcome.measurements,
+        outcome.reason,
+        ctx.artefacts,
+        spec_sha256=ctx.spec_sha256,
+    )
     results.write_result(result, ctx.out, overwrite=True)
     log.info("%s: status %s%s", ctx.out, outcome.status, f" ({outcome.reason})" if outcome.reason else "")
     return result
@@ -188,11 +197,13 @@ def guarded(ctx: JobContext, lock: bool = True) -> Iterator[None]:
     """Hold the device lock (unless ``lock`` is False: nothing is measured) and supersede the old result for the
     body: a finished result and its side files are moved aside first (never overwritten, never deleted, for any
     user) and put back if the job fails; SIGTERM restores them like Ctrl-C."""
-    from . import locks, results
+    from accelbench import locks, results
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
-    with (locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)) if lock else contextlib.nullcontext()), \
-            results.superseding(ctx.out, ctx.system.name, ctx.experiment.name):
+    with (
+        locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)) if lock else contextlib.nullcontext(),
+        results.superseding(ctx.out, ctx.system.name, ctx.experiment.name),
+    ):
         yield
 
 
@@ -200,7 +211,7 @@ def _experiment(ctx: JobContext):
     """The experiment's module and its ``Settings`` for this job, after its ``prepare_environment`` (if any), which
     must run before anything imports a vendor stack (Gaudi: lazy or eager mode); the process's energy settings
     (:func:`accelbench.energy.configure`) first."""
-    from . import energy
+    from accelbench import energy
 
     energy.configure(ctx.spec.get("energy"))  # the job's energy settings (config `energy`), in the job and its ranks
     module = ctx.experiment.load()
@@ -217,8 +228,8 @@ def run_job(ctx: JobContext) -> dict:
         AccelbenchError: bad spec, the system's backend missing here, or a failure the experiment reports (the old
             result is then put back).
     """
-    from .hostload import start_job
-    from .systems import require_backend
+    from accelbench.hostload import start_job
+    from accelbench.systems import require_backend
 
     start_job()  # host load is recorded from here to the result (measurements.noise)
     module, settings = _experiment(ctx)
@@ -245,10 +256,10 @@ def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int 
     others."""
     import os
 
-    from . import launch
-    from .devices import Device
-    from .registry import get
-    from .results import write_json_atomic
+    from accelbench import launch
+    from accelbench.devices import Device
+    from accelbench.registry import get
+    from accelbench.results import write_json_atomic
 
     placement = launch.place_this_rank()
     ctx = context(get(experiment), spec, out, inputs, threads)
@@ -260,10 +271,26 @@ def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int 
         record = module.run_rank(settings, ctx)
     except Device.out_of_memory_errors() as exc:
         msg = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        write_json_atomic({"rank": rank, "status": "oom", "reason": f"out of device memory: rank {rank}: {msg}",
-                           "record": None, "artefacts": {}}, path)
+        write_json_atomic(
+            {
+                "rank": rank,
+                "status": "oom",
+                "reason": f"out of device memory: rank {rank}: {msg}",
+                "record": None,
+                "artefacts": {},
+            },
+            path,
+        )
         return 3
     status = record.get("status", "ok") if isinstance(record, dict) else "ok"
-    write_json_atomic({"rank": rank, "status": status, "reason": record.get("reason") if status != "ok" else None,
-                       "record": record, "artefacts": ctx.artefacts}, path)
+    write_json_atomic(
+        {
+            "rank": rank,
+            "status": status,
+            "reason": record.get("reason") if status != "ok" else None,
+            "record": record,
+            "artefacts": ctx.artefacts,
+        },
+        path,
+    )
     return 0 if status == "ok" else 1

@@ -116,8 +116,15 @@ def _gpus(root: int) -> list[dict] | None:
                     pass
             clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
             max_clock = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
-            out.append({"index": i, "other_processes": sorted(set(procs) - ours), "sm_clock_mhz": clock,
-                        "sm_clock_max_mhz": max_clock, "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu})
+            out.append(
+                {
+                    "index": i,
+                    "other_processes": sorted(set(procs) - ours),
+                    "sm_clock_mhz": clock,
+                    "sm_clock_max_mhz": max_clock,
+                    "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                }
+            )
         return out
     except Exception:
         return None
@@ -136,10 +143,23 @@ def snapshot(root: int | None = None) -> dict:
 
     root = root or os.getpid()
     t = psutil.cpu_times()
-    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) \
+    busy = (
+        t.user
+        + t.system
+        + getattr(t, "nice", 0.0)
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
         + getattr(t, "steal", 0.0)
-    return {"time": time.time(), "root": root, "loadavg": list(os.getloadavg()), "cpus": psutil.cpu_count(),
-            "busy_s": busy, "tree_cpu_s": _tree_cpu_seconds(root), "gpus": _gpus(root)}
+    )
+    return {
+        "time": time.time(),
+        "root": root,
+        "loadavg": list(os.getloadavg()),
+        "cpus": psutil.cpu_count(),
+        "busy_s": busy,
+        "tree_cpu_s": _tree_cpu_seconds(root),
+        "gpus": _gpus(root),
+    }
 
 
 def _is_ancestor(pid) -> bool:
@@ -178,12 +198,19 @@ def host_load(start: dict, end: dict) -> dict:
     cpus = end.get("cpus") or 1
     busy = (end["busy_s"] - start["busy_s"]) / (wall * cpus)
     job = (end["tree_cpu_s"] - start["tree_cpu_s"]) / (wall * cpus)
-    return {"wall_s": wall, "cpus": cpus, "loadavg_start": start["loadavg"], "loadavg_end": end["loadavg"],
-            "loadavg_1min_per_core": max(start["loadavg"][0], end["loadavg"][0]) / cpus,
-            "cpu_busy_fraction": min(max(busy, 0.0), 1.0), "cpu_job_fraction": min(max(job, 0.0), 1.0),
-            "cpu_other_fraction": min(max(busy - job, 0.0), 1.0), "gpus": end.get("gpus"),
-            "method": "psutil: system busy CPU time minus the job's process tree, over the job's wall time"
-                      + ("; NVML per GPU" if end.get("gpus") is not None else "; no NVML")}
+    return {
+        "wall_s": wall,
+        "cpus": cpus,
+        "loadavg_start": start["loadavg"],
+        "loadavg_end": end["loadavg"],
+        "loadavg_1min_per_core": max(start["loadavg"][0], end["loadavg"][0]) / cpus,
+        "cpu_busy_fraction": min(max(busy, 0.0), 1.0),
+        "cpu_job_fraction": min(max(job, 0.0), 1.0),
+        "cpu_other_fraction": min(max(busy - job, 0.0), 1.0),
+        "gpus": end.get("gpus"),
+        "method": "psutil: system busy CPU time minus the job's process tree, over the job's wall time"
+        + ("; NVML per GPU" if end.get("gpus") is not None else "; no NVML"),
+    }
 
 
 def _timings(obj, path: str = ""):
@@ -217,14 +244,23 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
         why.append(f"timing spread p90/median {spread:.2f} > {th['spread_max']} ({spread_of})")
     if load is not None:
         if load["cpu_other_fraction"] > th["cpu_other_max"]:
-            why.append(f"other processes used {load['cpu_other_fraction']:.0%} of the CPU time "
-                       f"(> {th['cpu_other_max']:.0%}; load average {load['loadavg_1min_per_core']:.2f} per core)")
+            why.append(
+                f"other processes used {load['cpu_other_fraction']:.0%} of the CPU time "
+                f"(> {th['cpu_other_max']:.0%}; load average {load['loadavg_1min_per_core']:.2f} per core)"
+            )
         for g in load.get("gpus") or []:
             if len(g["other_processes"]) > th["gpu_other_processes_max"]:
-                why.append(f"GPU {g['index']}: {len(g['other_processes'])} other process(es) "
-                           f"{g['other_processes'][:5]}")
-    return {"noisy": bool(why), "why": why, "spread_p90_over_median": spread, "spread_of": spread_of,
-            "host": load, "thresholds": th}
+                why.append(
+                    f"GPU {g['index']}: {len(g['other_processes'])} other process(es) {g['other_processes'][:5]}"
+                )
+    return {
+        "noisy": bool(why),
+        "why": why,
+        "spread_p90_over_median": spread,
+        "spread_of": spread_of,
+        "host": load,
+        "thresholds": th,
+    }
 
 
 def job_noise(measurements: dict, thresholds: dict | None = None) -> dict:

@@ -31,13 +31,21 @@ import signal
 import subprocess
 import sys
 
-from . import backends
+from accelbench import backends
 
-ENV_THREADS = "ACCELBENCH_RANK_THREADS"      # threads of one rank, set by the launcher
-ENV_CPUS = "ACCELBENCH_JOB_CPUS"             # the job's CPUs (comma-separated), set by the launcher
-ENV_LAUNCHER = "ACCELBENCH_LAUNCHER_PID"     # "<host>:<pid>" of the launcher: a rank on that host whose launcher is gone exits
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
-               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+ENV_THREADS = "ACCELBENCH_RANK_THREADS"  # threads of one rank, set by the launcher
+ENV_CPUS = "ACCELBENCH_JOB_CPUS"  # the job's CPUs (comma-separated), set by the launcher
+ENV_LAUNCHER = (
+    "ACCELBENCH_LAUNCHER_PID"  # "<host>:<pid>" of the launcher: a rank on that host whose launcher is gone exits
+)
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 PR_SET_PDEATHSIG = 1
 
 
@@ -95,8 +103,14 @@ def rank_env(threads: int, ranks: int, per_rank: int | None = None, base: dict |
 def torchrun_command(nproc: int, args: list[str], rdzv: list[str] | None = None) -> list[str]:
     """``python -m torch.distributed.run <rdzv> --nproc_per_node N <args>``; ``rdzv`` defaults to ``--standalone``
     (one node, a free port). Multi-node launchers pass their own rendezvous options (``--rdzv-backend c10d`` ...)."""
-    return [sys.executable, "-m", "torch.distributed.run", *(rdzv if rdzv is not None else ["--standalone"]),
-            f"--nproc_per_node={nproc}", *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *(rdzv if rdzv is not None else ["--standalone"]),
+        f"--nproc_per_node={nproc}",
+        *args,
+    ]
 
 
 def _libc():
@@ -144,10 +158,12 @@ def _alive(pid: int) -> bool:
 
 def _die_with(parent: int):
     """``preexec_fn`` for a child of ``parent``: SIGKILL when ``parent`` dies (also if it died before this ran)."""
+
     def pre() -> None:
         set_parent_death_signal()
         if os.getppid() != parent:
             os._exit(1)
+
     return pre
 
 
@@ -156,8 +172,9 @@ def start(cmd: list[str], env: dict | None = None, **popen_kw) -> subprocess.Pop
     return subprocess.Popen(cmd, env=env, preexec_fn=_die_with(os.getpid()), **popen_kw)
 
 
-def run(cmd: list[str], env: dict | None = None, timeout: float | None = None, capture: bool = False
-        ) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], env: dict | None = None, timeout: float | None = None, capture: bool = False
+) -> subprocess.CompletedProcess:
     """:func:`start` and wait; on a timeout or an exception here (Ctrl-C) the launched process is killed first.
     ``capture``: stdout and stderr together as text in ``.stdout``."""
     kw = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True} if capture else {}
@@ -203,5 +220,11 @@ def place_this_rank(threads: int | None = None) -> dict:
             note = f"sched_setaffinity refused: {exc}"
         cpus = sorted(os.sched_getaffinity(0))
     torch.set_num_threads(n)  # after the affinity: the OpenMP pool inherits it
-    return {"local_rank": local, "threads": torch.get_num_threads(), "cpus": cpus, "affinity_set": affinity_set,
-            "affinity_note": note, "parent_death_signal": pdeath}
+    return {
+        "local_rank": local,
+        "threads": torch.get_num_threads(),
+        "cpus": cpus,
+        "affinity_set": affinity_set,
+        "affinity_note": note,
+        "parent_death_signal": pdeath,
+    }

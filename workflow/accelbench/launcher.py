@@ -31,9 +31,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import launch, multinode
-from .errors import AccelbenchError
-from .outcome import Outcome
+from accelbench import launch, multinode
+from accelbench.errors import AccelbenchError
+from accelbench.outcome import Outcome
 
 log = logging.getLogger("accelbench")
 RANK_ROOT = Path(".snakemake/accelbench/ranks")  # under the working directory: shared by the nodes of a cluster job
@@ -93,13 +93,30 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
         return Outcome.unsupported(reason, {"launch": multinode.launch_record(plan, system.backend, None)})
     RANK_ROOT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ranks_", dir=RANK_ROOT) as rank_dir:
-        worker = ["rank", "--experiment", ctx.experiment.name, "--spec", ctx.spec_path, "--out", str(ctx.out),
-                  "--rank-dir", rank_dir, "--threads", str(ctx.threads), *_inputs_args(ctx.inputs)]
+        worker = [
+            "rank",
+            "--experiment",
+            ctx.experiment.name,
+            "--spec",
+            ctx.spec_path,
+            "--out",
+            str(ctx.out),
+            "--rank-dir",
+            rank_dir,
+            "--threads",
+            str(ctx.threads),
+            *_inputs_args(ctx.inputs),
+        ]
         cmd, rdzv = multinode.launch_command(plan, worker, alloc)
         per_rank = launch.rank_threads(system, ctx.threads, plan.per_node)
         env = multinode.launch_env(system.backend, launch.rank_env(ctx.threads, plan.per_node, per_rank=per_rank))
-        log.info("launching %d rank(s) on %d node(s), %d thread(s) each: %s", devices, plan.nodes, per_rank,
-                 " ".join(cmd[:12]))
+        log.info(
+            "launching %d rank(s) on %d node(s), %d thread(s) each: %s",
+            devices,
+            plan.nodes,
+            per_rank,
+            " ".join(cmd[:12]),
+        )
         returncode, output = multinode.run_tee(cmd, env=env, timeout=timeout)
         files = sorted(Path(rank_dir).glob("rank*.json"), key=lambda p: int(p.stem[4:]))
         statuses = [json.loads(p.read_text()) for p in files]
@@ -111,8 +128,10 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
         lines = output.splitlines()
         errors = [ln for ln in lines if "Error" in ln and "elastic" not in ln and "errors.html" not in ln]
         tail = "\n".join(errors[-5:] + lines[-10:])
-        raise AccelbenchError(f"{ctx.experiment.name}: {devices} rank(s) failed (exit status {returncode}, "
-                              f"{len(statuses)} rank result(s)); see the log above:\n{tail}")
+        raise AccelbenchError(
+            f"{ctx.experiment.name}: {devices} rank(s) failed (exit status {returncode}, "
+            f"{len(statuses)} rank result(s)); see the log above:\n{tail}"
+        )
     for s in statuses:
         ctx.artefacts.update(s.get("artefacts") or {})
     return Ranks([s["record"] for s in statuses], multinode.launch_record(plan, system.backend, rdzv, output))

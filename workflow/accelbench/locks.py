@@ -25,11 +25,11 @@ import re
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
-from . import backends
-from .errors import AccelbenchError
+from accelbench import backends
+from accelbench.errors import AccelbenchError
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ def device_set(backend: str, environ: dict | None = None) -> str:
     if not ops.accelerator:
         return ops.name
     visible = env.get(ops.visible_devices_var) if ops.visible_devices_var else None
-    ids = sorted({re.sub(r"[^A-Za-z0-9_-]", "_", v.strip()) for v in (visible or "").split(",") if v.strip()},
-                 key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v))
+    ids = sorted(
+        {re.sub(r"[^A-Za-z0-9_-]", "_", v.strip()) for v in (visible or "").split(",") if v.strip()},
+        key=lambda v: (not v.isdigit(), int(v) if v.isdigit() else 0, v),
+    )
     return f"{ops.name}-{','.join(ids) if ids else 'all'}"
 
 
@@ -69,8 +71,10 @@ def _open(path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise AccelbenchError(f"device lock {path} cannot be used ({exc.strerror or exc}); set ACCELBENCH_LOCK_DIR "
-                              f"to a folder every measurement job of this machine can write") from None
+        raise AccelbenchError(
+            f"device lock {path} cannot be used ({exc.strerror or exc}); set ACCELBENCH_LOCK_DIR "
+            f"to a folder every measurement job of this machine can write"
+        ) from None
 
 
 NOTICE_FD = "ACCELBENCH_NOTICE_FD"
@@ -138,12 +142,16 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if waited == 0 or waited % poll_s < 1:
                 holder = os.pread(blocked[0], 4096, 0).decode(errors="replace").strip() or "another process"
-                notice(f"{what}: waiting {waited:.0f} s for {blocked[1]}: {holder} measures on the same devices "
-                       f"({devices}); timings would be disturbed")
+                notice(
+                    f"{what}: waiting {waited:.0f} s for {blocked[1]}: {holder} measures on the same devices "
+                    f"({devices}); timings would be disturbed"
+                )
             time.sleep(1.0)
             waited += 1.0
-        note = (f"pid {os.getpid()} on {socket.gethostname()}, checkout {os.getcwd()} ({what}) since "
-                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n").encode()
+        note = (
+            f"pid {os.getpid()} on {socket.gethostname()}, checkout {os.getcwd()} ({what}) since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+        ).encode()
         for fd, mode, _ in fds:
             if mode == fcntl.LOCK_EX:
                 os.ftruncate(fd, 0)
@@ -153,6 +161,6 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
         yield files[-1][0]
     finally:
         for fd, mode, _ in fds:
-            if mode == fcntl.LOCK_EX and 'note' in locals():
+            if mode == fcntl.LOCK_EX and "note" in locals():
                 os.ftruncate(fd, 0)  # no stale holder line for whoever waits on a shared lock next
             os.close(fd)  # releases the flocks

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from . import energy as _energy
-from .devices import Device
+from accelbench import energy as _energy
+from accelbench.devices import Device
 
 
 # --------------------------------------------------------------------------- timing
@@ -44,15 +44,26 @@ class Timing:
     energy: dict | None = field(default=None, repr=False)  # measurements.energy of the phase (not in to_dict)
 
     @classmethod
-    def from_samples(cls, samples: list[float], warmup: int, method: str, unit: str = "ms") -> "Timing":
+    def from_samples(cls, samples: list[float], warmup: int, method: str, unit: str = "ms") -> Timing:
         """Summarise ``samples`` (already in ``unit``). Raises ValueError on an empty list."""
         if not samples:
             raise ValueError("no timing samples")
         s = sorted(samples)
         q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
-        return cls(unit=unit, count=len(s), warmup=warmup, median=statistics.median(s),
-                   mean=statistics.fmean(s), stdev=statistics.stdev(s) if len(s) > 1 else 0.0,
-                   p10=q[0], p90=q[-1], min=s[0], max=s[-1], method=method, samples=list(samples))
+        return cls(
+            unit=unit,
+            count=len(s),
+            warmup=warmup,
+            median=statistics.median(s),
+            mean=statistics.fmean(s),
+            stdev=statistics.stdev(s) if len(s) > 1 else 0.0,
+            p10=q[0],
+            p90=q[-1],
+            min=s[0],
+            max=s[-1],
+            method=method,
+            samples=list(samples),
+        )
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -142,7 +153,7 @@ class StepClock:
         """The last timed step, in seconds."""
         return self.samples()[-1] / 1e3
 
-    def timing(self, warmup: int = 0) -> "Timing":
+    def timing(self, warmup: int = 0) -> Timing:
         """:class:`Timing` of the steps timed so far (``warmup``: untimed steps before them, recorded).
 
         Raises:
@@ -153,8 +164,9 @@ class StepClock:
         return t
 
 
-def time_steps(step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "",
-               energy: bool = True) -> Timing:
+def time_steps(
+    step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "", energy: bool = True
+) -> Timing:
     """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed with a :class:`StepClock` (``energy``:
     metering the timed steps too, see :class:`StepClock`).
 
@@ -238,38 +250,76 @@ class KernelRecord:
 #     PyTorch, or a name cut short before it), CPU operators (``aten::copy_``/``clone``/``contiguous``: one operator
 #     name for a layout change and a plain copy). A layout change among them is not counted as one.
 KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
-    ("layout_conversion", re.compile(
-        r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|reorder", re.I)),
-    ("cast_copy", re.compile(
-        r"direct_copy_kernel|copy_kernel|bfloat16_copy|float8_copy|LoadWithCast|StoreWithCast|convertTensor|"
-        r"aten::copy_|aten::clone|aten::contiguous|aten::to\b|aten::_to_copy|aten::_to_dtype|ToCopyBackward|"
-        r"CloneBackward", re.I)),
-    ("attention", re.compile(
-        r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I)),
-    ("convolution", re.compile(
-        r"conv|implicit_gemm|implicit_convolve|fprop|dgrad|wgrad|scudnn|winograd|cudnn|"
-        r"xmma_fprop|xmma_dgrad|xmma_wgrad|mkldnn_convolution|slow_conv3d|im2col|vol2col|col2vol", re.I)),
-    ("gemm", re.compile(r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|"
-                        r"aten::addmm|aten::linear|AddmmBackward|\bMmBackward|xmma", re.I)),
+    (
+        "layout_conversion",
+        re.compile(r"nchwToNhwc|nhwcToNchw|ncdhw|ndhwc|nchw_to_nhwc|nhwc_to_nchw|transpose|permute|reorder", re.I),
+    ),
+    (
+        "cast_copy",
+        re.compile(
+            r"direct_copy_kernel|copy_kernel|bfloat16_copy|float8_copy|LoadWithCast|StoreWithCast|convertTensor|"
+            r"aten::copy_|aten::clone|aten::contiguous|aten::to\b|aten::_to_copy|aten::_to_dtype|ToCopyBackward|"
+            r"CloneBackward",
+            re.I,
+        ),
+    ),
+    (
+        "attention",
+        re.compile(r"fmha|flash|attention|softmax|sdpa|scaled_dot_product|einsum|baddbmm|\bbmm|BmmBackward", re.I),
+    ),
+    (
+        "convolution",
+        re.compile(
+            r"conv|implicit_gemm|implicit_convolve|fprop|dgrad|wgrad|scudnn|winograd|cudnn|"
+            r"xmma_fprop|xmma_dgrad|xmma_wgrad|mkldnn_convolution|slow_conv3d|im2col|vol2col|col2vol",
+            re.I,
+        ),
+    ),
+    (
+        "gemm",
+        re.compile(
+            r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|"
+            r"aten::addmm|aten::linear|AddmmBackward|\bMmBackward|xmma",
+            re.I,
+        ),
+    ),
     ("elementwise", re.compile(r"distribution_|normal_kernel|philox|aten::randn|aten::normal_", re.I)),  # RNG
-    ("normalization", re.compile(
-        r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
-        r"ComputeInternalGradients|ComputeBackwardFusedParams|"
-        r"aten::native_group_norm", re.I)),
-    ("reduction", re.compile(r"reduce|triton_red_|triton_per_|sum_kernel|mean_kernel|aten::sum|aten::mean|"
-                             r"aten::l1_loss|norm_kernel", re.I)),
+    (
+        "normalization",
+        re.compile(
+            r"group_?norm|layer_?norm|batch_?norm|rms_?norm|welford|RowwiseMoments|ComputeFusedParams|GammaBeta|"
+            r"ComputeInternalGradients|ComputeBackwardFusedParams|"
+            r"aten::native_group_norm",
+            re.I,
+        ),
+    ),
+    (
+        "reduction",
+        re.compile(
+            r"reduce|triton_red_|triton_per_|sum_kernel|mean_kernel|aten::sum|aten::mean|"
+            r"aten::l1_loss|norm_kernel",
+            re.I,
+        ),
+    ),
     ("memory", re.compile(r"memcpy|memset|Memcpy|Memset|aten::fill_|aten::zero_|aten::empty", re.I)),
     ("optimizer", re.compile(r"adam|multi_tensor_apply|foreach|aten::_fused_adam", re.I)),
-    ("elementwise", re.compile(
-        r"elementwise|vectorized|unrolled|pointwise|triton_poi|aten::(add|mul|sub|div|silu|sigmoid|exp|pow|sqrt|"
-        r"addcmul|addcdiv|lerp|where|neg|abs|sign|cat|upsample)|upsample|silu|sigmoid|triton_|AccumulateGrad|"
-        r"\b(Add|Mul|Sub|Div|Silu|Sigmoid|Exp|Pow|Sqrt|Neg|Cat|Clone|Expand|View|Unsqueeze|Squeeze|Where|Lerp)Backward",
-        re.I)),
+    (
+        "elementwise",
+        re.compile(
+            r"elementwise|vectorized|unrolled|pointwise|triton_poi|aten::(add|mul|sub|div|silu|sigmoid|exp|pow|sqrt|"
+            r"addcmul|addcdiv|lerp|where|neg|abs|sign|cat|upsample)|upsample|silu|sigmoid|triton_|AccumulateGrad|"
+            r"\b(Add|Mul|Sub|Div|Silu|Sigmoid|Exp|Pow|Sqrt|Neg|Cat|Clone|Expand|View|Unsqueeze|Squeeze|Where|Lerp)Backward",
+            re.I,
+        ),
+    ),
 ]
 # Tensor-core kernels (a property, not a class): TF32/BF16/FP16/INT8 tile names and HMMA/GMMA/WGMMA
 # mnemonics; FP32 kernels that run on the FMA pipes say "ffma" (cuDNN) or "sgemm"/"scudnn".
-TENSOR_CORE = re.compile(r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|i8816|hmma|gmma|wgmma|tensorop|"
-                         r"tensor\d+x\d+|warpgroupsize|fp8|e4m3", re.I)
+TENSOR_CORE = re.compile(
+    r"tf32|bf16|f16|fp16|h884|h1688|h16816|s1688|s16816|i8816|hmma|gmma|wgmma|tensorop|"
+    r"tensor\d+x\d+|warpgroupsize|fp8|e4m3",
+    re.I,
+)
 NOT_TENSOR_CORE = re.compile(r"ffma|sgemm|scudnn|dgemm", re.I)
 
 
@@ -278,7 +328,8 @@ NOT_TENSOR_CORE = re.compile(r"ffma|sgemm|scudnn|dgemm", re.I)
 # ``unrolled_``), in the spellings torch.profiler (``at::native::``), Nsight Compute
 # (``void at::gpu_kernel_impl_nocast<at::...>``) and Nsight Systems (``(int)128``) give it.
 _STRIDED_SAME_DTYPE_COPY = re.compile(
-    r"(?<![\w])elementwise_kernel<[^<>]*?gpu_kernel_impl_nocast<\s*(?:[\w:]*::)?direct_copy_kernel_cuda")
+    r"(?<![\w])elementwise_kernel<[^<>]*?gpu_kernel_impl_nocast<\s*(?:[\w:]*::)?direct_copy_kernel_cuda"
+)
 
 
 # Inductor's generated pointwise/reduction kernels (``triton_poi_``/``triton_red_``/``triton_per_``) are named after
@@ -328,8 +379,10 @@ def load_chrome_trace(path: str | Path) -> dict:
 
 # Wrappers around other operators (torch.compile regions, autograd's per-node wrappers for compiled
 # graphs and gradient accumulation): looked through, so that the operators inside them count.
-_WRAPPERS = re.compile(r"^Torch-Compiled Region|CompiledFunction|^## Call CompiledFxGraph|"
-                       r"^autograd::engine::evaluate_function: (CompiledFunctionBackward|torch::autograd::)")
+_WRAPPERS = re.compile(
+    r"^Torch-Compiled Region|CompiledFunction|^## Call CompiledFxGraph|"
+    r"^autograd::engine::evaluate_function: (CompiledFunctionBackward|torch::autograd::)"
+)
 
 
 def _outermost_events(events: list[dict]) -> list[dict]:
@@ -365,8 +418,12 @@ def kernel_records_from_trace(trace: dict) -> tuple[list[KernelRecord], str, tup
         (None if absent).
     """
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    steps = [e for e in events if e.get("name", "").startswith("accelbench_step") and e.get("cat") in
-             ("user_annotation", "cpu_op", "python_function")]
+    steps = [
+        e
+        for e in events
+        if e.get("name", "").startswith("accelbench_step")
+        and e.get("cat") in ("user_annotation", "cpu_op", "python_function")
+    ]
     window = (min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)) if steps else None
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     source = "device_kernel"
@@ -419,8 +476,9 @@ class KernelSummary:
         return d
 
 
-def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
-                      window: tuple[float, float] | None = None) -> KernelSummary:
+def summarize_kernels(
+    records: list[KernelRecord], source: str, steps: int = 1, window: tuple[float, float] | None = None
+) -> KernelSummary:
     """Per-kernel table, class totals/shares, kernel count and device idle fraction.
 
     ``idle_fraction`` = 1 - (time with at least one kernel running) / span, where span is the first
@@ -438,20 +496,32 @@ def summarize_kernels(records: list[KernelRecord], source: str, steps: int = 1,
     total = sum(row["device_time_us"] for row in by_name.values())
     table = []
     for row in sorted(by_name.values(), key=lambda r: -r["device_time_us"]):
-        table.append({"name": row["name"], "class": classify_kernel(row["name"]),
-                      "tensor_core": is_tensor_core_kernel(row["name"]),
-                      "calls": row["calls"] / steps, "device_time_us": row["device_time_us"] / steps,
-                      "share": row["device_time_us"] / total if total else 0.0})
+        table.append(
+            {
+                "name": row["name"],
+                "class": classify_kernel(row["name"]),
+                "tensor_core": is_tensor_core_kernel(row["name"]),
+                "calls": row["calls"] / steps,
+                "device_time_us": row["device_time_us"] / steps,
+                "share": row["device_time_us"] / total if total else 0.0,
+            }
+        )
     if source == "device_kernel" or window is None:
         span = max(r.start_us + r.dur_us for r in records) - min(r.start_us for r in records)
     else:
         span = window[1] - window[0]
     busy = busy_union_us(records)
     return KernelSummary(
-        source=source, steps=steps, kernel_count=len(records) / steps, distinct_kernels=len(table),
-        device_time_us=total / steps, span_us=span / steps,
+        source=source,
+        steps=steps,
+        kernel_count=len(records) / steps,
+        distinct_kernels=len(table),
+        device_time_us=total / steps,
+        span_us=span / steps,
         idle_fraction=max(0.0, 1.0 - busy / span) if span > 0 else 0.0,
-        **_class_totals(table), table=table)
+        **_class_totals(table),
+        table=table,
+    )
 
 
 # The fields of a kernel summary (``measurements.kernels`` of a result) that depend on the classifier.
@@ -470,7 +540,8 @@ def _class_totals(table: list[dict]) -> dict:
         "class_share": {c: (t / total if total else 0.0) for c, t in class_time.items()},
         "tensor_core_share": sum(r["device_time_us"] for r in table if r["tensor_core"]) / total if total else 0.0,
         "layout_conversion_count": sum(r["calls"] for r in table if r["class"] == "layout_conversion"),
-        "cast_copy_count": sum(r["calls"] for r in table if r["class"] == "cast_copy")}
+        "cast_copy_count": sum(r["calls"] for r in table if r["class"] == "cast_copy"),
+    }
 
 
 def read_kernel_table(path: str | Path) -> list[dict]:
@@ -482,9 +553,15 @@ def read_kernel_table(path: str | Path) -> list[dict]:
     out = []
     for i, row in enumerate(rows, start=2):
         try:
-            out.append({**row, "calls": float(row["calls"]), "device_time_us": float(row["device_time_us"]),
-                        "share": float(row.get("share") or 0.0),
-                        "tensor_core": str(row.get("tensor_core", "")).strip().lower() == "true"})
+            out.append(
+                {
+                    **row,
+                    "calls": float(row["calls"]),
+                    "device_time_us": float(row["device_time_us"]),
+                    "share": float(row.get("share") or 0.0),
+                    "tensor_core": str(row.get("tensor_core", "")).strip().lower() == "true",
+                }
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: line {i}: not a kernel-table row ({exc!r})") from None
     return out
@@ -497,8 +574,15 @@ def reclassify(kernels_csv_rows: Iterable[dict]) -> dict:
     ``measurements.kernels`` (``class_time_us``, ``class_share``, ``tensor_core_share``, ``layout_conversion_count``,
     ``cast_copy_count``), exactly as :func:`summarize_kernels` computes them from a trace. Shares are of the table's
     total device time (the result's ``device_time_us``: kernels.csv holds every kernel)."""
-    table = [{"class": classify_kernel(r["name"]), "tensor_core": is_tensor_core_kernel(r["name"]),
-              "calls": float(r["calls"]), "device_time_us": float(r["device_time_us"])} for r in kernels_csv_rows]
+    table = [
+        {
+            "class": classify_kernel(r["name"]),
+            "tensor_core": is_tensor_core_kernel(r["name"]),
+            "calls": float(r["calls"]),
+            "device_time_us": float(r["device_time_us"]),
+        }
+        for r in kernels_csv_rows
+    ]
     return _class_totals(table)
 
 
@@ -519,9 +603,13 @@ def reclassify_recorded(kernels: dict) -> dict:
             if counts.get(c) is not None:
                 counts[c] += sign * row["calls"]
     total = sum(time.values())
-    return {"class_time_us": time, "class_share": {c: (t / total if total else 0.0) for c, t in time.items()},
-            "tensor_core_share": kernels.get("tensor_core_share"),
-            "layout_conversion_count": counts["layout_conversion"], "cast_copy_count": counts["cast_copy"]}
+    return {
+        "class_time_us": time,
+        "class_share": {c: (t / total if total else 0.0) for c, t in time.items()},
+        "tensor_core_share": kernels.get("tensor_core_share"),
+        "layout_conversion_count": counts["layout_conversion"],
+        "cast_copy_count": counts["cast_copy"],
+    }
 
 
 # Where the class numbers of :func:`current_classes` come from.

@@ -32,8 +32,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import backends, launch
-from .errors import ConfigError
+from accelbench import backends, launch
+from accelbench.errors import ConfigError
 
 RDZV_BACKEND = "c10d"
 
@@ -78,18 +78,22 @@ def node_plan(system, devices: int, key: str = "devices") -> NodePlan:
         return NodePlan(devices, 1, devices)
     if devices % per:
         lower, upper = devices // per * per, (devices // per + 1) * per
-        raise ConfigError(f"{key}: {devices} devices do not fill whole nodes of system {system.name!r} "
-                          f"(devices_per_node: {per}); use at most {per} (one node) or a multiple of {per} "
-                          f"(e.g. {lower or per} or {upper})")
+        raise ConfigError(
+            f"{key}: {devices} devices do not fill whole nodes of system {system.name!r} "
+            f"(devices_per_node: {per}); use at most {per} (one node) or a multiple of {per} "
+            f"(e.g. {lower or per} or {upper})"
+        )
     return NodePlan(devices, devices // per, per)
 
 
 def job_limit_reason(system, plan: NodePlan) -> str | None:
     """Why a multi-node ``plan`` exceeds what one job of ``system`` may use (its ``devices``); None if it fits."""
     if plan.nodes > 1 and backends.get(system.backend).accelerator and plan.devices > system.devices:
-        return (f"{plan.devices} devices ({plan.nodes} nodes x {plan.per_node}) requested; system {system.name} "
-                f"allows {system.devices} per job (`devices` in its system file: raise it to nodes x devices_per_node "
-                f"to span nodes)")
+        return (
+            f"{plan.devices} devices ({plan.nodes} nodes x {plan.per_node}) requested; system {system.name} "
+            f"allows {system.devices} per job (`devices` in its system file: raise it to nodes x devices_per_node "
+            f"to span nodes)"
+        )
     return None
 
 
@@ -170,11 +174,15 @@ def allocation_reason(plan: NodePlan, alloc: dict | None) -> str | None:
     if plan.nodes == 1:
         return None
     if alloc is None:
-        return (f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; this job runs outside a Slurm "
-                f"allocation (run with `--profile slurm`, which asks for {plan.nodes} nodes)")
+        return (
+            f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; this job runs outside a Slurm "
+            f"allocation (run with `--profile slurm`, which asks for {plan.nodes} nodes)"
+        )
     if len(alloc["hosts"]) < plan.nodes:
-        return (f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; Slurm job {alloc['job_id']} "
-                f"holds {len(alloc['hosts'])} node(s)")
+        return (
+            f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; Slurm job {alloc['job_id']} "
+            f"holds {len(alloc['hosts'])} node(s)"
+        )
     return None
 
 
@@ -208,21 +216,41 @@ def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = 
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
     worker = ["-m", "accelbench", *worker_args]
     if plan.nodes == 1:
-        return (launch.torchrun_command(plan.devices, worker),  # --standalone on this node
-                {"backend": RDZV_BACKEND, "endpoint": "localhost (standalone)", "hosts": [socket.gethostname()],
-                 "slurm_job_id": (alloc or {}).get("job_id") or os.environ.get("SLURM_JOB_ID")})
+        return (
+            launch.torchrun_command(plan.devices, worker),  # --standalone on this node
+            {
+                "backend": RDZV_BACKEND,
+                "endpoint": "localhost (standalone)",
+                "hosts": [socket.gethostname()],
+                "slurm_job_id": (alloc or {}).get("job_id") or os.environ.get("SLURM_JOB_ID"),
+            },
+        )
     reason = allocation_reason(plan, alloc)
     if reason:
         raise ConfigError(reason)
-    hosts = alloc["hosts"][:plan.nodes]
+    hosts = alloc["hosts"][: plan.nodes]
     endpoint = f"{node_address(hosts[0])}:{free_port()}"
-    srun = ["srun", f"--jobid={alloc['job_id']}", f"--nodes={plan.nodes}", f"--ntasks={plan.nodes}",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    srun = [
+        "srun",
+        f"--jobid={alloc['job_id']}",
+        f"--nodes={plan.nodes}",
+        f"--ntasks={plan.nodes}",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+    ]
     if alloc.get("cpus_per_task"):
         srun.append(f"--cpus-per-task={alloc['cpus_per_task']}")
-    cmd = [*srun, *torchrun, f"--nnodes={plan.nodes}", f"--nproc-per-node={plan.per_node}",
-           f"--rdzv-backend={RDZV_BACKEND}", f"--rdzv-endpoint={endpoint}",
-           f"--rdzv-id=accelbench-{alloc['job_id']}-{secrets.token_hex(4)}", "--max-restarts=0", *worker]
+    cmd = [
+        *srun,
+        *torchrun,
+        f"--nnodes={plan.nodes}",
+        f"--nproc-per-node={plan.per_node}",
+        f"--rdzv-backend={RDZV_BACKEND}",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id=accelbench-{alloc['job_id']}-{secrets.token_hex(4)}",
+        "--max-restarts=0",
+        *worker,
+    ]
     return cmd, {"backend": RDZV_BACKEND, "endpoint": endpoint, "hosts": hosts, "slurm_job_id": alloc["job_id"]}
 
 
@@ -326,7 +354,9 @@ def parse_nccl_transports(text: str) -> dict | None:
                 ifaces[m.group(1)].append(m.group(2).strip())
         elif version is None and (m := _VERSION.search(line)):
             version = m.group(1)
-        if "NVLS" in line and ("Connected NVLS" in line or "NVLS comm" in line or "NVLS multicast support is available" in line):
+        if "NVLS" in line and (
+            "Connected NVLS" in line or "NVLS comm" in line or "NVLS multicast support is available" in line
+        ):
             nvls = True
     if not (via or nets or ifaces or version):
         return None
@@ -339,10 +369,21 @@ def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output:
     endpoint, hosts, Slurm job, collective backend, and (NCCL) the parsed transports."""
     coll = collective_backend(backend)
     rdzv = rendezvous or {}
-    return {"nodes": plan.nodes, "ranks_per_node": plan.per_node, "world_size": plan.devices,
-            "launcher": (("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone") if rendezvous else
-                         "in-process" if plan.devices == 1 else "not launched"),
-            "rendezvous_backend": rdzv.get("backend"), "rendezvous_endpoint": rdzv.get("endpoint"),
-            "hosts": rdzv.get("hosts"), "slurm_job_id": rdzv.get("slurm_job_id"),
-            "collective_backend": coll if plan.devices > 1 else None,
-            "nccl": parse_nccl_transports(output) if coll == "nccl" else None}
+    return {
+        "nodes": plan.nodes,
+        "ranks_per_node": plan.per_node,
+        "world_size": plan.devices,
+        "launcher": (
+            ("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone")
+            if rendezvous
+            else "in-process"
+            if plan.devices == 1
+            else "not launched"
+        ),
+        "rendezvous_backend": rdzv.get("backend"),
+        "rendezvous_endpoint": rdzv.get("endpoint"),
+        "hosts": rdzv.get("hosts"),
+        "slurm_job_id": rdzv.get("slurm_job_id"),
+        "collective_backend": coll if plan.devices > 1 else None,
+        "nccl": parse_nccl_transports(output) if coll == "nccl" else None,
+    }

@@ -19,33 +19,63 @@ from dataclasses import dataclass
 # counter -> candidate metric names, most specific first. "sum"-type counters add over kernels; the others are
 # averaged over kernels weighted by each kernel's SM cycles.
 COUNTERS: dict[str, dict] = {
-    "sm_cycles": {"agg": "sum", "candidates": {
-        "all": ["sm__cycles_elapsed.max"]}},
-    "instructions": {"agg": "sum", "candidates": {
-        "all": ["smsp__inst_executed.sum"]}},
-    "ipc": {"agg": "weighted", "candidates": {
-        "all": ["sm__inst_executed.avg.per_cycle_active"]}},
-    "tensor_pipe_pct": {"agg": "weighted", "candidates": {
-        "hopper": ["sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-                   "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
-        "ampere": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
-        "volta": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"]}},
-    "tensor_pipe_hmma_pct": {"agg": "weighted", "candidates": {
-        "hopper": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]}},
-    "dram_throughput_pct": {"agg": "weighted", "candidates": {
-        "all": ["dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"]}},
+    "sm_cycles": {"agg": "sum", "candidates": {"all": ["sm__cycles_elapsed.max"]}},
+    "instructions": {"agg": "sum", "candidates": {"all": ["smsp__inst_executed.sum"]}},
+    "ipc": {"agg": "weighted", "candidates": {"all": ["sm__inst_executed.avg.per_cycle_active"]}},
+    "tensor_pipe_pct": {
+        "agg": "weighted",
+        "candidates": {
+            "hopper": [
+                "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+            ],
+            "ampere": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"],
+            "volta": ["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"],
+        },
+    },
+    "tensor_pipe_hmma_pct": {
+        "agg": "weighted",
+        "candidates": {"hopper": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]},
+    },
+    "dram_throughput_pct": {
+        "agg": "weighted",
+        "candidates": {
+            "all": [
+                "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+            ]
+        },
+    },
     "dram_bytes": {"agg": "sum", "candidates": {"all": ["dram__bytes.sum"]}},
     "l1_hit_pct": {"agg": "weighted", "candidates": {"all": ["l1tex__t_sector_hit_rate.pct"]}},
     "l2_hit_pct": {"agg": "weighted", "candidates": {"all": ["lts__t_sector_hit_rate.pct"]}},
     "duration_ns": {"agg": "sum", "candidates": {"all": ["gpu__time_duration.sum"]}},
 }
-STALL_REASONS = ["long_scoreboard", "short_scoreboard", "barrier", "math_pipe_throttle", "mio_throttle",
-                 "lg_throttle", "wait", "not_selected", "selected", "no_instruction", "dispatch_stall", "membar",
-                 "tex_throttle", "drain", "sleeping", "branch_resolving", "imc_miss", "misc"]
+STALL_REASONS = [
+    "long_scoreboard",
+    "short_scoreboard",
+    "barrier",
+    "math_pipe_throttle",
+    "mio_throttle",
+    "lg_throttle",
+    "wait",
+    "not_selected",
+    "selected",
+    "no_instruction",
+    "dispatch_stall",
+    "membar",
+    "tex_throttle",
+    "drain",
+    "sleeping",
+    "branch_resolving",
+    "imc_miss",
+    "misc",
+]
 for _r in STALL_REASONS:
-    COUNTERS[f"stall_{_r}"] = {"agg": "weighted", "candidates": {
-        "all": [f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"]}}
+    COUNTERS[f"stall_{_r}"] = {
+        "agg": "weighted",
+        "candidates": {"all": [f"smsp__average_warps_issue_stalled_{_r}_per_issue_active.ratio"]},
+    }
 
 
 # The reduced metric set of the coverage pass (a few replay passes per kernel): the step totals of SM cycles and
@@ -84,8 +114,9 @@ def ncu_path() -> str | None:
 
 def query_metrics(ncu: str, timeout: int = 120) -> set[str]:
     """Base metric names the installed ``ncu`` offers for device 0 (``ncu --query-metrics``)."""
-    out = subprocess.run([ncu, "--query-metrics", "--devices", "0"], capture_output=True, text=True,
-                         timeout=timeout, check=True).stdout
+    out = subprocess.run(
+        [ncu, "--query-metrics", "--devices", "0"], capture_output=True, text=True, timeout=timeout, check=True
+    ).stdout
     return {line.split()[0] for line in out.splitlines() if re.match(r"^[a-z0-9_]+__\w+", line.strip())}
 
 
@@ -113,9 +144,17 @@ def kernel_base_name(name: str) -> str:
     return s.split("::")[-1].strip()
 
 
-def command(ncu: str, metrics: list[str], program: list[str], log_file: str, *, nvtx_range: str = "accelbench_step",
-            kernel_names: list[str] | None = None, launch_count: int | None = None,
-            launch_skip: int = 0) -> list[str]:
+def command(
+    ncu: str,
+    metrics: list[str],
+    program: list[str],
+    log_file: str,
+    *,
+    nvtx_range: str = "accelbench_step",
+    kernel_names: list[str] | None = None,
+    launch_count: int | None = None,
+    launch_skip: int = 0,
+) -> list[str]:
     """The ``ncu`` command line: only kernels launched inside the NVTX range ``nvtx_range`` (the measured
     step), clocks left as they are (``--clock-control none``), raw per-kernel metrics as CSV into ``log_file``.
     ``kernel_names`` (function base names) and ``launch_count`` bound the replay time.
@@ -125,9 +164,25 @@ def command(ncu: str, metrics: list[str], program: list[str], log_file: str, *, 
     filters are given, and ncu profiles a kernel inside either. ``launch_skip`` skips that many of the kernels
     matching the filters (the NVTX range included) before profiling starts: one bounded pass of
     :func:`plan_coverage_passes`."""
-    cmd = [ncu, "--nvtx", "--nvtx-include", nvtx_range, "--nvtx-include", f"{nvtx_range}/",
-           "--clock-control", "none", "--csv", "--page", "raw",
-           "--print-units", "base", "--metrics", ",".join(metrics), "--log-file", log_file]
+    cmd = [
+        ncu,
+        "--nvtx",
+        "--nvtx-include",
+        nvtx_range,
+        "--nvtx-include",
+        f"{nvtx_range}/",
+        "--clock-control",
+        "none",
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--metrics",
+        ",".join(metrics),
+        "--log-file",
+        log_file,
+    ]
     if kernel_names:
         names = "|".join(sorted({re.escape(n) for n in kernel_names if n}))
         cmd += ["--kernel-name-base", "function", "--kernel-name", f"regex:^({names})$"]
@@ -204,7 +259,7 @@ def parse_csv(text: str, metrics: dict[str, str]) -> list[KernelCounters]:
     lines = text.splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"') or '"Kernel Name"' in l), None)
     if start is None:
-        raise ValueError("no ncu CSV header (\"Kernel Name\" column) in the output")
+        raise ValueError('no ncu CSV header ("Kernel Name" column) in the output')
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     header = rows[0]
     body = [r for r in rows[1:] if len(r) == len(header)]
@@ -254,7 +309,7 @@ def reduce(kernels: list[KernelCounters], classify) -> dict:
     for k in kernels:
         classes.setdefault(classify(k.name), []).append(k)
     total = agg(kernels)
-    stalls = {c[len("stall_"):]: v for c, v in total.items() if c.startswith("stall_")}
+    stalls = {c[len("stall_") :]: v for c, v in total.items() if c.startswith("stall_")}
     total["top_stalls"] = sorted(stalls.items(), key=lambda kv: -kv[1])[:3]
     return {"total": total, "by_class": {c: agg(ks) for c, ks in sorted(classes.items())}}
 
@@ -286,8 +341,10 @@ def merge_coverage(detail: dict, coverage_kernels: list[KernelCounters], classif
         return out
 
     classes = sorted(set(detail["by_class"]) | set(cov["by_class"]))
-    return {"total": merged(detail["total"], cov["total"]),
-            "by_class": {k: merged(detail["by_class"].get(k), cov["by_class"].get(k)) for k in classes}}
+    return {
+        "total": merged(detail["total"], cov["total"]),
+        "by_class": {k: merged(detail["by_class"].get(k), cov["by_class"].get(k)) for k in classes},
+    }
 
 
 def time_coverage(kernel_table_rows: list[dict], kernels: list[KernelCounters]) -> dict:
@@ -310,5 +367,8 @@ def time_coverage(kernel_table_rows: list[dict], kernels: list[KernelCounters]) 
         seen[b] = seen.get(b, 0) + 1
     total = sum(t for _, t in prof.values())
     covered = sum(t * min(1.0, seen.get(b, 0) / calls) for b, (calls, t) in prof.items() if calls)
-    return {"device_time_share": covered / total if total else None, "kernels_profiled": len(kernels),
-            "kernels_in_step": sum(c for c, _ in prof.values())}
+    return {
+        "device_time_share": covered / total if total else None,
+        "kernels_profiled": len(kernels),
+        "kernels_in_step": sum(c for c, _ in prof.values()),
+    }

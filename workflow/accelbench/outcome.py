@@ -22,9 +22,9 @@ class Outcome:
     config: dict = field(default_factory=dict)
 
     @classmethod
-    def unsupported(cls, reason: str, measurements: dict | None = None, config: dict | None = None) -> "Outcome":
+    def unsupported(cls, reason: str, measurements: dict | None = None, config: dict | None = None) -> Outcome:
         return cls("unsupported", measurements or {}, reason, config or {})
 
     @classmethod
-    def oom(cls, reason: str, measurements: dict | None = None, config: dict | None = None) -> "Outcome":
+    def oom(cls, reason: str, measurements: dict | None = None, config: dict | None = None) -> Outcome:
         return cls("oom", measurements or {}, reason, config or {})

@@ -13,7 +13,7 @@ asked to probe.
 
 from __future__ import annotations
 
-from . import backends
+from accelbench import backends
 
 CONFIG_KEY = "run_emulated_precisions"
 SLOW = 1.5  # probe time over fp32's from which an emulated precision is not run by default
@@ -59,5 +59,7 @@ def emulated_reason(system, precision: str | None, wanted: tuple[str, ...] = ())
     if found is None or found[1] < SLOW:
         return None
     why, ratio, where = found
-    return (f"{precision} is emulated on {where} ({why}): a probe measured it {ratio:.1f}x the fp32 time; "
-            f"set `{CONFIG_KEY}: [{precision}]` to run it anyway")
+    return (
+        f"{precision} is emulated on {where} ({why}): a probe measured it {ratio:.1f}x the fp32 time; "
+        f"set `{CONFIG_KEY}: [{precision}]` to run it anyway"
+    )

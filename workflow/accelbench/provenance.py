@@ -12,12 +12,31 @@ import platform
 import socket
 from pathlib import Path
 
-from . import backends
-from .sysinfo import library_versions, run_quiet as _run  # noqa: F401  (re-exported)
+from accelbench import backends
+from accelbench.sysinfo import library_versions  # noqa: F401  (re-exported)
+from accelbench.sysinfo import run_quiet as _run
 
-LIBRARIES = ("torch", "numpy", "monai", "nibabel", "nilearn", "snakemake", "pandas", "transformers", "peft",
-             "accelerate", "torchao", "deepspeed", "optimum-habana", "neural-compressor", "habana-torch-plugin",
-             "scikit-learn", "scikit-image", "gguf", "accelbench")
+LIBRARIES = (
+    "torch",
+    "numpy",
+    "monai",
+    "nibabel",
+    "nilearn",
+    "snakemake",
+    "pandas",
+    "transformers",
+    "peft",
+    "accelerate",
+    "torchao",
+    "deepspeed",
+    "optimum-habana",
+    "neural-compressor",
+    "habana-torch-plugin",
+    "scikit-learn",
+    "scikit-image",
+    "gguf",
+    "accelbench",
+)
 
 
 def git_info(cwd: str | Path | None = None) -> dict:
@@ -26,8 +45,12 @@ def git_info(cwd: str | Path | None = None) -> dict:
     Values are None when none is known. A set ``ACCELBENCH_GIT_COMMIT`` wins over any ``.git`` found: a copied
     checkout (an air-gapped node, benchmarks/device_run.sh) may carry a stale ``.git`` of another commit."""
     if os.environ.get("ACCELBENCH_GIT_COMMIT"):
-        return {"commit": os.environ["ACCELBENCH_GIT_COMMIT"], "branch": None, "dirty": None,
-                "source": "ACCELBENCH_GIT_COMMIT"}
+        return {
+            "commit": os.environ["ACCELBENCH_GIT_COMMIT"],
+            "branch": None,
+            "dirty": None,
+            "source": "ACCELBENCH_GIT_COMMIT",
+        }
     for where in (Path(__file__).resolve().parents[2], Path(cwd or ".")):
         if where.is_dir() and _run(["git", "rev-parse", "HEAD"], where):
             cwd = where
@@ -36,8 +59,11 @@ def git_info(cwd: str | Path | None = None) -> dict:
         return {"commit": os.environ.get("ACCELBENCH_GIT_COMMIT"), "branch": None, "dirty": None}
     commit = _run(["git", "rev-parse", "HEAD"], cwd)
     status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd)
-    return {"commit": commit, "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd),
-            "dirty": bool(status) if status is not None else None}
+    return {
+        "commit": commit,
+        "branch": _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd),
+        "dirty": bool(status) if status is not None else None,
+    }
 
 
 CONTAINERENV = Path("/run/.containerenv")  # podman writes it into every container (the image's ID when privileged)
@@ -56,15 +82,26 @@ def container_info() -> dict:
     env = os.environ
     podman = _containerenv()
     image = env.get("ACCELBENCH_IMAGE") or env.get("APPTAINER_CONTAINER") or env.get("SINGULARITY_CONTAINER")
-    runtime = ("apptainer" if env.get("APPTAINER_CONTAINER") else
-               "singularity" if env.get("SINGULARITY_CONTAINER") else
-               "docker" if Path("/.dockerenv").exists() else
-               "podman" if podman is not None else None)
+    runtime = (
+        "apptainer"
+        if env.get("APPTAINER_CONTAINER")
+        else "singularity"
+        if env.get("SINGULARITY_CONTAINER")
+        else "docker"
+        if Path("/.dockerenv").exists()
+        else "podman"
+        if podman is not None
+        else None
+    )
     base = env.get("ACCELBENCH_BASE") or None
     digest = base.partition("@")[2] if base and "@sha256:" in base else env.get("ACCELBENCH_BASE_DIGEST") or None
-    return {"image": image, "runtime": runtime,
-            "image_id": env.get("ACCELBENCH_IMAGE_ID") or (podman or {}).get("imageid") or None,
-            "base": base, "base_digest": digest}
+    return {
+        "image": image,
+        "runtime": runtime,
+        "image_id": env.get("ACCELBENCH_IMAGE_ID") or (podman or {}).get("imageid") or None,
+        "base": base,
+        "base_digest": digest,
+    }
 
 
 def _containerenv() -> dict | None:
@@ -91,13 +128,19 @@ def hardware_info(backend: str) -> dict:
     import torch
 
     ops = backends.get(backend)
-    info: dict = {"backend": ops.name, "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-                  "torch_threads": torch.get_num_threads()}
+    info: dict = {
+        "backend": ops.name,
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     info.update(ops.provenance(info))
     return info
 
 
-def collect(backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path | None = None) -> dict:
+def collect(
+    backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path | None = None
+) -> dict:
     """Everything a result needs to be traced back: hardware, software, git, container, host, time, config.
 
     Args:
@@ -108,12 +151,15 @@ def collect(backend: str, system: dict | None = None, config: dict | None = None
     """
     return {
         "hardware": hardware_info(backend),
-        "software": {"python": platform.python_version(), "platform": platform.platform(),
-                     "libraries": library_versions(LIBRARIES)},
+        "software": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "libraries": library_versions(LIBRARIES),
+        },
         "git": git_info(repo),
         "container": container_info(),
         "host": socket.gethostname(),
-        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "system": system,
         "config": config,
     }

@@ -11,13 +11,22 @@ import re
 
 # (logger, message pattern, why harmless)
 KNOWN_HARMLESS: list[tuple[str, str, str]] = [
-    ("torchao", r"^Failed to load .*/torchao/_C_\w+.*\.so",
-     "torchao probes optional compiled kernels (MXFP8, CUTLASS sm90a) built for other CUDA/Python versions; "
-     "none is used here, and a method that needs one records its own 'unsupported' reason"),
-    ("torchao.kernel.intmm", r"Detected no triton",
-     "CPU-only torch has no Triton; torchao then uses its non-Triton int8 matmul"),
-    ("torch.utils._pytree", r"is an Enum subclass and is now natively supported by torch.compile",
-     "torchao registers an Enum with a torch API that newer torch deprecates; no effect on results"),
+    (
+        "torchao",
+        r"^Failed to load .*/torchao/_C_\w+.*\.so",
+        "torchao probes optional compiled kernels (MXFP8, CUTLASS sm90a) built for other CUDA/Python versions; "
+        "none is used here, and a method that needs one records its own 'unsupported' reason",
+    ),
+    (
+        "torchao.kernel.intmm",
+        r"Detected no triton",
+        "CPU-only torch has no Triton; torchao then uses its non-Triton int8 matmul",
+    ),
+    (
+        "torch.utils._pytree",
+        r"is an Enum subclass and is now natively supported by torch.compile",
+        "torchao registers an Enum with a torch API that newer torch deprecates; no effect on results",
+    ),
 ]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import DataError
+from accelbench.errors import DataError
 
 ROOT_NAME = "reference_runs"
 META = "run.yaml"
@@ -44,8 +44,13 @@ def load_run(folder: str | Path) -> dict:
         raise DataError(f"{meta_path}: date {meta['date']!r} is not YYYY-MM-DD")
     meta = {**meta, "date": str(meta["date"]), "commands": [str(c) for c in meta["commands"]]}
     results = sorted((folder / "results").glob("**/result.json"))
-    return {**meta, "name": folder.name, "path": folder, "label": series_label(meta),
-            "results": [p.relative_to(folder).as_posix() for p in results]}
+    return {
+        **meta,
+        "name": folder.name,
+        "path": folder,
+        "label": series_label(meta),
+        "results": [p.relative_to(folder).as_posix() for p in results],
+    }
 
 
 def series_label(meta: dict) -> str:

@@ -24,7 +24,7 @@ import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from .errors import ConfigError
+from accelbench.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -79,27 +79,77 @@ class Experiment:
 
 
 _ENTRIES = (
-    Experiment("unet3d_profile", "A", "unet3d_profile", "unet3d-profile", ("{model}/{configuration}",),
-               aggregate="study_a", reference="study_a_claims.csv", reads=("unet3d_ncu",),
-               side_files=("kernels.csv", "trace.json.gz"), inputs=("image", "mask"),
-               targets=("study_a/table.csv", "study_a/claims_vs_measured.csv")),
-    Experiment("unet3d_ncu", "A", "unet3d_ncu", "unet3d-ncu", ("{model}/{configuration}",),
-               aggregate="study_a_ncu", reference="study_a_claims.csv", reads=("unet3d_profile",),
-               inputs=("image", "mask", "profile_result"), targets=("study_a/counters.csv",)),
-    Experiment("sr3_scaling", "B", "sr3_scaling", "sr3-train", ("{configuration}/devices_{devices}",),
-               aggregate="study_b_sr3", reference="study_b_sr3_scaling.csv", side_files=("samples.npz",),
-               ranks=True, inputs=("data",), targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png")),
-    Experiment("llm_quant", "B", "llm_quant", "llm-quant", ("{model}/sensitivity", "{model}/{method}/{bitset}"),
-               aggregate="study_b_quant", reference="study_b_quantization.csv",
-               side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
-               inputs=("stage", "model_dir", "sensitivity"),
-               targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png")),
-    Experiment("lora_finetune", "B", "lora", "lora-finetune", ("{model}/{attention}/{strategy}/n{devices}",
-                                                              "{model}/{series}/{attention}/{strategy}/n{devices}"),
-               aggregate="study_b_lora", reference="study_b_finetune_runtime.csv", ranks=True,
-               targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png")),
-    Experiment("net_smoke", "diagnostic", "net_smoke", "net-smoke", ("devices_{devices}",), result="allreduce.json",
-               side_files=("allreduce.csv",), ranks=True),
+    Experiment(
+        "unet3d_profile",
+        "A",
+        "unet3d_profile",
+        "unet3d-profile",
+        ("{model}/{configuration}",),
+        aggregate="study_a",
+        reference="study_a_claims.csv",
+        reads=("unet3d_ncu",),
+        side_files=("kernels.csv", "trace.json.gz"),
+        inputs=("image", "mask"),
+        targets=("study_a/table.csv", "study_a/claims_vs_measured.csv"),
+    ),
+    Experiment(
+        "unet3d_ncu",
+        "A",
+        "unet3d_ncu",
+        "unet3d-ncu",
+        ("{model}/{configuration}",),
+        aggregate="study_a_ncu",
+        reference="study_a_claims.csv",
+        reads=("unet3d_profile",),
+        inputs=("image", "mask", "profile_result"),
+        targets=("study_a/counters.csv",),
+    ),
+    Experiment(
+        "sr3_scaling",
+        "B",
+        "sr3_scaling",
+        "sr3-train",
+        ("{configuration}/devices_{devices}",),
+        aggregate="study_b_sr3",
+        reference="study_b_sr3_scaling.csv",
+        side_files=("samples.npz",),
+        ranks=True,
+        inputs=("data",),
+        targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png"),
+    ),
+    Experiment(
+        "llm_quant",
+        "B",
+        "llm_quant",
+        "llm-quant",
+        ("{model}/sensitivity", "{model}/{method}/{bitset}"),
+        aggregate="study_b_quant",
+        reference="study_b_quantization.csv",
+        side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
+        inputs=("stage", "model_dir", "sensitivity"),
+        targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png"),
+    ),
+    Experiment(
+        "lora_finetune",
+        "B",
+        "lora",
+        "lora-finetune",
+        ("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
+        aggregate="study_b_lora",
+        reference="study_b_finetune_runtime.csv",
+        ranks=True,
+        targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png"),
+    ),
+    Experiment(
+        "net_smoke",
+        "diagnostic",
+        "net_smoke",
+        "net-smoke",
+        ("devices_{devices}",),
+        result="allreduce.json",
+        side_files=("allreduce.csv",),
+        ranks=True,
+    ),
 )
 
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in _ENTRIES}

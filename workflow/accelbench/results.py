@@ -24,10 +24,11 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from .errors import ResultError
+from accelbench.errors import ResultError
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "unsupported")
@@ -49,17 +50,32 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def make_result(experiment: str, status: str, config: dict, environment: dict, measurements: dict,
-                reason: str | None = None, artefacts: dict | None = None, spec_sha256: str | None = None) -> dict:
+def make_result(
+    experiment: str,
+    status: str,
+    config: dict,
+    environment: dict,
+    measurements: dict,
+    reason: str | None = None,
+    artefacts: dict | None = None,
+    spec_sha256: str | None = None,
+) -> dict:
     """Assemble a result object. ``reason`` is required when ``status`` is not ``ok``; ``spec_sha256`` (the sha256
     of the job's spec file, :func:`accelbench.harness.load_spec`) is recorded for the DAG's stale-settings check."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
     if status != "ok" and not reason:
         raise ValueError(f"a result with status {status!r} needs a reason")
-    result = {"schema_version": SCHEMA_VERSION, "experiment": experiment, "status": status, "reason": reason,
-              "config": config, "environment": environment, "measurements": measurements,
-              "artefacts": artefacts or {}}
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "experiment": experiment,
+        "status": status,
+        "reason": reason,
+        "config": config,
+        "environment": environment,
+        "measurements": measurements,
+        "artefacts": artefacts or {},
+    }
     if spec_sha256:
         result["spec_sha256"] = spec_sha256  # the settings file it was made from (stale-settings check of the DAG)
     return result
@@ -183,7 +199,7 @@ def superseded_folder(out: str | Path, system: str, experiment: str, stamp: str 
     for i in range(len(parts) - 1):
         if parts[i] == system and parts[i + 1] == experiment:
             stamp = stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            return Path(*parts[:i + 1], SUPERSEDED, stamp, *parts[i + 1:])
+            return Path(*parts[: i + 1], SUPERSEDED, stamp, *parts[i + 1 :])
     raise ResultError(f"result path {out} does not lie under <system>/<experiment>/ ({system}/{experiment})")
 
 
@@ -230,8 +246,10 @@ def recover(out: str | Path) -> bool:
         record = json.loads(journal.read_text())
         moved, names = folder / record["moved_to"], set(record["files"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ResultError(f"{journal}: unreadable journal of an interrupted redo ({exc}); the old files are under "
-                          f"<results>/<system>/{SUPERSEDED}/: move them back by hand, then delete {journal}") from None
+        raise ResultError(
+            f"{journal}: unreadable journal of an interrupted redo ({exc}); the old files are under "
+            f"<results>/<system>/{SUPERSEDED}/: move them back by hand, then delete {journal}"
+        ) from None
     for p in folder.iterdir():
         if p.name == REDO or (p.name in names and not (moved / p.name).exists()):
             continue  # the journal; an old file that was never moved
@@ -276,8 +294,15 @@ def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path 
         while moved.exists():  # two supersessions of one result within a second
             moved = moved.with_name(moved.name + "_")
         moved.mkdir(parents=True)
-        write_json_atomic({"moved_to": os.path.relpath(moved, folder), "files": [p.name for p in old],
-                           "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, journal)
+        write_json_atomic(
+            {
+                "moved_to": os.path.relpath(moved, folder),
+                "files": [p.name for p in old],
+                "pid": os.getpid(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            journal,
+        )
         for p in old:
             os.replace(p, moved / p.name)
         log.warning("moved the previous files of %s to %s (superseded, not deleted)", out, moved)

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import backends
-from .backends import hpu as hpu_backend
-from .config import SYSTEM_SCHEMA, read_yaml, schema_errors
-from .errors import ConfigError, SystemMismatchError
+from accelbench import backends
+from accelbench.backends import hpu as hpu_backend
+from accelbench.config import SYSTEM_SCHEMA, read_yaml, schema_errors
+from accelbench.errors import ConfigError, SystemMismatchError
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,10 @@ def resolve_system(name: str, systems: dict[str, System], found: dict | None = N
     """
     if name != "auto":
         if name not in systems:
-            raise ConfigError(f"unknown system {name!r}; known systems: {', '.join(sorted(systems))} (or 'auto'). "
-                              f"Add config/systems/{name}.yaml to define a new one.")
+            raise ConfigError(
+                f"unknown system {name!r}; known systems: {', '.join(sorted(systems))} (or 'auto'). "
+                f"Add config/systems/{name}.yaml to define a new one."
+            )
         return systems[name]
     found = found or probe_devices()
     host = backends.get(found["backend"])
@@ -133,8 +135,10 @@ def resolve_system(name: str, systems: dict[str, System], found: dict | None = N
     device_name = found["names"][0]
     system = match_system(device_name, found["backend"], systems)
     if system is None:
-        raise ConfigError(f"system: auto found {_describe_found(found)}, which no system file matches; "
-                          f"add config/systems/<name>.yaml with `match: [\"{device_name}\"]` or set `system:` explicitly")
+        raise ConfigError(
+            f"system: auto found {_describe_found(found)}, which no system file matches; "
+            f'add config/systems/<name>.yaml with `match: ["{device_name}"]` or set `system:` explicitly'
+        )
     return system
 
 
@@ -154,5 +158,6 @@ def require_backend(system: System, found: dict | None = None, devices: int = 1)
         raise SystemMismatchError(
             f"system {system.name!r} needs backend {system.backend!r} with {devices} device(s), "
             f"but this machine has {_describe_found(found)}. Run on a {system.description or system.name} node, "
-            f"or set `system: auto` / `system: cpu`.")
+            f"or set `system: auto` / `system: cpu`."
+        )
     return found

@@ -23,24 +23,24 @@ import json
 import logging
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from .errors import ResultError
-from .backends import BACKENDS
-from .registry import names
-from .results import SCHEMA_VERSION, read_json, redo_journal
+from accelbench.backends import BACKENDS
+from accelbench.errors import ResultError
+from accelbench.registry import names
+from accelbench.results import SCHEMA_VERSION, read_json, redo_journal
 
 log = logging.getLogger(__name__)
 EXPERIMENTS = names()  # the study experiments of the registry (net_smoke, a diagnostic, has no schema)
 BASE = "result.json"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schemas() -> dict[str, dict]:
     folder = resources.files("accelbench") / "schemas"
     schemas = {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.name.endswith(".json")}
@@ -51,7 +51,7 @@ def _schemas() -> dict[str, dict]:
     return schemas
 
 
-@lru_cache(maxsize=None)
+@cache
 def validator(experiment: str | None) -> Draft202012Validator:
     """The validator of one experiment's results (``None``: the common part only)."""
     schemas = _schemas()
@@ -82,9 +82,11 @@ def _non_finite(obj, where=()) -> list[str]:
 
 
 # Quantities that cannot be negative, by key name: durations, counts, sizes, rates, and a timing's statistics.
-NON_NEGATIVE = re.compile(r"((^|_)(ms|s|us|ns|seconds|minutes|hours|gib|mib|bytes|count|per_s|mfu|max|per_device"
-                          r"|tokens|minutes_per_million_tokens|iterations)"
-                          r"|^(median|p10|p90|samples|mfu|iterations_per_device))$")
+NON_NEGATIVE = re.compile(
+    r"((^|_)(ms|s|us|ns|seconds|minutes|hours|gib|mib|bytes|count|per_s|mfu|max|per_device"
+    r"|tokens|minutes_per_million_tokens|iterations)"
+    r"|^(median|p10|p90|samples|mfu|iterations_per_device))$"
+)
 
 
 def _negative(obj, where=(), named=False) -> list[str]:
@@ -110,10 +112,17 @@ def _mfu_over_one(obj, where=()) -> list[str]:
     if isinstance(obj, dict):
         out = []
         for k, v in obj.items():
-            if (MFU_KEY.search(str(k)) and isinstance(v, (int, float)) and not isinstance(v, bool)
-                    and math.isfinite(v) and v > 1):
-                out.append(f"{_where((*where, k))}: MFU {v:.3g} is above 1 (achieved FLOP/s above the peak: the FLOP "
-                           f"count or the peak it is paired with is wrong)")
+            if (
+                MFU_KEY.search(str(k))
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and math.isfinite(v)
+                and v > 1
+            ):
+                out.append(
+                    f"{_where((*where, k))}: MFU {v:.3g} is above 1 (achieved FLOP/s above the peak: the FLOP "
+                    f"count or the peak it is paired with is wrong)"
+                )
             else:
                 out += _mfu_over_one(v, (*where, k))
         return out
@@ -157,10 +166,12 @@ def bound_problems(data: dict) -> list[str]:
     limit = power_limit_w(data)
     if limit is not None:
         energy = (data.get("measurements") or {}).get("energy")
-        out += [f"measurements.energy.phases.{p['phase']}.power_w: {p['power_w']:.1f} W per device (median over "
-                f"{p['windows']} window(s)) is above the board's power limit {limit:g} W "
-                f"(environment.hardware.power_limit_w): the energy counter or the window timing is wrong"
-                for p in power_over_limit(energy, limit)]
+        out += [
+            f"measurements.energy.phases.{p['phase']}.power_w: {p['power_w']:.1f} W per device (median over "
+            f"{p['windows']} window(s)) is above the board's power limit {limit:g} W "
+            f"(environment.hardware.power_limit_w): the energy counter or the window timing is wrong"
+            for p in power_over_limit(energy, limit)
+        ]
     return out
 
 
@@ -199,12 +210,16 @@ def problems_of(data) -> list[str]:
 
 
 def _problems_of(data: dict) -> list[str]:
-    out = [f"{_where(e.absolute_path)}: {_message(e)}"
-           for e in sorted(validator(None).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+    out = [
+        f"{_where(e.absolute_path)}: {_message(e)}"
+        for e in sorted(validator(None).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    ]
     exp = data.get("experiment")
     if exp in EXPERIMENTS and not out:
-        out += [f"{_where(e.absolute_path)}: {_message(e)}"
-                for e in sorted(validator(exp).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+        out += [
+            f"{_where(e.absolute_path)}: {_message(e)}"
+            for e in sorted(validator(exp).iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+        ]
     out += _non_finite(data) + _negative(data.get("measurements"), ("measurements",))
     return out if made_before_bounds(data) else out + bound_problems(data)
 
@@ -214,8 +229,10 @@ def problems(path: str | Path) -> list[str]:
     the journal of a killed redo beside it, :func:`accelbench.results.redo_journal`)."""
     journal = redo_journal(path)
     if journal.exists():
-        return [f"(folder): {journal.name} is there: a redo of this result was killed before it finished, so the "
-                f"folder may mix old and new files; rerun its rule (which first puts the old files back)"]
+        return [
+            f"(folder): {journal.name} is there: a redo of this result was killed before it finished, so the "
+            f"folder may mix old and new files; rerun its rule (which first puts the old files back)"
+        ]
     try:
         data = read_json(path)
     except ResultError as exc:
@@ -237,18 +254,28 @@ def validate_files(paths: list[str | Path]) -> list[dict]:
             bad[str(p)] = found
             continue
         data = read_json(p)
-        summary.append({"path": str(p), "experiment": data["experiment"], "status": data["status"],
-                        "system": data["config"]["system"]["name"],
-                        "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()})
+        summary.append(
+            {
+                "path": str(p),
+                "experiment": data["experiment"],
+                "status": data["status"],
+                "system": data["config"]["system"]["name"],
+                "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest(),
+            }
+        )
         warned = warnings_of(data)
         if warned:
             summary[-1]["warnings"] = warned
             for w in warned:
                 log.warning("%s: %s (made before %s: reported, not refused; the tables flag it)", p, w, BOUNDS_SINCE)
     if bad:
-        lines = [f"{len(bad)} of {len(paths)} result file(s) do not match the result schema "
-                 f"(accelbench/schemas, schema_version {SCHEMA_VERSION}); fix or move each away and rerun its rule:"]
+        lines = [
+            f"{len(bad)} of {len(paths)} result file(s) do not match the result schema "
+            f"(accelbench/schemas, schema_version {SCHEMA_VERSION}); fix or move each away and rerun its rule:"
+        ]
         for p, found in bad.items():
-            lines += [f"  {p}: {f}" for f in found[:8]] + ([f"  {p}: ... {len(found) - 8} more"] if len(found) > 8 else [])
+            lines += [f"  {p}: {f}" for f in found[:8]] + (
+                [f"  {p}: ... {len(found) - 8} more"] if len(found) > 8 else []
+            )
         raise ResultError("\n".join(lines))
     return summary

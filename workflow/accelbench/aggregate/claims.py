@@ -55,14 +55,31 @@ from types import ModuleType
 
 import pandas as pd
 
-from .. import registry
-from ..errors import DataError
-from . import scope
-from .common import noise_why
+from accelbench import registry
+from accelbench.aggregate import scope
+from accelbench.aggregate.common import noise_why
+from accelbench.errors import DataError
 
 VERDICTS = ("holds", "does not hold", "partly measured", "not measured here")  # the categories of a verdict text
-COLUMNS = ["study", "claim_id", "claim", "source", "quote", "quote_source", "scope", "quantity", "tolerance",
-           "fails_if", "needs", "published", "system", "hardware", "measured", "verdict", "why"]
+COLUMNS = [
+    "study",
+    "claim_id",
+    "claim",
+    "source",
+    "quote",
+    "quote_source",
+    "scope",
+    "quantity",
+    "tolerance",
+    "fails_if",
+    "needs",
+    "published",
+    "system",
+    "hardware",
+    "measured",
+    "verdict",
+    "why",
+]
 
 
 def category(verdict: str) -> str:
@@ -117,8 +134,7 @@ def claim_checks() -> dict[str, Callable]:
     for module in aggregation_modules():
         for experiment, check in getattr(module, "CLAIM_CHECKS", {}).items():
             if experiment in checks:
-                raise DataError(f"claims of {experiment} are checked by both {owner[experiment]} and "
-                                f"{module.__name__}")
+                raise DataError(f"claims of {experiment} are checked by both {owner[experiment]} and {module.__name__}")
             checks[experiment], owner[experiment] = check, module.__name__
     return checks
 
@@ -215,8 +231,9 @@ def tolerance_text(claim: pd.Series) -> str:
 def fails_if(claim: pd.Series) -> str:
     """The result that would make the claim fail, from its check: ``x < 3 or x > 5``, ``x < 0.75``, ``false``."""
     c, lo, hi = claim["check"], str(claim.get("low", "")).strip(), str(claim.get("high", "")).strip()
-    parts = ([f"x < {lo}"] if lo and c in ("range", "min") else []) + ([f"x > {hi}"] if hi and c in ("range", "max")
-                                                                        else [])
+    parts = ([f"x < {lo}"] if lo and c in ("range", "min") else []) + (
+        [f"x > {hi}"] if hi and c in ("range", "max") else []
+    )
     return "the property is false" if c == "true" else " or ".join(parts) or "nothing (no bound)"
 
 
@@ -236,11 +253,20 @@ def passes(claim: pd.Series, value: float | bool) -> bool:
 # --------------------------------------------------------------------------- the table
 def claim_cells(claim: pd.Series) -> dict:
     """The cells of a claims-table row that describe the claim (the same on every system)."""
-    return {"study": claim["study"], "claim_id": claim["claim_id"], "claim": claim["claim"], "source": claim["source"],
-            "quote": claim.get("quote", ""), "quote_source": claim.get("quote_source", ""),
-            "scope": scope.label(claim.get("hardware", "")), "quantity": claim["quantity"],
-            "tolerance": tolerance_text(claim), "fails_if": fails_if(claim), "needs": " | ".join(needs_of(claim)),
-            "published": claim["published"]}
+    return {
+        "study": claim["study"],
+        "claim_id": claim["claim_id"],
+        "claim": claim["claim"],
+        "source": claim["source"],
+        "quote": claim.get("quote", ""),
+        "quote_source": claim.get("quote_source", ""),
+        "scope": scope.label(claim.get("hardware", "")),
+        "quantity": claim["quantity"],
+        "tolerance": tolerance_text(claim),
+        "fails_if": fails_if(claim),
+        "needs": " | ".join(needs_of(claim)),
+        "published": claim["published"],
+    }
 
 
 def _measured_text(obs: list[Observation]) -> str:
@@ -269,8 +295,14 @@ def _would(claim: pd.Series, obs: list[Observation]) -> str:
     return f"fails ({failed} of {len(obs)})" if failed else "passes"
 
 
-def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate, timing_free: Collection[str] = (),
-                direction_only: Collection[str] = ()) -> dict:
+def verdict_row(
+    claim: pd.Series,
+    system: str,
+    hardware: str,
+    evaluate,
+    timing_free: Collection[str] = (),
+    direction_only: Collection[str] = (),
+) -> dict:
     """Evaluate one claim on one system: ``evaluate()`` returns the observations or raises NotMeasured.
 
     In order: a claim about other hardware (:func:`accelbench.aggregate.scope.in_scope`) is ``not measured here
@@ -287,25 +319,45 @@ def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate, timing_f
         obs = evaluate()
     except NotMeasured as exc:
         if not ok_scope:
-            return {**row, "measured": exc.measured, "verdict": f"not measured here ({scope.label(claim['hardware'])} "
-                    "claim)", "why": f"{scope_why}; and here: {exc}"}
+            return {
+                **row,
+                "measured": exc.measured,
+                "verdict": f"not measured here ({scope.label(claim['hardware'])} claim)",
+                "why": f"{scope_why}; and here: {exc}",
+            }
         return {**row, "measured": exc.measured, "verdict": "not measured here", "why": str(exc)}
     row["measured"] = _measured_text(obs)
     if not ok_scope:
-        return {**row, "verdict": f"not measured here ({scope.label(claim['hardware'])} claim)",
-                "why": f"{scope_why}; the check on the value measured here {_would(claim, obs)}"}
+        return {
+            **row,
+            "verdict": f"not measured here ({scope.label(claim['hardware'])} claim)",
+            "why": f"{scope_why}; the check on the value measured here {_would(claim, obs)}",
+        }
     noisy = [w for o in obs for r in o.results if (w := noise_why(r))]
     if noisy and claim["quantity"] not in timing_free:
-        return {**row, "verdict": "not measured here",
-                "why": f"not measured reliably: result flagged noisy ({noisy[0]})"}
+        return {
+            **row,
+            "verdict": "not measured here",
+            "why": f"not measured reliably: result flagged noisy ({noisy[0]})",
+        }
     needs = needs_of(claim)
     aside: dict[str, list[Observation]] = {}  # why an observation does not judge the claim -> those observations
     judged = []
     for o in obs:
         unlike = like_for_like(claim, o)
-        reason = ("proxy" if o.note else f"not like for like ({unlike})" if unlike else
-                  "at the counter's noise floor" if o.floor else "not needed" if needs and not any(
-                      _covers(o, n) for n in needs) else "within its timing spread" if o.unresolved else "")
+        reason = (
+            "proxy"
+            if o.note
+            else f"not like for like ({unlike})"
+            if unlike
+            else "at the counter's noise floor"
+            if o.floor
+            else "not needed"
+            if needs and not any(_covers(o, n) for n in needs)
+            else "within its timing spread"
+            if o.unresolved
+            else ""
+        )
         (aside.setdefault(reason, []) if reason else judged).append(o)
     extra = "; ".join(f"{why}: {len(os)}" if why != "proxy" else f"proxy: {len(os)}" for why, os in aside.items())
     tail = f"; left out ({extra})" if extra else ""
@@ -317,14 +369,20 @@ def verdict_row(claim: pd.Series, system: str, hardware: str, evaluate, timing_f
     what = "false" if claim["check"] == "true" else f"outside {tolerance_text(claim)}"
     if failed:
         gap = f"; not measured: {', '.join(missing)}" if missing else ""
-        return {**row, "verdict": "does not hold",
-                "why": f"{len(failed)} of {len(judged)} {what}: {failed[0].text}{gap}{tail}"}
+        return {
+            **row,
+            "verdict": "does not hold",
+            "why": f"{len(failed)} of {len(judged)} {what}: {failed[0].text}{gap}{tail}",
+        }
     within = "true" if claim["check"] == "true" else f"within {tolerance_text(claim)}"
     if judged and not missing:
         return {**row, "verdict": "holds", "why": f"{len(judged)} of {len(judged)} {within}{tail}"}
     if judged:
-        return {**row, "verdict": f"partly measured ({len(covered)} of {len(needs)})",
-                "why": f"measured {', '.join(covered)} ({within}); missing {', '.join(missing)}{tail}"}
+        return {
+            **row,
+            "verdict": f"partly measured ({len(covered)} of {len(needs)})",
+            "why": f"measured {', '.join(covered)} ({within}); missing {', '.join(missing)}{tail}",
+        }
     return _aside_row(claim, row, aside, needs)
 
 
@@ -335,23 +393,34 @@ def _aside_row(claim: pd.Series, row: dict, aside: dict[str, list[Observation]],
         os = aside["proxy"]
         label = os[0].note.split(":")[0].strip()
         how = " / ".join(dict.fromkeys(o.note.split(":", 1)[-1].strip().removeprefix("proxy: ") for o in os))
-        return {**row, "verdict": f"not measured here ({label} {_would(claim, os)})",
-                "why": f"measured only through a proxy ({how}); {claim['quantity']} itself is not measured"}
+        return {
+            **row,
+            "verdict": f"not measured here ({label} {_would(claim, os)})",
+            "why": f"measured only through a proxy ({how}); {claim['quantity']} itself is not measured",
+        }
     unlike = next((k for k in aside if k.startswith("not like for like")), None)
     if unlike:
-        return {**row, "verdict": "not measured here (not like for like)",
-                "why": f"{unlike.removeprefix('not like for like (').removesuffix(')')}; on this setting the check "
-                       f"{_would(claim, aside[unlike])}"}
+        return {
+            **row,
+            "verdict": "not measured here (not like for like)",
+            "why": f"{unlike.removeprefix('not like for like (').removesuffix(')')}; on this setting the check "
+            f"{_would(claim, aside[unlike])}",
+        }
     if "at the counter's noise floor" in aside:
         os = aside["at the counter's noise floor"]
-        return {**row, "verdict": "not measured here (at the counter's floor)",
-                "why": f"{os[0].floor}; the ratio divides by noise"}
+        return {
+            **row,
+            "verdict": "not measured here (at the counter's floor)",
+            "why": f"{os[0].floor}; the ratio divides by noise",
+        }
     if "within its timing spread" in aside:
-        return {**row, "verdict": "not measured here",
-                "why": "every pair within its timing spread (p10-p90 overlap)"}
-    return {**row, "verdict": "not measured here",
-            "why": f"none of the needed observations ({', '.join(needs)}) was made; measured instead: "
-                   + "; ".join(o.text for o in aside.get("not needed", []))}
+        return {**row, "verdict": "not measured here", "why": "every pair within its timing spread (p10-p90 overlap)"}
+    return {
+        **row,
+        "verdict": "not measured here",
+        "why": f"none of the needed observations ({', '.join(needs)}) was made; measured instead: "
+        + "; ".join(o.text for o in aside.get("not needed", [])),
+    }
 
 
 def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
@@ -361,8 +430,14 @@ def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def per_system_rows(claim: pd.Series, inputs: "ClaimInputs", result_rows: Callable[[list[dict]], pd.DataFrame],
-                    key: Callable[[dict], tuple], observations, **verdict_kw) -> list[dict]:
+def per_system_rows(
+    claim: pd.Series,
+    inputs: ClaimInputs,
+    result_rows: Callable[[list[dict]], pd.DataFrame],
+    key: Callable[[dict], tuple],
+    observations,
+    **verdict_kw,
+) -> list[dict]:
     """The rows of a claim judged once per system (:func:`verdict_row`): ``observations(claim, rows, results)`` gets
     that system's table rows and its results keyed by ``key(result)``; one :func:`not_run` row without results."""
     exp = claim["experiment"]
@@ -372,16 +447,28 @@ def per_system_rows(claim: pd.Series, inputs: "ClaimInputs", result_rows: Callab
     rows = []
     for system, g in inputs.rows(result_rows, exp).groupby("system"):
         res = {key(r): r for r in group if r["config"]["system"]["name"] == system}
-        rows.append(verdict_row(claim, system, g["hardware"].iloc[0],
-                                lambda c=claim, g=g, res=res: observations(c, g, res), **verdict_kw))
+        rows.append(
+            verdict_row(
+                claim,
+                system,
+                g["hardware"].iloc[0],
+                lambda c=claim, g=g, res=res: observations(c, g, res),
+                **verdict_kw,
+            )
+        )
     return rows
 
 
 def not_run(claim: pd.Series, experiment: str) -> dict:
     """The one row of a claim whose experiment has no results."""
-    return {**claim_cells(claim), "system": "(none)", "hardware": "none", "measured": "",
-            "verdict": "not measured here",
-            "why": f"no {experiment} results (add {experiment} to config `experiments`, or copy results in)"}
+    return {
+        **claim_cells(claim),
+        "system": "(none)",
+        "hardware": "none",
+        "measured": "",
+        "verdict": "not measured here",
+        "why": f"no {experiment} results (add {experiment} to config `experiments`, or copy results in)",
+    }
 
 
 def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: str | Path | None = None) -> pd.DataFrame:

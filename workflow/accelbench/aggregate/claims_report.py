@@ -25,25 +25,38 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..errors import DataError  # noqa: E402
-from . import scope  # noqa: E402
-from .claims import VERDICTS, category, claims_table, fails_if, needs_of, read_claims, tolerance_text  # noqa: E402
-from .common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table  # noqa: E402
-from .figures import FONT, save_figure  # noqa: E402
+from accelbench.aggregate import scope  # noqa: E402
+from accelbench.aggregate.claims import (  # noqa: E402
+    VERDICTS,
+    category,
+    claims_table,
+    fails_if,
+    needs_of,
+    read_claims,
+    tolerance_text,
+)
+from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table  # noqa: E402
+from accelbench.aggregate.figures import FONT, save_figure  # noqa: E402
+from accelbench.errors import DataError  # noqa: E402
 
 DISAGREE = "runs disagree"
 SUMMARY_VERDICTS = (*VERDICTS, DISAGREE)
-VERDICT_COLOUR = {"holds": "#8fd18a", "does not hold": "#f08a8a", "partly measured": "#f3d27a",
-                  "not measured here": "#d9d9d9", DISAGREE: "#c9a0dc"}
+VERDICT_COLOUR = {
+    "holds": "#8fd18a",
+    "does not hold": "#f08a8a",
+    "partly measured": "#f3d27a",
+    "not measured here": "#d9d9d9",
+    DISAGREE: "#c9a0dc",
+}
 NO_RESULTS = "no results"
-SUMMARY_COLUMNS = ["study", "claim_id", "claim", "published", "scope", "verdict", "evidence", "measured", "why",
-                   "runs"]
+SUMMARY_COLUMNS = ["study", "claim_id", "claim", "published", "scope", "verdict", "evidence", "measured", "why", "runs"]
 TITLE = "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400)"
 
 
 def origin_column(df: pd.DataFrame) -> pd.Series:
     """The origin of each claims row, from its hardware label: ``reference run (<label>, <date>)`` for a committed
     reference run's results, ``measured here`` for this checkout's, ``no results`` where nothing ran."""
+
     def one(hw: str) -> str:
         hw = str(hw)
         if hw in ("none", ""):
@@ -51,6 +64,7 @@ def origin_column(df: pd.DataFrame) -> pd.Series:
         if hw.startswith("reference run (") and "): " in hw:
             return hw.split("): ", 1)[0] + ")"
         return "measured here"
+
     return df["hardware"].map(one) if not df.empty else pd.Series(dtype=str)
 
 
@@ -77,24 +91,47 @@ def _summary_row(g: pd.DataFrame) -> dict:
         if len(verdicts) > 1:
             each = "; ".join(f"{_where(r)}: {r['verdict']} on {r['measured']}" for _, r in decisive.iterrows())
             devices = sorted({scope.device_part(h) for h in decisive["hardware"]})
-            differ = (f"hardware differs ({' vs '.join(devices)})" if len(devices) > 1 else
-                      "same hardware: the runs measured different observations or settings (see measured)")
-            return {**base, "verdict": DISAGREE, "evidence": "; ".join(dict.fromkeys(decisive["origin"])),
-                    "measured": " | ".join(decisive["measured"]), "why": f"{each}. Why they differ: {differ}"}
+            differ = (
+                f"hardware differs ({' vs '.join(devices)})"
+                if len(devices) > 1
+                else "same hardware: the runs measured different observations or settings (see measured)"
+            )
+            return {
+                **base,
+                "verdict": DISAGREE,
+                "evidence": "; ".join(dict.fromkeys(decisive["origin"])),
+                "measured": " | ".join(decisive["measured"]),
+                "why": f"{each}. Why they differ: {differ}",
+            }
         lead = decisive.iloc[0]
         also = len(decisive) - 1
         evidence = "; ".join(dict.fromkeys(decisive.apply(_where, axis=1)))
-        return {**base, "verdict": lead["verdict"], "evidence": evidence, "measured": lead["measured"],
-                "why": lead["why"] + (f" (and {also} more row{'s' if also > 1 else ''} agree)" if also else "")}
+        return {
+            **base,
+            "verdict": lead["verdict"],
+            "evidence": evidence,
+            "measured": lead["measured"],
+            "why": lead["why"] + (f" (and {also} more row{'s' if also > 1 else ''} agree)" if also else ""),
+        }
     partly = g[cats == "partly measured"]
     if not partly.empty:
         lead = partly.loc[partly["verdict"].map(_covered).idxmax()]
-        return {**base, "verdict": lead["verdict"], "evidence": _where(lead), "measured": lead["measured"],
-                "why": lead["why"]}
+        return {
+            **base,
+            "verdict": lead["verdict"],
+            "evidence": _where(lead),
+            "measured": lead["measured"],
+            "why": lead["why"],
+        }
     specific = g[g["verdict"].str.contains(r"\(", regex=True) & (g["origin"] != NO_RESULTS)]
     lead = specific.iloc[0] if not specific.empty else g.iloc[0]
-    return {**base, "verdict": lead["verdict"], "evidence": _where(lead), "measured": lead["measured"],
-            "why": lead["why"]}
+    return {
+        **base,
+        "verdict": lead["verdict"],
+        "evidence": _where(lead),
+        "measured": lead["measured"],
+        "why": lead["why"],
+    }
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -111,8 +148,11 @@ def verdict_counts(df: pd.DataFrame) -> pd.DataFrame:
     """Rows (claim x system) per study, origin and verdict category: measured here and each reference run counted
     apart."""
     d = df.assign(origin=origin_column(df), category=df["verdict"].map(category)) if not df.empty else df
-    counts = d.groupby(["study", "origin", "category"]).size().unstack("category", fill_value=0) if not d.empty \
+    counts = (
+        d.groupby(["study", "origin", "category"]).size().unstack("category", fill_value=0)
+        if not d.empty
         else pd.DataFrame()
+    )
     return counts.reindex(columns=list(VERDICTS), fill_value=0)
 
 
@@ -130,8 +170,7 @@ def summary_line(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> str:
     heads = summary["verdict"].map(head_category)
     line = "one verdict per claim: " + ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS)
     by = verdict_counts(df).groupby(level="origin").sum()
-    return line + "; " + "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS)
-                                   for o, r in by.iterrows())
+    return line + "; " + "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS) for o, r in by.iterrows())
 
 
 def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None = None) -> list[str]:
@@ -159,19 +198,26 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("claims (first bar of a study) or claims x systems (count)")
     ax.set_ylabel("study: one verdict per claim, then each origin")
-    ax.set_title("Verdicts of the published claims: one per claim, then each origin apart", fontsize=FONT["label"],
-                 loc="left")
+    ax.set_title(
+        "Verdicts of the published claims: one per claim, then each origin apart", fontsize=FONT["label"], loc="left"
+    )
     if bars:
-        ax.legend(fontsize=FONT["legend"], loc="upper left", bbox_to_anchor=(1.01, 1), title="verdict",
-                  title_fontsize=FONT["legend"])
+        ax.legend(
+            fontsize=FONT["legend"],
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1),
+            title="verdict",
+            title_fontsize=FONT["legend"],
+        )
     else:
         ax.text(0.5, 0.5, "no claims", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     return save_figure(fig, path)
 
 
-def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path,
-              out_dir: str | Path) -> pd.DataFrame:
+def aggregate(
+    result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path, out_dir: str | Path
+) -> pd.DataFrame:
     """Write ``claims.{csv,md,tex,html}`` (every claim x system, with an ``origin`` column: measured here /
     reference run / no results; the Markdown and HTML lead with one row per claim), ``claims_summary.csv`` and
     ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
@@ -188,11 +234,19 @@ def aggregate(result_paths: list[str | Path], claims_paths: list[str | Path], sr
     shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
     summary = summary_table(shown)
     line = summary_line(df, summary)
-    write_table(summary, out / "claims_summary", f"{TITLE}: one row per claim, its verdict from the evidence that "
-                f"judges it (run named). {line}.", title="Claims: one verdict per claim")
-    write_table(shown, out / "claims", f"{TITLE} checked against each system's results (one row per claim and "
-                f"system): holds / does not hold / partly measured (k of n) / not measured here (why). {line}.",
-                title="Claims: every run")
+    write_table(
+        summary,
+        out / "claims_summary",
+        f"{TITLE}: one row per claim, its verdict from the evidence that judges it (run named). {line}.",
+        title="Claims: one verdict per claim",
+    )
+    write_table(
+        shown,
+        out / "claims",
+        f"{TITLE} checked against each system's results (one row per claim and "
+        f"system): holds / does not hold / partly measured (k of n) / not measured here (why). {line}.",
+        title="Claims: every run",
+    )
     (out / "claims.md").write_text((out / "claims_summary.md").read_text() + "\n\n" + (out / "claims.md").read_text())
     (out / "claims.html").write_text(claims_html(shown, summary, line))
     fig_claims(df, out / "fig_claims.png", summary)
@@ -221,15 +275,23 @@ def _coloured(html: str) -> str:
 def claims_html(shown: pd.DataFrame, summary: pd.DataFrame, line: str) -> str:
     """The report's claims page: one row per claim first (verdict cells coloured), every claim x system row behind
     a ``<details>`` (the columns a reviewer reads first, :data:`BRIEF`; the rest is in claims.csv)."""
+
     def one(df: pd.DataFrame, caption: str, title: str) -> str:
         cells = df.astype(object).where(df.notna(), "").map(str)
         cells, notes = footnoted(cells, HTML_NOTE_CHARS, 240, repeated=True)
         return _coloured(html_table(cells, caption, notes, title=title))
 
-    head = one(summary, f"{TITLE}: one row per claim, its verdict from the evidence that judges it (run named). "
-               f"{line}. Every column: results/claims/claims_summary.csv.", "Claims: one verdict per claim")
-    every = one(shown.reindex(columns=BRIEF), f"{TITLE}, one row per claim and system. Every column: "
-                "results/claims/claims.csv.", "Claims: every run")
+    head = one(
+        summary,
+        f"{TITLE}: one row per claim, its verdict from the evidence that judges it (run named). "
+        f"{line}. Every column: results/claims/claims_summary.csv.",
+        "Claims: one verdict per claim",
+    )
+    every = one(
+        shown.reindex(columns=BRIEF),
+        f"{TITLE}, one row per claim and system. Every column: results/claims/claims.csv.",
+        "Claims: every run",
+    )
     return head + f"\n<details><summary>Every run's verdict ({len(shown)} rows)</summary>\n{every}\n</details>\n"
 
 
@@ -251,8 +313,10 @@ def verdict_table(runs: dict[str, pd.DataFrame]) -> str:
         return "No reference run has a claims table yet."
     summary = summary_table(pd.concat(runs, ignore_index=True))
     out = ["| claim | verdict | evidence | measured |", "|---|---|---|---|"]
-    out += [f"| {_md(r['claim_id'])} | {_md(r['verdict'])} | {_md(r['evidence'])} | {_md(r['measured'])} |"
-            for _, r in summary.iterrows()]
+    out += [
+        f"| {_md(r['claim_id'])} | {_md(r['verdict'])} | {_md(r['evidence'])} | {_md(r['measured'])} |"
+        for _, r in summary.iterrows()
+    ]
     return "\n".join(out)
 
 
@@ -263,28 +327,44 @@ def claims_page(claims_paths: list[str | Path], run_tables: dict[str, Path]) -> 
     one table of one verdict per claim over every run together."""
     claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
     runs = read_run_tables(run_tables)
-    out = ["# Claims of the two studies, and what each reference run says of them", "",
-           "Generated by `accelbench reference-runs` from `resources/reference/study_a_claims.csv`, "
-           "`resources/reference/study_b_claims.csv` and each reference run's `tables/claims/claims.csv` "
-           "(do not edit). How a verdict is reached: `workflow/accelbench/aggregate/claims.py`; which hardware "
-           "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class).", "",
-           "## One verdict per claim, over every reference run", "", verdict_table(runs)]
+    out = [
+        "# Claims of the two studies, and what each reference run says of them",
+        "",
+        "Generated by `accelbench reference-runs` from `resources/reference/study_a_claims.csv`, "
+        "`resources/reference/study_b_claims.csv` and each reference run's `tables/claims/claims.csv` "
+        "(do not edit). How a verdict is reached: `workflow/accelbench/aggregate/claims.py`; which hardware "
+        "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class).",
+        "",
+        "## One verdict per claim, over every reference run",
+        "",
+        verdict_table(runs),
+    ]
     for _, c in claims.iterrows():
         cid = c["claim_id"]
-        quote = f"> {c['quote']}\n>\n> -- {c['quote_source']}" if str(c.get("quote", "")).strip() else \
-            f"No verbatim text: {c['source']} (the claim is our wording)."
-        out += ["", f"## {cid}: {_md(c['claim'])}", "", quote, "",
-                f"- **Published**: {_md(c['published'])}",
-                f"- **Source**: {_md(c['source'])}",
-                f"- **Hardware scope**: {scope.label(c['hardware'])}",
-                f"- **Quantity and tolerance**: `{c['quantity']}` ({_md(c['experiment'])}), "
-                f"{_md(tolerance_text(c))}; fails if {_md(fails_if(c))}",
-                f"- **Evidence it needs**: {_md(' | '.join(needs_of(c)) or 'one observation')}"
-                + (f"; measured on `{c['setting']}`" if str(c.get("setting", "")).strip() else ""),
-                ] + ([f"- **Note**: {_md(c['note'])}"] if str(c.get("note", "")).strip() else [])
+        quote = (
+            f"> {c['quote']}\n>\n> -- {c['quote_source']}"
+            if str(c.get("quote", "")).strip()
+            else f"No verbatim text: {c['source']} (the claim is our wording)."
+        )
+        out += [
+            "",
+            f"## {cid}: {_md(c['claim'])}",
+            "",
+            quote,
+            "",
+            f"- **Published**: {_md(c['published'])}",
+            f"- **Source**: {_md(c['source'])}",
+            f"- **Hardware scope**: {scope.label(c['hardware'])}",
+            f"- **Quantity and tolerance**: `{c['quantity']}` ({_md(c['experiment'])}), "
+            f"{_md(tolerance_text(c))}; fails if {_md(fails_if(c))}",
+            f"- **Evidence it needs**: {_md(' | '.join(needs_of(c)) or 'one observation')}"
+            + (f"; measured on `{c['setting']}`" if str(c.get("setting", "")).strip() else ""),
+        ] + ([f"- **Note**: {_md(c['note'])}"] if str(c.get("note", "")).strip() else [])
         rows = [(name, r) for name, df in runs.items() for _, r in df[df["claim_id"] == cid].iterrows()]
         if rows:
             out += ["", "| reference run | system | verdict | measured | why |", "|---|---|---|---|---|"]
-            out += [f"| {name} | {_md(r['system'])} | {_md(r['verdict'])} | {_md(r['measured'])} | {_md(r['why'])} |"
-                    for name, r in rows]
+            out += [
+                f"| {name} | {_md(r['system'])} | {_md(r['verdict'])} | {_md(r['measured'])} | {_md(r['why'])} |"
+                for name, r in rows
+            ]
     return "\n".join(out) + "\n"

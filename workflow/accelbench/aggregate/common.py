@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..provenance import hardware_label, software_label
-from ..reference_run import run_for
-from ..results import read_result
+from accelbench.provenance import hardware_label, software_label
+from accelbench.reference_run import run_for
+from accelbench.results import read_result
 
 STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 
@@ -82,7 +82,7 @@ def model_display(result: dict, fallback: str | None = None) -> str | None:
     ``name`` and ``quantized_file`` the same way (``"SmolLM2-135M-Instruct (Q4_1-dequantized)"``); a random-init
     model named only by its architecture type gets ``"<fallback, the config's family or name> (random init)"``.
     Without a record: ``fallback``, else the config's ``model_name``/``model`` key."""
-    from ..models.llm import display_name
+    from accelbench.models.llm import display_name
 
     info = (result.get("measurements") or {}).get("model")
     cfg = result.get("config") or {}
@@ -108,18 +108,18 @@ def status_cell(result: dict) -> str | None:
 
 # Fixed decimals per unit, chosen by column name (first match wins); anything else: 3 significant digits.
 COLUMN_FORMATS: list[tuple[str, str]] = [
-    (r"(^|_)(sm_cycles|instructions)(_step_est)?$", "{:,.0f}"),   # counts of cycles/instructions (not their ratios)
-    (r"_pct$", "{:.1f}"),                                         # percent
-    (r"_ms$", "{:.1f}"),                                          # milliseconds
-    (r"_gib$", "{:.2f}"),                                         # GiB
-    (r"per_s", "{:.1f}"),                                         # throughput (items/s)
-    (r"(_s|_min|minutes.*|_mtok)$", "{:.2f}"),                    # seconds, minutes
+    (r"(^|_)(sm_cycles|instructions)(_step_est)?$", "{:,.0f}"),  # counts of cycles/instructions (not their ratios)
+    (r"_pct$", "{:.1f}"),  # percent
+    (r"_ms$", "{:.1f}"),  # milliseconds
+    (r"_gib$", "{:.2f}"),  # GiB
+    (r"per_s", "{:.1f}"),  # throughput (items/s)
+    (r"(_s|_min|minutes.*|_mtok)$", "{:.2f}"),  # seconds, minutes
     (r"(count|kernels|devices|steps$|tokens$|params$|iterations)", "{:.0f}"),  # counts
     (r"(^share_|_share$|_fraction$|^mfu|efficiency|covered)", "{:.3f}"),  # fractions
-    (r"(speedup|_x$|ratio|^value$|slowdown|gain)", "{:.2f}"),     # ratios (x)
-    (r"(perplexity|psnr|_db|loss)", "{:.2f}"),                    # perplexity, dB, loss
+    (r"(speedup|_x$|ratio|^value$|slowdown|gain)", "{:.2f}"),  # ratios (x)
+    (r"(perplexity|psnr|_db|loss)", "{:.2f}"),  # perplexity, dB, loss
     (r"(ssim|^ipc)", "{:.3f}"),
-    (r"(rel_l2|abs_diff)", "{:.1e}"),                             # small relative errors
+    (r"(rel_l2|abs_diff)", "{:.1e}"),  # small relative errors
 ]
 
 
@@ -151,11 +151,13 @@ def noise_why(result: dict) -> str | None:
     return "; ".join(map(str, why)) if isinstance(why, (list, tuple)) else str(why)
 
 
-CSV_DIGITS = 7  # significant digits kept in a CSV: about the timers' resolution (CUDA events ~0.5 us); relative error <= 5e-7
+CSV_DIGITS = (
+    7  # significant digits kept in a CSV: about the timers' resolution (CUDA events ~0.5 us); relative error <= 5e-7
+)
 # columns whose long texts (reasons, error messages) become footnotes in the shown tables, not text in every row
 NOTE_COLUMNS = r"(^|_)(reason|why|error|errors|how|note|notes|noise_why|source|method)$"
-NOTE_CHARS = 40      # Markdown / LaTeX: a note column's text longer than this becomes a footnote
-LONG_CHARS = 60      # Markdown / LaTeX: any text longer than this becomes a footnote
+NOTE_CHARS = 40  # Markdown / LaTeX: a note column's text longer than this becomes a footnote
+LONG_CHARS = 60  # Markdown / LaTeX: any text longer than this becomes a footnote
 HTML_NOTE_CHARS = 160  # HTML (cells wrap): only longer note texts, or ones repeated on several rows
 
 
@@ -167,8 +169,18 @@ def csv_value(v):
     return v
 
 
-_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+_TEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\^{}",
+}
 
 
 def _tex(text: str) -> str:
@@ -189,8 +201,9 @@ def csv_frame(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def footnoted(shown: pd.DataFrame, note_chars: int, long_chars: int | None,
-              repeated: bool = False) -> tuple[pd.DataFrame, list[str]]:
+def footnoted(
+    shown: pd.DataFrame, note_chars: int, long_chars: int | None, repeated: bool = False
+) -> tuple[pd.DataFrame, list[str]]:
     """Long texts of ``shown`` (cells already strings) replaced by ``[n]``, with the notes in order (one number per
     distinct text). A cell is a footnote when its column matches :data:`NOTE_COLUMNS` and its text is longer than
     ``note_chars`` (or, with ``repeated``, appears on more than one row), or when it is longer than ``long_chars``."""
@@ -205,8 +218,9 @@ def footnoted(shown: pd.DataFrame, note_chars: int, long_chars: int | None,
         def mark(v, is_note=is_note, counts=counts):
             if not isinstance(v, str) or not v:
                 return v
-            long_note = is_note and (len(v) > note_chars or (counts is not None and counts.get(v, 0) > 1
-                                                             and len(v) > 40))
+            long_note = is_note and (
+                len(v) > note_chars or (counts is not None and counts.get(v, 0) > 1 and len(v) > 40)
+            )
             if long_note or (long_chars is not None and len(v) > long_chars):
                 return f"[{notes.setdefault(v, len(notes) + 1)}]"
             return v
@@ -215,12 +229,14 @@ def footnoted(shown: pd.DataFrame, note_chars: int, long_chars: int | None,
     return out, [f"[{n}] {text}" for text, n in notes.items()]
 
 
-TABLE_STYLE = ("<style>.accelbench-table{overflow-x:auto;max-width:96vw}"
-               ".accelbench-table table{border-collapse:collapse;font-size:0.85em;margin:0.4em 0}"
-               ".accelbench-table td{max-width:30em}"
-               ".accelbench-table th,.accelbench-table td{border:1px solid #bbb;padding:2px 6px;text-align:left;"
-               "vertical-align:top}.accelbench-table th{background:#eee}.accelbench-table .caption{font-size:0.9em;"
-               "max-width:70em}.accelbench-table .notes{font-size:0.8em;max-width:70em}</style>")
+TABLE_STYLE = (
+    "<style>.accelbench-table{overflow-x:auto;max-width:96vw}"
+    ".accelbench-table table{border-collapse:collapse;font-size:0.85em;margin:0.4em 0}"
+    ".accelbench-table td{max-width:30em}"
+    ".accelbench-table th,.accelbench-table td{border:1px solid #bbb;padding:2px 6px;text-align:left;"
+    "vertical-align:top}.accelbench-table th{background:#eee}.accelbench-table .caption{font-size:0.9em;"
+    "max-width:70em}.accelbench-table .notes{font-size:0.8em;max-width:70em}</style>"
+)
 
 
 def html_table(shown: pd.DataFrame, caption: str, notes: list[str], title: str | None = None) -> str:
@@ -231,12 +247,21 @@ def html_table(shown: pd.DataFrame, caption: str, notes: list[str], title: str |
     head = f"<h3>{html.escape(title)}</h3>" if title else ""
     body = shown.to_html(index=False, escape=True, border=0, na_rep="")
     foot = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
-    return (f'<div class="accelbench-table">{TABLE_STYLE}{head}<p class="caption">{html.escape(caption)}</p>{body}'
-            + (f'<ul class="notes">{foot}</ul>' if foot else "") + "</div>\n")
+    return (
+        f'<div class="accelbench-table">{TABLE_STYLE}{head}<p class="caption">{html.escape(caption)}</p>{body}'
+        + (f'<ul class="notes">{foot}</ul>' if foot else "")
+        + "</div>\n"
+    )
 
 
-def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: str | None = None,
-                empty: str | None = None, title: str | None = None) -> list[Path]:
+def write_table(
+    df: pd.DataFrame,
+    stem: str | Path,
+    caption: str,
+    float_format: str | None = None,
+    empty: str | None = None,
+    title: str | None = None,
+) -> list[Path]:
     """Write ``df`` as ``<stem>.csv`` (rounded to the precision measured, :func:`csv_frame`), ``<stem>.md``,
     ``<stem>.tex`` and ``<stem>.html`` (fixed decimals per unit, :func:`column_format`, unless ``float_format`` is
     given for every column). Markdown and LaTeX stay narrow: long reasons and error texts become numbered footnotes
@@ -258,8 +283,10 @@ def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: 
     if df.empty and empty:
         paths[1].write_text(f"{caption}\n\n{empty}\n")
         paths[2].write_text(f"% {caption}\n{empty}\n")
-        paths[3].write_text(f'<div class="accelbench-table">{f"<h3>{html.escape(title)}</h3>" if title else ""}'
-                            f'<p class="caption">{html.escape(caption)}</p><p>{html.escape(empty)}</p></div>\n')
+        paths[3].write_text(
+            f'<div class="accelbench-table">{f"<h3>{html.escape(title)}</h3>" if title else ""}'
+            f'<p class="caption">{html.escape(caption)}</p><p>{html.escape(empty)}</p></div>\n'
+        )
         return paths
 
     def cell(v, fmt):
@@ -276,8 +303,9 @@ def write_table(df: pd.DataFrame, stem: str | Path, caption: str, float_format: 
     narrow, notes = footnoted(shown, NOTE_CHARS, LONG_CHARS)
     foot = ("\n" + "\n".join(f"{n}  " for n in notes)) if notes else ""
     md = narrow.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # a `|` would split the row
-    paths[1].write_text(f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot
-                        + ("\n" if foot else ""))
+    paths[1].write_text(
+        f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot + ("\n" if foot else "")
+    )
     latex = narrow.to_latex(index=False, caption=caption, escape=True, longtable=False)
     paths[2].write_text(latex + "".join(f"\\noindent{{\\footnotesize {_tex(n)}}}\\par\n" for n in notes))
     wide, html_notes = footnoted(shown, HTML_NOTE_CHARS, None, repeated=True)

@@ -29,23 +29,40 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..energy import LABEL
-from ..validate import power_limit_w, power_over_limit
-from .common import joined_labels, load_results, model_display, write_table
-from .figures import FONT, published as published_origin, save_figure, series_label, wrap
+from accelbench.aggregate.common import joined_labels, load_results, model_display, write_table
+from accelbench.aggregate.figures import FONT, save_figure, series_label, wrap
+from accelbench.aggregate.figures import published as published_origin
+from accelbench.energy import LABEL
+from accelbench.validate import power_limit_w, power_over_limit
 
 # the case of a result: these config values, where present, in this order (no experiment is named)
-CASE_KEYS = ("model", "model_name", "configuration", "precision", "method", "bitset", "attention", "strategy",
-             "devices")
+CASE_KEYS = (
+    "model",
+    "model_name",
+    "configuration",
+    "precision",
+    "method",
+    "bitset",
+    "attention",
+    "strategy",
+    "devices",
+)
 # the step time of results made before the meter (no measurements.energy.step_ms): the first of these present
-TIME_KEYS = (("train_step", "median", 1.0), ("iteration", "median", 1.0), ("step", "median", 1.0),
-             ("eval_time", "value", 1e3))
+TIME_KEYS = (
+    ("train_step", "median", 1.0),
+    ("iteration", "median", 1.0),
+    ("step", "median", 1.0),
+    ("eval_time", "value", 1e3),
+)
 
 
 def _case(result: dict) -> str:
     c = result.get("config") or {}
-    parts = [f"n{c[k]}" if k == "devices" else str(c[k]) for k in CASE_KEYS
-             if c.get(k) not in (None, "", "none") and not isinstance(c.get(k), dict)]
+    parts = [
+        f"n{c[k]}" if k == "devices" else str(c[k])
+        for k in CASE_KEYS
+        if c.get(k) not in (None, "", "none") and not isinstance(c.get(k), dict)
+    ]
     return "/".join(dict.fromkeys(parts))
 
 
@@ -95,11 +112,16 @@ def power_flag(result: dict, boards: pd.DataFrame | None = None) -> str | None:
     over = power_over_limit((result.get("measurements") or {}).get("energy"), limit)
     if not over:
         return None
-    parts = [f"{p['phase']}: {p['power_w']:.1f} W per device"
-             + (" from one window above the board limit" if p["windows"] == 1 else
-                f" (median of {p['windows']} windows) above the board limit") for p in over]
-    return (f"{'; '.join(parts)} ({limit:g} W, {'recorded' if where == 'recorded' else 'board_power.csv'}): "
-            f"not reliable")
+    parts = [
+        f"{p['phase']}: {p['power_w']:.1f} W per device"
+        + (
+            " from one window above the board limit"
+            if p["windows"] == 1
+            else f" (median of {p['windows']} windows) above the board limit"
+        )
+        for p in over
+    ]
+    return f"{'; '.join(parts)} ({limit:g} W, {'recorded' if where == 'recorded' else 'board_power.csv'}): not reliable"
 
 
 def rows(results: list[dict], boards: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -112,32 +134,88 @@ def rows(results: list[dict], boards: pd.DataFrame | None = None) -> pd.DataFram
         m = r.get("measurements") or {}
         e = m.get("energy")
         base = {"system": r["_hardware"], "series": r["_series"], "experiment": r["experiment"], "case": _case(r)}
-        row = {**base, "model": model_display(r) if isinstance(m.get("model"), dict) else None,
-               "flag": power_flag(r, boards), "phase": (e or {}).get("main_phase"), "step_ms": _time_ms(m),
-               "energy": (e or {}).get("status", "not recorded"), "j_per_step": None, "power_w": None,
-               "per_unit": None, "unit": None, "per_watt": None, "per_watt_unit": None, "source": None,
-               "reliable": None, "reason": (e or {}).get("reason")}
+        row = {
+            **base,
+            "model": model_display(r) if isinstance(m.get("model"), dict) else None,
+            "flag": power_flag(r, boards),
+            "phase": (e or {}).get("main_phase"),
+            "step_ms": _time_ms(m),
+            "energy": (e or {}).get("status", "not recorded"),
+            "j_per_step": None,
+            "power_w": None,
+            "per_unit": None,
+            "unit": None,
+            "per_watt": None,
+            "per_watt_unit": None,
+            "source": None,
+            "reliable": None,
+            "reason": (e or {}).get("reason"),
+        }
         if e and e.get("status") == "ok":
             pu, pw = e.get("per_unit") or {}, e.get("per_watt") or {}
             head_u = next(iter(pu.values()), None)
             head_w = next(iter(pw.values()), None)
-            row.update({"j_per_step": e["j_per_step"], "power_w": e["power_w"], "source": e.get("source"),
-                        "reliable": "yes" if e.get("reliable") else "no",
-                        "per_unit": head_u["value"] if head_u else None, "unit": head_u["unit"] if head_u else None,
-                        "per_watt": head_w["value"] if head_w else None,
-                        "per_watt_unit": head_w["unit"] if head_w else None})
+            row.update(
+                {
+                    "j_per_step": e["j_per_step"],
+                    "power_w": e["power_w"],
+                    "source": e.get("source"),
+                    "reliable": "yes" if e.get("reliable") else "no",
+                    "per_unit": head_u["value"] if head_u else None,
+                    "unit": head_u["unit"] if head_u else None,
+                    "per_watt": head_w["value"] if head_w else None,
+                    "per_watt_unit": head_w["unit"] if head_w else None,
+                }
+            )
             for name, v in pu.items():
-                units.append({**base, "quantity": name, "value": v["value"], "unit": v["unit"],
-                              "label": v.get("label", "measured"), "phase": v.get("phase")})
+                units.append(
+                    {
+                        **base,
+                        "quantity": name,
+                        "value": v["value"],
+                        "unit": v["unit"],
+                        "label": v.get("label", "measured"),
+                        "phase": v.get("phase"),
+                    }
+                )
             for name, v in pw.items():
-                units.append({**base, "quantity": name, "value": v["value"], "unit": v["unit"], "label": "measured",
-                              "phase": v.get("phase")})
+                units.append(
+                    {
+                        **base,
+                        "quantity": name,
+                        "value": v["value"],
+                        "unit": v["unit"],
+                        "label": "measured",
+                        "phase": v.get("phase"),
+                    }
+                )
         out.append(row)
-    df = pd.DataFrame(out, columns=["system", "series", "experiment", "case", "model", "phase", "step_ms", "energy",
-                                    "j_per_step", "power_w", "per_unit", "unit", "per_watt", "per_watt_unit",
-                                    "source", "reliable", "flag", "reason"])
-    df.attrs["units"] = pd.DataFrame(units, columns=["system", "series", "experiment", "case", "quantity", "value",
-                                                     "unit", "label", "phase"])
+    df = pd.DataFrame(
+        out,
+        columns=[
+            "system",
+            "series",
+            "experiment",
+            "case",
+            "model",
+            "phase",
+            "step_ms",
+            "energy",
+            "j_per_step",
+            "power_w",
+            "per_unit",
+            "unit",
+            "per_watt",
+            "per_watt_unit",
+            "source",
+            "reliable",
+            "flag",
+            "reason",
+        ],
+    )
+    df.attrs["units"] = pd.DataFrame(
+        units, columns=["system", "series", "experiment", "case", "quantity", "value", "unit", "label", "phase"]
+    )
     return df.sort_values(["experiment", "case", "system"], kind="stable").reset_index(drop=True)
 
 
@@ -146,12 +224,13 @@ def published_times(reference_path: str | Path | None, devices: int = 1) -> pd.D
     of 40,000 / devices iterations (``resources/reference/study_b_sr3_scaling.csv``); empty without the file."""
     if not reference_path or not Path(reference_path).exists():
         return pd.DataFrame(columns=["system", "step_ms"])
-    from .study_b_sr3 import read_reference
+    from accelbench.aggregate.study_b_sr3 import read_reference
 
     ref, _ = read_reference(reference_path)
     ref = ref[ref["devices"] == devices]
-    return pd.DataFrame({"system": ref["system"],
-                         "step_ms": ref["minutes"] * 60e3 / (40000 / devices)}).reset_index(drop=True)
+    return pd.DataFrame({"system": ref["system"], "step_ms": ref["minutes"] * 60e3 / (40000 / devices)}).reset_index(
+        drop=True
+    )
 
 
 def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Path) -> list[str]:
@@ -169,21 +248,49 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
         part = ok[ok["experiment"] == exp]
         if part.empty:
             reasons = "; ".join(sorted(set(df["reason"].dropna())))[:300] or "no result"
-            ax.text(0.5, 0.5, wrap(f"no energy measured: {reasons}", fig, FONT["label"], 0.8), ha="center",
-                    va="center", fontsize=FONT["label"], transform=ax.transAxes)
+            ax.text(
+                0.5,
+                0.5,
+                wrap(f"no energy measured: {reasons}", fig, FONT["label"], 0.8),
+                ha="center",
+                va="center",
+                fontsize=FONT["label"],
+                transform=ax.transAxes,
+            )
             ax.set_axis_off()
             continue
         for system, g in part.groupby("system"):
-            ax.scatter(g["step_ms"], g["j_per_step"], color=colours[system], s=22,
-                       label=series_label("measured here" if g["series"].iloc[0] == "measured" else
-                                          g["series"].iloc[0], system))
+            ax.scatter(
+                g["step_ms"],
+                g["j_per_step"],
+                color=colours[system],
+                s=22,
+                label=series_label(
+                    "measured here" if g["series"].iloc[0] == "measured" else g["series"].iloc[0], system
+                ),
+            )
         if "iteration" in set(part["phase"]) and not published.empty:
             for i, p in published.iterrows():
-                ax.axvline(p["step_ms"], color=plt.cm.Dark2(i % 8), lw=1.0, ls="--",
-                           label=series_label(published_origin("Study B"), p["system"], "paper",
-                                              "1 device, time only (no energy)"))
-                ax.text(p["step_ms"], 0.98, f" {p['system']}", rotation=90, va="top", ha="right",
-                        fontsize=FONT["legend"], color=plt.cm.Dark2(i % 8), transform=ax.get_xaxis_transform())
+                ax.axvline(
+                    p["step_ms"],
+                    color=plt.cm.Dark2(i % 8),
+                    lw=1.0,
+                    ls="--",
+                    label=series_label(
+                        published_origin("Study B"), p["system"], "paper", "1 device, time only (no energy)"
+                    ),
+                )
+                ax.text(
+                    p["step_ms"],
+                    0.98,
+                    f" {p['system']}",
+                    rotation=90,
+                    va="top",
+                    ha="right",
+                    fontsize=FONT["legend"],
+                    color=plt.cm.Dark2(i % 8),
+                    transform=ax.get_xaxis_transform(),
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.margins(0.15)
@@ -207,8 +314,15 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
         lines = sum(wrap(k, fig, FONT["legend"], 0.45 / ncol * 2).count("\n") + 1 for k in handles) / ncol
         fig.set_figheight(fig.get_figheight() + 0.17 * lines)
         bottom = min(0.6, (0.17 * lines + 0.2) / fig.get_figheight())
-        fig.legend(list(handles.values()), [wrap(k, fig, FONT["legend"], 0.45 / ncol * 2) for k in handles],
-                   loc="lower center", bbox_to_anchor=(0.5, 0.0), fontsize=FONT["legend"], ncol=ncol, frameon=False)
+        fig.legend(
+            list(handles.values()),
+            [wrap(k, fig, FONT["legend"], 0.45 / ncol * 2) for k in handles],
+            loc="lower center",
+            bbox_to_anchor=(0.5, 0.0),
+            fontsize=FONT["legend"],
+            ncol=ncol,
+            frameon=False,
+        )
     fig.tight_layout(rect=(0, bottom, 1, 0.92))
     return save_figure(fig, path)
 
@@ -223,16 +337,26 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path | None,
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
     df = rows(results, read_board_power(Path(reference_path).parent / BOARD_POWER if reference_path else None))
-    write_table(df, out_dir / "energy",
-                f"Time and energy per step of every result ({LABEL}; systems: {joined_labels(df, 'system')}): step "
-                f"time (ms, the clock's median), J per step (median over windows of >= 1 s, summed over the job's "
-                f"devices), W, energy per unit and throughput per watt; host CPU, memory, network and cooling are "
-                f"not counted. flag: a metered phase whose average power per device is above the board's power limit "
-                f"(recorded in the result, else board_power.csv): not a power the board can draw, the energy is not "
-                f"reliable", empty="no ok result")
-    write_table(df.attrs["units"], out_dir / "energy_units",
-                f"Energy per work unit and throughput per watt ({LABEL}); `projection` = a measured median times a "
-                f"step count", empty="no result with energy")
+    write_table(
+        df,
+        out_dir / "energy",
+        f"Time and energy per step of every result ({LABEL}; systems: {joined_labels(df, 'system')}): step "
+        f"time (ms, the clock's median), J per step (median over windows of >= 1 s, summed over the job's "
+        f"devices), W, energy per unit and throughput per watt; host CPU, memory, network and cooling are "
+        f"not counted. flag: a metered phase whose average power per device is above the board's power limit "
+        f"(recorded in the result, else board_power.csv): not a power the board can draw, the energy is not "
+        f"reliable",
+        empty="no ok result",
+    )
+    write_table(
+        df.attrs["units"],
+        out_dir / "energy_units",
+        f"Energy per work unit and throughput per watt ({LABEL}); `projection` = a measured median times a step count",
+        empty="no result with energy",
+    )
     fig_time_vs_energy(df, published_times(reference_path), out_dir / "fig_time_vs_energy.png")
-    return {"table": out_dir / "energy.csv", "units": out_dir / "energy_units.csv",
-            "figure": out_dir / "fig_time_vs_energy.png"}
+    return {
+        "table": out_dir / "energy.csv",
+        "units": out_dir / "energy_units.csv",
+        "figure": out_dir / "fig_time_vs_energy.png",
+    }

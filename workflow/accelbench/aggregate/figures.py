@@ -79,8 +79,11 @@ def _extent(artist, renderer):
 
 def _texts(fig):
     """Visible, non-empty text artists (titles, labels, tick labels, annotations, legend texts)."""
-    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
-            and (t.axes is None or t.axes.get_visible())]
+    return [
+        t
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and (t.axes is None or t.axes.get_visible())
+    ]
 
 
 def _numeric(axis) -> bool:
@@ -112,8 +115,13 @@ def _look(handle) -> tuple | None:
     if isinstance(handle, Patch):
         return ("patch", hexes(handle.get_facecolor()), handle.get_hatch() or "")
     if isinstance(handle, Line2D):
-        return ("line", hexes(handle.get_color()), str(handle.get_marker()), str(handle.get_linestyle()),
-                hexes(handle.get_markerfacecolor()))
+        return (
+            "line",
+            hexes(handle.get_color()),
+            str(handle.get_marker()),
+            str(handle.get_linestyle()),
+            hexes(handle.get_markerfacecolor()),
+        )
     try:  # collections (scatter): face and edge colour
         return ("collection", hexes(handle.get_facecolor()), hexes(handle.get_edgecolor()))
     except AttributeError:
@@ -121,8 +129,11 @@ def _look(handle) -> tuple | None:
 
 
 def _legends(fig) -> list[tuple[str, Legend]]:
-    out = [(f"axes {i} legend", ax.get_legend()) for i, ax in enumerate(a for a in fig.axes if a.get_visible())
-           if ax.get_legend() is not None]
+    out = [
+        (f"axes {i} legend", ax.get_legend())
+        for i, ax in enumerate(a for a in fig.axes if a.get_visible())
+        if ax.get_legend() is not None
+    ]
     return out + [("figure legend", leg) for leg in fig.legends]
 
 
@@ -149,8 +160,10 @@ def legend_problems(fig) -> list[str]:
         for text in texts + ([title] if title else []):
             origins = re.findall(r"(?<!not )measured here|reference run|published", text)
             if origins and (len(origins) > 1 or not SERIES_LABEL.match(text.split("\n")[0])):
-                problems.append(f"{where}: series label {text[:70]!r} is not exactly one of 'measured here', "
-                                f"'reference run (<hardware>)', 'published (<source>)'")
+                problems.append(
+                    f"{where}: series label {text[:70]!r} is not exactly one of 'measured here', "
+                    f"'reference run (<hardware>)', 'published (<source>)'"
+                )
     return problems
 
 
@@ -178,8 +191,11 @@ def _vertices(artist, renderer):
             if len(paths) == 1 and len(offsets) > 1:  # scatter: one marker path at many offsets
                 pts = artist.get_offset_transform().transform(np.asarray(offsets, dtype=float))
             else:
-                pts = np.concatenate([_along(artist.get_transform().transform(p.vertices)) for p in paths]) \
-                    if paths else np.empty((0, 2))
+                pts = (
+                    np.concatenate([_along(artist.get_transform().transform(p.vertices)) for p in paths])
+                    if paths
+                    else np.empty((0, 2))
+                )
     except Exception:
         return np.empty((0, 2))
     return pts[np.isfinite(pts).all(axis=1)] if len(pts) else pts
@@ -196,18 +212,30 @@ def annotation_problems(fig) -> list[str]:
         texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
         if not texts:
             continue
-        bars = [b for p in ax.patches if isinstance(p, Rectangle) and p.get_visible() and p.get_height()
-                and p.get_width() and (b := _extent(p, r)) is not None]
-        points = [_vertices(a, r) for a in list(ax.lines) + [c for c in ax.collections if isinstance(c, Collection)]
-                  if a.get_visible()]
+        bars = [
+            b
+            for p in ax.patches
+            if isinstance(p, Rectangle)
+            and p.get_visible()
+            and p.get_height()
+            and p.get_width()
+            and (b := _extent(p, r)) is not None
+        ]
+        points = [
+            _vertices(a, r)
+            for a in list(ax.lines) + [c for c in ax.collections if isinstance(c, Collection)]
+            if a.get_visible()
+        ]
         for t in texts:
             tb = _extent(t, r)
             if tb is None:
                 continue
-            hit = any(min(b.x1, tb.x1) - max(b.x0, tb.x0) > 1 and min(b.y1, tb.y1) - max(b.y0, tb.y0) > 1
-                      for b in bars)
-            hit = hit or any(((p[:, 0] > tb.x0 + 1) & (p[:, 0] < tb.x1 - 1) & (p[:, 1] > tb.y0 + 1)
-                              & (p[:, 1] < tb.y1 - 1)).any() for p in points if len(p))
+            hit = any(min(b.x1, tb.x1) - max(b.x0, tb.x0) > 1 and min(b.y1, tb.y1) - max(b.y0, tb.y0) > 1 for b in bars)
+            hit = hit or any(
+                ((p[:, 0] > tb.x0 + 1) & (p[:, 0] < tb.x1 - 1) & (p[:, 1] > tb.y0 + 1) & (p[:, 1] < tb.y1 - 1)).any()
+                for p in points
+                if len(p)
+            )
             if hit:
                 problems.append(f"axes {i}: annotation {t.get_text()[:50]!r} drawn over data")
     return problems
@@ -255,8 +283,13 @@ def figure_problems(fig, dpi: float = 150) -> list[str]:
     if getattr(fig, "_suptitle", None) is not None and fig._suptitle.get_text():
         named.append(("suptitle", fig._suptitle))
     for i, ax in enumerate(a for a in fig.axes if a.get_visible()):
-        for what, t in (("title", ax.title), ("left title", ax._left_title), ("right title", ax._right_title),
-                        ("x label", ax.xaxis.label), ("y label", ax.yaxis.label)):
+        for what, t in (
+            ("title", ax.title),
+            ("left title", ax._left_title),
+            ("right title", ax._right_title),
+            ("x label", ax.xaxis.label),
+            ("y label", ax.yaxis.label),
+        ):
             if t.get_visible() and t.get_text().strip():
                 named.append((f"axes {i} {what}", t))
         if ax.get_legend() is not None:
@@ -264,7 +297,7 @@ def figure_problems(fig, dpi: float = 150) -> list[str]:
     named += [("figure legend", leg) for leg in fig.legends]
     boxes = [(n, _extent(a, r)) for n, a in named]
     for i, (n1, b1) in enumerate(boxes):
-        for n2, b2 in boxes[i + 1:]:
+        for n2, b2 in boxes[i + 1 :]:
             if b1 is not None and b2 is not None and b1.overlaps(b2):
                 inter_w = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
                 inter_h = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
@@ -278,8 +311,12 @@ def figure_problems(fig, dpi: float = 150) -> list[str]:
             for p in ax.patches:
                 if isinstance(p, Rectangle) and p.get_visible() and p.get_height() and p.get_width():
                     pb = _extent(p, r)
-                    if pb is not None and pb.overlaps(lb) and (min(pb.x1, lb.x1) - max(pb.x0, lb.x0)) > 1 \
-                            and (min(pb.y1, lb.y1) - max(pb.y0, lb.y0)) > 1:
+                    if (
+                        pb is not None
+                        and pb.overlaps(lb)
+                        and (min(pb.x1, lb.x1) - max(pb.x0, lb.x0)) > 1
+                        and (min(pb.y1, lb.y1) - max(pb.y0, lb.y0)) > 1
+                    ):
                         problems.append(f"axes {i}: the legend covers a bar")
                         break
         # (4) labels and units

@@ -22,8 +22,11 @@ import re
 # (pattern in the hardware label, class, why): the first match wins; matched against the device part of the label
 # (after any "reference run (...): " prefix). Classes: the hardware names the claims CSVs use.
 POLICY: list[tuple[re.Pattern, str, str]] = [
-    (re.compile(r"\bH200\b", re.I), "h100",
-     "an H200 counts as H100: the same GH100 SMs and kernels, only HBM3e memory differs"),
+    (
+        re.compile(r"\bH200\b", re.I),
+        "h100",
+        "an H200 counts as H100: the same GH100 SMs and kernels, only HBM3e memory differs",
+    ),
     (re.compile(r"\bH100\b", re.I), "h100", ""),
     (re.compile(r"\bA100\b", re.I), "a100", ""),
     (re.compile(r"\bV100\b", re.I), "v100", ""),
@@ -33,8 +36,15 @@ POLICY: list[tuple[re.Pattern, str, str]] = [
 ]
 ANY = "any"
 OTHER = "other"
-_NAMES = {"v100": "V100", "a100": "A100", "h100": "H100", "gaudi1": "Gaudi1", "gaudi2": "Gaudi2", "gaudi3": "Gaudi3",
-          ANY: "any hardware"}
+_NAMES = {
+    "v100": "V100",
+    "a100": "A100",
+    "h100": "H100",
+    "gaudi1": "Gaudi1",
+    "gaudi2": "Gaudi2",
+    "gaudi3": "Gaudi3",
+    ANY: "any hardware",
+}
 
 
 def device_part(hardware: str) -> str:

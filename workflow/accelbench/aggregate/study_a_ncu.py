@@ -34,18 +34,28 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..errors import DataError  # noqa: E402
-from ..experiments.unet3d_profile import VARIANTS  # noqa: E402
-from ..results import read_result  # noqa: E402
-from .claims import NotMeasured, Observation  # noqa: E402
-from .common import joined_labels, load_results, write_table  # noqa: E402
-from .figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
-from .figures import published as published_origin  # noqa: E402
+from accelbench.aggregate.claims import NotMeasured, Observation  # noqa: E402
+from accelbench.aggregate.common import joined_labels, load_results, write_table  # noqa: E402
+from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
+from accelbench.aggregate.figures import published as published_origin  # noqa: E402
+from accelbench.errors import DataError  # noqa: E402
+from accelbench.experiments.unet3d_configs import VARIANTS  # noqa: E402
+from accelbench.results import read_result  # noqa: E402
 
-COUNTER_COLUMNS = ["sm_cycles", "instructions", "ipc", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct",
-                   "l2_hit_pct", "duration_ns"]
-COVERAGE_BASIS = ("mixed: ncu replay gpu__time_duration (cache control on, kernels serialized) / torch.profiler "
-                  "step device time (normal run)")
+COUNTER_COLUMNS = [
+    "sm_cycles",
+    "instructions",
+    "ipc",
+    "tensor_pipe_pct",
+    "dram_throughput_pct",
+    "l1_hit_pct",
+    "l2_hit_pct",
+    "duration_ns",
+]
+COVERAGE_BASIS = (
+    "mixed: ncu replay gpu__time_duration (cache control on, kernels serialized) / torch.profiler "
+    "step device time (normal run)"
+)
 RATIOS = {"sm_cycles_ratio": "sm_cycles_step_est", "instructions_ratio": "instructions_step_est"}
 # what a Study A group is (ratios, speedups and claims compare configurations inside one): the system, the run
 # (measured here, or a committed reference run: two runs on one system are two groups) and the network
@@ -61,8 +71,12 @@ def network_of(result: dict) -> str:
 
 def key_of(result: dict) -> dict:
     """The :data:`KEY` columns of one result."""
-    return {"system": result["config"]["system"]["name"], "run": result.get("_series", "measured"),
-            "network": network_of(result), "model": result["config"]["model"]}
+    return {
+        "system": result["config"]["system"]["name"],
+        "run": result.get("_series", "measured"),
+        "network": network_of(result),
+        "model": result["config"]["model"],
+    }
 
 
 def profile_for(ncu_result_path: str | Path) -> dict | None:
@@ -81,9 +95,15 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     rows = []
     for r in results:
         cfg, m = r["config"], r["measurements"]
-        row = {**key_of(r), "hardware": r["_hardware"], "origin": origin_of(r),
-               "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
-               "configuration": cfg["configuration"], "status": r["status"], "reason": r.get("reason")}
+        row = {
+            **key_of(r),
+            "hardware": r["_hardware"],
+            "origin": origin_of(r),
+            "scale": cfg.get("settings", {}).get("scale", cfg["system"].get("scale")),
+            "configuration": cfg["configuration"],
+            "status": r["status"],
+            "reason": r.get("reason"),
+        }
         if r["status"] == "ok":
             t = m["total"]
             row.update({c: t.get(c) for c in COUNTER_COLUMNS})
@@ -100,10 +120,13 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
             cov = m.get("coverage") or {}
             if cov.get("coverage"):  # coverage pass: every kernel of the step; totals as measured, no extrapolation
                 row["coverage_time_share"] = cov["device_time_share"]
-                row["coverage_kernels"] = f"{cov['coverage']['kernels_profiled']}/{cov['coverage']['kernels_in_step']:.0f}"
+                row["coverage_kernels"] = (
+                    f"{cov['coverage']['kernels_profiled']}/{cov['coverage']['kernels_in_step']:.0f}"
+                )
                 row["rates_time_share"] = t.get("rates_time_share")
-                row["rates_over_every_kernel"] = ", ".join(c for c in t.get("coverage_counters", [])
-                                                           if c not in ("sm_cycles", "instructions", "duration_ns"))
+                row["rates_over_every_kernel"] = ", ".join(
+                    c for c in t.get("coverage_counters", []) if c not in ("sm_cycles", "instructions", "duration_ns")
+                )
                 share = 1.0
             for c in ("sm_cycles", "instructions"):
                 row[f"{c}_step_est"] = t.get(c) / share if share and t.get(c) is not None else np.nan
@@ -112,7 +135,9 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
     if df.empty:
         return df
     order = {c: i for i, c in enumerate(VARIANTS)}
-    df = df.sort_values([*KEY, "configuration"], key=lambda s: s.map(order).fillna(99) if s.name == "configuration" else s)
+    df = df.sort_values(
+        [*KEY, "configuration"], key=lambda s: s.map(order).fillna(99) if s.name == "configuration" else s
+    )
     df = df.reset_index(drop=True)
     keys = list(df[KEY].itertuples(index=False, name=None))
     for ratio, col in RATIOS.items():
@@ -122,8 +147,9 @@ def counter_rows(results: list[dict]) -> pd.DataFrame:
         df[ratio] = [v / base.get(k, np.nan) if pd.notna(v) else np.nan for k, v in zip(keys, df[col])]
     if "ipc" in df:
         base = df[df["configuration"] == "baseline"].set_index(KEY)["ipc"]
-        df["ipc_change_pct"] = [100 * (v / base.get(k, np.nan) - 1) if pd.notna(v) else np.nan
-                                for k, v in zip(keys, df["ipc"])]
+        df["ipc_change_pct"] = [
+            100 * (v / base.get(k, np.nan) - 1) if pd.notna(v) else np.nan for k, v in zip(keys, df["ipc"])
+        ]
     return df
 
 
@@ -134,18 +160,49 @@ def class_rows(results: list[dict]) -> pd.DataFrame:
         if r["status"] != "ok":
             continue
         for cls, agg in r["measurements"]["by_class"].items():
-            rows.append({"hardware": r["_hardware"], "model": r["config"]["model"],
-                         "configuration": r["config"]["configuration"], "class": cls, "kernels": agg["kernels"],
-                         **{c: agg.get(c) for c in COUNTER_COLUMNS}})
+            rows.append(
+                {
+                    "hardware": r["_hardware"],
+                    "model": r["config"]["model"],
+                    "configuration": r["config"]["configuration"],
+                    "class": cls,
+                    "kernels": agg["kernels"],
+                    **{c: agg.get(c) for c in COUNTER_COLUMNS},
+                }
+            )
     return pd.DataFrame(rows, columns=["hardware", "model", "configuration", "class", "kernels", *COUNTER_COLUMNS])
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
-    cols = ["hardware", "model", "network", "configuration", "sm_cycles", "sm_cycles_step_est", "sm_cycles_ratio", "instructions",
-            "instructions_step_est", "instructions_ratio",
-            "ipc", "ipc_change_pct", "tensor_pipe_pct", "dram_throughput_pct", "l1_hit_pct", "l2_hit_pct", "top_stalls",
-            "profiled_kernels", "device_time_covered", "coverage_time_share", "coverage_kernels", "rates_over_every_kernel", "rates_time_share",
-            "device_time_covered_profiler", "device_time_covered_basis", "status", "reason"]
+    cols = [
+        "hardware",
+        "model",
+        "network",
+        "configuration",
+        "sm_cycles",
+        "sm_cycles_step_est",
+        "sm_cycles_ratio",
+        "instructions",
+        "instructions_step_est",
+        "instructions_ratio",
+        "ipc",
+        "ipc_change_pct",
+        "tensor_pipe_pct",
+        "dram_throughput_pct",
+        "l1_hit_pct",
+        "l2_hit_pct",
+        "top_stalls",
+        "profiled_kernels",
+        "device_time_covered",
+        "coverage_time_share",
+        "coverage_kernels",
+        "rates_over_every_kernel",
+        "rates_time_share",
+        "device_time_covered_profiler",
+        "device_time_covered_basis",
+        "status",
+        "reason",
+    ]
     out = df.reindex(columns=cols).astype(object)
     for i, status in enumerate(df["status"]):
         if status != "ok":
@@ -155,11 +212,25 @@ def table(df: pd.DataFrame) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- claims
 # the quantities of study_a_claims.csv measured by Nsight Compute (experiment unet3d_ncu)
-QUANTITIES = {"sm_cycles_reduction_x", "dynamic_instructions_reduction_x", "tensor_core_utilization_gain_x",
-              "tensor_core_utilization_pct", "ipc_change_pct", "sm_cycles_ratio", "instructions_ratio"}
+QUANTITIES = {
+    "sm_cycles_reduction_x",
+    "dynamic_instructions_reduction_x",
+    "tensor_core_utilization_gain_x",
+    "tensor_core_utilization_pct",
+    "ipc_change_pct",
+    "sm_cycles_ratio",
+    "instructions_ratio",
+}
 # kernel classes that cannot use the tensor pipe: what ncu reads for them is the counter's floor (noise)
-NO_TENSOR_CORE_CLASSES = ("elementwise", "normalization", "cast_copy", "layout_conversion", "reduction", "optimizer",
-                          "memory")
+NO_TENSOR_CORE_CLASSES = (
+    "elementwise",
+    "normalization",
+    "cast_copy",
+    "layout_conversion",
+    "reduction",
+    "optimizer",
+    "memory",
+)
 # counter quantities that do not depend on timing: a result measured under other load still answers them
 TIMING_FREE = {"dynamic_instructions_reduction_x", "instructions_ratio"}
 CLAIM_CHECKS: dict = {}  # judged by study_a's check (per profiled system and model), from counter_observations
@@ -223,8 +294,10 @@ def _check_rate_coverage(rate: str, rows: dict, measured: str) -> None:
         if share is None:
             short.append(f"{conf}: the share of the step's device time behind its IPC/tensor-pipe rates is unknown")
         elif share < RATE_COVERAGE_MIN:
-            short.append(f"{conf}: IPC/tensor-pipe rates cover {share:.0%} of the step's device time ({basis}), "
-                         f"below {RATE_COVERAGE_MIN:.0%}")
+            short.append(
+                f"{conf}: IPC/tensor-pipe rates cover {share:.0%} of the step's device time ({basis}), "
+                f"below {RATE_COVERAGE_MIN:.0%}"
+            )
     if short:
         raise NotMeasured("; ".join(short), measured)
 
@@ -239,10 +312,13 @@ def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list
     r = ok_row(ncu, conf, "unet3d_ncu")
     b = ok_row(ncu, "baseline", "unet3d_ncu")
     pair = used(("unet3d_ncu", conf), ("unet3d_ncu", "baseline"))
-    col, invert = {"sm_cycles_reduction_x": ("sm_cycles_ratio", True), "sm_cycles_ratio": ("sm_cycles_ratio", False),
-                   "dynamic_instructions_reduction_x": ("instructions_ratio", True),
-                   "instructions_ratio": ("instructions_ratio", False),
-                   "ipc_change_pct": ("ipc_change_pct", False)}.get(q, (None, False))
+    col, invert = {
+        "sm_cycles_reduction_x": ("sm_cycles_ratio", True),
+        "sm_cycles_ratio": ("sm_cycles_ratio", False),
+        "dynamic_instructions_reduction_x": ("instructions_ratio", True),
+        "instructions_ratio": ("instructions_ratio", False),
+        "ipc_change_pct": ("ipc_change_pct", False),
+    }.get(q, (None, False))
     if q in ("tensor_core_utilization_gain_x", "tensor_core_utilization_pct"):
         if not (pd.notna(r.get("tensor_pipe_pct")) and pd.notna(b.get("tensor_pipe_pct")) and b["tensor_pipe_pct"] > 0):
             raise NotMeasured("tensor-pipe utilisation not read by ncu on this GPU")
@@ -253,8 +329,11 @@ def counter_observations(claim: pd.Series, ncu: pd.DataFrame, res: dict) -> list
         _check_rate_coverage("tensor_pipe_pct", {"baseline": b, conf: r}, text)
         if q == "tensor_core_utilization_pct":  # the absolute reading: the configuration's own utilisation
             return [Observation(float(r["tensor_pipe_pct"]), text, pair)]
-        low = (f"the baseline's tensor pipe {b['tensor_pipe_pct']:.2f}% is at or under the counter's floor "
-               f"{floor:.2f}%") if floor and b["tensor_pipe_pct"] <= floor else ""
+        low = (
+            (f"the baseline's tensor pipe {b['tensor_pipe_pct']:.2f}% is at or under the counter's floor {floor:.2f}%")
+            if floor and b["tensor_pipe_pct"] <= floor
+            else ""
+        )
         return [Observation(v, text, pair, floor=low)]
     if col is None:
         raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
@@ -273,8 +352,11 @@ def tensor_pipe_floor(result: dict | None) -> float | None:
     classes of :data:`NO_TENSOR_CORE_CLASSES` in ``measurements.by_class``): the counter's noise floor for one
     result; None when the result has no per-class reading."""
     by_class = (((result or {}).get("measurements") or {}).get("by_class")) or {}
-    values = [float(c["tensor_pipe_pct"]) for k, c in by_class.items()
-              if k in NO_TENSOR_CORE_CLASSES and isinstance(c, dict) and c.get("tensor_pipe_pct") is not None]
+    values = [
+        float(c["tensor_pipe_pct"])
+        for k, c in by_class.items()
+        if k in NO_TENSOR_CORE_CLASSES and isinstance(c, dict) and c.get("tensor_pipe_pct") is not None
+    ]
     return max(values) if values else None
 
 
@@ -324,14 +406,16 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list
     for o in origins:
         mine = ok[ok["origin"] == o]
         scale = "/".join(sorted(set(mine["scale"].dropna()))) if "scale" in mine else None
-        handles.append(Patch(facecolor=colour[o], label=series_label(o, "; ".join(sorted(set(mine["hardware"]))),
-                                                                      scale or None)))
+        handles.append(
+            Patch(facecolor=colour[o], label=series_label(o, "; ".join(sorted(set(mine["hardware"]))), scale or None))
+        )
     fig.legend(handles=handles, fontsize=FONT["legend"], loc="lower left", bbox_to_anchor=(0.01, 0.01))
     note = ("no counters measured on " + "; ".join(missing)) if missing else ""
     if note:  # below the panels, never over a bar
         fig.text(0.99, 0.01, wrap(note, fig, FONT["legend"], 0.45), fontsize=FONT["legend"], ha="right", va="bottom")
-    fig.suptitle("Study A, Nsight Compute counters relative to baseline: published beside measured",
-                 fontsize=FONT["title"])
+    fig.suptitle(
+        "Study A, Nsight Compute counters relative to baseline: published beside measured", fontsize=FONT["title"]
+    )
     lines = max(len(handles), note.count("\n") + len(wrap(note, fig, FONT["legend"], 0.45).splitlines()) if note else 0)
     fig.tight_layout(rect=(0, min(0.4, 0.035 * lines + 0.04), 1, 0.95), w_pad=3)
     return save_figure(fig, path)
@@ -350,24 +434,35 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     results = [r for r in load_results(result_paths) if r.get("experiment") != "unet3d_profile"]
     df = counter_rows(results)
     hw = joined_labels(df)
-    write_table(table(df), out_dir / "counters",
-                f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
-                f"device time) on {hw}. Ratios are configuration / baseline. coverage_time_share: share of the step's "
-                f"device time (torch.profiler) whose kernels the coverage pass measured (SM cycles, instructions; "
-                f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
-                f"ratios are as measured, not extrapolated. rates_over_every_kernel: the rates the coverage pass also "
-                f"measured over every kernel (IPC, tensor pipe, where listed); rates_time_share: share of that time "
-                f"behind the other rates (hit rates, DRAM, stalls, and IPC/tensor pipe where not listed: the detail "
-                f"pass on the top kernels). Without a coverage pass, step totals "
-                f"are extrapolated by device_time_covered, whose two sides come from different measurements (ncu "
-                f"replay time over torch.profiler step time); device_time_covered_profiler takes both sides from "
-                f"torch.profiler.")
-    reasons = sorted({f"{h}: {st} ({r})" for h, st, r in zip(df.get("hardware", []), df.get("status", []),
-                                                               df.get("reason", [])) if st != "ok"})
-    write_table(class_rows(results), out_dir / "counters_by_class",
-                f"Study A hardware counters per kernel class (profiled kernels only) on {hw}. Classes as the run's "
-                "classifier recorded them (a result stores 50 kernels by name, too few to re-class): results "
-                "measured before 2026-12-02 count same-dtype strided copies (channels_last_3d conversions) as "
-                "cast_copy; the Study A table re-classes them as layout_conversion.",
-                empty="Nothing measured: " + ("; ".join(reasons) if reasons else "no unet3d_ncu result") + ".")
+    write_table(
+        table(df),
+        out_dir / "counters",
+        f"Study A hardware counters (Nsight Compute, one training step; kernels covering the stated share of "
+        f"device time) on {hw}. Ratios are configuration / baseline. coverage_time_share: share of the step's "
+        f"device time (torch.profiler) whose kernels the coverage pass measured (SM cycles, instructions; "
+        f"target >= 0.8), coverage_kernels: kernels measured / launched per step; where present the totals and "
+        f"ratios are as measured, not extrapolated. rates_over_every_kernel: the rates the coverage pass also "
+        f"measured over every kernel (IPC, tensor pipe, where listed); rates_time_share: share of that time "
+        f"behind the other rates (hit rates, DRAM, stalls, and IPC/tensor pipe where not listed: the detail "
+        f"pass on the top kernels). Without a coverage pass, step totals "
+        f"are extrapolated by device_time_covered, whose two sides come from different measurements (ncu "
+        f"replay time over torch.profiler step time); device_time_covered_profiler takes both sides from "
+        f"torch.profiler.",
+    )
+    reasons = sorted(
+        {
+            f"{h}: {st} ({r})"
+            for h, st, r in zip(df.get("hardware", []), df.get("status", []), df.get("reason", []))
+            if st != "ok"
+        }
+    )
+    write_table(
+        class_rows(results),
+        out_dir / "counters_by_class",
+        f"Study A hardware counters per kernel class (profiled kernels only) on {hw}. Classes as the run's "
+        "classifier recorded them (a result stores 50 kernels by name, too few to re-class): results "
+        "measured before 2026-12-02 count same-dtype strided copies (channels_last_3d conversions) as "
+        "cast_copy; the Study A table re-classes them as layout_conversion.",
+        empty="Nothing measured: " + ("; ".join(reasons) if reasons else "no unet3d_ncu result") + ".",
+    )
     fig_ratios(df, read_claims(claims_path), out_dir / "fig_counter_ratios.png")

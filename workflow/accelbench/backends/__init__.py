@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ..errors import ConfigError
-from .base import Backend
+from accelbench.backends.base import Backend
+from accelbench.errors import ConfigError
 
 
 def _discover() -> dict[str, type[Backend]]:

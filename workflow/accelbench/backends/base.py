@@ -73,10 +73,30 @@ class Backend(abc.ABC):
     sync_debug_mode: ClassVar[bool]
 
     ATTRIBUTES: ClassVar[tuple[str, ...]] = (
-        "name", "accelerator", "collective", "visible_devices_var", "job_env_vars", "vendor_tool", "container_image",
-        "slurm_gpu_resource", "uses_device_events", "rank_env_defaults", "software_fields", "probe_rank",
-        "lazy_mode", "optimum_habana", "fp8_inc", "nsight_compute", "torchao_int4_tinygemm", "fused_adamw",
-        "non_blocking_copies", "device_weight_init", "ddp_device_ids", "float64", "sync_debug_mode")
+        "name",
+        "accelerator",
+        "collective",
+        "visible_devices_var",
+        "job_env_vars",
+        "vendor_tool",
+        "container_image",
+        "slurm_gpu_resource",
+        "uses_device_events",
+        "rank_env_defaults",
+        "software_fields",
+        "probe_rank",
+        "lazy_mode",
+        "optimum_habana",
+        "fp8_inc",
+        "nsight_compute",
+        "torchao_int4_tinygemm",
+        "fused_adamw",
+        "non_blocking_copies",
+        "device_weight_init",
+        "ddp_device_ids",
+        "float64",
+        "sync_debug_mode",
+    )
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"

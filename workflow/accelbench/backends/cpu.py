@@ -14,22 +14,36 @@ import os
 import platform
 from pathlib import Path
 
-from .base import Backend
+from accelbench.backends.base import Backend
 
 CPUINFO = Path("/proc/cpuinfo")
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # variables that cap the instructions torch / oneDNN use
 # the CPU flags (x86) or features (Arm) that make a precision native, and how a reason names them
-FLAGS = {"x86": {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")},
-         "arm": {"bf16": ("bf16",), "fp16": ("fphp", "asimdhp")}}
+FLAGS = {
+    "x86": {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")},
+    "arm": {"bf16": ("bf16",), "fp16": ("fphp", "asimdhp")},
+}
 # the flags a result records (what the decision read, and the vector width beside it)
-RECORDED = {"x86": ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16"),
-            "arm": ("asimd", "sve", "bf16", "fphp", "asimdhp")}
-FLAG_NAMES = {"x86": {"bf16": "AVX512-BF16/AMX", "fp16": "AVX512-FP16/AMX-FP16"},
-              "arm": {"bf16": "BF16", "fp16": "FP16 arithmetic"}}
+RECORDED = {
+    "x86": ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16"),
+    "arm": ("asimd", "sve", "bf16", "fphp", "asimdhp"),
+}
+FLAG_NAMES = {
+    "x86": {"bf16": "AVX512-BF16/AMX", "fp16": "AVX512-FP16/AMX-FP16"},
+    "arm": {"bf16": "BF16", "fp16": "FP16 arithmetic"},
+}
 # ONEDNN_MAX_CPU_ISA values (oneDNN's ISA names) that still let oneDNN use a precision's instructions
 ONEDNN_ALLOWS = {
-    "fp16": {"AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16",
-             "AVX10_1_512_AMX_FP16", "ALL", "DEFAULT"},
+    "fp16": {
+        "AVX512_CORE_FP16",
+        "AVX10_1_512",
+        "AVX512_CORE_AMX",
+        "AVX10_1_512_AMX",
+        "AVX512_CORE_AMX_FP16",
+        "AVX10_1_512_AMX_FP16",
+        "ALL",
+        "DEFAULT",
+    },
 }
 ONEDNN_ALLOWS["bf16"] = ONEDNN_ALLOWS["fp16"] | {"AVX512_CORE_BF16"}
 PROBE_ENV = "ACCELBENCH_PRECISION_PROBE"  # probe ratios handed to child processes (ranks) of the same job
@@ -57,12 +71,14 @@ def cpu_capability() -> str:
 
 def _family() -> str | None:
     machine = platform.machine().lower()
-    return "x86" if machine in ("x86_64", "amd64", "i386", "i686") else "arm" if machine in ("aarch64", "arm64") \
-        else None
+    return (
+        "x86" if machine in ("x86_64", "amd64", "i386", "i686") else "arm" if machine in ("aarch64", "arm64") else None
+    )
 
 
-def precision_support(flags: set[str] | None = None, capability: str | None = None,
-                      environ: dict | None = None, family: str | None = None) -> dict | None:
+def precision_support(
+    flags: set[str] | None = None, capability: str | None = None, environ: dict | None = None, family: str | None = None
+) -> dict | None:
     """``{"native", "emulated", "capability", "flags", "isa_caps"}`` of this CPU (arguments: as read here unless
     given; ``family`` ``x86`` or ``arm``); None on an architecture whose flags are not known here (the system file's
     ``precisions`` decide)."""
@@ -79,8 +95,11 @@ def precision_support(flags: set[str] | None = None, capability: str | None = No
         has = [f for f in wanted if f in flags]
         capped = []  # on x86: torch's kernels below AVX512, or oneDNN held below the precision's instructions
         if family == "x86" and not capability.upper().startswith("AVX512"):
-            capped.append(f"ATEN_CPU_CAPABILITY={caps['ATEN_CPU_CAPABILITY']}" if "ATEN_CPU_CAPABILITY" in caps
-                          else "torch's build")
+            capped.append(
+                f"ATEN_CPU_CAPABILITY={caps['ATEN_CPU_CAPABILITY']}"
+                if "ATEN_CPU_CAPABILITY" in caps
+                else "torch's build"
+            )
         if family == "x86" and onednn and onednn not in ONEDNN_ALLOWS[precision]:
             capped.append(f"ONEDNN_MAX_CPU_ISA={caps['ONEDNN_MAX_CPU_ISA']}")
         if not has:
@@ -180,7 +199,7 @@ class CpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU]
 
     def energy_counter(self, index: int = 0):
-        from ..energy import RaplCounter
+        from accelbench.energy import RaplCounter
 
         return RaplCounter()  # RAPL package zones under /sys/class/powercap (the whole host's CPUs)
 
@@ -236,8 +255,13 @@ class CpuBackend(Backend):
         import torch
 
         support = support or {}
-        return "|".join([torch.__version__, str(support.get("capability")), json.dumps(support.get("isa_caps") or {},
-                                                                                     sort_keys=True)])
+        return "|".join(
+            [
+                torch.__version__,
+                str(support.get("capability")),
+                json.dumps(support.get("isa_caps") or {}, sort_keys=True),
+            ]
+        )
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import Backend
+from accelbench.backends.base import Backend
 
 
 def _power_limit_w(text: str | None) -> float | None:
@@ -97,7 +97,7 @@ class CudaBackend(Backend):
         return int(torch.cuda.mem_get_info(index)[0])
 
     def energy_counter(self, index: int = 0):
-        from ..energy import NvmlCounter
+        from accelbench.energy import NvmlCounter
 
         return NvmlCounter(index)  # NVML: nvmlDeviceGetTotalEnergyConsumption (mJ; Volta and later)
 
@@ -130,13 +130,14 @@ class CudaBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import torch
 
-        from ..sysinfo import run_quiet as _run
+        from accelbench.sysinfo import run_quiet as _run
 
         if not torch.cuda.is_available():
             return self.host_as_device(info)
         props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
         out = {
-            "device_name": props[0].name, "device_count": len(props),
+            "device_name": props[0].name,
+            "device_count": len(props),
             "device_memory_gib": round(props[0].total_memory / 2**30, 2),
             "compute_capability": f"{props[0].major}.{props[0].minor}",
             "multiprocessors": props[0].multi_processor_count,
@@ -146,8 +147,9 @@ class CudaBackend(Backend):
         }
         if out["driver"]:
             out["driver"] = out["driver"].splitlines()[0]
-        out["power_limit_w"] = _power_limit_w(_run(["nvidia-smi", "--query-gpu=enforced.power.limit",
-                                                    "--format=csv,noheader,nounits"]))
+        out["power_limit_w"] = _power_limit_w(
+            _run(["nvidia-smi", "--query-gpu=enforced.power.limit", "--format=csv,noheader,nounits"])
+        )
         return out
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:

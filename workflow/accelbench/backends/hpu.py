@@ -11,7 +11,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .base import Backend
+from accelbench.backends.base import Backend
 
 
 def habana_available() -> bool:
@@ -88,7 +88,7 @@ class HpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
 
     def energy_counter(self, index: int = 0):
-        from ..energy import HlmlCounter
+        from accelbench.energy import HlmlCounter
 
         return HlmlCounter(int(os.environ.get("LOCAL_RANK", 0)))  # pyhlml: hlmlDeviceGetTotalEnergyConsumption (mJ)
 
@@ -97,7 +97,9 @@ class HpuBackend(Backend):
 
         if optimum_habana_version and Version(optimum_habana_version) >= Version("1.20"):
             return "gaudi_fused_sdpa"
-        return None  # optimum-habana <= 1.19: generation-config flags (use_flash_attention, flash_attention_causal_mask)
+        return (
+            None  # optimum-habana <= 1.19: generation-config flags (use_flash_attention, flash_attention_causal_mask)
+        )
 
     def prepare_collective(self) -> None:
         import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers hccl)
@@ -118,11 +120,15 @@ class HpuBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import habana_frameworks.torch.hpu as hthpu
 
-        from ..sysinfo import library_versions, run_quiet as _run
+        from accelbench.sysinfo import library_versions
+        from accelbench.sysinfo import run_quiet as _run
 
-        return {"device_name": hthpu.get_device_name(), "device_count": hthpu.device_count(),
-                "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
-                "driver": _run(["hl-smi", "--query-aip=driver_version", "--format=csv,noheader"])}
+        return {
+            "device_name": hthpu.get_device_name(),
+            "device_count": hthpu.device_count(),
+            "synapseai": library_versions(("habana-torch-plugin",))["habana-torch-plugin"],
+            "driver": _run(["hl-smi", "--query-aip=driver_version", "--format=csv,noheader"]),
+        }
 
     def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
         """``--bind /dev/accel`` (added to any APPTAINER_BIND already set), ``HABANA_VISIBLE_DEVICES`` (the job's

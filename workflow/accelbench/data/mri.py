@@ -21,7 +21,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from ..errors import DataError
+from accelbench.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,11 @@ def _load_nifti(path: Path) -> nib.Nifti1Image:
         img.get_fdata(dtype=np.float32)  # force a read: a truncated file fails here, not later
         return img
     except Exception as exc:  # nibabel raises several types for bad files (some without a message)
-        why = " ".join(str(exc).split()) or ("the file holds less data than its header promises (truncated?)"
-                           if isinstance(exc, (EOFError, OSError, ValueError)) else type(exc).__name__)
+        why = " ".join(str(exc).split()) or (
+            "the file holds less data than its header promises (truncated?)"
+            if isinstance(exc, (EOFError, OSError, ValueError))
+            else type(exc).__name__
+        )
         raise DataError(f"MRI input {path} is unreadable as NIfTI: {why}") from None
 
 
@@ -64,7 +67,9 @@ def find_case(folder: str | Path, case: str | None = None) -> tuple[Path, Path]:
     return image, mask
 
 
-def target_affine(source: nib.Nifti1Image, volume: tuple[int, int, int], spacing_mm: tuple[float, float, float]) -> np.ndarray:
+def target_affine(
+    source: nib.Nifti1Image, volume: tuple[int, int, int], spacing_mm: tuple[float, float, float]
+) -> np.ndarray:
     """Affine of a ``volume`` grid with ``spacing_mm`` voxels centred on ``source``'s centre (world mm)."""
     shape = np.asarray(source.shape[:3], dtype=float)
     centre = source.affine @ np.append((shape - 1) / 2, 1.0)
@@ -86,8 +91,7 @@ def scale_to_unit_range(image: np.ndarray) -> np.ndarray:
     return ((image - lo) / (hi - lo) * 2.0 - 1.0).astype(np.float32)
 
 
-def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask: nib.Nifti1Image,
-                label_values) -> None:
+def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask: nib.Nifti1Image, label_values) -> None:
     """A user's image and mask must give a meaningful conditioning pair: finite voxels, the mask on the image's grid
     (same shape and affine: Med-DDPM's layout), a one-hot mask with one channel per label value.
 
@@ -98,26 +102,41 @@ def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask:
     bad = ~np.isfinite(data)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise DataError(f"MRI image {image_path} has {int(bad.sum())} NaN/Inf voxel(s) (first: {data[where]} at "
-                        f"voxel {where}); fill them (e.g. with 0) before use")
+        raise DataError(
+            f"MRI image {image_path} has {int(bad.sum())} NaN/Inf voxel(s) (first: {data[where]} at "
+            f"voxel {where}); fill them (e.g. with 0) before use"
+        )
     m_shape, i_shape = tuple(mask.shape), tuple(image.shape)
     if m_shape[:3] != i_shape[:3]:
-        raise DataError(f"mask {mask_path} has shape {m_shape[:3]}, its image {image_path} {i_shape[:3]}: a mask "
-                        f"must lie on its image's voxel grid")
+        raise DataError(
+            f"mask {mask_path} has shape {m_shape[:3]}, its image {image_path} {i_shape[:3]}: a mask "
+            f"must lie on its image's voxel grid"
+        )
     if not np.allclose(mask.affine, image.affine, atol=1e-3):
-        raise DataError(f"mask {mask_path} lies on another grid than its image {image_path} (affines differ: "
-                        f"{np.round(mask.affine[:3, 3], 2).tolist()} vs {np.round(image.affine[:3, 3], 2).tolist()} mm "
-                        f"origin); resample it onto the image first")
+        raise DataError(
+            f"mask {mask_path} lies on another grid than its image {image_path} (affines differ: "
+            f"{np.round(mask.affine[:3, 3], 2).tolist()} vs {np.round(image.affine[:3, 3], 2).tolist()} mm "
+            f"origin); resample it onto the image first"
+        )
     if len(m_shape) == 4 and m_shape[3] != len(label_values):
-        raise DataError(f"mask {mask_path} is one-hot with {m_shape[3]} channels; data.mri.label_values has "
-                        f"{len(label_values)} ({list(label_values)})")
+        raise DataError(
+            f"mask {mask_path} is one-hot with {m_shape[3]} channels; data.mri.label_values has "
+            f"{len(label_values)} ({list(label_values)})"
+        )
     if len(m_shape) > 4:
         raise DataError(f"mask {mask_path} has shape {m_shape}: a 3-D label map or a 4-D one-hot volume is needed")
 
 
-def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spacing_mm: list[float],
-            source: str = "mni152", folder: str | None = None, case: str | None = None,
-            label_values: list[int] = (1, 2)) -> dict:
+def prepare(
+    out_image: str | Path,
+    out_mask: str | Path,
+    volume: list[int],
+    spacing_mm: list[float],
+    source: str = "mni152",
+    folder: str | None = None,
+    case: str | None = None,
+    label_values: list[int] = (1, 2),
+) -> dict:
     """Build the prepared image/mask pair (see module docstring) and write both NIfTI files.
 
     Returns:
@@ -144,20 +163,28 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
         if len(shape) == 4 and shape[3] == 1:
             image_src = nib.funcs.squeeze_image(image_src)
         elif len(shape) != 3:
-            raise DataError(f"MRI image {image_path} has shape {shape}: a 3-D volume (one channel) is needed; "
-                            f"pick one volume of a 4-D series (e.g. nibabel.funcs.four_to_three)")
+            raise DataError(
+                f"MRI image {image_path} has shape {shape}: a 3-D volume (one channel) is needed; "
+                f"pick one volume of a 4-D series (e.g. nibabel.funcs.four_to_three)"
+            )
         _check_pair(image_path, image_src, mask_path, mask_src, label_values)
         if np.asanyarray(mask_src.dataobj).ndim == 3:
             found = np.unique(np.rint(np.asanyarray(mask_src.dataobj)))
             labels = sorted(int(v) for v in found if v != 0)
             absent = [v for v in label_values if v not in labels]
             if len(absent) == len(label_values):
-                raise DataError(f"mask {mask_path} holds the labels {labels[:20]}, none of data.mri.label_values "
-                                f"{list(label_values)}: the conditioning mask would be all zero; set "
-                                f"data.mri.label_values to the labels of your masks")
+                raise DataError(
+                    f"mask {mask_path} holds the labels {labels[:20]}, none of data.mri.label_values "
+                    f"{list(label_values)}: the conditioning mask would be all zero; set "
+                    f"data.mri.label_values to the labels of your masks"
+                )
             if absent:
-                log.warning("mask %s lacks the labels %s of data.mri.label_values (found %s): those channels stay "
-                            "zero", mask_path, absent, labels[:20])
+                log.warning(
+                    "mask %s lacks the labels %s of data.mri.label_values (found %s): those channels stay zero",
+                    mask_path,
+                    absent,
+                    labels[:20],
+                )
     else:
         raise DataError(f"unknown MRI source {source!r} (mni152 | folder)")
 
@@ -168,23 +195,36 @@ def prepare(out_image: str | Path, out_mask: str | Path, volume: list[int], spac
     image = scale_to_unit_range(image)
     mask_data = np.asanyarray(mask_src.dataobj)
     if mask_data.ndim == 4:  # already one-hot: resample each channel
-        channels = [resample_img(nib.Nifti1Image(mask_data[..., c].astype(np.float32), mask_src.affine),
-                                 interpolation="nearest", **kw).get_fdata() for c in range(mask_data.shape[-1])]
+        channels = [
+            resample_img(
+                nib.Nifti1Image(mask_data[..., c].astype(np.float32), mask_src.affine), interpolation="nearest", **kw
+            ).get_fdata()
+            for c in range(mask_data.shape[-1])
+        ]
         mask = (np.stack(channels, axis=-1) > 0.5).astype(np.uint8)
     else:
-        labels = resample_img(nib.Nifti1Image(mask_data.astype(np.float32), mask_src.affine),
-                              interpolation="nearest", **kw).get_fdata()
+        labels = resample_img(
+            nib.Nifti1Image(mask_data.astype(np.float32), mask_src.affine), interpolation="nearest", **kw
+        ).get_fdata()
         mask = one_hot(labels, list(label_values))
 
     if source == "folder" and mask_data.any() and not mask.any():
-        raise DataError(f"mask {sources['mask']} is all zero on the {volume} grid of data.mri.spacing_mm {list(spacing)} "
-                        f"centred on the image: its labels lie outside that grid")
+        raise DataError(
+            f"mask {sources['mask']} is all zero on the {volume} grid of data.mri.spacing_mm {list(spacing)} "
+            f"centred on the image: its labels lie outside that grid"
+        )
     for path in (out_image, out_mask):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(image, affine), str(out_image))
     nib.save(nib.Nifti1Image(mask, affine), str(out_mask))
-    return {"sources": sources, "volume": list(volume), "spacing_mm": list(spacing), "image_range": [float(image.min()), float(image.max())],
-            "mask_channels": int(mask.shape[-1]), "mask_fraction": [float(mask[..., c].mean()) for c in range(mask.shape[-1])]}
+    return {
+        "sources": sources,
+        "volume": list(volume),
+        "spacing_mm": list(spacing),
+        "image_range": [float(image.min()), float(image.max())],
+        "mask_channels": int(mask.shape[-1]),
+        "mask_fraction": [float(mask[..., c].mean()) for c in range(mask.shape[-1])],
+    }
 
 
 def load_case(image_path: str | Path, mask_path: str | Path, image_channels: int, mask_channels: int):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DataError
+from accelbench.errors import DataError
 
 IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".fits", ".fit", ".fts")
 FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz", ".fts.gz")  # astropy reads gzipped FITS too
@@ -95,8 +95,10 @@ def _read_image(path: Path) -> np.ndarray:
     bad = ~np.isfinite(arr)
     if bad.any():  # min-max scaling would squash the map to a constant (or zeros) around it
         where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise DataError(f"sky image {path} has {int(bad.sum())} NaN/Inf pixel(s) (first: {arr[where]} at {where}); "
-                        f"fill or crop them (blank FITS pixels are NaN) or move the file out of the folder")
+        raise DataError(
+            f"sky image {path} has {int(bad.sum())} NaN/Inf pixel(s) (first: {arr[where]} at {where}); "
+            f"fill or crop them (blank FITS pixels are NaN) or move the file out of the folder"
+        )
     if arr.ndim == 3 and arr.shape[-1] in (3, 4):
         from skimage.color import rgb2gray
 
@@ -120,13 +122,15 @@ def folder_images(folder: str | Path) -> list[tuple[str, np.ndarray]]:
         raise DataError(f"sr3_scaling.data.folder {folder} is not a folder")
     files = sorted(p for p in folder.iterdir() if _kind(p))
     if not files:
-        raise DataError(f"sr3_scaling.data.folder {folder} holds no images "
-                        f"({', '.join(IMAGE_SUFFIXES + FITS_SUFFIXES[3:])})")
+        raise DataError(
+            f"sr3_scaling.data.folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES + FITS_SUFFIXES[3:])})"
+        )
     return [(p.name, _read_image(p)) for p in files]
 
 
-def tile_origins(shape: tuple[int, int], patch: int, held_out_every: int,
-                 train_overlap: float) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def tile_origins(
+    shape: tuple[int, int], patch: int, held_out_every: int, train_overlap: float
+) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Top-left corners ``(y, x)`` of training and held-out patches in an image of ``shape``.
 
     Held-out: every ``held_out_every``-th tile of the non-overlapping grid (raster order, starting at
@@ -158,8 +162,14 @@ def downsample(hr: np.ndarray, factor: int) -> np.ndarray:
     return hr.reshape(*lead, h // factor, factor, w // factor, factor).mean(axis=(-3, -1)).astype(np.float32)
 
 
-def make_pairs(images: list[np.ndarray], patch: int, factor: int, held_out_every: int,
-               train_overlap: float, names: list[str] | None = None) -> dict[str, np.ndarray]:
+def make_pairs(
+    images: list[np.ndarray],
+    patch: int,
+    factor: int,
+    held_out_every: int,
+    train_overlap: float,
+    names: list[str] | None = None,
+) -> dict[str, np.ndarray]:
     """Training and held-out HR patches (N, patch, patch) and LR pairs (N, patch/f, patch/f), float32 in [0, 1],
     plus their origins (N, 3) = (image index, y, x).
 
@@ -174,19 +184,28 @@ def make_pairs(images: list[np.ndarray], patch: int, factor: int, held_out_every
             raise DataError(f"sky image {names[k] if names else k}: {exc}") from None
         for split, origins in (("train", train), ("heldout", held)):
             for y, x in origins:
-                out[f"{split}_hr"].append(img[y:y + patch, x:x + patch])
+                out[f"{split}_hr"].append(img[y : y + patch, x : x + patch])
                 out[f"{split}_origin"].append((k, y, x))
     if not out["train_hr"] or not out["heldout_hr"]:
-        raise DataError(f"tiling gave {len(out['train_hr'])} training and {len(out['heldout_hr'])} held-out "
-                        f"{patch}x{patch} patches; both must be > 0 (lower sr3_scaling.data.held_out_every or use larger images)")
+        raise DataError(
+            f"tiling gave {len(out['train_hr'])} training and {len(out['heldout_hr'])} held-out "
+            f"{patch}x{patch} patches; both must be > 0 (lower sr3_scaling.data.held_out_every or use larger images)"
+        )
     res = {k: np.stack(v).astype(np.float32 if k.endswith("hr") else np.int64) for k, v in out.items()}
     res["train_lr"] = downsample(res["train_hr"], factor)
     res["heldout_lr"] = downsample(res["heldout_hr"], factor)
     return res
 
 
-def prepare(out: str | Path, patch: int, factor: int, source: str = "hubble", folder: str | None = None,
-            held_out_every: int = 5, train_overlap: float = 0.5) -> dict:
+def prepare(
+    out: str | Path,
+    patch: int,
+    factor: int,
+    source: str = "hubble",
+    folder: str | None = None,
+    held_out_every: int = 5,
+    train_overlap: float = 0.5,
+) -> dict:
     """Build the patch set and write it as ``.npz`` (keys of :func:`make_pairs`). Returns a summary dict.
 
     Raises:
@@ -207,8 +226,14 @@ def prepare(out: str | Path, patch: int, factor: int, source: str = "hubble", fo
     tmp = out.with_name(f".{out.stem}.tmp.npz")
     np.savez_compressed(tmp, **pairs, sources=np.array(names))
     tmp.replace(out)
-    return {"out": str(out), "sources": names, "patch": patch, "factor": factor,
-            "train": int(len(pairs["train_hr"])), "heldout": int(len(pairs["heldout_hr"]))}
+    return {
+        "out": str(out),
+        "sources": names,
+        "patch": patch,
+        "factor": factor,
+        "train": int(len(pairs["train_hr"])),
+        "heldout": int(len(pairs["heldout_hr"])),
+    }
 
 
 def load(path: str | Path) -> dict[str, np.ndarray]:

@@ -18,8 +18,8 @@ import os
 import platform
 from dataclasses import dataclass
 
-from .. import backends, measure
-from ..outcome import Outcome
+from accelbench import backends, measure
+from accelbench.outcome import Outcome
 
 EXPERIMENT = "net_smoke"
 METHOD = "barrier, all_reduce(sum, float32), synchronize; median over calls of the slowest rank's time"
@@ -54,11 +54,15 @@ class Settings:
     iters: int
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         """From the rule's spec: ``{system, devices}`` (``max_bytes``, ``warmup``, ``iters`` optional)."""
         cpu = not backends.get(system.backend).accelerator
-        return cls(int(spec["devices"]), int(spec.get("max_bytes", 16 * 2**20 if cpu else 2**30)),
-                   int(spec.get("warmup", 2 if cpu else 5)), int(spec.get("iters", 10 if cpu else 20)))
+        return cls(
+            int(spec["devices"]),
+            int(spec.get("max_bytes", 16 * 2**20 if cpu else 2**30)),
+            int(spec.get("warmup", 2 if cpu else 5)),
+            int(spec.get("iters", 10 if cpu else 20)),
+        )
 
     @property
     def sizes(self) -> list[int]:
@@ -75,8 +79,8 @@ def run_rank(s: Settings, ctx) -> dict:
     import torch
     import torch.distributed as dist
 
-    from ..devices import Device
-    from ..multinode import join_process_group
+    from accelbench.devices import Device
+    from accelbench.multinode import join_process_group
 
     backend = ctx.system.backend
     rank, world, local, pg = join_process_group(backend)
@@ -90,12 +94,17 @@ def run_rank(s: Settings, ctx) -> dict:
             clock.start()
             dist.all_reduce(x)
             clock.stop()
-        rows.append({"bytes": nbytes, "times_us": [t * 1e3 for t in clock.samples()[s.warmup:]]})
+        rows.append({"bytes": nbytes, "times_us": [t * 1e3 for t in clock.samples()[s.warmup :]]})
         del x
     dist.barrier()
     dist.destroy_process_group()
-    return {"rank": rank, "world_size": world, "collective_backend": pg,
-            "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "sizes": rows}
+    return {
+        "rank": rank,
+        "world_size": world,
+        "collective_backend": pg,
+        "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
+        "sizes": rows,
+    }
 
 
 def merge(records: list[dict], warmup: int, iters: int) -> dict:
@@ -110,11 +119,23 @@ def merge(records: list[dict], warmup: int, iters: int) -> dict:
     rows = []
     for i, row in enumerate(records[0]["sizes"]):
         t = measure.merge_ranks([r["sizes"][i]["times_us"] for r in records], warmup, METHOD)
-        rows.append({"bytes": row["bytes"], "time_us": t.median, "time_us_min": t.min,
-                     **bandwidths(row["bytes"], t.median / 1e6, world)})
-    return {"world_size": world, "collective_backend": records[0]["collective_backend"],
-            "rank_nodes": [r["node"] for r in records], "warmup": warmup, "iters": iters, "method": METHOD,
-            "sizes": rows}
+        rows.append(
+            {
+                "bytes": row["bytes"],
+                "time_us": t.median,
+                "time_us_min": t.min,
+                **bandwidths(row["bytes"], t.median / 1e6, world),
+            }
+        )
+    return {
+        "world_size": world,
+        "collective_backend": records[0]["collective_backend"],
+        "rank_nodes": [r["node"] for r in records],
+        "warmup": warmup,
+        "iters": iters,
+        "method": METHOD,
+        "sizes": rows,
+    }
 
 
 def run(s: Settings, ctx) -> Outcome:
@@ -130,8 +151,8 @@ def run(s: Settings, ctx) -> Outcome:
 
     import pandas as pd
 
-    from ..errors import AccelbenchError
-    from ..multinode import node_plan
+    from accelbench.errors import AccelbenchError
+    from accelbench.multinode import node_plan
 
     config = {"max_bytes": s.max_bytes, "warmup": s.warmup, "iters": s.iters}
     plan = node_plan(ctx.system, s.devices, "net_smoke devices")
@@ -145,10 +166,15 @@ def run(s: Settings, ctx) -> Outcome:
         return ranks  # oom
     m = merge(ranks.records, s.warmup, s.iters)
     record = ranks.launch
-    nccl_tests = shutil.which("all_reduce_perf")  # NCCL's nccl-tests, optional, one node (multi-node needs its MPI build)
+    nccl_tests = shutil.which(
+        "all_reduce_perf"
+    )  # NCCL's nccl-tests, optional, one node (multi-node needs its MPI build)
     if nccl_tests and backends.get(ctx.system.backend).collective == "nccl" and plan.nodes == 1:
-        proc = subprocess.run([nccl_tests, "-b", "8", "-e", str(s.max_bytes), "-f", "4", "-g", str(plan.devices)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [nccl_tests, "-b", "8", "-e", str(s.max_bytes), "-f", "4", "-g", str(plan.devices)],
+            capture_output=True,
+            text=True,
+        )
         record["nccl_tests"] = {"command": proc.args, "returncode": proc.returncode, "output": proc.stdout[-8000:]}
     else:
         record["nccl_tests"] = None
@@ -159,6 +185,11 @@ def run(s: Settings, ctx) -> Outcome:
     with ctx.side_file("allreduce.csv", "table") as tmp:
         table.to_csv(tmp, index=False)
     transports = (record["nccl"] or {}).get("inter_node") or (record["nccl"] or {}).get("via")
-    log.info("%s: peak bus bandwidth %.3g GB/s (%s, %s)", ctx.out, table["busbw_gbps"].max(),
-             record["collective_backend"], transports or "transports not reported")
+    log.info(
+        "%s: peak bus bandwidth %.3g GB/s (%s, %s)",
+        ctx.out,
+        table["busbw_gbps"].max(),
+        record["collective_backend"],
+        transports or "transports not reported",
+    )
     return Outcome("ok", m, config=config)

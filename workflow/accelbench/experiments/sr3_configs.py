@@ -50,10 +50,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from accelbench.errors import ConfigError
 
-SERIES = {"faithful": "Study B-faithful (authors' code)", "paper_text": "paper text (attention at 16 px)",
-          "ours": "ours (speed settings)"}  # "fastest honest run" is earned per node (study_b_sr3.series_labels)
+SERIES = {
+    "faithful": "Study B-faithful (authors' code)",
+    "paper_text": "paper text (attention at 16 px)",
+    "ours": "ours (speed settings)",
+}  # "fastest honest run" is earned per node (study_b_sr3.series_labels)
 # |mean loss of ours - mean loss of faithful| / mean loss of faithful, over the same iterations, seed and batches
 LOSS_TOLERANCE = 0.05
 
@@ -119,10 +122,16 @@ class Configuration:
     def trainer_options(self) -> dict:
         """The keyword arguments of :class:`~accelbench.experiments.sr3_model.Trainer` this configuration sets (the
         rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""
-        return {"compile": self.compile, "fused_adam": self.fused_adam, "channels_last": self.channels_last,
-                "layout_optimization": self.layout_optimization, "host_syncs": self.host_syncs,
-                "compile_mode": self.compile_mode,
-                "loader_workers": self.loader_workers, "blocking_copies": self.blocking_copies}
+        return {
+            "compile": self.compile,
+            "fused_adam": self.fused_adam,
+            "channels_last": self.channels_last,
+            "layout_optimization": self.layout_optimization,
+            "host_syncs": self.host_syncs,
+            "compile_mode": self.compile_mode,
+            "loader_workers": self.loader_workers,
+            "blocking_copies": self.blocking_copies,
+        }
 
     def to_dict(self) -> dict:
         d = {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
@@ -131,31 +140,60 @@ class Configuration:
         return d
 
 
-CONFIGURATIONS: dict[str, Configuration] = {c.name: c for c in (
-    Configuration("faithful", "faithful", host_syncs=True, authors_iterations=True,
-                  loader_workers=8, blocking_copies=True),  # the authors' data path (AUTHORS_DATA_SOURCE)
-    Configuration("fp32", "paper_text", attention="paper_text", cudnn_benchmark=False),
-    Configuration("bf16", "ours", precision="bf16"),
-    Configuration("bf16_compile", "ours", precision="bf16", compile=True, fused_adam=True),
-    Configuration("bf16_compile_channels_last", "ours", precision="bf16", compile=True, fused_adam=True,
-                  channels_last=True),
-    Configuration("bf16_compile_cudagraphs", "ours", precision="bf16", compile=True, compile_mode="reduce-overhead",
-                  fused_adam=True),
-    Configuration("bf16_compile_channels_last_cudagraphs", "ours", precision="bf16", compile=True,
-                  compile_mode="reduce-overhead", fused_adam=True, channels_last=True),
-    Configuration("bf16_compile_layout_opt_cudagraphs", "ours", precision="bf16", compile=True,
-                  compile_mode="reduce-overhead", fused_adam=True, layout_optimization=True),
-)}
+CONFIGURATIONS: dict[str, Configuration] = {
+    c.name: c
+    for c in (
+        Configuration(
+            "faithful", "faithful", host_syncs=True, authors_iterations=True, loader_workers=8, blocking_copies=True
+        ),  # the authors' data path (AUTHORS_DATA_SOURCE)
+        Configuration("fp32", "paper_text", attention="paper_text", cudnn_benchmark=False),
+        Configuration("bf16", "ours", precision="bf16"),
+        Configuration("bf16_compile", "ours", precision="bf16", compile=True, fused_adam=True),
+        Configuration(
+            "bf16_compile_channels_last", "ours", precision="bf16", compile=True, fused_adam=True, channels_last=True
+        ),
+        Configuration(
+            "bf16_compile_cudagraphs",
+            "ours",
+            precision="bf16",
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+        ),
+        Configuration(
+            "bf16_compile_channels_last_cudagraphs",
+            "ours",
+            precision="bf16",
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            channels_last=True,
+        ),
+        Configuration(
+            "bf16_compile_layout_opt_cudagraphs",
+            "ours",
+            precision="bf16",
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            layout_optimization=True,
+        ),
+    )
+}
 AUTHORS_LAUNCHER = "mpirun --bind-to core --map-by socket:PE=6 (Gaudi: an MPIJob); here: torchrun"
 # environment of the authors' Gaudi jobs (voyager/*.yaml), set for the faithful series on hpu before the bridge loads
 FAITHFUL_HPU_ENV = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "2"}
 # where each data path comes from (measurements.data_path.source)
-AUTHORS_DATA_SOURCE = ("javierhndev/Super-Resolution-SR3: data/__init__.py create_dataloader (train: DataLoader("
-                       "num_workers=datasets.train.num_workers, pin_memory=True, sampler=DistributedSampler)), "
-                       "config/sr_sr3_64_256_set2.json datasets.train.num_workers = 8, model/base_model.py set_device "
-                       "(item.to(self.device): blocking)")
-OURS_DATA_SOURCE = ("ours: batches made in the rank's process (no workers), pinned where copies overlap the device's "
-                    "work (CUDA), .to(non_blocking=True)")
+AUTHORS_DATA_SOURCE = (
+    "javierhndev/Super-Resolution-SR3: data/__init__.py create_dataloader (train: DataLoader("
+    "num_workers=datasets.train.num_workers, pin_memory=True, sampler=DistributedSampler)), "
+    "config/sr_sr3_64_256_set2.json datasets.train.num_workers = 8, model/base_model.py set_device "
+    "(item.to(self.device): blocking)"
+)
+OURS_DATA_SOURCE = (
+    "ours: batches made in the rank's process (no workers), pinned where copies overlap the device's "
+    "work (CUDA), .to(non_blocking=True)"
+)
 
 
 def spec_settings(name: str) -> dict:
@@ -165,8 +203,13 @@ def spec_settings(name: str) -> dict:
     c = get(name)
     if not c.authors_data_path:
         return {}
-    return {"data_path": {"loader_workers": c.loader_workers, "pin_memory": True,
-                          "copy": "blocking" if c.blocking_copies else "non_blocking"}}
+    return {
+        "data_path": {
+            "loader_workers": c.loader_workers,
+            "pin_memory": True,
+            "copy": "blocking" if c.blocking_copies else "non_blocking",
+        }
+    }
 
 
 def get(name: str) -> Configuration:
@@ -178,8 +221,9 @@ def get(name: str) -> Configuration:
     try:
         return CONFIGURATIONS[name]
     except KeyError:
-        raise ConfigError(f"sr3_scaling.configurations: unknown configuration {name!r}; known: "
-                          f"{', '.join(CONFIGURATIONS)}") from None
+        raise ConfigError(
+            f"sr3_scaling.configurations: unknown configuration {name!r}; known: {', '.join(CONFIGURATIONS)}"
+        ) from None
 
 
 def of_result(result: dict) -> Configuration:
@@ -193,7 +237,7 @@ def of_result(result: dict) -> Configuration:
 def environment(name: str, backend: str) -> dict[str, str]:
     """Environment variables a configuration needs before the device runtime loads (the authors' Gaudi settings for
     the faithful series on a backend in Gaudi's lazy mode (capability ``lazy_mode``); nothing elsewhere)."""
-    from .. import backends
+    from accelbench import backends
 
     return dict(FAITHFUL_HPU_ENV) if get(name).series == "faithful" and backends.get(backend).lazy_mode else {}
 
@@ -217,10 +261,20 @@ def loss_agreement(ours: list[float], faithful: list[float], tolerance: float = 
     either curve is empty."""
     n = min(len(ours), len(faithful))
     if n == 0:
-        return {"iterations": 0, "relative_difference": None, "worst_iteration_difference": None,
-                "tolerance": tolerance, "within": None}
+        return {
+            "iterations": 0,
+            "relative_difference": None,
+            "worst_iteration_difference": None,
+            "tolerance": tolerance,
+            "within": None,
+        }
     mo, mf = sum(ours[:n]) / n, sum(faithful[:n]) / n
     rel = abs(mo - mf) / abs(mf) if mf else float("inf")
     worst = max(abs(o - f) / abs(f) if f else float("inf") for o, f in zip(ours[:n], faithful[:n]))
-    return {"iterations": n, "relative_difference": rel, "worst_iteration_difference": worst, "tolerance": tolerance,
-            "within": rel <= tolerance}
+    return {
+        "iterations": n,
+        "relative_difference": rel,
+        "worst_iteration_difference": worst,
+        "tolerance": tolerance,
+        "within": rel <= tolerance,
+    }

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..devices import Device
-from ..measure import StepClock
-from ..errors import ConfigError
+from accelbench.devices import Device
+from accelbench.errors import ConfigError
+from accelbench.measure import StepClock
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class SR3Settings:
         start = self.unet_image_size or self.hr_size
         return tuple(start // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
 
-    def for_configuration(self, attention: str) -> "SR3Settings":
+    def for_configuration(self, attention: str) -> SR3Settings:
         """These settings with the attention placement of a configuration: ``as_run`` keeps ``unet_image_size``,
         ``paper_text`` drops it (attention at the listed feature-map sizes)."""
         return self if attention == "as_run" else dataclasses.replace(self, unet_image_size=None)
@@ -78,8 +78,10 @@ def resolve_settings(preset: dict, scale: str, scales: dict | None) -> SR3Settin
     s = SR3Settings(scale=scale, **p)
     need = max(s.factor, 2 ** (len(s.channel_mult) - 1))
     if s.hr_size % need:
-        raise ConfigError(f"sr3_scaling: hr_size {s.hr_size} must be a multiple of {need} "
-                          f"(factor {s.factor}, {len(s.channel_mult)} U-Net levels)")
+        raise ConfigError(
+            f"sr3_scaling: hr_size {s.hr_size} must be a multiple of {need} "
+            f"(factor {s.factor}, {len(s.channel_mult)} U-Net levels)"
+        )
     return s
 
 
@@ -95,16 +97,27 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
     from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
 
     model = DiffusionModelUNet(
-        spatial_dims=2, in_channels=2, out_channels=1, num_res_blocks=[s.num_res_blocks] * len(s.channels),
-        channels=list(s.channels), attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
-        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+        spatial_dims=2,
+        in_channels=2,
+        out_channels=1,
+        num_res_blocks=[s.num_res_blocks] * len(s.channels),
+        channels=list(s.channels),
+        attention_levels=list(s.attention_levels),
+        norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels],
+        resblock_updown=False,
+    )
     for module in model.modules():
-        if (isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and not module.weight.is_meta
-                and not module.weight.detach().any()):
+        if (
+            isinstance(module, (torch.nn.Conv2d, torch.nn.Linear))
+            and not module.weight.is_meta
+            and not module.weight.detach().any()
+        ):
             module.reset_parameters()
         if isinstance(module, DiffusionUNetResnetBlock) and s.dropout > 0:
             module.conv2.register_forward_pre_hook(
-                lambda mod, args, p=s.dropout: (F.dropout(args[0], p=p, training=mod.training),))
+                lambda mod, args, p=s.dropout: (F.dropout(args[0], p=p, training=mod.training),)
+            )
     return model
 
 
@@ -126,16 +139,32 @@ def build_scheduler(s: SR3Settings, float64: bool = True):
     """
     from monai.networks.schedulers import DDPMScheduler
 
-    return _float64_schedule(DDPMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
-                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+    return _float64_schedule(
+        DDPMScheduler(
+            num_train_timesteps=s.timesteps,
+            schedule="linear_beta",
+            beta_start=s.beta_start,
+            beta_end=s.beta_end,
+            clip_sample=True,
+        ),
+        float64,
+    )
 
 
 def build_ddim(s: SR3Settings, float64: bool = True):
     """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
     from monai.networks.schedulers import DDIMScheduler
 
-    return _float64_schedule(DDIMScheduler(num_train_timesteps=s.timesteps, schedule="linear_beta",
-                                           beta_start=s.beta_start, beta_end=s.beta_end, clip_sample=True), float64)
+    return _float64_schedule(
+        DDIMScheduler(
+            num_train_timesteps=s.timesteps,
+            schedule="linear_beta",
+            beta_start=s.beta_start,
+            beta_end=s.beta_end,
+            clip_sample=True,
+        ),
+        float64,
+    )
 
 
 def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
@@ -173,13 +202,24 @@ def rank_cores() -> int:
     return max(1, min(torch.get_num_threads(), cpus))
 
 
-PERSISTENT_WORKERS_WHY = ("the authors' workers restart every epoch (persistent_workers=False), but their epoch is their "
-                          "whole training set; ours is a few iterations at paper scale, so workers are kept for the run "
-                          "to keep restarts out of the timed iterations, as the authors' long epochs do")
+PERSISTENT_WORKERS_WHY = (
+    "the authors' workers restart every epoch (persistent_workers=False), but their epoch is their "
+    "whole training set; ours is a few iterations at paper scale, so workers are kept for the run "
+    "to keep restarts out of the timed iterations, as the authors' long epochs do"
+)
 
 
-def batch_loader(data: PatchSet, batch_size: int, rank: int, world: int, seed: int, *, pin_memory: bool,
-                 workers: int | None = None, blocking: bool = False):
+def batch_loader(
+    data: PatchSet,
+    batch_size: int,
+    rank: int,
+    world: int,
+    seed: int,
+    *,
+    pin_memory: bool,
+    workers: int | None = None,
+    blocking: bool = False,
+):
     """One rank's batches: a ``DistributedSampler`` (shuffled, full batches) and its ``DataLoader``.
 
     ``workers`` (a configuration's ``loader_workers``; None: 0, batches made in this process) is capped at the cores
@@ -196,21 +236,38 @@ def batch_loader(data: PatchSet, batch_size: int, rank: int, world: int, seed: i
     """
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from .sr3_configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
+    from accelbench.experiments.sr3_configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
 
     requested, cores = int(workers or 0), rank_cores()
     used = min(requested, cores)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
-    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=used,
-                        pin_memory=pin_memory, persistent_workers=used > 0)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=used,
+        pin_memory=pin_memory,
+        persistent_workers=used > 0,
+    )
     authors = workers is not None or blocking
-    record = {"loader_workers_requested": requested, "loader_workers": used, "rank_cores": cores,
-              "capped": (f"{requested} workers requested, {cores} core(s) on this rank (its threads, its share of "
-                         "the job's cores; at most its CPU affinity)") if used < requested else None,
-              "pin_memory_requested": True if authors else pin_memory, "pin_memory": pin_memory,
-              "persistent_workers": used > 0,
-              "persistent_workers_why": PERSISTENT_WORKERS_WHY if used > 0 else None, "copy": "blocking" if blocking else "non_blocking",
-              "source": AUTHORS_DATA_SOURCE if authors else OURS_DATA_SOURCE}
+    record = {
+        "loader_workers_requested": requested,
+        "loader_workers": used,
+        "rank_cores": cores,
+        "capped": (
+            f"{requested} workers requested, {cores} core(s) on this rank (its threads, its share of "
+            "the job's cores; at most its CPU affinity)"
+        )
+        if used < requested
+        else None,
+        "pin_memory_requested": True if authors else pin_memory,
+        "pin_memory": pin_memory,
+        "persistent_workers": used > 0,
+        "persistent_workers_why": PERSISTENT_WORKERS_WHY if used > 0 else None,
+        "copy": "blocking" if blocking else "non_blocking",
+        "source": AUTHORS_DATA_SOURCE if authors else OURS_DATA_SOURCE,
+    }
     return sampler, loader, record
 
 
@@ -254,11 +311,27 @@ class Trainer:
     :func:`ddp_kwargs`), Adam, scheduler, batches (:func:`batch_loader`: ``loader_workers`` worker processes, capped at
     the rank's cores; ``blocking_copies``: the authors' blocking ``.to(device)``, else ``non_blocking=True``)."""
 
-    def __init__(self, s: SR3Settings, device: Device, data: PatchSet, precision: str, seed: int,
-                 rank: int = 0, world: int = 1, distributed: bool = False, ddp: dict | None = None, *,
-                 compile: bool = False, fused_adam: bool = False, channels_last: bool = False,
-                 host_syncs: bool = False, compile_mode: str | None = None, loader_workers: int | None = None,
-                 blocking_copies: bool = False, layout_optimization: bool = False):
+    def __init__(
+        self,
+        s: SR3Settings,
+        device: Device,
+        data: PatchSet,
+        precision: str,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+        distributed: bool = False,
+        ddp: dict | None = None,
+        *,
+        compile: bool = False,
+        fused_adam: bool = False,
+        channels_last: bool = False,
+        host_syncs: bool = False,
+        compile_mode: str | None = None,
+        loader_workers: int | None = None,
+        blocking_copies: bool = False,
+        layout_optimization: bool = False,
+    ):
         self.s, self.device, self.rank, self.world = s, device, rank, world
         self.distributed, self.host_syncs, self.blocking_copies = distributed, host_syncs, blocking_copies
         dev = device.torch_device
@@ -268,8 +341,9 @@ class Trainer:
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            self.net = DDP(self.model, device_ids=[device.index] if device.ops.ddp_device_ids else None,
-                           **ddp_kwargs(ddp))
+            self.net = DDP(
+                self.model, device_ids=[device.index] if device.ops.ddp_device_ids else None, **ddp_kwargs(ddp)
+            )
         else:
             self.net = self.model
         if compile:  # DDP-wrapped: TorchDynamo splits the graph at DDP's buckets (DDPOptimizer)
@@ -285,8 +359,15 @@ class Trainer:
         # the authors' data path pins too (their create_dataloader's pin_memory=True), where the device pins
         self.pin_memory = device.ops.non_blocking_copies
         self.sampler, self.loader, self.data_path = batch_loader(
-            data, s.batch_size, rank, world, seed, pin_memory=self.pin_memory, workers=loader_workers,
-            blocking=blocking_copies)
+            data,
+            s.batch_size,
+            rank,
+            world,
+            seed,
+            pin_memory=self.pin_memory,
+            workers=loader_workers,
+            blocking=blocking_copies,
+        )
         if len(self.loader) == 0:
             raise ConfigError(f"no full batch of {s.batch_size} per rank from {len(data)} patches over {world} ranks")
         self.epoch, self._it = 0, iter(self.loader)
@@ -371,8 +452,9 @@ def replica_spread(model: torch.nn.Module) -> float:
 
 
 @torch.no_grad()
-def super_resolve(model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, steps: int, device: Device,
-                  precision: str, seed: int) -> torch.Tensor:
+def super_resolve(
+    model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, steps: int, device: Device, precision: str, seed: int
+) -> torch.Tensor:
     """Sample SR3 for low-resolution images ``lr`` (B, 1, h, w) in [0, 1]; returns (B, 1, H, W) in [0, 1].
 
     ``steps == timesteps``: SR3's ancestral DDPM chain; fewer: DDIM (eta 0) over ``steps`` strided steps.
@@ -389,7 +471,9 @@ def super_resolve(model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, step
     for ts in tqdm(sched.timesteps, desc="SR3 sampling", leave=False):
         ti = int(ts)
         with device.autocast(amp):
-            eps = model(torch.cat([cond, x], dim=1), torch.full((x.shape[0],), ti, device=dev, dtype=torch.long)).float()
+            eps = model(
+                torch.cat([cond, x], dim=1), torch.full((x.shape[0],), ti, device=dev, dtype=torch.long)
+            ).float()
         x, _ = sched.step(eps, ti, x, generator=g) if steps >= s.timesteps else sched.step(eps, ti, x)
         device.mark_step()
     model.train()
@@ -402,12 +486,23 @@ def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
 
     pred, truth = pred.float().clamp(0, 1), truth.float()
     win = min(7, truth.shape[-1])
-    return {"psnr_db": float(PSNRMetric(max_val=1.0)(pred, truth).mean()),
-            "ssim": float(SSIMMetric(spatial_dims=2, data_range=1.0, win_size=win)(pred, truth).mean())}
+    return {
+        "psnr_db": float(PSNRMetric(max_val=1.0)(pred, truth).mean()),
+        "ssim": float(SSIMMetric(spatial_dims=2, data_range=1.0, win_size=win)(pred, truth).mean()),
+    }
 
 
-def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, heldout_lr: np.ndarray, n: int,
-            steps: int, device: Device, precision: str, seed: int) -> tuple[dict, dict[str, np.ndarray]]:
+def quality(
+    model: torch.nn.Module,
+    s: SR3Settings,
+    heldout_hr: np.ndarray,
+    heldout_lr: np.ndarray,
+    n: int,
+    steps: int,
+    device: Device,
+    precision: str,
+    seed: int,
+) -> tuple[dict, dict[str, np.ndarray]]:
     """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``n`` held-out patches.
 
     Returns ``(metrics, panel)`` where panel holds the first patch's ``lr``, ``bicubic``, ``sr3``, ``truth``.
@@ -422,10 +517,26 @@ def quality(model: torch.nn.Module, s: SR3Settings, heldout_hr: np.ndarray, held
     seconds = clock.seconds()
     m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)
     beats = m_sr["psnr_db"] > m_bi["psnr_db"] and m_sr["ssim"] > m_bi["ssim"]
-    note = ("SR3 beats bicubic on both PSNR and SSIM" if beats else
-            "this short training run does not beat plain bicubic upsampling (SR3 needs far more iterations)")
+    note = (
+        "SR3 beats bicubic on both PSNR and SSIM"
+        if beats
+        else "this short training run does not beat plain bicubic upsampling (SR3 needs far more iterations)"
+    )
     sampler = "ddpm" if steps >= s.timesteps else "ddim"
-    metrics = {"images": int(len(hr)), "sample_steps": int(min(steps, s.timesteps)), "sampler": sampler,
-               "sampling_seconds": seconds, "sr3": m_sr, "bicubic": m_bi, "beats_bicubic": bool(beats), "note": note}
-    panel = {"lr": lr[0, 0].numpy(), "bicubic": bicubic[0, 0].numpy(), "sr3": sr[0, 0].numpy(), "truth": hr[0, 0].numpy()}
+    metrics = {
+        "images": int(len(hr)),
+        "sample_steps": int(min(steps, s.timesteps)),
+        "sampler": sampler,
+        "sampling_seconds": seconds,
+        "sr3": m_sr,
+        "bicubic": m_bi,
+        "beats_bicubic": bool(beats),
+        "note": note,
+    }
+    panel = {
+        "lr": lr[0, 0].numpy(),
+        "bicubic": bicubic[0, 0].numpy(),
+        "sr3": sr[0, 0].numpy(),
+        "truth": hr[0, 0].numpy(),
+    }
     return metrics, panel

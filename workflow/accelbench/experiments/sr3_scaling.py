@@ -61,13 +61,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .. import backends, energy, flops, measure, precisions
-from ..devices import Device
-from ..errors import ConfigError
-from ..outcome import Outcome
-from .sr3_model import PatchSet, SR3Settings, Trainer, ddp_kwargs, quality, replica_spread, resolve_settings
-from . import sr3_configs
-from .sr3_configs import Configuration
+from accelbench import backends, energy, flops, measure, precisions
+from accelbench.devices import Device
+from accelbench.errors import ConfigError
+from accelbench.experiments import sr3_configs
+from accelbench.experiments.sr3_configs import Configuration
+from accelbench.experiments.sr3_model import (
+    PatchSet,
+    SR3Settings,
+    Trainer,
+    ddp_kwargs,
+    quality,
+    replica_spread,
+    resolve_settings,
+)
+from accelbench.outcome import Outcome
 
 EXPERIMENT = "sr3_scaling"
 PRECISIONS = ("fp32", "bf16")  # of the configurations (sr3_configs)
@@ -81,8 +89,10 @@ def split_iterations(workload_iterations: int, devices: int) -> int:
         ConfigError: the split is not exact (the total work would change with the device count).
     """
     if devices < 1 or workload_iterations % devices:
-        raise ConfigError(f"sr3_scaling.workload_iterations {workload_iterations} does not split exactly over "
-                          f"{devices} devices; choose a multiple of every device count in sr3_scaling.devices")
+        raise ConfigError(
+            f"sr3_scaling.workload_iterations {workload_iterations} does not split exactly over "
+            f"{devices} devices; choose a multiple of every device count in sr3_scaling.devices"
+        )
     return workload_iterations // devices
 
 
@@ -104,18 +114,23 @@ def unsupported_reason(system, devices: int, precision: str, visible: int | None
         return f"precision {precision!r} is not one of {PRECISIONS}"
     if not system.supports(precision):
         return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
-    from ..multinode import job_limit_reason, node_plan
+    from accelbench.multinode import job_limit_reason, node_plan
 
     plan = node_plan(system, devices, "sr3_scaling.devices")
     if plan.nodes > 1:  # ranks per node against what one node has; the allocation is checked by the launcher
         if visible is not None and plan.per_node > visible:
-            return (f"{devices} devices = {plan.nodes} nodes x {plan.per_node}; only {visible} {system.backend} "
-                    f"device(s) are visible on this node")
+            return (
+                f"{devices} devices = {plan.nodes} nodes x {plan.per_node}; only {visible} {system.backend} "
+                f"device(s) are visible on this node"
+            )
         return job_limit_reason(system, plan)
     limit = max_devices(system)
     if devices > limit:
-        what = ("devices in its system file" if backends.get(system.backend).accelerator
-                else "usable CPU cores (one gloo process each)")
+        what = (
+            "devices in its system file"
+            if backends.get(system.backend).accelerator
+            else "usable CPU cores (one gloo process each)"
+        )
         return f"{devices} devices requested; {system.name} has {limit} {what}"
     if visible is not None and devices > visible:
         return f"{devices} devices requested; only {visible} {system.backend} device(s) are visible on this node"
@@ -138,7 +153,7 @@ def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, 
     return iters, run_iters, min(warmup, run_iters - 1)
 
 
-def count_step_flops(tr: "Trainer") -> dict:
+def count_step_flops(tr: Trainer) -> dict:
     """FLOPs of one rank's training step (:func:`accelbench.flops.count_flops`: ``FlopCounterMode``, matmuls and
     convolutions, forward + backward), counted on one extra untimed forward and backward of the plain module before
     the timed run (:meth:`~.sr3_model.Trainer.flop_step`: never through ``torch.compile``'s wrapper, which a count
@@ -148,9 +163,11 @@ def count_step_flops(tr: "Trainer") -> dict:
         value = flops.count_flops(tr.flop_step)
     except Exception as exc:  # noqa: BLE001  (any failure of the counter: record it, the timed run is unaffected)
         return {"per_device_step": None, "method": f"FlopCounterMode failed: {type(exc).__name__}: {exc}"[:300]}
-    return {"per_device_step": value,
-            "method": "torch FlopCounterMode on one extra untimed forward and backward of the plain (uncompiled, "
-                      "unwrapped) module"}
+    return {
+        "per_device_step": value,
+        "method": "torch FlopCounterMode on one extra untimed forward and backward of the plain (uncompiled, "
+        "unwrapped) module",
+    }
 
 
 def check_compiled(conf: Configuration) -> dict | None:
@@ -164,8 +181,10 @@ def check_compiled(conf: Configuration) -> dict | None:
         return None
     compiled = compiled_graphs()
     if compiled["unique_graphs"] == 0:
-        raise RuntimeError(f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
-                           f"step ran eager, so its time is not {conf.name}'s ({compiled})")
+        raise RuntimeError(
+            f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
+            f"step ran eager, so its time is not {conf.name}'s ({compiled})"
+        )
     return compiled
 
 
@@ -175,10 +194,12 @@ def compiled_graphs() -> dict:
     would be reported under a name it did not run (:func:`train_rank` stops with the reason)."""
     from torch._dynamo.utils import counters
 
-    return {"frames_compiled": int(counters["frames"].get("ok", 0)),
-            "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "graph_breaks": int(sum(counters["graph_break"].values())),
-            "method": "torch._dynamo.utils.counters after the timed iterations"}
+    return {
+        "frames_compiled": int(counters["frames"].get("ok", 0)),
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "method": "torch._dynamo.utils.counters after the timed iterations",
+    }
 
 
 @contextlib.contextmanager
@@ -198,16 +219,32 @@ def count_host_syncs(device: Device) -> Iterator[dict]:
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
-    result.update(count=sum(syncs.values()), where=dict(syncs.most_common(5)),
-                  method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
-                         "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
-                         "events included); where: file:line -> count")
+    result.update(
+        count=sum(syncs.values()),
+        where=dict(syncs.most_common(5)),
+        method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
+        "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
+        "events included); where: file:line -> count",
+    )
 
 
-def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration, data: dict[str, np.ndarray], *,
-               workload_iterations: int, max_iterations: int, warmup: int, quality_images: int,
-               quality_sample_steps: int, seed: int, placement: dict | None = None,
-               ddp: dict | None = None, **_) -> tuple[dict, dict[str, np.ndarray] | None]:
+def train_rank(
+    settings: SR3Settings,
+    system,
+    devices: int,
+    conf: Configuration,
+    data: dict[str, np.ndarray],
+    *,
+    workload_iterations: int,
+    max_iterations: int,
+    warmup: int,
+    quality_images: int,
+    quality_sample_steps: int,
+    seed: int,
+    placement: dict | None = None,
+    ddp: dict | None = None,
+    **_,
+) -> tuple[dict, dict[str, np.ndarray] | None]:
     """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
     (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
     it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations
@@ -231,7 +268,7 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     """
     import torch.distributed as dist
 
-    from ..multinode import join_process_group
+    from accelbench.multinode import join_process_group
 
     rank, world, local, pg = join_process_group(system.backend)
     if world != devices:
@@ -241,8 +278,9 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     precision = conf.precision
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp,
-                 **conf.trainer_options())
+    tr = Trainer(
+        settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp, **conf.trainer_options()
+    )
     step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
     device.reset_peak_memory()
     if world > 1:
@@ -254,45 +292,89 @@ def train_rank(settings: SR3Settings, system, devices: int, conf: Configuration,
     if warm:  # fail before the timed iterations where the warm-up compiled nothing
         check_compiled(conf)
     with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
-        timing = measure.time_steps(lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm,
-                                    desc=f"rank {rank} SR3 train")
+        timing = measure.time_steps(
+            lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm, desc=f"rank {rank} SR3 train"
+        )
     whole.stop()
     wall = whole.seconds()
     compiled = check_compiled(conf)
     spread = replica_spread(tr.model) if world > 1 else 0.0
     peak = device.peak_memory_bytes()
-    record = {"rank": rank, "samples_ms": timing.samples, "median_ms": timing.median, "method": timing.method,
-              "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.energy)
-              "warmup": warm, "wall_s": wall, "peak_mem_gib": peak / 2**30 if peak is not None else None,
-              "peak_rss_gib": _peak_rss_gib(), "threads": torch.get_num_threads(),
-              "node": os.environ.get("SLURMD_NODENAME") or platform.node(), "placement": placement,
-              "cudnn_benchmark": torch.backends.cudnn.benchmark, "replica_max_abs_diff": spread,
-              "host_syncs_timed": syncs.get("count"), "host_syncs_method": syncs.get("method"),
-              "host_syncs_where": syncs.get("where"),
-              "fused_adam": tr.fused_adam, "compiled": compiled,
-              "collective_backend": pg if world > 1 else None, "flops": step_flops,
-              "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
-              # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
-              "math_flags": {"cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
-                             "matmul_tf32": torch.backends.cuda.matmul.allow_tf32}}
+    record = {
+        "rank": rank,
+        "samples_ms": timing.samples,
+        "median_ms": timing.median,
+        "method": timing.method,
+        "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.energy)
+        "warmup": warm,
+        "wall_s": wall,
+        "peak_mem_gib": peak / 2**30 if peak is not None else None,
+        "peak_rss_gib": _peak_rss_gib(),
+        "threads": torch.get_num_threads(),
+        "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
+        "placement": placement,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "replica_max_abs_diff": spread,
+        "host_syncs_timed": syncs.get("count"),
+        "host_syncs_method": syncs.get("method"),
+        "host_syncs_where": syncs.get("where"),
+        "fused_adam": tr.fused_adam,
+        "compiled": compiled,
+        "collective_backend": pg if world > 1 else None,
+        "flops": step_flops,
+        "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
+        # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
+        "math_flags": {
+            "cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        },
+    }
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     if rank != 0:
         return record, None
-    q, panel = quality(tr.model, settings, data["heldout_hr"], data["heldout_lr"], quality_images,
-                       quality_sample_steps, device, precision, seed)
+    q, panel = quality(
+        tr.model,
+        settings,
+        data["heldout_hr"],
+        data["heldout_lr"],
+        quality_images,
+        quality_sample_steps,
+        device,
+        precision,
+        seed,
+    )
     curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
-    record.update(parameters=sum(p.numel() for p in tr.model.parameters()),
-                  loss={"first": curve[0], "last10_mean": float(np.mean(curve[-10:])), "rank": 0,
-                        "curve": curve, "mean": float(np.mean(curve))},
-                  quality=q, train_patches=int(len(data["train_hr"])), heldout_patches=int(len(data["heldout_hr"])))
+    record.update(
+        parameters=sum(p.numel() for p in tr.model.parameters()),
+        loss={
+            "first": curve[0],
+            "last10_mean": float(np.mean(curve[-10:])),
+            "rank": 0,
+            "curve": curve,
+            "mean": float(np.mean(curve)),
+        },
+        quality=q,
+        train_patches=int(len(data["train_hr"])),
+        heldout_patches=int(len(data["heldout_hr"])),
+    )
     return record, panel
 
 
-def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Configuration, *, workload_iterations: int,
-          max_iterations: int, warmup: int, ddp: dict | None = None, authors_iterations_per_device: dict | None = None,
-          **_) -> dict:
+def merge(
+    settings: SR3Settings,
+    records: list[dict],
+    devices: int,
+    conf: Configuration,
+    *,
+    workload_iterations: int,
+    max_iterations: int,
+    warmup: int,
+    ddp: dict | None = None,
+    authors_iterations_per_device: dict | None = None,
+    **_,
+) -> dict:
     """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first).
 
     The slowest rank sets the pace of a synchronous DDP step: the iteration time is the per-iteration maximum over
@@ -309,33 +391,52 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
     images_per_iter = devices * settings.batch_size
     peaks = [r["peak_mem_gib"] for r in records]
     return {
-        "parameters": first["parameters"], "precision": precision, "devices": devices,
+        "parameters": first["parameters"],
+        "precision": precision,
+        "devices": devices,
         "configuration": conf.to_dict(),
         "host_syncs_timed_per_rank": [r.get("host_syncs_timed") for r in records],
-        "host_syncs_method": first.get("host_syncs_method"), "host_syncs_where": first.get("host_syncs_where"),
+        "host_syncs_method": first.get("host_syncs_method"),
+        "host_syncs_where": first.get("host_syncs_where"),
         "fused_adam": first.get("fused_adam"),
         "compiled": first.get("compiled"),  # what TorchDynamo compiled (compiled_graphs); None: not compiled
         "collective_backend": first["collective_backend"],
-        "per_device_batch": settings.batch_size, "global_batch": images_per_iter,
-        "iterations_per_device": iters, "iterations_run": run_iters, "complete": complete,
+        "per_device_batch": settings.batch_size,
+        "global_batch": images_per_iter,
+        "iterations_per_device": iters,
+        "iterations_run": run_iters,
+        "complete": complete,
         "iteration": it.to_dict(),
         "images_per_s": images_per_iter / it_s,
         "images_per_s_per_device": settings.batch_size / it_s,
         "measured_wall_s": wall_max,
         "strong_scaling_total": {
-            "label": "measured" if complete else "projection", "iterations": iters, "workload_iterations": workload_iterations,
+            "label": "measured" if complete else "projection",
+            "iterations": iters,
+            "workload_iterations": workload_iterations,
             "seconds": wall_max if complete else wall_max + it_s * (iters - run_iters),
-            "method": ("wall time of all iterations (incl. warm-up)" if complete else
-                       f"measured wall time of {run_iters} iterations + median iteration x {iters - run_iters} more")},
+            "method": (
+                "wall time of all iterations (incl. warm-up)"
+                if complete
+                else f"measured wall time of {run_iters} iterations + median iteration x {iters - run_iters} more"
+            ),
+        },
         "weak_scaling_total": {
-            "label": "projection", "iterations": workload_iterations, "seconds": it_s * workload_iterations,
-            "method": f"median iteration x {workload_iterations} iterations per device (constant per-device work)"},
+            "label": "projection",
+            "iterations": workload_iterations,
+            "seconds": it_s * workload_iterations,
+            "method": f"median iteration x {workload_iterations} iterations per device (constant per-device work)",
+        },
         "study_b_projection": {
-            "label": "projection", "workload_iterations": STUDY_B_WORKLOAD, "iterations": study_b_iters,
-            "minutes": it_s * study_b_iters / 60, "scale": settings.scale,
+            "label": "projection",
+            "workload_iterations": STUDY_B_WORKLOAD,
+            "iterations": study_b_iters,
+            "minutes": it_s * study_b_iters / 60,
+            "scale": settings.scale,
             "method": f"median iteration x {study_b_iters} (Study B: "
-                      + ("the authors' job file's count" if study_b_iters != STUDY_B_WORKLOAD // devices
-                         else "40,000") + f" / {devices} devices) at {settings.scale} scale"},
+            + ("the authors' job file's count" if study_b_iters != STUDY_B_WORKLOAD // devices else "40,000")
+            + f" / {devices} devices) at {settings.scale} scale",
+        },
         "peak_mem_gib_per_rank": peaks,
         "peak_mem_gib": max(peaks) if all(p is not None for p in peaks) else None,
         "peak_rss_gib_per_rank": [r["peak_rss_gib"] for r in records],
@@ -350,15 +451,26 @@ def merge(settings: SR3Settings, records: list[dict], devices: int, conf: Config
         "replica_max_abs_diff": first["replica_max_abs_diff"],
         "loss": first["loss"],
         "quality": first["quality"],
-        "train_patches": first["train_patches"], "heldout_patches": first["heldout_patches"],
+        "train_patches": first["train_patches"],
+        "heldout_patches": first["heldout_patches"],
         # board energy of the timed iterations, summed over the job's devices (accelbench.energy)
         "energy": energy.report(
-            {"iteration": energy.merge_ranks([r.get("energy") for r in records])}, "iteration",
-            {"iteration": ("iteration", 1, "J/iteration", 1, "measured"),
-             "image": ("iteration", images_per_iter, "J/image", 1, "measured"),
-             "study_b_workload": ("iteration", 1, "kJ/Study B workload", STUDY_B_WORKLOAD // devices / 1e3,
-                                  "projection")},
-            {"images_per_s_per_w": (images_per_iter / it_s, "iteration", "images/s/W")}, step_ms=it.median),
+            {"iteration": energy.merge_ranks([r.get("energy") for r in records])},
+            "iteration",
+            {
+                "iteration": ("iteration", 1, "J/iteration", 1, "measured"),
+                "image": ("iteration", images_per_iter, "J/image", 1, "measured"),
+                "study_b_workload": (
+                    "iteration",
+                    1,
+                    "kJ/Study B workload",
+                    STUDY_B_WORKLOAD // devices / 1e3,
+                    "projection",
+                ),
+            },
+            {"images_per_s_per_w": (images_per_iter / it_s, "iteration", "images/s/W")},
+            step_ms=it.median,
+        ),
     }
 
 
@@ -387,7 +499,7 @@ class Settings:
         return self.conf.precision
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         """From the rule's spec: ``{devices, configuration, preset, scales, run, ddp?}`` (``configuration``: a name of
         :data:`.sr3_configs.CONFIGURATIONS`; its attention placement is applied to the resolved settings)."""
         conf = sr3_configs.get(spec["configuration"])
@@ -411,8 +523,10 @@ def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak
     peak_key = "tf32" if precision == "fp32" and math.get("cudnn_tf32") else precision
     per_device, peak = step["per_device_step"], peak_tflops.get(peak_key)
     total = per_device * devices if per_device else None
-    return ({**step, "iteration": total},
-            {**flops.throughput_and_mfu(total, iteration_ms, peak * devices if peak else None), "peak_of": peak_key})
+    return (
+        {**step, "iteration": total},
+        {**flops.throughput_and_mfu(total, iteration_ms, peak * devices if peak else None), "peak_of": peak_key},
+    )
 
 
 # cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine:
@@ -424,27 +538,35 @@ def estimate_s(spec: dict) -> float:
     """Wall seconds of the job on the reference machine: start-up, torchrun's start of the ranks (more than one),
     the iterations one rank runs and the quality sample's reverse steps, each x the work per image (pixels x
     width^2, relative to the default's); start-up alone where it will only write ``unsupported``."""
-    from ..estimate import STARTUP_S
-    from ..harness import system_from
+    from accelbench.estimate import STARTUP_S
+    from accelbench.harness import system_from
 
     system = system_from(spec)
     s = Settings.from_spec(spec, system)
-    if (unsupported_reason(system, s.devices, s.precision)
-            or precisions.emulated_reason(system, s.precision, precisions.run_emulated(spec))):
+    if unsupported_reason(system, s.devices, s.precision) or precisions.emulated_reason(
+        system, s.precision, precisions.run_emulated(spec)
+    ):
         return STARTUP_S
     r = s.params
     run_iters = iteration_plan(s.devices, r["workload_iterations"], r["max_iterations"], r["warmup"])[1]
     work = s.sr3.hr_size**2 * s.sr3.inner_channels**2 / COST["reference_work"]
-    return (COST["startup_s"] + (COST["ranks_s"] if s.devices > 1 else 0.0)
-            + work * (run_iters * COST["iteration_s"]
-                      + r["quality_images"] * r["quality_sample_steps"] * COST["sample_step_s"]))
+    return (
+        COST["startup_s"]
+        + (COST["ranks_s"] if s.devices > 1 else 0.0)
+        + work
+        * (run_iters * COST["iteration_s"] + r["quality_images"] * r["quality_sample_steps"] * COST["sample_step_s"])
+    )
 
 
 def _case(s: Settings, ctx) -> tuple[dict, dict]:
     """``(measurements, config)`` that every result of the job carries, ``unsupported`` ones included."""
-    config = {"settings": s.sr3.to_dict(), "configuration": s.conf.name, "series": s.conf.series,
-              "precision": s.precision,
-              "environment": sr3_configs.environment(s.conf.name, ctx.system.backend)}
+    config = {
+        "settings": s.sr3.to_dict(),
+        "configuration": s.conf.name,
+        "series": s.conf.series,
+        "precision": s.precision,
+        "environment": sr3_configs.environment(s.conf.name, ctx.system.backend),
+    }
     return {"devices": s.devices, "precision": s.precision}, config
 
 
@@ -462,7 +584,7 @@ def run(s: Settings, ctx) -> Outcome:
     ``ctx.run_ranks``) merged into one result (:func:`merge`); ``oom`` when a rank ran out of device memory. The
     result's ``config.settings`` holds the resolved SR3 settings; ``samples.npz`` (rank 0's sample panel) goes
     beside it."""
-    from ..systems import probe_devices
+    from accelbench.systems import probe_devices
 
     case, config = _case(s, ctx)
     visible = probe_devices()["count"] if backends.get(ctx.system.backend).accelerator else None
@@ -476,8 +598,9 @@ def run(s: Settings, ctx) -> Outcome:
         return ranks
     m = merge(s.sr3, ranks.records, s.devices, s.conf, ddp=s.ddp, **s.params)
     m["launch"] = ranks.launch
-    m["flops"], m["train_throughput"] = job_mfu(ranks.records[0], s.precision, s.devices, m["iteration"]["median"],
-                                                ctx.system.peak_tflops)
+    m["flops"], m["train_throughput"] = job_mfu(
+        ranks.records[0], s.precision, s.devices, m["iteration"]["median"], ctx.system.peak_tflops
+    )
     return Outcome("ok", m, config=config)
 
 
@@ -485,10 +608,18 @@ def run_rank(s: Settings, ctx) -> dict:
     """One DDP rank (in each process ``ctx.run_ranks`` started): :func:`train_rank` on the patch set
     ``ctx.inputs["data"]``; rank 0 writes the sample panel through ``ctx.side_file`` (``samples.npz``). Returns the
     rank's record."""
-    from ..data import sky
+    from accelbench.data import sky
 
-    record, panel = train_rank(s.sr3, ctx.system, s.devices, s.conf, sky.load(ctx.inputs["data"]),
-                               placement=ctx.placement, ddp=s.ddp, **s.params)
+    record, panel = train_rank(
+        s.sr3,
+        ctx.system,
+        s.devices,
+        s.conf,
+        sky.load(ctx.inputs["data"]),
+        placement=ctx.placement,
+        ddp=s.ddp,
+        **s.params,
+    )
     if panel is not None:
         with ctx.side_file("samples.npz", "samples") as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"
             save_panel(panel, tmp)

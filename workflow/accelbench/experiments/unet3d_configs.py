@@ -49,30 +49,47 @@ class Variant:
         return "bf16" if self.autocast == "bf16" else ("tf32" if self.tf32 else "fp32")
 
 
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("baseline"),
-    Variant("tf32", tf32=True),
-    Variant("channels_last_3d", channels_last_3d=True),
-    Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
-    Variant("bf16", autocast="bf16"),
-    Variant("compile", compile=True),
-    Variant("tf32_compile", tf32=True, compile=True),
-    Variant("bf16_compile", autocast="bf16", compile=True),
-    Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
-    Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
-    # ours beyond the CUDA-graph configuration (issue 29): the 3-D channels-last layout with bf16 (cuDNN's NDHWC
-    # kernels need no layout conversion in bf16), with the compiler, and the compiler's own kernel search
-    Variant("bf16_channels_last_3d", autocast="bf16", channels_last_3d=True),
-    Variant("bf16_channels_last_3d_compile", autocast="bf16", channels_last_3d=True, compile=True),
-    Variant("bf16_channels_last_3d_compile_cudagraphs", autocast="bf16", channels_last_3d=True, compile=True,
-            compile_mode="reduce-overhead"),
-    Variant("bf16_compile_max_autotune", autocast="bf16", compile=True, compile_mode="max-autotune-no-cudagraphs"),
-    Variant("bf16_channels_last_3d_compile_max_autotune", autocast="bf16", channels_last_3d=True, compile=True,
-            compile_mode="max-autotune"),
-)}
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant("baseline"),
+        Variant("tf32", tf32=True),
+        Variant("channels_last_3d", channels_last_3d=True),
+        Variant("tf32_channels_last_3d", tf32=True, channels_last_3d=True),
+        Variant("bf16", autocast="bf16"),
+        Variant("compile", compile=True),
+        Variant("tf32_compile", tf32=True, compile=True),
+        Variant("bf16_compile", autocast="bf16", compile=True),
+        Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
+        Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
+        # ours beyond the CUDA-graph configuration (issue 29): the 3-D channels-last layout with bf16 (cuDNN's NDHWC
+        # kernels need no layout conversion in bf16), with the compiler, and the compiler's own kernel search
+        Variant("bf16_channels_last_3d", autocast="bf16", channels_last_3d=True),
+        Variant("bf16_channels_last_3d_compile", autocast="bf16", channels_last_3d=True, compile=True),
+        Variant(
+            "bf16_channels_last_3d_compile_cudagraphs",
+            autocast="bf16",
+            channels_last_3d=True,
+            compile=True,
+            compile_mode="reduce-overhead",
+        ),
+        Variant("bf16_compile_max_autotune", autocast="bf16", compile=True, compile_mode="max-autotune-no-cudagraphs"),
+        Variant(
+            "bf16_channels_last_3d_compile_max_autotune",
+            autocast="bf16",
+            channels_last_3d=True,
+            compile=True,
+            compile_mode="max-autotune",
+        ),
+    )
+}
 AUTOTUNED = "_autotuned"
-VARIANTS.update({v.name + AUTOTUNED: dataclasses.replace(v, name=v.name + AUTOTUNED, cudnn_benchmark=True)
-                 for v in list(VARIANTS.values())})
+VARIANTS.update(
+    {
+        v.name + AUTOTUNED: dataclasses.replace(v, name=v.name + AUTOTUNED, cudnn_benchmark=True)
+        for v in list(VARIANTS.values())
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -118,31 +135,47 @@ class ModelSettings:
     @property
     def tensor_shape(self) -> tuple[int, ...]:
         """(B, C_in, D, H, W) of one micro-batch's network input."""
-        return (self.batch_size, self.image_channels + self.mask_channels,
-                *(self.volume[a] for a in self.spatial_order))
+        return (
+            self.batch_size,
+            self.image_channels + self.mask_channels,
+            *(self.volume[a] for a in self.spatial_order),
+        )
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels),
-                 tensor_shape=list(self.tensor_shape))
+        d.update(
+            channels=list(self.channels),
+            attention_levels=list(self.attention_levels),
+            tensor_shape=list(self.tensor_shape),
+        )
         return d
 
 
 NETWORKS = ("med_ddpm", "monai")
 
 # Med-DDPM's EMA (diffusion_model/trainer.py, train.py): recorded in each result, not run (outside the profiled step)
-MED_DDPM_EMA = {"decay": 0.995, "update_every_steps": 10, "start_step": 2000, "applied": False,
-                "note": "recorded, not run: before step 2,000 Med-DDPM copies the weights every 10 steps, after it "
-                        "updates the average every 10 steps; neither is part of the profiled training step"}
+MED_DDPM_EMA = {
+    "decay": 0.995,
+    "update_every_steps": 10,
+    "start_step": 2000,
+    "applied": False,
+    "note": "recorded, not run: before step 2,000 Med-DDPM copies the weights every 10 steps, after it "
+    "updates the average every 10 steps; neither is part of the profiled training step",
+}
 
 
 # How a training step holds its gradients (Workload's docstring), recorded in each result
 GRAD_BUFFERS = {
-    "per_step": {"kept": False, "note": "autograd allocates .grad in the step's first backward; set to None after "
-                                        "the optimizer step"},
-    "stable": {"kept": True, "note": "CUDA graphs with gradient accumulation: .grad allocated once as zeros outside "
-                                     "the CUDA-graph pool and zeroed in place after each optimizer step, so that the "
-                                     "next micro-batch's CUDA-graph run cannot overwrite the accumulated gradients"},
+    "per_step": {
+        "kept": False,
+        "note": "autograd allocates .grad in the step's first backward; set to None after the optimizer step",
+    },
+    "stable": {
+        "kept": True,
+        "note": "CUDA graphs with gradient accumulation: .grad allocated once as zeros outside "
+        "the CUDA-graph pool and zeroed in place after each optimizer step, so that the "
+        "next micro-batch's CUDA-graph run cannot overwrite the accumulated gradients",
+    },
 }
 
 
@@ -152,8 +185,9 @@ def keeps_grad_buffers(variant: Variant, settings: ModelSettings) -> bool:
     return variant.cuda_graphs and settings.micro_batches > 1
 
 
-def resolve_settings(preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai",
-                     micro_batches: int = 1) -> ModelSettings:
+def resolve_settings(
+    preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai", micro_batches: int = 1
+) -> ModelSettings:
     """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
     (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``
     (per optimizer step) come from the config's ``unet3d_profile`` block.
@@ -178,11 +212,18 @@ def build_network(s: ModelSettings) -> torch.nn.Module:
     """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
     MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
     if s.network == "med_ddpm":
-        from ..models.med_ddpm_unet import MedDDPMUNet
+        from accelbench.models.med_ddpm_unet import MedDDPMUNet
 
-        return MedDDPMUNet(s.image_channels + s.mask_channels, s.out_channels, base_channels=s.base_channels,
-                           channel_mult=s.channel_mult, num_res_blocks=s.num_res_blocks,
-                           attention_levels=s.attention_levels, num_heads=s.num_heads, norm_groups=s.norm_groups)
+        return MedDDPMUNet(
+            s.image_channels + s.mask_channels,
+            s.out_channels,
+            base_channels=s.base_channels,
+            channel_mult=s.channel_mult,
+            num_res_blocks=s.num_res_blocks,
+            attention_levels=s.attention_levels,
+            num_heads=s.num_heads,
+            norm_groups=s.norm_groups,
+        )
     return build_unet(s)
 
 
@@ -198,10 +239,16 @@ def build_unet(s: ModelSettings) -> torch.nn.Module:
     from monai.networks.nets import DiffusionModelUNet
 
     model = DiffusionModelUNet(
-        spatial_dims=3, in_channels=s.image_channels + s.mask_channels, out_channels=s.out_channels,
-        num_res_blocks=[s.num_res_blocks] * len(s.channels), channels=list(s.channels),
-        attention_levels=list(s.attention_levels), norm_num_groups=s.norm_groups,
-        num_head_channels=[c // s.num_heads for c in s.channels], resblock_updown=False)
+        spatial_dims=3,
+        in_channels=s.image_channels + s.mask_channels,
+        out_channels=s.out_channels,
+        num_res_blocks=[s.num_res_blocks] * len(s.channels),
+        channels=list(s.channels),
+        attention_levels=list(s.attention_levels),
+        norm_num_groups=s.norm_groups,
+        num_head_channels=[c // s.num_heads for c in s.channels],
+        resblock_updown=False,
+    )
     for module in model.modules():
         if isinstance(module, (torch.nn.Conv3d, torch.nn.Linear)) and not module.weight.detach().any():
             module.reset_parameters()

@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import backends, measure, ncu
-from ..launcher import accelbench_command
-from ..outcome import Outcome
-from .unet3d_profile import VARIANTS, unsupported_reason
+from accelbench import backends, measure, ncu
+from accelbench.experiments.unet3d_profile import VARIANTS, unsupported_reason
+from accelbench.launcher import accelbench_command
+from accelbench.outcome import Outcome
 
 EXPERIMENT = "unet3d_ncu"
 
@@ -50,10 +50,24 @@ def select_kernels(kernel_table: str | Path, coverage: float, max_kernels: int) 
     return list(names), share
 
 
-def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: str | None, *, coverage: float,
-                     max_kernels: int, launch_count: int, warmup: int, timeout_s: int, coverage_pass: bool = True,
-                     coverage_launch_count: int | None = None, coverage_pass_launches: int | None = None,
-                     coverage_pass_timeout_s: int | None = None, spec_file: str | None = None) -> dict:
+def profile_counters(
+    spec: dict,
+    system,
+    image: str,
+    mask: str,
+    kernel_table: str | None,
+    *,
+    coverage: float,
+    max_kernels: int,
+    launch_count: int,
+    warmup: int,
+    timeout_s: int,
+    coverage_pass: bool = True,
+    coverage_launch_count: int | None = None,
+    coverage_pass_launches: int | None = None,
+    coverage_pass_timeout_s: int | None = None,
+    spec_file: str | None = None,
+) -> dict:
     """Profile one configuration under ncu. Returns ``{"status", "reason", "measurements"}``.
 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
@@ -93,8 +107,19 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
         return _unsupported(f"ncu --query-metrics failed: {exc}")
     metrics = ncu.choose_metrics(arch, available)
     names, share = select_kernels(kernel_table, coverage, max_kernels)
-    program = accelbench_command(["unet3d-step", "--spec", spec_file or json.dumps(spec),
-                                  "--image", image, "--mask", mask, "--warmup", str(warmup)])
+    program = accelbench_command(
+        [
+            "unet3d-step",
+            "--spec",
+            spec_file or json.dumps(spec),
+            "--image",
+            image,
+            "--mask",
+            mask,
+            "--warmup",
+            str(warmup),
+        ]
+    )
     with open(kernel_table) as fh:
         table_rows = list(csv.DictReader(fh))
     passes, commands, errors = {}, {}, {}
@@ -110,17 +135,31 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
         while (p := ncu.next_pass(plan, done)) is not None:
             left = int(budget - (time.monotonic() - t_start))
             if left < 1:
-                pass_log.append({"index": p.index, "launch_skip": p.launch_skip, "launch_count": p.launch_count,
-                                 "kernels": None, "error": f"not run: the coverage passes' {int(budget)} s were spent"})
+                pass_log.append(
+                    {
+                        "index": p.index,
+                        "launch_skip": p.launch_skip,
+                        "launch_count": p.launch_count,
+                        "kernels": None,
+                        "error": f"not run: the coverage passes' {int(budget)} s were spent",
+                    }
+                )
                 break
             limit = min(left, coverage_pass_timeout_s) if coverage_pass_timeout_s else left
             count = p.launch_count if p.launch_count is not None else coverage_launch_count
             t0 = time.monotonic()
             cmd, kernels, err = _ncu_pass(exe, cov_metrics, program, None, count, limit, launch_skip=p.launch_skip)
             commands.setdefault("coverage", " ".join(cmd[: cmd.index("--")]))
-            pass_log.append({"index": p.index, "launch_skip": p.launch_skip, "launch_count": count,
-                             "kernels": len(kernels) if kernels else None, "error": err,
-                             "wall_s": time.monotonic() - t0})
+            pass_log.append(
+                {
+                    "index": p.index,
+                    "launch_skip": p.launch_skip,
+                    "launch_count": count,
+                    "kernels": len(kernels) if kernels else None,
+                    "error": err,
+                    "wall_s": time.monotonic() - t0,
+                }
+            )
             done.append(len(kernels) if kernels else None)
             if kernels:
                 got.append(kernels)
@@ -135,41 +174,86 @@ def profile_counters(spec: dict, system, image: str, mask: str, kernel_table: st
     if err:
         return _unsupported(f"detail pass: {err}" if coverage_pass else err)
     reduced = ncu.reduce(detail, measure.classify_kernel)
-    cov = {"target": 0.8, "detail": {**ncu.time_coverage(table_rows, detail), "pass": "detail",
-                                     "metrics": "all counters", "kernel_selection_share": share}}
+    cov = {
+        "target": 0.8,
+        "detail": {
+            **ncu.time_coverage(table_rows, detail),
+            "pass": "detail",
+            "metrics": "all counters",
+            "kernel_selection_share": share,
+        },
+    }
     covered = "coverage" in passes
     if errors:
         cov["coverage_error"] = errors["coverage"]
     if covered:
         reduced = ncu.merge_coverage(reduced, passes["coverage"], measure.classify_kernel)
-        cov["coverage"] = {**ncu.time_coverage(table_rows, passes["coverage"]), "pass": "coverage",
-                           "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics),
-                           "passes": pass_log}
+        cov["coverage"] = {
+            **ncu.time_coverage(table_rows, passes["coverage"]),
+            "pass": "coverage",
+            "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics),
+            "passes": pass_log,
+        }
     main = cov["coverage"] if covered else cov["detail"]
-    cov["totals_from"] = (("coverage passes, some failed (coverage_error): the kernels the others measured, reduced "
-                           "metric set" if errors else "coverage pass: every kernel of the step, reduced metric set")
-                          if covered else "detail pass: the top kernels only (totals are partial)")
+    cov["totals_from"] = (
+        (
+            "coverage passes, some failed (coverage_error): the kernels the others measured, reduced metric set"
+            if errors
+            else "coverage pass: every kernel of the step, reduced metric set"
+        )
+        if covered
+        else "detail pass: the top kernels only (totals are partial)"
+    )
     cov["device_time_share"] = main["device_time_share"]
     cov["meets_target"] = main["device_time_share"] is not None and main["device_time_share"] >= cov["target"]
-    return {"status": "ok", "reason": None, "measurements": {
-        "architecture": arch, "compute_capability": cc, "ncu_version": ncu.ncu_version(exe),
-        "metrics": metrics, "command": commands["detail"], "commands": commands,
-        "kernel_selection": {"function_names": names, "device_time_share": share, "coverage_target": coverage,
-                             "max_kernels": max_kernels, "launch_count": launch_count},
-        "coverage": cov, "wall_s": time.monotonic() - t_start,
-        "profiled_kernels": len(passes.get("coverage", detail)), "detail_kernels": len(detail), **reduced,
-        "per_kernel": [{"name": k.name, **k.values} for k in detail[:2000]],
-    }}
+    return {
+        "status": "ok",
+        "reason": None,
+        "measurements": {
+            "architecture": arch,
+            "compute_capability": cc,
+            "ncu_version": ncu.ncu_version(exe),
+            "metrics": metrics,
+            "command": commands["detail"],
+            "commands": commands,
+            "kernel_selection": {
+                "function_names": names,
+                "device_time_share": share,
+                "coverage_target": coverage,
+                "max_kernels": max_kernels,
+                "launch_count": launch_count,
+            },
+            "coverage": cov,
+            "wall_s": time.monotonic() - t_start,
+            "profiled_kernels": len(passes.get("coverage", detail)),
+            "detail_kernels": len(detail),
+            **reduced,
+            "per_kernel": [{"name": k.name, **k.values} for k in detail[:2000]],
+        },
+    }
 
 
-def _ncu_pass(exe: str, metrics: dict[str, str], program: list[str], kernel_names: list[str] | None,
-              launch_count: int | None, timeout_s: int,
-              launch_skip: int = 0) -> tuple[list[str], list | None, str | None]:
+def _ncu_pass(
+    exe: str,
+    metrics: dict[str, str],
+    program: list[str],
+    kernel_names: list[str] | None,
+    launch_count: int | None,
+    timeout_s: int,
+    launch_skip: int = 0,
+) -> tuple[list[str], list | None, str | None]:
     """One ncu run of ``program``: ``(command, parsed kernels, None)`` or ``(command, None, reason)``."""
     with tempfile.TemporaryDirectory() as tmp:
         log_file = str(Path(tmp) / "ncu.csv")
-        cmd = ncu.command(exe, sorted(set(metrics.values())), program, log_file, kernel_names=kernel_names,
-                          launch_count=launch_count, launch_skip=launch_skip)
+        cmd = ncu.command(
+            exe,
+            sorted(set(metrics.values())),
+            program,
+            log_file,
+            kernel_names=kernel_names,
+            launch_count=launch_count,
+            launch_skip=launch_skip,
+        )
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -214,7 +298,7 @@ class Settings(dict):
     timeout_s, ...: config ``unet3d_ncu``)."""
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         return cls(spec)
 
 
@@ -231,8 +315,8 @@ COST = {"ncu_s": 900.0}
 def estimate_s(spec: dict) -> float:
     """Wall seconds of the job: start-up alone where it is known to write ``unsupported`` (any CPU, no ``ncu``),
     else a rough :data:`COST` (a GPU run is not fitted here)."""
-    from ..estimate import STARTUP_S
-    from ..harness import system_from
+    from accelbench.estimate import STARTUP_S
+    from accelbench.harness import system_from
 
     system = system_from(spec)
     reason = known_unsupported_reason(spec, system, __file__)  # the kernel table is made by an earlier job
@@ -254,7 +338,14 @@ def run(spec: Settings, ctx) -> Outcome:
     ``ctx.inputs["profile_result"]``."""
 
     profile = Path(ctx.inputs["profile_result"])
-    out = profile_counters(dict(spec), ctx.system, ctx.inputs["image"], ctx.inputs["mask"], _kernel_table(ctx),
-                           spec_file=ctx.spec_path, **spec["ncu"])
+    out = profile_counters(
+        dict(spec),
+        ctx.system,
+        ctx.inputs["image"],
+        ctx.inputs["mask"],
+        _kernel_table(ctx),
+        spec_file=ctx.spec_path,
+        **spec["ncu"],
+    )
     ctx.artefacts["profile_result"] = str(profile)
     return Outcome(out["status"], out["measurements"], out["reason"])

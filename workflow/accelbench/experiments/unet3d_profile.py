@@ -71,15 +71,26 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import energy, flops, measure, precisions
-from ..devices import Device
-from ..outcome import Outcome
+from accelbench import energy, flops, measure, precisions
+from accelbench.devices import Device
+from accelbench.outcome import Outcome
 
 EXPERIMENT = "unet3d_profile"
 
-from .unet3d_configs import (  # noqa: F401  (re-exported: the experiment's public names)
-    AUTOTUNED, CUDA_GRAPH_MODES, GRAD_BUFFERS, MED_DDPM_EMA, NETWORKS, VARIANTS, ModelSettings, Variant,
-    build_network, build_scheduler, build_unet, keeps_grad_buffers, resolve_settings,
+from accelbench.experiments.unet3d_configs import (  # noqa: E402, F401  (re-exported: the experiment's public names)
+    AUTOTUNED,
+    CUDA_GRAPH_MODES,
+    GRAD_BUFFERS,
+    MED_DDPM_EMA,
+    NETWORKS,
+    VARIANTS,
+    ModelSettings,
+    Variant,
+    build_network,
+    build_scheduler,
+    build_unet,
+    keeps_grad_buffers,
+    resolve_settings,
 )
 
 
@@ -113,11 +124,16 @@ def math_mode(tf32: bool, cudnn_benchmark: bool = False):
 def math_flags() -> dict:
     """The TF32 flags as PyTorch reports them now (recorded in every result)."""
     if hasattr(torch.backends.cudnn, "conv") and hasattr(torch.backends.cudnn.conv, "fp32_precision"):
-        return {"matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-                "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision,
-                "cudnn_benchmark": torch.backends.cudnn.benchmark}
-    return {"matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+        return {
+            "matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+            "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        }
+    return {
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
 
 
 IEEE_FP32_REL_ERR_MAX = 1e-5
@@ -149,9 +165,14 @@ def ieee_fp32_check(device: Device, seed: int = 0) -> dict:
     with torch.no_grad():
         mm = rel(a.to(dev) @ b.to(dev), a.double() @ b.double())
         conv = rel(F.conv3d(x.to(dev), w.to(dev), padding=1), F.conv3d(x.double(), w.double(), padding=1))
-    return {"flags": flags, "flags_ieee": bool(flags_ieee), "matmul_rel_err": mm, "conv_rel_err": conv,
-            "rel_err_max": IEEE_FP32_REL_ERR_MAX,
-            "holds": bool(flags_ieee and mm < IEEE_FP32_REL_ERR_MAX and conv < IEEE_FP32_REL_ERR_MAX)}
+    return {
+        "flags": flags,
+        "flags_ieee": bool(flags_ieee),
+        "matmul_rel_err": mm,
+        "conv_rel_err": conv,
+        "rel_err_max": IEEE_FP32_REL_ERR_MAX,
+        "holds": bool(flags_ieee and mm < IEEE_FP32_REL_ERR_MAX and conv < IEEE_FP32_REL_ERR_MAX),
+    }
 
 
 class Workload:
@@ -177,8 +198,16 @@ class Workload:
     arithmetic and the gradients are unchanged. Recorded as ``measurements.grad_buffers``.
     """
 
-    def __init__(self, model: torch.nn.Module, settings: ModelSettings, variant: Variant, device: Device,
-                 image: torch.Tensor, mask: torch.Tensor, seed: int):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        settings: ModelSettings,
+        variant: Variant,
+        device: Device,
+        image: torch.Tensor,
+        mask: torch.Tensor,
+        seed: int,
+    ):
         self.s, self.v, self.device = settings, variant, device
         dev = device.torch_device
         fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
@@ -259,10 +288,14 @@ def quality_probe(w: Workload, steps: int, seed: int) -> dict[str, torch.Tensor]
 
 
 # What the quality comparison is, stated in every result (Study A's claim "synthesis quality not degraded").
-QUALITY_METHOD = ("proxy: the predicted noise of one untrained network (same weights, seed and input) compared with "
-                  "the baseline configuration's; the verdict rests on its relative L2 only")
-SAMPLE_NOTE = ("informational, not in the verdict: the short reverse-diffusion sample is dominated by the scheduler's "
-               "own arithmetic; at 32^3 a network predicting zero noise still gives rel. L2 below 0.01")
+QUALITY_METHOD = (
+    "proxy: the predicted noise of one untrained network (same weights, seed and input) compared with "
+    "the baseline configuration's; the verdict rests on its relative L2 only"
+)
+SAMPLE_NOTE = (
+    "informational, not in the verdict: the short reverse-diffusion sample is dominated by the scheduler's "
+    "own arithmetic; at 32^3 a network predicting zero noise still gives rel. L2 below 0.01"
+)
 
 
 def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], tol_rel_l2: float) -> dict:
@@ -298,8 +331,17 @@ def unsupported_reason(variant: Variant, system) -> str | None:
     return None
 
 
-def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
-              warmup: int, seed: int, nvtx_range: str = "accelbench_step") -> None:
+def nvtx_step(
+    settings: ModelSettings,
+    variant: Variant,
+    system,
+    image: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    warmup: int,
+    seed: int,
+    nvtx_range: str = "accelbench_step",
+) -> None:
     """Build the workload as :func:`run` does, run ``warmup`` training steps, then exactly one training
     step inside the NVTX range ``nvtx_range``: the program Nsight Compute profiles
     (:mod:`accelbench.experiments.unet3d_ncu`)."""
@@ -318,9 +360,21 @@ def nvtx_step(settings: ModelSettings, variant: Variant, system, image: torch.Te
         torch.cuda.nvtx.range_end(range_id)
 
 
-def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tensor, mask: torch.Tensor, *,
-            warmup: int, repeat: int, profile_steps: int, quality_sample_steps: int, quality_rel_l2_max: float,
-            seed: int, trace_path: str | Path) -> dict:
+def profile(
+    settings: ModelSettings,
+    variant: Variant,
+    system,
+    image: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    warmup: int,
+    repeat: int,
+    profile_steps: int,
+    quality_sample_steps: int,
+    quality_rel_l2_max: float,
+    seed: int,
+    trace_path: str | Path,
+) -> dict:
     """Profile one configuration: quality probe vs. baseline, timed training and sampling steps,
     peak memory, FLOPs/MFU, and a torch.profiler kernel breakdown of one training step.
 
@@ -342,30 +396,51 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
     torch.manual_seed(seed)
     model = build_network(settings)
     n_params = sum(p.numel() for p in model.parameters())
-    m: dict = {"parameters": n_params, "network": settings.network, "micro_batches": settings.micro_batches,
-               "tensor_shape": list(settings.tensor_shape),
-               "ema": MED_DDPM_EMA if settings.network == "med_ddpm" else None, "variant": dataclasses.asdict(variant), "precision": variant.precision,
-               "series": variant.series, "cudnn_benchmark": variant.cudnn_benchmark,
-               "grad_buffers": GRAD_BUFFERS["stable" if keeps_grad_buffers(variant, settings) else "per_step"]}
+    m: dict = {
+        "parameters": n_params,
+        "network": settings.network,
+        "micro_batches": settings.micro_batches,
+        "tensor_shape": list(settings.tensor_shape),
+        "ema": MED_DDPM_EMA if settings.network == "med_ddpm" else None,
+        "variant": dataclasses.asdict(variant),
+        "precision": variant.precision,
+        "series": variant.series,
+        "cudnn_benchmark": variant.cudnn_benchmark,
+        "grad_buffers": GRAD_BUFFERS["stable" if keeps_grad_buffers(variant, settings) else "per_step"],
+    }
     try:
         # 1. quality: same weights, seed and input; the baseline's outputs are the reference
         with math_mode(False):
-            ref = quality_probe(Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
-                                quality_sample_steps, seed)
+            ref = quality_probe(
+                Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
+                quality_sample_steps,
+                seed,
+            )
         with math_mode(variant.tf32, variant.cudnn_benchmark):
             m["math_flags"] = math_flags()
             if not variant.tf32:  # every FP32 number of this configuration rests on IEEE FP32 math
                 m["ieee_fp32_check"] = ieee_fp32_check(device, seed)
                 if not m["ieee_fp32_check"]["holds"]:
-                    raise RuntimeError(f"configuration {variant.name} must run in IEEE FP32 but does not: "
-                                       f"{m['ieee_fp32_check']}")
+                    raise RuntimeError(
+                        f"configuration {variant.name} must run in IEEE FP32 but does not: {m['ieee_fp32_check']}"
+                    )
             w = Workload(model, settings, variant, device, image, mask, seed)
             m["quality"] = compare_quality(quality_probe(w, quality_sample_steps, seed), ref, quality_rel_l2_max)
             del ref
             # 2. FLOPs (eager model: torch.compile does not change the arithmetic)
-            eager = Workload(copy.deepcopy(model), settings, dataclasses.replace(variant, compile=False,
-                                                                                 compile_mode=None), device,
-                             image, mask, seed) if variant.compile else w
+            eager = (
+                Workload(
+                    copy.deepcopy(model),
+                    settings,
+                    dataclasses.replace(variant, compile=False, compile_mode=None),
+                    device,
+                    image,
+                    mask,
+                    seed,
+                )
+                if variant.compile
+                else w
+            )
             flops_train = flops.count_flops(eager.train_step)
             flops_fwd = flops.count_flops(eager.sample_step)
             del eager
@@ -384,29 +459,52 @@ def profile(settings: ModelSettings, variant: Variant, system, image: torch.Tens
     except device.out_of_memory_errors() as exc:
         peak = device.peak_memory_bytes()
         device.empty_cache()
-        return {"status": "oom", "reason": f"out of device memory: {str(exc).splitlines()[0]}",
-                "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None}}
+        return {
+            "status": "oom",
+            "reason": f"out of device memory: {str(exc).splitlines()[0]}",
+            "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None},
+        }
     peak_tflops = system.peak_tflops.get(variant.precision)
-    m.update({
-        "train_step": train.to_dict(),
-        "sample_step": sample.to_dict(),
-        "sample_projection": {"label": "projection", "steps": settings.timesteps,
-                              "seconds": sample.median * settings.timesteps / 1e3,
-                              "method": f"median reverse step x {settings.timesteps} steps"},
-        "peak_mem_gib": peak / 2**30 if peak is not None else None,
-        "flops": {"train_step": flops_train, "forward": flops_fwd},
-        "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
-        "train_volumes_per_s": settings.batch_size * settings.micro_batches / (train.median / 1e3),
-        "kernels": kernels.to_dict(top=25),
-        # board energy of the timed steps (accelbench.energy): J per training step, a 250-step sample projected
-        "energy": energy.report(
-            {"train_step": train.energy, "sample_step": sample.energy}, "train_step",
-            {"training_step": ("train_step", 1, "J/training step", 1, "measured"),
-             "sample": ("sample_step", 1, f"J/{settings.timesteps}-step sample", settings.timesteps, "projection")},
-            {"volumes_per_s_per_w": (settings.batch_size * settings.micro_batches / (train.median / 1e3),
-                                     "train_step", "volumes/s/W")},
-            step_ms=train.median),
-    })
+    m.update(
+        {
+            "train_step": train.to_dict(),
+            "sample_step": sample.to_dict(),
+            "sample_projection": {
+                "label": "projection",
+                "steps": settings.timesteps,
+                "seconds": sample.median * settings.timesteps / 1e3,
+                "method": f"median reverse step x {settings.timesteps} steps",
+            },
+            "peak_mem_gib": peak / 2**30 if peak is not None else None,
+            "flops": {"train_step": flops_train, "forward": flops_fwd},
+            "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
+            "train_volumes_per_s": settings.batch_size * settings.micro_batches / (train.median / 1e3),
+            "kernels": kernels.to_dict(top=25),
+            # board energy of the timed steps (accelbench.energy): J per training step, a 250-step sample projected
+            "energy": energy.report(
+                {"train_step": train.energy, "sample_step": sample.energy},
+                "train_step",
+                {
+                    "training_step": ("train_step", 1, "J/training step", 1, "measured"),
+                    "sample": (
+                        "sample_step",
+                        1,
+                        f"J/{settings.timesteps}-step sample",
+                        settings.timesteps,
+                        "projection",
+                    ),
+                },
+                {
+                    "volumes_per_s_per_w": (
+                        settings.batch_size * settings.micro_batches / (train.median / 1e3),
+                        "train_step",
+                        "volumes/s/W",
+                    )
+                },
+                step_ms=train.median,
+            ),
+        }
+    )
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
 
 
@@ -421,11 +519,20 @@ class Settings:
     params: dict
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         """From the rule's spec: ``{model, configuration, presets, scales, run}`` (config ``unet3d_profile``)."""
-        return cls(resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
-                                    network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1)),
-                   VARIANTS[spec["configuration"]], dict(spec["run"]))
+        return cls(
+            resolve_settings(
+                spec["model"],
+                spec["presets"],
+                system.scale,
+                spec.get("scales", {}),
+                network=spec.get("network", "monai"),
+                micro_batches=spec.get("micro_batches", 1),
+            ),
+            VARIANTS[spec["configuration"]],
+            dict(spec["run"]),
+        )
 
 
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
@@ -434,7 +541,8 @@ def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     config's ``run_emulated_precisions`` lists it: :func:`accelbench.precisions.emulated_reason`, a short probe):
     known without measuring, so the harness writes it without taking the device lock."""
     reason = unsupported_reason(s.variant, ctx.system) or precisions.emulated_reason(
-        ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec))
+        ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec)
+    )
     return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
 
 
@@ -449,18 +557,30 @@ def estimate_s(spec: dict) -> float:
     pass (voxels x width^2, relative to the default's) x :data:`COST` ``unit_s``, x ``bf16_x`` under native bf16
     autocast (x the probe's slowdown where emulated bf16 is asked for); start-up alone where the job will only write
     ``unsupported`` (:func:`unsupported_outcome`'s reasons)."""
-    from ..estimate import STARTUP_S
-    from ..harness import system_from
+    from accelbench.estimate import STARTUP_S
+    from accelbench.harness import system_from
 
     system, variant = system_from(spec), VARIANTS[spec["configuration"]]
-    if unsupported_reason(variant, system) or precisions.emulated_reason(system, variant.autocast,
-                                                                         precisions.run_emulated(spec)):
+    if unsupported_reason(variant, system) or precisions.emulated_reason(
+        system, variant.autocast, precisions.run_emulated(spec)
+    ):
         return STARTUP_S
-    m = resolve_settings(spec["model"], spec["presets"], system.scale, spec.get("scales", {}),
-                         network=spec.get("network", "monai"), micro_batches=spec.get("micro_batches", 1))
+    m = resolve_settings(
+        spec["model"],
+        spec["presets"],
+        system.scale,
+        spec.get("scales", {}),
+        network=spec.get("network", "monai"),
+        micro_batches=spec.get("micro_batches", 1),
+    )
     r = spec["run"]
-    units = (3 * m.micro_batches * (1 + r["warmup"] + r["repeat"] + r["profile_steps"])
-             + r["warmup"] + r["repeat"] + 2 * r["quality_sample_steps"] + 1)
+    units = (
+        3 * m.micro_batches * (1 + r["warmup"] + r["repeat"] + r["profile_steps"])
+        + r["warmup"]
+        + r["repeat"]
+        + 2 * r["quality_sample_steps"]
+        + 1
+    )
     work = m.volume[0] * m.volume[1] * m.volume[2] * m.base_channels**2 / COST["reference_work"]
     if variant.autocast == "bf16":
         emulated = precisions.emulation(system, "bf16")
@@ -473,11 +593,17 @@ def run(s: Settings, ctx) -> Outcome:
     kernel table (``kernels.csv``) and the Chrome trace (``trace.json.gz``) go beside the result when it is ``ok``."""
     import logging
 
-    from ..data.mri import load_case
+    from accelbench.data.mri import load_case
 
     image, mask = load_case(ctx.inputs["image"], ctx.inputs["mask"], s.model.image_channels, s.model.mask_channels)
-    logging.getLogger("accelbench").info("system %s (%s), model %s at %s scale, configuration %s", ctx.system.name,
-                                         ctx.system.backend, s.model.preset, s.model.scale, s.variant.name)
+    logging.getLogger("accelbench").info(
+        "system %s (%s), model %s at %s scale, configuration %s",
+        ctx.system.name,
+        ctx.system.backend,
+        s.model.preset,
+        s.model.scale,
+        s.variant.name,
+    )
     with ctx.side_file("trace.json.gz", "trace") as trace:
         out = profile(s.model, s.variant, ctx.system, image, mask, trace_path=trace, **s.params)
         if out["status"] != "ok":

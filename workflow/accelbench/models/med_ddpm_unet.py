@@ -100,7 +100,7 @@ class SpatialAttention(nn.Module):
         n = flat.shape[-1]
         width = c // self.heads
         q, k, v = qkv.reshape(b * self.heads, 3 * width, n).split(width, dim=1)  # heads split before q/k/v
-        s = width ** -0.25
+        s = width**-0.25
         w = torch.einsum("bci,bcj->bij", q * s, k * s)
         w = torch.softmax(w.float(), dim=-1).to(w.dtype)
         out = torch.einsum("bij,bcj->bci", w, v).reshape(b, c, n)
@@ -153,11 +153,20 @@ class MedDDPMUNet(nn.Module):
         upsample_mode: Med-DDPM: ``trilinear``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, base_channels: int = 64,
-                 channel_mult: tuple[int, ...] = (1, 1, 2, 3, 4), num_res_blocks: int = 1,
-                 attention_levels: tuple[bool, ...] = (False, False, False, True, False), num_heads: int = 1,
-                 norm_groups: int = 32, dropout: float = 0.0, checkpoint_attention: bool = True,
-                 upsample_mode: str = "trilinear"):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        base_channels: int = 64,
+        channel_mult: tuple[int, ...] = (1, 1, 2, 3, 4),
+        num_res_blocks: int = 1,
+        attention_levels: tuple[bool, ...] = (False, False, False, True, False),
+        num_heads: int = 1,
+        norm_groups: int = 32,
+        dropout: float = 0.0,
+        checkpoint_attention: bool = True,
+        upsample_mode: str = "trilinear",
+    ):
         super().__init__()
         if len(attention_levels) != len(channel_mult):
             raise ValueError(f"attention_levels has {len(attention_levels)} entries for {len(channel_mult)} levels")
@@ -175,24 +184,35 @@ class MedDDPMUNet(nn.Module):
         for level, mult in enumerate(channel_mult):
             for _ in range(num_res_blocks):
                 width = base_channels * mult
-                self.down.append(_Stage(ResidualBlock(ch, width, emb, norm_groups, dropout),
-                                        attention(width, attention_levels[level])))
+                self.down.append(
+                    _Stage(
+                        ResidualBlock(ch, width, emb, norm_groups, dropout), attention(width, attention_levels[level])
+                    )
+                )
                 ch = width
                 skips.append(ch)
             if level < len(channel_mult) - 1:
                 self.down.append(nn.Conv3d(ch, ch, 3, stride=2, padding=1))
                 skips.append(ch)
-        self.mid = nn.ModuleList([ResidualBlock(ch, ch, emb, norm_groups, dropout),
-                                  SpatialAttention(ch, num_heads, norm_groups, checkpoint_attention),
-                                  ResidualBlock(ch, ch, emb, norm_groups, dropout)])
+        self.mid = nn.ModuleList(
+            [
+                ResidualBlock(ch, ch, emb, norm_groups, dropout),
+                SpatialAttention(ch, num_heads, norm_groups, checkpoint_attention),
+                ResidualBlock(ch, ch, emb, norm_groups, dropout),
+            ]
+        )
         self.up = nn.ModuleList()
         for level in reversed(range(len(channel_mult))):
             width = base_channels * channel_mult[level]
             for i in range(num_res_blocks + 1):
                 last = i == num_res_blocks
-                self.up.append(_Stage(ResidualBlock(ch + skips.pop(), width, emb, norm_groups, dropout),
-                                      attention(width, attention_levels[level]),
-                                      Upsample(width, upsample_mode) if level > 0 and last else None))
+                self.up.append(
+                    _Stage(
+                        ResidualBlock(ch + skips.pop(), width, emb, norm_groups, dropout),
+                        attention(width, attention_levels[level]),
+                        Upsample(width, upsample_mode) if level > 0 and last else None,
+                    )
+                )
                 ch = width
         self.head = nn.Sequential(nn.GroupNorm(norm_groups, ch), nn.SiLU(), nn.Conv3d(ch, out_channels, 3, padding=1))
 

@@ -55,7 +55,7 @@ Modules (each imports only those above it; only the job entry points are re-expo
 - :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
 """
 
-from .run import Settings, estimate_s, run, run_method_job, run_sensitivity_job
+from accelbench.experiments.llm_quant.run import Settings, estimate_s, run, run_method_job, run_sensitivity_job
 
 EXPERIMENT = "llm_quant"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from ...devices import Device
-from ...errors import DataError
-from ...measure import StepClock
+from accelbench.devices import Device
+from accelbench.errors import DataError
+from accelbench.measure import StepClock
 
 # Study B's accuracy metric per task: HellaSwag acc_norm (length-normalised), BoolQ accuracy.
 STUDY_B_TASK_METRIC = {"hellaswag": "acc_norm", "boolq": "acc"}
@@ -122,9 +122,15 @@ def label_baselines(golds: list, n_choices: list[int]) -> dict | None:
     counts = Counter(str(g) for g in golds)
     (top, top_n), (low, low_n) = counts.most_common()[0], counts.most_common()[-1]
     n = len(golds)
-    return {"chance": sum(1.0 / max(1, int(c)) for c in n_choices) / len(n_choices), "majority": top_n / n,
-            "majority_label": top, "minority": low_n / n, "minority_label": low, "n": n,
-            "classes": dict(sorted(counts.items()))}
+    return {
+        "chance": sum(1.0 / max(1, int(c)) for c in n_choices) / len(n_choices),
+        "majority": top_n / n,
+        "majority_label": top,
+        "minority": low_n / n,
+        "minority_label": low,
+        "n": n,
+        "classes": dict(sorted(counts.items())),
+    }
 
 
 def sample_baselines(samples: list[dict]) -> dict | None:
@@ -219,9 +225,16 @@ def load_task_data(accelbench_task: str, accelbench_folder: str, accelbench_limi
     if accelbench_limit:
         ds = datasets.DatasetDict({k: v.select(range(min(accelbench_limit, len(v)))) for k, v in ds.items()})
     if accelbench_task.startswith("boolq"):
-        ds = datasets.DatasetDict({k: (v.map(lambda d: {"label": int(d["answer"])})
-                                       if "answer" in v.column_names and "label" not in v.column_names else v)
-                                   for k, v in ds.items()})
+        ds = datasets.DatasetDict(
+            {
+                k: (
+                    v.map(lambda d: {"label": int(d["answer"])})
+                    if "answer" in v.column_names and "label" not in v.column_names
+                    else v
+                )
+                for k, v in ds.items()
+            }
+        )
     return ds
 
 
@@ -230,8 +243,13 @@ def study_b_hellaswag_docs(dataset):
     as the authors' scorer), ``choices`` = the cleaned endings, ``gold`` = the label."""
     from lm_eval.tasks.hellaswag.utils import preprocess
 
-    return dataset.map(lambda d: {"query": preprocess(d["ctx"]), "choices": [preprocess(e) for e in d["endings"]],
-                                  "gold": int(d["label"])})
+    return dataset.map(
+        lambda d: {
+            "query": preprocess(d["ctx"]),
+            "choices": [preprocess(e) for e in d["endings"]],
+            "gold": int(d["label"]),
+        }
+    )
 
 
 def _data_source(task: str, folder: str | None) -> tuple[str, str]:
@@ -249,8 +267,10 @@ def _data_source(task: str, folder: str | None) -> tuple[str, str]:
         return str(folder), f"local folder {folder}"
     found, why = bundled_folder(base)
     if found is None:
-        raise DataError(f"no local data for {base}: {why}; or set llm_quant.accuracy.data.{base} to a local folder "
-                        "(nothing is downloaded)")
+        raise DataError(
+            f"no local data for {base}: {why}; or set llm_quant.accuracy.data.{base} to a local folder "
+            "(nothing is downloaded)"
+        )
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -275,9 +295,14 @@ def local_task_dir(task: str, folder: str | None, work_dir, limit: int | None = 
 
     base = task.removesuffix("_study_b")
     src, desc = _data_source(task, folder)
-    cfg = {"include": str(task_yaml(base).resolve()), "task": task,
-           "custom_dataset": "!function utils.load", "dataset_path": None, "dataset_name": None,
-           "dataset_kwargs": {"accelbench_task": task, "accelbench_folder": src}}
+    cfg = {
+        "include": str(task_yaml(base).resolve()),
+        "task": task,
+        "custom_dataset": "!function utils.load",
+        "dataset_path": None,
+        "dataset_name": None,
+        "dataset_kwargs": {"accelbench_task": task, "accelbench_folder": src},
+    }
     full = load_task_data(task, src)
     split_rows = {k: len(v) for k, v in full.items()}
     split_names = set(split_rows)
@@ -296,9 +321,11 @@ def local_task_dir(task: str, folder: str | None, work_dir, limit: int | None = 
     text = yaml.safe_dump(cfg).replace("'!function utils.load'", "!function utils.load")
     text = text.replace("'!function utils.process_docs'", "!function utils.process_docs")
     (d / f"{task}.yaml").write_text(text)
-    (d / "utils.py").write_text("from accelbench.experiments.llm_quant.accuracy import load_task_data as load  # noqa: F401\n"
-                                "from accelbench.experiments.llm_quant.accuracy import study_b_hellaswag_docs as "
-                                "process_docs  # noqa: F401\n")
+    (d / "utils.py").write_text(
+        "from accelbench.experiments.llm_quant.accuracy import load_task_data as load  # noqa: F401\n"
+        "from accelbench.experiments.llm_quant.accuracy import study_b_hellaswag_docs as "
+        "process_docs  # noqa: F401\n"
+    )
     return str(d), desc, split_rows
 
 
@@ -351,21 +378,26 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     if not tasks:
         return out
     if acc.get("skip_reason"):
-        return {task: {"status": "unsupported", "reason": f"{task}: not scored: {acc['skip_reason']}"} for task in tasks}
+        return {
+            task: {"status": "unsupported", "reason": f"{task}: not scored: {acc['skip_reason']}"} for task in tasks
+        }
     try:
         _offline_datasets()
         from lm_eval import simple_evaluate
         from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
     except ImportError as exc:  # an image without lm-eval or datasets: recorded per task, the perplexity still runs
-        reason = (f"lm-evaluation-harness is not importable here ({type(exc).__name__}: {exc}); "
-                  "install the project's dependencies (lm_eval, datasets)")
+        reason = (
+            f"lm-evaluation-harness is not importable here ({type(exc).__name__}: {exc}); "
+            "install the project's dependencies (lm_eval, datasets)"
+        )
         return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     try:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1),
-                  device=str(device.torch_device))
+        lm = HFLM(
+            pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1), device=str(device.torch_device)
+        )
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:  # e.g. a device lm-eval does not know
         reason = f"lm-evaluation-harness cannot wrap this model: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
@@ -379,39 +411,65 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                 manager = TaskManager(include_path=task_dir, include_defaults=False)
                 clock = StepClock(device, wall=True)
                 clock.start()
-                res = simple_evaluate(model=lm, tasks=[task], task_manager=manager, num_fewshot=acc.get("num_fewshot", 0),
-                                      limit=acc.get("limit"), batch_size=acc.get("batch_size", 1),
-                                      log_samples=True, bootstrap_iters=acc.get("bootstrap_iters", 1000),
-                                      random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-                                      fewshot_random_seed=seed)
+                res = simple_evaluate(
+                    model=lm,
+                    tasks=[task],
+                    task_manager=manager,
+                    num_fewshot=acc.get("num_fewshot", 0),
+                    limit=acc.get("limit"),
+                    batch_size=acc.get("batch_size", 1),
+                    log_samples=True,
+                    bootstrap_iters=acc.get("bootstrap_iters", 1000),
+                    random_seed=seed,
+                    numpy_random_seed=seed,
+                    torch_random_seed=seed,
+                    fewshot_random_seed=seed,
+                )
                 clock.stop()
                 wall = clock.seconds()
             except (OSError, ValueError, KeyError, DataError, ConnectionError, RuntimeError) as exc:
                 if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
                     raise
                 msg = str(exc).splitlines()[0] if str(exc) else ""
-                out[task] = {"status": "unsupported", "data": where,
-                             "reason": f"{task}: no local data ({where}): {type(exc).__name__}: {msg}"[:500]}
+                out[task] = {
+                    "status": "unsupported",
+                    "data": where,
+                    "reason": f"{task}: no local data ({where}): {type(exc).__name__}: {msg}"[:500],
+                }
                 continue
             r = res["results"][task]
             metrics = {k.split(",")[0]: v for k, v in r.items() if "," in k and not k.startswith("alias")}
             metrics["acc_token_norm"] = token_normalised(res["samples"][task], lm._encode_pair)["value"]
             study_b = task.endswith("_study_b")
-            metric = "acc_token_norm" if study_b else STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
+            metric = (
+                "acc_token_norm"
+                if study_b
+                else STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
+            )
             if metric not in metrics:
                 metric = next(k for k in metrics if not k.endswith("_stderr"))
-            out[task] = {"status": "ok", "reason": None, "metric": metric, "value": float(metrics[metric]),
-                         "stderr": metrics.get(f"{metric}_stderr"), "unit": "fraction",
-                         "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
-                         "samples": int(res["n-samples"][task]["effective"]),
-                         "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
-                         "num_fewshot": res["n-shot"].get(task, acc.get("num_fewshot", 0)),
-                         "data": where, "time_s": wall,
-                         "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
-                         "scoring": (f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}" if study_b else
-                                     f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"),
-                         "harness": f"lm_eval {_lm_eval_version()}",
-                         "baselines": sample_baselines(res["samples"][task])}
+            out[task] = {
+                "status": "ok",
+                "reason": None,
+                "metric": metric,
+                "value": float(metrics[metric]),
+                "stderr": metrics.get(f"{metric}_stderr"),
+                "unit": "fraction",
+                "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+                "samples": int(res["n-samples"][task]["effective"]),
+                "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
+                "num_fewshot": res["n-shot"].get(task, acc.get("num_fewshot", 0)),
+                "data": where,
+                "time_s": wall,
+                "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
+                "scoring": (
+                    f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}"
+                    if study_b
+                    else f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"
+                ),
+                "harness": f"lm_eval {_lm_eval_version()}",
+                "baselines": sample_baselines(res["samples"][task]),
+            }
     return out
 
 

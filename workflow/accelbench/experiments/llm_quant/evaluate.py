@@ -9,11 +9,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ... import measure
-from ...devices import Device
-from ...errors import ConfigError, DataError
-from ...measure import StepClock
-from .layers import decoder_layers
+from accelbench import measure
+from accelbench.devices import Device
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments.llm_quant.layers import decoder_layers
+from accelbench.measure import StepClock
 
 # Models whose decoder stack can be restarted at layer i from the cached hidden states (inputs_embeds are
 # used unscaled and positions are implicit). Others fall back to full forward passes.
@@ -48,19 +48,23 @@ def load_text(data: dict) -> tuple[dict[str, str], dict]:
     Raises:
         DataError: the local data set is missing or lacks a split (named).
     """
-    from ...data.text import corpus_fingerprint, pydoc_topics, split_topics
+    from accelbench.data.text import corpus_fingerprint, pydoc_topics, split_topics
 
     source = data.get("source", "pydoc")
     if source == "pydoc":
-        parts = split_topics(pydoc_topics(), dict(data.get("split") or {"calibration": 0.2, "validation": 0.4, "test": 0.4}))
+        parts = split_topics(
+            pydoc_topics(), dict(data.get("split") or {"calibration": 0.2, "validation": 0.4, "test": 0.4})
+        )
         text = {k: "\n\n".join(v.values()) for k, v in parts.items()}
         rows = {k: [ln for t in v.values() for ln in t.splitlines(keepends=True)] for k, v in parts.items()}
         info = {"name": "CPython pydoc_data.topics", "topics": {k: len(v) for k, v in parts.items()}}
     elif source == "wikitext2":
         path = data.get("path")
         if not path:
-            raise DataError("llm_quant.data.source is wikitext2 but llm_quant.data.path is not set (a local copy "
-                            "of wikitext-2-raw-v1; nothing is downloaded)")
+            raise DataError(
+                "llm_quant.data.source is wikitext2 but llm_quant.data.path is not set (a local copy "
+                "of wikitext-2-raw-v1; nothing is downloaded)"
+            )
         try:
             import datasets
 
@@ -106,7 +110,7 @@ class Evaluator:
 
     def _batches(self):
         for i in range(0, self.chunks.shape[0], self.batch_size):
-            yield i // self.batch_size, self.chunks[i: i + self.batch_size].to(self.device.torch_device)
+            yield i // self.batch_size, self.chunks[i : i + self.batch_size].to(self.device.torch_device)
 
     @staticmethod
     def _nll(logits: torch.Tensor, ids: torch.Tensor) -> float:
@@ -159,8 +163,9 @@ class Evaluator:
         return ppl, clock.seconds()
 
 
-def throughput(model, device: Device, vocab: int, batch: int, seq_len: int, warmup: int, repeat: int,
-               seed: int = 0) -> dict:
+def throughput(
+    model, device: Device, vocab: int, batch: int, seq_len: int, warmup: int, repeat: int, seed: int = 0
+) -> dict:
     """Forward benchmark on random ``[batch, seq_len]`` token ids: median step time and tokens/s (``energy``: the
     timed steps' board energy, :mod:`accelbench.energy`).
 
@@ -174,5 +179,9 @@ def throughput(model, device: Device, vocab: int, batch: int, seq_len: int, warm
             model(input_ids=ids, use_cache=False)
 
     timing = measure.time_steps(step, device, warmup, repeat, desc="throughput")
-    return {"forward_step": timing.to_dict(), "tokens_per_step": batch * seq_len,
-            "tokens_per_s": batch * seq_len / (timing.median * 1e-3), "energy": timing.energy}
+    return {
+        "forward_step": timing.to_dict(),
+        "tokens_per_step": batch * seq_len,
+        "tokens_per_s": batch * seq_len / (timing.median * 1e-3),
+        "energy": timing.energy,
+    }

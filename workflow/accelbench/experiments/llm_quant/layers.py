@@ -10,7 +10,7 @@ import io
 
 import torch
 
-from ...errors import ConfigError
+from accelbench.errors import ConfigError
 
 SUBMODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MLP_SUBMODULES = ("gate_proj", "up_proj", "down_proj")

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from ... import backends, energy
-from ...devices import Device
-from ...errors import ConfigError, DataError
-from .accuracy import accuracy_tasks
-from .evaluate import Evaluator, throughput
-from .layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
-from .quantize import SIXTEEN_BIT, quantize_
-from .sensitivity import assign_bits, fp8_modules, parse_bitset
+from accelbench import backends, energy
+from accelbench.devices import Device
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
+from accelbench.experiments.llm_quant.evaluate import Evaluator, throughput
+from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
+from accelbench.experiments.llm_quant.quantize import SIXTEEN_BIT, quantize_
+from accelbench.experiments.llm_quant.sensitivity import assign_bits, fp8_modules, parse_bitset
 
 METHODS = ("fp32", "fake", "torchao", "int8_dq", "inc_fp8")
 
@@ -30,8 +30,12 @@ def apply_fake(model, layer_bits: list[int], group_size: int, sixteen_bit: str =
         lin = layer_linears(layer)
         before += sum(tensor_nbytes(m.weight) for m in lin.values())
         after += quantize_(lin, bits, group_size, sixteen_bit)
-    return {"decoder_linear_bytes_before": before, "decoder_linear_bytes_after": after,
-            "compression_x": before / after if after else None, "sixteen_bit": SIXTEEN_BIT[sixteen_bit]}
+    return {
+        "decoder_linear_bytes_before": before,
+        "decoder_linear_bytes_after": after,
+        "compression_x": before / after if after else None,
+        "sixteen_bit": SIXTEEN_BIT[sixteen_bit],
+    }
 
 
 class DequantLinear(torch.nn.Module):
@@ -42,10 +46,14 @@ class DequantLinear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear, bits: int, group_size: int):
         super().__init__()
-        from .quantize import quantize_groupwise
+        from accelbench.experiments.llm_quant.quantize import quantize_groupwise
 
-        self.in_features, self.out_features, self.bits, self.group_size = (linear.in_features, linear.out_features,
-                                                                           bits, group_size)
+        self.in_features, self.out_features, self.bits, self.group_size = (
+            linear.in_features,
+            linear.out_features,
+            bits,
+            group_size,
+        )
         w = linear.weight.detach()
         if bits >= 16:
             self.register_buffer("weight_fp16", w.to(torch.float16))
@@ -78,9 +86,12 @@ def apply_int8_dq(model, layer_bits: list[int], group_size: int) -> dict:
             after += sum(tensor_nbytes(b) for n, b in new.named_buffers() if not n.startswith("bias"))
             parent = next(m for m in layer.modules() if any(c is mod for c in m.children()))
             setattr(parent, name, new)
-    return {"decoder_linear_bytes_before": before, "decoder_linear_bytes_after": after,
-            "layer_bits_applied": [16 if b >= 16 else 8 for b in layer_bits],
-            "how": "INT8 weights + FP16 per-group scales (FP16 for 16-bit layers), dequantized before the matmul"}
+    return {
+        "decoder_linear_bytes_before": before,
+        "decoder_linear_bytes_after": after,
+        "layer_bits_applied": [16 if b >= 16 else 8 for b in layer_bits],
+        "how": "INT8 weights + FP16 per-group scales (FP16 for 16-bit layers), dequantized before the matmul",
+    }
 
 
 # What "unsupported here" looks like when torchao (or the dispatcher under it) lacks a kernel, dtype or backend:
@@ -90,7 +101,9 @@ def apply_int8_dq(model, layer_bits: list[int], group_size: int) -> dict:
 # Anything else (TypeError, KeyError, AttributeError, a CUDA error, ...) is a bug here and fails the job.
 _UNSUPPORTED_MESSAGE = re.compile(
     r"not implemented for|not supported|unsupported|could not run|no kernel|requires? |only supports?|"
-    r"not compiled with|is only available|needs? (cuda|a gpu|bfloat16|bf16)|expected .*dtype", re.I)
+    r"not compiled with|is only available|needs? (cuda|a gpu|bfloat16|bf16)|expected .*dtype",
+    re.I,
+)
 
 
 def torchao_unsupported_reason(exc: BaseException, what: str) -> str | None:
@@ -100,8 +113,10 @@ def torchao_unsupported_reason(exc: BaseException, what: str) -> str | None:
 
     msg = str(exc).splitlines()[0] if str(exc) else ""
     genuine = isinstance(exc, (ImportError, NotImplementedError)) or (
-        isinstance(exc, (RuntimeError, AssertionError, ValueError)) and not isinstance(exc, torch.OutOfMemoryError)
-        and bool(_UNSUPPORTED_MESSAGE.search(msg)))
+        isinstance(exc, (RuntimeError, AssertionError, ValueError))
+        and not isinstance(exc, torch.OutOfMemoryError)
+        and bool(_UNSUPPORTED_MESSAGE.search(msg))
+    )
     return f"torchao {torchao.__version__} {what}: {type(exc).__name__}: {msg}" if genuine else None
 
 
@@ -168,8 +183,9 @@ def apply_torchao(model, layer_bits: list[int], group_size: int, backend: str) -
     return {"int4_group_size_fallbacks": groups}
 
 
-def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Device, stats_dir: str,
-                  inc: dict | None = None) -> dict:
+def apply_inc_fp8(
+    model, fp8_names: list[str], calib: torch.Tensor, device: Device, stats_dir: str, inc: dict | None = None
+) -> dict:
     """Intel Neural Compressor FP8 (E4M3) on Gaudi: measure (maxabs) on calibration chunks, then quantize
     only ``fp8_names`` (Study B's Gaudi2 flow; the rest stays BF16). Imported only on ``hpu``.
 
@@ -181,11 +197,17 @@ def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Devi
     scale_method = inc.get("scale_method", "maxabs_hw")
     extra = {}
     if inc.get("input_backoff") is not None or inc.get("weight_backoff") is not None:
-        extra["scale_params"] = {"input_backoff": float(inc.get("input_backoff", 0.25)),
-                                 "weight_backoff": float(inc.get("weight_backoff", 0.5))}
+        extra["scale_params"] = {
+            "input_backoff": float(inc.get("input_backoff", 0.25)),
+            "weight_backoff": float(inc.get("weight_backoff", 0.5)),
+        }
 
-    common = {"fp8_config": "E4M3", "allowlist": {"types": [], "names": fp8_names},
-              "blocklist": {"types": [], "names": ["lm_head"]}, "dump_stats_path": stats_dir}
+    common = {
+        "fp8_config": "E4M3",
+        "allowlist": {"types": [], "names": fp8_names},
+        "blocklist": {"types": [], "names": ["lm_head"]},
+        "dump_stats_path": stats_dir,
+    }
     model = prepare(model, FP8Config(mode="MEASURE", observer="maxabs", **common))
     with torch.inference_mode():
         for ids in calib:
@@ -193,8 +215,13 @@ def apply_inc_fp8(model, fp8_names: list[str], calib: torch.Tensor, device: Devi
             device.mark_step()
     finalize_calibration(model)
     model = convert(model, FP8Config(mode="QUANTIZE", scale_method=scale_method, **extra, **common))
-    return {"fp8_modules": fp8_names, "calibration_chunks": int(calib.shape[0]), "scale_method": scale_method,
-            **extra, "calibration_split": inc.get("calibration_split", "calibration")}
+    return {
+        "fp8_modules": fp8_names,
+        "calibration_chunks": int(calib.shape[0]),
+        "scale_method": scale_method,
+        **extra,
+        "calibration_split": inc.get("calibration_split", "calibration"),
+    }
 
 
 def autocast_context(device: Device, dtype: str | None):
@@ -227,8 +254,17 @@ class MethodRun:
     inc: dict | None = None  # inc_fp8: config llm_quant.inc (scale method, backoffs, calibration split)
 
 
-def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chunks: torch.Tensor | None,
-               sens: dict, run: MethodRun, device: Device, stats_dir: str = ".", tokenizer=None) -> dict:
+def run_method(
+    model,
+    tokenizer_vocab: int,
+    test_chunks: torch.Tensor,
+    calib_chunks: torch.Tensor | None,
+    sens: dict,
+    run: MethodRun,
+    device: Device,
+    stats_dir: str = ".",
+    tokenizer=None,
+) -> dict:
     """Quantize ``model`` (already on ``device``) per ``run`` and measure it: perplexity, throughput, sizes
     and, with ``run.accuracy`` and a ``tokenizer``, the accuracy tasks (:func:`accuracy_tasks`) on the
     quantized model in memory (``measurements["accuracy"][task]``).
@@ -245,8 +281,13 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
         if len(ranks) != n_layers:
             raise DataError(f"sensitivity result has {len(ranks)} layers, the model {n_layers}")
         layer_bits = assign_bits(ranks, bits)
-        alloc = {"bits": bits, "metric": run.metric, "clustering": run.clustering, "cluster_rank": ranks,
-                 "layer_bits": layer_bits}
+        alloc = {
+            "bits": bits,
+            "metric": run.metric,
+            "clustering": run.clustering,
+            "cluster_rank": ranks,
+            "layer_bits": layer_bits,
+        }
     size_before = model_sizes(model)
     lin_fp32 = 4 * sum(m.weight.numel() for layer in decoder_layers(model) for m in layer_linears(layer).values())
     all_fp32 = 4 * sum(p.numel() for p in model.parameters())
@@ -280,38 +321,70 @@ def run_method(model, tokenizer_vocab: int, test_chunks: torch.Tensor, calib_chu
         ppl, eval_s = ev.timed_perplexity()
         tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
         forward_energy = tp.pop("energy")
-        accuracy = (accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
-                    if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None else {})
+        accuracy = (
+            accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
+            if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None
+            else {}
+        )
     lin_after = applied.get("decoder_linear_bytes_after", size_after["decoder_linear_bytes"])
     if run.autocast:
         applied["autocast"] = run.autocast
     # simulated: stored size = unchanged parameters + packed decoder weights; real: bytes in memory
     model_after = size_after["param_bytes"] - size_after["decoder_linear_bytes"] + lin_after
     m = {
-        "perplexity": {"value": ppl, "unit": "ppl", "tokens": ev.tokens, "chunks": int(test_chunks.shape[0]),
-                       "chunk_len": int(test_chunks.shape[1])},
+        "perplexity": {
+            "value": ppl,
+            "unit": "ppl",
+            "tokens": ev.tokens,
+            "chunks": int(test_chunks.shape[0]),
+            "chunk_len": int(test_chunks.shape[1]),
+        },
         "eval_time": {"value": eval_s, "unit": "s"},
-        "eval_tokens_per_s": {"value": ev.tokens / eval_s if eval_s else None, "unit": "tokens/s",
-                              "of": "predicted tokens / evaluation wall time (Study B's throughput)"},
-        "forward_benchmark": {**tp, "unit": "tokens/s",
-                              "of": "forward passes on random token ids (batch x seq_len), not Study B's throughput"},
-        "size": {"unit": "bytes", "before": size_before, "after": size_after,
-                 "decoder_linear_bytes_fp32": lin_fp32, "decoder_linear_bytes_after": lin_after,
-                 "how": ("packed codes + FP16 scales (simulated storage)" if run.method == "fake" else
-                         "bytes of the quantized tensors in memory (tensor subclasses flattened)")},
-        "compression_x": {"value": lin_fp32 / lin_after if lin_after else None, "unit": "x",
-                          "of": "decoder-layer linear weights vs. their FP32 bytes (Study B's compression)"},
-        "model_compression_x": {"value": all_fp32 / model_after, "unit": "x",
-                                "of": "all parameters vs. FP32 (embeddings, lm_head, norms kept in the model dtype)"},
+        "eval_tokens_per_s": {
+            "value": ev.tokens / eval_s if eval_s else None,
+            "unit": "tokens/s",
+            "of": "predicted tokens / evaluation wall time (Study B's throughput)",
+        },
+        "forward_benchmark": {
+            **tp,
+            "unit": "tokens/s",
+            "of": "forward passes on random token ids (batch x seq_len), not Study B's throughput",
+        },
+        "size": {
+            "unit": "bytes",
+            "before": size_before,
+            "after": size_after,
+            "decoder_linear_bytes_fp32": lin_fp32,
+            "decoder_linear_bytes_after": lin_after,
+            "how": (
+                "packed codes + FP16 scales (simulated storage)"
+                if run.method == "fake"
+                else "bytes of the quantized tensors in memory (tensor subclasses flattened)"
+            ),
+        },
+        "compression_x": {
+            "value": lin_fp32 / lin_after if lin_after else None,
+            "unit": "x",
+            "of": "decoder-layer linear weights vs. their FP32 bytes (Study B's compression)",
+        },
+        "model_compression_x": {
+            "value": all_fp32 / model_after,
+            "unit": "x",
+            "of": "all parameters vs. FP32 (embeddings, lm_head, norms kept in the model dtype)",
+        },
         "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
         "accuracy": accuracy,
         # board energy (accelbench.energy): J per 1k evaluated tokens (the evaluation: one window), forward benchmark
         "energy": energy.report(
-            {"evaluation": ev.energy, "forward": forward_energy}, "evaluation",
-            {"per_1k_eval_tokens": ("evaluation", ev.tokens, "J/1k evaluated tokens", 1000, "measured"),
-             "per_1k_forward_tokens": ("forward", tp["tokens_per_step"], "J/1k tokens (forward)", 1000, "measured")},
+            {"evaluation": ev.energy, "forward": forward_energy},
+            "evaluation",
+            {
+                "per_1k_eval_tokens": ("evaluation", ev.tokens, "J/1k evaluated tokens", 1000, "measured"),
+                "per_1k_forward_tokens": ("forward", tp["tokens_per_step"], "J/1k tokens (forward)", 1000, "measured"),
+            },
             {"eval_tokens_per_s_per_w": (ev.tokens / eval_s if eval_s else None, "evaluation", "tokens/s/W")},
-            step_ms=eval_s * 1e3),
+            step_ms=eval_s * 1e3,
+        ),
     }
     device_peak = device.peak_memory_bytes()
     if device_peak is not None:

@@ -110,11 +110,13 @@ def expected_nbytes(shape: tuple[int, int], bits: int, group_size: int, sixteen_
 SIXTEEN_BIT = {
     "fp16": "16-bit layers rounded to FP16, stored without scales (ours)",
     "int16_group": "16-bit layers as 16-bit integer codes + FP16 per-group scales, 16 + 16/group_size bits per weight "
-                   "(Study B's scripts: LinearLSQGroupWise)",
+    "(Study B's scripts: LinearLSQGroupWise)",
 }
 
 
-def fake_quantize(w: torch.Tensor, bits: int, group_size: int = 128, sixteen_bit: str = "fp16") -> tuple[torch.Tensor, int]:
+def fake_quantize(
+    w: torch.Tensor, bits: int, group_size: int = 128, sixteen_bit: str = "fp16"
+) -> tuple[torch.Tensor, int]:
     """Simulated quantization: ``(dequantized weight in w's dtype, stored bytes)``.
 
     bits 4/8: :func:`quantize_groupwise` then :func:`dequantize`; 16: FP16 rounding (``sixteen_bit`` ``fp16``)

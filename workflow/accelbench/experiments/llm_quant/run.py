@@ -5,17 +5,16 @@ writes the result files.
 
 from __future__ import annotations
 
-
 import torch
 
-from ... import precisions
-from ...errors import ConfigError, DataError
-from ...flops import PEAK_KEY, eval_peak
-from ...measure import StepClock
-from .evaluate import Evaluator, load_text, token_chunks
-from .layers import decoder_layers
-from .methods import MethodRun, run_method, torchao_probe
-from .sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
+from accelbench import precisions
+from accelbench.errors import ConfigError, DataError
+from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, token_chunks
+from accelbench.experiments.llm_quant.layers import decoder_layers
+from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe
+from accelbench.experiments.llm_quant.sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
+from accelbench.flops import PEAK_KEY, eval_peak
+from accelbench.measure import StepClock
 
 
 def load_model(model_spec: dict, model_dir, dtype: str):
@@ -23,18 +22,19 @@ def load_model(model_spec: dict, model_dir, dtype: str):
     (rule ``llm_export``), else from the spec."""
     from pathlib import Path
 
-    from ...models.llm import dtype_kwargs, load_causal_lm, model_label
+    from accelbench.models.llm import dtype_kwargs, load_causal_lm, model_label
 
     if model_dir:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ...models.export import INFO_FILE, exported_info
+        from accelbench.models.export import INFO_FILE, exported_info
 
         d = Path(model_dir)
         if exported_info(d) is None:
             raise DataError(f"{d} is not an exported model folder (no {INFO_FILE}); rerun its llm_export rule")
-        model = AutoModelForCausalLM.from_pretrained(d, **dtype_kwargs(getattr(torch, dtype)),
-                                                     local_files_only=True).eval()
+        model = AutoModelForCausalLM.from_pretrained(
+            d, **dtype_kwargs(getattr(torch, dtype)), local_files_only=True
+        ).eval()
         tok = AutoTokenizer.from_pretrained(d, local_files_only=True)
         info = {**exported_info(d), "dtype": dtype}
         if "label" in info:  # the compute dtype of this job, not of the export
@@ -49,7 +49,7 @@ def load_model(model_spec: dict, model_dir, dtype: str):
 TOKENIZE = {
     "joined": "the split's text joined with blank lines, tokenized once without special tokens (ours)",
     "per_line_bos": "each line (WikiText row) tokenized on its own with the tokenizer's special tokens (BOS where "
-                    "the tokenizer adds one), then concatenated (Study B's scripts: tokenizer(examples['text']))",
+    "the tokenizer adds one), then concatenated (Study B's scripts: tokenizer(examples['text']))",
 }
 
 
@@ -64,16 +64,24 @@ def _chunks_for(spec: dict, tokenizer, part: str, max_tokens):
         rows = data_info.pop("rows")[part]
         ids = list(chain.from_iterable(tokenizer(rows)["input_ids"]))
         bos = tokenizer.bos_token_id
-        extra = {"bos_added": bool(rows) and bos is not None and tokenizer(rows[:1])["input_ids"][0][:1] == [bos],
-                 "lines": len(rows)}
+        extra = {
+            "bos_added": bool(rows) and bos is not None and tokenizer(rows[:1])["input_ids"][0][:1] == [bos],
+            "lines": len(rows),
+        }
     elif how == "joined":
         data_info.pop("rows", None)
         ids = tokenizer(text[part], add_special_tokens=False)["input_ids"]
         extra = {}
     else:
         raise ConfigError(f"llm_quant.data.tokenize {how!r} unknown ({' | '.join(TOKENIZE)})")
-    return token_chunks(ids, spec["chunk_len"], max_tokens), {**data_info, "part": part, "part_tokens": len(ids),
-                                                               "tokenize": how, "tokenize_how": TOKENIZE[how], **extra}
+    return token_chunks(ids, spec["chunk_len"], max_tokens), {
+        **data_info,
+        "part": part,
+        "part_tokens": len(ids),
+        "tokenize": how,
+        "tokenize_how": TOKENIZE[how],
+        **extra,
+    }
 
 
 def allocation_for(spec: dict) -> dict:
@@ -88,14 +96,16 @@ def allocation_for(spec: dict) -> dict:
 
 def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]:
     """The sensitivity job: ``(outcome, tables)``; ``tables`` = ``{"layers": [...], "submodules": [...]}``."""
-    from ...devices import Device
+    from accelbench.devices import Device
 
     device = Device(system.backend)
     torch.manual_seed(spec.get("seed", 0))
     model, tok, info = load_model(spec["model_spec"], model_dir, "float32")
     model.to(device.torch_device)
     chunks, data_info = _chunks_for(spec, tok, "validation", spec.get("sensitivity_tokens"))
-    ev = Evaluator(model, chunks, device, batch_size=spec.get("eval_batch", 1), reuse_prefix=spec.get("reuse_prefix", True))
+    ev = Evaluator(
+        model, chunks, device, batch_size=spec.get("eval_batch", 1), reuse_prefix=spec.get("reuse_prefix", True)
+    )
     n_layers = len(decoder_layers(model))
     limit = spec.get("prefix_cache_limit_gib", 8) * 2**30
     if ev.reuse_prefix and ev.cache_nbytes(model.config.hidden_size, n_layers) > limit:
@@ -103,11 +113,18 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
     clock = StepClock(device, wall=True)
     clock.start()
     try:
-        sens = sensitivity_map(model, ev, spec["sensitivity_metrics"], spec["prune_amount"], spec["group_size"],
-                               spec["submodules"])
+        sens = sensitivity_map(
+            model, ev, spec["sensitivity_metrics"], spec["prune_amount"], spec["group_size"], spec["submodules"]
+        )
     except device.out_of_memory_errors() as exc:
-        return ({"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib},
-                 "reason": f"out of device memory: {str(exc).splitlines()[0]}"}, {"layers": [], "submodules": []})
+        return (
+            {
+                "status": "oom",
+                "measurements": {"device_memory_gib": system.device_memory_gib},
+                "reason": f"out of device memory: {str(exc).splitlines()[0]}",
+            },
+            {"layers": [], "submodules": []},
+        )
     clock.stop()
     wall = clock.seconds()
     alloc = allocations(sens["layers"], spec["sensitivity_metrics"], seed=spec.get("seed", 0))
@@ -116,36 +133,64 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
             for row, r in zip(sens["layers"], ranks):
                 row[f"cluster_{m}_{c}"] = r
     measurements = {
-        "baseline_ppl": {"value": sens["baseline_ppl"], "unit": "ppl", "tokens": ev.tokens,
-                         "chunks": int(chunks.shape[0]), "chunk_len": int(chunks.shape[1]), "split": "validation"},
-        "layers": sens["layers"], "submodules": sens["submodules"],
+        "baseline_ppl": {
+            "value": sens["baseline_ppl"],
+            "unit": "ppl",
+            "tokens": ev.tokens,
+            "chunks": int(chunks.shape[0]),
+            "chunk_len": int(chunks.shape[1]),
+            "split": "validation",
+        },
+        "layers": sens["layers"],
+        "submodules": sens["submodules"],
         "allocation": alloc,
-        "sensitivity_time": {"value": wall, "unit": "s", "prefix_reuse": ev.reuse_prefix,
-                             "evaluations": len(sens["layers"]) * len(spec["sensitivity_metrics"]) + len(sens["submodules"]) + 1},
-        "model": info, "data": data_info,
+        "sensitivity_time": {
+            "value": wall,
+            "unit": "s",
+            "prefix_reuse": ev.reuse_prefix,
+            "evaluations": len(sens["layers"]) * len(spec["sensitivity_metrics"]) + len(sens["submodules"]) + 1,
+        },
+        "model": info,
+        "data": data_info,
     }
-    return {"status": "ok", "reason": None, "measurements": measurements}, {"layers": sens["layers"], "submodules": sens["submodules"]}
+    return {"status": "ok", "reason": None, "measurements": measurements}, {
+        "layers": sens["layers"],
+        "submodules": sens["submodules"],
+    }
 
 
 def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_dir=".") -> dict:
     """One (method, bit set) job: load, quantize, measure. ``sensitivity`` = the sensitivity result.json."""
-    from ... import backends
-    from ...devices import Device
-    from ...systems import habana_available
+    from accelbench import backends
+    from accelbench.devices import Device
+    from accelbench.systems import habana_available
 
     method = spec["method"]
     if method == "inc_fp8" and (not backends.get(system.backend).fp8_inc or not habana_available()):
-        return {"status": "unsupported", "measurements": {}, "allocation": {},
-                "reason": f"Intel Neural Compressor FP8 needs Intel Gaudi (system {system.name!r}, backend "
-                          f"{system.backend!r}; habana_frameworks {'present' if habana_available() else 'not installed'})"}
+        return {
+            "status": "unsupported",
+            "measurements": {},
+            "allocation": {},
+            "reason": f"Intel Neural Compressor FP8 needs Intel Gaudi (system {system.name!r}, backend "
+            f"{system.backend!r}; habana_frameworks {'present' if habana_available() else 'not installed'})",
+        }
     if method == "torchao" and importlib_missing("torchao"):
         return {"status": "unsupported", "measurements": {}, "allocation": {}, "reason": "torchao is not installed"}
     if sensitivity["status"] != "ok":
-        return {"status": "unsupported", "measurements": {}, "allocation": {},
-                "reason": f"the sensitivity job did not run: {sensitivity.get('reason')}"}
+        return {
+            "status": "unsupported",
+            "measurements": {},
+            "allocation": {},
+            "reason": f"the sensitivity job did not run: {sensitivity.get('reason')}",
+        }
     device = Device(system.backend)
-    dtype = {"fp32": "float32", "fake": "float32", "int8_dq": "float32", "inc_fp8": "bfloat16",
-             "torchao": spec.get("torchao_dtype", {}).get(system.backend, "bfloat16")}[method]
+    dtype = {
+        "fp32": "float32",
+        "fake": "float32",
+        "int8_dq": "float32",
+        "inc_fp8": "bfloat16",
+        "torchao": spec.get("torchao_dtype", {}).get(system.backend, "bfloat16"),
+    }[method]
     alloc = allocation_for(spec)
     if method == "torchao":  # check the kernels before spending time on loading the model
         ranks = sensitivity["measurements"]["allocation"][alloc["metric"]][alloc["clustering"]]
@@ -153,8 +198,12 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
         for b in sorted(set(layer_bits) - {16}):
             reason = torchao_probe(b, device, getattr(torch, dtype), spec["group_size"])
             if reason:
-                return {"status": "unsupported", "reason": reason, "measurements": {},
-                        "allocation": {"bits": parse_bitset(spec["bitset"]), "layer_bits": layer_bits}}
+                return {
+                    "status": "unsupported",
+                    "reason": reason,
+                    "measurements": {},
+                    "allocation": {"bits": parse_bitset(spec["bitset"]), "layer_bits": layer_bits},
+                }
     torch.manual_seed(spec.get("seed", 0))
     model, tok, info = load_model(spec["model_spec"], model_dir, dtype)
     model.to(device.torch_device)
@@ -166,42 +215,84 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
     acc = spec.get("accuracy")
     if acc and acc.get("tasks") and info.get("weights") == "random init":  # chance level, whatever the method
         acc = {**acc, "skip_reason": "random-init weights (a throughput-only model): accuracy would be chance level"}
-    run = MethodRun(method=method, bitset=spec["bitset"], chunk_len=spec["chunk_len"], eval_tokens=spec.get("eval_tokens"),
-                    group_size=spec["group_size"], clustering=alloc["clustering"],
-                    metric=alloc["metric"], throughput=spec["throughput"],
-                    eval_batch=spec.get("eval_batch", 1), seed=spec.get("seed", 0), accuracy=acc,
-                    sixteen_bit=spec.get("sixteen_bit", "fp16"), inc=inc,
-                    autocast=(spec.get("int8_dq") or {}).get("autocast", "float16") if method == "int8_dq" else None)
+    run = MethodRun(
+        method=method,
+        bitset=spec["bitset"],
+        chunk_len=spec["chunk_len"],
+        eval_tokens=spec.get("eval_tokens"),
+        group_size=spec["group_size"],
+        clustering=alloc["clustering"],
+        metric=alloc["metric"],
+        throughput=spec["throughput"],
+        eval_batch=spec.get("eval_batch", 1),
+        seed=spec.get("seed", 0),
+        accuracy=acc,
+        sixteen_bit=spec.get("sixteen_bit", "fp16"),
+        inc=inc,
+        autocast=(spec.get("int8_dq") or {}).get("autocast", "float16") if method == "int8_dq" else None,
+    )
     device.reset_peak_memory()
     try:
-        out = run_method(model, len(tok), test, calib, sensitivity["measurements"], run, device, stats_dir, tokenizer=tok)
+        out = run_method(
+            model, len(tok), test, calib, sensitivity["measurements"], run, device, stats_dir, tokenizer=tok
+        )
     except device.out_of_memory_errors() as exc:
-        return {"status": "oom", "measurements": {"device_memory_gib": system.device_memory_gib}, "allocation": {},
-                "reason": f"out of device memory: {str(exc).splitlines()[0]}"}
+        return {
+            "status": "oom",
+            "measurements": {"device_memory_gib": system.device_memory_gib},
+            "allocation": {},
+            "reason": f"out of device memory: {str(exc).splitlines()[0]}",
+        }
     if out["status"] == "ok":
         m = out["measurements"]
-        m.update({"model": info, "data": data_info, "dtype": dtype,
-                  "settings": {"tokenize": data_info["tokenize"], "sixteen_bit": run.sixteen_bit if method == "fake" else None,
-                               "clustering": run.clustering if method in ("fake", "torchao", "int8_dq") else None,
-                               "metric": run.metric if method in ("fake", "torchao", "int8_dq") else None,
-                               "autocast": run.autocast, "eval_batch": run.eval_batch,
-                               "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
-                               "inc_calibration_split": inc.get("calibration_split", "calibration") if method == "inc_fp8" else None}})
+        m.update(
+            {
+                "model": info,
+                "data": data_info,
+                "dtype": dtype,
+                "settings": {
+                    "tokenize": data_info["tokenize"],
+                    "sixteen_bit": run.sixteen_bit if method == "fake" else None,
+                    "clustering": run.clustering if method in ("fake", "torchao", "int8_dq") else None,
+                    "metric": run.metric if method in ("fake", "torchao", "int8_dq") else None,
+                    "autocast": run.autocast,
+                    "eval_batch": run.eval_batch,
+                    "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
+                    "inc_calibration_split": inc.get("calibration_split", "calibration")
+                    if method == "inc_fp8"
+                    else None,
+                },
+            }
+        )
         # Study B's fp16 autocast runs where fp16 is only emulated too (a CPU without AVX512-FP16/AMX-FP16): its
         # perplexity and accuracy are what the claims read; its speed is then the emulation's, said here (issue 42)
         emulated = precisions.emulation(system, PEAK_KEY.get(run.autocast)) if run.autocast else None
-        m["settings"]["autocast_emulated"] = (f"{PEAK_KEY[run.autocast]} is emulated here ({emulated[0]}): a probe "
-                                              f"measured it {emulated[1]:.1f}x the fp32 time") if emulated else None
+        m["settings"]["autocast_emulated"] = (
+            (
+                f"{PEAK_KEY[run.autocast]} is emulated here ({emulated[0]}): a probe "
+                f"measured it {emulated[1]:.1f}x the fp32 time"
+            )
+            if emulated
+            else None
+        )
         compute, peak = eval_peak(system.peak_tflops, dtype, run.autocast)
-        m["eval_throughput"] = {**eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"], peak),
-                                "peak_dtype": compute}
+        m["eval_throughput"] = {
+            **eval_mfu(info, spec["chunk_len"], m["eval_tokens_per_s"]["value"], peak),
+            "peak_dtype": compute,
+        }
     return out
 
 
 # cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
 # (SmolLM2-135M: 30 layers of width 576): seconds per unit of work, a unit being one token through the model
-COST = {"startup_s": 12.0, "sensitivity_token_s": 0.002, "eval_token_s": 0.005, "document_s": 0.5,
-        "emulated_fp16": 1.6, "reference_params": 30 * 576**2}
+COST = {
+    "startup_s": 12.0,
+    "sensitivity_token_s": 0.002,
+    "eval_token_s": 0.005,
+    "document_s": 0.5,
+    "emulated_fp16": 1.6,
+    "reference_params": 30 * 576**2,
+}
 
 
 def estimate_s(spec: dict) -> float:
@@ -209,9 +300,9 @@ def estimate_s(spec: dict) -> float:
     perplexity tokens and accuracy documents (the study prompts counted as tasks), each x the model's size
     (layers x width^2, relative to SmolLM2-135M's); start-up alone where it only writes ``unsupported`` (INC FP8 off
     Gaudi, torchao int4 on a backend without its tinygemm layout)."""
-    from ... import backends
-    from ...estimate import STARTUP_S
-    from ...harness import system_from
+    from accelbench import backends
+    from accelbench.estimate import STARTUP_S
+    from accelbench.harness import system_from
 
     system = system_from(spec)
     ops = backends.get(system.backend)
@@ -220,8 +311,11 @@ def estimate_s(spec: dict) -> float:
     method = spec.get("method", "sensitivity")
     if method == "sensitivity":
         layers = cfg.get("num_hidden_layers", 30)
-        evaluations = layers * len(spec.get("sensitivity_metrics") or ()) + 1 + (
-            0 if spec.get("submodules") == "none" else 7 * (layers if spec.get("submodules") == "per_layer" else 1))
+        evaluations = (
+            layers * len(spec.get("sensitivity_metrics") or ())
+            + 1
+            + (0 if spec.get("submodules") == "none" else 7 * (layers if spec.get("submodules") == "per_layer" else 1))
+        )
         tokens = spec.get("sensitivity_tokens") or 4096
         return COST["startup_s"] + size * evaluations * tokens * COST["sensitivity_token_s"]
     if method == "inc_fp8" and not ops.fp8_inc:
@@ -229,10 +323,12 @@ def estimate_s(spec: dict) -> float:
     if method == "torchao" and 4 in parse_bitset(spec["bitset"]) and not ops.torchao_int4_tinygemm:
         return STARTUP_S + 3.0  # torchao's kernel probe
     acc = spec.get("accuracy") or {}
-    tasks = len(acc.get("tasks") or ()) + (len(acc.get("tasks") or ()) if acc.get("study_b_prompts") is True
-                                           else len(acc.get("study_b_prompts") or ()))
-    work = ((spec.get("eval_tokens") or 4096) * COST["eval_token_s"]
-            + tasks * (acc.get("limit") or 1000) * COST["document_s"])
+    tasks = len(acc.get("tasks") or ()) + (
+        len(acc.get("tasks") or ()) if acc.get("study_b_prompts") is True else len(acc.get("study_b_prompts") or ())
+    )
+    work = (spec.get("eval_tokens") or 4096) * COST["eval_token_s"] + tasks * (acc.get("limit") or 1000) * COST[
+        "document_s"
+    ]
     slow = COST["emulated_fp16"] if method == "int8_dq" else 1.0  # fp16 autocast: emulated on most CPUs
     return COST["startup_s"] + size * work * slow
 
@@ -241,7 +337,7 @@ def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: 
     """Achieved TFLOP/s and MFU of the perplexity evaluation (Study B's throughput, evaluation tokens / s), from the
     forward FLOPs per token (:func:`accelbench.flops.forward_flops_per_token`) at ``seq_len``; the peak is the
     system's for the compute dtype (weight-only quantization computes in it)."""
-    from ...flops import forward_flops_per_token, throughput_and_mfu
+    from accelbench.flops import forward_flops_per_token, throughput_and_mfu
 
     if not (info.get("parameters") and info.get("layers") and info.get("hidden_size") and tokens_per_s):
         return {**throughput_and_mfu(None, 0.0, peak_tflops), "flops_per_token": None}
@@ -262,7 +358,7 @@ class Settings(dict):
     sensitivity stage —, ``bitset`` and the config's ``llm_quant`` keys)."""
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         return cls(spec)
 
     @property
@@ -279,9 +375,9 @@ def run(spec: Settings, ctx):
     """
     import csv
 
-    from ...errors import ConfigError
-    from ...outcome import Outcome
-    from ...results import read_result
+    from accelbench.errors import ConfigError
+    from accelbench.outcome import Outcome
+    from accelbench.results import read_result
 
     stage = ctx.inputs.get("stage") or spec.stage
     if stage != spec.stage:
@@ -295,7 +391,12 @@ def run(spec: Settings, ctx):
                 writer.writeheader()
                 writer.writerows(rows)
     else:
-        out = run_method_job(dict(spec), ctx.system, read_result(ctx.inputs["sensitivity"]),
-                             ctx.inputs.get("model_dir"), stats_dir=str(ctx.out.parent / "inc_stats"))
+        out = run_method_job(
+            dict(spec),
+            ctx.system,
+            read_result(ctx.inputs["sensitivity"]),
+            ctx.inputs.get("model_dir"),
+            stats_dir=str(ctx.out.parent / "inc_stats"),
+        )
         out["measurements"]["allocation"] = out.pop("allocation", {})
     return Outcome(out["status"], out["measurements"], out["reason"])

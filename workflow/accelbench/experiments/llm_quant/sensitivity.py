@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ...errors import ConfigError
-from .evaluate import Evaluator
-from .layers import MLP_SUBMODULES, SUBMODULES, decoder_layers, layer_linears
-from .quantize import quantize_
+from accelbench.errors import ConfigError
+from accelbench.experiments.llm_quant.evaluate import Evaluator
+from accelbench.experiments.llm_quant.layers import MLP_SUBMODULES, SUBMODULES, decoder_layers, layer_linears
+from accelbench.experiments.llm_quant.quantize import quantize_
 
 CLUSTERINGS = ("kmeans", "percentile", "ward", "buckets", "buckets_spread")
 
@@ -42,8 +42,9 @@ def prune_(params: dict[str, torch.nn.Parameter], amount: float) -> None:
                 p.mul_(method.compute_mask(p, torch.ones_like(p)))
 
 
-def sensitivity_map(model, evaluator: Evaluator, metrics: list[str], prune_amount: float, group_size: int,
-                    submodules: str) -> dict:
+def sensitivity_map(
+    model, evaluator: Evaluator, metrics: list[str], prune_amount: float, group_size: int, submodules: str
+) -> dict:
     """Per-layer (and per-sub-module) perplexity increase on the evaluator's text.
 
     Args:
@@ -79,8 +80,11 @@ def sensitivity_map(model, evaluator: Evaluator, metrics: list[str], prune_amoun
     sub = []
     if submodules == "per_type":
         for name in tqdm(SUBMODULES, desc="sub-module sensitivity"):
-            params = {f"{i}.{name}": lin[name].weight for i, layer in enumerate(layers)
-                      if name in (lin := layer_linears(layer))}
+            params = {
+                f"{i}.{name}": lin[name].weight
+                for i, layer in enumerate(layers)
+                if name in (lin := layer_linears(layer))
+            }
             if not params:
                 continue
             with perturbed(params):
@@ -122,7 +126,7 @@ def cluster_sensitivities(scores, method: str, k: int = 3, seed: int = 0) -> lis
         labels, start = [0] * len(x), 0
         for c in range(k):  # c = 0: most sensitive
             n = size + (extra if method == "buckets" and c == k - 1 else int(method == "buckets_spread" and c < extra))
-            for i in order[start:start + n]:
+            for i in order[start : start + n]:
                 labels[i] = k - 1 - c
             start += n
         return labels
@@ -164,7 +168,7 @@ def assign_bits(ranks: list[int], bits: list[int]) -> list[int]:
     k = max(ranks) + 1
     out = []
     for r in ranks:
-        j = (k - 1 - r)  # 0 = most sensitive
+        j = k - 1 - r  # 0 = most sensitive
         idx = 0 if k == 1 else round(j * (len(bits) - 1) / (k - 1))
         out.append(bits[idx])
     return out
@@ -172,8 +176,9 @@ def assign_bits(ranks: list[int], bits: list[int]) -> list[int]:
 
 def allocations(layer_rows: list[dict], metrics: list[str], seed: int = 0) -> dict:
     """Cluster ranks for every (metric, clustering): ``{metric: {clustering: [rank per layer]}}``."""
-    return {m: {c: cluster_sensitivities([r[m] for r in layer_rows], c, seed=seed) for c in CLUSTERINGS}
-            for m in metrics}
+    return {
+        m: {c: cluster_sensitivities([r[m] for r in layer_rows], c, seed=seed) for c in CLUSTERINGS} for m in metrics
+    }
 
 
 def fp8_modules(sens: dict, n_layers: int) -> list[str]:

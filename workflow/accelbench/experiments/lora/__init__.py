@@ -51,7 +51,7 @@ Modules (each imports only those above it; callers import what they use from the
     :mod:`accelbench.launcher`, merge) and :func:`~.job.run_rank`.
 """
 
-from .job import Settings, estimate_s, prepare_environment, run, run_rank
+from accelbench.experiments.lora.job import Settings, estimate_s, prepare_environment, run, run_rank
 
 EXPERIMENT = "lora_finetune"  # the result's `experiment`, config key, rule name and result folder
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import ConfigError, DataError
+from accelbench.errors import ConfigError, DataError
 
-PROMPT = ("Below is an instruction that describes a task. Write a response that appropriately completes the request."
-          "\n\n### Instruction:\n{instruction}\n\n### Response:\n")
+PROMPT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request."
+    "\n\n### Instruction:\n{instruction}\n\n### Response:\n"
+)
 
 
-def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key: str = "instruction",
-                output_key: str = "output") -> list[dict]:
+def build_pairs(
+    source: str = "pydoc", path: str | None = None, instruction_key: str = "instruction", output_key: str = "output"
+) -> list[dict]:
     """Instruction/response pairs ``[{"id", "instruction", "output"}]`` in a deterministic order.
 
     ``pydoc``: one pair per ``pydoc_data.topics`` topic (sorted): "Explain the Python topic '<topic>'." ->
@@ -23,10 +26,13 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
         DataError: missing file, unsupported suffix, or missing columns (named).
     """
     if source == "pydoc":
-        from ...data.text import pydoc_topics
+        from accelbench.data.text import pydoc_topics
 
-        return [{"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
-                for t, text in pydoc_topics().items() if text.strip()]
+        return [
+            {"id": t, "instruction": f"Explain the Python topic '{t}'.", "output": text.strip()}
+            for t, text in pydoc_topics().items()
+            if text.strip()
+        ]
     if source != "file":
         raise ConfigError(f"lora_finetune.data.source {source!r} unknown (pydoc | file)")
     import pandas as pd
@@ -48,9 +54,11 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise DataError(f"instruction file {p} holds a JSON {type(rows).__name__}"
-                            f"{'' if not isinstance(rows, list) else ' with items that are not objects'}; a list of "
-                            f"objects is needed: [{{\"{instruction_key}\": ..., \"{output_key}\": ...}}, ...]")
+            raise DataError(
+                f"instruction file {p} holds a JSON {type(rows).__name__}"
+                f"{'' if not isinstance(rows, list) else ' with items that are not objects'}; a list of "
+                f'objects is needed: [{{"{instruction_key}": ..., "{output_key}": ...}}, ...]'
+            )
         df = pd.DataFrame(rows)
     elif p.suffix == ".jsonl":
         try:
@@ -62,13 +70,15 @@ def build_pairs(source: str = "pydoc", path: str | None = None, instruction_key:
     missing = [k for k in (instruction_key, output_key) if k not in df.columns]
     if missing:
         raise DataError(f"instruction file {p} lacks column(s) {missing}; has {list(df.columns)}")
-    return [{"id": str(i), "instruction": str(a), "output": str(b)}
-            for i, (a, b) in enumerate(zip(df[instruction_key], df[output_key]))]
+    return [
+        {"id": str(i), "instruction": str(a), "output": str(b)}
+        for i, (a, b) in enumerate(zip(df[instruction_key], df[output_key]))
+    ]
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
     """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
-    from ...data.text import split_topics
+    from accelbench.data.text import split_topics
 
     parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})
     return list(parts["train"].values()), list(parts["eval"].values())
@@ -88,7 +98,7 @@ def concat_blocks(token_lists: list[list[int]], seq_len: int, eos_id: int | None
         if eos_id is not None:
             flat.append(eos_id)
     n = len(flat) // seq_len
-    return [flat[i * seq_len:(i + 1) * seq_len] for i in range(n)]
+    return [flat[i * seq_len : (i + 1) * seq_len] for i in range(n)]
 
 
 class BlockDataset:
@@ -115,29 +125,43 @@ class BlockDataset:
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 
 
-def build_datasets(tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int,
-                   attention_mask: bool = True):
+def build_datasets(
+    tokenizer, data_cfg: dict, seq_len: int, min_train_blocks: int, eval_blocks: int, attention_mask: bool = True
+):
     """Tokenised, concatenated train and held-out :class:`BlockDataset` plus a summary dict (``attention_mask``:
     see :class:`BlockDataset`).
 
     Raises:
         DataError: fewer train blocks than the run needs (``min_train_blocks``).
     """
-    from ...data.text import corpus_fingerprint
+    from accelbench.data.text import corpus_fingerprint
 
-    pairs = build_pairs(data_cfg.get("source", "pydoc"), data_cfg.get("path"),
-                        data_cfg.get("instruction_key", "instruction"), data_cfg.get("output_key", "output"))
+    pairs = build_pairs(
+        data_cfg.get("source", "pydoc"),
+        data_cfg.get("path"),
+        data_cfg.get("instruction_key", "instruction"),
+        data_cfg.get("output_key", "output"),
+    )
     train, held = split_pairs(pairs, data_cfg.get("eval_fraction", 0.1))
     tok = lambda ps: [tokenizer(format_pair(p), add_special_tokens=False)["input_ids"] for p in ps]  # noqa: E731
     train_tokens, held_tokens = tok(train), tok(held)
     train_blocks = concat_blocks(train_tokens, seq_len, tokenizer.eos_token_id)
     eval_b = concat_blocks(held_tokens, seq_len, tokenizer.eos_token_id)[:eval_blocks]
     if len(train_blocks) < min_train_blocks:
-        raise DataError(f"instruction data gives {len(train_blocks)} blocks of {seq_len} tokens; the run needs "
-                        f"{min_train_blocks} (lower timed_steps or add data)")
-    summary = {"source": data_cfg.get("source", "pydoc"), "path": data_cfg.get("path"), "pairs": len(pairs),
-               "train_pairs": len(train), "eval_pairs": len(held),
-               "train_tokens": sum(len(t) + 1 for t in train_tokens), "train_blocks": len(train_blocks),
-               "eval_blocks": len(eval_b), "seq_len": seq_len,
-               "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs))}
+        raise DataError(
+            f"instruction data gives {len(train_blocks)} blocks of {seq_len} tokens; the run needs "
+            f"{min_train_blocks} (lower timed_steps or add data)"
+        )
+    summary = {
+        "source": data_cfg.get("source", "pydoc"),
+        "path": data_cfg.get("path"),
+        "pairs": len(pairs),
+        "train_pairs": len(train),
+        "eval_pairs": len(held),
+        "train_tokens": sum(len(t) + 1 for t in train_tokens),
+        "train_blocks": len(train_blocks),
+        "eval_blocks": len(eval_b),
+        "seq_len": seq_len,
+        "fingerprint": corpus_fingerprint("\n".join(format_pair(p) for p in pairs)),
+    }
     return BlockDataset(train_blocks, attention_mask), BlockDataset(eval_b, attention_mask), summary

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ... import backends, precisions
-from ...outcome import Outcome
-from .model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
-from .series import gaudi_mode, settings_of
-from .settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
-from .summary import summarize
-from .train import train_rank
+from accelbench import backends, precisions
+from accelbench.experiments.lora.model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
+from accelbench.experiments.lora.series import gaudi_mode, settings_of
+from accelbench.experiments.lora.settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
+from accelbench.experiments.lora.summary import summarize
+from accelbench.experiments.lora.train import train_rank
+from accelbench.outcome import Outcome
 
 DEVICES_KEY = "lora_finetune.runs devices"
 
@@ -29,16 +29,32 @@ class Settings:
     plan: Plan
 
     @classmethod
-    def from_spec(cls, spec: dict, system) -> "Settings":
+    def from_spec(cls, spec: dict, system) -> Settings:
         lora = settings_of(spec)
-        return cls(spec, lora, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, lora,
-                                        run_emulated=precisions.run_emulated(spec)))
+        return cls(
+            spec,
+            lora,
+            plan_run(
+                spec["strategy"],
+                spec["devices"],
+                spec["attention"],
+                system,
+                lora,
+                run_emulated=precisions.run_emulated(spec),
+            ),
+        )
 
 
 # cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
 # (SmolLM2-135M, 2 x 2 blocks of 32 tokens per optimizer step): seconds per optimizer step of that work
-COST = {"startup_s": 8.0, "ranks_s": 8.0, "step_s": 0.8, "eval_block_s": 0.25, "compile_s": 40.0,
-        "reference_tokens": 2 * 2 * 32}
+COST = {
+    "startup_s": 8.0,
+    "ranks_s": 8.0,
+    "step_s": 0.8,
+    "eval_block_s": 0.25,
+    "compile_s": 40.0,
+    "reference_tokens": 2 * 2 * 32,
+}
 
 
 def estimate_s(spec: dict) -> float:
@@ -46,19 +62,26 @@ def estimate_s(spec: dict) -> float:
     (more than one device), the optimizer steps (x the tokens per step relative to the default's), the held-out
     loss before and after, and torch.compile where the series compiles; start-up alone where the plan is not
     ``ok`` (FSDP on a CPU, ZeRO-3 without deepspeed)."""
-    from ...estimate import STARTUP_S
-    from ...harness import system_from
+    from accelbench.estimate import STARTUP_S
+    from accelbench.harness import system_from
 
     s = Settings.from_spec(spec, system_from(spec))
     if s.plan.status != "ok":
         return STARTUP_S
     t = s.lora
     work = t.per_device_batch * t.grad_accum * t.seq_len / COST["reference_tokens"]
-    compiled = (spec.get("series", "ours") != "faithful" and (spec.get("series_options") or {}).get("compile")
-                and backends.get(spec["system"]["backend"]).accelerator)  # on a CPU the series runs eager
-    return (COST["startup_s"] + (COST["ranks_s"] if s.plan.devices > 1 else 0.0)
-            + (t.warmup_steps + t.timed_steps) * COST["step_s"] * work + 2 * t.eval_blocks * COST["eval_block_s"]
-            + (COST["compile_s"] if compiled else 0.0))
+    compiled = (
+        spec.get("series", "ours") != "faithful"
+        and (spec.get("series_options") or {}).get("compile")
+        and backends.get(spec["system"]["backend"]).accelerator
+    )  # on a CPU the series runs eager
+    return (
+        COST["startup_s"]
+        + (COST["ranks_s"] if s.plan.devices > 1 else 0.0)
+        + (t.warmup_steps + t.timed_steps) * COST["step_s"] * work
+        + 2 * t.eval_blocks * COST["eval_block_s"]
+        + (COST["compile_s"] if compiled else 0.0)
+    )
 
 
 def prepare_environment(spec: dict, system) -> None:
@@ -68,8 +91,12 @@ def prepare_environment(spec: dict, system) -> None:
     if not backends.get(system.backend).lazy_mode:
         return
     if spec.get("series") == "faithful":
-        mode = gaudi_mode(spec.get("family", ""), spec["strategy"], spec["devices"],
-                          (spec.get("series_options") or {}).get("job_set", "2026-03"))
+        mode = gaudi_mode(
+            spec.get("family", ""),
+            spec["strategy"],
+            spec["devices"],
+            (spec.get("series_options") or {}).get("job_set", "2026-03"),
+        )
         for k, v in {"PT_HPU_LAZY_MODE": "1", **mode["env"]}.items():
             os.environ.setdefault(k, v)
         return
@@ -87,16 +114,26 @@ def precheck(s: Settings, system) -> Outcome | None:
     if not reason and s.plan.strategy == "fsdp":
         import psutil
 
-        from ... import multinode
+        from accelbench import multinode
 
         per_node = multinode.node_plan(system, s.plan.devices, DEVICES_KEY).per_node
-        host = {"host_available_gib": psutil.virtual_memory().available / 2**30, "ranks_per_node": per_node,
-                "host_copies_per_node": 1}  # rank-0-only building (cpu_ram_efficient_loading), both series
+        host = {
+            "host_available_gib": psutil.virtual_memory().available / 2**30,
+            "ranks_per_node": per_node,
+            "host_copies_per_node": 1,
+        }  # rank-0-only building (cpu_ram_efficient_loading), both series
         reason = host_memory_precheck(n_params, s.plan, 1, host["host_available_gib"])
     if not reason:
         return None
-    return Outcome.oom(reason, {"parameters": n_params, "weights_gib_needed": weights_gib(n_params, s.plan.precision),
-                                "estimate": "frozen weights only (lower bound); not run", **host})
+    return Outcome.oom(
+        reason,
+        {
+            "parameters": n_params,
+            "weights_gib_needed": weights_gib(n_params, s.plan.precision),
+            "estimate": "frozen weights only (lower bound); not run",
+            **host,
+        },
+    )
 
 
 def run(s: Settings, ctx) -> Outcome:
@@ -108,7 +145,7 @@ def run(s: Settings, ctx) -> Outcome:
     Raises:
         AccelbenchError: a rank failed for another reason (the launcher names the exit status and the log tail).
     """
-    from ...launcher import in_process
+    from accelbench.launcher import in_process
 
     config = {"plan": s.plan.to_dict()}
     early = precheck(s, ctx.system)

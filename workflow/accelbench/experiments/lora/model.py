@@ -3,18 +3,24 @@ model is built, and the memory pre-checks that record an OOM before anything is 
 
 from __future__ import annotations
 
-from ... import backends
-from ...errors import ConfigError
-from ...models.llm import parameter_count
-from .settings import LoraSettings, Plan
+from accelbench import backends
+from accelbench.errors import ConfigError
+from accelbench.experiments.lora.settings import LoraSettings, Plan
+from accelbench.models.llm import parameter_count
 
 
 def lora_config(s: LoraSettings):
     """peft ``LoraConfig`` of Study B (rank, alpha, dropout, q_proj/v_proj, no bias, causal LM)."""
     from peft import LoraConfig
 
-    return LoraConfig(r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout, target_modules=list(s.target_modules),
-                      bias="none", task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=s.r,
+        lora_alpha=s.alpha,
+        lora_dropout=s.dropout,
+        target_modules=list(s.target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
 
 
 def expected_lora_parameters(model, s: LoraSettings) -> int:
@@ -48,8 +54,10 @@ def apply_lora(model, s: LoraSettings):
 
     expected = expected_lora_parameters(model, s)
     if expected == 0:
-        raise ConfigError(f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
-                          f"{list(s.target_modules)} in {type(model).__name__}")
+        raise ConfigError(
+            f"lora_finetune.train.target_modules: no nn.Linear, Conv1D or nn.Embedding named "
+            f"{list(s.target_modules)} in {type(model).__name__}"
+        )
     pm = get_peft_model(model, lora_config(s))
     # full sizes: under ZeRO-3 the frozen weights are partitioned at build time (numel 0, full size in ds_numel)
     trainable = parameter_count(p for p in pm.parameters() if p.requires_grad)
@@ -90,8 +98,15 @@ def count_parameters(model_spec: dict) -> int | None:
         return None
 
 
-def random_init_place(model_spec: dict, backend: str, strategy: str, weights_gib_full: float | None,
-                      free_gib: float | None, share: float = 0.8, rank: int = 0) -> str:
+def random_init_place(
+    model_spec: dict,
+    backend: str,
+    strategy: str,
+    weights_gib_full: float | None,
+    free_gib: float | None,
+    share: float = 0.8,
+    rank: int = 0,
+) -> str:
     """Where a model is built: ``"device"``, ``"device_then_host"``, ``"device_by_module"``, ``"zero3_init"``,
     ``"meta"`` or ``"host"``.
 
@@ -146,13 +161,16 @@ def memory_precheck(n_params_config: int | None, plan: Plan, device_memory_gib: 
     if plan.strategy in ("fsdp", "zero3"):
         need /= plan.devices
     if need > device_memory_gib:
-        return (f"the {plan.precision} weights alone need {need:.1f} GiB per device under {plan.strategy} on "
-                f"{plan.devices} device(s), more than the {device_memory_gib} GiB of one device")
+        return (
+            f"the {plan.precision} weights alone need {need:.1f} GiB per device under {plan.strategy} on "
+            f"{plan.devices} device(s), more than the {device_memory_gib} GiB of one device"
+        )
     return None
 
 
-def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node: int,
-                         host_available_gib: float | None) -> str | None:
+def host_memory_precheck(
+    n_params_config: int | None, plan: Plan, ranks_per_node: int, host_available_gib: float | None
+) -> str | None:
     """OOM reason when FSDP's per-rank host copies of the full weights cannot fit the node's memory (None otherwise).
 
     ``ranks_per_node`` is the number of host copies of a node: 1 with rank-0-only building (what the job passes:
@@ -165,8 +183,9 @@ def host_memory_precheck(n_params_config: int | None, plan: Plan, ranks_per_node
     per_rank = weights_gib(n_params_config, plan.precision)
     need = ranks_per_node * per_rank
     if need > host_available_gib:
-        return (f"host memory: under fsdp a node holds {ranks_per_node} host cop{'y' if ranks_per_node == 1 else 'ies'} "
-                f"of the full {plan.precision} weights ({per_rank:.1f} GiB each) before sharding them, "
-                f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available")
+        return (
+            f"host memory: under fsdp a node holds {ranks_per_node} host cop{'y' if ranks_per_node == 1 else 'ies'} "
+            f"of the full {plan.precision} weights ({per_rank:.1f} GiB each) before sharding them, "
+            f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available"
+        )
     return None
-

@@ -41,7 +41,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ...errors import ConfigError
+from accelbench.errors import ConfigError
 
 SERIES = ("faithful", "ours")
 JOB_SETS = ("2026-03", "2025-11")
@@ -89,19 +89,37 @@ def gaudi_mode(family: str, strategy: str, devices: int, job_set: str = "2026-03
         raise ConfigError(f"lora_finetune.faithful.job_set {job_set!r} unknown; allowed: {', '.join(JOB_SETS)}")
     fam = family.lower()
     if strategy == "zero3" and job_set == "2025-11" and "70b" in fam:
-        return {"mode": "lazy", "job_files": "mcLlama3.3-70b_LORA64_*HPUs_withDSBoltMonkeyParquet_gaudi2.sh",
-                "env": {"PT_HPU_LAZY_MODE": "1", "PT_HPU_MAX_COMPOUND_OP_SIZE": "10",
-                        "DEEPSPEED_HPU_ZERO3_SYNC_MARK_STEP_REQUIRED": "1"},
-                "args": {"use_lazy_mode": True, "pipelining_fwd_bwd": True, "attn_softmax_bf16": True}}
+        return {
+            "mode": "lazy",
+            "job_files": "mcLlama3.3-70b_LORA64_*HPUs_withDSBoltMonkeyParquet_gaudi2.sh",
+            "env": {
+                "PT_HPU_LAZY_MODE": "1",
+                "PT_HPU_MAX_COMPOUND_OP_SIZE": "10",
+                "DEEPSPEED_HPU_ZERO3_SYNC_MARK_STEP_REQUIRED": "1",
+            },
+            "args": {"use_lazy_mode": True, "pipelining_fwd_bwd": True, "attn_softmax_bf16": True},
+        }
     compile_mode = strategy in ("fsdp", "zero3") or (strategy == "ddp" and devices >= 2 and "gemma" in fam)
     if compile_mode:
         kind = {"fsdp": "fsdp", "zero3": "DSLikeFSDP", "ddp": "DDP_LikeDSAndFSDP"}[strategy]
-        return {"mode": "compile", "job_files": f"mc*_LORA64_*HPUs_withBoltMonkeyParquet_gaudi2_{kind}.sh",
-                "env": {"PT_HPU_LAZY_MODE": "0"},
-                "args": {"use_lazy_mode": False, "torch_compile": True, "torch_compile_backend": "hpu_backend",
-                         "use_fused_rope": False, "pipelining_fwd_bwd": False}}
-    return {"mode": "lazy", "job_files": "mcLlama3.1-8b_*.sh / mcGemma2-27b_LORA64_1HPU_*.sh",
-            "env": {}, "args": {"use_lazy_mode": True}}
+        return {
+            "mode": "compile",
+            "job_files": f"mc*_LORA64_*HPUs_withBoltMonkeyParquet_gaudi2_{kind}.sh",
+            "env": {"PT_HPU_LAZY_MODE": "0"},
+            "args": {
+                "use_lazy_mode": False,
+                "torch_compile": True,
+                "torch_compile_backend": "hpu_backend",
+                "use_fused_rope": False,
+                "pipelining_fwd_bwd": False,
+            },
+        }
+    return {
+        "mode": "lazy",
+        "job_files": "mcLlama3.1-8b_*.sh / mcGemma2-27b_LORA64_1HPU_*.sh",
+        "env": {},
+        "args": {"use_lazy_mode": True},
+    }
 
 
 def job_flash_flags(family: str, strategy: str, devices: int) -> dict:
@@ -122,14 +140,14 @@ class Runtime:
     """How a series runs the training step (what reaches TrainingArguments and the Trainer; recorded)."""
 
     series: str
-    logging_steps: int | None          # 1 = Trainer logs every step (faithful); None = logging off (ours)
-    no_step_sync: bool                 # ours: NO_STEP_SYNC_ARGS
-    fast_host_step: bool               # ours: Trainer's per-step module walks removed (LossCurveMixin)
-    non_blocking_copies: bool          # ours: batches copied without a host wait
-    throughput_warmup_steps: int       # steps before the train_runtime window (faithful: 3)
-    adapter_dtype: str                 # "bf16": lora_model.to(bfloat16) under bf16, as run_lora_clm.py
-    compile: bool                      # torch.compile of the model (TrainingArguments.torch_compile)
-    liger: bool                        # Liger kernels (TrainingArguments.use_liger_kernel)
+    logging_steps: int | None  # 1 = Trainer logs every step (faithful); None = logging off (ours)
+    no_step_sync: bool  # ours: NO_STEP_SYNC_ARGS
+    fast_host_step: bool  # ours: Trainer's per-step module walks removed (LossCurveMixin)
+    non_blocking_copies: bool  # ours: batches copied without a host wait
+    throughput_warmup_steps: int  # steps before the train_runtime window (faithful: 3)
+    adapter_dtype: str  # "bf16": lora_model.to(bfloat16) under bf16, as run_lora_clm.py
+    compile: bool  # torch.compile of the model (TrainingArguments.torch_compile)
+    liger: bool  # Liger kernels (TrainingArguments.use_liger_kernel)
     job_set: str = "2026-03"
     loss_tolerance: float | None = None  # ours: relative loss-curve tolerance against faithful (recorded)
     notes: list = field(default_factory=list)
@@ -156,10 +174,12 @@ def series_options(series: str, section: dict) -> dict:
     if series == "ours" or not is_ours(series):
         return base
     variants = section.get("ours_variants") or {}
-    name = series[len("ours_"):]
+    name = series[len("ours_") :]
     if name not in variants:
-        raise ConfigError(f"lora_finetune.series {series!r}: no lora_finetune.ours_variants.{name} "
-                          f"(defined: {sorted(variants) or 'none'})")
+        raise ConfigError(
+            f"lora_finetune.series {series!r}: no lora_finetune.ours_variants.{name} "
+            f"(defined: {sorted(variants) or 'none'})"
+        )
     return {**base, **variants[name]}
 
 
@@ -184,9 +204,18 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         job_set = cfg.get("job_set", "2026-03")
         if job_set not in JOB_SETS:
             raise ConfigError(f"lora_finetune.faithful.job_set {job_set!r} unknown; allowed: {', '.join(JOB_SETS)}")
-        return Runtime("faithful", logging_steps=1, no_step_sync=False, fast_host_step=False,
-                       non_blocking_copies=False, throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS,
-                       adapter_dtype="bf16", compile=False, liger=False, job_set=job_set)
+        return Runtime(
+            "faithful",
+            logging_steps=1,
+            no_step_sync=False,
+            fast_host_step=False,
+            non_blocking_copies=False,
+            throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS,
+            adapter_dtype="bf16",
+            compile=False,
+            liger=False,
+            job_set=job_set,
+        )
     if not is_ours(series):
         raise ConfigError(f"lora_finetune series {series!r} unknown; allowed: {', '.join(SERIES)}, ours_<variant>")
     bad = sorted(set(cfg) - {"compile", "liger", "loss_tolerance"})
@@ -199,19 +228,36 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         if not liger:
             notes.append("Liger kernels off: liger_kernel not installed or no CUDA device (liger: auto)")
     elif liger and not liger_available():
-        raise ConfigError("lora_finetune.ours.liger: true, but liger_kernel is not installed "
-                          "(pip install 'accelbench[fast]' or liger-kernel)")
+        raise ConfigError(
+            "lora_finetune.ours.liger: true, but liger_kernel is not installed "
+            "(pip install 'accelbench[fast]' or liger-kernel)"
+        )
     compile_ = bool(cfg.get("compile", True)) and accelerator and backend_has_compile
     if cfg.get("compile", True) and not compile_:
         notes.append("torch.compile off: not an accelerator with inductor (CPU runs stay eager)")
-    return Runtime(series, logging_steps=None, no_step_sync=True, fast_host_step=True, non_blocking_copies=True,
-                   throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS, adapter_dtype="bf16", compile=compile_,
-                   liger=bool(liger), loss_tolerance=float(cfg.get("loss_tolerance", 0.02)), notes=notes)
+    return Runtime(
+        series,
+        logging_steps=None,
+        no_step_sync=True,
+        fast_host_step=True,
+        non_blocking_copies=True,
+        throughput_warmup_steps=THROUGHPUT_WARMUP_STEPS,
+        adapter_dtype="bf16",
+        compile=compile_,
+        liger=bool(liger),
+        loss_tolerance=float(cfg.get("loss_tolerance", 0.02)),
+        notes=notes,
+    )
 
 
 def hyperparameter_overrides(runtime: Runtime, family: str, strategy: str) -> dict:
     """Study B settings that the selected job set changes (the older 70B ZeRO-3 set: :data:`OLD_70B_ZERO3`)."""
-    if runtime.series == "faithful" and runtime.job_set == "2025-11" and strategy == "zero3" and "70b" in family.lower():
+    if (
+        runtime.series == "faithful"
+        and runtime.job_set == "2025-11"
+        and strategy == "zero3"
+        and "70b" in family.lower()
+    ):
         return dict(OLD_70B_ZERO3)
     return {}
 
@@ -225,10 +271,15 @@ def train_runtime(step_end_s: list[float], step_start_s: list[float], warmup: in
     if n <= warmup:
         return {"train_runtime_s": None, "train_samples_per_second": None, "steps": 0, "warmup_steps": warmup}
     runtime = step_end_s[-1] - step_start_s[warmup]
-    return {"train_runtime_s": runtime, "train_samples_per_second": (n - warmup) * samples_per_step / runtime,
-            "ms_per_step": 1e3 * runtime / (n - warmup), "steps": n - warmup, "warmup_steps": warmup,
-            "method": "host clock from the start of the first step after the throughput warm-up to the end of the "
-                      "last (device synchronized), as optimum-habana's train_runtime (--throughput_warmup_steps)"}
+    return {
+        "train_runtime_s": runtime,
+        "train_samples_per_second": (n - warmup) * samples_per_step / runtime,
+        "ms_per_step": 1e3 * runtime / (n - warmup),
+        "steps": n - warmup,
+        "warmup_steps": warmup,
+        "method": "host clock from the start of the first step after the throughput warm-up to the end of the "
+        "last (device synchronized), as optimum-habana's train_runtime (--throughput_warmup_steps)",
+    }
 
 
 def settings_of(spec: dict):
@@ -237,7 +288,7 @@ def settings_of(spec: dict):
     steps before the timed window. Used by the job (summary) and by every rank alike."""
     from dataclasses import replace
 
-    from .settings import LoraSettings
+    from accelbench.experiments.lora.settings import LoraSettings
 
     s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
     series = spec.get("series", "ours")

@@ -7,16 +7,18 @@ import importlib.util
 import os
 from dataclasses import asdict, dataclass, field
 
-from ... import backends, precisions
-from ...errors import ConfigError
+from accelbench import backends, precisions
+from accelbench.errors import ConfigError
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
 ATTENTIONS = ("eager", "flash")
 # Found by running it (accelerate 1.15, transformers 5.24): AcceleratorState turns FSDP on only for accelerator
 # distributed types (MULTI_GPU/HPU/XPU/...); with CPU processes (MULTI_CPU, gloo) the FSDP request is dropped and
 # Trainer wraps the model in DDP instead, so a CPU "FSDP" run would be a mislabelled DDP run.
-FSDP_CPU_REASON = ("FSDP through transformers' Trainer needs an accelerator: accelerate {accelerate} enables FSDP only "
-                   "for GPU/HPU/XPU process groups; with CPU (gloo) processes it silently trains with DDP instead")
+FSDP_CPU_REASON = (
+    "FSDP through transformers' Trainer needs an accelerator: accelerate {accelerate} enables FSDP only "
+    "for GPU/HPU/XPU process groups; with CPU (gloo) processes it silently trains with DDP instead"
+)
 
 
 def _version(dist: str) -> str | None:
@@ -44,9 +46,9 @@ class LoraSettings:
     grad_accum: int = 2
     seq_len: int = 512
     precision: str = "bf16"  # bf16 | fp32 (bf16 falls back to fp32 where the system lacks it)
-    warmup_steps: int = 2    # untimed optimizer steps
-    timed_steps: int = 10    # timed optimizer steps
-    eval_blocks: int = 8     # held-out blocks for the loss before/after training
+    warmup_steps: int = 2  # untimed optimizer steps
+    timed_steps: int = 10  # timed optimizer steps
+    eval_blocks: int = 8  # held-out blocks for the loss before/after training
     seed: int = 0
 
     def to_dict(self) -> dict:
@@ -111,8 +113,15 @@ def attention_implementation(attention: str, backend: str, optimum_habana_versio
     return backends.get(backend).flash_attention(optimum_habana_version)
 
 
-def plan_run(strategy: str, devices: int, attention: str, system, settings: LoraSettings,
-             available: int | None = None, run_emulated: tuple[str, ...] = ()) -> Plan:
+def plan_run(
+    strategy: str,
+    devices: int,
+    attention: str,
+    system,
+    settings: LoraSettings,
+    available: int | None = None,
+    run_emulated: tuple[str, ...] = (),
+) -> Plan:
     """Decide whether a (strategy, devices, attention) case can run on ``system``; unsupported cases get a reason.
 
     Rules: ``single`` needs exactly 1 device, the others at least 2; ``devices`` must not exceed the devices
@@ -135,9 +144,15 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
     if emulated:
         precision = "fp32"
         notes.append(f"fp32 used: {emulated}")
-    base = dict(strategy=strategy, devices=devices, attention=attention, attn_implementation=impl,
-                precision=precision, notes=notes)
-    from ...multinode import job_limit_reason, node_plan
+    base = dict(
+        strategy=strategy,
+        devices=devices,
+        attention=attention,
+        attn_implementation=impl,
+        precision=precision,
+        notes=notes,
+    )
+    from accelbench.multinode import job_limit_reason, node_plan
 
     nodes = node_plan(system, devices, "lora_finetune.runs devices")
     if nodes.nodes > 1:  # several nodes: ranks per node against one node, the total against the system's `devices`
@@ -153,7 +168,9 @@ def plan_run(strategy: str, devices: int, attention: str, system, settings: Lora
         return Plan(**base, status="unsupported", reason=f"strategy {strategy!r} needs at least 2 devices")
     if devices > available:
         what = f"{system.backend} devices" if ops.accelerator else "CPU cores (one gloo process each)"
-        return Plan(**base, status="unsupported", reason=f"{devices} devices requested, {system.name} has {available} {what}")
+        return Plan(
+            **base, status="unsupported", reason=f"{devices} devices requested, {system.name} has {available} {what}"
+        )
     if strategy == "fsdp" and not ops.accelerator:
         return Plan(**base, status="unsupported", reason=FSDP_CPU_REASON.format(accelerate=_version("accelerate")))
     if strategy == "zero3" and importlib.util.find_spec("deepspeed") is None:
@@ -167,4 +184,3 @@ def hpu_lazy_mode(strategy: str) -> str:
     """``PT_HPU_LAZY_MODE`` for a strategy: Study B ran Gaudi in lazy mode (1) except FSDP (0, eager/compile).
     Must be set before ``habana_frameworks`` is imported."""
     return "0" if strategy == "fsdp" else "1"
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from ...measure import StepClock
+from accelbench.measure import StepClock
 
 
 def make_step_timer(device, world: int):
@@ -45,14 +45,19 @@ def make_step_timer(device, world: int):
                 if hasattr(w, "_orig_mod"):  # torch.compile around the wrapper (Trainer compiles the DDP model)
                     w = w._orig_mod
                     self.wrapped_as += f"({type(w).__name__})"
-                self.distributed = {"distributed_type": str(t.accelerator.distributed_type),
-                                    "ddp": {"static_graph": getattr(w, "static_graph", None),
-                                            "gradient_as_bucket_view": getattr(w, "gradient_as_bucket_view", None),
-                                            "bucket_cap_mb": getattr(w, "bucket_bytes_cap", 0) / 2**20 or None}
-                                    if type(w).__name__ == "DistributedDataParallel" else None,
-                                    "args_world_size": t.args.world_size,
-                                    "process_group": dist.get_backend() if dist.is_initialized() else None,
-                                    "process_group_size": dist.get_world_size() if dist.is_initialized() else 1}
+                self.distributed = {
+                    "distributed_type": str(t.accelerator.distributed_type),
+                    "ddp": {
+                        "static_graph": getattr(w, "static_graph", None),
+                        "gradient_as_bucket_view": getattr(w, "gradient_as_bucket_view", None),
+                        "bucket_cap_mb": getattr(w, "bucket_bytes_cap", 0) / 2**20 or None,
+                    }
+                    if type(w).__name__ == "DistributedDataParallel"
+                    else None,
+                    "args_world_size": t.args.world_size,
+                    "process_group": dist.get_backend() if dist.is_initialized() else None,
+                    "process_group_size": dist.get_world_size() if dist.is_initialized() else 1,
+                }
             self.clock.stop()
             if state.global_step >= state.max_steps:  # train_runtime's end: the last step done on the device
                 device.synchronize()

@@ -9,14 +9,27 @@ import os
 import resource
 import time
 
-from ...errors import DataError
-from .data import build_datasets
-from ...flops import lora_flop_counts
-from .model import apply_lora, count_parameters, random_init_place, set_attention, weights_gib
-from .series import SOURCE, gaudi_mode, job_flash_flags, runtime_for, settings_of, train_runtime
-from .settings import Plan, hpu_lazy_mode
-from .timer import make_step_timer
-from .trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
+from accelbench.errors import DataError
+from accelbench.experiments.lora.data import build_datasets
+from accelbench.experiments.lora.model import (
+    apply_lora,
+    count_parameters,
+    random_init_place,
+    set_attention,
+    weights_gib,
+)
+from accelbench.experiments.lora.series import (
+    SOURCE,
+    gaudi_mode,
+    job_flash_flags,
+    runtime_for,
+    settings_of,
+    train_runtime,
+)
+from accelbench.experiments.lora.settings import Plan, hpu_lazy_mode
+from accelbench.experiments.lora.timer import make_step_timer
+from accelbench.experiments.lora.trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
+from accelbench.flops import lora_flop_counts
 
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
 WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
@@ -40,9 +53,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     import torch
 
-    from ... import backends
-    from ...devices import Device
-    from ...models.llm import load_causal_lm
+    from accelbench import backends
+    from accelbench.devices import Device
+    from accelbench.models.llm import load_causal_lm
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -52,8 +65,12 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     if placement is None and threads:
         torch.set_num_threads(max(1, threads // world))
     ops = backends.get(system.backend)
-    runtime = runtime_for(series, spec.get("series_options"), ops.accelerator,
-                          backend_has_compile=ops.accelerator and not ops.optimum_habana)
+    runtime = runtime_for(
+        series,
+        spec.get("series_options"),
+        ops.accelerator,
+        backend_has_compile=ops.accelerator and not ops.optimum_habana,
+    )
     gmode = gaudi_mode(family, plan.strategy, plan.devices, runtime.job_set) if series == "faithful" else None
     if ops.lazy_mode:
         if gmode:
@@ -62,8 +79,13 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
     device = Device(system.backend, index=ops.device_index(local))
     ops.set_device(local)
-    m: dict = {"rank": rank, "world_size": world, "threads": torch.get_num_threads(),
-               "placement": placement, "cudnn_benchmark": torch.backends.cudnn.benchmark}
+    m: dict = {
+        "rank": rank,
+        "world_size": world,
+        "threads": torch.get_num_threads(),
+        "placement": placement,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    }
     tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
     max_steps = s.warmup_steps + s.timed_steps
     phases = m["setup_s"] = {}  # wall seconds of each set-up phase of this rank, logged as it ends
@@ -71,7 +93,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     def phase_done(name: str, since: float, note: str = "") -> float:
         now = time.perf_counter()
         phases[name] = round(now - since, 3)
-        logging.getLogger("accelbench").info("rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since)
+        logging.getLogger("accelbench").info(
+            "rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since
+        )
         return now
 
     t_phase = time.perf_counter()
@@ -89,15 +113,23 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         # ZeRO-3 must see its config before the model is built (zero.Init partitions at load time)
         pre_args = None
         if plan.strategy == "zero3":
-            pre_args = TrainingArguments(**training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, None,
-                                                                     s.eval_blocks))
+            pre_args = TrainingArguments(
+                **training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, None, s.eval_blocks)
+            )
         device.reset_peak_memory()
         free = ops.free_memory_bytes(device.index)
         free_gib = free / 2**30 if free is not None else None
-        n_config = (count_parameters(model_spec) if model_spec.get("source") == "random" and plan.strategy == "fsdp"
-                    else None)
-        place = random_init_place(model_spec, system.backend, plan.strategy,
-                                  weights_gib(n_config, plan.precision) if n_config else None, free_gib, rank=rank)
+        n_config = (
+            count_parameters(model_spec) if model_spec.get("source") == "random" and plan.strategy == "fsdp" else None
+        )
+        place = random_init_place(
+            model_spec,
+            system.backend,
+            plan.strategy,
+            weights_gib(n_config, plan.precision) if n_config else None,
+            free_gib,
+            rank=rank,
+        )
         build_on = {"device": device.torch_device, "device_then_host": device.torch_device, "meta": "meta"}.get(place)
         with torch.device(build_on) if build_on else contextlib.nullcontext():
             by_module = {"init_device": device.torch_device} if place == "device_by_module" else {}
@@ -108,7 +140,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         t_phase = phase_done("model_build", t_phase, f" ({place.replace('_', ' ')})")
         m["model_built_on"] = place
         if model_spec.get("source") == "path":  # a folder written by `accelbench lora-model-export` says its origin
-            from ...models.export import exported_info
+            from accelbench.models.export import exported_info
 
             origin = exported_info(model_spec["path"])
             if origin:
@@ -133,26 +165,48 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
         with_mask = ops.optimum_habana
         train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
-        kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), runtime, family)
+        kw = training_arguments_kwargs(
+            plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), runtime, family
+        )
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
-        m["series"] = {**runtime.to_dict(), "source": SOURCE,
-                       # the job file's Gaudi mode (faithful; applied on Gaudi). Ours on Gaudi: lazy mode except FSDP
-                       "gaudi_mode": gmode,
-                       "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
-                       # whether this run's attention is the one the job files ran (None: both exist, or none set)
-                       "attention_as_job_files": _as_job_files(family, plan),
-                       "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ops.accelerator else None}
-        m["trainer_settings"] = {**{k: kw.get(k) for k in ("logging_strategy", "logging_steps", "logging_nan_inf_filter",
-                                                          "include_num_input_tokens_seen", "average_tokens_across_devices",
-                                                          "lr_scheduler_type", "torch_compile", "use_liger_kernel")},
-                                 "fsdp": kw.get("fsdp"), "fsdp_config": kw.get("fsdp_config"),
-                                 "deepspeed": kw.get("deepspeed"),
-                                 "optim": kw.get("optim", "TrainingArguments default"),
-                                 "batch_copy": ("non_blocking, pinned" if (kw.get("accelerator_config") or {})
-                                                .get("non_blocking") else "accelerate default (blocking)"),
-                                 "attention_mask_in_batch": with_mask, "ddp_options": ddp_options,
-                                 "loss_curve": "LossCurveMixin (device tensors, read after training)",
-                                 "fast_host_step": runtime.fast_host_step}
+        m["series"] = {
+            **runtime.to_dict(),
+            "source": SOURCE,
+            # the job file's Gaudi mode (faithful; applied on Gaudi). Ours on Gaudi: lazy mode except FSDP
+            "gaudi_mode": gmode,
+            "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
+            # whether this run's attention is the one the job files ran (None: both exist, or none set)
+            "attention_as_job_files": _as_job_files(family, plan),
+            "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ops.accelerator else None,
+        }
+        m["trainer_settings"] = {
+            **{
+                k: kw.get(k)
+                for k in (
+                    "logging_strategy",
+                    "logging_steps",
+                    "logging_nan_inf_filter",
+                    "include_num_input_tokens_seen",
+                    "average_tokens_across_devices",
+                    "lr_scheduler_type",
+                    "torch_compile",
+                    "use_liger_kernel",
+                )
+            },
+            "fsdp": kw.get("fsdp"),
+            "fsdp_config": kw.get("fsdp_config"),
+            "deepspeed": kw.get("deepspeed"),
+            "optim": kw.get("optim", "TrainingArguments default"),
+            "batch_copy": (
+                "non_blocking, pinned"
+                if (kw.get("accelerator_config") or {}).get("non_blocking")
+                else "accelerate default (blocking)"
+            ),
+            "attention_mask_in_batch": with_mask,
+            "ddp_options": ddp_options,
+            "loss_curve": "LossCurveMixin (device tensors, read after training)",
+            "fast_host_step": runtime.fast_host_step,
+        }
         if gaudi:
             mode_args = dict(gmode["args"]) if gmode else {"use_lazy_mode": plan.strategy != "fsdp"}
             fused_rope = mode_args.pop("use_fused_rope", None)
@@ -162,7 +216,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
             if fused_rope is False and llama:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
                 model.generation_config.use_fused_rope = False
             args = GaudiTrainingArguments(**kw, **mode_args, use_habana=True, distribution_strategy="ddp")
-            gcfg = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16")
+            gcfg = GaudiConfig(
+                use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16"
+            )
             trainer_cls, extra = GaudiTrainer, {"gaudi_config": gcfg}
         else:
             args = pre_args or TrainingArguments(**kw)
@@ -177,8 +233,15 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         timer = make_step_timer(device, world)
         timer.meter_energy(s.warmup_steps, s.timed_steps)
         trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, runtime.fast_host_step)
-        trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                              data_collator=default_data_collator, callbacks=[timer], **extra)
+        trainer = trainer_cls(
+            model=model,
+            args=args,
+            train_dataset=train_ds,
+            eval_dataset=eval_ds,
+            data_collator=default_data_collator,
+            callbacks=[timer],
+            **extra,
+        )
         timer.trainer = trainer
         fsdp_cfg = kw.get("fsdp_config") or {}
         # TrainingArguments strips the "fsdp_" prefixes of the authors' keys in place
@@ -196,8 +259,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         train_s = time.perf_counter() - t0
         phase_done("train", t0, " (wrapping, evaluations and every step)")
         samples, method = timer.finish()
-        m["train_runtime"] = train_runtime(timer.step_end_s, timer.step_begin_s, s.warmup_steps,
-                                           s.per_device_batch * s.grad_accum * world)
+        m["train_runtime"] = train_runtime(
+            timer.step_end_s, timer.step_begin_s, s.warmup_steps, s.per_device_batch * s.grad_accum * world
+        )
         m["energy"] = timer.clock.energy()  # this rank's device over the timed steps (accelbench.energy)
         losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
@@ -209,30 +273,61 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     except device.out_of_memory_errors() as exc:
         peak = device.peak_memory_bytes()
         msg = str(exc).splitlines()[0]
-        return {"status": "oom", "reason": f"out of device memory on rank {rank}: {msg}", "rank": rank,
-                "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
-                                 "requested": _requested_from_message(msg)}}
+        return {
+            "status": "oom",
+            "reason": f"out of device memory on rank {rank}: {msg}",
+            "rank": rank,
+            "measurements": {
+                **m,
+                "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
+                "requested": _requested_from_message(msg),
+            },
+        }
     if plan.strategy in WRAPPER and WRAPPER[plan.strategy] not in (m["wrapped_as"] or ""):
-        return {"status": "unsupported", "rank": rank, "measurements": m,
-                "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
-                          f"(distributed type {(m['distributed'] or {}).get('distributed_type')})"}
-    m.update({
-        "model": lm.info, "lora_parameters": lora_counts, "data": data_summary,
-        "step_samples_ms": samples, "timing_method": method, "train_wall_s": train_s,
-        "loss_curve": losses, "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
-                                                  "device, mean over ranks, read after training",
-        "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-        "peak_mem_gib": peak / 2**30 if peak is not None else None,
-        "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
-        "host_peak_rss_gib": _host_peak_rss_gib(),
-        "layer_cls": layer_cls,
-    })
+        return {
+            "status": "unsupported",
+            "rank": rank,
+            "measurements": m,
+            "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
+            f"(distributed type {(m['distributed'] or {}).get('distributed_type')})",
+        }
+    m.update(
+        {
+            "model": lm.info,
+            "lora_parameters": lora_counts,
+            "data": data_summary,
+            "step_samples_ms": samples,
+            "timing_method": method,
+            "train_wall_s": train_s,
+            "loss_curve": losses,
+            "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
+            "device, mean over ranks, read after training",
+            "eval_loss_before": eval_before,
+            "eval_loss_after": eval_after,
+            "peak_mem_gib": peak / 2**30 if peak is not None else None,
+            "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
+            "host_peak_rss_gib": _host_peak_rss_gib(),
+            "layer_cls": layer_cls,
+        }
+    )
     return {"status": "ok", "reason": None, "rank": rank, "measurements": m}
 
 
-TRAINER_FIELDS = ("logging_strategy", "logging_steps", "logging_nan_inf_filter", "include_num_input_tokens_seen",
-                  "average_tokens_across_devices", "lr_scheduler_type", "torch_compile", "use_liger_kernel", "optim",
-                  "max_grad_norm", "learning_rate", "gradient_accumulation_steps", "per_device_train_batch_size")
+TRAINER_FIELDS = (
+    "logging_strategy",
+    "logging_steps",
+    "logging_nan_inf_filter",
+    "include_num_input_tokens_seen",
+    "average_tokens_across_devices",
+    "lr_scheduler_type",
+    "torch_compile",
+    "use_liger_kernel",
+    "optim",
+    "max_grad_norm",
+    "learning_rate",
+    "gradient_accumulation_steps",
+    "per_device_train_batch_size",
+)
 
 
 def _plain(v):
@@ -253,4 +348,3 @@ def _requested_from_message(msg: str) -> str | None:
 
     hit = re.search(r"[Tt]ried to allocate ([0-9.]+ ?[KMGT]i?B)", msg)
     return hit.group(1) if hit else None
-

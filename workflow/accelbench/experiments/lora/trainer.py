@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 
-from ... import backends
-from ...errors import ConfigError
-from .series import Runtime
-from .settings import LoraSettings, Plan
+from accelbench import backends
+from accelbench.errors import ConfigError
+from accelbench.experiments.lora.series import Runtime
+from accelbench.experiments.lora.settings import LoraSettings, Plan
 
 # TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
 # training loop; issue 12: the Trainer step was 1.12x a bare loop of the same work on an H200):
@@ -23,13 +23,25 @@ from .settings import LoraSettings, Plan
 # ours compiles the model (TrainingArguments.torch_compile) where it was tried: one device and DDP. FSDP1 and ZeRO-3
 # under Trainer's compile are not measured yet, so they stay eager (recorded: trainer_settings.torch_compile)
 COMPILED_STRATEGIES = ("single", "ddp")
-NO_STEP_SYNC_ARGS = {"logging_strategy": "no", "logging_nan_inf_filter": False,
-                     "include_num_input_tokens_seen": False, "average_tokens_across_devices": False}
+NO_STEP_SYNC_ARGS = {
+    "logging_strategy": "no",
+    "logging_nan_inf_filter": False,
+    "include_num_input_tokens_seen": False,
+    "average_tokens_across_devices": False,
+}
 
 
-def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir: str, max_steps: int,
-                              layer_cls: str | None, eval_blocks: int = 0, runtime: Runtime | None = None,
-                              family: str = "") -> dict:
+def training_arguments_kwargs(
+    plan: Plan,
+    s: LoraSettings,
+    backend: str,
+    out_dir: str,
+    max_steps: int,
+    layer_cls: str | None,
+    eval_blocks: int = 0,
+    runtime: Runtime | None = None,
+    family: str = "",
+) -> dict:
     """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan and series.
 
     ``runtime`` (:func:`.series.runtime_for`; None = ``ours`` with its defaults) decides the series' settings:
@@ -41,19 +53,31 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
     """
     from transformers import TrainingArguments
 
-    from .series import faithful_fsdp_config, faithful_zero3_config, runtime_for
+    from accelbench.experiments.lora.series import faithful_fsdp_config, faithful_zero3_config, runtime_for
 
     ops = backends.get(backend)
     rt = runtime or runtime_for("ours", {"compile": False, "liger": False}, ops.accelerator)
     fields = TrainingArguments.__dataclass_fields__
     # transformers >= 5 takes the warm-up ratio as a float warmup_steps; 4.x (optimum-habana's) has warmup_ratio
     warmup = {"warmup_steps": s.warmup_ratio} if "warmup_ratio" not in fields else {"warmup_ratio": s.warmup_ratio}
-    kw = dict(output_dir=out_dir, per_device_train_batch_size=s.per_device_batch,
-              per_device_eval_batch_size=s.per_device_batch, gradient_accumulation_steps=s.grad_accum,
-              learning_rate=s.lr, lr_scheduler_type=s.lr_scheduler, **warmup,
-              max_grad_norm=s.max_grad_norm, max_steps=max_steps, save_strategy="no",
-              report_to=[], seed=s.seed, bf16=plan.precision == "bf16",
-              dataloader_drop_last=True, disable_tqdm=False, use_cpu=not ops.accelerator)
+    kw = dict(
+        output_dir=out_dir,
+        per_device_train_batch_size=s.per_device_batch,
+        per_device_eval_batch_size=s.per_device_batch,
+        gradient_accumulation_steps=s.grad_accum,
+        learning_rate=s.lr,
+        lr_scheduler_type=s.lr_scheduler,
+        **warmup,
+        max_grad_norm=s.max_grad_norm,
+        max_steps=max_steps,
+        save_strategy="no",
+        report_to=[],
+        seed=s.seed,
+        bf16=plan.precision == "bf16",
+        dataloader_drop_last=True,
+        disable_tqdm=False,
+        use_cpu=not ops.accelerator,
+    )
     if rt.no_step_sync:
         kw.update(NO_STEP_SYNC_ARGS)
     else:  # --logging_steps 1; Trainer's defaults for the rest (NaN/Inf filter on, as optimum-habana 1.18)
@@ -87,17 +111,30 @@ def training_arguments_kwargs(plan: Plan, s: LoraSettings, backend: str, out_dir
         # sync_module_states broadcasts rank 0's weights; accelerate supports it only on accelerators (every
         # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU). BACKWARD_PRE:
         # the next unit's all-gather overlaps this unit's backward (FSDP1 without it: no prefetch at all)
-        kw["fsdp_config"] = {"transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
-                             "use_orig_params": True, "version": 1, "sync_module_states": ops.accelerator,
-                             "backward_prefetch": "BACKWARD_PRE", "cpu_ram_efficient_loading": ops.accelerator}
+        kw["fsdp_config"] = {
+            "transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
+            "use_orig_params": True,
+            "version": 1,
+            "sync_module_states": ops.accelerator,
+            "backward_prefetch": "BACKWARD_PRE",
+            "cpu_ram_efficient_loading": ops.accelerator,
+        }
     if plan.strategy == "zero3" and rt.series == "faithful":  # --deepspeed deepspeed_zero3_config_grad_0.3.json
         kw["deepspeed"] = faithful_zero3_config()
     elif plan.strategy == "zero3":
-        kw["deepspeed"] = {"zero_optimization": {"stage": 3, "overlap_comm": True, "contiguous_gradients": True,
-                                                 "stage3_gather_16bit_weights_on_model_save": True},
-                           "bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
-                           "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                           "train_batch_size": "auto"}
+        kw["deepspeed"] = {
+            "zero_optimization": {
+                "stage": 3,
+                "overlap_comm": True,
+                "contiguous_gradients": True,
+                "stage3_gather_16bit_weights_on_model_save": True,
+            },
+            "bf16": {"enabled": "auto"},
+            "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": "auto",
+            "gradient_clipping": "auto",
+            "train_batch_size": "auto",
+        }
     return kw
 
 
@@ -129,8 +166,12 @@ class LossCurveMixin:
     def _fast_host_ok(self, model) -> bool:
         import torch
 
-        return (self.fast_host_step and isinstance(model, torch.nn.Module)
-                and not getattr(self, "is_fsdp_enabled", False) and not getattr(self, "is_deepspeed_enabled", False))
+        return (
+            self.fast_host_step
+            and isinstance(model, torch.nn.Module)
+            and not getattr(self, "is_fsdp_enabled", False)
+            and not getattr(self, "is_deepspeed_enabled", False)
+        )
 
     def _host_cache(self, model) -> dict:
         """Modules and parameters of ``model`` (read once per wrapped model; the module tree does not change while
@@ -148,7 +189,9 @@ class LossCurveMixin:
             modules = list(model.modules())
             params = list(model.parameters())
             cache[id(model)] = {
-                "modules": modules, "params": params, "trainable": [p for p in params if p.requires_grad],
+                "modules": modules,
+                "params": params,
+                "trainable": [p for p in params if p.requires_grad],
                 "plain_train": all(type(m).train in plain_train for m in modules),
                 "plain_zero_grad": type(model).zero_grad is torch.nn.Module.zero_grad,
             }
@@ -225,20 +268,24 @@ class LossCurveMixin:
 def _already_training(model):
     """A ``train`` for a model whose modules are all in training mode: ``train(True)`` changes nothing (returns the
     model), any other mode goes to ``nn.Module.train``."""
+
     def train(mode: bool = True):
         return model if mode else type(model).train(model, mode)
+
     return train
 
 
 def _cached_zero_grad(model, params: list):
     """``nn.Module.zero_grad`` of ``model`` over its parameters listed once (``params``) instead of a module walk per
     call; ``set_to_none=False`` goes to ``nn.Module.zero_grad``."""
+
     def zero_grad(set_to_none: bool = True) -> None:
         if not set_to_none:
             return type(model).zero_grad(model, False)
         for p in params:
             if p.grad is not None:
                 p.grad = None
+
     return zero_grad
 
 
@@ -257,8 +304,10 @@ def check_ddp_options(ddp: dict | None, grad_accum: int) -> dict:
     if bad:
         raise ConfigError(f"lora_finetune.ddp: unknown option(s) {bad}; allowed: {list(DDP_OPTIONS)}")
     if d.get("static_graph") and grad_accum > 1:
-        raise ConfigError(f"lora_finetune.ddp.static_graph needs lora_finetune.train.grad_accum 1 (is {grad_accum}): "
-                          "DDP's static graph fails with no_sync gradient accumulation")
+        raise ConfigError(
+            f"lora_finetune.ddp.static_graph needs lora_finetune.train.grad_accum 1 (is {grad_accum}): "
+            "DDP's static graph fails with no_sync gradient accumulation"
+        )
     return d
 
 
@@ -272,6 +321,8 @@ def ddp_options_for(plan: Plan, ddp: dict | None, grad_accum: int = 1) -> dict:
 def loss_curve_trainer(base: type, ddp_options: dict | None = None, fast_host_step: bool = True) -> type:
     """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin`, the given DDP options and host step
     (``fast_host_step=False``: Trainer's own per-step walks, as the faithful series)."""
-    return type(f"LossCurve{base.__name__}", (LossCurveMixin, base),
-                {"ddp_options": dict(ddp_options or {}), "fast_host_step": fast_host_step})
-
+    return type(
+        f"LossCurve{base.__name__}",
+        (LossCurveMixin, base),
+        {"ddp_options": dict(ddp_options or {}), "fast_host_step": fast_host_step},
+    )
