@@ -4,7 +4,7 @@ For a product result (``result.json`` of ``unet3d_profile``, one-device ``sr3_sc
 its ``config`` is the rule's spec), this rebuilds the product's own step once (Study A: ``unet3d_profile.Workload``;
 SR3: ``sr3_model.Trainer``; LoRA: ``lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times
 with the meter off and on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the
-product's clock (``measure.time_steps`` / the Trainer's StepClock; :mod:`accelbench.energy`). Each phase runs at least
+product's clock (``measure.time_steps`` / the Trainer's StepClock; :mod:`accelbench.measure.energy`). Each phase runs at least
 ``--seconds`` (steps from the product's median, never fewer than ``--repeat``; LoRA: the result's own timed steps,
 which the training data bounds), so that it holds several windows.
 
@@ -89,7 +89,8 @@ def _steps(median_ms: float | None, seconds: float, repeat: int) -> int:
 
 def _phase(step, device, warmup: int, steps: int, on: bool):
     """(step times in ms, energy) of one phase through the product's clock, the meter on or off."""
-    from accelbench import energy, measure
+    from accelbench.measure import energy
+    from accelbench.measure import timing as measure
 
     energy.configure(energy.Settings(enabled=on, window_s=energy.settings().window_s))
     t = measure.time_steps(step, device, warmup, steps, desc="on" if on else "off")
@@ -99,10 +100,10 @@ def _phase(step, device, warmup: int, steps: int, on: bool):
 def study_a(result: dict, args):
     import torch
 
+    from accelbench.backends.device import Device
+    from accelbench.core.harness import system_from
     from accelbench.data.mri import load_case
-    from accelbench.devices import Device
     from accelbench.experiments import unet3d_profile as exp
-    from accelbench.harness import system_from
 
     spec = result["config"]
     system = system_from(spec)
@@ -129,11 +130,11 @@ def study_a(result: dict, args):
 def sr3(result: dict, args):
     import torch
 
+    from accelbench.backends.device import Device
+    from accelbench.core.harness import system_from
     from accelbench.data import sky
-    from accelbench.devices import Device
     from accelbench.experiments import sr3_model as exp
     from accelbench.experiments.sr3_scaling import Settings
-    from accelbench.harness import system_from
 
     spec = result["config"]
     system = system_from(spec)
@@ -153,10 +154,10 @@ def sr3(result: dict, args):
 
 
 def lora(result: dict, args):
-    from accelbench import energy
+    from accelbench.core.harness import system_from
     from accelbench.experiments.lora.job import Settings
     from accelbench.experiments.lora.train import train_rank
-    from accelbench.harness import system_from
+    from accelbench.measure import energy
 
     spec = dict(result["config"])
     system = system_from(spec)

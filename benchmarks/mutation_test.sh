@@ -14,7 +14,7 @@ mkdir -p "$work/src"
 rm -rf "$work/src/accelbench" "$work/tests" "$work/mutants"
 cp -r "$here/workflow/accelbench" "$work/src/accelbench"
 cp -r "$here/tests" "$here/config" "$here/resources" "$work/"
-only='src/accelbench/measure.py","src/accelbench/ncu.py'
+only='src/accelbench/measure/timing.py","src/accelbench/measure/ncu.py'
 tests='"tests/unit/test_measure.py","tests/unit/test_ncu.py"'
 if [ "${MUTATE_QUALITY:-0}" = 1 ]; then
   only="$only\",\"src/accelbench/experiments/unet3d_profile.py"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from accelbench.config import deep_merge
+from accelbench.core.config import deep_merge
+from accelbench.core.systems import load_systems, probe_devices, resolve_system
 from accelbench.data import mri
 from accelbench.experiments.unet3d_profile import resolve_settings
-from accelbench.systems import load_systems, probe_devices, resolve_system
 
 out = Path(os.environ.get("OUT", "ncu_check"))
 out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelbench.config import deep_merge
+from accelbench.core.config import deep_merge
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -53,6 +53,6 @@ def tiny_config(default_config) -> dict:
 
 @pytest.fixture
 def systems():
-    from accelbench.systems import load_systems
+    from accelbench.core.systems import load_systems
 
     return load_systems(REPO / "config/systems", REPO / "config/system.schema.yaml")

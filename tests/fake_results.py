@@ -9,8 +9,8 @@ import json
 from functools import cache
 from pathlib import Path
 
-from accelbench import provenance, results
-from accelbench.measure import Timing
+from accelbench.core import provenance, results
+from accelbench.measure.timing import Timing
 
 SYSTEMS = {
     "cpu": {"name": "cpu", "backend": "cpu", "devices": 1, "scale": "small"},

@@ -4,7 +4,7 @@ allocation (import the fixtures into a test module to use them)."""
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.experiments.llm_quant.evaluate import Evaluator, token_chunks
 from accelbench.experiments.llm_quant.sensitivity import allocations, sensitivity_map
 

@@ -20,7 +20,7 @@ def tiny_llama():
 
 
 def system(backend="cpu", devices=1, precisions=("fp32", "bf16"), memory=None):
-    from accelbench.systems import System
+    from accelbench.core.systems import System
 
     return System(
         name=backend,
@@ -38,7 +38,7 @@ def run_job(spec: dict, system, out="results/x/lora_finetune/m/a/s/n1/result.jso
     result writing: returns the Outcome."""
     from pathlib import Path
 
-    from accelbench import harness, registry
+    from accelbench.core import harness, registry
     from accelbench.experiments.lora import Settings, run
 
     ctx = harness.JobContext(registry.get("lora_finetune"), spec, "spec.json", None, system, Path(out))

@@ -133,10 +133,10 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
 
 
 def kernel_classes(trace_events: list[dict], steps: int) -> str:
-    """Device kernel time per step by kernel class (:func:`accelbench.measure.classify_kernel`: convolution, GEMM,
+    """Device kernel time per step by kernel class (:func:`accelbench.measure.timing.classify_kernel`: convolution, GEMM,
     normalization, elementwise, layout conversion, ...), in ms, largest first, as JSON (the CSV's ``class_ms``):
     where the GPU's time goes once the host no longer sets the pace."""
-    from accelbench.measure import classify_kernel
+    from accelbench.measure.timing import classify_kernel
 
     per: dict[str, float] = {}
     for e in trace_events:
@@ -154,7 +154,7 @@ def top_kernels(trace_events: list[dict], steps: int, n: int = TOP_KERNELS) -> s
     """The ``n`` device kernels that take the most time, as JSON (the CSV's ``top_kernels``): a list of
     ``[name (first 120 characters), ms per step, launches per step, class]``, largest first. What ``class_ms`` adds
     up, by name: which kernels a class such as ``layout_conversion`` is made of."""
-    from accelbench.measure import classify_kernel
+    from accelbench.measure.timing import classify_kernel
 
     ms: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -269,7 +269,7 @@ def ddp_profile_rank(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from accelbench import launch
+    from accelbench.core import rank_processes as launch
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())

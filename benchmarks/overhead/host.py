@@ -73,8 +73,8 @@ def tiny_lora_spec(
     """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
     layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
     ``seq_len``, ``precision`` and the step counts given."""
+    from accelbench.core.systems import load_systems
     from accelbench.experiments.lora.settings import LoraSettings
-    from accelbench.systems import load_systems
 
     system = load_systems(Path(__file__).resolve().parents[2] / "config" / "systems")["cpu"]
     s = LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)

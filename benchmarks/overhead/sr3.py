@@ -40,10 +40,12 @@ def sr3_rank(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from accelbench import launch, measure, multinode
+    from accelbench.backends.device import Device
+    from accelbench.cluster import multinode
+    from accelbench.core import rank_processes as launch
     from accelbench.data import sky
-    from accelbench.devices import Device
     from accelbench.experiments import sr3_model as exp
+    from accelbench.measure import timing as measure
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())

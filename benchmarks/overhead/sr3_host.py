@@ -52,10 +52,10 @@ FIELDS = [
 def sr3_host_bound(args) -> None:
     import torch
 
-    from accelbench import measure
+    from accelbench.backends.device import Device
     from accelbench.data import sky
-    from accelbench.devices import Device
     from accelbench.experiments import sr3_model as exp
+    from accelbench.measure import timing as measure
 
     data = sky.load(args.data)
     backend = "cuda" if torch.cuda.is_available() else "cpu"

@@ -13,10 +13,10 @@ def study_a(args) -> None:
     import torch
     import torch.nn.functional as F
 
-    from accelbench import measure
+    from accelbench.backends.device import Device
     from accelbench.data.mri import load_case
-    from accelbench.devices import Device
     from accelbench.experiments import unet3d_profile as exp
+    from accelbench.measure import timing as measure
 
     result = json.loads(Path(args.result).read_text())
     spec = result["config"]

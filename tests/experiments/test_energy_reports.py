@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from accelbench import energy
-from accelbench.devices import Device
+from accelbench.backends.device import Device
+from accelbench.measure import energy
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
 from llm_quant_helpers import tiny_llama  # noqa: F401 (module-scoped fixture)
 

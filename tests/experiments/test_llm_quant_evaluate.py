@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.errors import DataError
 from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, token_chunks
 from llm_quant_helpers import chunks, tiny_llama  # noqa: F401 (module-scoped fixtures)

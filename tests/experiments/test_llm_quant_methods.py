@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.experiments.llm_quant import methods
 from accelbench.experiments.llm_quant.evaluate import Evaluator, token_chunks
 from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
 from accelbench.experiments.llm_quant.evaluate import Evaluator
 from accelbench.experiments.llm_quant.layers import MLP_SUBMODULES, SUBMODULES, decoder_layers

@@ -36,7 +36,7 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
         "model": {"weights": "random init"},
         "accuracy": acc,
     }
-    from accelbench import provenance, results
+    from accelbench.core import provenance, results
 
     env = provenance.collect("cpu")
     paths = []
@@ -80,7 +80,7 @@ def test_published_throughput_is_eval_tokens_over_eval_time():
 
 
 def _quant_result(tmp_path, method, bitset, info, eval_s=2.0, fwd=999.0):
-    from accelbench import provenance, results
+    from accelbench.core import provenance, results
 
     env = provenance.collect("cpu")
     cfg = {"system": {"name": "cpu"}, "model": "smollm2_135m", "method": method, "bitset": bitset}

@@ -200,7 +200,7 @@ def test_step_timer_sees_the_wrapper_under_torch_compile():
     "trained the model wrapped as OptimizedModule")."""
     from types import SimpleNamespace
 
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
     from accelbench.experiments.lora.timer import make_step_timer
     from accelbench.experiments.lora.train import WRAPPER
 

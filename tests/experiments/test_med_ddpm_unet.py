@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.experiments import unet3d_profile as exp
 from accelbench.models.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 

@@ -193,7 +193,7 @@ def _ddp_worker(rank: int, world: int, port: int, queue, compiled: bool = False)
 
     import torch.distributed as dist
 
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -411,8 +411,11 @@ def _job(tmp_path, monkeypatch, default_config, systems, devices):
 
 def _ranks_here(monkeypatch, calls: list):
     """Replace torchrun (multinode.run_tee) by running each rank of the launch command in this process, in turn,
-    through :func:`accelbench.harness.rank_main` (placement stubbed: no affinity or parent-death signal here)."""
-    from accelbench import cli, harness, launch, multinode
+    through :func:`accelbench.core.harness.rank_main` (placement stubbed: no affinity or parent-death signal here)."""
+    from accelbench import cli
+    from accelbench.cluster import multinode
+    from accelbench.core import harness
+    from accelbench.core import rank_processes as launch
 
     monkeypatch.setattr(launch, "place_this_rank", lambda threads=None: {"threads": 1, "cpus": None})
 
@@ -509,7 +512,8 @@ def test_ranks_are_merged_into_one_ok_result(tmp_path, default_config, systems, 
 
 
 def test_failed_ranks_fail_the_job(tmp_path, default_config, systems, monkeypatch):
-    from accelbench import cli, multinode
+    from accelbench import cli
+    from accelbench.cluster import multinode
 
     monkeypatch.setattr(multinode, "run_tee", lambda cmd, env=None, **kw: (1, "RuntimeError: boom\n"))
     argv, out = _job(tmp_path, monkeypatch, default_config, systems, 2)
@@ -520,7 +524,7 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     """Issue 24: the DataLoader pins host memory on a backend whose copies overlap the device's work (CUDA), so
     `.to(non_blocking=True)` never makes the host wait; elsewhere it does not pin (nothing to overlap)."""
     from accelbench import backends
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     s = tiny_settings()
     data = sr3.PatchSet(
@@ -536,7 +540,7 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
 
 def _trainer(conf_name: str, s=None, device=None) -> sr3.Trainer:
     """A tiny CPU Trainer in configuration ``conf_name``'s data path (workers, copy) and host syncs."""
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     s = s or tiny_settings()
     c = sr3_configs.get(conf_name)
@@ -751,7 +755,7 @@ def test_flop_count_leaves_the_compiled_step_compiled(monkeypatch):
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     s = tiny_settings()
     data = sr3.PatchSet(np.random.rand(16, 32, 32).astype(np.float32), np.random.rand(16, 8, 8).astype(np.float32), 32)
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, **sr3_configs.get("bf16_compile").trainer_options())
     before = [p.detach().clone() for p in tr.model.parameters()]
@@ -803,7 +807,7 @@ def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
 def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):
     """The faithful step reads the loss (loss.item()) and, distributed, waits at a barrier every iteration; ours
     returns the loss as a device tensor and never waits (the timed loop adds no host synchronisation)."""
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     s = tiny_settings()
     data = sr3.PatchSet(
@@ -839,8 +843,8 @@ def test_ours_loss_curve_is_checked_against_the_faithful_run():
 def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
     """On a GPU: the host synchronisations inside the timed loop are counted (torch.cuda.set_sync_debug_mode):
     none for ours, at least one per iteration for the faithful series (its loss.item())."""
-    from accelbench import measure
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
+    from accelbench.measure import timing as measure
 
     s = tiny_settings()
     data = sr3.PatchSet(

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.experiments import unet3d_profile as exp
 
 

@@ -11,8 +11,7 @@ import yaml
 import yte
 from packaging.specifiers import SpecifierSet
 
-from accelbench.cluster import device_report, slurm_submission_hints
-from accelbench.containers import (
+from accelbench.cluster.containers import (
     apptainer_environment,
     check_images,
     check_installed,
@@ -22,6 +21,7 @@ from accelbench.containers import (
     require_apptainer,
     specifiers_overlap,
 )
+from accelbench.cluster.node_report import device_report, slurm_submission_hints
 from accelbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

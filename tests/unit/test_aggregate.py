@@ -3,8 +3,8 @@ import json
 import pandas as pd
 import pytest
 
-from accelbench import provenance, results
 from accelbench.aggregate import study_a
+from accelbench.core import provenance, results
 from accelbench.errors import ResultError
 
 CLAIMS = "resources/reference/study_a_claims.csv"

@@ -1,5 +1,5 @@
 """The energy tables and figure (accelbench.aggregate.energy) from results whose measurements.energy is made by the
-real producer (accelbench.energy.summarize / merge_ranks / report), and their schema."""
+real producer (accelbench.measure.energy.summarize / merge_ranks / report), and their schema."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 import fake_results
-from accelbench import energy, validate
 from accelbench.aggregate import energy as agg
-from accelbench.energy import Settings, Window
+from accelbench.core import validate
+from accelbench.measure import energy
+from accelbench.measure.energy import Settings, Window
 
 REFERENCE = "resources/reference/study_b_sr3_scaling.csv"
 COUNTER = {

@@ -18,24 +18,10 @@ from accelbench.errors import ConfigError
 REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "workflow/accelbench"
 
-# Modules that ask the backend object instead of comparing backend names (keep this list when converting more).
-CONVERTED = [
-    "devices.py",
-    "multinode.py",
-    "systems.py",
-    "provenance.py",
-    "locks.py",
-    "launch.py",
-    "measure.py",
-    "containers.py",
-    "cluster.py",
-    "hostload.py",
-    "ncu.py",
-    "../rules/common.smk",
-    "../rules/cluster.smk",
-]
-# ... and every module of experiments/ (found, so a new experiment module is guarded without being listed)
-CONVERTED += sorted(str(p.relative_to(PKG)) for p in (PKG / "experiments").rglob("*.py"))
+# Every module outside backends/ asks the backend object instead of comparing backend names (found, so a new module
+# is guarded without being listed), and the rule files too.
+CONVERTED = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if p.relative_to(PKG).parts[0] != "backends")
+CONVERTED += ["../rules/common.smk", "../rules/cluster.smk"]
 
 NAMES = r"(?:cpu|cuda|hpu|habana)"
 # `backend == "cuda"`, `system.backend != "cpu"`, `found["backend"] in ("cuda", ...)`, `"hpu" == backend`,
@@ -85,8 +71,8 @@ def test_schema_enums_are_the_table():
     schema files list none, their loaders fill the table's names in."""
     import json
 
-    from accelbench.config import SYSTEM_SCHEMA, load_schema, schema_errors
-    from accelbench.validate import _schemas
+    from accelbench.core.config import SYSTEM_SCHEMA, load_schema, schema_errors
+    from accelbench.core.validate import _schemas
 
     assert "enum" not in yaml.safe_load((REPO / "config/system.schema.yaml").read_text())["properties"]["backend"]
     assert load_schema(REPO / "config/system.schema.yaml")["properties"]["backend"]["enum"] == list(backends.BACKENDS)
@@ -104,7 +90,7 @@ def test_schema_enums_are_the_table():
 
 
 def test_cpu_device_ops():
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     dev = Device("cpu")
     assert dev.backend == "cpu" and dev.ops is backends.get("cpu") and dev == Device("cpu")
@@ -134,9 +120,10 @@ def test_cpu_device_ops():
 
 
 def test_per_backend_facts_as_before():
-    from accelbench import locks, multinode
-    from accelbench.devices import Device
-    from accelbench.measure import StepClock
+    from accelbench.backends.device import Device
+    from accelbench.cluster import multinode
+    from accelbench.core import locks
+    from accelbench.measure.timing import StepClock
 
     assert [multinode.collective_backend(n) for n in ("cpu", "cuda", "hpu")] == ["gloo", "nccl", "hccl"]
     assert backends.get("cuda").device_index(3) == 3 and backends.get("hpu").device_index(3) == 0
@@ -157,7 +144,7 @@ def test_detect_finds_a_backend_of_the_table():
 
 
 def test_software_label_keeps_its_field_order():
-    from accelbench.provenance import software_label
+    from accelbench.core.provenance import software_label
 
     env = {
         "hardware": {"driver": "580", "synapseai": "1.21", "cudnn": 91300, "cuda": "13.0"},
@@ -174,8 +161,8 @@ def test_hpu_importable_without_habana_frameworks():
         "    def find_spec(self, name, path, target=None):\n"
         "        if name.split('.')[0] == 'habana_frameworks': raise ImportError('blocked: ' + name)\n"
         "sys.meta_path.insert(0, Block())\n"
-        "import accelbench.backends, accelbench.backends.hpu, accelbench.devices, accelbench.systems\n"
-        "import accelbench.provenance, accelbench.containers, accelbench.cluster, accelbench.multinode\n"
+        "import accelbench.backends, accelbench.backends.hpu, accelbench.backends.device, accelbench.core.systems\n"
+        "import accelbench.core.provenance, accelbench.cluster.containers, accelbench.cluster.node_report, accelbench.cluster.multinode\n"
         "from accelbench import backends\n"
         "hpu = backends.get('hpu')\n"
         "assert hpu.collective == 'hccl' and hpu.container_image == 'habana'\n"

@@ -10,7 +10,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from accelbench.config import coerce_to_schema, cross_field_errors, validate_config
+from accelbench.core.config import coerce_to_schema, cross_field_errors, validate_config
 from accelbench.data import mri, sky
 from accelbench.errors import ConfigError, DataError
 from conftest import REPO

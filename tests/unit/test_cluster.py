@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from snakemake_interface_executor_plugins.settings import ExecMode
 
-from accelbench.cluster import failed_job_summaries, honour_slurm_no_account, require_backend_for_local_jobs
+from accelbench.cluster.node_report import failed_job_summaries, honour_slurm_no_account, require_backend_for_local_jobs
 from accelbench.errors import SystemMismatchError
 
 
@@ -25,7 +25,7 @@ def fake_workflow(local_exec: bool, mode=ExecMode.DEFAULT, **settings):
 
 
 def test_device_check_runs_only_where_jobs_run_here(systems, monkeypatch):
-    import accelbench.systems as sysmod
+    import accelbench.core.systems as sysmod
 
     monkeypatch.setattr(sysmod, "probe_devices", lambda: {"backend": "cpu", "count": 0, "names": []})
     with pytest.raises(SystemMismatchError, match="system 'h100' needs backend 'cuda'"):

@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from accelbench.config import deep_merge, load_config, validate_config
+from accelbench.core.config import deep_merge, load_config, validate_config
 from accelbench.errors import ConfigError
 
 
@@ -63,7 +63,7 @@ def test_deep_merge():
 def test_tiny_example_is_what_the_tests_run_and_validates(default_config, tiny_config):
     """config/examples/tiny.yaml (what `snakemake --configfile config/examples/tiny.yaml` merges over the default)
     holds overrides of known keys only, and the merged tiny configuration validates against the schema."""
-    from accelbench.config import schema_errors
+    from accelbench.core.config import schema_errors
     from conftest import REPO, TINY
 
     tiny = yaml.safe_load(TINY.read_text())

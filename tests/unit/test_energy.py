@@ -1,13 +1,14 @@
-"""The energy meter (accelbench.energy) with a scripted counter and a scripted host clock: windows, J/step, W,
+"""The energy meter (accelbench.measure.energy) with a scripted counter and a scripted host clock: windows, J/step, W,
 wrap-around, a counter that is not supported, windows shorter than the counter's update period, ranks."""
 
 from __future__ import annotations
 
 import pytest
 
-from accelbench import energy, measure
-from accelbench.devices import Device
-from accelbench.energy import Counter, CounterUnavailable, EnergyMeter, Settings
+from accelbench.backends.device import Device
+from accelbench.measure import energy
+from accelbench.measure import timing as measure
+from accelbench.measure.energy import Counter, CounterUnavailable, EnergyMeter, Settings
 
 
 class Clock:

@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from accelbench import energy
-from accelbench.devices import Device
+from accelbench.backends.device import Device
+from accelbench.measure import energy
 from conftest import REPO
 
 

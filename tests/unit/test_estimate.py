@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from test_precisions import unet3d_spec
 
-from accelbench import estimate
 from accelbench.backends import cpu
+from accelbench.core import estimate
 
 
 def test_fmt():
@@ -114,7 +114,7 @@ def test_calibration_is_short():
 
 
 def test_every_study_experiment_keeps_a_cost_model():
-    from accelbench import registry
+    from accelbench.core import registry
 
     for name in registry.names():
         assert callable(getattr(registry.get(name).load(), "estimate_s", None)), name

@@ -65,7 +65,7 @@ def test_h200_run_beside_the_committed_reference_run_gives_tables(tmp_path):
 KILLED_REDO = """
 import os, signal, sys
 from pathlib import Path
-from accelbench import results
+from accelbench.core import results
 out = Path(sys.argv[1])
 with results.superseding(out, "cpu", "sr3_scaling"):
     (out.parent / "samples.npz").write_bytes(b"PK partial")  # a side file of the new run
@@ -84,7 +84,7 @@ def test_killed_redo_leaves_the_folder_not_current_and_the_rerun_puts_the_old_fi
     import subprocess
     import sys
 
-    from accelbench import results, validate
+    from accelbench.core import results, validate
 
     out = tmp_path / "results/cpu/sr3_scaling/fp32/devices_1/result.json"
     _finished(out.parent)
@@ -112,7 +112,7 @@ def test_killed_redo_leaves_the_folder_not_current_and_the_rerun_puts_the_old_fi
 
 # --------------------------------------------------------------------------- 7, 10, deep nesting: result files
 def test_negative_timings_are_refused_by_validation(tmp_path):
-    from accelbench import validate
+    from accelbench.core import validate
 
     r = fr.sr3("cpu", 1, 641.4)
     r["measurements"]["iteration"].update(median=-641.4, samples=[-641.4, 1.0])
@@ -126,8 +126,8 @@ def test_negative_timings_are_refused_by_validation(tmp_path):
 def test_result_file_that_would_hang_or_exhaust_memory_is_one_line(tmp_path, kind):
     import os
 
-    from accelbench import validate
     from accelbench.aggregate.common import load_results
+    from accelbench.core import validate
     from accelbench.errors import ResultError
 
     p = tmp_path / "results/lab/sr3_scaling/fp32/devices_1/result.json"
@@ -190,7 +190,7 @@ g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
     ],
 )
 def test_bad_config_value_is_one_line_naming_the_key(default_config, path, value, message):
-    from accelbench.config import validate_config
+    from accelbench.core.config import validate_config
     from accelbench.errors import ConfigError
 
     *parents, last = path.split(".")
@@ -204,7 +204,7 @@ def test_bad_config_value_is_one_line_naming_the_key(default_config, path, value
 
 
 def test_ordinary_results_dirs_are_accepted():
-    from accelbench.config import results_dir_errors
+    from accelbench.core.config import results_dir_errors
 
     assert [results_dir_errors(v) for v in ("results", "/results", "/tmp/x", "~/r", "/usr/src/app/results")] == [[]] * 5
 
@@ -214,7 +214,7 @@ def test_yaml_alias_bomb_and_duplicate_keys_are_refused(tmp_path, default_config
 
     import yaml
 
-    from accelbench.config import read_yaml, validate_config
+    from accelbench.core.config import read_yaml, validate_config
     from accelbench.errors import ConfigError
 
     bomb = tmp_path / "bomb.yaml"
@@ -325,7 +325,7 @@ def test_mask_off_the_image_grid_or_of_another_shape_stops_at_prepare(tmp_path):
 def test_overlapping_device_sets_exclude_each_other(tmp_path, monkeypatch, first, second, exclusive):
     import threading
 
-    from accelbench import locks
+    from accelbench.core import locks
 
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path))
     env = lambda v: {} if v is None else {"CUDA_VISIBLE_DEVICES": v}  # noqa: E731
@@ -344,7 +344,7 @@ def test_overlapping_device_sets_exclude_each_other(tmp_path, monkeypatch, first
 
 
 def test_unusable_lock_folder_is_one_line(tmp_path, monkeypatch):
-    from accelbench import locks
+    from accelbench.core import locks
     from accelbench.errors import AccelbenchError
 
     (tmp_path / "file").write_text("")

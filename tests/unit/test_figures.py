@@ -159,7 +159,7 @@ def test_study_a_figures(tmp_path, capture):
 
 # ---------------------------------------------------------------- Study A counters
 def _ncu(tmp_path, system, conf, status="ok", cycles=1e9, hw="NVIDIA H200", backend="cuda"):
-    from accelbench import provenance, results
+    from accelbench.core import provenance, results
 
     env = provenance.collect("cpu")
     env["hardware"].update(
@@ -214,7 +214,7 @@ def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, cap
 
 # ---------------------------------------------------------------- Study B SR3
 def _env(hw, backend, threads=2):
-    from accelbench import provenance
+    from accelbench.core import provenance
 
     env = provenance.collect("cpu")
     env["hardware"].update(
@@ -230,7 +230,7 @@ def _env(hw, backend, threads=2):
 def _sr3(tmp_path, system, devices, scale, it_ms, backend="cpu", hw="AMD EPYC", status="ok"):
     import numpy as np
 
-    from accelbench import results
+    from accelbench.core import results
 
     cfg = {
         "system": {"name": system, "scale": scale},
@@ -304,7 +304,7 @@ def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture)
 
 # ---------------------------------------------------------------- Study B LoRA
 def _lora(tmp_path, attention, strategy, devices, step_ms, epoch_min=None, status="ok"):
-    from accelbench import results
+    from accelbench.core import results
 
     cfg = {
         "system": {"name": "cpu", "scale": "small"},
@@ -372,7 +372,7 @@ def test_lora_figure_no_blank_axis_and_readable_fonts(tmp_path, capture):
 
 # ---------------------------------------------------------------- Study B quantization
 def _quant_sens(tmp_path, per_layer=True):
-    from accelbench import results
+    from accelbench.core import results
 
     n = 6
     layers = [

@@ -1,11 +1,11 @@
-"""Study B LoRA FLOP accounting (:mod:`accelbench.flops`)."""
+"""Study B LoRA FLOP accounting (:mod:`accelbench.measure.flops`)."""
 
 import pytest
 import torch
 
 from accelbench.experiments.lora.model import apply_lora
 from accelbench.experiments.lora.settings import LoraSettings
-from accelbench.flops import flops_per_token, lora_flop_counts
+from accelbench.measure.flops import flops_per_token, lora_flop_counts
 
 
 def test_flops_formula():
@@ -49,7 +49,7 @@ def test_lora_flops_match_flop_counter(targets, tied):
 def test_forward_flops_and_the_quantization_eval_mfu():
     """Inference FLOPs per token are a third of PaLM's training count; the evaluation's MFU uses them per second."""
     from accelbench.experiments.llm_quant.run import eval_mfu
-    from accelbench.flops import forward_flops_per_token
+    from accelbench.measure.flops import forward_flops_per_token
 
     f = forward_flops_per_token(n_params=1000, layers=2, hidden=8, seq_len=4)
     assert f["value"] == 2 * 1000 + 4 * 2 * 8 * 4 and "PaLM" in f["formula"]

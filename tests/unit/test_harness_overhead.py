@@ -97,7 +97,7 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
     assert m["compute_ms"] == pytest.approx(0.3) and m["gpu_idle_ms"] == pytest.approx(0.1)  # 600-700, 800-900
     assert m["kernels_per_step"] == 1.5
     classes = json.loads(m["class_ms"])  # kernel time per step by class, largest first
-    from accelbench.measure import classify_kernel
+    from accelbench.measure.timing import classify_kernel
 
     nccl = classify_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
     assert classes == {"gemm": 0.25, nccl: 0.15} and list(classes) == ["gemm", nccl]
@@ -131,8 +131,8 @@ def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):
     the variants' DDP options, threads per rank."""
     import subprocess
 
+    from accelbench.core.systems import System
     from accelbench.experiments.lora.settings import LoraSettings
-    from accelbench.systems import System
 
     s = LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=1, timed_steps=2, precision="fp32")
     system = System(name="cpu", backend="cpu", devices=2, precisions=("fp32",), image="cpu", scale="small")
@@ -461,8 +461,8 @@ def lora():
 
 def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
     """A LoRA result.json of a tiny random-init Llama on ``backend`` whose measurements are ``measurements``."""
+    from accelbench.core.systems import System
     from accelbench.experiments.lora.settings import LoraSettings
-    from accelbench.systems import System
 
     s = LoraSettings(
         r=4,
@@ -584,7 +584,7 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     import numpy as np
     import torch
 
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
     from accelbench.experiments import sr3_configs
     from accelbench.experiments import sr3_model as exp
 

@@ -1,4 +1,4 @@
-"""Host load around a measurement and the `noisy` flag (accelbench.hostload)."""
+"""Host load around a measurement and the `noisy` flag (accelbench.measure.hostload)."""
 
 import json
 import multiprocessing as mp
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from accelbench import hostload
+from accelbench.measure import hostload
 
 psutil = pytest.importorskip("psutil")
 
@@ -72,8 +72,8 @@ def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monk
     config's thresholds; a result that did not run gets none."""
     import json
 
-    from accelbench import harness, registry
-    from accelbench.outcome import Outcome
+    from accelbench.core import harness, registry
+    from accelbench.core.outcome import Outcome
 
     monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
     hostload.start_job()

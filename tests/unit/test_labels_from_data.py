@@ -18,9 +18,9 @@ from accelbench.aggregate import energy as energy_agg
 from accelbench.aggregate import study_b_quant as quant
 from accelbench.aggregate import study_b_sr3 as sr3
 from accelbench.aggregate.common import load_results, model_display
-from accelbench.energy import LABEL
+from accelbench.core.validate import BOUNDS_SINCE, problems_of, validate_files, warnings_of
 from accelbench.experiments.llm_quant.accuracy import label_baselines, sample_baselines
-from accelbench.validate import BOUNDS_SINCE, problems_of, validate_files, warnings_of
+from accelbench.measure.energy import LABEL
 
 REF = Path("resources/reference")
 RUNS = Path("reference_runs")

@@ -3,9 +3,10 @@ from pathlib import Path
 
 import pytest
 
-from accelbench import flops, measure
-from accelbench.devices import Device
-from accelbench.measure import KernelRecord
+from accelbench.backends.device import Device
+from accelbench.measure import flops
+from accelbench.measure import timing as measure
+from accelbench.measure.timing import KernelRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

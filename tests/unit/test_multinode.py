@@ -1,10 +1,10 @@
-"""Multi-node planning, Slurm request, launch command and NCCL transport parsing (accelbench.multinode)."""
+"""Multi-node planning, Slurm request, launch command and NCCL transport parsing (accelbench.cluster.multinode)."""
 
 import dataclasses
 
 import pytest
 
-from accelbench import multinode as mn
+from accelbench.cluster import multinode as mn
 from accelbench.errors import ConfigError
 from accelbench.experiments import net_smoke
 

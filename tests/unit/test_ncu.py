@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelbench import measure, ncu
 from accelbench.experiments import unet3d_ncu
+from accelbench.measure import ncu
+from accelbench.measure import timing as measure
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ncu_raw.csv"
 
@@ -381,8 +382,8 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
 def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
     """The coverage share divides ncu replay time by torch.profiler step time: the table says so and gives the
     share with both sides from torch.profiler beside it."""
-    from accelbench import provenance, results
     from accelbench.aggregate import study_a_ncu
+    from accelbench.core import provenance, results
 
     env = provenance.collect("cpu")
     paths = []

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from accelbench import harness, precisions, provenance, registry
 from accelbench.backends import cpu
+from accelbench.core import harness, precisions, provenance, registry
 from accelbench.experiments.lora.settings import LoraSettings, plan_run
 from lora_helpers import system
 

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from accelbench import provenance, reference_runs, results
+from accelbench.aggregate import reference_runs
+from accelbench.core import provenance, results
 from accelbench.errors import DataError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelbench import registry
+from accelbench.core import registry
 from conftest import REPO
 
 PACKAGE = REPO / "workflow/accelbench"
@@ -20,8 +20,8 @@ NAMES = set(registry.EXPERIMENTS)
 
 def test_the_result_schema_and_the_config_schema_take_their_names_from_the_registry():
     """The schema files list no experiment; the loaders fill the names in from the registry."""
-    from accelbench.config import load_schema, schema_errors
-    from accelbench.validate import _schemas
+    from accelbench.core.config import load_schema, schema_errors
+    from accelbench.core.validate import _schemas
 
     raw = json.loads((PACKAGE / "schemas/result.json").read_text())
     assert "enum" not in raw["properties"]["experiment"]
@@ -110,7 +110,7 @@ def test_no_list_of_experiment_names_outside_the_registry():
     found = list(itertools.chain.from_iterable(_name_lists_in_python(p) for p in sources))
     rules = [*(REPO / "workflow/rules").glob("*.smk"), REPO / "Snakefile"]
     found += itertools.chain.from_iterable(_name_lists_in_text(p) for p in rules)
-    assert not found, "experiment names listed outside accelbench/registry.py:\n" + "\n".join(found)
+    assert not found, "experiment names listed outside accelbench/core/registry.py:\n" + "\n".join(found)
 
 
 def test_the_name_list_check_can_fail(tmp_path):

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from accelbench import provenance, results
+from accelbench.core import provenance, results
 from accelbench.errors import ResultError
 
 

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from accelbench import cli, harness, locks, results
-from accelbench.config import schema_errors
+from accelbench import cli
+from accelbench.core import harness, locks, results
+from accelbench.core.config import schema_errors
 from accelbench.errors import AccelbenchError
 from conftest import REPO
 
@@ -135,7 +136,7 @@ def test_device_lock_waits_and_says_who_holds_it(tmp_path, monkeypatch, caplog):
         import threading
 
         threading.Timer(1.5, release.set).start()
-        with caplog.at_level("WARNING", logger="accelbench.locks"):
+        with caplog.at_level("WARNING", logger="accelbench.core.locks"):
             with locks.device_lock("cpu", "results/cpu/waiter/result.json"):
                 waited = time.monotonic() - start
         assert waited >= 1.0  # it really waited for the holder (not a timing claim: a lower bound from the timer)
@@ -180,7 +181,7 @@ def test_lock_wait_is_printed_on_the_notice_fd_with_who_holds_it(tmp_path, monke
 
 def test_known_unsupported_job_does_not_wait_for_the_device_lock(tmp_path, monkeypatch, systems):
     """ncu on a CPU is `unsupported` before any measurement: the job writes it without taking the lock."""
-    from accelbench import harness, registry
+    from accelbench.core import harness, registry
 
     def no_lock(*args, **kwargs):
         raise AssertionError("a job that only writes `unsupported` took the machine-wide lock")
@@ -216,7 +217,7 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(
     when its torchrun fails): the guard of every measurement command, with the device lock in a private folder."""
     from test_sr3_scaling import _spec
 
-    from accelbench import multinode
+    from accelbench.cluster import multinode
 
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.chdir(tmp_path)  # the launcher's rank folders (.snakemake/accelbench/ranks)

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
+from accelbench.core.systems import load_systems, match_system, require_backend, resolve_system
 from accelbench.errors import ConfigError, SystemMismatchError
-from accelbench.systems import load_systems, match_system, require_backend, resolve_system
 
 CPU_ONLY = {"backend": "cpu", "count": 1, "names": []}
 

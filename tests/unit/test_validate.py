@@ -9,11 +9,12 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import fake_results as fr
-from accelbench import cli, harness, registry
+from accelbench import cli
+from accelbench.core import harness, registry
+from accelbench.core.outcome import Outcome
+from accelbench.core.systems import System
+from accelbench.core.validate import EXPERIMENTS, _schemas, problems_of, validate_files
 from accelbench.errors import ResultError
-from accelbench.outcome import Outcome
-from accelbench.systems import System
-from accelbench.validate import EXPERIMENTS, _schemas, problems_of, validate_files
 
 VALID = {
     "unet3d_profile ok": lambda: fr.unet3d("cpu", "baseline"),

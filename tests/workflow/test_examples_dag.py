@@ -19,7 +19,7 @@ EXAMPLES = sorted((REPO / "config/examples").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_validates_and_its_command_plans(path, default_config, tmp_path):
-    from accelbench.config import deep_merge, validate_config
+    from accelbench.core.config import deep_merge, validate_config
 
     validate_config(deep_merge(copy.deepcopy(default_config), yaml.safe_load(path.read_text())))
     (tmp_path / "config").symlink_to(REPO / "config")  # the Snakefile's `configfile:` is read in the work dir

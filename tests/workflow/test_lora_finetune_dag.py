@@ -95,7 +95,7 @@ def test_lora_series_configs_plan_both_series(tmp_path, default_config):
     counts (70B sharded on 4/6/8 with flash attention)."""
     from pathlib import Path
 
-    from accelbench.config import deep_merge
+    from accelbench.core.config import deep_merge
 
     repo = Path(__file__).resolve().parents[2]
     cfg = deep_merge(default_config, yaml.safe_load((repo / "config/examples/gpu_lora_h200.yaml").read_text()))

@@ -1,10 +1,10 @@
 """Command-line entry points: one per Snakemake rule (rules call these with ``shell:``).
 
 Run ``accelbench --help`` for the list. Measurement commands are made from the registry of experiments
-(:mod:`accelbench.registry`): one per experiment, each taking its resolved settings as one JSON file (``--spec``:
+(:mod:`accelbench.core.registry`): one per experiment, each taking its resolved settings as one JSON file (``--spec``:
 the rule writes it from the validated config under ``.snakemake/accelbench/spec/``; an inline JSON object is
 accepted by hand), the result to write (``--out``) and the experiment's named inputs, and running through the one
-job harness (:mod:`accelbench.harness`). Every output is written atomically.
+job harness (:mod:`accelbench.core.harness`). Every output is written atomically.
 Errors the user can act on (bad config, missing accelerator, missing or corrupt files) end with a one-line message
 and exit status 2.
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from accelbench import registry
+from accelbench.core import registry
 from accelbench.errors import AccelbenchError
 
 log = logging.getLogger("accelbench")
@@ -64,7 +64,7 @@ def _inputs(args: argparse.Namespace, experiment: registry.Experiment) -> dict:
 
 def cmd_measure(args: argparse.Namespace) -> None:
     """Any experiment's measurement command: the job harness around the experiment's ``run``."""
-    from accelbench import harness
+    from accelbench.core import harness
 
     experiment = registry.get(args.experiment)
     ctx = harness.context(experiment, args.spec, args.out, _inputs(args, experiment), args.threads)
@@ -73,7 +73,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
 
 def cmd_rank(args: argparse.Namespace) -> None:
     """One rank of a multi-rank experiment (started by the launcher through torchrun)."""
-    from accelbench.harness import rank_main
+    from accelbench.core.harness import rank_main
 
     inputs = dict(item.split("=", 1) for item in args.input)
     code = rank_main(args.experiment, args.spec, args.out, args.rank_dir, args.threads, inputs)
@@ -85,8 +85,8 @@ def cmd_rank(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- data and models
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
+    from accelbench.core.harness import load_spec
     from accelbench.data import mri
-    from accelbench.harness import load_spec
 
     spec, _ = load_spec(args.spec)
     summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
@@ -94,9 +94,9 @@ def cmd_mri_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_unet3d_step(args: argparse.Namespace) -> None:
+    from accelbench.core.harness import load_spec, system_from
     from accelbench.data.mri import load_case
     from accelbench.experiments import unet3d_profile as exp
-    from accelbench.harness import load_spec, system_from
 
     spec, _ = load_spec(args.spec)
     system = system_from(spec)
@@ -106,8 +106,8 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 
 
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
+    from accelbench.core.harness import load_spec
     from accelbench.data import sky
-    from accelbench.harness import load_spec
 
     spec, _ = load_spec(args.spec)
     summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
@@ -115,7 +115,7 @@ def cmd_sr3_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_llm_export(args: argparse.Namespace) -> None:
-    from accelbench.harness import load_spec
+    from accelbench.core.harness import load_spec
     from accelbench.models.export import export_hf_folder
 
     info = export_hf_folder(load_spec(args.spec)[0], args.out)
@@ -140,10 +140,10 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
 
 def cmd_reference_runs(args: argparse.Namespace) -> None:
     """Regenerate (or with --check verify) each reference run's README.md and the main README's section."""
-    from accelbench.reference_runs import update
+    from accelbench.aggregate.reference_runs import update
 
     if args.tables:
-        from accelbench.reference_runs import find_runs, write_tables
+        from accelbench.aggregate.reference_runs import find_runs, write_tables
 
         for run in find_runs(args.root):
             log.info("tables of %s: %s", run["name"], ", ".join(map(str, write_tables(run, args.reference_dir))))
@@ -162,8 +162,8 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
 
 def cmd_validate_results(args: argparse.Namespace) -> None:
     """Check result files against the package's schemas; write the list of valid files (the aggregations' input)."""
-    from accelbench.results import write_json_atomic
-    from accelbench.validate import validate_files
+    from accelbench.core.results import write_json_atomic
+    from accelbench.core.validate import validate_files
 
     summary = validate_files(_result_paths(args, required=False))
     write_json_atomic({"validated": summary, "count": len(summary)}, args.out)
@@ -188,8 +188,8 @@ def cmd_claims(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- this machine
 def cmd_check_system(args: argparse.Namespace) -> None:
-    from accelbench.config import load_config
-    from accelbench.systems import load_systems, probe_devices, require_backend, resolve_system
+    from accelbench.core.config import load_config
+    from accelbench.core.systems import load_systems, probe_devices, require_backend, resolve_system
 
     config = load_config(args.config)
     found = probe_devices()
@@ -199,8 +199,8 @@ def cmd_check_system(args: argparse.Namespace) -> None:
 
 
 def cmd_gpu_smoke(args: argparse.Namespace) -> None:
-    from accelbench.cluster import device_report
-    from accelbench.results import write_json_atomic
+    from accelbench.cluster.node_report import device_report
+    from accelbench.core.results import write_json_atomic
 
     report = device_report(args.expect)
     for tool, v in report["vendor_tool"].items():
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     from accelbench.quiet import install
 
     install()  # known-harmless library warnings (accelbench.quiet.KNOWN_HARMLESS) stay out of the job logs
-    from accelbench.locks import claim_notice_fd
+    from accelbench.core.locks import claim_notice_fd
 
     claim_notice_fd()  # lock waits go to the run's terminal (fd 3 of the measurement rules' shell lines)
     args = build_parser().parse_args(argv)

@@ -20,14 +20,14 @@ rule gpu_smoke:
 
 # Before the first job (not in dry runs): a local run checks the system's backend on this host (a run that submits to
 # Slurm leaves it to each job on its node), and `account: null` in slurm/site.yaml submits without an account; a
-# local run prints its time estimate (accelbench.estimate; ACCELBENCH_ESTIMATE=0: none).
+# local run prints its time estimate (accelbench.core.estimate; ACCELBENCH_ESTIMATE=0: none).
 onstart:
-    from accelbench.cluster import honour_slurm_no_account, require_backend_for_local_jobs
+    from accelbench.cluster.node_report import honour_slurm_no_account, require_backend_for_local_jobs
 
     require_backend_for_local_jobs(workflow, SYSTEM)
     honour_slurm_no_account(workflow)
     if workflow.local_exec:  # the jobs to run and the expected wall time here, refreshed as jobs finish (issue 42)
-        from accelbench.estimate import start as start_estimate
+        from accelbench.core.estimate import start as start_estimate
 
         start_estimate(workflow)
 
@@ -37,7 +37,7 @@ onstart:
 onerror:
     import sys
 
-    from accelbench.cluster import failed_job_summaries, slurm_submission_hints
+    from accelbench.cluster.node_report import failed_job_summaries, slurm_submission_hints
 
     logs = [log] if isinstance(log, str) else list(log or [])  # Snakemake's run log(s) of this invocation
     text = "".join(Path(p).read_text() for p in logs if Path(p).exists())

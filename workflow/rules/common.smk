@@ -8,13 +8,15 @@ import os
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from accelbench import backends, precisions, registry
-from accelbench.config import read_yaml, validate_config
-from accelbench.harness import spec_path_of
-from accelbench.locks import NOTICE_FD
-from accelbench.containers import ApptainerWhenRun, apptainer_environment, image_uri
-from accelbench.systems import load_systems, resolve_system
-from accelbench.multinode import devices_per_node, load_site, node_plan, slurm_resources
+from accelbench import backends
+from accelbench.core import precisions
+from accelbench.core import registry
+from accelbench.core.config import read_yaml, validate_config
+from accelbench.core.harness import spec_path_of
+from accelbench.core.locks import NOTICE_FD
+from accelbench.cluster.containers import ApptainerWhenRun, apptainer_environment, image_uri
+from accelbench.core.systems import load_systems, resolve_system
+from accelbench.cluster.multinode import devices_per_node, load_site, node_plan, slurm_resources
 from accelbench.models.llm import EXPORTABLE_TOKENIZERS, TOKENIZER_DIR, exported_tokenizer
 
 REPO = Path(workflow.basedir)
@@ -34,7 +36,7 @@ SYSTEM = resolve_system(config["system"], SYSTEMS)
 # The backend is checked where jobs run: before the first job of a local run (`onstart` in cluster.smk) and inside
 # every job on its node; planning (`-n`, `--report`) and Slurm submission from a login node without one work.
 RESULTS = config["results_dir"]
-# Measurement jobs print what they wait for (the machine-wide device lock, accelbench.locks.notice) on fd 3, which
+# Measurement jobs print what they wait for (the machine-wide device lock, accelbench.core.locks.notice) on fd 3, which
 # their shell lines point at the terminal (`3>&2`) before sending their own output to the job's log.
 os.environ.update({NOTICE_FD: "3"})
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
@@ -60,7 +62,7 @@ wildcard_constraints:
 
 def spec_file(spec):
     """A job's resolved settings as a content-addressed file `.snakemake/accelbench/spec/<sha256[:16]>.json` (written
-    once, atomically: accelbench.harness.spec_path_of); its short path is the job's `params.spec`, so a settings
+    once, atomically: accelbench.core.harness.spec_path_of); its short path is the job's `params.spec`, so a settings
     change still changes the params (and reruns the job) while the shell line stays short and carries no config
     text."""
     return spec_path_of(spec)
@@ -72,7 +74,7 @@ def all_cores(wildcards):
     return workflow.cores if workflow._cores is not None else 1
 
 
-# Multi-node jobs (accelbench.multinode): device counts above the system's devices_per_node span nodes; a count that
+# Multi-node jobs (accelbench.cluster.multinode): device counts above the system's devices_per_node span nodes; a count that
 # does not divide stops the run here, before any job, naming the key.
 SLURM_SITE = load_site(os.environ.get("ACCELBENCH_SLURM_SITE") or REPO / "slurm/site.yaml")
 for _n in (config["sr3_scaling"]["devices"] if "sr3_scaling" in config["experiments"] else []):
@@ -84,7 +86,7 @@ for _run in (config["lora_finetune"]["runs"] if "lora_finetune" in config["exper
 
 def node_resources(key):
     """Resources of a job on `{devices}` ranks: `gpu` on one node; `nodes`, `tasks`, `mpi`, `slurm_extra` (and the
-    site's `gres`) across nodes (accelbench.multinode.slurm_resources; None = not set)."""
+    site's `gres`) across nodes (accelbench.cluster.multinode.slurm_resources; None = not set)."""
     names = ("gpu", "nodes", "tasks", "tasks_per_gpu", "mpi", "slurm_extra", "gres")
     return {name: (lambda wildcards, name=name: slurm_resources(SYSTEM, int(wildcards.devices), SLURM_SITE, key).get(name))
             for name in names}
@@ -106,7 +108,7 @@ def other_systems_results(experiment):
     """Results of other systems copied into results/ (merging machines = copying folders), and the committed
     reference runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`). Dot
     folders (such as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
-    from accelbench.reference_runs import result_paths
+    from accelbench.aggregate.reference_runs import result_paths
 
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
     refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
@@ -386,7 +388,7 @@ def lora_finetune_spec(wildcards):
 
 
 # --------------------------------------------------------------------------- validation (rule validate_results)
-# Every experiment of the registry (accelbench.registry) has `<name>_results()` and `<name>_spec(wildcards)` here.
+# Every experiment of the registry (accelbench.core.registry) has `<name>_results()` and `<name>_spec(wildcards)` here.
 EXPERIMENTS = registry.names()
 
 
@@ -447,14 +449,14 @@ def get_final_output(results=True):
 def stale_results():
     """Finished results of this system (the final targets) that are not current: their recorded settings
     (`spec_sha256`, the sha256 of the job's spec file) differ from the config's now, or a redo of them was killed
-    (the journal `.redo.json` beside them, accelbench.results.redo_journal). Each is marked not current
-    (accelbench.results.mark_current: its time set to 1970, so Snakemake reruns its job whatever settings it
+    (the journal `.redo.json` beside them, accelbench.core.results.redo_journal). Each is marked not current
+    (accelbench.core.results.mark_current: its time set to 1970, so Snakemake reruns its job whatever settings it
     recorded for it, e.g. after an interrupted redo put the old files back); its job first moves it (with its side
-    files) to `<results_dir>/<system>/.superseded/<UTC time>/` (accelbench.results.superseding). Returns paths."""
+    files) to `<results_dir>/<system>/.superseded/<UTC time>/` (accelbench.core.results.superseding). Returns paths."""
     from snakemake.io import regex_from_filepattern
 
     from accelbench.errors import ResultError
-    from accelbench.results import mark_current, read_json, redo_journal
+    from accelbench.core.results import mark_current, read_json, redo_journal
 
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__

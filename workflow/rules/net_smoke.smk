@@ -1,5 +1,5 @@
 # Network smoke test (not in `rule all`): an all-reduce bus-bandwidth sweep over {devices} ranks, launched like SR3 and
-# LoRA (srun + torchrun c10d across nodes when {devices} exceeds the system's devices_per_node; accelbench.multinode).
+# LoRA (srun + torchrun c10d across nodes when {devices} exceeds the system's devices_per_node; accelbench.cluster.multinode).
 #   snakemake results/h100/net_smoke/devices_16/allreduce.json --cores all --profile slurm --config system=h100
 # A diagnostic, not a result: not write-protected, reruns whenever asked (`--forcerun net_smoke`).
 rule net_smoke:

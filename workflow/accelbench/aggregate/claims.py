@@ -33,7 +33,7 @@ Hardware labels come from each result's provenance. Every quantity has a plausib
 (``claim_quantities.csv``); a tolerance that covers it could not fail, and ``tests/unit/test_claims.py`` refuses it.
 
 This module holds no study-specific code and imports no study module. The observations behind a claim come from the
-aggregation module of its experiment, found through the registry (:func:`accelbench.registry.aggregated`,
+aggregation module of its experiment, found through the registry (:func:`accelbench.core.registry.aggregated`,
 imported by name): each such module may define
 
 * ``CLAIM_CHECKS``: ``{experiment: check}``, ``check(claim, inputs) -> list of claims-table rows``, where ``inputs``
@@ -55,9 +55,9 @@ from types import ModuleType
 
 import pandas as pd
 
-from accelbench import registry
 from accelbench.aggregate import scope
 from accelbench.aggregate.common import noise_why
+from accelbench.core import registry
 from accelbench.errors import DataError
 
 VERDICTS = ("holds", "does not hold", "partly measured", "not measured here")  # the categories of a verdict text

@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from accelbench.provenance import hardware_label, software_label
-from accelbench.reference_run import run_for
-from accelbench.results import read_result
+from accelbench.aggregate.run_folder import run_for
+from accelbench.core.provenance import hardware_label, software_label
+from accelbench.core.results import read_result
 
 STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 
 
 def load_results(paths: list[str | Path]) -> list[dict]:
-    """Read every result (see :func:`accelbench.results.read_result`), adding ``_path``,
+    """Read every result (see :func:`accelbench.core.results.read_result`), adding ``_path``,
     ``_hardware`` (with the devices the job used, :func:`devices_used`), ``_device`` (the same without a count: the
     series of a curve over devices) and ``_software`` labels derived from the provenance, and ``_series``: ``measured``, or for a
-    result of a committed reference run (:mod:`accelbench.reference_runs`) its label, which then also leads
+    result of a committed reference run (:mod:`accelbench.aggregate.reference_runs`) its label, which then also leads
     ``_hardware`` so every aggregation draws it as its own series.
 
     Raises:
@@ -134,7 +134,7 @@ def column_format(column: str) -> str:
 
 
 def noise_cell(result: dict) -> str | None:
-    """``noisy`` / ``quiet`` from ``measurements.noise`` (see :mod:`accelbench.hostload`); None when not recorded."""
+    """``noisy`` / ``quiet`` from ``measurements.noise`` (see :mod:`accelbench.measure.hostload`); None when not recorded."""
     noise = (result.get("measurements") or {}).get("noise")
     if not noise:
         return None

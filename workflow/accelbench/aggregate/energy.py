@@ -1,6 +1,6 @@
 """Energy beside time, for every experiment and every system in the checkout (issue 28).
 
-Reads ``measurements.energy`` (:mod:`accelbench.energy`) of every ``ok`` result of every experiment, this system's
+Reads ``measurements.energy`` (:mod:`accelbench.measure.energy`) of every ``ok`` result of every experiment, this system's
 and those copied in or committed (reference runs), and writes:
 
 * ``energy.{csv,md,tex}``: one row per result: the main phase's step time (its clock, median ms) beside its energy
@@ -15,7 +15,7 @@ and those copied in or committed (reference runs), and writes:
 * ``fig_time_vs_energy.png``: per experiment, step time vs J per step, one colour per system; on the SR3 panel the
   published Study B times (one device; no energy published) as labelled vertical lines.
 
-Everything says what it is: device-level board energy (:data:`accelbench.energy.LABEL`), not MLPerf Power.
+Everything says what it is: device-level board energy (:data:`accelbench.measure.energy.LABEL`), not MLPerf Power.
 
 Example::
 
@@ -32,8 +32,8 @@ import pandas as pd
 from accelbench.aggregate.common import joined_labels, load_results, model_display, write_table
 from accelbench.aggregate.figures import FONT, save_figure, series_label, wrap
 from accelbench.aggregate.figures import published as published_origin
-from accelbench.energy import LABEL
-from accelbench.validate import power_limit_w, power_over_limit
+from accelbench.core.validate import power_limit_w, power_over_limit
+from accelbench.measure.energy import LABEL
 
 # the case of a result: these config values, where present, in this order (no experiment is named)
 CASE_KEYS = (
@@ -89,7 +89,7 @@ def read_board_power(path: str | Path | None) -> pd.DataFrame:
 
 
 def board_limit(result: dict, boards: pd.DataFrame | None = None) -> tuple[float | None, str]:
-    """``(W per device, where from)``: the enforced limit the result recorded (:func:`accelbench.validate.
+    """``(W per device, where from)``: the enforced limit the result recorded (:func:`accelbench.core.validate.
     power_limit_w`), else the first ``boards`` row whose ``device_match`` is in the provenance's device name, else
     ``(None, "")``."""
     recorded = power_limit_w(result)

@@ -60,7 +60,7 @@ def series_label(origin: str, hardware: str, scale: str | None = None, *details:
     Args:
         origin: ``measured here``, ``reference run (<hardware>, <date>)`` (:func:`origin_of`) or ``published
             (<source>)`` (:func:`published`).
-        hardware: the hardware label (:func:`accelbench.provenance.hardware_label`, or the paper's hardware).
+        hardware: the hardware label (:func:`accelbench.core.provenance.hardware_label`, or the paper's hardware).
         scale: ``paper``, ``small`` or a free description (e.g. ``"paper (TinyLlama-1.1B)"``); None: not stated.
         details: further distinguishing parts (precision, strategy, ...).
     """

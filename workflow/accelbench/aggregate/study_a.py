@@ -39,9 +39,9 @@ from accelbench.aggregate.study_a_ncu import (  # noqa: E402  # noqa: E402, F401
     ok_row,
     read_claims,
 )
+from accelbench.core.registry import EXPERIMENTS  # noqa: E402
 from accelbench.experiments.unet3d_configs import AUTOTUNED, VARIANTS  # noqa: E402
-from accelbench.measure import current_classes  # noqa: E402
-from accelbench.registry import EXPERIMENTS  # noqa: E402
+from accelbench.measure.timing import current_classes  # noqa: E402
 
 CLASSES = [
     "convolution",
@@ -70,7 +70,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     system's baseline. Times in ms, memory in GiB, shares as fractions of device time.
 
     Kernel classes (``share_*``, ``layout_conversion_kernels``, ``cast_copy_kernels``, ``tensor_core_share``) are those
-    of the current classifier (:func:`accelbench.measure.current_classes`): re-derived from the ``kernels.csv`` beside
+    of the current classifier (:func:`accelbench.measure.timing.current_classes`): re-derived from the ``kernels.csv`` beside
     the result when it is there, else from the result's top-kernel table (the rest as recorded); ``kernel_classes``
     says which. The result files are not changed."""
     rows = []

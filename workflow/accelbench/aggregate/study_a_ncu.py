@@ -38,9 +38,9 @@ from accelbench.aggregate.claims import NotMeasured, Observation  # noqa: E402
 from accelbench.aggregate.common import joined_labels, load_results, write_table  # noqa: E402
 from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
 from accelbench.aggregate.figures import published as published_origin  # noqa: E402
+from accelbench.core.results import read_result  # noqa: E402
 from accelbench.errors import DataError  # noqa: E402
 from accelbench.experiments.unet3d_configs import VARIANTS  # noqa: E402
-from accelbench.results import read_result  # noqa: E402
 
 COUNTER_COLUMNS = [
     "sm_cycles",

@@ -41,7 +41,7 @@ from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_la
 from accelbench.errors import DataError, ResultError  # noqa: E402
 from accelbench.experiments.llm_quant.accuracy import bundled_baselines
 from accelbench.experiments.llm_quant.layers import SUBMODULES  # noqa: E402
-from accelbench.flops import PEAK_KEY, eval_peak
+from accelbench.measure.flops import PEAK_KEY, eval_peak
 from accelbench.models.llm import model_label
 
 METHOD_ORDER = ["fp32", "fake", "torchao", "int8_dq", "inc_fp8", "real_int8", "real_fp8"]
@@ -272,7 +272,7 @@ def baselines_caption(table: pd.DataFrame, results: list[dict]) -> str:
 def mfu_cells(result: dict) -> dict:
     """``eval_tflop_per_s``, ``eval_mfu`` and ``eval_mfu_peak`` of one method result, the MFU recomputed from the
     stored TFLOP/s against the system's peak for the evaluation's compute dtype (the autocast dtype where set, as
-    the experiment does for new results, :func:`accelbench.flops.eval_peak`), and ``flag`` where it differs from
+    the experiment does for new results, :func:`accelbench.measure.flops.eval_peak`), and ``flag`` where it differs from
     the recorded one or is above 1 (then not shown: :data:`MFU_OVER_ONE`)."""
     m, cfg = result.get("measurements") or {}, result.get("config") or {}
     et = m.get("eval_throughput") or {}

@@ -102,7 +102,7 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
 
 def layout_columns(launch: dict | None, devices: int) -> dict:
     """``nodes``, ``ranks_per_node``, ``layout`` ("1 node" / "2 nodes x 8") and ``interconnect`` (NCCL's inter-node
-    transports, else the collective backend) of one result's launch record (:mod:`accelbench.multinode`); results
+    transports, else the collective backend) of one result's launch record (:mod:`accelbench.cluster.multinode`); results
     from before multi-node launching ran on one node."""
     launch = launch or {}
     nodes = int(launch.get("nodes") or 1)

@@ -148,8 +148,8 @@ class Backend(abc.ABC):
         return None
 
     def energy_counter(self, index: int = 0):
-        """The cumulative energy counter of device ``index`` (an :class:`accelbench.energy.Counter`); None where this
-        backend has none (the default). Raises :class:`accelbench.energy.CounterUnavailable` (the reason) where it
+        """The cumulative energy counter of device ``index`` (an :class:`accelbench.measure.energy.Counter`); None where this
+        backend has none (the default). Raises :class:`accelbench.measure.energy.CounterUnavailable` (the reason) where it
         has one that cannot be read here."""
         return None
 
@@ -206,7 +206,7 @@ class Backend(abc.ABC):
 
     def precision_support(self) -> dict | None:
         """Which precisions the hardware under this process runs natively (issue 42), for provenance and
-        :mod:`accelbench.precisions`: ``{"native": [...], "emulated": {precision: why}, "capability": ...}`` plus
+        :mod:`accelbench.core.precisions`: ``{"native": [...], "emulated": {precision: why}, "capability": ...}`` plus
         what it was read from; None where a system file's ``precisions`` alone decide (the default: accelerator
         system files list what their chips run)."""
         return None

@@ -199,7 +199,7 @@ class CpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU]
 
     def energy_counter(self, index: int = 0):
-        from accelbench.energy import RaplCounter
+        from accelbench.measure.energy import RaplCounter
 
         return RaplCounter()  # RAPL package zones under /sys/class/powercap (the whole host's CPUs)
 

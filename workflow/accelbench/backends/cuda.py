@@ -11,7 +11,7 @@ def _power_limit_w(text: str | None) -> float | None:
     """The board power limit (W per device) from ``nvidia-smi --query-gpu=enforced.power.limit`` output (one line
     per GPU, watts): the largest where GPUs differ (no device may average above it), None when unreadable or not
     reported (``[N/A]``). Results record it as ``environment.hardware.power_limit_w`` so that
-    :func:`accelbench.validate.bound_problems` can refuse an average power above it."""
+    :func:`accelbench.core.validate.bound_problems` can refuse an average power above it."""
     values = []
     for line in (text or "").splitlines():
         try:
@@ -31,7 +31,7 @@ class CudaBackend(Backend):
     container_image = "cuda"
     slurm_gpu_resource = True
     uses_device_events = True
-    # NCCL_DEBUG=INFO: the transports NCCL picks appear in the log (accelbench.multinode.parse_nccl_transports)
+    # NCCL_DEBUG=INFO: the transports NCCL picks appear in the log (accelbench.cluster.multinode.parse_nccl_transports)
     rank_env_defaults = {"NCCL_DEBUG": "INFO"}
     software_fields = (("cuda", "CUDA"), ("cudnn", "cuDNN"))
     probe_rank = 100
@@ -97,7 +97,7 @@ class CudaBackend(Backend):
         return int(torch.cuda.mem_get_info(index)[0])
 
     def energy_counter(self, index: int = 0):
-        from accelbench.energy import NvmlCounter
+        from accelbench.measure.energy import NvmlCounter
 
         return NvmlCounter(index)  # NVML: nvmlDeviceGetTotalEnergyConsumption (mJ; Volta and later)
 
@@ -130,7 +130,7 @@ class CudaBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import torch
 
-        from accelbench.sysinfo import run_quiet as _run
+        from accelbench.backends.probes import run_quiet as _run
 
         if not torch.cuda.is_available():
             return self.host_as_device(info)

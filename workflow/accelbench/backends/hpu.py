@@ -88,7 +88,7 @@ class HpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
 
     def energy_counter(self, index: int = 0):
-        from accelbench.energy import HlmlCounter
+        from accelbench.measure.energy import HlmlCounter
 
         return HlmlCounter(int(os.environ.get("LOCAL_RANK", 0)))  # pyhlml: hlmlDeviceGetTotalEnergyConsumption (mJ)
 
@@ -120,8 +120,8 @@ class HpuBackend(Backend):
     def provenance(self, info: dict) -> dict:
         import habana_frameworks.torch.hpu as hthpu
 
-        from accelbench.sysinfo import library_versions
-        from accelbench.sysinfo import run_quiet as _run
+        from accelbench.backends.probes import library_versions
+        from accelbench.backends.probes import run_quiet as _run
 
         return {
             "device_name": hthpu.get_device_name(),

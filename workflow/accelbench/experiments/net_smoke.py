@@ -3,10 +3,10 @@
 Before spending hours on SR3 strong scaling across nodes, a site sees what its interconnect delivers: every rank
 all-reduces (sum) a float32 tensor of each message size, ``warmup`` untimed and ``iters`` timed calls per size with
 a barrier before each call and the device synchronized after it; the slowest rank's time counts (per call, the
-maximum over ranks: :func:`accelbench.measure.merge_ranks`). Bandwidths follow ``nccl-tests``' definitions
+maximum over ranks: :func:`accelbench.measure.timing.merge_ranks`). Bandwidths follow ``nccl-tests``' definitions
 (``all_reduce_perf``): algorithm bandwidth ``algbw = bytes / t`` and bus bandwidth ``busbw = algbw * 2 (n - 1) / n``
 for ``n`` ranks, the number to compare with a link's peak. Launched like the measurements
-(:mod:`accelbench.launcher`, :mod:`accelbench.multinode`): ``srun`` + ``torchrun`` c10d across nodes,
+(:mod:`accelbench.core.launcher`, :mod:`accelbench.cluster.multinode`): ``srun`` + ``torchrun`` c10d across nodes,
 ``torchrun --standalone`` on one, so the backend (NCCL/HCCL/gloo), rendezvous and, for NCCL, the chosen transports
 are the ones SR3 will get. NCCL's own ``all_reduce_perf`` is run too where it is on ``PATH`` (optional; its output is kept verbatim).
 """
@@ -18,8 +18,9 @@ import os
 import platform
 from dataclasses import dataclass
 
-from accelbench import backends, measure
-from accelbench.outcome import Outcome
+from accelbench import backends
+from accelbench.core.outcome import Outcome
+from accelbench.measure import timing as measure
 
 EXPERIMENT = "net_smoke"
 METHOD = "barrier, all_reduce(sum, float32), synchronize; median over calls of the slowest rank's time"
@@ -42,7 +43,7 @@ def bandwidths(nbytes: int, seconds: float, world: int) -> dict:
     return {"algbw_gbps": alg, "busbw_gbps": alg * 2 * (world - 1) / world}
 
 
-# --------------------------------------------------------------------------- the job (accelbench.harness)
+# --------------------------------------------------------------------------- the job (accelbench.core.harness)
 @dataclass(frozen=True)
 class Settings:
     """One sweep: ``devices`` ranks; message sizes up to ``max_bytes``; ``warmup`` untimed and ``iters`` timed calls
@@ -79,8 +80,8 @@ def run_rank(s: Settings, ctx) -> dict:
     import torch
     import torch.distributed as dist
 
-    from accelbench.devices import Device
-    from accelbench.multinode import join_process_group
+    from accelbench.backends.device import Device
+    from accelbench.cluster.multinode import join_process_group
 
     backend = ctx.system.backend
     rank, world, local, pg = join_process_group(backend)
@@ -109,7 +110,7 @@ def run_rank(s: Settings, ctx) -> dict:
 
 def merge(records: list[dict], warmup: int, iters: int) -> dict:
     """The sweep from every rank's table (rank order): per call, the slowest rank's time
-    (:func:`accelbench.measure.merge_ranks`); per size its median and minimum over calls and the bandwidths.
+    (:func:`accelbench.measure.timing.merge_ranks`); per size its median and minimum over calls and the bandwidths.
 
     Returns:
         ``{"world_size", "collective_backend", "rank_nodes", "warmup", "iters", "method", "sizes": [{"bytes",
@@ -151,8 +152,8 @@ def run(s: Settings, ctx) -> Outcome:
 
     import pandas as pd
 
+    from accelbench.cluster.multinode import node_plan
     from accelbench.errors import AccelbenchError
-    from accelbench.multinode import node_plan
 
     config = {"max_bytes": s.max_bytes, "warmup": s.warmup, "iters": s.iters}
     plan = node_plan(ctx.system, s.devices, "net_smoke devices")

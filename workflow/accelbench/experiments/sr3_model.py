@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
-from accelbench.measure import StepClock
+from accelbench.measure.timing import StepClock
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ class PatchSet(torch.utils.data.Dataset):
 
 def rank_cores() -> int:
     """The cores this rank has: its intra-op threads (``torch.get_num_threads()``: its share of the job's cores, set
-    by :func:`accelbench.launch.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
+    by :func:`accelbench.core.rank_processes.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
     import os
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads()
@@ -401,7 +401,7 @@ class Trainer:
     def flop_step(self) -> None:
         """One forward and backward of the network as :meth:`train_step` runs it (next batch, noise, L1 on epsilon),
         through the plain module (``self.model``: neither the DDP wrapper nor the compiled one) and with no
-        optimizer step (the gradients are dropped): what FLOP counting runs (:func:`accelbench.flops.count_flops`).
+        optimizer step (the gradients are dropped): what FLOP counting runs (:func:`accelbench.measure.flops.count_flops`).
 
         Counting through the compiled module broke compilation: TorchDynamo, called under ``FlopCounterMode`` (a
         dispatch mode), leaves the frame uncompiled and runs it eagerly on every later call too, so every compiled

@@ -33,14 +33,14 @@ Sampling for the quality check uses SR3's full ancestral DDPM chain when ``quali
 equals the training steps, otherwise MONAI's ``DDIMScheduler`` (eta = 0) with that many strided steps
 (MONAI's DDPM step is not defined for strided chains): a short chain, labelled in the result.
 
-Parallelism: DDP, one process per device, launched with torchrun through :mod:`accelbench.launcher` (Study B
+Parallelism: DDP, one process per device, launched with torchrun through :mod:`accelbench.core.launcher` (Study B
 used mpirun): NCCL on CUDA, gloo on CPU, HCCL on Gaudi (lazy mode, ``mark_step`` after backward and after the
 optimizer step). A ``DistributedSampler`` gives each rank its share of the patches. Strong scaling (Study B)
 keeps iterations x devices constant (40,000 at paper scale) at a per-device batch of 4; weak scaling (ours)
 keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured iteration
 time per device count gives both: the totals differ only in the iteration counts. On the ``cpu`` backend a
 "device" is one gloo process with one intra-op thread (one core: the thread policy of
-:func:`accelbench.launch.rank_threads`), so that adding devices adds compute as on GPUs, and the device count
+:func:`accelbench.core.rank_processes.rank_threads`), so that adding devices adds compute as on GPUs, and the device count
 is limited by the usable cores. (Splitting a fixed number of cores over more ranks instead would measure
 OpenMP's scaling, and an oversubscribed OpenMP team slows down many-fold on a shared host.) On a host shared
 with other jobs, CPU times are noisy.
@@ -61,8 +61,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from accelbench import backends, energy, flops, measure, precisions
-from accelbench.devices import Device
+from accelbench import backends
+from accelbench.backends.device import Device
+from accelbench.core import precisions
+from accelbench.core.outcome import Outcome
 from accelbench.errors import ConfigError
 from accelbench.experiments import sr3_configs
 from accelbench.experiments.sr3_configs import Configuration
@@ -75,7 +77,8 @@ from accelbench.experiments.sr3_model import (
     replica_spread,
     resolve_settings,
 )
-from accelbench.outcome import Outcome
+from accelbench.measure import energy, flops
+from accelbench.measure import timing as measure
 
 EXPERIMENT = "sr3_scaling"
 PRECISIONS = ("fp32", "bf16")  # of the configurations (sr3_configs)
@@ -105,7 +108,7 @@ def max_devices(system) -> int:
 
 def unsupported_reason(system, devices: int, precision: str, visible: int | None = None) -> str | None:
     """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now.
-    Counts above ``devices_per_node`` run on several nodes (:func:`accelbench.multinode.node_plan`).
+    Counts above ``devices_per_node`` run on several nodes (:func:`accelbench.cluster.multinode.node_plan`).
 
     Raises:
         ConfigError: a multi-node count that does not divide by ``devices_per_node``.
@@ -114,7 +117,7 @@ def unsupported_reason(system, devices: int, precision: str, visible: int | None
         return f"precision {precision!r} is not one of {PRECISIONS}"
     if not system.supports(precision):
         return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
-    from accelbench.multinode import job_limit_reason, node_plan
+    from accelbench.cluster.multinode import job_limit_reason, node_plan
 
     plan = node_plan(system, devices, "sr3_scaling.devices")
     if plan.nodes > 1:  # ranks per node against what one node has; the allocation is checked by the launcher
@@ -154,7 +157,7 @@ def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, 
 
 
 def count_step_flops(tr: Trainer) -> dict:
-    """FLOPs of one rank's training step (:func:`accelbench.flops.count_flops`: ``FlopCounterMode``, matmuls and
+    """FLOPs of one rank's training step (:func:`accelbench.measure.flops.count_flops`: ``FlopCounterMode``, matmuls and
     convolutions, forward + backward), counted on one extra untimed forward and backward of the plain module before
     the timed run (:meth:`~.sr3_model.Trainer.flop_step`: never through ``torch.compile``'s wrapper, which a count
     under the counter's dispatch mode leaves uncompiled for good). A backend whose ops the counter cannot run records
@@ -254,7 +257,7 @@ def train_rank(
     copy) is recorded as ``data_path``.
 
     Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
-    timed one by one (:func:`accelbench.measure.time_steps`; the warm-up ones, which compile, are not counted for host
+    timed one by one (:func:`accelbench.measure.timing.time_steps`; the warm-up ones, which compile, are not counted for host
     synchronisations). Rank 0 then samples the held-out patches for PSNR/SSIM
     (after the process group is gone: the other ranks do not wait for it).
 
@@ -264,11 +267,11 @@ def train_rank(
         (:func:`quality`; None elsewhere). :func:`merge` turns the records of all ranks into the measurements.
 
     Raises:
-        torch.OutOfMemoryError: on the rank that ran out (:func:`accelbench.harness.rank_main` records ``oom``).
+        torch.OutOfMemoryError: on the rank that ran out (:func:`accelbench.core.harness.rank_main` records ``oom``).
     """
     import torch.distributed as dist
 
-    from accelbench.multinode import join_process_group
+    from accelbench.cluster.multinode import join_process_group
 
     rank, world, local, pg = join_process_group(system.backend)
     if world != devices:
@@ -305,7 +308,7 @@ def train_rank(
         "samples_ms": timing.samples,
         "median_ms": timing.median,
         "method": timing.method,
-        "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.energy)
+        "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
         "warmup": warm,
         "wall_s": wall,
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
@@ -378,7 +381,7 @@ def merge(
     """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first).
 
     The slowest rank sets the pace of a synchronous DDP step: the iteration time is the per-iteration maximum over
-    ranks (:func:`accelbench.measure.merge_ranks`). Times in ms (iterations) or s (totals), memory in GiB,
+    ranks (:func:`accelbench.measure.timing.merge_ranks`). Times in ms (iterations) or s (totals), memory in GiB,
     throughput in images/s.
     """
     first, precision = records[0], conf.precision
@@ -453,7 +456,7 @@ def merge(
         "quality": first["quality"],
         "train_patches": first["train_patches"],
         "heldout_patches": first["heldout_patches"],
-        # board energy of the timed iterations, summed over the job's devices (accelbench.energy)
+        # board energy of the timed iterations, summed over the job's devices (accelbench.measure.energy)
         "energy": energy.report(
             {"iteration": energy.merge_ranks([r.get("energy") for r in records])},
             "iteration",
@@ -479,7 +482,7 @@ def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
     np.savez_compressed(path, **panel)
 
 
-# --------------------------------------------------------------------------- the job (accelbench.harness)
+# --------------------------------------------------------------------------- the job (accelbench.core.harness)
 @dataclass(frozen=True)
 class Settings:
     """One sr3_scaling job (one ``<configuration>/devices_<devices>`` result): the SR3 settings at the system's scale
@@ -529,7 +532,7 @@ def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak
     )
 
 
-# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine:
+# cost model of a job (accelbench.core.estimate, issue 42), fitted to the embedded default's jobs on the reference machine:
 # each rank trains on one core, so a job's wall time follows the iterations per rank
 COST = {"startup_s": 9.0, "ranks_s": 6.0, "iteration_s": 0.3, "sample_step_s": 0.02, "reference_work": 64**2 * 16**2}
 
@@ -538,8 +541,8 @@ def estimate_s(spec: dict) -> float:
     """Wall seconds of the job on the reference machine: start-up, torchrun's start of the ranks (more than one),
     the iterations one rank runs and the quality sample's reverse steps, each x the work per image (pixels x
     width^2, relative to the default's); start-up alone where it will only write ``unsupported``."""
-    from accelbench.estimate import STARTUP_S
-    from accelbench.harness import system_from
+    from accelbench.core.estimate import STARTUP_S
+    from accelbench.core.harness import system_from
 
     system = system_from(spec)
     s = Settings.from_spec(spec, system)
@@ -573,7 +576,7 @@ def _case(s: Settings, ctx) -> tuple[dict, dict]:
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     """``unsupported`` known without measuring (written without the device lock): the configuration's precision is
     one this host only emulates, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the config's
-    ``run_emulated_precisions`` lists it: :func:`accelbench.precisions.emulated_reason`, a short probe)."""
+    ``run_emulated_precisions`` lists it: :func:`accelbench.core.precisions.emulated_reason`, a short probe)."""
     reason = precisions.emulated_reason(ctx.system, s.precision, precisions.run_emulated(ctx.spec))
     return None if reason is None else Outcome.unsupported(reason, *_case(s, ctx))
 
@@ -584,7 +587,7 @@ def run(s: Settings, ctx) -> Outcome:
     ``ctx.run_ranks``) merged into one result (:func:`merge`); ``oom`` when a rank ran out of device memory. The
     result's ``config.settings`` holds the resolved SR3 settings; ``samples.npz`` (rank 0's sample panel) goes
     beside it."""
-    from accelbench.systems import probe_devices
+    from accelbench.core.systems import probe_devices
 
     case, config = _case(s, ctx)
     visible = probe_devices()["count"] if backends.get(ctx.system.backend).accelerator else None

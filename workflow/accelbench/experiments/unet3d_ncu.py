@@ -3,7 +3,7 @@
 For each Study A configuration, ``ncu`` replays the kernels of one training step of the Med-DDPM U-Net
 (the same :class:`~accelbench.experiments.unet3d_profile.Workload`, after warm-up, inside the NVTX range
 ``accelbench_step``) with the clocks left alone (``--clock-control none``), and records raw per-kernel
-counters (:mod:`accelbench.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced metric set over
+counters (:mod:`accelbench.measure.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced metric set over
 every kernel of the step (SM-cycle and instruction totals as measured), and a detail pass with every counter on
 the kernels that make up most of the step's device time in the torch.profiler kernel table of the same
 configuration (``coverage``/``max_kernels``/``launch_count``). The result records the share of the step's
@@ -22,10 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from accelbench import backends, measure, ncu
+from accelbench import backends
+from accelbench.core.launcher import accelbench_command
+from accelbench.core.outcome import Outcome
 from accelbench.experiments.unet3d_profile import VARIANTS, unsupported_reason
-from accelbench.launcher import accelbench_command
-from accelbench.outcome import Outcome
+from accelbench.measure import ncu
+from accelbench.measure import timing as measure
 
 EXPERIMENT = "unet3d_ncu"
 
@@ -72,17 +74,17 @@ def profile_counters(
 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
 
-    1. **coverage pass** (``coverage_pass``): the reduced metric set :data:`accelbench.ncu.COVERAGE_COUNTERS`
+    1. **coverage pass** (``coverage_pass``): the reduced metric set :data:`accelbench.measure.ncu.COVERAGE_COUNTERS`
        (SM cycles, executed instructions, duration, IPC, tensor-pipe utilisation; a few replay passes per kernel)
        over *every* kernel launched
        in the NVTX range (at most ``coverage_launch_count``, None = all). Step totals of SM cycles and
        instructions, the two rates, and so the ratios to baseline, are then measured over the whole step, not
        extrapolated. With ``coverage_pass_launches`` the pass is split into bounded passes of that many launches
-       (``--launch-skip``/``--launch-count``, :func:`accelbench.ncu.plan_coverage_passes`), each a fresh process
+       (``--launch-skip``/``--launch-count``, :func:`accelbench.measure.ncu.plan_coverage_passes`), each a fresh process
        with at most ``coverage_pass_timeout_s``; their kernels are joined in launch order, and each pass's
        launches, kernels, wall time and error are recorded (``coverage.coverage.passes``). A failed pass leaves
        the others: the share of the step's device time they cover says what the totals and rates hold.
-    2. **detail pass**: every counter of :data:`accelbench.ncu.COUNTERS` (stalls, hit rates, pipes: many
+    2. **detail pass**: every counter of :data:`accelbench.measure.ncu.COUNTERS` (stalls, hit rates, pipes: many
        replay passes) on the top kernels only (``coverage``/``max_kernels``/``launch_count``).
 
     ``measurements["coverage"]`` gives the share of the step's device time (torch.profiler's kernel table)
@@ -292,7 +294,7 @@ def _unsupported(reason: str) -> dict:
     return {"status": "unsupported", "reason": reason, "measurements": {}}
 
 
-# --------------------------------------------------------------------------- the job (accelbench.harness)
+# --------------------------------------------------------------------------- the job (accelbench.core.harness)
 class Settings(dict):
     """One unet3d_ncu job: unet3d_profile's spec plus ``ncu`` (coverage, max_kernels, launch_count, warmup,
     timeout_s, ...: config ``unet3d_ncu``)."""
@@ -307,7 +309,7 @@ def _kernel_table(ctx) -> str | None:
     return str(table) if table.exists() else None
 
 
-# cost model of a job (accelbench.estimate, issue 42): Nsight Compute replays each selected kernel once per pass,
+# cost model of a job (accelbench.core.estimate, issue 42): Nsight Compute replays each selected kernel once per pass,
 # hundreds of times a training step; not fitted (no GPU in the reference runs): a rough figure per job
 COST = {"ncu_s": 900.0}
 
@@ -315,8 +317,8 @@ COST = {"ncu_s": 900.0}
 def estimate_s(spec: dict) -> float:
     """Wall seconds of the job: start-up alone where it is known to write ``unsupported`` (any CPU, no ``ncu``),
     else a rough :data:`COST` (a GPU run is not fitted here)."""
-    from accelbench.estimate import STARTUP_S
-    from accelbench.harness import system_from
+    from accelbench.core.estimate import STARTUP_S
+    from accelbench.core.harness import system_from
 
     system = system_from(spec)
     reason = known_unsupported_reason(spec, system, __file__)  # the kernel table is made by an earlier job

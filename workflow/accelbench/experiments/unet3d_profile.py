@@ -71,9 +71,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from accelbench import energy, flops, measure, precisions
-from accelbench.devices import Device
-from accelbench.outcome import Outcome
+from accelbench.backends.device import Device
+from accelbench.core import precisions
+from accelbench.core.outcome import Outcome
+from accelbench.measure import energy, flops
+from accelbench.measure import timing as measure
 
 EXPERIMENT = "unet3d_profile"
 
@@ -381,7 +383,7 @@ def profile(
     Args:
         settings: resolved model settings (:func:`resolve_settings`).
         variant: one of :data:`VARIANTS`.
-        system: the :class:`accelbench.systems.System` to run on (its backend must be present).
+        system: the :class:`accelbench.core.systems.System` to run on (its backend must be present).
         image, mask: (1, C, X, Y, Z) tensors from :func:`accelbench.data.mri.load_case`.
         trace_path: where the Chrome trace (``.json.gz``) of the profiled step is written.
 
@@ -480,7 +482,7 @@ def profile(
             "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
             "train_volumes_per_s": settings.batch_size * settings.micro_batches / (train.median / 1e3),
             "kernels": kernels.to_dict(top=25),
-            # board energy of the timed steps (accelbench.energy): J per training step, a 250-step sample projected
+            # board energy of the timed steps (accelbench.measure.energy): J per training step, a 250-step sample projected
             "energy": energy.report(
                 {"train_step": train.energy, "sample_step": sample.energy},
                 "train_step",
@@ -508,7 +510,7 @@ def profile(
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
 
 
-# --------------------------------------------------------------------------- the job (accelbench.harness)
+# --------------------------------------------------------------------------- the job (accelbench.core.harness)
 @dataclass(frozen=True)
 class Settings:
     """One unet3d_profile job: the model at the system's scale, the configuration, and the run parameters
@@ -538,7 +540,7 @@ class Settings:
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     """The job's ``unsupported`` outcome when the system lacks the configuration's precision (TF32 on a CPU or
     V100, bf16 on V100), or this host only emulates it, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the
-    config's ``run_emulated_precisions`` lists it: :func:`accelbench.precisions.emulated_reason`, a short probe):
+    config's ``run_emulated_precisions`` lists it: :func:`accelbench.core.precisions.emulated_reason`, a short probe):
     known without measuring, so the harness writes it without taking the device lock."""
     reason = unsupported_reason(s.variant, ctx.system) or precisions.emulated_reason(
         ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec)
@@ -546,19 +548,19 @@ def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
 
 
-# cost model of a job (accelbench.estimate, issue 42): seconds per forward-pass unit of the reference work (a 32^3
+# cost model of a job (accelbench.core.estimate, issue 42): seconds per forward-pass unit of the reference work (a 32^3
 # volume at width 16, Med-DDPM's U-Net) on the reference machine, fitted to the embedded default's jobs
 COST = {"startup_s": 10.0, "unit_s": 0.42, "compile_s": 90.0, "bf16_x": 0.35, "reference_work": 32**3 * 16**2}
 
 
 def estimate_s(spec: dict) -> float:
-    """Wall seconds of the job on the reference machine (:data:`accelbench.estimate.REFERENCE`): forward-pass units
+    """Wall seconds of the job on the reference machine (:data:`accelbench.core.estimate.REFERENCE`): forward-pass units
     (a training step = 3 per micro-batch; the quality probe's and the timed sampling steps 1 each) x the work per
     pass (voxels x width^2, relative to the default's) x :data:`COST` ``unit_s``, x ``bf16_x`` under native bf16
     autocast (x the probe's slowdown where emulated bf16 is asked for); start-up alone where the job will only write
     ``unsupported`` (:func:`unsupported_outcome`'s reasons)."""
-    from accelbench.estimate import STARTUP_S
-    from accelbench.harness import system_from
+    from accelbench.core.estimate import STARTUP_S
+    from accelbench.core.harness import system_from
 
     system, variant = system_from(spec), VARIANTS[spec["configuration"]]
     if unsupported_reason(variant, system) or precisions.emulated_reason(

@@ -6,7 +6,7 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    time and Study B's throughput, evaluation tokens / evaluation time (``eval_tokens_per_s``; the
    published columns satisfy throughput x eval time = 338.4k tokens, WikiText-2's test split). A
    separate forward benchmark on random token ids (``forward_benchmark``,
-   :func:`accelbench.measure.time_steps`) is kept under its own name.
+   :func:`accelbench.measure.timing.time_steps`) is kept under its own name.
 2. **Sensitivity** (:func:`.sensitivity.sensitivity_map`): per decoder layer, Study B's way: magnitude-prune 30% of
    the weights of every parameter of that layer only (``torch.nn.utils.prune.L1Unstructured``) and
    record the perplexity increase on the validation split; ours: the increase when only that layer's
@@ -41,7 +41,7 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    and INC's ``maxabs_hw_opt_weight`` with validation calibration (``inc``); each recorded in
    ``measurements.settings``.
 
-Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.harness`,
+Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.core.harness`,
 ``accelbench llm-quant``) writes the result; :func:`.run.run` writes the sensitivity tables through it.
 
 Modules (each imports only those above it; only the job entry points are re-exported here):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.errors import DataError
-from accelbench.measure import StepClock
+from accelbench.measure.timing import StepClock
 
 # Study B's accuracy metric per task: HellaSwag acc_norm (length-normalised), BoolQ accuracy.
 STUDY_B_TASK_METRIC = {"hellaswag": "acc_norm", "boolq": "acc"}

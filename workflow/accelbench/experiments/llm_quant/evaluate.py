@@ -9,11 +9,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from accelbench import measure
-from accelbench.devices import Device
+from accelbench.backends.device import Device
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.llm_quant.layers import decoder_layers
-from accelbench.measure import StepClock
+from accelbench.measure import timing as measure
+from accelbench.measure.timing import StepClock
 
 # Models whose decoder stack can be restarted at layer i from the cached hidden states (inputs_embeds are
 # used unscaled and positions are implicit). Others fall back to full forward passes.
@@ -153,8 +153,8 @@ class Evaluator:
         return math.exp(nll / self.tokens)
 
     def timed_perplexity(self) -> tuple[float, float]:
-        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.StepClock`, wall mode);
-        its board energy (one window: the whole evaluation, :mod:`accelbench.energy`) is kept in ``self.energy``."""
+        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.timing.StepClock`, wall mode);
+        its board energy (one window: the whole evaluation, :mod:`accelbench.measure.energy`) is kept in ``self.energy``."""
         clock = StepClock(self.device, wall=True, energy_steps=1)
         clock.start()
         ppl = self.perplexity()
@@ -167,7 +167,7 @@ def throughput(
     model, device: Device, vocab: int, batch: int, seq_len: int, warmup: int, repeat: int, seed: int = 0
 ) -> dict:
     """Forward benchmark on random ``[batch, seq_len]`` token ids: median step time and tokens/s (``energy``: the
-    timed steps' board energy, :mod:`accelbench.energy`).
+    timed steps' board energy, :mod:`accelbench.measure.energy`).
 
     Not Study B's throughput (evaluation tokens / evaluation time, ``eval_tokens_per_s``): recorded as
     ``forward_benchmark``."""

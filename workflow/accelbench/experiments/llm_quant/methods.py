@@ -10,14 +10,15 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from accelbench import backends, energy
-from accelbench.devices import Device
+from accelbench import backends
+from accelbench.backends.device import Device
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
 from accelbench.experiments.llm_quant.evaluate import Evaluator, throughput
 from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
 from accelbench.experiments.llm_quant.quantize import SIXTEEN_BIT, quantize_
 from accelbench.experiments.llm_quant.sensitivity import assign_bits, fp8_modules, parse_bitset
+from accelbench.measure import energy
 
 METHODS = ("fp32", "fake", "torchao", "int8_dq", "inc_fp8")
 
@@ -374,7 +375,7 @@ def run_method(
         },
         "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
         "accuracy": accuracy,
-        # board energy (accelbench.energy): J per 1k evaluated tokens (the evaluation: one window), forward benchmark
+        # board energy (accelbench.measure.energy): J per 1k evaluated tokens (the evaluation: one window), forward benchmark
         "energy": energy.report(
             {"evaluation": ev.energy, "forward": forward_energy},
             "evaluation",

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from accelbench import precisions
+from accelbench.core import precisions
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, token_chunks
 from accelbench.experiments.llm_quant.layers import decoder_layers
 from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe
 from accelbench.experiments.llm_quant.sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
-from accelbench.flops import PEAK_KEY, eval_peak
-from accelbench.measure import StepClock
+from accelbench.measure.flops import PEAK_KEY, eval_peak
+from accelbench.measure.timing import StepClock
 
 
 def load_model(model_spec: dict, model_dir, dtype: str):
@@ -96,7 +96,7 @@ def allocation_for(spec: dict) -> dict:
 
 def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]:
     """The sensitivity job: ``(outcome, tables)``; ``tables`` = ``{"layers": [...], "submodules": [...]}``."""
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
 
     device = Device(system.backend)
     torch.manual_seed(spec.get("seed", 0))
@@ -162,8 +162,8 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
 def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_dir=".") -> dict:
     """One (method, bit set) job: load, quantize, measure. ``sensitivity`` = the sensitivity result.json."""
     from accelbench import backends
-    from accelbench.devices import Device
-    from accelbench.systems import habana_available
+    from accelbench.backends.device import Device
+    from accelbench.core.systems import habana_available
 
     method = spec["method"]
     if method == "inc_fp8" and (not backends.get(system.backend).fp8_inc or not habana_available()):
@@ -283,7 +283,7 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
     return out
 
 
-# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
+# cost model of a job (accelbench.core.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
 # (SmolLM2-135M: 30 layers of width 576): seconds per unit of work, a unit being one token through the model
 COST = {
     "startup_s": 12.0,
@@ -301,8 +301,8 @@ def estimate_s(spec: dict) -> float:
     (layers x width^2, relative to SmolLM2-135M's); start-up alone where it only writes ``unsupported`` (INC FP8 off
     Gaudi, torchao int4 on a backend without its tinygemm layout)."""
     from accelbench import backends
-    from accelbench.estimate import STARTUP_S
-    from accelbench.harness import system_from
+    from accelbench.core.estimate import STARTUP_S
+    from accelbench.core.harness import system_from
 
     system = system_from(spec)
     ops = backends.get(system.backend)
@@ -335,9 +335,9 @@ def estimate_s(spec: dict) -> float:
 
 def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: float | None) -> dict:
     """Achieved TFLOP/s and MFU of the perplexity evaluation (Study B's throughput, evaluation tokens / s), from the
-    forward FLOPs per token (:func:`accelbench.flops.forward_flops_per_token`) at ``seq_len``; the peak is the
+    forward FLOPs per token (:func:`accelbench.measure.flops.forward_flops_per_token`) at ``seq_len``; the peak is the
     system's for the compute dtype (weight-only quantization computes in it)."""
-    from accelbench.flops import forward_flops_per_token, throughput_and_mfu
+    from accelbench.measure.flops import forward_flops_per_token, throughput_and_mfu
 
     if not (info.get("parameters") and info.get("layers") and info.get("hidden_size") and tokens_per_s):
         return {**throughput_and_mfu(None, 0.0, peak_tflops), "flops_per_token": None}
@@ -352,7 +352,7 @@ def importlib_missing(name: str) -> bool:
     return importlib.util.find_spec(name) is None
 
 
-# --------------------------------------------------------------------------- the job (accelbench.harness)
+# --------------------------------------------------------------------------- the job (accelbench.core.harness)
 class Settings(dict):
     """One llm_quant job: the rule's spec (``model``, ``model_spec``, ``data``, ``method`` — ``sensitivity`` for the
     sensitivity stage —, ``bitset`` and the config's ``llm_quant`` keys)."""
@@ -375,9 +375,9 @@ def run(spec: Settings, ctx):
     """
     import csv
 
+    from accelbench.core.outcome import Outcome
+    from accelbench.core.results import read_result
     from accelbench.errors import ConfigError
-    from accelbench.outcome import Outcome
-    from accelbench.results import read_result
 
     stage = ctx.inputs.get("stage") or spec.stage
     if stage != spec.stage:

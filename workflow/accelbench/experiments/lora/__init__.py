@@ -32,7 +32,7 @@ host syncs, ``torch.compile``, Liger kernels where installed), and ``ours_<name>
 
 Measurements: optimizer-step time after warm-up steps (CUDA events / synchronize + host clock, per rank, median and
 spread), samples/s and tokens/s, peak device memory per rank (host peak RSS on CPU), MFU from the named FLOP formula
-(:func:`accelbench.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
+(:func:`accelbench.measure.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
 training, and the projected wall time of Study B's epoch (a projection, labelled so).
 
 Example::
@@ -40,7 +40,7 @@ Example::
     accelbench lora-finetune --spec "$(cat spec.json)" --out results/cpu/lora_finetune/smollm2_135m/flash/ddp/n2/result.json
 
 Modules (each imports only those above it; callers import what they use from the submodule):
-  * :mod:`.data` (instruction pairs, concatenated blocks); FLOPs per token in :mod:`accelbench.flops`;
+  * :mod:`.data` (instruction pairs, concatenated blocks); FLOPs per token in :mod:`accelbench.measure.flops`;
   * :mod:`.settings`: :class:`~.settings.LoraSettings` and the run plan (strategy, devices, attention, precision);
     :mod:`.series`: the faithful and ours runtimes (the authors' configs in ``authors/``);
   * :mod:`.model`: LoRA application, attention setting, where a random-init model is built, memory pre-checks;
@@ -48,7 +48,7 @@ Modules (each imports only those above it; callers import what they use from the
     :mod:`.timer`: the per-step timer callback;
   * :mod:`.train`: one rank's run (:func:`~.train.train_rank`); :mod:`.summary`: the result's measurements;
   * :mod:`.job`: the job on the harness: :class:`~.job.Settings`, :func:`~.job.run` (plan, pre-checks, ranks through
-    :mod:`accelbench.launcher`, merge) and :func:`~.job.run_rank`.
+    :mod:`accelbench.core.launcher`, merge) and :func:`~.job.run_rank`.
 """
 
 from accelbench.experiments.lora.job import Settings, estimate_s, prepare_environment, run, run_rank

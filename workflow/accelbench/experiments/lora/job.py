@@ -1,6 +1,6 @@
-"""Study B LoRA: the job on the harness (:mod:`accelbench.harness`). :func:`run` plans a case, records what cannot
+"""Study B LoRA: the job on the harness (:mod:`accelbench.core.harness`). :func:`run` plans a case, records what cannot
 run (unsupported; OOM by the weights-alone and host-memory pre-checks, before any rank starts), runs ``single`` in
-this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.launcher`), and merges the
+this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.core.launcher`), and merges the
 ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one rank's work. No launching code lives here."""
 
 from __future__ import annotations
@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from accelbench import backends, precisions
+from accelbench import backends
+from accelbench.core import precisions
+from accelbench.core.outcome import Outcome
 from accelbench.experiments.lora.model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
 from accelbench.experiments.lora.series import gaudi_mode, settings_of
 from accelbench.experiments.lora.settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
 from accelbench.experiments.lora.summary import summarize
 from accelbench.experiments.lora.train import train_rank
-from accelbench.outcome import Outcome
 
 DEVICES_KEY = "lora_finetune.runs devices"
 
@@ -45,7 +46,7 @@ class Settings:
         )
 
 
-# cost model of a job (accelbench.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
+# cost model of a job (accelbench.core.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
 # (SmolLM2-135M, 2 x 2 blocks of 32 tokens per optimizer step): seconds per optimizer step of that work
 COST = {
     "startup_s": 8.0,
@@ -62,8 +63,8 @@ def estimate_s(spec: dict) -> float:
     (more than one device), the optimizer steps (x the tokens per step relative to the default's), the held-out
     loss before and after, and torch.compile where the series compiles; start-up alone where the plan is not
     ``ok`` (FSDP on a CPU, ZeRO-3 without deepspeed)."""
-    from accelbench.estimate import STARTUP_S
-    from accelbench.harness import system_from
+    from accelbench.core.estimate import STARTUP_S
+    from accelbench.core.harness import system_from
 
     s = Settings.from_spec(spec, system_from(spec))
     if s.plan.status != "ok":
@@ -114,7 +115,7 @@ def precheck(s: Settings, system) -> Outcome | None:
     if not reason and s.plan.strategy == "fsdp":
         import psutil
 
-        from accelbench import multinode
+        from accelbench.cluster import multinode
 
         per_node = multinode.node_plan(system, s.plan.devices, DEVICES_KEY).per_node
         host = {
@@ -140,12 +141,12 @@ def run(s: Settings, ctx) -> Outcome:
     """Plan, pre-check, train (one process or ``devices`` ranks), merge. The result's ``config`` gets the plan.
 
     Returns:
-        :class:`~accelbench.outcome.Outcome`: ``unsupported``/``oom`` cases are returned, not raised.
+        :class:`~accelbench.core.outcome.Outcome`: ``unsupported``/``oom`` cases are returned, not raised.
 
     Raises:
         AccelbenchError: a rank failed for another reason (the launcher names the exit status and the log tail).
     """
-    from accelbench.launcher import in_process
+    from accelbench.core.launcher import in_process
 
     config = {"plan": s.plan.to_dict()}
     early = precheck(s, ctx.system)

@@ -7,7 +7,8 @@ import importlib.util
 import os
 from dataclasses import asdict, dataclass, field
 
-from accelbench import backends, precisions
+from accelbench import backends
+from accelbench.core import precisions
 from accelbench.errors import ConfigError
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero3")
@@ -127,7 +128,7 @@ def plan_run(
     Rules: ``single`` needs exactly 1 device, the others at least 2; ``devices`` must not exceed the devices
     available (:func:`available_devices`); ``fsdp`` needs an accelerator (:data:`FSDP_CPU_REASON`); ``zero3`` needs
     ``deepspeed``; bf16 falls back to fp32 on systems without it, and where this host only emulates it, slowly
-    (a CPU without AVX512-BF16/AMX: :func:`accelbench.precisions.emulated_reason`), unless ``run_emulated`` (config
+    (a CPU without AVX512-BF16/AMX: :func:`accelbench.core.precisions.emulated_reason`), unless ``run_emulated`` (config
     ``run_emulated_precisions``) lists it (noted).
     """
     if strategy not in STRATEGIES:
@@ -152,7 +153,7 @@ def plan_run(
         precision=precision,
         notes=notes,
     )
-    from accelbench.multinode import job_limit_reason, node_plan
+    from accelbench.cluster.multinode import job_limit_reason, node_plan
 
     nodes = node_plan(system, devices, "lora_finetune.runs devices")
     if nodes.nodes > 1:  # several nodes: ranks per node against one node, the total against the system's `devices`

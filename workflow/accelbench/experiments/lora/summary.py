@@ -6,14 +6,15 @@ from __future__ import annotations
 import math
 
 from accelbench.experiments.lora.settings import LoraSettings, Plan
-from accelbench.flops import flops_per_token, throughput_and_mfu
+from accelbench.measure.flops import flops_per_token, throughput_and_mfu
 
 
 def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, projection_cfg: dict) -> dict:
     """Combine per-rank measurements into the result's ``measurements``: step time Timing (per step the slowest rank,
-    :func:`accelbench.measure.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median beside it),
+    :func:`accelbench.measure.timing.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median beside it),
     throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's epoch."""
-    from accelbench import energy, measure
+    from accelbench.measure import energy
+    from accelbench.measure import timing as measure
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
     r0 = ranks[0]["measurements"]
@@ -105,7 +106,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "loss_tolerance": (r0.get("series") or {}).get("loss_tolerance"),
         "projection": project_epoch(step_ms, tokens_per_step, settings.seq_len, projection_cfg),
         "notes": plan.notes,
-        # board energy of the timed optimizer steps, summed over the job's devices (accelbench.energy)
+        # board energy of the timed optimizer steps, summed over the job's devices (accelbench.measure.energy)
         "energy": energy.report(
             {"step": energy.merge_ranks([r["measurements"].get("energy") for r in ranks])},
             "step",

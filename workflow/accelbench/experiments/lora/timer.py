@@ -1,20 +1,20 @@
 """Study B LoRA: the per-optimizer-step timer of a Trainer run, a ``TrainerCallback`` built on the package's one step
-clock (:class:`accelbench.measure.StepClock`)."""
+clock (:class:`accelbench.measure.timing.StepClock`)."""
 
 from __future__ import annotations
 
 import time
 
-from accelbench.measure import StepClock
+from accelbench.measure.timing import StepClock
 
 
 def make_step_timer(device, world: int):
     """A ``TrainerCallback`` timing each optimizer step (all micro-batches, clipping, optimizer, scheduler) with a
-    :class:`~accelbench.measure.StepClock`: CUDA events on CUDA (read after training), else ``mark_step`` +
+    :class:`~accelbench.measure.timing.StepClock`: CUDA events on CUDA (read after training), else ``mark_step`` +
     ``synchronize`` + ``time.perf_counter``. Times in ms. After the first step it also records which wrapper and
     distributed set-up Trainer used (``wrapped_as``, ``distributed``), and host clock readings at each step's start and
     end (the last one after a device synchronize) for optimum-habana's ``train_runtime``. After
-    ``meter_energy(warmup, timed)`` the clock also meters the board energy of the timed steps (:mod:`accelbench.energy`;
+    ``meter_energy(warmup, timed)`` the clock also meters the board energy of the timed steps (:mod:`accelbench.measure.energy`;
     ``clock.energy()``)."""
     from transformers import TrainerCallback
 

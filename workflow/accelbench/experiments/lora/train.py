@@ -29,7 +29,7 @@ from accelbench.experiments.lora.series import (
 from accelbench.experiments.lora.settings import Plan, hpu_lazy_mode
 from accelbench.experiments.lora.timer import make_step_timer
 from accelbench.experiments.lora.trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
-from accelbench.flops import lora_flop_counts
+from accelbench.measure.flops import lora_flop_counts
 
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
 WRAPPER = {"ddp": "DistributedDataParallel", "fsdp": "FullyShardedDataParallel", "zero3": "DeepSpeedEngine"}
@@ -54,7 +54,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     import torch
 
     from accelbench import backends
-    from accelbench.devices import Device
+    from accelbench.backends.device import Device
     from accelbench.models.llm import load_causal_lm
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -262,7 +262,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         m["train_runtime"] = train_runtime(
             timer.step_end_s, timer.step_begin_s, s.warmup_steps, s.per_device_batch * s.grad_accum * world
         )
-        m["energy"] = timer.clock.energy()  # this rank's device over the timed steps (accelbench.energy)
+        m["energy"] = timer.clock.energy()  # this rank's device over the timed steps (accelbench.measure.energy)
         losses = trainer.loss_curve()
         peak = device.peak_memory_bytes()
         evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]

@@ -1,6 +1,6 @@
 """The one job harness: every measurement command of every experiment runs through :func:`run_job`.
 
-One sequence, for every experiment of the registry (:mod:`accelbench.registry`)::
+One sequence, for every experiment of the registry (:mod:`accelbench.core.registry`)::
 
     spec file -> settings and system -> device check -> lock -> supersede -> run -> result.json
 
@@ -8,17 +8,17 @@ One sequence, for every experiment of the registry (:mod:`accelbench.registry`):
    is recorded in the result (``spec_sha256``: the DAG's stale-settings check reads it).
 2. **Settings and system.** ``Settings.from_spec(spec, system)`` of the experiment module; the system comes from the
    spec (the rule resolved it from ``config/systems/``).
-3. **Device check** (:func:`accelbench.systems.require_backend`): the backend the system names must be here; a
+3. **Device check** (:func:`accelbench.core.systems.require_backend`): the backend the system names must be here; a
    mismatch stops the job with one line.
-4. **Lock** (:mod:`accelbench.locks`): one measurement per device set at a time, machine-wide. A job whose outcome
+4. **Lock** (:mod:`accelbench.core.locks`): one measurement per device set at a time, machine-wide. A job whose outcome
    is known to be ``unsupported`` without measuring (the module's optional ``unsupported_outcome(settings, ctx)``,
    e.g. TF32 on a CPU, ncu without ``ncu``) writes it without waiting for the lock.
-5. **Supersede** (:func:`accelbench.results.superseding`): an old result and its side files are moved aside, never
+5. **Supersede** (:func:`accelbench.core.results.superseding`): an old result and its side files are moved aside, never
    deleted, and put back if this job fails (or, after a kill, by the next run of the job: the journal ``.redo.json``).
 6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
-   (:mod:`accelbench.launcher`), which starts their ``run_rank(settings, ctx)`` in every rank.
-7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``, :mod:`accelbench.hostload`)
-   and the provenance (:mod:`accelbench.provenance`), then writes ``result.json`` atomically. Side files are written
+   (:mod:`accelbench.core.launcher`), which starts their ``run_rank(settings, ctx)`` in every rank.
+7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``, :mod:`accelbench.measure.hostload`)
+   and the provenance (:mod:`accelbench.core.provenance`), then writes ``result.json`` atomically. Side files are written
    through :meth:`JobContext.side_file` (whole, or not at all) and listed under ``artefacts``.
 
 An experiment module therefore has no launching and no file writing of its own. Its contract::
@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelbench.core.outcome import Outcome
+from accelbench.core.registry import Experiment
 from accelbench.errors import AccelbenchError
-from accelbench.outcome import Outcome
-from accelbench.registry import Experiment
 
 log = logging.getLogger("accelbench")
 
@@ -64,12 +64,12 @@ class JobContext:
         spec: the job's resolved settings (the ``--spec`` file's JSON object).
         spec_path: the spec file (passed on to ranks and helper processes; never inline JSON).
         spec_sha256: sha256 of the spec file's bytes (None for an inline spec).
-        system: the :class:`accelbench.systems.System` the spec names.
+        system: the :class:`accelbench.core.systems.System` the spec names.
         out: the result file this job writes.
         inputs: the rule's named inputs (``image``, ``mask``, ``data``, ``model_dir``, ...; None where not given).
         threads: CPU cores of the job (``--threads``, Snakemake's ``{threads}``; 0 = every usable core).
         artefacts: side files written so far (name -> file name beside the result).
-        placement: in a rank, this rank's threads and CPUs (:func:`accelbench.launch.place_this_rank`).
+        placement: in a rank, this rank's threads and CPUs (:func:`accelbench.core.rank_processes.place_this_rank`).
     """
 
     experiment: Experiment
@@ -88,8 +88,8 @@ class JobContext:
         """A temporary path (``.partial.<name>``, same suffixes) to write side file ``name`` to; renamed beside the
         result when the body succeeds (a reader never sees a truncated file) and recorded in
         ``artefacts[key or stem]``. A body that leaves the path unwritten records nothing; one that raises leaves
-        nothing behind (:func:`accelbench.results.atomic_path`)."""
-        from accelbench.results import atomic_path
+        nothing behind (:func:`accelbench.core.results.atomic_path`)."""
+        from accelbench.core.results import atomic_path
 
         path = self.out.with_name(name)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,9 +100,9 @@ class JobContext:
 
     def run_ranks(self, settings, devices: int, key: str):
         """Launch ``devices`` ranks of this experiment's ``run_rank`` and collect them
-        (:func:`accelbench.launcher.run_ranks`). Returns the :class:`~accelbench.launcher.Ranks` or an
+        (:func:`accelbench.core.launcher.run_ranks`). Returns the :class:`~accelbench.core.launcher.Ranks` or an
         ``oom``/``unsupported`` :class:`Outcome`."""
-        from accelbench.launcher import run_ranks
+        from accelbench.core.launcher import run_ranks
 
         return run_ranks(self, settings, devices, key)
 
@@ -151,8 +151,8 @@ def spec_path_of(spec: dict) -> str:
 
 
 def system_from(spec: dict):
-    """The :class:`accelbench.systems.System` recorded in a spec (``spec["system"]``)."""
-    from accelbench.systems import System
+    """The :class:`accelbench.core.systems.System` recorded in a spec (``spec["system"]``)."""
+    from accelbench.core.systems import System
 
     d = dict(spec["system"])
     d["precisions"], d["match"] = tuple(d["precisions"]), tuple(d.get("match", ()))
@@ -172,7 +172,8 @@ def context(
 def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
     """Write ``outcome`` as the job's result: ``config`` = spec + ``outcome.config``; ``measurements.noise`` for
     ``ok`` results; provenance; ``artefacts``; ``spec_sha256``. Atomic. Returns the result object."""
-    from accelbench import hostload, provenance, results
+    from accelbench.core import provenance, results
+    from accelbench.measure import hostload
 
     config = {**ctx.spec, **outcome.config}
     if outcome.status == "ok":
@@ -197,7 +198,7 @@ def guarded(ctx: JobContext, lock: bool = True) -> Iterator[None]:
     """Hold the device lock (unless ``lock`` is False: nothing is measured) and supersede the old result for the
     body: a finished result and its side files are moved aside first (never overwritten, never deleted, for any
     user) and put back if the job fails; SIGTERM restores them like Ctrl-C."""
-    from accelbench import locks, results
+    from accelbench.core import locks, results
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
     with (
@@ -210,8 +211,8 @@ def guarded(ctx: JobContext, lock: bool = True) -> Iterator[None]:
 def _experiment(ctx: JobContext):
     """The experiment's module and its ``Settings`` for this job, after its ``prepare_environment`` (if any), which
     must run before anything imports a vendor stack (Gaudi: lazy or eager mode); the process's energy settings
-    (:func:`accelbench.energy.configure`) first."""
-    from accelbench import energy
+    (:func:`accelbench.measure.energy.configure`) first."""
+    from accelbench.measure import energy
 
     energy.configure(ctx.spec.get("energy"))  # the job's energy settings (config `energy`), in the job and its ranks
     module = ctx.experiment.load()
@@ -228,8 +229,8 @@ def run_job(ctx: JobContext) -> dict:
         AccelbenchError: bad spec, the system's backend missing here, or a failure the experiment reports (the old
             result is then put back).
     """
-    from accelbench.hostload import start_job
-    from accelbench.systems import require_backend
+    from accelbench.core.systems import require_backend
+    from accelbench.measure.hostload import start_job
 
     start_job()  # host load is recorded from here to the result (measurements.noise)
     module, settings = _experiment(ctx)
@@ -249,17 +250,17 @@ def run_job(ctx: JobContext) -> dict:
 
 
 def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int = 0, inputs: dict | None = None) -> int:
-    """Entry point of one rank (``accelbench rank``, started by :func:`accelbench.launcher.run_ranks`): placement
+    """Entry point of one rank (``accelbench rank``, started by :func:`accelbench.core.launcher.run_ranks`): placement
     first (threads, CPUs, die with torchrun), then the experiment's ``run_rank(settings, ctx)``, then
     ``<rank_dir>/rank<RANK>.json`` (the launcher's rank-file protocol). Out of device memory becomes ``status: oom``
     here, for every experiment. Returns the exit status: non-zero when this rank failed, so torchrun stops the
     others."""
     import os
 
-    from accelbench import launch
-    from accelbench.devices import Device
-    from accelbench.registry import get
-    from accelbench.results import write_json_atomic
+    from accelbench.backends.device import Device
+    from accelbench.core import rank_processes as launch
+    from accelbench.core.registry import get
+    from accelbench.core.results import write_json_atomic
 
     placement = launch.place_this_rank()
     ctx = context(get(experiment), spec, out, inputs, threads)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from accelbench import energy as _energy
-from accelbench.devices import Device
+from accelbench.backends.device import Device
+from accelbench.measure import energy as _energy
 
 
 # --------------------------------------------------------------------------- timing
@@ -81,8 +81,8 @@ class StepClock:
     second way on every backend: for whole phases with much host work (a perplexity pass, an lm-eval task), whose
     time is wall time. Times in ms.
 
-    Energy (:mod:`accelbench.energy`): with ``energy_steps`` (the phase's steps to meter, after ``energy_skip``
-    untimed-for-energy steps) and the process's ``energy.enabled``, an :class:`~accelbench.energy.EnergyMeter` reads
+    Energy (:mod:`accelbench.measure.energy`): with ``energy_steps`` (the phase's steps to meter, after ``energy_skip``
+    untimed-for-energy steps) and the process's ``energy.enabled``, an :class:`~accelbench.measure.energy.EnergyMeter` reads
     the device's energy counter around windows of >= ``window_s`` of these steps (one synchronize and one read per
     window boundary, between steps; none inside a window); :meth:`energy` gives ``measurements.energy``.
 
@@ -143,7 +143,7 @@ class StepClock:
         return list(self._samples)
 
     def energy(self) -> dict | None:
-        """``measurements.energy`` of the metered steps (:meth:`accelbench.energy.EnergyMeter.result`); ``off`` when
+        """``measurements.energy`` of the metered steps (:meth:`accelbench.measure.energy.EnergyMeter.result`); ``off`` when
         ``energy.enabled`` is false; None when this clock was not asked to meter (no ``energy_steps``)."""
         if self.meter is not None:
             return self.meter.result()

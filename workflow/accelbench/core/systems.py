@@ -19,7 +19,7 @@ from pathlib import Path
 
 from accelbench import backends
 from accelbench.backends import hpu as hpu_backend
-from accelbench.config import SYSTEM_SCHEMA, read_yaml, schema_errors
+from accelbench.core.config import SYSTEM_SCHEMA, read_yaml, schema_errors
 from accelbench.errors import ConfigError, SystemMismatchError
 
 

@@ -102,7 +102,7 @@ def fmt(seconds: float) -> str:
 
 def _experiment_of(output: str) -> str | None:
     """The registry name in a result path ``<results>/<system>/<experiment>/.../result.json``, else None."""
-    from accelbench import registry
+    from accelbench.core import registry
 
     parts = Path(output).parts
     for name in registry.names(selectable_only=False):
@@ -114,7 +114,7 @@ def _experiment_of(output: str) -> str | None:
 def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
     """A job's wall seconds on the reference machine: its experiment's ``estimate_s(spec)`` for a measurement job,
     else :data:`RULE_S` (unknown rules: :data:`DEFAULT_RULE_S`)."""
-    from accelbench import registry
+    from accelbench.core import registry
 
     name = _experiment_of(output) if spec_path else None
     if name is not None:

@@ -1,4 +1,4 @@
-"""Runtime device operations for one backend (cpu, cuda, hpu), used by :mod:`accelbench.measure`.
+"""Runtime device operations for one backend (cpu, cuda, hpu), used by :mod:`accelbench.measure.timing`.
 
 :class:`Device` is a device index plus its backend object (:mod:`accelbench.backends`), which does the work. Gaudi
 imports ``habana_frameworks`` only when the backend is ``hpu``; lazy mode is the default there

@@ -7,7 +7,7 @@ names the key path and the allowed values, so a bad config fails before any rule
 
 Example::
 
-    from accelbench.config import load_config
+    from accelbench.core.config import load_config
     cfg = load_config("config/config.yaml")
 """
 
@@ -141,12 +141,12 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 def load_schema(schema_path: str | Path) -> dict:
     """A JSON schema (YAML or JSON syntax). Names listed in one place only are filled in here: where it has an
-    ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.registry`); where it has
+    ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.core.registry`); where it has
     a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`); SR3's configuration names
     from :mod:`accelbench.experiments.sr3_configs`."""
     from accelbench.backends import BACKENDS
+    from accelbench.core.registry import names
     from accelbench.experiments.sr3_configs import CONFIGURATIONS
-    from accelbench.registry import names
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     props = schema.get("properties", {})
@@ -341,7 +341,7 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
     if problems:
         raise ConfigError(problems[0])
     if config.get("experiments") == "all":  # every study experiment of the registry, in its order
-        from accelbench.registry import names
+        from accelbench.core.registry import names
 
         config["experiments"] = list(names())
     coerce_to_schema(config, schema_path)

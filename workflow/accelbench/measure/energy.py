@@ -7,7 +7,7 @@ What is measured: the board energy of the job's device(s) from the vendor's cumu
 (which meters whole systems at the wall with an approved analyzer): host CPU (except on the cpu backend, where the
 packages are the device), host memory, network, storage, cooling and power-supply losses are not counted.
 
-How (:class:`EnergyMeter`, driven by :class:`accelbench.measure.StepClock`): a window opens before a timed step
+How (:class:`EnergyMeter`, driven by :class:`accelbench.measure.timing.StepClock`): a window opens before a timed step
 (synchronize the device, read the counter, read the host clock) and closes after the first step at which at least
 ``window_s`` (default 1 s: the counters update about every 100 ms) has passed on the host clock, or after the
 phase's last metered step (synchronize, read, read the clock). Nothing is synchronized or read inside a window,
@@ -84,7 +84,7 @@ class Counter:
 
 class NvmlCounter(Counter):
     """NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded; Volta and later) of the GPU that
-    torch calls ``torch_index`` (mapped through ``CUDA_VISIBLE_DEVICES`` like :func:`accelbench.hostload.visible_gpus`).
+    torch calls ``torch_index`` (mapped through ``CUDA_VISIBLE_DEVICES`` like :func:`accelbench.measure.hostload.visible_gpus`).
     Needs ``nvidia-ml-py`` (import ``pynvml``). The counter updates about every 100 ms (NVML documentation; Zeus
     uses the same counter)."""
 
@@ -96,7 +96,7 @@ class NvmlCounter(Counter):
             import pynvml
         except ImportError:
             raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
-        from accelbench.hostload import visible_gpus
+        from accelbench.measure.hostload import visible_gpus
 
         try:
             pynvml.nvmlInit()
@@ -255,11 +255,11 @@ def counter_delta(a: float, b: float, wrap_j: float | None) -> float | None:
 
 
 class EnergyMeter:
-    """Windows of timed steps on one device (see the module docstring). :class:`accelbench.measure.StepClock` calls
+    """Windows of timed steps on one device (see the module docstring). :class:`accelbench.measure.timing.StepClock` calls
     :meth:`before_step` / :meth:`after_step` around each step; :meth:`result` gives ``measurements.energy``.
 
     Args:
-        device: an :class:`accelbench.devices.Device` (its backend's ``energy_counter`` gives the counter).
+        device: an :class:`accelbench.backends.device.Device` (its backend's ``energy_counter`` gives the counter).
         steps: the phase's steps to meter (after ``skip``); the last one closes the open window. None: until
             :meth:`result` (the open window is then closed there).
         skip: steps not metered first (e.g. LoRA's warm-up optimizer steps, timed by the same clock).

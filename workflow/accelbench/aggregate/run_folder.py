@@ -1,8 +1,8 @@
 """One committed reference-run folder: its ``run.yaml``, its series label, and which run a result file belongs to.
 
-The part of :mod:`accelbench.reference_runs` that the aggregations need
+The part of :mod:`accelbench.aggregate.reference_runs` that the aggregations need
 (:func:`accelbench.aggregate.common.load_results` labels a reference run's results as their own series). It imports
-nothing of the aggregation, so that :mod:`accelbench.reference_runs` can regenerate a run's tables with the
+nothing of the aggregation, so that :mod:`accelbench.aggregate.reference_runs` can regenerate a run's tables with the
 aggregation modules without an import circle.
 """
 

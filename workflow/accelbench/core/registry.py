@@ -11,7 +11,7 @@ Adding an experiment is one entry here plus its module (see CONTRIBUTING.md, "Ad
 
 Example::
 
-    >>> from accelbench.registry import EXPERIMENTS, get
+    >>> from accelbench.core.registry import EXPERIMENTS, get
     >>> get("sr3_scaling").command
     'sr3-train'
     >>> [e.name for e in EXPERIMENTS.values() if e.study == "A"]
@@ -44,7 +44,7 @@ class Experiment:
         reference: published numbers it is compared with, under ``resources/reference/`` (or None).
         reads: other experiments whose results its aggregation reads too (Study A's claims read the counters).
         side_files: files a job may write beside its result (moved aside with it when it is superseded).
-        ranks: True when a job runs several ranks through :mod:`accelbench.launcher` (SR3, LoRA, net_smoke).
+        ranks: True when a job runs several ranks through :mod:`accelbench.core.launcher` (SR3, LoRA, net_smoke).
         targets: the main outputs of its aggregation under the results folder (``rule all`` asks for them).
         inputs: the named inputs its command takes besides ``--spec``/``--out`` (``--image``, ``--data``, ...), passed
             to the run as ``ctx.inputs``.

@@ -31,9 +31,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from accelbench.backends import BACKENDS
+from accelbench.core.registry import names
+from accelbench.core.results import SCHEMA_VERSION, read_json, redo_journal
 from accelbench.errors import ResultError
-from accelbench.registry import names
-from accelbench.results import SCHEMA_VERSION, read_json, redo_journal
 
 log = logging.getLogger(__name__)
 EXPERIMENTS = names()  # the study experiments of the registry (net_smoke, a diagnostic, has no schema)
@@ -226,7 +226,7 @@ def _problems_of(data: dict) -> list[str]:
 
 def problems(path: str | Path) -> list[str]:
     """Problems of one result file (unreadable, not a plain file, too big or not JSON counts as one problem; so does
-    the journal of a killed redo beside it, :func:`accelbench.results.redo_journal`)."""
+    the journal of a killed redo beside it, :func:`accelbench.core.results.redo_journal`)."""
     journal = redo_journal(path)
     if journal.exists():
         return [

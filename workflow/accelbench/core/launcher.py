@@ -1,21 +1,21 @@
 """The one rank launcher: plan, launch and collect the ranks of a multi-rank experiment (SR3, LoRA, net_smoke).
 
-Launcher side (:func:`run_ranks`, called through :meth:`accelbench.harness.JobContext.run_ranks`):
+Launcher side (:func:`run_ranks`, called through :meth:`accelbench.core.harness.JobContext.run_ranks`):
 
-1. **Plan** the layout (:func:`accelbench.multinode.node_plan`): one node up to the system's ``devices_per_node``,
+1. **Plan** the layout (:func:`accelbench.cluster.multinode.node_plan`): one node up to the system's ``devices_per_node``,
    whole nodes above it; a multi-node plan outside a Slurm allocation (or above the system's ``devices``) is an
    ``unsupported`` outcome with the reason.
-2. **Threads**, stated once (:func:`accelbench.launch.rank_threads`): each rank gets its share of the job's cores,
+2. **Threads**, stated once (:func:`accelbench.core.rank_processes.rank_threads`): each rank gets its share of the job's cores,
    ``threads // ranks per node``; on a system whose device *is* a core (``cpu`` with ``devices_per_node: cores``)
    each rank gets exactly one, so adding CPU "devices" adds cores as adding GPUs adds GPUs. Each rank also gets
-   its own block of the job's CPUs (:func:`accelbench.launch.place_this_rank`) and dies with its launcher.
+   its own block of the job's CPUs (:func:`accelbench.core.rank_processes.place_this_rank`) and dies with its launcher.
 3. **Launch** ``accelbench rank --experiment <name> --spec <file> ...`` in every rank: ``torchrun --standalone`` on
-   one node, ``srun`` + ``torchrun`` c10d across nodes (:func:`accelbench.multinode.launch_command`). The spec
+   one node, ``srun`` + ``torchrun`` c10d across nodes (:func:`accelbench.cluster.multinode.launch_command`). The spec
    travels as its file, never as inline JSON.
 4. **Collect**, one rank-file protocol: every rank writes ``rank<r>.json`` =
    ``{"rank", "status", "reason", "record", "artefacts"}`` into a folder under the working directory (shared
    between the nodes of a cluster job). A rank that runs out of device memory writes ``status: oom`` (caught here,
-   in :func:`accelbench.harness.rank_main`, for every experiment) and exits, so torchrun stops the ranks waiting on it; a rank whose
+   in :func:`accelbench.core.harness.rank_main`, for every experiment) and exits, so torchrun stops the ranks waiting on it; a rank whose
    ``run_rank`` returns a record with its own ``status`` other than ``ok`` is treated the same.
 
 Results: the first failed rank's status becomes the job's (``oom`` with the rank's reason, ``measurements.ranks``
@@ -31,9 +31,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelbench import launch, multinode
+from accelbench.cluster import multinode
+from accelbench.core import rank_processes as launch
+from accelbench.core.outcome import Outcome
 from accelbench.errors import AccelbenchError
-from accelbench.outcome import Outcome
 
 log = logging.getLogger("accelbench")
 RANK_ROOT = Path(".snakemake/accelbench/ranks")  # under the working directory: shared by the nodes of a cluster job
@@ -45,7 +46,7 @@ class Ranks:
 
     Attributes:
         records: each rank's ``run_rank`` record, in rank order.
-        launch: the launch record (:func:`accelbench.multinode.launch_record`): nodes, ranks per node, rendezvous,
+        launch: the launch record (:func:`accelbench.cluster.multinode.launch_record`): nodes, ranks per node, rendezvous,
             collective backend, NCCL transports.
     """
 
@@ -73,14 +74,14 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
     """Start ``devices`` ranks of ``ctx.experiment``'s ``run_rank(settings, ctx)`` and collect them.
 
     Args:
-        ctx: the job's :class:`accelbench.harness.JobContext`.
+        ctx: the job's :class:`accelbench.core.harness.JobContext`.
         settings: the experiment's settings (each rank rebuilds them from the same spec file).
         devices: ranks to start (one per device).
         key: the config key the count came from (named in errors).
         timeout: seconds before the ranks are killed (None: no limit).
 
     Returns:
-        :class:`Ranks`, or an ``oom``/``unsupported`` :class:`accelbench.harness.Outcome`.
+        :class:`Ranks`, or an ``oom``/``unsupported`` :class:`accelbench.core.harness.Outcome`.
 
     Raises:
         AccelbenchError: a rank failed for another reason than memory (exit status and log tail named).

@@ -13,8 +13,8 @@ import socket
 from pathlib import Path
 
 from accelbench import backends
-from accelbench.sysinfo import library_versions  # noqa: F401  (re-exported)
-from accelbench.sysinfo import run_quiet as _run
+from accelbench.backends.probes import library_versions  # noqa: F401  (re-exported)
+from accelbench.backends.probes import run_quiet as _run
 
 LIBRARIES = (
     "torch",
@@ -145,7 +145,7 @@ def collect(
 
     Args:
         backend: ``cpu``, ``cuda`` or ``hpu``.
-        system: the system definition used (see :class:`accelbench.systems.System`).
+        system: the system definition used (see :class:`accelbench.core.systems.System`).
         config: the resolved experiment config.
         repo: folder inside the git checkout that produced the result (default: this package's checkout).
     """

@@ -63,7 +63,7 @@ def device_report(expected: int) -> dict:
     ``seen`` counts the vendor tool's device lines where a tool ran, else torch's count (0 on CPU);
     ``matches`` is ``seen == expected``.
     """
-    from accelbench.systems import probe_devices
+    from accelbench.core.systems import probe_devices
 
     vendor = vendor_listing()
     found = probe_devices()
@@ -108,7 +108,7 @@ def require_backend_for_local_jobs(workflow, system) -> dict | None:
 
     Called from ``onstart`` (after planning, before the first job; never in dry runs). An executor that submits jobs
     elsewhere (``--executor slurm`` from a login node without accelerators) skips it: every job checks again on its
-    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.systems.require_backend`).
+    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.core.systems.require_backend`).
 
     Returns:
         The device probe of this host, or None when the check was left to the jobs.
@@ -118,7 +118,7 @@ def require_backend_for_local_jobs(workflow, system) -> dict | None:
     """
     from snakemake_interface_executor_plugins.settings import ExecMode
 
-    from accelbench.systems import require_backend
+    from accelbench.core.systems import require_backend
 
     plugin = workflow.executor_plugin
     if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
