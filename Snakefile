@@ -13,14 +13,22 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/llm_models.smk"
+include: "workflow/rules/cluster.smk"
 include: "workflow/rules/unet3d_profile.smk"
 include: "workflow/rules/sr3_scaling.smk"
-include: "workflow/rules/llm_models.smk"
 include: "workflow/rules/llm_quant.smk"
-include: "workflow/rules/cluster.smk"
 include: "workflow/rules/net_smoke.smk"
 include: "workflow/rules/lora_finetune.smk"
 include: "workflow/rules/aggregate.smk"
+
+
+# Each experiment's rules, from its folder (accelbench/experiments/<name>/rules.smk), in registry order.
+for _rules in registry.rule_files():
+
+    include: _rules
+
+
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/energy.smk"
 

@@ -103,7 +103,7 @@ def study_a(result: dict, args):
     from accelbench.backends.device import Device
     from accelbench.core.harness import system_from
     from accelbench.data.mri import load_case
-    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.experiments.unet3d import profile as exp
 
     spec = result["config"]
     system = system_from(spec)
@@ -133,8 +133,8 @@ def sr3(result: dict, args):
     from accelbench.backends.device import Device
     from accelbench.core.harness import system_from
     from accelbench.data import sky
-    from accelbench.experiments import sr3_model as exp
-    from accelbench.experiments.sr3_scaling import Settings
+    from accelbench.experiments.sr3 import model as exp
+    from accelbench.experiments.sr3.job import Settings
 
     spec = result["config"]
     system = system_from(spec)

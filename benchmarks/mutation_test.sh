@@ -17,7 +17,7 @@ cp -r "$here/tests" "$here/config" "$here/resources" "$work/"
 only='src/accelbench/measure/timing.py","src/accelbench/measure/ncu.py'
 tests='"tests/unit/test_measure.py","tests/unit/test_ncu.py"'
 if [ "${MUTATE_QUALITY:-0}" = 1 ]; then
-  only="$only\",\"src/accelbench/experiments/unet3d_profile.py"
+  only="$only\",\"src/accelbench/experiments/unet3d/profile.py"
   tests="$tests,\"tests/experiments/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
 fi
 cat > "$work/pyproject.toml" <<TOML

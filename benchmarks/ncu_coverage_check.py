@@ -21,7 +21,7 @@ import yaml
 from accelbench.core.config import deep_merge
 from accelbench.core.systems import load_systems, probe_devices, resolve_system
 from accelbench.data import mri
-from accelbench.experiments.unet3d_profile import resolve_settings
+from accelbench.experiments.unet3d.profile import resolve_settings
 
 out = Path(os.environ.get("OUT", "ncu_check"))
 out.mkdir(parents=True, exist_ok=True)

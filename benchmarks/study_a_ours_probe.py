@@ -3,7 +3,7 @@
 time on one GPU, and which options cut it.
 
 Standalone measurement script (no product change). It builds the product's network
-(:func:`accelbench.experiments.unet3d_configs.build_network` -> :class:`accelbench.models.med_ddpm_unet.MedDDPMUNet`,
+(:func:`accelbench.experiments.unet3d.configs.build_network` -> :class:`accelbench.models.med_ddpm_unet.MedDDPMUNet`,
 whole-head preset: 128^3, 3 in / 1 out, base 64, mult (1, 1, 2, 3, 4), attention at level 3 + middle) and runs the
 product's training step of ``bf16_compile_cudagraphs_autotuned`` (``Workload.train_step`` in
 ``experiments/unet3d_profile.py``): 2 micro-batches of (noise, cosine-schedule ``add_noise``, ``cat([x_t, mask])``,
@@ -64,7 +64,7 @@ from torch.utils.checkpoint import checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from accelbench.experiments.unet3d_configs import ModelSettings, build_network  # noqa: E402
+from accelbench.experiments.unet3d.configs import ModelSettings, build_network  # noqa: E402
 from accelbench.models import med_ddpm_unet as mdu  # noqa: E402
 
 AUTOTUNED_BASELINE_MS = 1726.5  # baseline_autotuned, H200 reference run (issue 46)

@@ -39,7 +39,7 @@ def run_job(spec: dict, system, out="results/x/lora_finetune/m/a/s/n1/result.jso
     from pathlib import Path
 
     from accelbench.core import harness, registry
-    from accelbench.experiments.lora import Settings, run
+    from accelbench.experiments.lora.job import Settings, run
 
     ctx = harness.JobContext(registry.get("lora_finetune"), spec, "spec.json", None, system, Path(out))
     return run(Settings.from_spec(spec, system), ctx)

@@ -280,7 +280,7 @@ def ddp_profile_rank(args) -> None:
         settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
     else:
         from accelbench.data import sky
-        from accelbench.experiments import sr3_model as exp
+        from accelbench.experiments.sr3 import model as exp
 
         spec = result["config"]
         system = _system(spec)

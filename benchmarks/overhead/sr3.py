@@ -1,5 +1,5 @@
 """SR3 (``sr3``, ``sr3-rank``): the rule's ``sr3_scaling`` Trainer step vs a bare DDP loop, one process per rank, in the
-result's configuration (:mod:`accelbench.experiments.sr3_configs`: precision, attention placement, cuDNN autotuning,
+result's configuration (:mod:`accelbench.experiments.sr3.configs`: precision, attention placement, cuDNN autotuning,
 compilation, fused Adam, channels_last and, for the faithful series, its per-iteration ``loss.item()`` + barrier
 and the authors' data path (DataLoader workers, pinned memory, blocking copy), which the bare loop takes too; for ours
 the bare loop's batches are already on the device); the row's ``settings`` say the data path. The row's
@@ -44,7 +44,7 @@ def sr3_rank(args) -> None:
     from accelbench.cluster import multinode
     from accelbench.core import rank_processes as launch
     from accelbench.data import sky
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import model as exp
     from accelbench.measure import timing as measure
 
     placement = launch.place_this_rank()
@@ -157,11 +157,11 @@ def data_path_text(d: dict, authors: bool) -> str:
 
 
 def result_case(result: dict):
-    """``(configuration, settings)`` of an SR3 ``result.json``: its :class:`~accelbench.experiments.sr3_configs.
+    """``(configuration, settings)`` of an SR3 ``result.json``: its :class:`~accelbench.experiments.sr3.configs.
     Configuration` and the SR3 settings it ran (preset at the system's scale, attention placed as the configuration
     places it), as the rule resolved them."""
-    from accelbench.experiments import sr3_configs
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import configs as sr3_configs
+    from accelbench.experiments.sr3 import model as exp
 
     spec = result["config"]
     conf = sr3_configs.of_result(result)
@@ -198,14 +198,14 @@ def sr3_bare(
     pin_memory: bool | None = None,
 ):
     """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
-    patches already on the device; with ``conf`` (an :class:`~accelbench.experiments.sr3_configs.Configuration`) its
+    patches already on the device; with ``conf`` (an :class:`~accelbench.experiments.sr3.configs.Configuration`) its
     compilation, fused Adam, channels_last and host syncs, and where it takes the authors' data path, batches through
     the same kind of DataLoader as the Trainer's (:func:`sr3_model.batch_loader`: the workers capped at the rank's
     cores, ``pin_memory`` (default: on CUDA), the blocking or non_blocking copy). Returns ``(step, model)``."""
     import torch
     import torch.nn.functional as F
 
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import model as exp
 
     torch.manual_seed(seed)
     fmt = torch.channels_last if conf is not None and conf.channels_last else torch.contiguous_format

@@ -1,6 +1,6 @@
 """SR3 (``sr3-host-bound``): does the SR3 rule's data path cost anything, and what does its step look like when the
 host, not the device, sets the pace? One process, one device. For each given result (its configuration,
-:mod:`accelbench.experiments.sr3_configs`), the rule's ``Trainer`` and timer (``measure.time_steps``: CUDA events, no
+:mod:`accelbench.experiments.sr3.configs`), the rule's ``Trainer`` and timer (``measure.time_steps``: CUDA events, no
 synchronisation inside the loop; threads: ``--threads`` or torch's default, no rank placement) in three data paths:
 
 * ``workers=K``: the configuration's own (ours: batches made in the process, K = 0, pinned, ``non_blocking`` copy;
@@ -54,7 +54,7 @@ def sr3_host_bound(args) -> None:
 
     from accelbench.backends.device import Device
     from accelbench.data import sky
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import model as exp
     from accelbench.measure import timing as measure
 
     data = sky.load(args.data)

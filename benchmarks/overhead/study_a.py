@@ -15,7 +15,7 @@ def study_a(args) -> None:
 
     from accelbench.backends.device import Device
     from accelbench.data.mri import load_case
-    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.experiments.unet3d import profile as exp
     from accelbench.measure import timing as measure
 
     result = json.loads(Path(args.result).read_text())

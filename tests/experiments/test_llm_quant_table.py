@@ -1,13 +1,13 @@
-"""The Study B quantization table (accelbench.aggregate.study_b_quant) from llm_quant results: published numbers,
+"""The Study B quantization table (accelbench.experiments.llm_quant.tables) from llm_quant results: published numbers,
 accuracy columns, the throughput column and the labelling of a quantized-file baseline."""
 
 import pytest
 
-from accelbench.experiments.llm_quant import EXPERIMENT
+from accelbench.experiments.llm_quant.run import EXPERIMENT
 
 
 def test_reference_table_parses_published_numbers():
-    from accelbench.aggregate.study_b_quant import read_reference
+    from accelbench.experiments.llm_quant.tables import read_reference
 
     ref, source = read_reference("resources/reference/study_b_quantization.csv")
     assert "Voyager_Gaudi_Benchmarks" in source and len(ref) == 10
@@ -20,7 +20,7 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
 
     import pandas as pd
 
-    from accelbench.aggregate import study_b_quant
+    from accelbench.experiments.llm_quant import tables as study_b_quant
 
     acc = {
         "hellaswag": {"status": "ok", "metric": "acc_norm", "value": 0.375, "samples": 8},
@@ -72,7 +72,7 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
 def test_published_throughput_is_eval_tokens_over_eval_time():
     """Study B's throughput column = evaluation tokens / evaluation time: throughput x eval time is the same
     ~338.4k tokens (WikiText-2's test split) in all ten published columns. Our column must be the same kind."""
-    from accelbench.aggregate.study_b_quant import read_reference
+    from accelbench.experiments.llm_quant.tables import read_reference
 
     ref, _ = read_reference("resources/reference/study_b_quantization.csv")
     tokens = ref["throughput_tok_per_s"].astype(float) * ref["eval_time_s"].astype(float)
@@ -105,7 +105,7 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
     Q4_1 baseline does to the comparison."""
     import pandas as pd
 
-    from accelbench.aggregate import study_b_quant
+    from accelbench.experiments.llm_quant import tables as study_b_quant
     from accelbench.models.llm import SMOLLM2_WEIGHT_FORMAT, model_label
 
     gguf = {
@@ -137,7 +137,7 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
 def test_study_b_scoring_and_settings_columns():
     """Study B's token-normalised score (same log-likelihoods), the authors'-prompt task and each setting a method
     ran with get their own columns; an unscored Study B task says why."""
-    from accelbench.aggregate.study_b_quant import SETTING_COLUMNS, accuracy_cells
+    from accelbench.experiments.llm_quant.tables import SETTING_COLUMNS, accuracy_cells
 
     acc = {
         "hellaswag": {

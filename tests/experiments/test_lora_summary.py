@@ -1,5 +1,5 @@
 """Study B LoRA summary (:mod:`accelbench.experiments.lora.summary`) and aggregation
-(:mod:`accelbench.aggregate.study_b_lora`)."""
+(:mod:`accelbench.experiments.lora.tables`)."""
 
 import pandas as pd
 import pytest
@@ -16,7 +16,7 @@ def test_projection_is_labelled():
 
 # --------------------------------------------------------------------------- aggregation
 def test_reference_and_published_gains():
-    from accelbench.aggregate import study_b_lora as agg
+    from accelbench.experiments.lora import tables as agg
 
     ref = agg.read_reference("resources/reference/study_b_finetune_runtime.csv")
     assert set(ref["strategy"]) == {"ddp", "zero3", "fsdp"}
@@ -31,7 +31,7 @@ def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful(tmp_p
     """Faithful and ours rows side by side; an ours row says whether its loss curve stays within its recorded tolerance
     of the faithful one over the same steps (it can fail); the claims read the faithful series."""
     import fake_results as fr
-    from accelbench.aggregate import study_b_lora as agg
+    from accelbench.experiments.lora import tables as agg
 
     def one(series, strategy, devices, step_ms, losses, tol=None):
         r = fr.lora("h100", "flash", strategy, devices, step_ms=step_ms)

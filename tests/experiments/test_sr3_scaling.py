@@ -10,9 +10,9 @@ import torch
 
 from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
-from accelbench.experiments import sr3_configs
-from accelbench.experiments import sr3_model as sr3
-from accelbench.experiments import sr3_scaling as exp
+from accelbench.experiments.sr3 import configs as sr3_configs
+from accelbench.experiments.sr3 import model as sr3
+from accelbench.experiments.sr3 import job as exp
 
 
 def tiny_settings(**kw) -> sr3.SR3Settings:
@@ -263,7 +263,7 @@ def test_two_process_gloo_compiled_ddp_step_compiles_and_keeps_replicas_identica
 
 # --------------------------------------------------------------------------- aggregation
 def test_published_efficiency_matches_study_b_claims():
-    from accelbench.aggregate.study_b_sr3 import published_efficiency, read_reference
+    from accelbench.experiments.sr3.tables import published_efficiency, read_reference
 
     ref, source = read_reference("resources/reference/study_b_sr3_scaling.csv")
     assert "Voyager_Gaudi_Benchmarks" in source

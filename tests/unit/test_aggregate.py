@@ -3,7 +3,7 @@ import json
 import pandas as pd
 import pytest
 
-from accelbench.aggregate import study_a
+from accelbench.experiments.unet3d import tables as study_a
 from accelbench.core import provenance, results
 from accelbench.errors import ResultError
 

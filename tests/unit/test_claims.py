@@ -337,7 +337,7 @@ def test_synthesis_quality_says_it_is_a_proxy(tmp_path):
 def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     """With unet3d_ncu results, study_a/claims_vs_measured shows the counter values and verdicts of claims.csv: no
     "needs Nsight Compute hardware counters" beside counters that exist, no time-ratio stand-in for a2/a7/a8."""
-    from accelbench.aggregate import study_a
+    from accelbench.experiments.unet3d import tables as study_a
 
     objs = ncu_run(every=True) + [
         fr.unet3d("h100", "tf32_channels_last_3d", 20.0),

@@ -11,7 +11,7 @@ import pytest
 
 import fake_results as fr
 from accelbench.aggregate import claims_report as claims_mod
-from accelbench.aggregate import study_a
+from accelbench.experiments.unet3d import tables as study_a
 
 REPO = Path(__file__).resolve().parents[2]
 CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"

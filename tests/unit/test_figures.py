@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from test_aggregate import CLAIMS, _fake  # noqa: E402
 
-from accelbench.aggregate import figures, study_a  # noqa: E402
+from accelbench.aggregate import figures  # noqa: E402
+from accelbench.experiments.unet3d import tables as study_a
 
 
 @pytest.fixture
@@ -198,7 +199,7 @@ def _ncu(tmp_path, system, conf, status="ok", cycles=1e9, hw="NVIDIA H200", back
 
 
 def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, capture):
-    from accelbench.aggregate import study_a_ncu
+    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
 
     paths = [_ncu(tmp_path, "cpu", c, status="unsupported", hw="AMD EPYC", backend="cpu") for c in ("baseline", "tf32")]
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg")
@@ -281,7 +282,7 @@ def _sr3(tmp_path, system, devices, scale, it_ms, backend="cpu", hw="AMD EPYC", 
 
 
 def test_sr3_small_scale_never_shares_the_published_time_axis(tmp_path, capture):
-    from accelbench.aggregate import study_b_sr3
+    from accelbench.experiments.sr3 import tables as study_b_sr3
 
     paths = [
         _sr3(tmp_path, "cpu", 1, "small", 100.0),
@@ -351,7 +352,7 @@ def _lora(tmp_path, attention, strategy, devices, step_ms, epoch_min=None, statu
 
 
 def test_lora_figure_no_blank_axis_and_readable_fonts(tmp_path, capture):
-    from accelbench.aggregate import study_b_lora
+    from accelbench.experiments.lora import tables as study_b_lora
 
     paths = [
         _lora(tmp_path, "eager", "single", 1, 700.0),
@@ -409,7 +410,7 @@ def _quant_sens(tmp_path, per_layer=True):
 
 
 def test_quant_figures_label_negative_ticks_units_and_colours(tmp_path, capture):
-    from accelbench.aggregate import study_b_quant
+    from accelbench.experiments.llm_quant import tables as study_b_quant
 
     study_b_quant.aggregate([_quant_sens(tmp_path)], "resources/reference/study_b_quantization.csv", tmp_path / "agg")
     assert_readable(capture, "fig_sensitivity_layers.png")

@@ -312,8 +312,8 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     import numpy as np
     import torch
 
-    from accelbench.experiments import sr3_configs
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import configs as sr3_configs
+    from accelbench.experiments.sr3 import model as exp
 
     bench = _module("sr3")
     s = exp.resolve_settings(
@@ -585,8 +585,8 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     import torch
 
     from accelbench.backends.device import Device
-    from accelbench.experiments import sr3_configs
-    from accelbench.experiments import sr3_model as exp
+    from accelbench.experiments.sr3 import configs as sr3_configs
+    from accelbench.experiments.sr3 import model as exp
 
     bench = _module("sr3")
     s = exp.resolve_settings(

@@ -15,8 +15,8 @@ import pytest
 
 import fake_results as fr
 from accelbench.aggregate import energy as energy_agg
-from accelbench.aggregate import study_b_quant as quant
-from accelbench.aggregate import study_b_sr3 as sr3
+from accelbench.experiments.llm_quant import tables as quant
+from accelbench.experiments.sr3 import tables as sr3
 from accelbench.aggregate.common import load_results, model_display
 from accelbench.core.validate import BOUNDS_SINCE, problems_of, validate_files, warnings_of
 from accelbench.experiments.llm_quant.accuracy import label_baselines, sample_baselines

@@ -6,7 +6,7 @@ import pytest
 
 from accelbench.cluster import multinode as mn
 from accelbench.errors import ConfigError
-from accelbench.experiments import net_smoke
+from accelbench.experiments.net_smoke import job as net_smoke
 
 # NCCL 2.21 INFO lines of a 2-node x 2-GPU job: NVLink (P2P) inside a node, InfiniBand between nodes
 NCCL_LOG = """\
@@ -245,7 +245,7 @@ def test_lora_across_nodes_is_planned_and_needs_slurm(systems):
 def test_scaling_outputs_label_multi_node_points(tmp_path):
     import pandas as pd
 
-    from accelbench.aggregate import study_b_sr3 as agg
+    from accelbench.experiments.sr3 import tables as agg
 
     nccl = mn.launch_record(mn.NodePlan(16, 2, 8), "cuda", {"backend": "c10d"}, NCCL_LOG)
     assert agg.layout_columns(nccl, 16) == {

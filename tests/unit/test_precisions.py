@@ -137,8 +137,8 @@ def test_study_a_bf16_is_unsupported_with_the_reason_and_tabled(avx2_cpu, defaul
     """The hook (written by the harness without the device lock), then Study A's table and claims read it."""
     from test_aggregate import CLAIMS, _fake
 
-    from accelbench.aggregate import study_a
-    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.experiments.unet3d import tables as study_a
+    from accelbench.experiments.unet3d import profile as exp
 
     cpu_system = systems["cpu"]
     exp_entry = registry.get("unet3d_profile")
@@ -173,7 +173,7 @@ def _ctx(spec, system):
 
 
 def test_sr3_bf16_is_unsupported_and_faithful_runs(avx2_cpu, default_config, systems):
-    from accelbench.experiments import sr3_scaling as exp
+    from accelbench.experiments.sr3 import job as exp
 
     u = default_config["sr3_scaling"]
     cpu_system = systems["cpu"]

@@ -99,7 +99,7 @@ def test_bad_run_yaml_names_the_key(tmp_path):
 
 def test_reference_run_is_its_own_series_in_the_aggregation(tmp_path):
     """Published, measured here, and the reference run: three labelled series in the quantization table."""
-    from accelbench.aggregate import study_b_quant
+    from accelbench.experiments.llm_quant import tables as study_b_quant
     from accelbench.aggregate.common import load_results
 
     run_dir = _run(tmp_path)

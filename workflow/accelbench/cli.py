@@ -96,7 +96,7 @@ def cmd_mri_prepare(args: argparse.Namespace) -> None:
 def cmd_unet3d_step(args: argparse.Namespace) -> None:
     from accelbench.core.harness import load_spec, system_from
     from accelbench.data.mri import load_case
-    from accelbench.experiments import unet3d_profile as exp
+    from accelbench.experiments.unet3d import profile as exp
 
     spec, _ = load_spec(args.spec)
     system = system_from(spec)
@@ -131,10 +131,8 @@ def cmd_llm_tokenizer_export(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- aggregation, claims, reference runs
 def cmd_aggregate(args: argparse.Namespace) -> None:
-    """Any experiment's aggregation: ``accelbench.aggregate.<module>.aggregate(results, reference, out_dir)``."""
-    import importlib
-
-    module = importlib.import_module(f"accelbench.aggregate.{args.aggregate_module}")
+    """Any experiment's aggregation: its tables module's ``aggregate(results, reference, out_dir)``."""
+    module = registry.get(args.experiment).load_tables()
     module.aggregate(_result_paths(args), args.reference, args.out_dir)
 
 
@@ -243,7 +241,7 @@ def _measurement_parsers(sub) -> None:
         s = sub.add_parser(
             e.command,
             help=f"{'Study ' + e.study if e.selectable else 'diagnostic'}: "
-            f"one {e.name} job (accelbench.experiments.{e.module}), one {e.result}",
+            f"one {e.name} job ({e.module_path}.{e.job}), one {e.result}",
         )
         s.add_argument("--spec", required=True, help="JSON file of the job's resolved settings (or an inline object)")
         s.add_argument(
@@ -291,7 +289,7 @@ def _aggregate_parsers(sub) -> None:
             help=f"{e.reference} (published numbers or claims, with their sources)",
         )
         s.add_argument("--out-dir", required=True)
-        s.set_defaults(func=cmd_aggregate, aggregate_module=e.aggregate)
+        s.set_defaults(func=cmd_aggregate, experiment=e.name)
 
 
 def build_parser() -> argparse.ArgumentParser:

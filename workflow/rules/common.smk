@@ -13,6 +13,7 @@ from accelbench.core import precisions
 from accelbench.core import registry
 from accelbench.core.config import read_yaml, validate_config
 from accelbench.core.harness import spec_path_of
+from accelbench.core.rule_context import RuleContext
 from accelbench.core.locks import NOTICE_FD
 from accelbench.cluster.containers import ApptainerWhenRun, apptainer_environment, image_uri
 from accelbench.core.systems import load_systems, resolve_system
@@ -58,6 +59,9 @@ wildcard_constraints:
     model="[a-z0-9_]+",
     configuration="[a-z0-9_]+",
     scale="small|paper",
+
+
+RC = RuleContext(config, SYSTEM, RESULTS, REPO)  # what the experiments' rule functions read (experiments/*/rules.py)
 
 
 def spec_file(spec):
@@ -138,7 +142,7 @@ def mri_inputs(wildcards):
 
 
 def mri_spec(wildcards):
-    from accelbench.experiments.unet3d_profile import resolve_settings
+    from accelbench.experiments.unet3d.profile import resolve_settings
 
     u = config["unet3d_profile"]
     s = resolve_settings(wildcards.model, u["presets"], wildcards.scale, u.get("scales", {}))
@@ -151,7 +155,7 @@ def mri_spec(wildcards):
 def unet3d_profile_spec(wildcards):
     u = config["unet3d_profile"]
     run = {k: u[k] for k in ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")}
-    from accelbench.experiments.unet3d_configs import VARIANTS
+    from accelbench.experiments.unet3d.configs import VARIANTS
 
     emulated = precisions.spec_entry(config, VARIANTS[wildcards.configuration].autocast)  # issue 42: only when set
     return spec_file({"system": SYSTEM.to_dict(), "noise": config["noise"], "energy": config["energy"], "model": wildcards.model, "configuration": wildcards.configuration,
@@ -183,7 +187,7 @@ def sr3_data(wildcards=None):
 
 
 def sr3_prepare_spec(wildcards):
-    from accelbench.experiments.sr3_model import resolve_settings
+    from accelbench.experiments.sr3.model import resolve_settings
 
     u = config["sr3_scaling"]
     s = resolve_settings(u["preset"], wildcards.scale, u.get("scales", {}))
@@ -196,7 +200,7 @@ def sr3_prepare_spec(wildcards):
 def sr3_scaling_spec(wildcards):
     """The job's settings; a configuration's own settings beyond its name only where sr3_configs.spec_settings lists
     them (the faithful series' data path, issue 24), so that the other configurations' specs stay as they were."""
-    from accelbench.experiments.sr3_configs import get as sr3_configuration, spec_settings
+    from accelbench.experiments.sr3.configs import get as sr3_configuration, spec_settings
 
     u = config["sr3_scaling"]
     run = {k: u[k] for k in ("workload_iterations", "max_iterations", "warmup", "quality_images",
@@ -392,9 +396,26 @@ def lora_finetune_spec(wildcards):
 EXPERIMENTS = registry.names()
 
 
+def results_of(experiment, system=SYSTEM.name):
+    """This system's results of ``experiment`` as configured: its registry entry's ``results(rc, system)``."""
+    function = registry.get(experiment).rule_function("results")
+    if function is None:  # not yet moved into its folder
+        return globals()[f"{experiment}_results"](system)
+    return list(function(RC, system))
+
+
+def spec_of(experiment):
+    """The ``params.spec`` input function of ``experiment``'s jobs: its registry entry's ``spec(rc, wildcards)`` as a
+    content-addressed spec file (spec_file)."""
+    function = registry.get(experiment).rule_function("spec")
+    if function is None:  # not yet moved into its folder
+        return globals()[f"{experiment}_spec"]
+    return lambda wildcards: spec_file(function(RC, wildcards))
+
+
 def own_results(experiment):
-    """This system's results of ``experiment`` as configured (its ``<name>_results()`` function)."""
-    return globals()[f"{experiment}_results"]()
+    """This system's results of ``experiment`` as configured (results_of)."""
+    return results_of(experiment)
 
 
 def experiment_results(experiment):
@@ -461,7 +482,7 @@ def stale_results():
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
 
-    patterns = [(pattern, globals()[f"{name}_spec"]) for name in EXPERIMENTS
+    patterns = [(pattern, spec_of(name)) for name in EXPERIMENTS
                 for pattern in registry.get(name).result_patterns(RESULTS, SYSTEM.name)]
     stale = []
     for target in get_final_output():

@@ -1,16 +1,19 @@
-# Offline causal LMs shared by Study B's LLM experiments (llm_quant, lora_finetune): a bundled GGUF model or a
+from accelbench.models.rule_specs import export_inputs, export_model
+
+
+# Offline causal LMs shared by experiments (those whose rules module gives `model_specs`): a bundled GGUF model or a
 # random-init architecture is exported once to a plain Hugging Face folder (float32 safetensors + tokenizer) that
 # every later job loads in about a second; local-path models are read where they are. Random-init models read
 # SmolLM2's tokenizer from its exported folder (rule llm_tokenizer_export), never from the GGUF.
 rule llm_export:
     input:
-        unpack(llm_export_input),  # random init: the exported tokenizer folder (rule llm_tokenizer_export)
+        unpack(lambda wildcards: export_inputs(RC, wildcards.model)),  # random init: the exported tokenizer folder (rule llm_tokenizer_export)
     output:
         directory("resources/llm/{model}"),
     log:
         "logs/llm_export/{model}.log",
     params:
-        spec=llm_export_spec,
+        spec=lambda wildcards: spec_file(export_model(RC, wildcards.model)),
     container:
         CONTAINER
     shell:

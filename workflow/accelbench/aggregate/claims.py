@@ -46,7 +46,6 @@ imported by name): each such module may define
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -119,8 +118,7 @@ class Observation:
 # --------------------------------------------------------------------------- the study modules
 def aggregation_modules() -> list[ModuleType]:
     """The aggregation module of every aggregated experiment of the registry, in registry order, each once."""
-    names = dict.fromkeys(e.aggregate for e in registry.aggregated())
-    return [importlib.import_module(f"{__package__}.{name}") for name in names]
+    return list({id(m): m for m in (e.load_tables() for e in registry.aggregated())}.values())
 
 
 def claim_checks() -> dict[str, Callable]:

@@ -224,7 +224,7 @@ def published_times(reference_path: str | Path | None, devices: int = 1) -> pd.D
     of 40,000 / devices iterations (``resources/reference/study_b_sr3_scaling.csv``); empty without the file."""
     if not reference_path or not Path(reference_path).exists():
         return pd.DataFrame(columns=["system", "step_ms"])
-    from accelbench.aggregate.study_b_sr3 import read_reference
+    from accelbench.experiments.sr3.tables import read_reference
 
     ref, _ = read_reference(reference_path)
     ref = ref[ref["devices"] == devices]

@@ -20,7 +20,6 @@ runs" section is generated from the same files (:func:`readme_section`) and a te
 
 from __future__ import annotations
 
-import importlib
 import json
 import textwrap
 from pathlib import Path
@@ -179,16 +178,19 @@ def update(
     return changed
 
 
-def _tables() -> tuple[tuple[str, tuple[str, ...], str], ...]:
-    """(aggregation module, the experiments whose results feed it, published reference file under
+def _tables() -> tuple[tuple[registry.Experiment, tuple[str, ...], str], ...]:
+    """(experiment, the experiments whose results feed its tables, published reference file under
     ``resources/reference/``) of every aggregated experiment of the registry, in registry order: its own experiment
-    first, then those its aggregation reads too (:attr:`accelbench.core.registry.Experiment.reads`)."""
-    return tuple((e.aggregate, (e.name, *e.reads), e.reference) for e in registry.aggregated())
+    first, then those its aggregation reads too (:attr:`accelbench.core.experiment.Experiment.reads`)."""
+    return tuple((e, (e.name, *e.reads), e.reference) for e in registry.aggregated())
 
 
 TABLES = _tables()
-# Output folders that differ from the module's name: as in results/ (rule study_a_ncu_aggregate writes results/study_a/).
-OUT_FOLDER = {"study_a_ncu": "study_a"}
+
+
+def out_folder(e: registry.Experiment) -> str:
+    """The folder its aggregation writes under the results folder: that of its first target (as in results/)."""
+    return e.targets[0].split("/", 1)[0] if e.targets else e.aggregate
 
 
 def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
@@ -210,12 +212,12 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     reference_dir = Path(reference_dir)
     out_root = Path(run["path"]) / "tables"
     written = []
-    for module, experiments, reference in TABLES:
+    for e, experiments, reference in TABLES:
         paths = [str(run["path"] / r) for r in run["results"] if any(f"/{e}/" in f"/{r}" for e in experiments)]
         if not any(f"/{experiments[0]}/" in f"/{p}" for p in paths):
             continue
-        out = out_root / OUT_FOLDER.get(module, module)
-        importlib.import_module(f"accelbench.aggregate.{module}").aggregate(paths, reference_dir / reference, out)
+        out = out_root / out_folder(e)
+        e.load_tables().aggregate(paths, reference_dir / reference, out)
         written.append(out)
     every = [str(run["path"] / r) for r in run["results"]]
     claims_mod.aggregate(

@@ -141,23 +141,30 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 def load_schema(schema_path: str | Path) -> dict:
     """A JSON schema (YAML or JSON syntax). Names listed in one place only are filled in here: where it has an
-    ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.core.registry`); where it has
-    a ``backend`` (the system schema), the backends' table (:mod:`accelbench.backends`); SR3's configuration names
-    from :mod:`accelbench.experiments.sr3_configs`."""
+    ``experiments`` list (the config schema), the registry's experiments (:mod:`accelbench.core.registry`) and each
+    experiment's own block (``experiments/<folder>/<name>.config.schema.yaml`` where the folder has one: its
+    properties under the experiment's name, its ``$defs`` beside the others, then its rules module's
+    ``config_schema(block)`` hook fills in names it lists itself); where it has a ``backend`` (the system schema), the
+    backends' table (:mod:`accelbench.backends`)."""
     from accelbench.backends import BACKENDS
-    from accelbench.core.registry import names
-    from accelbench.experiments.sr3_configs import CONFIGURATIONS
+    from accelbench.core import registry
 
     schema = yaml.safe_load(Path(schema_path).read_text())
     props = schema.get("properties", {})
     for alternative in props.get("experiments", {}).get("anyOf", []):
         if alternative.get("type") == "array":
-            alternative["items"]["enum"] = list(names())
+            alternative["items"]["enum"] = list(registry.names())
+            for e in registry.EXPERIMENTS.values():
+                path = e.folder / f"{e.name}.config.schema.yaml"
+                if path.is_file():
+                    block = yaml.safe_load(path.read_text())
+                    schema.setdefault("$defs", {}).update(block.pop("$defs", {}))
+                    props[e.name] = block
+                hook = e.rule_function("config_schema")
+                if hook and e.name in props:
+                    hook(props[e.name])
     if isinstance(props.get("backend"), dict):
         props["backend"]["enum"] = list(BACKENDS)
-    sr3 = props.get("sr3_scaling", {}).get("properties", {}).get("configurations")
-    if sr3:
-        sr3["items"]["enum"] = list(CONFIGURATIONS)
     return schema
 
 
@@ -223,7 +230,7 @@ def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> d
     return config
 
 
-def _divisible(where: str, what: str, channels: list[int], attention: list[int], p: dict) -> list[str]:
+def divisible_errors(where: str, what: str, channels: list[int], attention: list[int], p: dict) -> list[str]:
     """MONAI's DiffusionModelUNet needs every level's channels divisible by norm_groups, and the channels of each
     attention level by num_heads (head width = channels / num_heads)."""
     out = []
@@ -282,51 +289,16 @@ def results_dir_errors(value) -> list[str]:
 
 
 def cross_field_errors(config: dict) -> list[str]:
-    """Constraints between keys that a JSON schema cannot express, one line each naming the key (empty: none).
+    """Constraints between keys that a JSON schema cannot express, one line each naming the key (empty: none):
+    ``results_dir`` not a folder of the operating system (:func:`results_dir_errors`), then each experiment's own
+    (its rules module's ``config_errors(config)``, e.g. Study A's channels divisible by the norm groups)."""
+    from accelbench.core import registry
 
-    * ``results_dir``: not a folder of the operating system (:func:`results_dir_errors`);
-    * ``lora_finetune.models``: every name is a key of ``lora_finetune.presets``;
-    * Study A presets at every scale: channels (base_channels x channel_mult) divisible by norm_groups (and by
-      num_heads at attention levels);
-      each volume side divisible by 2**(levels - 1) (levels = len(channel_mult), so six levels need multiples of 32);
-    * SR3 preset at every scale: the same for inner_channels x channel_mult (hr_size is checked by
-      ``sr3_scaling.resolve_settings``).
-    """
     out = results_dir_errors(config.get("results_dir"))
-    lora = config.get("lora_finetune") or {}
-    for i, name in enumerate(lora.get("models", [])):
-        if name not in (lora.get("presets") or {}):
-            out.append(
-                f"config key 'lora_finetune.models[{i}]': {name!r} is not a key of lora_finetune.presets "
-                f"(known: {', '.join(sorted(lora.get('presets') or {})) or 'none'})"
-            )
-    u = config.get("unet3d_profile") or {}
-    for name, preset in (u.get("presets") or {}).items():
-        for scale in ("paper", "small"):
-            p = dict(preset, **((u.get("scales") or {}).get(scale) or {}))
-            where = f"unet3d_profile.presets.{name}" + (
-                f" with unet3d_profile.scales.{scale}" if scale != "paper" else ""
-            )
-            channels = [p["base_channels"] * m for m in p["channel_mult"]]
-            factors = {p["volume"][0] // r for r in p["attention_resolutions"] if p["volume"][0] % r == 0}
-            attention = [c for level, c in enumerate(channels) if 2**level in factors]
-            out += _divisible(where, "base_channels x channel_mult", channels, attention, p)
-            step = 2 ** (len(p["channel_mult"]) - 1)
-            if any(v % step for v in p["volume"]):
-                out.append(
-                    f"config key '{where}': volume {p['volume']} must be a multiple of {step} per side "
-                    f"({len(p['channel_mult'])} U-Net levels halve it {len(p['channel_mult']) - 1} times)"
-                )
-    sr3 = config.get("sr3_scaling") or {}
-    if sr3.get("preset"):
-        for scale in ("paper", "small"):
-            p = dict(sr3["preset"], **((sr3.get("scales") or {}).get(scale) or {}))
-            where = "sr3_scaling.preset" + (f" with sr3_scaling.scales.{scale}" if scale != "paper" else "")
-            channels = [p["inner_channels"] * m for m in p["channel_mult"]]
-            attention = [
-                c for level, c in enumerate(channels) if p["hr_size"] // 2**level in p["attention_resolutions"]
-            ]
-            out += _divisible(where, "inner_channels x channel_mult", channels, attention, p)
+    for e in registry.EXPERIMENTS.values():
+        hook = e.rule_function("config_errors")
+        if hook:
+            out += hook(config)
     return out
 
 

@@ -1,13 +1,13 @@
-"""The registry of experiments: the one place that names them.
+"""The registry of experiments: every folder under ``accelbench/experiments/`` declares its own (``ENTRIES`` in its
+``__init__.py``, :class:`~accelbench.core.experiment.Experiment`), and this module collects them.
 
 Every other part of accelbench reads this table instead of listing experiment names: the CLI (one measurement
-command per entry), config validation (``experiments:`` of ``config/config.yaml``), the rules' input functions
-(``workflow/rules/common.smk``), result validation (the ``experiment`` enum of ``schemas/result.json`` is checked
-against it by a test), the aggregations, the claims and the reference-run tables.
-``tests/unit/test_registry.py`` fails if a list of experiment names appears anywhere else in the package or the
-rules.
+command per entry), config validation (``experiments:`` of ``config/config.yaml``), the Snakefile (each folder's
+``rules.smk``), the rules' generic input functions (``workflow/rules/common.smk``), result validation (each entry's
+schema), the aggregations, the claims and the reference-run tables. ``tests/unit/test_registry.py`` fails if a list
+of experiment names appears anywhere else in the package or the rules.
 
-Adding an experiment is one entry here plus its module (see CONTRIBUTING.md, "Add an experiment").
+Adding an experiment is one new folder (see CONTRIBUTING.md, "Add an experiment").
 
 Example::
 
@@ -21,137 +21,32 @@ Example::
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from types import ModuleType
+import pkgutil
 
+from accelbench.core.experiment import EXPERIMENTS_PACKAGE, Experiment
 from accelbench.errors import ConfigError
 
+__all__ = ["EXPERIMENTS", "ConfigError", "Experiment", "aggregated", "experiment_of", "get", "names", "rule_files"]
 
-@dataclass(frozen=True)
-class Experiment:
-    """One experiment of the studies (or a diagnostic).
 
-    Attributes:
-        name: config key, result folder (``results/<system>/<name>/...``) and the result's ``experiment`` field.
-        study: ``"A"`` (arXiv 2606.19365), ``"B"`` (arXiv 2607.05400) or ``"diagnostic"`` (not a study result:
-            not selectable in ``experiments:``, no result schema, not aggregated).
-        module: the module under ``accelbench.experiments`` that holds its ``Settings``/``run`` (or
-            ``run_rank``/``merge``) entry points.
-        command: the ``accelbench`` command its rule calls.
-        variants: the result folders below ``<system>/<name>/``, as Snakemake wildcard patterns (one per rule).
-        result: the file the job writes in the variant folder.
-        aggregate: module under ``accelbench.aggregate`` that turns its results into tables and figures (or None).
-        reference: published numbers it is compared with, under ``resources/reference/`` (or None).
-        reads: other experiments whose results its aggregation reads too (Study A's claims read the counters).
-        side_files: files a job may write beside its result (moved aside with it when it is superseded).
-        ranks: True when a job runs several ranks through :mod:`accelbench.core.launcher` (SR3, LoRA, net_smoke).
-        targets: the main outputs of its aggregation under the results folder (``rule all`` asks for them).
-        inputs: the named inputs its command takes besides ``--spec``/``--out`` (``--image``, ``--data``, ...), passed
-            to the run as ``ctx.inputs``.
+def _discover() -> tuple[Experiment, ...]:
+    """The ``ENTRIES`` of every folder under ``accelbench/experiments/``, in their ``order``.
+
+    Raises:
+        ConfigError: two entries share a name.
     """
-
-    name: str
-    study: str
-    module: str
-    command: str
-    variants: tuple[str, ...]
-    result: str = "result.json"
-    aggregate: str | None = None
-    reference: str | None = None
-    reads: tuple[str, ...] = ()
-    side_files: tuple[str, ...] = ()
-    ranks: bool = False
-    inputs: tuple[str, ...] = field(default=())
-    targets: tuple[str, ...] = field(default=())
-
-    @property
-    def selectable(self) -> bool:
-        """True when the experiment can be named in the config's ``experiments:`` list (study experiments)."""
-        return self.study != "diagnostic"
-
-    def load(self) -> ModuleType:
-        """Import its experiment module (``accelbench.experiments.<module>``)."""
-        return importlib.import_module(f"accelbench.experiments.{self.module}")
-
-    def result_patterns(self, results_dir: str, system: str) -> list[str]:
-        """``<results_dir>/<system>/<name>/<variant>/<result>`` for every variant pattern (Snakemake wildcards)."""
-        return [f"{results_dir}/{system}/{self.name}/{v}/{self.result}" for v in self.variants]
+    package = importlib.import_module(EXPERIMENTS_PACKAGE)
+    found: list[Experiment] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg:
+            found += getattr(importlib.import_module(f"{EXPERIMENTS_PACKAGE}.{info.name}"), "ENTRIES", ())
+    names = [e.name for e in found]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"experiment names given twice in accelbench/experiments/*/__init__.py: {sorted(names)}")
+    return tuple(sorted(found, key=lambda e: (e.order, e.name)))
 
 
-_ENTRIES = (
-    Experiment(
-        "unet3d_profile",
-        "A",
-        "unet3d_profile",
-        "unet3d-profile",
-        ("{model}/{configuration}",),
-        aggregate="study_a",
-        reference="study_a_claims.csv",
-        reads=("unet3d_ncu",),
-        side_files=("kernels.csv", "trace.json.gz"),
-        inputs=("image", "mask"),
-        targets=("study_a/table.csv", "study_a/claims_vs_measured.csv"),
-    ),
-    Experiment(
-        "unet3d_ncu",
-        "A",
-        "unet3d_ncu",
-        "unet3d-ncu",
-        ("{model}/{configuration}",),
-        aggregate="study_a_ncu",
-        reference="study_a_claims.csv",
-        reads=("unet3d_profile",),
-        inputs=("image", "mask", "profile_result"),
-        targets=("study_a/counters.csv",),
-    ),
-    Experiment(
-        "sr3_scaling",
-        "B",
-        "sr3_scaling",
-        "sr3-train",
-        ("{configuration}/devices_{devices}",),
-        aggregate="study_b_sr3",
-        reference="study_b_sr3_scaling.csv",
-        side_files=("samples.npz",),
-        ranks=True,
-        inputs=("data",),
-        targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png"),
-    ),
-    Experiment(
-        "llm_quant",
-        "B",
-        "llm_quant",
-        "llm-quant",
-        ("{model}/sensitivity", "{model}/{method}/{bitset}"),
-        aggregate="study_b_quant",
-        reference="study_b_quantization.csv",
-        side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
-        inputs=("stage", "model_dir", "sensitivity"),
-        targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png"),
-    ),
-    Experiment(
-        "lora_finetune",
-        "B",
-        "lora",
-        "lora-finetune",
-        ("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
-        aggregate="study_b_lora",
-        reference="study_b_finetune_runtime.csv",
-        ranks=True,
-        targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png"),
-    ),
-    Experiment(
-        "net_smoke",
-        "diagnostic",
-        "net_smoke",
-        "net-smoke",
-        ("devices_{devices}",),
-        result="allreduce.json",
-        side_files=("allreduce.csv",),
-        ranks=True,
-    ),
-)
-
+_ENTRIES = _discover()
 EXPERIMENTS: dict[str, Experiment] = {e.name: e for e in _ENTRIES}
 
 
@@ -175,6 +70,12 @@ def get(name: str) -> Experiment:
 def aggregated() -> tuple[Experiment, ...]:
     """Experiments with an aggregation, in registry order (the reference-run tables and the report follow it)."""
     return tuple(e for e in _ENTRIES if e.aggregate)
+
+
+def rule_files() -> list[str]:
+    """The rule file of every experiment folder (``rules.smk``), in registry order, each once."""
+    files = [str(e.folder / "rules.smk") for e in _ENTRIES if (e.folder / "rules.smk").is_file()]
+    return list(dict.fromkeys(files))
 
 
 def experiment_of(path: str) -> str | None:

@@ -1,6 +1,6 @@
 """Validation of result files against the JSON schemas of this package, before any table is built.
 
-Schemas (``accelbench/schemas/``, JSON Schema draft 2020-12): ``result.json`` holds what every result needs
+Schemas (``accelbench/schemas/result.json`` and each experiment folder's ``<name>.schema.json``, JSON Schema draft 2020-12): ``result.json`` holds what every result needs
 (envelope, provenance: hardware, software versions, git commit, host, UTC time, the system; ``oom``/``unsupported``
 results with a non-empty reason) and ``<experiment>.json`` what an ``ok`` result of that experiment must measure:
 timings with their unit and repeated samples (median, p10/p90), values with units. Schemas are strict about what
@@ -31,6 +31,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from accelbench.backends import BACKENDS
+from accelbench.core import registry
 from accelbench.core.registry import names
 from accelbench.core.results import SCHEMA_VERSION, read_json, redo_journal
 from accelbench.errors import ResultError
@@ -42,8 +43,13 @@ BASE = "result.json"
 
 @cache
 def _schemas() -> dict[str, dict]:
+    """``{"result.json": the common part, "<experiment>.json": each experiment's schema}``: the common part from
+    ``accelbench/schemas/``, each experiment's from its folder (the registry's ``schema``)."""
     folder = resources.files("accelbench") / "schemas"
-    schemas = {p.name: json.loads(p.read_text()) for p in folder.iterdir() if p.name.endswith(".json")}
+    schemas = {BASE: json.loads((folder / BASE).read_text())}
+    for e in registry.EXPERIMENTS.values():
+        if e.schema:
+            schemas[f"{e.name}.json"] = json.loads(e.schema_path().read_text())
     base = schemas[BASE]
     base["properties"]["experiment"]["enum"] = list(names())  # the registry lists them, nothing else
     for where in (base["$defs"]["system"], base["$defs"]["environment"]["properties"]["hardware"]):

@@ -1,5 +1,5 @@
 """Nsight Compute (``ncu``) hardware counters: metric choice per GPU architecture, command line, CSV parsing
-and reduction. Used by :mod:`accelbench.experiments.unet3d_ncu` (Study A's counter-level analysis).
+and reduction. Used by :mod:`accelbench.experiments.unet3d.ncu` (Study A's counter-level analysis).
 
 Study A (arXiv 2606.19365) compares SM cycles, executed instructions, IPC, tensor-pipe utilisation, DRAM
 throughput, L1/L2 hit rates and warp-stall reasons across configurations and GPU generations. Metric names

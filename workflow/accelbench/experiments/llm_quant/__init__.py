@@ -55,8 +55,24 @@ Modules (each imports only those above it; only the job entry points are re-expo
 - :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
 """
 
-from accelbench.experiments.llm_quant.run import Settings, estimate_s, run, run_method_job, run_sensitivity_job
+from accelbench.core.experiment import Experiment
 
-EXPERIMENT = "llm_quant"
-
-__all__ = ["EXPERIMENT", "Settings", "estimate_s", "run", "run_method_job", "run_sensitivity_job"]
+ENTRIES = (
+    Experiment(
+        "llm_quant",
+        "B",
+        "llm_quant",
+        "llm-quant",
+        ("{model}/sensitivity", "{model}/{method}/{bitset}"),
+        order=30,
+        job="run",
+        tables="tables",
+        aggregate="study_b_quant",
+        schema="llm_quant.schema.json",
+        reference="study_b_quantization.csv",
+        claims="study_b_claims.csv",
+        side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
+        inputs=("stage", "model_dir", "sensitivity"),
+        targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png"),
+    ),
+)

@@ -46,6 +46,8 @@ def load_model(model_spec: dict, model_dir, dtype: str):
     return lm.model, lm.tokenizer, lm.info
 
 
+EXPERIMENT = "llm_quant"  # the result's `experiment`, config key and result folder
+
 TOKENIZE = {
     "joined": "the split's text joined with blank lines, tokenized once without special tokens (ours)",
     "per_line_bos": "each line (WikiText row) tokenized on its own with the tokenizer's special tokens (BOS where "

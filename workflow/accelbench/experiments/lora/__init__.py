@@ -51,8 +51,22 @@ Modules (each imports only those above it; callers import what they use from the
     :mod:`accelbench.core.launcher`, merge) and :func:`~.job.run_rank`.
 """
 
-from accelbench.experiments.lora.job import Settings, estimate_s, prepare_environment, run, run_rank
+from accelbench.core.experiment import Experiment
 
-EXPERIMENT = "lora_finetune"  # the result's `experiment`, config key, rule name and result folder
-
-__all__ = ["EXPERIMENT", "Settings", "estimate_s", "prepare_environment", "run", "run_rank"]
+ENTRIES = (
+    Experiment(
+        "lora_finetune",
+        "B",
+        "lora",
+        "lora-finetune",
+        ("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
+        order=40,
+        tables="tables",
+        aggregate="study_b_lora",
+        schema="lora_finetune.schema.json",
+        reference="study_b_finetune_runtime.csv",
+        claims="study_b_claims.csv",
+        ranks=True,
+        targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png"),
+    ),
+)

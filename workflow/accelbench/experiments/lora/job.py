@@ -17,6 +17,7 @@ from accelbench.experiments.lora.settings import LoraSettings, Plan, hpu_lazy_mo
 from accelbench.experiments.lora.summary import summarize
 from accelbench.experiments.lora.train import train_rank
 
+EXPERIMENT = "lora_finetune"  # the result's `experiment`, config key and result folder
 DEVICES_KEY = "lora_finetune.runs devices"
 
 

@@ -31,8 +31,8 @@ from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, c
 from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
 from accelbench.errors import DataError  # noqa: E402
-from accelbench.experiments import sr3_configs  # noqa: E402
-from accelbench.experiments.sr3_scaling import STUDY_B_WORKLOAD  # noqa: E402
+from accelbench.experiments.sr3 import configs as sr3_configs  # noqa: E402
+from accelbench.experiments.sr3.job import STUDY_B_WORKLOAD  # noqa: E402
 
 FASTEST = "ours (fastest honest run)"
 # what each minutes column of the efficiency table holds (its `minutes_kind`)
@@ -219,7 +219,7 @@ def series_labels(df: pd.DataFrame) -> list[str]:
     configuration whose median iteration (ms) is below the faithful configuration's on the same node (same system,
     origin and hardware label) at the same device count; other ``ours`` rows say ``faster than faithful``, ``not
     faster than faithful (<ms> vs <ms> ms per iteration)``, that no faithful run on the node compares, or that they
-    did not run. Other series keep :data:`accelbench.experiments.sr3_configs.SERIES`."""
+    did not run. Other series keep :data:`accelbench.experiments.sr3.configs.SERIES`."""
     node = ["system", "origin", "hardware", "devices"]
     ok = df[df["status"] == "ok"] if "iteration_ms" in df else df.iloc[:0]
     faithful = {

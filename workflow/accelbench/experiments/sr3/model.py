@@ -236,7 +236,7 @@ def batch_loader(
     """
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from accelbench.experiments.sr3_configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
+    from accelbench.experiments.sr3.configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
 
     requested, cores = int(workers or 0), rank_cores()
     used = min(requested, cores)

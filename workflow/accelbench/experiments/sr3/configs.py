@@ -20,7 +20,7 @@ Three series, each a row group in the tables:
 - the data path of ``data/__init__.py`` ``create_dataloader`` (train phase): ``num_workers`` from the JSON's
   ``"datasets": {"train": {"num_workers": 8}}`` (``config/sr_sr3_64_256_set2.json``; here capped at the rank's cores),
   ``pin_memory=True`` (their DataLoader's default ``persistent_workers=False`` restarts the workers every epoch of
-  their whole training set; ours keeps them for the run: :data:`~accelbench.experiments.sr3_model.PERSISTENT_WORKERS_WHY`), and the batch copied as
+  their whole training set; ours keeps them for the run: :data:`~accelbench.experiments.sr3.model.PERSISTENT_WORKERS_WHY`), and the batch copied as
   ``model/base_model.py`` ``set_device`` does it (``item.to(self.device)``: blocking), recorded in
   ``measurements.data_path``.
 
@@ -28,7 +28,7 @@ Three series, each a row group in the tables:
 timed loop (the configuration this project ran before the series existed; its committed results keep the name).
 
 ``ours`` -- candidates for the fastest honest run on the hardware (the tables call one so only where its median
-iteration beats the faithful configuration's on the same node: accelbench.aggregate.study_b_sr3.series_labels),
+iteration beats the faithful configuration's on the same node: accelbench.experiments.sr3.tables.series_labels),
 same network as the faithful series (attention as run), no
 host synchronisation in the timed loop, cuDNN autotuning on, batches made in the rank's process (no DataLoader
 workers) from pinned memory where copies overlap (CUDA) and copied with ``non_blocking=True``: ``bf16`` (autocast,
@@ -82,7 +82,7 @@ class Configuration:
         loader_workers: DataLoader worker processes per rank requested (None: 0, batches made in the rank's process);
             the faithful series' 8 are ``datasets.train.num_workers`` of the authors' ``config/sr_sr3_64_256_set2.json``
             (used by ``data/__init__.py`` ``create_dataloader``), capped at the rank's cores when run
-            (:func:`accelbench.experiments.sr3_model.batch_loader`).
+            (:func:`accelbench.experiments.sr3.model.batch_loader`).
         blocking_copies: the batch is copied to the device with a blocking ``.to(device)``, as the authors'
             ``model/base_model.py`` ``set_device`` (from pinned memory as their ``create_dataloader``'s
             ``pin_memory=True``, where the device pins); False: pinned where copies overlap, ``non_blocking=True``.
@@ -120,7 +120,7 @@ class Configuration:
         return ", Inductor layout optimization forced" if self.layout_optimization else ""
 
     def trainer_options(self) -> dict:
-        """The keyword arguments of :class:`~accelbench.experiments.sr3_model.Trainer` this configuration sets (the
+        """The keyword arguments of :class:`~accelbench.experiments.sr3.model.Trainer` this configuration sets (the
         rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""
         return {
             "compile": self.compile,

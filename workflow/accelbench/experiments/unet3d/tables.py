@@ -7,7 +7,7 @@ Hardware labels in tables and figures come from each result's provenance. Rows t
 
 Claims: the check of every Study A claim for the claims table (:data:`CLAIM_CHECKS`, both experiments: a claim is
 judged per profiled (system, model), its counter quantities observed by
-:func:`accelbench.aggregate.study_a_ncu.counter_observations`), and the layout of ``study_a_claims.csv``
+:func:`accelbench.experiments.unet3d.tables_ncu.counter_observations`), and the layout of ``study_a_claims.csv``
 (:func:`claims_layout`).
 """
 
@@ -30,7 +30,9 @@ from accelbench.aggregate import (
 from accelbench.aggregate.claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
 from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
 from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
-from accelbench.aggregate.study_a_ncu import (  # noqa: E402  # noqa: E402, F401
+from accelbench.core.registry import EXPERIMENTS  # noqa: E402
+from accelbench.experiments.unet3d.configs import AUTOTUNED, VARIANTS  # noqa: E402
+from accelbench.experiments.unet3d.tables_ncu import (  # noqa: E402  # noqa: E402, F401
     KEY,
     NETWORK_LABEL,
     claim_configuration,
@@ -39,8 +41,6 @@ from accelbench.aggregate.study_a_ncu import (  # noqa: E402  # noqa: E402, F401
     ok_row,
     read_claims,
 )
-from accelbench.core.registry import EXPERIMENTS  # noqa: E402
-from accelbench.experiments.unet3d_configs import AUTOTUNED, VARIANTS  # noqa: E402
 from accelbench.measure.timing import current_classes  # noqa: E402
 
 CLASSES = [

@@ -1,7 +1,7 @@
 """Study A at the hardware-counter level: Nsight Compute metrics of one training step per configuration.
 
 For each Study A configuration, ``ncu`` replays the kernels of one training step of the Med-DDPM U-Net
-(the same :class:`~accelbench.experiments.unet3d_profile.Workload`, after warm-up, inside the NVTX range
+(the same :class:`~accelbench.experiments.unet3d.profile.Workload`, after warm-up, inside the NVTX range
 ``accelbench_step``) with the clocks left alone (``--clock-control none``), and records raw per-kernel
 counters (:mod:`accelbench.measure.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced metric set over
 every kernel of the step (SM-cycle and instruction totals as measured), and a detail pass with every counter on
@@ -25,7 +25,7 @@ from pathlib import Path
 from accelbench import backends
 from accelbench.core.launcher import accelbench_command
 from accelbench.core.outcome import Outcome
-from accelbench.experiments.unet3d_profile import VARIANTS, unsupported_reason
+from accelbench.experiments.unet3d.profile import VARIANTS, unsupported_reason
 from accelbench.measure import ncu
 from accelbench.measure import timing as measure
 

@@ -1,8 +1,8 @@
-"""Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d_profile` measures them):
+"""Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d.profile` measures them):
 the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning), the
 model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`), and the networks and
 noise scheduler they build (Med-DDPM's own U-Net or the MONAI stand-in; Med-DDPM's cosine DDPM schedule). The module
-docstring of :mod:`~accelbench.experiments.unet3d_profile` describes each configuration and its source."""
+docstring of :mod:`~accelbench.experiments.unet3d.profile` describes each configuration and its source."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ from accelbench.measure import timing as measure
 
 EXPERIMENT = "unet3d_profile"
 
-from accelbench.experiments.unet3d_configs import (  # noqa: E402, F401  (re-exported: the experiment's public names)
+from accelbench.experiments.unet3d.configs import (  # noqa: E402, F401  (re-exported: the experiment's public names)
     AUTOTUNED,
     CUDA_GRAPH_MODES,
     GRAD_BUFFERS,
@@ -346,7 +346,7 @@ def nvtx_step(
 ) -> None:
     """Build the workload as :func:`run` does, run ``warmup`` training steps, then exactly one training
     step inside the NVTX range ``nvtx_range``: the program Nsight Compute profiles
-    (:mod:`accelbench.experiments.unet3d_ncu`)."""
+    (:mod:`accelbench.experiments.unet3d.ncu`)."""
     device = Device(system.backend)
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):

@@ -19,7 +19,7 @@ is the uncertainty of the extrapolation.
 
 Claims: the counter quantities (:data:`QUANTITIES`) of ``study_a_claims.csv`` are observed here
 (:func:`counter_observations`, with the rate-coverage rule of :data:`RATE_COVERAGE_MIN`); they are judged per
-profiled (system, model) by the Study A check of :mod:`accelbench.aggregate.study_a`, which reads this module (so
+profiled (system, model) by the Study A check of :mod:`accelbench.experiments.unet3d.tables`, which reads this module (so
 :data:`CLAIM_CHECKS` is empty here).
 """
 
@@ -40,7 +40,7 @@ from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_la
 from accelbench.aggregate.figures import published as published_origin  # noqa: E402
 from accelbench.core.results import read_result  # noqa: E402
 from accelbench.errors import DataError  # noqa: E402
-from accelbench.experiments.unet3d_configs import VARIANTS  # noqa: E402
+from accelbench.experiments.unet3d.configs import VARIANTS  # noqa: E402
 
 COUNTER_COLUMNS = [
     "sm_cycles",

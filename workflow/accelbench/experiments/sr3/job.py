@@ -66,9 +66,9 @@ from accelbench.backends.device import Device
 from accelbench.core import precisions
 from accelbench.core.outcome import Outcome
 from accelbench.errors import ConfigError
-from accelbench.experiments import sr3_configs
-from accelbench.experiments.sr3_configs import Configuration
-from accelbench.experiments.sr3_model import (
+from accelbench.experiments.sr3 import configs as sr3_configs
+from accelbench.experiments.sr3.configs import Configuration
+from accelbench.experiments.sr3.model import (
     PatchSet,
     SR3Settings,
     Trainer,

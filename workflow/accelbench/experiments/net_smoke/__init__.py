@@ -1,0 +1,17 @@
+"""Diagnostic (not a study result): an all-reduce bus-bandwidth sweep over N ranks, launched like SR3 and LoRA."""
+
+from accelbench.core.experiment import Experiment
+
+ENTRIES = (
+    Experiment(
+        "net_smoke",
+        "diagnostic",
+        "net_smoke",
+        "net-smoke",
+        ("devices_{devices}",),
+        order=90,
+        result="allreduce.json",
+        side_files=("allreduce.csv",),
+        ranks=True,
+    ),
+)

@@ -1,0 +1,23 @@
+"""Study B (arXiv 2607.05400): SR3 super-resolution diffusion training, strong scaling over 1..N devices (DDP)."""
+
+from accelbench.core.experiment import Experiment
+
+ENTRIES = (
+    Experiment(
+        "sr3_scaling",
+        "B",
+        "sr3",
+        "sr3-train",
+        ("{configuration}/devices_{devices}",),
+        order=20,
+        tables="tables",
+        aggregate="study_b_sr3",
+        schema="sr3_scaling.schema.json",
+        reference="study_b_sr3_scaling.csv",
+        claims="study_b_claims.csv",
+        side_files=("samples.npz",),
+        ranks=True,
+        inputs=("data",),
+        targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png"),
+    ),
+)
