@@ -17,16 +17,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from accelbench.aggregate import scope  # noqa: E402
-from accelbench.aggregate.claims import (  # noqa: E402
+from accelbench.aggregate import scope
+from accelbench.aggregate.claims import (
     VERDICTS,
     category,
     claims_table,
@@ -35,9 +32,9 @@ from accelbench.aggregate.claims import (  # noqa: E402
     read_claims,
     tolerance_text,
 )
-from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table  # noqa: E402
-from accelbench.aggregate.figures import FONT, save_figure  # noqa: E402
-from accelbench.errors import DataError  # noqa: E402
+from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
+from accelbench.aggregate.figures import FONT, save_figure
+from accelbench.errors import DataError
 
 DISAGREE = "runs disagree"
 SUMMARY_VERDICTS = (*VERDICTS, DISAGREE)

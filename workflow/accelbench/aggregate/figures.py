@@ -20,13 +20,10 @@ import logging
 import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-from matplotlib.legend import Legend  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
-from matplotlib.ticker import FixedFormatter, NullFormatter  # noqa: E402
+from matplotlib.legend import Legend
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, NullFormatter
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,9 @@ def tokenizer_dir(rc, spec: dict) -> str | None:
     if spec.get("source") != "random":
         return None
     committed = rc.repo / COMMITTED_TOKENIZERS
-    if spec.get("tokenizer") in {p for n in EXPORTABLE_TOKENIZERS for p in (f"{TOKENIZER_DIR}/{n}", str(committed / n))}:
+    if spec.get("tokenizer") in {
+        p for n in EXPORTABLE_TOKENIZERS for p in (f"{TOKENIZER_DIR}/{n}", str(committed / n))
+    }:
         return spec["tokenizer"]  # already replaced (with_tokenizer_dir)
     name = exported_tokenizer(spec.get("tokenizer"))
     if name and (committed / name / "tokenizer.json").exists():
@@ -56,7 +58,9 @@ def export_model(rc, name: str) -> dict:
         raise ValueError(f"model {name!r} is given by no experiment (their rules modules' model_specs)")
     first = next(iter(specs.values()))
     if any(sp != first for sp in specs.values()):
-        raise ValueError(f"model {name!r} is defined differently by {', '.join(specs)}: {specs}; give them different names")
+        raise ValueError(
+            f"model {name!r} is defined differently by {', '.join(specs)}: {specs}; give them different names"
+        )
     return first
 
 

@@ -20,14 +20,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row  # noqa: E402
+from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row
 from accelbench.aggregate.common import (
     STATUS_LABEL,
     csv_frame,
@@ -37,10 +34,10 @@ from accelbench.aggregate.common import (
     status_cell,
     write_table,
 )
-from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
-from accelbench.errors import DataError, ResultError  # noqa: E402
+from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap
+from accelbench.errors import DataError, ResultError
 from accelbench.experiments.llm_quant.accuracy import bundled_baselines
-from accelbench.experiments.llm_quant.layers import SUBMODULES  # noqa: E402
+from accelbench.experiments.llm_quant.layers import SUBMODULES
 from accelbench.measure.flops import PEAK_KEY, eval_peak
 from accelbench.models.llm import model_label
 

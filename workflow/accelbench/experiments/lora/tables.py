@@ -25,16 +25,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, per_system_rows  # noqa: E402
-from accelbench.aggregate.common import load_results, model_display, noise_cell, status_cell, write_table  # noqa: E402
-from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
-from accelbench.errors import DataError  # noqa: E402
+from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, per_system_rows
+from accelbench.aggregate.common import load_results, model_display, noise_cell, status_cell, write_table
+from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap
+from accelbench.errors import DataError
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
 # results written before the series existed (issue 25) ran the no-sync runtime with a constant_with_warmup schedule

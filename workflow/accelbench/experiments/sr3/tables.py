@@ -19,20 +19,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from accelbench.aggregate import scope  # noqa: E402
-from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows  # noqa: E402
-from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
-from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
-from accelbench.errors import DataError  # noqa: E402
-from accelbench.experiments.sr3 import configs as sr3_configs  # noqa: E402
-from accelbench.experiments.sr3.job import STUDY_B_WORKLOAD  # noqa: E402
+from accelbench.aggregate import scope
+from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows
+from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table
+from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap
+from accelbench.errors import DataError
+from accelbench.experiments.sr3 import configs as sr3_configs
+from accelbench.experiments.sr3.job import STUDY_B_WORKLOAD
 
 FASTEST = "ours (fastest honest run)"
 # what each minutes column of the efficiency table holds (its `minutes_kind`)

@@ -15,24 +15,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from accelbench.aggregate import claims as cl  # noqa: E402
-from accelbench.aggregate import (
-    scope,  # noqa: E402
-    study_a_ncu,  # noqa: E402
-)
-from accelbench.aggregate.claims import NotMeasured, Observation, not_run, verdict_row  # noqa: E402
-from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table  # noqa: E402
-from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap  # noqa: E402
-from accelbench.core.registry import EXPERIMENTS  # noqa: E402
-from accelbench.experiments.unet3d.configs import AUTOTUNED, VARIANTS  # noqa: E402
-from accelbench.experiments.unet3d.tables_ncu import (  # noqa: E402  # noqa: E402, F401
+from accelbench.aggregate import claims as cl
+from accelbench.aggregate import scope
+from accelbench.aggregate.claims import NotMeasured, Observation, not_run, verdict_row
+from accelbench.aggregate.common import joined_labels, load_results, noise_cell, noise_why, status_cell, write_table
+from accelbench.aggregate.figures import FONT, origin_of, published, save_figure, series_label, wrap
+from accelbench.core.registry import EXPERIMENTS
+from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+from accelbench.experiments.unet3d.configs import AUTOTUNED, VARIANTS
+from accelbench.experiments.unet3d.tables_ncu import (  # noqa: F401
     KEY,
     NETWORK_LABEL,
     claim_configuration,
@@ -41,7 +36,7 @@ from accelbench.experiments.unet3d.tables_ncu import (  # noqa: E402  # noqa: E4
     ok_row,
     read_claims,
 )
-from accelbench.measure.timing import current_classes  # noqa: E402
+from accelbench.measure.timing import current_classes
 
 CLASSES = [
     "convolution",

@@ -27,20 +27,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from accelbench.aggregate.claims import NotMeasured, Observation  # noqa: E402
-from accelbench.aggregate.common import joined_labels, load_results, write_table  # noqa: E402
-from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap  # noqa: E402
-from accelbench.aggregate.figures import published as published_origin  # noqa: E402
-from accelbench.core.results import read_result  # noqa: E402
-from accelbench.errors import DataError  # noqa: E402
-from accelbench.experiments.unet3d.configs import VARIANTS  # noqa: E402
+from accelbench.aggregate.claims import NotMeasured, Observation
+from accelbench.aggregate.common import joined_labels, load_results, write_table
+from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap
+from accelbench.aggregate.figures import published as published_origin
+from accelbench.core.results import read_result
+from accelbench.errors import DataError
+from accelbench.experiments.unet3d.configs import VARIANTS
 
 COUNTER_COLUMNS = [
     "sm_cycles",
