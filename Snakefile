@@ -12,15 +12,8 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
 include: "workflow/rules/llm_models.smk"
 include: "workflow/rules/cluster.smk"
-include: "workflow/rules/unet3d_profile.smk"
-include: "workflow/rules/sr3_scaling.smk"
-include: "workflow/rules/llm_quant.smk"
-include: "workflow/rules/net_smoke.smk"
-include: "workflow/rules/lora_finetune.smk"
-include: "workflow/rules/aggregate.smk"
 
 
 # Each experiment's rules, from its folder (accelbench/experiments/<name>/rules.smk), in registry order.

@@ -104,18 +104,11 @@ def study_a(result: dict, args):
     from accelbench.core.harness import system_from
     from accelbench.data.mri import load_case
     from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d.configs import settings_of
 
     spec = result["config"]
     system = system_from(spec)
-    # the result's network and micro-batches (results made before the choice existed: the MONAI stand-in, 1)
-    settings = exp.resolve_settings(
-        spec["model"],
-        spec["presets"],
-        system.scale,
-        spec.get("scales", {}),
-        network=spec.get("network", "monai"),
-        micro_batches=spec.get("micro_batches", 1),
-    )
+    settings = settings_of(spec, system.scale)  # the result's network and micro-batches (configs.BEFORE_THE_KEYS)
     variant = exp.VARIANTS[spec["configuration"]]
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)

@@ -5,7 +5,7 @@ runs, in one process run (under torchrun for multi-device cases, with the produc
 :mod:`accelbench.core.rank_processes`):
 
 * ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
-  ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3_scaling.Trainer.train_step`` +
+  ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3.model.Trainer.train_step`` +
   ``measure.time_steps``, per-iteration max over ranks; LoRA: ``lora.train.train_rank``, i.e. the HF Trainer
   with the step-timer callback);
 * ``bare``: a plain PyTorch loop written here (model from the same builder, same shapes, dtype, math mode, cuDNN
@@ -43,10 +43,10 @@ millisecond the Trainer adds shows. This runs, in one process on 1 CPU thread, a
 decoder layers of width 64 (vocabulary 256, word-level tokenizer of the pydoc pairs; device work small and the same on
 both sides) through the product's ``train_rank`` (Trainer, step-timer window and step-to-step loop time; also with
 ``LossCurveMixin.fast_host_step`` off, i.e. Trainer's own per-step module walks) and through
-:func:`overhead.lora.lora_bare` (same spec, grad_accum 2, micro-batch 2), alternated ``--rounds`` times; median, p10,
-p90 per optimizer step and the differences go to ``benchmarks/harness_overhead_host_cpu.csv``; a cProfile of the
-timed Trainer steps, split into the Trainer's parts (:func:`overhead.host_attribution._parts`) against the bare
-loop's, to ``..._attribution.csv``::
+:func:`accelbench.experiments.lora.bare.lora_bare` (same spec, grad_accum 2, micro-batch 2), alternated
+``--rounds`` times; median, p10, p90 per optimizer step and the differences go to
+``benchmarks/harness_overhead_host_cpu.csv``; a cProfile of the timed Trainer steps, split into the Trainer's parts
+(:func:`overhead.host_attribution._parts`) against the bare loop's, to ``..._attribution.csv``::
 
     python benchmarks/harness_overhead.py host-overhead --layers 32   # 32 = Llama-3.1-8B's decoder layer count
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bounded mutation testing (mutmut 3; pip install -e '.[mutation]') of the measurement core, outside CI: does every small change to the code
-# make a test fail? Mutates workflow/accelbench/{measure.py,ncu.py} and, with MUTATE_QUALITY=1, also
-# experiments/unet3d_profile.py (math mode, IEEE-FP32 check, quality check; slow: its tests build U-Nets), and runs
+# make a test fail? Mutates workflow/accelbench/measure/{timing,kernels,kernel_classes,ncu}.py and, with MUTATE_QUALITY=1,
+# also experiments/unet3d/numerics.py (math mode, IEEE-FP32 check, quality check; slow: its tests build U-Nets), and runs
 # only the tests that exercise them. Prints mutmut's results and the surviving count.
 #   pip install 'mutmut>=3.8,<4' && nice benchmarks/mutation_test.sh [WORKDIR]
 # mutmut expects the code under ./src: the script stages a copy (src/accelbench, tests, config, resources) in
@@ -14,10 +14,10 @@ mkdir -p "$work/src"
 rm -rf "$work/src/accelbench" "$work/tests" "$work/mutants"
 cp -r "$here/workflow/accelbench" "$work/src/accelbench"
 cp -r "$here/tests" "$here/config" "$here/resources" "$work/"
-only='src/accelbench/measure/timing.py","src/accelbench/measure/ncu.py'
+only='src/accelbench/measure/timing.py","src/accelbench/measure/kernels.py","src/accelbench/measure/kernel_classes.py","src/accelbench/measure/ncu.py'
 tests='"tests/unit/test_measure.py","tests/unit/test_ncu.py"'
 if [ "${MUTATE_QUALITY:-0}" = 1 ]; then
-  only="$only\",\"src/accelbench/experiments/unet3d/profile.py"
+  only="$only\",\"src/accelbench/experiments/unet3d/numerics.py"
   tests="$tests,\"tests/experiments/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
 fi
 cat > "$work/pyproject.toml" <<TOML

@@ -21,7 +21,7 @@ import yaml
 from accelbench.core.config import deep_merge
 from accelbench.core.systems import load_systems, probe_devices, resolve_system
 from accelbench.data import mri
-from accelbench.experiments.unet3d.profile import resolve_settings
+from accelbench.experiments.unet3d.configs import resolve_settings
 
 out = Path(os.environ.get("OUT", "ncu_check"))
 out.mkdir(parents=True, exist_ok=True)
@@ -31,7 +31,7 @@ system = resolve_system(cfg["system"], load_systems(cfg["systems_dir"]), probe_d
 print("system", system.name, system.scale, flush=True)
 u = cfg["unet3d_profile"]
 conf = sys.argv[1] if len(sys.argv) > 1 else "tf32"
-s = resolve_settings("whole_head", u["presets"], system.scale, u.get("scales", {}))
+s = resolve_settings("whole_head", u["presets"], system.scale, u.get("scales", {}), micro_batches=u["micro_batches"])
 t = time.time()
 img, msk = "/tmp/mri_img.nii.gz", "/tmp/mri_mask.nii.gz"
 mri.prepare(img, msk, volume=list(s.volume), spacing_mm=list(s.spacing_mm), **cfg["data"]["mri"])

@@ -64,7 +64,8 @@ from torch.utils.checkpoint import checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow"))
 
-from accelbench.experiments.unet3d.configs import ModelSettings, build_network  # noqa: E402
+from accelbench.experiments.unet3d.configs import ModelSettings  # noqa: E402
+from accelbench.experiments.unet3d.networks import build_network  # noqa: E402
 from accelbench.models import med_ddpm_unet as mdu  # noqa: E402
 
 AUTOTUNED_BASELINE_MS = 1726.5  # baseline_autotuned, H200 reference run (issue 46)

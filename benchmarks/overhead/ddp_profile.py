@@ -8,9 +8,9 @@ import statistics
 import time
 from pathlib import Path
 
+from accelbench.experiments.lora.bare import lora_bare, lora_case
+from accelbench.experiments.sr3.bare import result_case, sr3_bare
 from overhead.common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
-from overhead.lora import _lora_case, lora_bare
-from overhead.sr3 import result_case, sr3_bare
 
 PROFILE_FIELDS = [
     "experiment",
@@ -133,10 +133,10 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
 
 
 def kernel_classes(trace_events: list[dict], steps: int) -> str:
-    """Device kernel time per step by kernel class (:func:`accelbench.measure.timing.classify_kernel`: convolution, GEMM,
-    normalization, elementwise, layout conversion, ...), in ms, largest first, as JSON (the CSV's ``class_ms``):
-    where the GPU's time goes once the host no longer sets the pace."""
-    from accelbench.measure.timing import classify_kernel
+    """Device kernel time per step by kernel class (:func:`accelbench.measure.kernel_classes.classify_kernel`:
+    convolution, GEMM, normalization, elementwise, layout conversion, ...), in ms, largest first, as JSON (the CSV's
+    ``class_ms``): where the GPU's time goes once the host no longer sets the pace."""
+    from accelbench.measure.kernel_classes import classify_kernel
 
     per: dict[str, float] = {}
     for e in trace_events:
@@ -154,7 +154,7 @@ def top_kernels(trace_events: list[dict], steps: int, n: int = TOP_KERNELS) -> s
     """The ``n`` device kernels that take the most time, as JSON (the CSV's ``top_kernels``): a list of
     ``[name (first 120 characters), ms per step, launches per step, class]``, largest first. What ``class_ms`` adds
     up, by name: which kernels a class such as ``layout_conversion`` is made of."""
-    from accelbench.measure.timing import classify_kernel
+    from accelbench.measure.kernel_classes import classify_kernel
 
     ms: dict[str, float] = {}
     calls: dict[str, int] = {}
@@ -275,7 +275,7 @@ def ddp_profile_rank(args) -> None:
     result = json.loads(Path(args.result).read_text())
     rank, world, local = _ranks()
     if args.experiment == "lora":
-        spec, system, s, plan = _lora_case(result)
+        spec, system, s, plan = lora_case(result)
         case = f"{spec['model_name']} {spec['attention']}"
         settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
     else:

@@ -9,9 +9,9 @@ import statistics
 import time
 from pathlib import Path
 
+from accelbench.experiments.lora.bare import lora_bare, lora_case
 from overhead.common import _append, _empty_cache
 from overhead.host_attribution import ATTRIBUTION_FIELDS, PartTimers, _parts
-from overhead.lora import _lora_case, lora_bare
 
 HOST_FIELDS = [
     "side",
@@ -192,7 +192,7 @@ def host_overhead(args) -> None:
     spec = tiny_lora_spec(
         args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup, args.repeat, tok_dir
     )
-    spec, system, s, plan = _lora_case({"config": spec})
+    spec, system, s, plan = lora_case({"config": spec})
     fused = args.fused
     from accelbench.experiments.lora.trainer import LossCurveMixin
 

@@ -28,8 +28,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from accelbench.experiments.sr3.bare import device_batches, result_case
 from overhead.common import _append
-from overhead.sr3 import device_batches, result_case
 
 FIELDS = [
     "experiment",

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from accelbench.backends.device import Device
+from accelbench.backends.energy_counter import Counter
 from accelbench.measure import energy
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 
-class FixedCounter(energy.Counter):
+class FixedCounter(Counter):
     """Each read adds ``per_read`` J: every window sees exactly ``per_read`` J (opened and closed by one read each)."""
 
     source, update_period_s = "scripted", None

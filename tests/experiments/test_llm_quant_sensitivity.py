@@ -9,7 +9,8 @@ import torch
 from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
 from accelbench.experiments.llm_quant.evaluate import Evaluator
-from accelbench.experiments.llm_quant.layers import MLP_SUBMODULES, SUBMODULES, decoder_layers
+from accelbench.experiments.llm_quant.layers import decoder_layers
+from accelbench.experiments.llm_quant.projections import MLP_SUBMODULES, SUBMODULES
 from accelbench.experiments.llm_quant.sensitivity import (
     CLUSTERINGS,
     assign_bits,

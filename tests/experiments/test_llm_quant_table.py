@@ -7,7 +7,7 @@ from accelbench.experiments.llm_quant.run import EXPERIMENT
 
 
 def test_reference_table_parses_published_numbers():
-    from accelbench.experiments.llm_quant.tables import read_reference
+    from accelbench.experiments.llm_quant.tables_rows import read_reference
 
     ref, source = read_reference("resources/reference/study_b_quantization.csv")
     assert "Voyager_Gaudi_Benchmarks" in source and len(ref) == 10
@@ -16,7 +16,8 @@ def test_reference_table_parses_published_numbers():
 
 
 def test_accuracy_flows_into_the_quantization_table(tmp_path):
-    """Measured accuracy (and `unsupported` with its reason) and the published HellaSwag/BoolQ numbers reach the table."""
+    """Measured accuracy (and `unsupported` with its reason) and the published HellaSwag/BoolQ numbers reach the
+    table."""
 
     import pandas as pd
 
@@ -72,7 +73,7 @@ def test_accuracy_flows_into_the_quantization_table(tmp_path):
 def test_published_throughput_is_eval_tokens_over_eval_time():
     """Study B's throughput column = evaluation tokens / evaluation time: throughput x eval time is the same
     ~338.4k tokens (WikiText-2's test split) in all ten published columns. Our column must be the same kind."""
-    from accelbench.experiments.llm_quant.tables import read_reference
+    from accelbench.experiments.llm_quant.tables_rows import read_reference
 
     ref, _ = read_reference("resources/reference/study_b_quantization.csv")
     tokens = ref["throughput_tok_per_s"].astype(float) * ref["eval_time_s"].astype(float)
@@ -137,7 +138,7 @@ def test_quant_table_names_the_q4_baseline_and_uses_eval_throughput(tmp_path):
 def test_study_b_scoring_and_settings_columns():
     """Study B's token-normalised score (same log-likelihoods), the authors'-prompt task and each setting a method
     ran with get their own columns; an unscored Study B task says why."""
-    from accelbench.experiments.llm_quant.tables import SETTING_COLUMNS, accuracy_cells
+    from accelbench.experiments.llm_quant.tables_cells import SETTING_COLUMNS, accuracy_cells
 
     acc = {
         "hellaswag": {

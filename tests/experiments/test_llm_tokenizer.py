@@ -103,7 +103,7 @@ def test_unknown_tokenizer_export_names_the_known_ones(tmp_path):
 def test_random_spec_loads_the_tokenizer_folder_without_the_wheel(exported, no_smollm2, tmp_path):
     """The LoRA path (load_causal_lm of a random-init preset) and the llm_quant path (llm_export of
     tinyllama_arch_random, then the exported folder) both run without the GGUF; the old spec value fails there."""
-    from accelbench.experiments.llm_quant.run import load_model
+    from accelbench.experiments.llm_quant.stages import load_model
     from accelbench.models import llm
     from accelbench.models.export import export_hf_folder
 

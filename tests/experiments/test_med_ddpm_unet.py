@@ -23,6 +23,7 @@ def _reference() -> dict[str, dict]:
 
 def _paper(default_config, preset: str, **kw):
     u = default_config["unet3d_profile"]
+    kw.setdefault("micro_batches", u["micro_batches"])
     return exp.resolve_settings(preset, u["presets"], "paper", u["scales"], network="med_ddpm", **kw)
 
 
@@ -46,7 +47,10 @@ def test_parameters_and_forward_flops_equal_med_ddpm(default_config, preset):
 def test_brats_layout_is_med_ddpms_and_monai_keeps_the_data_order(default_config):
     assert _paper(default_config, "brats").tensor_shape == (1, 8, 144, 192, 192)
     u = default_config["unet3d_profile"]
-    assert exp.resolve_settings("brats", u["presets"], "paper", u["scales"], network="monai").tensor_shape == (
+    brats = exp.resolve_settings(
+        "brats", u["presets"], "paper", u["scales"], network="monai", micro_batches=u["micro_batches"]
+    )
+    assert brats.tensor_shape == (
         1,
         8,
         192,
@@ -122,7 +126,9 @@ def test_one_training_step_of_two_micro_batches_on_cpu(tiny_config):
 def test_unknown_network_is_one_clear_line(default_config):
     u = default_config["unet3d_profile"]
     with pytest.raises(ValueError, match="unet3d_profile.network"):
-        exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], network="unet2d")
+        exp.resolve_settings(
+            "whole_head", u["presets"], "paper", u["scales"], network="unet2d", micro_batches=u["micro_batches"]
+        )
     with pytest.raises(ValueError, match="unet3d_profile.micro_batches"):
         exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], network="monai", micro_batches=0)
 

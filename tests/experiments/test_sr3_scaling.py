@@ -11,8 +11,12 @@ import torch
 from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.sr3 import configs as sr3_configs
-from accelbench.experiments.sr3 import model as sr3
 from accelbench.experiments.sr3 import job as exp
+from accelbench.experiments.sr3 import model as sr3
+from accelbench.experiments.sr3 import plan as sr3_plan
+from accelbench.experiments.sr3 import rank as sr3_rank
+from accelbench.experiments.sr3.quality import image_metrics
+from accelbench.experiments.sr3.settings import resolve_settings
 
 
 def tiny_settings(**kw) -> sr3.SR3Settings:
@@ -33,7 +37,7 @@ def tiny_settings(**kw) -> sr3.SR3Settings:
         batch_size=4,
     )
     preset.update(kw)
-    return sr3.resolve_settings(preset, "small", {})
+    return resolve_settings(preset, "small", {})
 
 
 # --------------------------------------------------------------------------- data
@@ -86,7 +90,7 @@ def test_folder_source_reads_npy_and_png(tmp_path):
 # --------------------------------------------------------------------------- settings and scaling
 @pytest.mark.parametrize("devices", [1, 2, 4, 8, 16, 32, 64])
 def test_strong_scaling_split_is_exact(devices):
-    per = exp.split_iterations(40000, devices)
+    per = sr3_plan.split_iterations(40000, devices)
     assert (
         per * devices == 40000 and per == {1: 40000, 2: 20000, 4: 10000, 8: 5000, 16: 2500, 32: 1250, 64: 625}[devices]
     )
@@ -95,18 +99,18 @@ def test_strong_scaling_split_is_exact(devices):
 @pytest.mark.parametrize("devices", [3, 6, 7, 0])
 def test_inexact_split_is_refused(devices):
     with pytest.raises(ConfigError, match="workload_iterations"):
-        exp.split_iterations(40000, devices)
+        sr3_plan.split_iterations(40000, devices)
 
 
 def test_paper_settings_map_sr3(default_config):
     u = default_config["sr3_scaling"]
-    s = sr3.resolve_settings(u["preset"], "paper", u["scales"]).for_configuration("paper_text")
+    s = resolve_settings(u["preset"], "paper", u["scales"]).for_configuration("paper_text")
     assert s.channels == (128, 256, 512, 512, 1024, 1024) and s.lr_size == 64
     assert s.attention_levels == (False, False, False, False, True, False)  # 256 / 2**4 = 16 px
-    small = sr3.resolve_settings(u["preset"], "small", u["scales"]).for_configuration("paper_text")
+    small = resolve_settings(u["preset"], "small", u["scales"]).for_configuration("paper_text")
     assert small.hr_size // small.lr_size == 4 and small.attention_levels == s.attention_levels
     with pytest.raises(ConfigError, match="hr_size"):
-        sr3.resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
+        resolve_settings(u["preset"], "paper", {"paper": {"hr_size": 100}})
 
 
 def test_unsupported_cases_have_reasons(systems):
@@ -168,8 +172,8 @@ def test_scheduler_round_trip_with_oracle_recovers_the_image():
 
 def test_quality_metrics_rank_bicubic_above_noise():
     truth = torch.rand(2, 1, 32, 32)
-    good = sr3.image_metrics(truth + 0.01 * torch.randn_like(truth), truth)
-    bad = sr3.image_metrics(torch.rand_like(truth), truth)
+    good = image_metrics(truth + 0.01 * torch.randn_like(truth), truth)
+    bad = image_metrics(torch.rand_like(truth), truth)
     assert good["psnr_db"] > 35 > bad["psnr_db"] and good["ssim"] > bad["ssim"]
 
 
@@ -216,12 +220,12 @@ def _ddp_worker(rank: int, world: int, port: int, queue, compiled: bool = False)
     indices = sorted(tr.sampler)
     # the rule's FLOP count before its steps: through the DDP module's own parameters it left static_graph's
     # replicas out of step from the second step on (no error); on a copy they stay identical
-    flops = exp.count_step_flops(tr)["per_device_step"]
+    flops = sr3_rank.count_step_flops(tr)["per_device_step"]
     for _ in range(3):
         tr.train_step()
     after = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach()
     spread = sr3.replica_spread(tr.model)
-    graphs = exp.compiled_graphs() if compiled else None
+    graphs = sr3_rank.compiled_graphs() if compiled else None
     queue.put((rank, spread, float((after - before).abs().max()), indices, flops, graphs))
     dist.destroy_process_group()
 
@@ -244,7 +248,7 @@ def test_two_process_gloo_ddp_keeps_replicas_identical():
 
 @pytest.mark.timeout(300)
 def test_two_process_gloo_compiled_ddp_step_compiles_and_keeps_replicas_identical():
-    """Ours on 2 ranks (issue 24): the compiled step wrapped in DDP (``torch.compile(DDP(model))``), the FLOP count
+    """Ours on 2 ranks: the compiled step wrapped in DDP (``torch.compile(DDP(model))``), the FLOP count
     first (on a copy of the plain module), then 3 steps: TorchDynamo compiled the network's forward (one graph, which
     DDPOptimizer splits at DDP's buckets; DDP's own forward wrapper stays eager: Dynamo breaks at its logger and at
     ``_inside_ddp_forward``, which it skips by design) and the replicas stay identical."""
@@ -327,15 +331,15 @@ OK_KEYS = {
     "train_throughput",
     "data_path",
     "math_flags",
-    # issue 24: the configuration and its series, the host syncs counted over the timed loop, fused Adam
+    # the configuration and its series, the host syncs counted over the timed loop, fused Adam
     "configuration",
     "host_syncs_timed_per_rank",
     "host_syncs_method",
     "host_syncs_where",
     "fused_adam",
-    "energy",  # board energy (issue 28)
-    "compiled",
-}  # what TorchDynamo compiled (None: not a compiled configuration)  # FLOPs of a step (FlopCounterMode) and MFU (issue 23: SR3 reports MFU)
+    "energy",  # board energy
+    "compiled",  # what TorchDynamo compiled (None: not a compiled configuration)
+}  # also: the FLOPs of a step (FlopCounterMode) and MFU
 
 
 def _record(rank: int, samples_ms: list[float], **kw) -> dict:
@@ -521,7 +525,7 @@ def test_failed_ranks_fail_the_job(tmp_path, default_config, systems, monkeypatc
 
 
 def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, monkeypatch):
-    """Issue 24: the DataLoader pins host memory on a backend whose copies overlap the device's work (CUDA), so
+    """The DataLoader pins host memory on a backend whose copies overlap the device's work (CUDA), so
     `.to(non_blocking=True)` never makes the host wait; elsewhere it does not pin (nothing to overlap)."""
     from accelbench import backends
     from accelbench.backends.device import Device
@@ -562,7 +566,7 @@ def _trainer(conf_name: str, s=None, device=None) -> sr3.Trainer:
 
 
 def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(monkeypatch):
-    """Issue 24: the faithful series' DataLoader has the authors' 8 workers (config/sr_sr3_64_256_set2.json) capped at
+    """The faithful series' DataLoader has the authors' 8 workers (config/sr_sr3_64_256_set2.json) capped at
     the cores this rank has (its threads, set by launch.place_this_rank, at most its CPU affinity), pins where the
     device pins, and the batch is copied with a blocking .to(device) (their set_device); every setting is recorded
     with its source."""
@@ -641,7 +645,7 @@ def test_only_the_faithful_spec_carries_the_data_path():
 
 def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
     """fp32 with cuDNN's TF32 on (PyTorch's default on CUDA) is judged against the TF32 peak: on one H200 the
-    FP32 peak gave an MFU of 1.64 (issue 23's GPU check); bf16 against bf16's; N ranks do N x one rank's FLOPs."""
+    FP32 peak gave an MFU of 1.64 (found on the GPU); bf16 against bf16's; N ranks do N x one rank's FLOPs."""
     peaks = {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}
     first = {"flops": {"per_device_step": 18.5e12, "method": "m"}, "math_flags": {"cudnn_tf32": True}}
     f, t = exp.job_mfu(first, "fp32", 2, 200.0, peaks)
@@ -653,10 +657,10 @@ def test_mfu_counts_every_rank_against_the_peak_of_the_math_that_ran():
     )
 
 
-# --------------------------------------------------------------------------- issue 24: the series and their settings
+# --------------------------------------------------------------------------- the series and their settings
 def _paper(default_config, attention: str):
     u = default_config["sr3_scaling"]
-    return sr3.resolve_settings(u["preset"], "paper", u["scales"]).for_configuration(attention)
+    return resolve_settings(u["preset"], "paper", u["scales"]).for_configuration(attention)
 
 
 def _meta_forward(s, batch: int = 4) -> tuple[int, float]:
@@ -683,9 +687,7 @@ def test_faithful_attention_sits_where_the_authors_code_put_it(default_config):
     assert params == pytest.approx(542.7e6, rel=0.02)
     text = _paper(default_config, "paper_text")  # the paper's text: the 16-px level
     assert text.attention_levels == (False, False, False, False, True, False)
-    small = sr3.resolve_settings(
-        default_config["sr3_scaling"]["preset"], "small", default_config["sr3_scaling"]["scales"]
-    )
+    small = resolve_settings(default_config["sr3_scaling"]["preset"], "small", default_config["sr3_scaling"]["scales"])
     assert small.attention_levels == s.attention_levels  # the CPU size keeps the level
 
 
@@ -759,13 +761,13 @@ def test_flop_count_leaves_the_compiled_step_compiled(monkeypatch):
 
     tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, **sr3_configs.get("bf16_compile").trainer_options())
     before = [p.detach().clone() for p in tr.model.parameters()]
-    f = exp.count_step_flops(tr)
+    f = sr3_rank.count_step_flops(tr)
     assert f["per_device_step"] > 0 and "plain" in f["method"]
     assert all(torch.equal(a, b) for a, b in zip(before, tr.model.parameters()))  # counted, not trained
     assert all(p.grad is None for p in tr.model.parameters())
-    assert exp.compiled_graphs()["unique_graphs"] == 0  # nothing compiled by the count
+    assert sr3_rank.compiled_graphs()["unique_graphs"] == 0  # nothing compiled by the count
     tr.train_step()
-    got = exp.compiled_graphs()
+    got = sr3_rank.compiled_graphs()
     assert got["frames_compiled"] >= 1 and got["unique_graphs"] >= 1, got  # the step compiled after the count
     torch._dynamo.reset()
 
@@ -857,12 +859,12 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
         c = sr3_configs.get(conf)
         tr = sr3.Trainer(s, device, data, c.precision, seed=0, host_syncs=c.host_syncs)
         assert tr.loader.pin_memory
-        with exp.count_host_syncs(device) as syncs:
+        with sr3_rank.count_host_syncs(device) as syncs:
             measure.time_steps(tr.train_step, device, 2, 5)
         # not the measurement's own explicit torch.cuda.synchronize after the warm-up (seen on the H200: 1 per run)
         ours = sum(
             n
             for where, n in syncs["where"].items()
-            if "measure.py" not in where and "torch/cuda/__init__.py" not in where
+            if "measure/timing.py" not in where and "torch/cuda/__init__.py" not in where
         )
         assert (ours >= 7) if expect_syncs else ours == 0, (conf, syncs)

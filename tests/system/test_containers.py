@@ -11,17 +11,15 @@ import yaml
 import yte
 from packaging.specifiers import SpecifierSet
 
-from accelbench.cluster.containers import (
-    apptainer_environment,
+from accelbench.cluster.containers import apptainer_environment, image_uri, require_apptainer
+from accelbench.cluster.node_report import device_report, slurm_submission_hints
+from accelbench.cluster.recipes import (
     check_images,
     check_installed,
-    image_uri,
     parse_apptainer_def,
     parse_dockerfile,
-    require_apptainer,
     specifiers_overlap,
 )
-from accelbench.cluster.node_report import device_report, slurm_submission_hints
 from accelbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ What a reviewer starts from is the image; this test builds one from the reposito
 3. the README's build command, with ``--network none`` and the build arguments of a CPU build (BASE, BASE_DIGEST,
    TORCH, WHEELHOUSE mounted with ``-v``);
 4. what the image really holds (``pip list`` inside) against containers/versions.yaml (``cuda.cpu_build``) and
-   constraints.txt (accelbench.cluster.containers.check_installed); ``pip check`` runs in the build;
+   constraints.txt (accelbench.cluster.recipes.check_installed); ``pip check`` runs in the build;
 5. the README's run command with ``--network none``: the tiny DAG end to end, results on the host, each naming the
    image (ID, base, base digest, commit) in its provenance.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from accelbench.cluster.containers import check_installed
+from accelbench.cluster.recipes import check_installed
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "containers/README.md"

@@ -3,9 +3,9 @@ import json
 import pandas as pd
 import pytest
 
-from accelbench.experiments.unet3d import tables as study_a
 from accelbench.core import provenance, results
 from accelbench.errors import ResultError
+from accelbench.experiments.unet3d import tables as study_a
 
 CLAIMS = "resources/reference/study_a_claims.csv"
 
@@ -147,3 +147,28 @@ def test_two_networks_on_one_system_stay_apart_and_are_compared(tmp_path):
     a11 = claims[claims["claim_id"] == "a11"]
     assert sorted(a11["network"]) == ["med_ddpm", "monai"]
     assert study_a.network_comparison(df[df["network"] == "med_ddpm"], pd.DataFrame()).empty  # one network: nothing
+
+
+def test_table_shows_the_micro_batches_each_row_was_measured_with(tmp_path):
+    """The Study A table's micro_batches column: the result's measurements.micro_batches; a row that did not run
+    (no measurements) its resolved settings' or its spec's; a result made before the key existed (the first reference
+    run) ran one micro-batch per Adam step."""
+    paths = {
+        "baseline": _fake(tmp_path, "h200", "baseline", step=100.0),
+        "tf32": _fake(tmp_path, "h200", "tf32", step=25.0),
+        "bf16": _fake(tmp_path, "h200", "bf16", status="unsupported"),
+        "channels_last_3d": _fake(tmp_path, "h200", "channels_last_3d", step=90.0),
+    }
+    for conf, edit in (
+        ("tf32", lambda r: r["measurements"].update(micro_batches=2)),
+        ("bf16", lambda r: r["config"]["settings"].update(micro_batches=2)),
+        ("channels_last_3d", lambda r: r["config"].update(micro_batches=4)),
+    ):
+        r = json.loads(paths[conf].read_text())
+        edit(r)
+        paths[conf].write_text(json.dumps(r))
+    study_a.aggregate(list(paths.values()), CLAIMS, tmp_path / "agg")
+    df = pd.read_csv(tmp_path / "agg" / "table.csv").set_index("configuration")
+    assert df["micro_batches"].to_dict() == {"baseline": 1, "tf32": 2, "channels_last_3d": 4, "bf16": 2}
+    assert list(df.columns).index("micro_batches") < list(df.columns).index("train_step_ms")
+    assert "micro_batches: forward/backward passes per Adam step" in (tmp_path / "agg" / "table.md").read_text()

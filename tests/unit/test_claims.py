@@ -9,6 +9,7 @@ import pytest
 
 import fake_results as fr
 from accelbench.aggregate import claims as cl
+from accelbench.aggregate import claims_table as ct
 from accelbench.aggregate import claims_report as cr
 
 REF = Path("resources/reference")
@@ -54,7 +55,7 @@ def verdict(df: pd.DataFrame, claim_id: str, system: str | None = None) -> pd.Se
 
 
 def test_study_b_claims_cover_the_published_statements():
-    b = cl.read_claims(REF / "study_b_claims.csv", "B")
+    b = ct.read_claims(REF / "study_b_claims.csv", "B")
     assert len(b) >= 8 and b["claim_id"].is_unique
     assert {
         "compression_x",
@@ -74,7 +75,7 @@ def test_study_b_claims_cover_the_published_statements():
 
 def test_every_claim_of_both_studies_gets_a_verdict_and_a_reason(tmp_path):
     df = table(tmp_path, cpu_run())
-    ids = set(cl.read_claims(CLAIMS[0], "A")["claim_id"]) | set(cl.read_claims(CLAIMS[1], "B")["claim_id"])
+    ids = set(ct.read_claims(CLAIMS[0], "A")["claim_id"]) | set(ct.read_claims(CLAIMS[1], "B")["claim_id"])
     assert set(df["claim_id"]) == ids
     assert set(df["verdict"].map(cl.category)) == set(cl.VERDICTS)
     assert (df["why"].str.len() > 0).all() and (df["hardware"].str.len() > 0).all()
@@ -296,7 +297,7 @@ def test_claims_about_another_gpu_still_show_the_value_measured_here(tmp_path):
 
 
 def test_sharded_slowdown_judges_the_direction_only(tmp_path):
-    b = cl.read_claims(REF / "study_b_claims.csv", "B").set_index("claim_id")
+    b = ct.read_claims(REF / "study_b_claims.csv", "B").set_index("claim_id")
     for claim_id in ("b10", "b11"):  # the text says what is checked; the published magnitude stays in `published`
         assert "2.5-3.5x" not in b.loc[claim_id, "claim"] and "direction" in b.loc[claim_id, "claim"]
         assert "2.5-3.5x" in b.loc[claim_id, "published"]
@@ -404,8 +405,8 @@ def test_b4_is_not_holds_on_the_committed_two_gpu_run():
 
     run = Path("reference_runs/h200x2-2026-12-01")
     results = cr.load_results(sorted(glob.glob(str(run / "results/**/result.json"), recursive=True)))
-    claims = pd.concat([cl.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
-    df = cl.claims_table(results, claims, REF / "study_b_sr3_scaling.csv")
+    claims = pd.concat([ct.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
+    df = ct.claims_table(results, claims, REF / "study_b_sr3_scaling.csv")
     b4 = df[df["claim_id"] == "b4"]
     assert len(b4) and not (b4["verdict"] == "holds").any(), b4[["verdict", "why"]]
 
@@ -413,7 +414,7 @@ def test_b4_is_not_holds_on_the_committed_two_gpu_run():
 def test_every_tolerance_can_fail():
     """A tolerance that covers its quantity's whole plausible range passes any measurement: refused."""
     q = pd.read_csv(REF / "claim_quantities.csv", comment="#", keep_default_na=False).set_index("quantity")
-    claims = pd.concat([cl.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
+    claims = pd.concat([ct.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
     assert set(claims["quantity"]) <= set(q.index), set(claims["quantity"]) - set(q.index)
     for _, c in claims.iterrows():
         if c["check"] == "true":
@@ -433,13 +434,13 @@ def test_study_a_quotes_are_the_abstracts_words():
     """The published texts of a2-a6 are the abstract's own words (the sentence is in the CSV's header)."""
     text = (REF / "study_a_claims.csv").read_text()
     sentence = next(line for line in text.splitlines() if "The abstract's sentence, verbatim" in line).split(": ", 1)[1]
-    a = cl.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
+    a = ct.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
     assert a.loc["a3", "quote"] == "cut dynamic instructions by 100x"
     assert "up to" not in a.loc["a3", "published"] and a.loc["a3", "published"].startswith('"cut dynamic')
     for cid in ("a2", "a3", "a4", "a4b", "a5", "a6"):
         assert a.loc[cid, "quote"] and a.loc[cid, "quote"] in sentence, cid
         assert a.loc[cid, "quote_source"] == "arXiv 2606.19365 abstract"
-    b = cl.read_claims(REF / "study_b_claims.csv", "B").set_index("claim_id")
+    b = ct.read_claims(REF / "study_b_claims.csv", "B").set_index("claim_id")
     assert "550860c" in b.loc["b4", "quote_source"] and "12.94" in b.loc["b4", "quote"]
 
 
@@ -456,7 +457,7 @@ def test_the_scope_policy_on_an_h200_run(tmp_path):
             fr.ncu("h200", "tf32_channels_last_3d", 1e8, 1e8, rates_over_every_kernel=True),
         ],
     )
-    a = cl.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
+    a = ct.read_claims(REF / "study_a_claims.csv", "A").set_index("claim_id")
     for cid, row in df[df["study"] == "A"].set_index("claim_id").iterrows():
         classes = scope.claim_classes(a.loc[cid, "hardware"])
         if "h100" in classes:
@@ -484,7 +485,7 @@ def test_one_row_per_claim_names_its_evidence_and_disagreements(tmp_path):
     objs = [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 55.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 200.0)]
     df = table(tmp_path, objs)
     summary = pd.read_csv(tmp_path / "claims" / "claims_summary.csv", keep_default_na=False).set_index("claim_id")
-    ids = set(cl.read_claims(CLAIMS[0], "A")["claim_id"]) | set(cl.read_claims(CLAIMS[1], "B")["claim_id"])
+    ids = set(ct.read_claims(CLAIMS[0], "A")["claim_id"]) | set(ct.read_claims(CLAIMS[1], "B")["claim_id"])
     assert set(summary.index) == ids and len(summary) == len(ids)
     assert summary.loc["b13", "verdict"] == "does not hold"  # the H100's 0.5 fails; the CPU's 0.91 is partial
     assert len(df[df["claim_id"] == "b13"]) == 2

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from accelbench.backends.cpu import RaplCounter
 from accelbench.backends.device import Device
+from accelbench.backends.energy_counter import Counter, CounterUnavailable
 from accelbench.measure import energy
 from accelbench.measure import timing as measure
-from accelbench.measure.energy import Counter, CounterUnavailable, EnergyMeter, Settings
+from accelbench.measure.energy import EnergyMeter, Settings
 
 
 class Clock:
@@ -190,13 +192,13 @@ def test_rapl_sums_package_zones_and_unwraps_each(tmp_path):
         (tmp_path / zone / "energy_uj").write_text(f"{value}\n")
         (tmp_path / zone / "max_energy_range_uj").write_text(f"{rng}\n")
     (tmp_path / "intel-rapl:0:0").mkdir()  # a subzone (core): inside package 0, not counted again
-    c = energy.RaplCounter(tmp_path)
+    c = RaplCounter(tmp_path)
     assert c.identity == "rapl:intel-rapl:0,intel-rapl:1" and c.read_j() == 0.0
     (tmp_path / "intel-rapl:0" / "energy_uj").write_text("2000000\n")  # wrapped: +3 J
     (tmp_path / "intel-rapl:1" / "energy_uj").write_text("6000000\n")  # +1 J
     assert c.read_j() == pytest.approx(4.0)
     with pytest.raises(CounterUnavailable, match="no RAPL package zone"):
-        energy.RaplCounter(tmp_path / "absent")
+        RaplCounter(tmp_path / "absent")
 
 
 def test_merge_ranks_sums_devices_and_counts_a_shared_counter_once():

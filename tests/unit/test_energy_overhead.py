@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 
+from accelbench.backends import energy_counter
 from accelbench.backends.device import Device
 from accelbench.measure import energy
 from conftest import REPO
@@ -21,7 +22,7 @@ def _load():
     return module
 
 
-class Counter(energy.Counter):
+class Counter(energy_counter.Counter):
     source, update_period_s, identity = "scripted", None, "scripted"
 
     def __init__(self):

@@ -26,8 +26,20 @@ def capture(monkeypatch):
         kept[str(path).rsplit("/", 1)[-1]] = (fig, problems)
         return problems
 
-    for mod in ("study_a", "study_a_ncu", "study_b_sr3", "study_b_lora", "study_b_quant", "claims"):
-        monkeypatch.setattr(f"accelbench.aggregate.{mod}.save_figure", save, raising=False)
+    import pkgutil
+
+    import accelbench.experiments as experiments
+
+    # every module that draws: the engines' and each experiment folder's tables modules (tables*.py)
+    mods = ["accelbench.aggregate.claims_report", "accelbench.aggregate.energy"] + [
+        f"accelbench.experiments.{folder.name}.{m.name}"
+        for folder in pkgutil.iter_modules(experiments.__path__)
+        if folder.ispkg
+        for m in pkgutil.iter_modules([f"{experiments.__path__[0]}/{folder.name}"])
+        if m.name.startswith("tables")
+    ]
+    for mod in mods:
+        monkeypatch.setattr(f"{mod}.save_figure", save, raising=False)
     yield kept
     plt.close("all")
     assert real is figures.save_figure
@@ -431,9 +443,9 @@ def test_every_figure_in_the_report_has_a_caption_saying_what_it_shows_and_what_
     import re
     from pathlib import Path
 
-    rules = Path(__file__).resolve().parents[2] / "workflow" / "rules"
-    found = []
-    for smk in rules.glob("*.smk"):
+    workflow = Path(__file__).resolve().parents[2] / "workflow"
+    found = []  # the shared rule files and each experiment folder's (captions relative to the rule file)
+    for smk in [*(workflow / "rules").glob("*.smk"), *(workflow / "accelbench" / "experiments").glob("*/rules.smk")]:
         for png, caption in re.findall(r'report\(\s*f?"([^"]+\.png)",\s*caption="([^"]+)"', smk.read_text()):
             text = (smk.parent / caption).read_text()
             found.append(png)

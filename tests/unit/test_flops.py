@@ -48,7 +48,7 @@ def test_lora_flops_match_flop_counter(targets, tied):
 
 def test_forward_flops_and_the_quantization_eval_mfu():
     """Inference FLOPs per token are a third of PaLM's training count; the evaluation's MFU uses them per second."""
-    from accelbench.experiments.llm_quant.run import eval_mfu
+    from accelbench.experiments.llm_quant.stages import eval_mfu
     from accelbench.measure.flops import forward_flops_per_token
 
     f = forward_flops_per_token(n_params=1000, layers=2, hidden=8, seq_len=4)

@@ -97,7 +97,7 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
     assert m["compute_ms"] == pytest.approx(0.3) and m["gpu_idle_ms"] == pytest.approx(0.1)  # 600-700, 800-900
     assert m["kernels_per_step"] == 1.5
     classes = json.loads(m["class_ms"])  # kernel time per step by class, largest first
-    from accelbench.measure.timing import classify_kernel
+    from accelbench.measure.kernel_classes import classify_kernel
 
     nccl = classify_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL")
     assert classes == {"gemm": 0.25, nccl: 0.15} and list(classes) == ["gemm", nccl]
@@ -306,17 +306,18 @@ def test_sr3_host_bound_rows(tmp_path, default_config, systems):
 
 
 def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
-    """Issue 24: for a configuration with the authors' data path the bare loop draws its batches through the same
+    """For a configuration with the authors' data path the bare loop draws its batches through the same
     kind of DataLoader (workers capped at the rank's cores, blocking copy) as the Trainer; ours' bare loop keeps its
     batches on the device. The row's settings say the data path."""
     import numpy as np
     import torch
 
+    from accelbench.experiments.sr3 import bare as bench
     from accelbench.experiments.sr3 import configs as sr3_configs
     from accelbench.experiments.sr3 import model as exp
+    from accelbench.experiments.sr3.settings import resolve_settings
 
-    bench = _module("sr3")
-    s = exp.resolve_settings(
+    s = resolve_settings(
         dict(
             hr_size=32,
             factor=4,
@@ -456,7 +457,10 @@ FAITHFUL = {
 
 @pytest.fixture(scope="module")
 def lora():
-    return _module("lora")
+    """The LoRA bare loop and its settings (:mod:`accelbench.experiments.lora.bare`)."""
+    from accelbench.experiments.lora import bare
+
+    return bare
 
 
 def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
@@ -503,12 +507,13 @@ def test_lora_bare_settings_are_the_results(lora):
     """The bare loop's settings come from the result it is compared with (the H200 `ours` result: compiled, pinned
     non-blocking copies, no logging; `faithful`: eager, blocking copies, the loss read every step), and the CSV's
     settings column states them."""
+    from accelbench.core.harness import system_from
     from accelbench.experiments.lora.settings import Plan
 
     plan = Plan(strategy="single", devices=1, attention="flash", attn_implementation="sdpa", precision="bf16")
     ours_r, faithful_r = _lora_result(OURS, "cuda"), _lora_result(FAITHFUL, "cuda")
-    s = lora._lora_case(ours_r)[2]
-    ours = lora.bare_settings(ours_r, s, plan, lora._system(ours_r["config"]))
+    s = lora.lora_case(ours_r)[2]
+    ours = lora.bare_settings(ours_r, s, plan, system_from(ours_r["config"]))
     assert (ours.compile, ours.compile_backend, ours.fused_adamw, ours.adapters_bf16, ours.batch_copy) == (
         True,
         "inductor",
@@ -520,7 +525,7 @@ def test_lora_bare_settings_are_the_results(lora):
     assert not ours.not_reproduced
     text = lora.settings_text(s, plan, ours)
     assert "compile True (inductor)" in text and "batch copy non_blocking" in text and "attention flash (sdpa)" in text
-    faithful = lora.bare_settings(faithful_r, lora._lora_case(faithful_r)[2], plan, lora._system(faithful_r["config"]))
+    faithful = lora.bare_settings(faithful_r, lora.lora_case(faithful_r)[2], plan, system_from(faithful_r["config"]))
     assert (
         faithful.compile,
         faithful.batch_copy,
@@ -538,7 +543,7 @@ def test_lora_bare_settings_are_the_results(lora):
     assert "harness run differs from the result: torch_compile False" in lora.settings_text(s, plan, ours, differs)
     bad = _lora_result({**OURS, "trainer_settings": {**OURS["trainer_settings"], "gradient_accumulation_steps": 4}})
     with pytest.raises(SystemExit, match="gradient_accumulation_steps"):
-        lora.bare_settings(bad, s, plan, lora._system(bad["config"]))
+        lora.bare_settings(bad, s, plan, system_from(bad["config"]))
 
 
 @pytest.mark.parametrize("measurements,compiled,reads", [(OURS, True, 0), (FAITHFUL, False, 2)])
@@ -556,7 +561,7 @@ def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurement
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     result = _lora_result(measurements)
-    spec, system, s, plan = lora._lora_case(result)
+    spec, system, s, plan = lora.lora_case(result)
     mirror = lora.bare_settings(result, s, plan, system)
     step, net = lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
     assert [kw for _, kw in calls] == ([{"backend": "inductor"}] if compiled else [])
@@ -585,11 +590,12 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     import torch
 
     from accelbench.backends.device import Device
+    from accelbench.experiments.sr3 import bare as bench
     from accelbench.experiments.sr3 import configs as sr3_configs
     from accelbench.experiments.sr3 import model as exp
+    from accelbench.experiments.sr3.settings import resolve_settings
 
-    bench = _module("sr3")
-    s = exp.resolve_settings(
+    s = resolve_settings(
         dict(
             hr_size=32,
             factor=4,

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from accelbench.backends.cuda import visible_gpus
 from accelbench.measure import hostload
 
 psutil = pytest.importorskip("psutil")
@@ -96,10 +97,10 @@ def test_only_the_jobs_gpus_are_checked_for_other_processes():
     """Two jobs pinned to different GPUs of one host (CUDA_VISIBLE_DEVICES=0 / =1) are not each other's "other
     processes"; CUDA's index, UUID and UUID-prefix forms and its stop-at-the-first-invalid-entry rule."""
     uuids = ["GPU-aaaa-1111", "GPU-bbbb-2222", "GPU-cccc-3333"]
-    assert hostload.visible_gpus(3, uuids, {}) == [0, 1, 2]
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "1"}) == [1]
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}) == [1]
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [0]
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-"}) == []  # ambiguous prefix: invalid
-    assert hostload.visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": ""}) == []
+    assert visible_gpus(3, uuids, {}) == [0, 1, 2]
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "1"}) == [1]
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "2,0"}) == [2, 0]
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}) == [1]
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "0,7,1"}) == [0]
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": "GPU-"}) == []  # ambiguous prefix: invalid
+    assert visible_gpus(3, uuids, {"CUDA_VISIBLE_DEVICES": ""}) == []

@@ -133,3 +133,58 @@ def test_no_import_cycle_anywhere():
     """The whole package: no import cycle at all (imports inside functions included)."""
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + _describe(found)
+
+
+# --------------------------------------------------------------------------- floors: arrows only point down
+# The rooms of the package from the bottom up; a module may import its own room and rooms below it, never above.
+# Experiments sit above the engines that run and aggregate them, and the CLI above everything.
+FLOORS = (
+    ("accelbench.errors", "accelbench.quiet"),
+    ("accelbench.backends",),
+    ("accelbench.measure",),
+    ("accelbench.cluster", "accelbench.data", "accelbench.models"),
+    ("accelbench.core",),
+    ("accelbench.aggregate",),
+    ("accelbench.experiments",),
+    ("accelbench.cli", "accelbench.__main__"),
+)
+# The core and the engines read the registry only: none of them imports an experiment's module.
+NAME_NO_EXPERIMENT = tuple(room for floor in FLOORS[:6] for room in floor) + ("accelbench.cli",)
+
+
+def floor_of(module: str) -> int:
+    for i, floor in enumerate(FLOORS):
+        if any(module == room or module.startswith(room + ".") for room in floor):
+            return i
+    raise AssertionError(f"{module}: in no room of FLOORS (add its folder there)")
+
+
+def arrows_up(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{a} (floor {floor_of(a)}) -> {b} (floor {floor_of(b)})"
+        for a, targets in graph.items()
+        if a != "accelbench"
+        for b in targets
+        if b != "accelbench" and floor_of(b) > floor_of(a)
+    )
+
+
+def test_every_module_is_on_a_floor_and_no_arrow_points_up():
+    graph = import_graph()
+    bad = arrows_up(graph)
+    assert not bad, "imports from a lower floor into a higher one:\n  " + "\n  ".join(bad)
+    assert arrows_up({"accelbench.core.harness": {"accelbench.experiments.sr3.job"}})  # the check can fail
+
+
+def test_the_core_and_the_engines_import_no_experiment():
+    """config, rules, cli, the job core, the aggregate engine and the claims engine find experiments through the
+    registry (which imports each folder's light ``__init__`` by discovery, not by name)."""
+    graph = import_graph()
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        if any(a == r or a.startswith(r + ".") for r in NAME_NO_EXPERIMENT)
+        for b in targets
+        if b.startswith("accelbench.experiments.")
+    )
+    assert not bad, "the core names an experiment:\n  " + "\n  ".join(bad)

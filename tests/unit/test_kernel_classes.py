@@ -1,5 +1,6 @@
-"""Copy kernels classed by what they do (measure.classify_kernel), checked on the real names of the committed runs, and
-the class numbers re-derived from a result's kernels.csv for the Study A aggregation (measure.reclassify)."""
+"""Copy kernels classed by what they do (kernel_classes.classify_kernel), checked on the real names of the committed
+runs, and the class numbers re-derived from a result's kernels.csv for the Study A aggregation
+(kernel_classes.reclassify)."""
 
 import csv
 import json
@@ -9,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from accelbench.measure import timing as measure
+from accelbench.measure import kernel_classes
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -35,7 +36,7 @@ def test_recorded_copy_kernels_are_classed_by_what_they_do(row):
     in torch.profiler's, Nsight Compute's and the cut SR3 profile's spellings) are layout conversions; the dynamic-cast
     ``unrolled_elementwise_kernel<direct_copy ... LoadWithCast<1>, StoreWithCast<1>>``, ``bfloat16_copy_kernel_cuda``
     and cuDNN's flat ``convertTensor_kernel`` are cast_copy."""
-    assert measure.classify_kernel(row["name"]) == row["class"], row["recorded_in"]
+    assert kernel_classes.classify_kernel(row["name"]) == row["class"], row["recorded_in"]
 
 
 def test_the_fixture_holds_both_classes_and_the_issue_kernel():
@@ -58,13 +59,13 @@ def test_the_fixture_holds_both_classes_and_the_issue_kernel():
 
 def test_every_committed_copy_kernel_is_decided():
     """A copy kernel name that a committed kernels.csv holds and the fixture does not is a variant nobody has decided
-    on: add it to tests/fixtures/copy_kernel_names.csv with the class its path proves (measure.KERNEL_CLASSES)."""
+    on: add it to tests/fixtures/copy_kernel_names.csv with the class its path proves (kernel_classes.KERNEL_CLASSES)."""
     known = {r["name"] for r in _fixture_names()}
     tables = _committed_tables()
     assert tables
     seen = set()
     for path in tables:
-        for row in measure.read_kernel_table(path):
+        for row in kernel_classes.read_kernel_table(path):
             if COPY.search(row["name"]) and not row["name"].startswith("triton_"):
                 seen.add(row["name"])
     assert seen and seen <= known, sorted(n[:120] for n in seen - known)
@@ -131,7 +132,7 @@ def test_every_committed_copy_kernel_is_decided():
     ],
 )
 def test_copy_paths_by_hand(name, cls):
-    assert measure.classify_kernel(name) == cls
+    assert kernel_classes.classify_kernel(name) == cls
 
 
 # --------------------------------------------------------------------------- re-deriving the class numbers
@@ -147,12 +148,12 @@ def _profiled_with_table() -> list[Path]:
 def test_reclassify_with_the_recorded_classes_gives_the_recorded_numbers(folder, monkeypatch):
     """reclassify is the arithmetic of summarize_kernels: fed the classes each run recorded, the committed kernels.csv
     gives back the run's measurements.kernels numbers (so a difference below comes from the rule alone)."""
-    rows = measure.read_kernel_table(folder / "kernels.csv")
+    rows = kernel_classes.read_kernel_table(folder / "kernels.csv")
     recorded = {r["name"]: r["class"] for r in rows}
-    monkeypatch.setattr(measure, "classify_kernel", recorded.__getitem__)
+    monkeypatch.setattr(kernel_classes, "classify_kernel", recorded.__getitem__)
     k = _result(folder)["measurements"]["kernels"]
-    again = measure.reclassify(rows)
-    assert set(again) == set(measure.CLASS_FIELDS)
+    again = kernel_classes.reclassify(rows)
+    assert set(again) == set(kernel_classes.CLASS_FIELDS)
     assert again["class_share"] == pytest.approx(k["class_share"], rel=1e-9, abs=1e-12)
     assert again["class_time_us"] == pytest.approx(k["class_time_us"], rel=1e-9, abs=1e-6)
     assert again["tensor_core_share"] == pytest.approx(k["tensor_core_share"], rel=1e-9, abs=1e-12)
@@ -163,7 +164,7 @@ def test_reclassify_with_the_recorded_classes_gives_the_recorded_numbers(folder,
 def test_reclassify_tf32_channels_last_3d_by_hand():
     """The issue's step: 495 same-dtype strided copies (216.8 ms) join cuDNN's 12 transposes in layout_conversion; the
     10 flat convertTensor conversions and 2 dtype casts are the cast_copy kernels. Counted here from the CSV by hand."""
-    rows = measure.read_kernel_table(TF32_CL3D / "kernels.csv")
+    rows = kernel_classes.read_kernel_table(TF32_CL3D / "kernels.csv")
     total = sum(r["device_time_us"] for r in rows)
     layout = [
         r
@@ -176,7 +177,7 @@ def test_reclassify_tf32_channels_last_3d_by_hand():
         )
     ]
     casts = [r for r in rows if "convertTensor_kernel" in r["name"] or "LoadWithCast" in r["name"]]
-    new = measure.reclassify(rows)
+    new = kernel_classes.reclassify(rows)
     assert new["layout_conversion_count"] == sum(r["calls"] for r in layout) == 507
     assert new["cast_copy_count"] == sum(r["calls"] for r in casts) == 12
     assert new["class_share"]["layout_conversion"] == pytest.approx(sum(r["device_time_us"] for r in layout) / total)
@@ -192,13 +193,13 @@ def test_reclassify_recorded_moves_the_top_rows_only():
     """Without a kernels.csv the result's own top table is reclassified: its rows move; a tail kernel keeps its
     recorded class (here the 10 convertTensor launches, outside the top 25, stay in layout_conversion)."""
     k = _result(TF32_CL3D)["measurements"]["kernels"]
-    full = measure.reclassify(measure.read_kernel_table(TF32_CL3D / "kernels.csv"))
-    top = measure.reclassify_recorded(k)
+    full = kernel_classes.reclassify(kernel_classes.read_kernel_table(TF32_CL3D / "kernels.csv"))
+    top = kernel_classes.reclassify_recorded(k)
     in_top = {r["name"] for r in k["table"]}
     tail_moved = [
         r
-        for r in measure.read_kernel_table(TF32_CL3D / "kernels.csv")
-        if r["name"] not in in_top and measure.classify_kernel(r["name"]) != r["class"]
+        for r in kernel_classes.read_kernel_table(TF32_CL3D / "kernels.csv")
+        if r["name"] not in in_top and kernel_classes.classify_kernel(r["name"]) != r["class"]
     ]
     assert [r["name"][:50] for r in tail_moved] == ["void cudnn::engines_precompiled::convertTensor_ker"]
     moved = tail_moved[0]
@@ -214,18 +215,18 @@ def test_reclassify_recorded_moves_the_top_rows_only():
 def test_current_classes_says_where_its_numbers_come_from(tmp_path):
     k = _result(TF32_CL3D)["measurements"]["kernels"]
     before = json.dumps(k, sort_keys=True)
-    new, source = measure.current_classes(k, TF32_CL3D / "kernels.csv")
-    assert source == measure.CLASSES_FROM_TABLE and new["layout_conversion_count"] == 507
+    new, source = kernel_classes.current_classes(k, TF32_CL3D / "kernels.csv")
+    assert source == kernel_classes.CLASSES_FROM_TABLE and new["layout_conversion_count"] == 507
     assert new["kernel_count"] == k["kernel_count"] and new["table"] == k["table"]  # the other fields as recorded
-    new, source = measure.current_classes(k, tmp_path / "kernels.csv")  # named, but not kept
-    assert source == measure.CLASSES_FROM_TOP and new["layout_conversion_count"] == 517
+    new, source = kernel_classes.current_classes(k, tmp_path / "kernels.csv")  # named, but not kept
+    assert source == kernel_classes.CLASSES_FROM_TOP and new["layout_conversion_count"] == 517
     bare = {f: v for f, v in k.items() if f != "table"}
-    assert measure.current_classes(bare, None) == (bare, measure.CLASSES_AS_RECORDED)
+    assert kernel_classes.current_classes(bare, None) == (bare, kernel_classes.CLASSES_AS_RECORDED)
     assert json.dumps(k, sort_keys=True) == before  # nothing written back into the result
     bad = tmp_path / "bad.csv"
     bad.write_text("name,class,calls,device_time_us\nk,other,x,1\n")
     with pytest.raises(ValueError, match="bad.csv: line 2"):
-        measure.read_kernel_table(bad)
+        kernel_classes.read_kernel_table(bad)
 
 
 # --------------------------------------------------------------------------- Study A reads the current classes
@@ -249,7 +250,7 @@ def test_study_a_rows_and_mechanism_text_use_the_current_classes():
     (not 0.3%), and the a11/a12 mechanism text counts the strided copies as layout conversions."""
     study_a, df = _study_a_rows("h200x2-2026-12-01")
     rows = df.set_index("configuration")
-    assert set(rows["kernel_classes"].dropna()) == {measure.CLASSES_FROM_TABLE}
+    assert set(rows["kernel_classes"].dropna()) == {kernel_classes.CLASSES_FROM_TABLE}
     cl3d = rows.loc["tf32_channels_last_3d"]
     assert (cl3d["layout_conversion_kernels"], cl3d["cast_copy_kernels"]) == (507, 12)
     assert cl3d["share_layout_conversion"] == pytest.approx(0.3247, abs=5e-4)
@@ -277,6 +278,6 @@ def test_study_a_rows_without_a_kept_kernel_table():
     _, df = _study_a_rows("h200-2026-11-30")
     rows = df.set_index("configuration")
     auto = rows.loc["tf32_channels_last_3d_autotuned"]
-    assert auto["kernel_classes"] == measure.CLASSES_FROM_TOP and auto["share_layout_conversion"] > 0.3
-    assert rows.loc["tf32_channels_last_3d", "kernel_classes"] == measure.CLASSES_FROM_TABLE
+    assert auto["kernel_classes"] == kernel_classes.CLASSES_FROM_TOP and auto["share_layout_conversion"] > 0.3
+    assert rows.loc["tf32_channels_last_3d", "kernel_classes"] == kernel_classes.CLASSES_FROM_TABLE
     assert rows.loc["tf32_channels_last_3d", "share_layout_conversion"] > 0.3

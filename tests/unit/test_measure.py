@@ -5,18 +5,18 @@ import pytest
 
 from accelbench.backends.device import Device
 from accelbench.measure import flops
-from accelbench.measure import timing as measure
-from accelbench.measure.timing import KernelRecord
+from accelbench.measure import kernel_classes, kernels, timing
+from accelbench.measure.kernels import KernelRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_timing_summary():
-    t = measure.Timing.from_samples([3.0, 1.0, 2.0, 10.0, 4.0], warmup=2, method="test")
+    t = timing.Timing.from_samples([3.0, 1.0, 2.0, 10.0, 4.0], warmup=2, method="test")
     assert t.median == 3.0 and t.min == 1.0 and t.max == 10.0 and t.count == 5 and t.warmup == 2
     assert t.p10 <= t.median <= t.p90 and t.samples == [3.0, 1.0, 2.0, 10.0, 4.0]
     with pytest.raises(ValueError):
-        measure.Timing.from_samples([], warmup=0, method="test")
+        timing.Timing.from_samples([], warmup=0, method="test")
 
 
 def test_timing_summary_against_numpy():
@@ -24,30 +24,30 @@ def test_timing_summary_against_numpy():
     import numpy as np
 
     samples = [5.0, 1.0, 9.0, 3.0, 7.0, 2.0, 8.0, 4.0, 6.0, 10.0, 30.0]
-    t = measure.Timing.from_samples(samples, warmup=0, method="test")
+    t = timing.Timing.from_samples(samples, warmup=0, method="test")
     assert t.median == np.median(samples) and t.mean == pytest.approx(np.mean(samples))
     assert t.stdev == pytest.approx(np.std(samples, ddof=1))
     assert (t.p10, t.p90) == pytest.approx((np.percentile(samples, 10), np.percentile(samples, 90)))
     assert (t.min, t.max, t.count) == (1.0, 30.0, 11)
-    one = measure.Timing.from_samples([4.0], warmup=1, method="test")
+    one = timing.Timing.from_samples([4.0], warmup=1, method="test")
     assert (one.median, one.p10, one.p90, one.stdev, one.mean) == (4.0, 4.0, 4.0, 0.0, 4.0)
-    two = measure.Timing.from_samples([2.0, 4.0], warmup=1, method="test")
+    two = timing.Timing.from_samples([2.0, 4.0], warmup=1, method="test")
     assert two.p10 == pytest.approx(2.2) and two.p90 == pytest.approx(3.8) and two.stdev == pytest.approx(2**0.5)
 
 
 def test_merge_ranks_takes_the_slowest_rank_per_step():
-    t = measure.merge_ranks([[1.0, 5.0, 2.0, 9.0], [3.0, 4.0, 2.5]], warmup=2, method="cuda_events")
+    t = timing.merge_ranks([[1.0, 5.0, 2.0, 9.0], [3.0, 4.0, 2.5]], warmup=2, method="cuda_events")
     assert t.samples == [3.0, 5.0, 2.5] and t.median == 3.0 and t.count == 3  # extra steps of a longer rank dropped
     assert t.warmup == 2 and t.method == "cuda_events, max over 2 ranks"
-    assert measure.merge_ranks([[2.0]], 0, "m").samples == [2.0]
+    assert timing.merge_ranks([[2.0]], 0, "m").samples == [2.0]
     for bad in ([], [[1.0], []]):
         with pytest.raises(ValueError, match="no rank timings"):
-            measure.merge_ranks(bad, 0, "m")
+            timing.merge_ranks(bad, 0, "m")
 
 
 def test_time_steps_counts_calls():
     calls = []
-    t = measure.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)
+    t = timing.time_steps(lambda: calls.append(1), Device("cpu"), warmup=3, repeat=4)
     assert len(calls) == 7 and t.count == 4 and t.unit == "ms" and t.method == "synchronize+perf_counter"
 
 
@@ -89,7 +89,7 @@ def test_time_steps_counts_calls():
             "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >",
             "cast_copy",
         ),
-        # a flat element-wise conversion (one element count, no strides), not a transpose: see measure.KERNEL_CLASSES
+        # a flat element-wise conversion (one element count, no strides), not a transpose: see kernel_classes.KERNEL_CLASSES
         (
             "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>",
             "cast_copy",
@@ -123,29 +123,33 @@ def test_time_steps_counts_calls():
     ],
 )
 def test_classify_kernel(name, cls):
-    assert measure.classify_kernel(name) == cls
+    assert kernel_classes.classify_kernel(name) == cls
 
 
 def test_tensor_core_flag():
     # names recorded on an H200 (cuDNN 9.19): TF32 kernels on tensor cores, FP32 ones on the FMA pipes
-    assert measure.is_tensor_core_kernel(
+    assert kernel_classes.is_tensor_core_kernel(
         "sm90_xmma_wgrad_indexed_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize64x64x32_warpgroupsize1x1x1"
     )
-    assert measure.is_tensor_core_kernel("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tensor16x8x8")
-    assert not measure.is_tensor_core_kernel(
+    assert kernel_classes.is_tensor_core_kernel(
+        "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tensor16x8x8"
+    )
+    assert not kernel_classes.is_tensor_core_kernel(
         "sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_f32f32_f32_nhwckrsc_nhwc_tilesize32x32x8_stage3_g1_ffma_execute"
     )
-    assert not measure.is_tensor_core_kernel("volta_scudnn_128x64_relu_interior_nn_v1")
+    assert not kernel_classes.is_tensor_core_kernel("volta_scudnn_128x64_relu_interior_nn_v1")
     assert (
-        measure.classify_kernel("void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>")
+        kernel_classes.classify_kernel(
+            "void at::native::(anonymous namespace)::ComputeInternalGradientsCUDAKernel<float>"
+        )
         == "normalization"
     )
 
 
 def test_busy_union_and_idle_fraction():
     recs = [KernelRecord("a", 0, 10), KernelRecord("b", 5, 10), KernelRecord("c", 30, 10)]
-    assert measure.busy_union_us(recs) == 25
-    s = measure.summarize_kernels(recs, "device_kernel")
+    assert kernels.busy_union_us(recs) == 25
+    s = kernels.summarize_kernels(recs, "device_kernel")
     assert s.span_us == 40 and s.idle_fraction == pytest.approx(1 - 25 / 40)
     assert s.kernel_count == 3 and s.distinct_kernels == 3
     assert sum(s.class_share.values()) == pytest.approx(1.0)
@@ -163,7 +167,7 @@ def test_summarize_kernels_by_hand():
         KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 160, 10),
         KernelRecord("void cudnn::ops::nchwToNhwcKernel<float>", 170, 20),
     ]
-    s = measure.summarize_kernels(recs, "device_kernel", steps=2)
+    s = kernels.summarize_kernels(recs, "device_kernel", steps=2)
     assert [r["name"][:12] for r in s.table] == ["sm80_xmma_fp", "void cudnn::", "void at::nat"]  # by device time
     conv, layout, elem = s.table
     assert (conv["calls"], conv["device_time_us"], conv["share"]) == (1.0, 40.0, pytest.approx(80 / 140))
@@ -174,20 +178,20 @@ def test_summarize_kernels_by_hand():
     assert s.class_time_us["convolution"] == 40.0 and s.class_share["layout_conversion"] == pytest.approx(40 / 140)
     assert s.tensor_core_share == pytest.approx(80 / 140) and s.layout_conversion_count == 1.5
     assert s.cast_copy_count == 0 and s.source == "device_kernel" and s.steps == 2
-    cpu = measure.summarize_kernels(recs, "cpu_op", steps=2, window=(0.0, 400.0))
+    cpu = kernels.summarize_kernels(recs, "cpu_op", steps=2, window=(0.0, 400.0))
     assert cpu.span_us == 200.0 and cpu.idle_fraction == pytest.approx(1 - 140 / 400)
-    assert measure.busy_union_us([KernelRecord("a", 0, 10), KernelRecord("b", 10, 5), KernelRecord("c", 20, 5)]) == 20
+    assert kernels.busy_union_us([KernelRecord("a", 0, 10), KernelRecord("b", 10, 5), KernelRecord("c", 20, 5)]) == 20
     with pytest.raises(ValueError, match="no kernels"):
-        measure.summarize_kernels([], "device_kernel")
+        kernels.summarize_kernels([], "device_kernel")
 
 
 def test_recorded_cpu_trace_is_reduced():
     """A real torch.profiler trace (conv3d + GroupNorm + attention, forward and backward) on a CPU."""
-    records, source, window = measure.kernel_records_from_trace(
-        measure.load_chrome_trace(FIXTURES / "cpu_trace.json.gz")
+    records, source, window = kernels.kernel_records_from_trace(
+        kernels.load_chrome_trace(FIXTURES / "cpu_trace.json.gz")
     )
     assert source == "cpu_op" and window is not None
-    s = measure.summarize_kernels(records, source, window=window)
+    s = kernels.summarize_kernels(records, source, window=window)
     classes = {row["name"]: row["class"] for row in s.table}
     assert classes["aten::conv3d"] == "convolution"
     assert classes["autograd::engine::evaluate_function: ConvolutionBackward0"] == "convolution"
@@ -223,13 +227,13 @@ def check_cuda_trace_split() -> None:
     backward's ``contiguous``), and 6 cuDNN ``convertTensor_kernel<float, float, float, ...>(alpha, src, beta, dst, n)``
     inside ``cudnn_convolution`` on operands already NDHWC: the first are layout conversions, the second flat
     element-wise conversions (cast_copy). Raises AssertionError when the classifier disagrees."""
-    trace = measure.load_chrome_trace(FIXTURES / "cuda_trace.json.gz")
-    records, source, _ = measure.kernel_records_from_trace(trace)
+    trace = kernels.load_chrome_trace(FIXTURES / "cuda_trace.json.gz")
+    records, source, _ = kernels.kernel_records_from_trace(trace)
     assert source == "device_kernel"
-    s = measure.summarize_kernels(records, source)
-    kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
-    copies = [k for k in kernels if "direct_copy_kernel_cuda" in k["name"]]
-    converts = [k for k in kernels if "convertTensor_kernel<float, float, float" in k["name"]]
+    s = kernels.summarize_kernels(records, source)
+    device_kernels = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    copies = [k for k in device_kernels if "direct_copy_kernel_cuda" in k["name"]]
+    converts = [k for k in device_kernels if "convertTensor_kernel<float, float, float" in k["name"]]
     assert (len(copies), len(converts)) == (7, 6)
     # the evidence, from the trace itself: what launched each kernel
     assert all(
@@ -255,15 +259,17 @@ def test_recorded_cuda_trace_is_reduced():
 
 def test_sabotage_strided_copy_counted_as_cast_is_caught(monkeypatch):
     """Sabotage: the previous classifier (every ``direct_copy_kernel`` a cast/copy) must fail the check."""
-    monkeypatch.setattr(measure, "_STRIDED_SAME_DTYPE_COPY", re.compile(r"(?!)"))
+    monkeypatch.setattr(kernel_classes, "_STRIDED_SAME_DTYPE_COPY", re.compile(r"(?!)"))
     with pytest.raises(AssertionError):
         check_cuda_trace_split()
 
 
 def test_sabotage_flat_convert_counted_as_layout_is_caught(monkeypatch):
     """Sabotage: cuDNN's flat ``convertTensor_kernel`` back in layout_conversion must fail the check."""
-    sabotaged = [("layout_conversion", re.compile(measure.KERNEL_CLASSES[0][1].pattern + "|convertTensor", re.I))]
-    monkeypatch.setattr(measure, "KERNEL_CLASSES", sabotaged + measure.KERNEL_CLASSES[1:])
+    sabotaged = [
+        ("layout_conversion", re.compile(kernel_classes.KERNEL_CLASSES[0][1].pattern + "|convertTensor", re.I))
+    ]
+    monkeypatch.setattr(kernel_classes, "KERNEL_CLASSES", sabotaged + kernel_classes.KERNEL_CLASSES[1:])
     with pytest.raises(AssertionError):
         check_cuda_trace_split()
 

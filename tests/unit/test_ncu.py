@@ -11,7 +11,7 @@ import pytest
 
 from accelbench.experiments.unet3d import ncu as unet3d_ncu
 from accelbench.measure import ncu
-from accelbench.measure import timing as measure
+from accelbench.measure.kernel_classes import classify_kernel
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "ncu_raw.csv"
 
@@ -52,7 +52,7 @@ def test_recorded_h200_export_is_parsed_and_reduced():
     kernels = ncu.parse_csv(FIXTURE.read_text(), metrics)
     assert len(kernels) == 15  # every kernel of the step inside the NVTX range
     assert all(k.values["sm_cycles"] > 0 and k.values["instructions"] >= 0 for k in kernels)
-    red = ncu.reduce(kernels, measure.classify_kernel)
+    red = ncu.reduce(kernels, classify_kernel)
     total = red["total"]
     assert total["kernels"] == 15 and {"convolution", "normalization", "layout_conversion"} <= set(red["by_class"])
     assert len(total["top_stalls"]) == 3 and total["top_stalls"][0][1] >= total["top_stalls"][1][1]
@@ -118,13 +118,13 @@ def test_sabotage_ncu_reduction_is_caught(monkeypatch):
     averaged must fail the independent check."""
     metrics = ncu.choose_metrics("hopper", _header_metrics())
     kernels = ncu.parse_csv(FIXTURE.read_text(), metrics)
-    red = ncu.reduce(kernels, measure.classify_kernel)
+    red = ncu.reduce(kernels, classify_kernel)
     docstring_ipc = {**red, "total": {**red["total"], "ipc": red["total"]["instructions"] / red["total"]["sm_cycles"]}}
     with pytest.raises(AssertionError):
         check_reduction_against_raw_export(docstring_ipc)
     monkeypatch.setitem(ncu.COUNTERS, "ipc", {**ncu.COUNTERS["ipc"], "agg": "sum"})
     with pytest.raises(AssertionError):
-        check_reduction_against_raw_export(ncu.reduce(kernels, measure.classify_kernel))
+        check_reduction_against_raw_export(ncu.reduce(kernels, classify_kernel))
 
 
 def test_kernels_without_cycles_get_no_weight():
@@ -232,7 +232,7 @@ def _profiler_table(kernels, path):
         w = csv.writer(fh)
         w.writerow(["name", "class", "tensor_core", "calls", "device_time_us", "share"])
         for n, r in rows.items():
-            w.writerow([n, measure.classify_kernel(n), False, r["calls"], r["t"], 0])
+            w.writerow([n, classify_kernel(n), False, r["calls"], r["t"], 0])
         w.writerow(["Memset (Device)", "memory", False, 1, 50.0, 0])
     with open(path) as fh:
         return list(csv.DictReader(fh))
@@ -259,13 +259,13 @@ def test_coverage_pass_totals_and_time_share(tmp_path):
         c: m for c, m in ncu.choose_metrics("hopper", _header_metrics()).items() if c in ncu.COVERAGE_COUNTERS
     }
     coverage = [ncu.KernelCounters(k.name, {c: k.values[c] for c in cov_metrics}) for k in kernels]
-    merged = ncu.merge_coverage(ncu.reduce(detail, measure.classify_kernel), coverage, measure.classify_kernel)
+    merged = ncu.merge_coverage(ncu.reduce(detail, classify_kernel), coverage, classify_kernel)
     t = merged["total"]
     assert t["sm_cycles"] == pytest.approx(sum(k.values["sm_cycles"] for k in kernels))  # measured over all kernels
     assert t["instructions"] == pytest.approx(sum(k.values["instructions"] for k in kernels))
     assert t["kernels"] == 15 and t["rate_kernels"] == 3
-    every = ncu.reduce(kernels, measure.classify_kernel)["total"]
-    top = ncu.reduce(detail, measure.classify_kernel)["total"]
+    every = ncu.reduce(kernels, classify_kernel)["total"]
+    top = ncu.reduce(detail, classify_kernel)["total"]
     assert every["ipc"] != pytest.approx(top["ipc"])  # the fixture tells the two apart
     assert t["ipc"] == pytest.approx(every["ipc"])  # IPC and tensor pipe: measured over every kernel
     assert t["tensor_pipe_pct"] == pytest.approx(every["tensor_pipe_pct"])
@@ -274,7 +274,7 @@ def test_coverage_pass_totals_and_time_share(tmp_path):
     assert t["rates_time_share"] == pytest.approx(dur(detail) / dur(kernels))
     conv = merged["by_class"]["convolution"]
     assert conv["sm_cycles"] == pytest.approx(
-        sum(k.values["sm_cycles"] for k in kernels if measure.classify_kernel(k.name) == "convolution")
+        sum(k.values["sm_cycles"] for k in kernels if classify_kernel(k.name) == "convolution")
     )
 
 

@@ -5,7 +5,7 @@ Study B (arXiv 2607.05400): NVIDIA GPUs vs. Intel Gaudi for quantization, LoRA f
 
 The Snakemake workflow (``Snakefile`` at the repository root) calls the entry points in
 :mod:`accelbench.cli`; every experiment lives in :mod:`accelbench.experiments`, measurement in
-:mod:`accelbench.measure.timing`, provenance in :mod:`accelbench.core.provenance`, result files in
+:mod:`accelbench.measure`, provenance in :mod:`accelbench.core.provenance`, result files in
 :mod:`accelbench.core.results` and tables/figures in :mod:`accelbench.aggregate`.
 """
 

@@ -1,3 +1,4 @@
+from accelbench.models.llm import EXPORTABLE_TOKENIZERS, TOKENIZER_DIR
 from accelbench.models.rule_specs import export_inputs, export_model
 
 
@@ -7,13 +8,14 @@ from accelbench.models.rule_specs import export_inputs, export_model
 # SmolLM2's tokenizer from its exported folder (rule llm_tokenizer_export), never from the GGUF.
 rule llm_export:
     input:
-        unpack(lambda wildcards: export_inputs(RC, wildcards.model)),  # random init: the exported tokenizer folder (rule llm_tokenizer_export)
+        # random init: the exported tokenizer folder (rule llm_tokenizer_export)
+        unpack(lambda wildcards: export_inputs(RC, wildcards.model, registry.EXPERIMENTS.values())),
     output:
         directory("resources/llm/{model}"),
     log:
         "logs/llm_export/{model}.log",
     params:
-        spec=lambda wildcards: spec_file(export_model(RC, wildcards.model)),
+        spec=lambda wildcards: spec_file(export_model(RC, wildcards.model, registry.EXPERIMENTS.values())),
     container:
         CONTAINER
     shell:

@@ -1,6 +1,6 @@
 """The claims table as a reviewer reads it: one row per claim first, every run's row behind it, a figure, a page.
 
-:mod:`accelbench.aggregate.claims` judges each claim on each system; this module presents the verdicts:
+:mod:`accelbench.aggregate.claims_table` judges each claim on each system; this module presents the verdicts:
 
 * :func:`summary_table`: one row per claim, its verdict from the evidence that judges it, the run named. Where
   runs give decisive verdicts that differ, the row reads ``runs disagree`` and says each run's verdict, what it
@@ -23,15 +23,8 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from accelbench.aggregate import scope
-from accelbench.aggregate.claims import (
-    VERDICTS,
-    category,
-    claims_table,
-    fails_if,
-    needs_of,
-    read_claims,
-    tolerance_text,
-)
+from accelbench.aggregate.claims import VERDICTS, category, fails_if, needs_of, tolerance_text
+from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
 from accelbench.aggregate.figures import FONT, save_figure
 from accelbench.errors import DataError

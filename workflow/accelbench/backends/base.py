@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import importlib.util
 from pathlib import Path
 from typing import ClassVar
 
@@ -30,6 +31,7 @@ class Backend(abc.ABC):
         rank_env_defaults: environment defaults of its ranks (the user's setting wins).
         software_fields: ``(hardware key, label)`` of the versions :meth:`provenance` records, for software labels.
         probe_rank: the order :func:`accelbench.backends.detect` probes backends in (lowest first; cpu last).
+        bridge: the Python package that adds this device type to torch (``habana_frameworks``); None: torch alone.
 
     Vendor capabilities (what the experiments ask instead of a backend's name):
         lazy_mode: runs in Gaudi's lazy mode, whose ``PT_HPU_LAZY_MODE`` must be set before the bridge is imported.
@@ -60,6 +62,7 @@ class Backend(abc.ABC):
     rank_env_defaults: ClassVar[dict[str, str]]
     software_fields: ClassVar[tuple[tuple[str, str], ...]]
     probe_rank: ClassVar[int]
+    bridge: ClassVar[str | None]
     lazy_mode: ClassVar[bool]
     optimum_habana: ClassVar[bool]
     fp8_inc: ClassVar[bool]
@@ -85,6 +88,7 @@ class Backend(abc.ABC):
         "rank_env_defaults",
         "software_fields",
         "probe_rank",
+        "bridge",
         "lazy_mode",
         "optimum_habana",
         "fp8_inc",
@@ -100,6 +104,16 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+    def bridge_installed(self) -> bool:
+        """True if :attr:`bridge` is installed here, or there is none (found without importing it)."""
+        return self.bridge is None or importlib.util.find_spec(self.bridge) is not None
+
+    def bridge_status(self) -> str:
+        """``<bridge> present`` or ``<bridge> not installed`` (``torch alone`` where there is no bridge)."""
+        if self.bridge is None:
+            return "torch alone"
+        return f"{self.bridge} {'present' if self.bridge_installed() else 'not installed'}"
 
     # ------------------------------------------------------------------ device ops
     @abc.abstractmethod
@@ -148,9 +162,17 @@ class Backend(abc.ABC):
         return None
 
     def energy_counter(self, index: int = 0):
-        """The cumulative energy counter of device ``index`` (an :class:`accelbench.measure.energy.Counter`); None where this
-        backend has none (the default). Raises :class:`accelbench.measure.energy.CounterUnavailable` (the reason) where it
-        has one that cannot be read here."""
+        """The cumulative energy counter of device ``index`` (an :class:`accelbench.backends.energy_counter.Counter`,
+        defined in the backend's module); None where this backend has none (the default). Raises
+        :class:`accelbench.backends.energy_counter.CounterUnavailable` (the reason) where it has one that cannot be
+        read here."""
+        return None
+
+    def device_load(self, ours: set[int]) -> list[dict] | None:
+        """What else runs on this backend's devices that the job may use, for the host-load record
+        (:mod:`accelbench.measure.hostload`): one dict per device with ``index``, ``other_processes`` (pids not in
+        ``ours``, the job's process tree) and whatever clocks the vendor reports; None where this backend cannot
+        tell (the default)."""
         return None
 
     def visible_device_count(self, configured: int) -> int:

@@ -15,6 +15,7 @@ import platform
 from pathlib import Path
 
 from accelbench.backends.base import Backend
+from accelbench.backends.energy_counter import Counter, CounterUnavailable
 
 CPUINFO = Path("/proc/cpuinfo")
 ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")  # variables that cap the instructions torch / oneDNN use
@@ -139,6 +140,45 @@ def probe_slowdown(precision: str, size: int = 24) -> float:
     return low / fp32
 
 
+class RaplCounter(Counter):
+    """Host CPU: the package zones (``intel-rapl:N``, not their subzones) under ``/sys/class/powercap``, summed; each
+    wraps at its ``max_energy_range_uj`` (handled per zone here, so ``wrap_j`` is None). Often not readable in a VM
+    or without root (``energy_uj`` is root-only since Linux 5.10 on many distributions). Updates about every 1 ms.
+
+    Raises:
+        CounterUnavailable: no package zone under ``root``, or one that cannot be read.
+    """
+
+    source, api, resolution_j, update_period_s = "rapl", "/sys/class/powercap/intel-rapl:N/energy_uj", 1e-6, 0.001
+    covers = "CPU packages (cores, caches, uncore; DRAM only where a package counts it)"
+
+    def __init__(self, root: str | Path = "/sys/class/powercap"):
+        root = Path(root)
+        zones = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1) if root.is_dir() else []
+        if not zones:
+            raise CounterUnavailable(f"no RAPL package zone under {root} (not exposed here, e.g. in a VM)")
+        self.files, self.ranges = [], []
+        for z in zones:
+            try:
+                (z / "energy_uj").read_text()
+                rng = int((z / "max_energy_range_uj").read_text())
+            except (OSError, ValueError) as exc:
+                raise CounterUnavailable(f"RAPL zone {z} not readable: {exc}") from None
+            self.files.append(z / "energy_uj")
+            self.ranges.append(rng)
+        self.identity = "rapl:" + ",".join(z.name for z in zones)
+        self._last = [int(f.read_text()) for f in self.files]
+        self._total_uj = 0
+
+    def read_j(self) -> float:
+        # accumulate per zone, unwrapping each: a reading below the last one means the zone wrapped once
+        now = [int(f.read_text()) for f in self.files]
+        for i, (a, b) in enumerate(zip(self._last, now)):
+            self._total_uj += b - a if b >= a else b + self.ranges[i] - a
+        self._last = now
+        return self._total_uj * 1e-6
+
+
 class CpuBackend(Backend):
     name = "cpu"
     accelerator = False
@@ -152,6 +192,7 @@ class CpuBackend(Backend):
     rank_env_defaults: dict[str, str] = {}
     software_fields = ()
     probe_rank = 1000  # the fallback: always present
+    bridge = None
     lazy_mode = False
     optimum_habana = False
     fp8_inc = False
@@ -199,8 +240,6 @@ class CpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU]
 
     def energy_counter(self, index: int = 0):
-        from accelbench.measure.energy import RaplCounter
-
         return RaplCounter()  # RAPL package zones under /sys/class/powercap (the whole host's CPUs)
 
     def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:

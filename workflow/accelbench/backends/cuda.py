@@ -1,10 +1,14 @@
-"""NVIDIA GPUs through torch.cuda: NCCL between ranks, CUDA events for timing, ``--nv`` in apptainer."""
+"""NVIDIA GPUs through torch.cuda: NCCL between ranks, CUDA events for timing, ``--nv`` in apptainer; NVML (through
+``nvidia-ml-py``, import ``pynvml``, imported only when used) for the board energy counter (:class:`NvmlCounter`) and
+the per-GPU host-load record (:meth:`CudaBackend.device_load`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from accelbench.backends.base import Backend
+from accelbench.backends.energy_counter import Counter, CounterUnavailable
 
 
 def _power_limit_w(text: str | None) -> float | None:
@@ -21,6 +25,127 @@ def _power_limit_w(text: str | None) -> float | None:
     return max(values) if values and max(values) > 0 else None
 
 
+def visible_gpus(count: int, uuids: list[str], environ: dict | None = None) -> list[int]:
+    """NVML indices of the GPUs a job may use: all ``count`` of them, or those ``CUDA_VISIBLE_DEVICES`` names.
+
+    Args:
+        count: GPUs NVML sees on the host.
+        uuids: NVML's UUID of each (``GPU-...``), index order.
+        environ: the job's environment (default ``os.environ``).
+
+    ``CUDA_VISIBLE_DEVICES`` entries are indices or (prefixes of) UUIDs, as CUDA accepts them; CUDA stops at the
+    first invalid entry, and so does this. Indices follow NVML's (PCI bus) order, which is CUDA's order with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on hosts of one GPU model. Two jobs pinned to different GPUs of one host
+    therefore do not count as each other's "other processes".
+    """
+    env = os.environ if environ is None else environ
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(range(count))
+    out: list[int] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if item.isdigit() and int(item) < count:
+            idx = int(item)
+        else:
+            match = [i for i, u in enumerate(uuids) if item and u.startswith(item)]
+            if len(match) != 1:
+                break
+            idx = match[0]
+        if idx in out:
+            break
+        out.append(idx)
+    return out
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class NvmlCounter(Counter):
+    """NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded; Volta and later) of the GPU that
+    torch calls ``torch_index`` (mapped through ``CUDA_VISIBLE_DEVICES`` by :func:`visible_gpus`). Needs
+    ``nvidia-ml-py`` (import ``pynvml``). The counter updates about every 100 ms (NVML documentation; Zeus uses the
+    same counter).
+
+    Raises:
+        CounterUnavailable: pynvml missing, no driver, a pre-Volta GPU, or ``torch_index`` not visible.
+    """
+
+    source, api, resolution_j, update_period_s = "nvml", "nvmlDeviceGetTotalEnergyConsumption", 1e-3, 0.1
+    covers = "GPU board (GPU, HBM, board power delivery)"
+
+    def __init__(self, torch_index: int = 0):
+        try:
+            import pynvml
+        except ImportError:
+            raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+            visible = visible_gpus(count, uuids)
+            if torch_index >= len(visible):
+                raise CounterUnavailable(
+                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
+                )
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
+            self.identity = uuids[visible[torch_index]]
+            self._read = pynvml.nvmlDeviceGetTotalEnergyConsumption
+            self._read(self.handle)
+        except CounterUnavailable:
+            raise
+        except Exception as exc:  # NVML_ERROR_NOT_SUPPORTED (pre-Volta), no driver, ...
+            raise CounterUnavailable(f"NVML energy counter not readable: {type(exc).__name__}: {exc}") from None
+
+    def read_j(self) -> float:
+        return self._read(self.handle) * 1e-3
+
+
+def nvml_device_load(ours: set[int]) -> list[dict] | None:
+    """Per GPU the job may use (:func:`visible_gpus`): ``index``, ``other_processes`` (pids on it outside ``ours``,
+    the job's process tree), ``sm_clock_mhz``/``sm_clock_max_mhz`` and ``utilization_pct``; None without NVML or
+    when NVML fails."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU
+        return None
+    try:
+        out = []
+        count = pynvml.nvmlDeviceGetCount()
+        uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+        for i in visible_gpus(count, uuids):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            procs = []
+            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                try:
+                    procs += [p.pid for p in getattr(pynvml, getter)(h)]
+                except Exception:
+                    pass
+            clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+            max_clock = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
+            out.append(
+                {
+                    "index": i,
+                    "other_processes": sorted(set(procs) - ours),
+                    "sm_clock_mhz": clock,
+                    "sm_clock_max_mhz": max_clock,
+                    "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                }
+            )
+        return out
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 class CudaBackend(Backend):
     name = "cuda"
     accelerator = True
@@ -35,6 +160,7 @@ class CudaBackend(Backend):
     rank_env_defaults = {"NCCL_DEBUG": "INFO"}
     software_fields = (("cuda", "CUDA"), ("cudnn", "cuDNN"))
     probe_rank = 100
+    bridge = None
     lazy_mode = False
     optimum_habana = False
     fp8_inc = False
@@ -97,9 +223,10 @@ class CudaBackend(Backend):
         return int(torch.cuda.mem_get_info(index)[0])
 
     def energy_counter(self, index: int = 0):
-        from accelbench.measure.energy import NvmlCounter
-
         return NvmlCounter(index)  # NVML: nvmlDeviceGetTotalEnergyConsumption (mJ; Volta and later)
+
+    def device_load(self, ours: set[int]) -> list[dict] | None:
+        return nvml_device_load(ours)
 
     def visible_device_count(self, configured: int) -> int:
         import torch

@@ -1,4 +1,5 @@
-"""Runtime device operations for one backend (cpu, cuda, hpu), used by :mod:`accelbench.measure.timing`.
+"""Runtime device operations for one backend (cpu, cuda, hpu), used by :mod:`accelbench.measure.timing` and
+:mod:`accelbench.measure.kernels`.
 
 :class:`Device` is a device index plus its backend object (:mod:`accelbench.backends`), which does the work. Gaudi
 imports ``habana_frameworks`` only when the backend is ``hpu``; lazy mode is the default there
@@ -9,11 +10,13 @@ after the optimizer step).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from accelbench import backends
 from accelbench.backends import Backend
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -64,4 +67,6 @@ class Device:
     @staticmethod
     def out_of_memory_errors() -> tuple[type[BaseException], ...]:
         # static (harness.py calls Device.out_of_memory_errors()); every backend's OOM is torch.OutOfMemoryError
+        import torch
+
         return (torch.OutOfMemoryError,)

@@ -1,4 +1,5 @@
-"""Intel Gaudi through ``habana_frameworks``: HCCL between ranks, lazy mode, ``/dev/accel`` in apptainer.
+"""Intel Gaudi through ``habana_frameworks``: HCCL between ranks, lazy mode, ``/dev/accel`` in apptainer; HLML (through
+``pyhlml``) for the card's energy counter (:class:`HlmlCounter`).
 
 ``habana_frameworks`` is imported only inside methods, never when this module is imported (CI has no Gaudi stack).
 Lazy mode is the default (``PT_HPU_LAZY_MODE=1``), so :meth:`HpuBackend.mark_step` must be called where a graph
@@ -7,16 +8,60 @@ should be cut (after backward, after the optimizer step).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
 from accelbench.backends.base import Backend
+from accelbench.backends.energy_counter import Counter, CounterUnavailable
 
 
 def habana_available() -> bool:
     """True if Intel Gaudi's PyTorch bridge is installed (never imports it)."""
-    return importlib.util.find_spec("habana_frameworks") is not None
+    return HpuBackend().bridge_installed()
+
+
+class HlmlCounter(Counter):
+    """Intel Gaudi: ``hlmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded) through ``pyhlml``
+    (habana-pyhlml, ``libhlml.so``). The rank's card: the ``LOCAL_RANK``-th module of ``HABANA_VISIBLE_MODULES``
+    (matched with ``hlmlDeviceGetModuleID``), else card ``LOCAL_RANK``. Update period: not documented; taken as
+    the 100 ms of NVML (hl-smi samples power every 5 s by default, which this does not use).
+
+    Raises:
+        CounterUnavailable: pyhlml missing, HLML not initialised, or no card for ``local_rank``.
+    """
+
+    source, api, resolution_j, update_period_s = "hlml", "hlmlDeviceGetTotalEnergyConsumption", 1e-3, 0.1
+    covers = "Gaudi card (OAM module)"
+
+    def __init__(self, local_rank: int = 0, environ: dict | None = None):
+        env = os.environ if environ is None else environ
+        try:
+            import pyhlml
+        except ImportError:
+            raise CounterUnavailable("habana-pyhlml (pyhlml) is not installed") from None
+        try:
+            pyhlml.hlmlInit()
+            count = pyhlml.hlmlDeviceGetCount()
+            handles = [pyhlml.hlmlDeviceGetHandleByIndex(i) for i in range(count)]
+            modules = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
+            if modules and local_rank < len(modules):
+                found = [h for h in handles if str(pyhlml.hlmlDeviceGetModuleID(h)) == modules[local_rank]]
+                if len(found) != 1:
+                    raise CounterUnavailable(f"no Gaudi card with module id {modules[local_rank]} among {count}")
+                self.handle, self.identity = found[0], f"gaudi-module-{modules[local_rank]}"
+            elif local_rank < count:
+                self.handle, self.identity = handles[local_rank], f"gaudi-index-{local_rank}"
+            else:
+                raise CounterUnavailable(f"HLML sees {count} card(s), local rank {local_rank} has none")
+            self._read = pyhlml.hlmlDeviceGetTotalEnergyConsumption
+            self._read(self.handle)
+        except CounterUnavailable:
+            raise
+        except Exception as exc:
+            raise CounterUnavailable(f"HLML energy counter not readable: {type(exc).__name__}: {exc}") from None
+
+    def read_j(self) -> float:
+        return self._read(self.handle) * 1e-3
 
 
 class HpuBackend(Backend):
@@ -32,6 +77,7 @@ class HpuBackend(Backend):
     rank_env_defaults: dict[str, str] = {}
     software_fields = (("synapseai", "SynapseAI"),)
     probe_rank = 10
+    bridge = "habana_frameworks"
     lazy_mode = True
     optimum_habana = True
     fp8_inc = True  # with habana_frameworks installed (the experiment checks that too)
@@ -88,8 +134,6 @@ class HpuBackend(Backend):
         return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
 
     def energy_counter(self, index: int = 0):
-        from accelbench.measure.energy import HlmlCounter
-
         return HlmlCounter(int(os.environ.get("LOCAL_RANK", 0)))  # pyhlml: hlmlDeviceGetTotalEnergyConsumption (mJ)
 
     def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
@@ -115,7 +159,7 @@ class HpuBackend(Backend):
         return {"backend": self.name, "count": n, "names": [hthpu.get_device_name() for _ in range(n)]}
 
     def absence_note(self) -> str | None:
-        return f"habana_frameworks {'present' if habana_available() else 'not installed'}"
+        return self.bridge_status()
 
     def provenance(self, info: dict) -> dict:
         import habana_frameworks.torch.hpu as hthpu

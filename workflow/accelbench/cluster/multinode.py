@@ -16,7 +16,7 @@ collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose, pars
 
 Example::
 
-    plan = node_plan(system, 16)               # h100 with devices_per_node 8 -> NodePlan(devices=16, nodes=2, per_node=8)
+    plan = node_plan(system, 16)  # h100 with devices_per_node 8 -> NodePlan(devices=16, nodes=2, per_node=8)
     cmd, rdzv = launch_command(plan, ["rank", "--experiment", "sr3_scaling", ...], allocation())
 """
 
@@ -116,10 +116,11 @@ def slurm_resources(system, devices: int, site: dict | None = None, key: str = "
     """Snakemake resources of a job on ``devices`` ranks (read by snakemake-executor-plugin-slurm).
 
     One node: ``{"gpu": devices}`` on CUDA (``--gpus``), 0 elsewhere, as before. N > 1 nodes: ``nodes`` (``--nodes``),
-    ``tasks`` = N (``tasks_per_gpu`` 0) and ``mpi`` (the job step then runs the rule's command once, on the first node, which calls ``srun``
-    itself), ``slurm_extra`` with ``--ntasks-per-node=1``, ``--exclusive`` (site ``multinode.exclusive``) and the
-    accelerators per node: ``--gpus-per-node=P``, or the site's GRES form (``multinode.gres: gpu`` ->
-    ``gres: gpu:P``, which Slurm counts per node; Gaudi sites set their card's GRES name here).
+    ``tasks`` = N (``tasks_per_gpu`` 0) and ``mpi`` (the job step then runs the rule's command once, on the first node,
+    which calls ``srun`` itself), ``slurm_extra`` with ``--ntasks-per-node=1``, ``--exclusive`` (site
+    ``multinode.exclusive``) and the accelerators per node: ``--gpus-per-node=P``, or the site's GRES form
+    (``multinode.gres: gpu`` -> ``gres: gpu:P``, which Slurm counts per node; Gaudi sites set their card's GRES name
+    here).
 
     Raises:
         ConfigError: the count does not fill whole nodes (:func:`node_plan`).

@@ -63,10 +63,8 @@ def device_report(expected: int) -> dict:
     ``seen`` counts the vendor tool's device lines where a tool ran, else torch's count (0 on CPU);
     ``matches`` is ``seen == expected``.
     """
-    from accelbench.core.systems import probe_devices
-
     vendor = vendor_listing()
-    found = probe_devices()
+    found = backends.detect()
     listed = [len(v["lines"]) for v in vendor.values() if v["returncode"] == 0]
     seen = listed[0] if listed else (found["count"] if backends.get(found["backend"]).accelerator else 0)
     return {

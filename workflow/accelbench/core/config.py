@@ -302,6 +302,25 @@ def cross_field_errors(config: dict) -> list[str]:
     return out
 
 
+def merged_schema_file(schema_path: str | Path) -> Path:
+    """:func:`load_schema` of ``schema_path`` (the experiments' own blocks merged in) as a JSON file that Snakemake's
+    ``validate`` can read (it takes a path): ``<tmp>/accelbench-schema-<sha256[:16]>.json``, written once,
+    atomically."""
+    import hashlib
+    import json
+    import os
+    import tempfile
+
+    text = json.dumps(load_schema(schema_path))
+    path = Path(tempfile.gettempdir()) / f"accelbench-schema-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.is_file():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    return path
+
+
 def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
     """Validate ``config`` in place (string leaves coerced to the schema's types, defaults filled) and return it.
 
@@ -322,7 +341,7 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     from snakemake.utils import validate  # fills defaults declared in the schema
 
-    validate(config, str(schema_path), set_default=True)
+    validate(config, str(merged_schema_file(schema_path)), set_default=True)
     problems = cross_field_errors(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

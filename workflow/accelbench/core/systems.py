@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from accelbench import backends
-from accelbench.backends import hpu as hpu_backend
 from accelbench.core.config import SYSTEM_SCHEMA, read_yaml, schema_errors
 from accelbench.errors import ConfigError, SystemMismatchError
 
@@ -74,11 +73,6 @@ def load_systems(systems_dir: str | Path, schema_path: str | Path = SYSTEM_SCHEM
         raw["peak_tflops"] = dict(raw.get("peak_tflops") or {})
         systems[raw["name"]] = System(**raw)
     return systems
-
-
-def habana_available() -> bool:
-    """True if Intel Gaudi's PyTorch bridge is installed (never imports it)."""
-    return hpu_backend.habana_available()
 
 
 def probe_devices() -> dict:

@@ -1,9 +1,11 @@
 """Device energy per step: cumulative energy counters read around windows of timed steps.
 
-What is measured: the board energy of the job's device(s) from the vendor's cumulative counter (NVIDIA:
-``nvmlDeviceGetTotalEnergyConsumption``, mJ since the driver loaded, Volta and later; Intel Gaudi:
-``hlmlDeviceGetTotalEnergyConsumption``, mJ, through ``pyhlml``; host CPU: RAPL package counters under
-``/sys/class/powercap``, uJ, wrapping at ``max_energy_range_uj``). It is device-level board energy, not MLPerf Power
+What is measured: the board energy of the job's device(s) from the vendor's cumulative counter, which the device's
+backend gives (:meth:`accelbench.backends.base.Backend.energy_counter`, an
+:class:`accelbench.backends.energy_counter.Counter`; NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption``, mJ since the
+driver loaded, Volta and later; Intel Gaudi: ``hlmlDeviceGetTotalEnergyConsumption``, mJ, through ``pyhlml``; host
+CPU: RAPL package counters under ``/sys/class/powercap``, uJ, wrapping at ``max_energy_range_uj``). This module
+knows no vendor. It is device-level board energy, not MLPerf Power
 (which meters whole systems at the wall with an approved analyzer): host CPU (except on the cpu backend, where the
 packages are the device), host memory, network, storage, cooling and power-supply losses are not counted.
 
@@ -26,177 +28,17 @@ per process by the harness (:func:`configure`).
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+
+from accelbench.backends.energy_counter import Counter, CounterUnavailable
 
 LABEL = "device-level board energy, not MLPerf Power"
 NOT_COUNTED = (
     "host CPU and host memory (except where the host CPU is the device: RAPL), network, storage, "
     "cooling, power-supply losses"
 )
-
-
-class CounterUnavailable(Exception):
-    """No energy counter can be read here; the message is the reason recorded as ``unsupported``."""
-
-
-# --------------------------------------------------------------------------- counters
-class Counter:
-    """A cumulative energy counter of one device (or one host's CPU packages).
-
-    Attributes:
-        source: ``nvml`` | ``hlml`` | ``rapl`` (tests: ``scripted``).
-        api: the call or file read.
-        resolution_j: the counter's unit in J (NVML, HLML: 1e-3; RAPL: 1e-6).
-        update_period_s: how often the vendor updates it (nominal; windows shorter than this are flagged).
-        wrap_j: the value at which it wraps to 0 (RAPL's ``max_energy_range_uj``); None: it does not wrap in practice.
-        identity: which physical counter this is (NVML UUID, Gaudi module, RAPL zones): ranks sharing one are
-            counted once.
-        covers: what the counter includes.
-    """
-
-    source = "none"
-    api = ""
-    resolution_j = 1e-3
-    update_period_s: float | None = None
-    wrap_j: float | None = None
-    identity = ""
-    covers = "device board"
-
-    def read_j(self) -> float:
-        """The counter now, in J."""
-        raise NotImplementedError
-
-    def describe(self) -> dict:
-        return {
-            "source": self.source,
-            "api": self.api,
-            "resolution_j": self.resolution_j,
-            "update_period_s": self.update_period_s,
-            "wrap_j": self.wrap_j,
-            "counter": self.identity,
-            "covers": self.covers,
-        }
-
-
-class NvmlCounter(Counter):
-    """NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded; Volta and later) of the GPU that
-    torch calls ``torch_index`` (mapped through ``CUDA_VISIBLE_DEVICES`` like :func:`accelbench.measure.hostload.visible_gpus`).
-    Needs ``nvidia-ml-py`` (import ``pynvml``). The counter updates about every 100 ms (NVML documentation; Zeus
-    uses the same counter)."""
-
-    source, api, resolution_j, update_period_s = "nvml", "nvmlDeviceGetTotalEnergyConsumption", 1e-3, 0.1
-    covers = "GPU board (GPU, HBM, board power delivery)"
-
-    def __init__(self, torch_index: int = 0):
-        try:
-            import pynvml
-        except ImportError:
-            raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
-        from accelbench.measure.hostload import visible_gpus
-
-        try:
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-            visible = visible_gpus(count, uuids)
-            if torch_index >= len(visible):
-                raise CounterUnavailable(
-                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
-                )
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
-            self.identity = uuids[visible[torch_index]]
-            self._read = pynvml.nvmlDeviceGetTotalEnergyConsumption
-            self._read(self.handle)
-        except CounterUnavailable:
-            raise
-        except Exception as exc:  # NVML_ERROR_NOT_SUPPORTED (pre-Volta), no driver, ...
-            raise CounterUnavailable(f"NVML energy counter not readable: {type(exc).__name__}: {exc}") from None
-
-    def read_j(self) -> float:
-        return self._read(self.handle) * 1e-3
-
-
-class HlmlCounter(Counter):
-    """Intel Gaudi: ``hlmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded) through ``pyhlml``
-    (habana-pyhlml, ``libhlml.so``). The rank's card: the ``LOCAL_RANK``-th module of ``HABANA_VISIBLE_MODULES``
-    (matched with ``hlmlDeviceGetModuleID``), else card ``LOCAL_RANK``. Update period: not documented; taken as
-    the 100 ms of NVML (hl-smi samples power every 5 s by default, which this does not use)."""
-
-    source, api, resolution_j, update_period_s = "hlml", "hlmlDeviceGetTotalEnergyConsumption", 1e-3, 0.1
-    covers = "Gaudi card (OAM module)"
-
-    def __init__(self, local_rank: int = 0, environ: dict | None = None):
-        env = os.environ if environ is None else environ
-        try:
-            import pyhlml
-        except ImportError:
-            raise CounterUnavailable("habana-pyhlml (pyhlml) is not installed") from None
-        try:
-            pyhlml.hlmlInit()
-            count = pyhlml.hlmlDeviceGetCount()
-            handles = [pyhlml.hlmlDeviceGetHandleByIndex(i) for i in range(count)]
-            modules = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
-            if modules and local_rank < len(modules):
-                found = [h for h in handles if str(pyhlml.hlmlDeviceGetModuleID(h)) == modules[local_rank]]
-                if len(found) != 1:
-                    raise CounterUnavailable(f"no Gaudi card with module id {modules[local_rank]} among {count}")
-                self.handle, self.identity = found[0], f"gaudi-module-{modules[local_rank]}"
-            elif local_rank < count:
-                self.handle, self.identity = handles[local_rank], f"gaudi-index-{local_rank}"
-            else:
-                raise CounterUnavailable(f"HLML sees {count} card(s), local rank {local_rank} has none")
-            self._read = pyhlml.hlmlDeviceGetTotalEnergyConsumption
-            self._read(self.handle)
-        except CounterUnavailable:
-            raise
-        except Exception as exc:
-            raise CounterUnavailable(f"HLML energy counter not readable: {type(exc).__name__}: {exc}") from None
-
-    def read_j(self) -> float:
-        return self._read(self.handle) * 1e-3
-
-
-class RaplCounter(Counter):
-    """Host CPU: the package zones (``intel-rapl:N``, not their subzones) under ``/sys/class/powercap``, summed; each
-    wraps at its ``max_energy_range_uj`` (handled per zone here, so ``wrap_j`` is None). Often not readable in a VM
-    or without root (``energy_uj`` is root-only since Linux 5.10 on many distributions). Updates about every 1 ms."""
-
-    source, api, resolution_j, update_period_s = "rapl", "/sys/class/powercap/intel-rapl:N/energy_uj", 1e-6, 0.001
-    covers = "CPU packages (cores, caches, uncore; DRAM only where a package counts it)"
-
-    def __init__(self, root: str | Path = "/sys/class/powercap"):
-        root = Path(root)
-        zones = sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1) if root.is_dir() else []
-        if not zones:
-            raise CounterUnavailable(f"no RAPL package zone under {root} (not exposed here, e.g. in a VM)")
-        self.files, self.ranges = [], []
-        for z in zones:
-            try:
-                (z / "energy_uj").read_text()
-                rng = int((z / "max_energy_range_uj").read_text())
-            except (OSError, ValueError) as exc:
-                raise CounterUnavailable(f"RAPL zone {z} not readable: {exc}") from None
-            self.files.append(z / "energy_uj")
-            self.ranges.append(rng)
-        self.identity = "rapl:" + ",".join(z.name for z in zones)
-        self._last = [int(f.read_text()) for f in self.files]
-        self._total_uj = 0
-
-    def read_j(self) -> float:
-        # accumulate per zone, unwrapping each: a reading below the last one means the zone wrapped once
-        now = [int(f.read_text()) for f in self.files]
-        for i, (a, b) in enumerate(zip(self._last, now)):
-            self._total_uj += b - a if b >= a else b + self.ranges[i] - a
-        self._last = now
-        return self._total_uj * 1e-6
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 # --------------------------------------------------------------------------- settings
@@ -255,8 +97,8 @@ def counter_delta(a: float, b: float, wrap_j: float | None) -> float | None:
 
 
 class EnergyMeter:
-    """Windows of timed steps on one device (see the module docstring). :class:`accelbench.measure.timing.StepClock` calls
-    :meth:`before_step` / :meth:`after_step` around each step; :meth:`result` gives ``measurements.energy``.
+    """Windows of timed steps on one device (see the module docstring). :class:`accelbench.measure.timing.StepClock`
+    calls :meth:`before_step` / :meth:`after_step` around each step; :meth:`result` gives ``measurements.energy``.
 
     Args:
         device: an :class:`accelbench.backends.device.Device` (its backend's ``energy_counter`` gives the counter).

@@ -4,10 +4,10 @@ A timing taken while other processes compete for the cores (or for the GPU) is n
 on a quiet machine: the same LoRA step measured 647 ms on a quiet 2-core host and 26,516 ms under background load.
 Every measurement job therefore records what else ran while it ran, and flags itself:
 
-* :func:`snapshot` (psutil, and NVML through ``pynvml``/``nvidia-ml-py`` when present): load average, system-wide
-  busy CPU time, the CPU time of this job's process tree (the process that started the job and every descendant,
-  torchrun ranks included), and per GPU the job may use (``CUDA_VISIBLE_DEVICES``) the other processes on it and
-  its SM clock against its maximum.
+* :func:`snapshot` (psutil, and the backends' device load: NVML through ``pynvml``/``nvidia-ml-py`` when present,
+  :mod:`accelbench.backends.cuda`): load average, system-wide busy CPU time, the CPU time of this job's process tree
+  (the process that started the job and every descendant, torchrun ranks included), and per GPU the job may use
+  (``CUDA_VISIBLE_DEVICES``) the other processes on it and its SM clock against its maximum.
 * :func:`host_load` turns a start and an end snapshot into ``cpu_other_fraction``: the share of all cores' time used
   by processes outside the job's tree (0 = quiet, 1 = every core busy with something else).
 * :func:`assess` adds the spread of the job's timings (p90 / median, the largest over the result's timings) and
@@ -51,94 +51,29 @@ def _tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def visible_gpus(count: int, uuids: list[str], environ: dict | None = None) -> list[int]:
-    """NVML indices of the GPUs a job may use: all ``count`` of them, or those ``CUDA_VISIBLE_DEVICES`` names.
+def _device_load(root: int) -> list[dict] | None:
+    """Per device the job may use, what else runs on it, as the first backend that can tell reports it
+    (:meth:`accelbench.backends.base.Backend.device_load`; NVIDIA through NVML: other processes, SM clock / max SM
+    clock); None where none can (no NVML)."""
+    import psutil
 
-    Args:
-        count: GPUs NVML sees on the host.
-        uuids: NVML's UUID of each (``GPU-...``), index order.
-        environ: the job's environment (default ``os.environ``).
+    from accelbench import backends
 
-    ``CUDA_VISIBLE_DEVICES`` entries are indices or (prefixes of) UUIDs, as CUDA accepts them; CUDA stops at the
-    first invalid entry, and so does this. Indices follow NVML's (PCI bus) order, which is CUDA's order with
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and on hosts of one GPU model. Two jobs pinned to different GPUs of one host
-    therefore do not count as each other's "other processes".
-    """
-    env = os.environ if environ is None else environ
-    spec = env.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return list(range(count))
-    out: list[int] = []
-    for item in (x.strip() for x in spec.split(",")):
-        if item.isdigit() and int(item) < count:
-            idx = int(item)
-        else:
-            match = [i for i, u in enumerate(uuids) if item and u.startswith(item)]
-            if len(match) != 1:
-                break
-            idx = match[0]
-        if idx in out:
-            break
-        out.append(idx)
-    return out
-
-
-def _gpus(root: int) -> list[dict] | None:
-    """Per GPU the job may use (:func:`visible_gpus`): other processes (not in the job's tree) and SM clock / max SM
-    clock; None without NVML."""
     try:
-        import psutil
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver / no GPU
-        return None
-    try:
-        try:
-            ours = {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
-        except psutil.Error:
-            ours = {root}
-        out = []
-        count = pynvml.nvmlDeviceGetCount()
-        uuids = []
-        for i in range(count):
-            u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-            uuids.append(u.decode() if isinstance(u, bytes) else str(u))
-        for i in visible_gpus(count, uuids):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            procs = []
-            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-                try:
-                    procs += [p.pid for p in getattr(pynvml, getter)(h)]
-                except Exception:
-                    pass
-            clock = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
-            max_clock = pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)
-            out.append(
-                {
-                    "index": i,
-                    "other_processes": sorted(set(procs) - ours),
-                    "sm_clock_mhz": clock,
-                    "sm_clock_max_mhz": max_clock,
-                    "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
-                }
-            )
-        return out
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+        ours = {root, *(p.pid for p in psutil.Process(root).children(recursive=True))}
+    except psutil.Error:
+        ours = {root}
+    for backend in backends.all_backends():
+        found = backend.device_load(ours)
+        if found is not None:
+            return found
+    return None
 
 
 def snapshot(root: int | None = None) -> dict:
     """The host's state now: ``time`` (s, monotonic wall clock), ``loadavg`` (1/5/15 min), ``cpus``,
     ``busy_s`` (system-wide busy CPU seconds since boot), ``tree_cpu_s`` (CPU seconds of the job's process tree),
-    ``gpus`` (see :func:`_gpus`; None without NVML)."""
+    ``gpus`` (see :func:`_device_load`; None without NVML)."""
     import psutil
 
     root = root or os.getpid()
@@ -158,7 +93,7 @@ def snapshot(root: int | None = None) -> dict:
         "cpus": psutil.cpu_count(),
         "busy_s": busy,
         "tree_cpu_s": _tree_cpu_seconds(root),
-        "gpus": _gpus(root),
+        "gpus": _device_load(root),
     }
 
 

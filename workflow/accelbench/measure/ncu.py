@@ -257,7 +257,7 @@ def parse_csv(text: str, metrics: dict[str, str]) -> list[KernelCounters]:
         ValueError: no CSV header with a ``Kernel Name`` column.
     """
     lines = text.splitlines()
-    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"') or '"Kernel Name"' in l), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"') or '"Kernel Name"' in line), None)
     if start is None:
         raise ValueError('no ncu CSV header ("Kernel Name" column) in the output')
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))

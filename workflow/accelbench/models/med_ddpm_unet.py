@@ -27,7 +27,7 @@ in the backward pass. Residual blocks are not checkpointed (``use_checkpoint=Fal
 
 Attention placement follows guided diffusion's rule: at downsample factor ``ds = 2**l`` iff ``ds`` is in
 ``image_size // r`` for the listed resolutions r (whole head 128 // 16 = 8: level 3; BraTS 192 // 16 = 12: none, so
-only the middle block), computed by :attr:`accelbench.experiments.unet3d.profile.ModelSettings.attention_levels`.
+only the middle block), computed by :attr:`accelbench.experiments.unet3d.configs.ModelSettings.attention_levels`.
 
 What differs from Med-DDPM's code, on purpose: the layers Med-DDPM zero-initialises (the second convolution of every
 residual block, the attention output projection and the output convolution) keep PyTorch's default initialisation, so

@@ -41,16 +41,18 @@ def with_tokenizer_dir(rc, spec: dict) -> dict:
     return {**spec, "tokenizer": folder} if folder else spec
 
 
-def export_model(rc, name: str) -> dict:
+def export_model(rc, name: str, experiments) -> dict:
     """The loader spec of model ``name`` from every experiment that gives one (``model_specs`` of its rules module).
+
+    Args:
+        experiments: the registry's entries (``accelbench.core.registry.EXPERIMENTS.values()``, which rule
+            ``llm_export`` passes): each gives its ``model_specs`` through ``rule_function``.
 
     Raises:
         ValueError: no experiment gives ``name``, or two give it different specs (naming both).
     """
-    from accelbench.core import registry
-
     specs = {}
-    for e in registry.EXPERIMENTS.values():
+    for e in experiments:
         hook = e.rule_function("model_specs")
         if hook and name in (given := hook(rc)):
             specs[e.name] = given[name]
@@ -64,9 +66,10 @@ def export_model(rc, name: str) -> dict:
     return first
 
 
-def export_inputs(rc, name: str) -> dict:
-    """Rule llm_export's inputs: the tokenizer folder of a random-init model (never the GGUF); nothing for others."""
-    folder = tokenizer_dir(rc, export_model(rc, name))
+def export_inputs(rc, name: str, experiments) -> dict:
+    """Rule llm_export's inputs: the tokenizer folder of a random-init model (never the GGUF); nothing for others.
+    ``experiments``: as for :func:`export_model`."""
+    folder = tokenizer_dir(rc, export_model(rc, name, experiments))
     return {"tokenizer": folder} if folder else {}
 
 

@@ -15,8 +15,8 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    in-memory snapshot between layers, never reloaded from disk. Because a change in layer ``i``
    leaves the hidden states entering layer ``i`` untouched, those are cached once and only layers
    ``i..N-1`` are rerun (exact; checked by the tests); see :class:`.evaluate.Evaluator`.
-3. **Allocation** (:func:`.sensitivity.cluster_sensitivities`, :func:`.sensitivity.assign_bits`): three clusters of the layer
-   sensitivities (k-means: scikit-learn; percentile buckets: numpy; Ward: scipy); the most sensitive
+3. **Allocation** (:func:`.sensitivity.cluster_sensitivities`, :func:`.sensitivity.assign_bits`): three clusters of
+   the layer sensitivities (k-means: scikit-learn; percentile buckets: numpy; Ward: scipy); the most sensitive
    cluster gets the first (largest) bit width of a bit set [16,8,4], [8,8,4] or [8,4,4].
 4. **Simulated quantization** (``fake``): symmetric min-max, round-to-nearest, weight-only, per group
    of ``group_size`` (128) consecutive input features, FP16 scales (:func:`.quantize.quantize_groupwise`);
@@ -44,15 +44,24 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
 Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.core.harness`,
 ``accelbench llm-quant``) writes the result; :func:`.run.run` writes the sensitivity tables through it.
 
-Modules (each imports only those above it; only the job entry points are re-exported here):
+Modules of the job (each imports only those above it; this file imports none of them):
 
-- :mod:`.layers`: decoder structure (``SUBMODULES``, :func:`~.layers.decoder_layers`) and byte counts;
+- :mod:`.projections`: the decoder projections by name (``SUBMODULES``; torch-free);
+- :mod:`.layers`: decoder structure (:func:`~.layers.decoder_layers`) and byte counts;
 - :mod:`.quantize`: the group-wise quantizer, packed storage, simulated quantization;
 - :mod:`.evaluate`: text, token chunks, the perplexity :class:`~.evaluate.Evaluator`, the forward benchmark;
+- :mod:`.task_data`: the accuracy tasks' local data and their chance / majority baselines (torch-free);
 - :mod:`.accuracy`: lm-evaluation-harness tasks;
 - :mod:`.sensitivity`: sensitivity map, clustering, bit allocation;
-- :mod:`.methods`: fp32 / fake / torchao / int8_dq / inc_fp8 and the measurement of one method (:func:`~.methods.run_method`);
-- :mod:`.run`: model loading and the two jobs, :func:`~.run.run_sensitivity_job` and :func:`~.run.run_method_job`.
+- :mod:`.methods`: fp32 / fake / torchao / int8_dq / inc_fp8 and the measurement of one method
+  (:func:`~.methods.run_method`);
+- :mod:`.stages`: model loading and the two stages, :func:`~.stages.run_sensitivity_job` and
+  :func:`~.stages.run_method_job`;
+- :mod:`.run`: the job for the harness (``Settings``, ``run``, the cost model ``estimate_s``).
+
+Torch-free, beside them: :mod:`.rules` (the rule functions: result paths, job specs, model specs; ``rules.smk`` holds
+the rules) and :mod:`.tables` (the aggregation: :mod:`.tables_cells`, :mod:`.tables_rows`, :mod:`.tables_figures`,
+:mod:`.tables_claims`).
 """
 
 from accelbench.core.experiment import Experiment

@@ -153,8 +153,9 @@ class Evaluator:
         return math.exp(nll / self.tokens)
 
     def timed_perplexity(self) -> tuple[float, float]:
-        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.timing.StepClock`, wall mode);
-        its board energy (one window: the whole evaluation, :mod:`accelbench.measure.energy`) is kept in ``self.energy``."""
+        """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.timing.StepClock`, wall
+        mode); its board energy (one window: the whole evaluation, :mod:`accelbench.measure.energy`) is kept in
+        ``self.energy``."""
         clock = StepClock(self.device, wall=True, energy_steps=1)
         clock.start()
         ppl = self.perplexity()

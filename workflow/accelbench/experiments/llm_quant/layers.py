@@ -11,9 +11,7 @@ import io
 import torch
 
 from accelbench.errors import ConfigError
-
-SUBMODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-MLP_SUBMODULES = ("gate_proj", "up_proj", "down_proj")
+from accelbench.experiments.llm_quant.projections import SUBMODULES
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

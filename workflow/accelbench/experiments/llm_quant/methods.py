@@ -375,7 +375,8 @@ def run_method(
         },
         "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
         "accuracy": accuracy,
-        # board energy (accelbench.measure.energy): J per 1k evaluated tokens (the evaluation: one window), forward benchmark
+        # board energy (accelbench.measure.energy): J per 1k evaluated tokens (the evaluation: one window), forward
+        # benchmark
         "energy": energy.report(
             {"evaluation": ev.energy, "forward": forward_energy},
             "evaluation",

@@ -18,7 +18,8 @@ class QuantizedTensor:
     """Group-wise symmetric integer codes of a 2-D weight ``[out_features, in_features]``.
 
     ``codes``: uint8, ``bits`` = 16: one int16 code per two bytes (viewed as uint8); ``bits`` = 8: one int8 code
-    per byte (viewed as uint8); ``bits`` = 4: two codes per byte (low nibble first), codes offset by 8. ``scales``: float16 ``[out_features, ceil(in_features / group_size)]``.
+    per byte (viewed as uint8); ``bits`` = 4: two codes per byte (low nibble first), codes offset by 8. ``scales``:
+    float16 ``[out_features, ceil(in_features / group_size)]``.
     """
 
     codes: torch.Tensor

@@ -12,7 +12,8 @@ from tqdm.auto import tqdm
 
 from accelbench.errors import ConfigError
 from accelbench.experiments.llm_quant.evaluate import Evaluator
-from accelbench.experiments.llm_quant.layers import MLP_SUBMODULES, SUBMODULES, decoder_layers, layer_linears
+from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears
+from accelbench.experiments.llm_quant.projections import MLP_SUBMODULES, SUBMODULES
 from accelbench.experiments.llm_quant.quantize import quantize_
 
 CLUSTERINGS = ("kmeans", "percentile", "ward", "buckets", "buckets_spread")

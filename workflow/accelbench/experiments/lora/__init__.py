@@ -15,8 +15,8 @@ Workload (Study B's settings, all from the config):
     config.
   * Attention (``attention`` axis): ``eager`` = the model's plain matmul-softmax attention; ``flash`` =
     PyTorch SDPA on CUDA/CPU (FlashAttention-2 kernels on Ampere and newer in bf16; ``flash_attention_2`` when the
-    ``flash-attn`` package is installed), and on Gaudi optimum-habana's fused SDPA
-    (<= 1.19: ``use_flash_attention`` + ``flash_attention_causal_mask``; >= 1.20: ``attn_implementation=gaudi_fused_sdpa``).
+    ``flash-attn`` package is installed), and on Gaudi optimum-habana's fused SDPA (<= 1.19:
+    ``use_flash_attention`` + ``flash_attention_causal_mask``; >= 1.20: ``attn_implementation=gaudi_fused_sdpa``).
   * Strategy: ``single`` (one device), ``ddp`` (torchrun, NCCL / gloo on CPU / HCCL on Gaudi), ``fsdp`` (FULL_SHARD,
     one FSDP unit per decoder layer), ``zero3`` (DeepSpeed ZeRO stage 3; needs ``deepspeed``).
     On the ``cpu`` backend a "device" is one gloo process owning ``threads / N`` cores; FSDP is recorded
@@ -32,12 +32,13 @@ host syncs, ``torch.compile``, Liger kernels where installed), and ``ours_<name>
 
 Measurements: optimizer-step time after warm-up steps (CUDA events / synchronize + host clock, per rank, median and
 spread), samples/s and tokens/s, peak device memory per rank (host peak RSS on CPU), MFU from the named FLOP formula
-(:func:`accelbench.measure.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out loss before/after
-training, and the projected wall time of Study B's epoch (a projection, labelled so).
+(:func:`accelbench.measure.flops.flops_per_token`) against the system's peak, the per-step loss curve plus held-out
+loss before/after training, and the projected wall time of Study B's epoch (a projection, labelled so).
 
 Example::
 
-    accelbench lora-finetune --spec "$(cat spec.json)" --out results/cpu/lora_finetune/smollm2_135m/flash/ddp/n2/result.json
+    accelbench lora-finetune --spec "$(cat spec.json)" \
+        --out results/cpu/lora_finetune/smollm2_135m/flash/ddp/n2/result.json
 
 Modules (each imports only those above it; callers import what they use from the submodule):
   * :mod:`.data` (instruction pairs, concatenated blocks); FLOPs per token in :mod:`accelbench.measure.flops`;

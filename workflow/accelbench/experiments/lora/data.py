@@ -77,7 +77,8 @@ def build_pairs(
 
 
 def split_pairs(pairs: list[dict], eval_fraction: float = 0.1) -> tuple[list[dict], list[dict]]:
-    """Deterministic train/held-out split by a hash of each pair's id (see :func:`accelbench.data.text.split_topics`)."""
+    """Deterministic train/held-out split by a hash of each pair's id
+    (see :func:`accelbench.data.text.split_topics`)."""
     from accelbench.data.text import split_topics
 
     parts = split_topics({p["id"]: p for p in pairs}, {"train": 1 - eval_fraction, "eval": eval_fraction})

@@ -1,7 +1,7 @@
 """Study B LoRA: the job on the harness (:mod:`accelbench.core.harness`). :func:`run` plans a case, records what cannot
 run (unsupported; OOM by the weights-alone and host-memory pre-checks, before any rank starts), runs ``single`` in
-this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.core.launcher`), and merges the
-ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one rank's work. No launching code lives here."""
+this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.core.launcher`), and merges
+the ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one rank's work. No launching code lives here."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Settings:
         )
 
 
-# cost model of a job (accelbench.core.estimate, issue 42), fitted to the embedded default's jobs on the reference machine
+# cost model of a job (accelbench.core.estimate), fitted to the embedded default's jobs on the reference machine
 # (SmolLM2-135M, 2 x 2 blocks of 32 tokens per optimizer step): seconds per optimizer step of that work
 COST = {
     "startup_s": 8.0,

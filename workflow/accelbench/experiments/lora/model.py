@@ -175,8 +175,8 @@ def host_memory_precheck(
 
     ``ranks_per_node`` is the number of host copies of a node: 1 with rank-0-only building (what the job passes:
     :func:`random_init_place` builds the other ranks on the meta device), the ranks of the node otherwise (before
-    issue 25: Llama-3.3-70B in bf16 on 2 ranks of a 2x H200 node needed 262.8 GiB of its 256 GiB). Other strategies
-    build on the device (or partition under zero.Init).
+    rank-0-only building: Llama-3.3-70B in bf16 on 2 ranks of a 2x H200 node needed 262.8 GiB of its 256 GiB).
+    Other strategies build on the device (or partition under zero.Init).
     """
     if plan.strategy != "fsdp" or not n_params_config or not host_available_gib:
         return None

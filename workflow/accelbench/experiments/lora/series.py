@@ -163,7 +163,8 @@ def is_ours(series: str) -> bool:
 
 def series_options(series: str, section: dict) -> dict:
     """The options of ``series`` from the ``lora_finetune`` config section: ``faithful`` -> ``section["faithful"]``,
-    ``ours`` -> ``section["ours"]``, ``ours_<name>`` -> ``section["ours"]`` updated by ``section["ours_variants"][name]``.
+    ``ours`` -> ``section["ours"]``, ``ours_<name>`` -> ``section["ours"]`` updated by
+    ``section["ours_variants"][name]``.
 
     Raises:
         ConfigError: a variant that ``lora_finetune.ours_variants`` does not define (named).

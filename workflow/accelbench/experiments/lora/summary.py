@@ -11,8 +11,9 @@ from accelbench.measure.flops import flops_per_token, throughput_and_mfu
 
 def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, projection_cfg: dict) -> dict:
     """Combine per-rank measurements into the result's ``measurements``: step time Timing (per step the slowest rank,
-    :func:`accelbench.measure.timing.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median beside it),
-    throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's epoch."""
+    :func:`accelbench.measure.timing.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median
+    beside it), throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's
+    epoch."""
     from accelbench.measure import energy
     from accelbench.measure import timing as measure
 

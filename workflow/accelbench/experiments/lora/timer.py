@@ -14,8 +14,8 @@ def make_step_timer(device, world: int):
     ``synchronize`` + ``time.perf_counter``. Times in ms. After the first step it also records which wrapper and
     distributed set-up Trainer used (``wrapped_as``, ``distributed``), and host clock readings at each step's start and
     end (the last one after a device synchronize) for optimum-habana's ``train_runtime``. After
-    ``meter_energy(warmup, timed)`` the clock also meters the board energy of the timed steps (:mod:`accelbench.measure.energy`;
-    ``clock.energy()``)."""
+    ``meter_energy(warmup, timed)`` the clock also meters the board energy of the timed steps
+    (:mod:`accelbench.measure.energy`; ``clock.energy()``)."""
     from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):

@@ -11,7 +11,7 @@ from accelbench.experiments.lora.series import Runtime
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 
 # TrainingArguments that keep host synchronisations out of every optimizer step (found in transformers 5.24's
-# training loop; issue 12: the Trainer step was 1.12x a bare loop of the same work on an H200):
+# training loop; before them the Trainer step was 1.12x a bare loop of the same work on an H200):
 # * logging_nan_inf_filter: `torch.isnan(loss) or torch.isinf(loss)` after every micro-batch is a host sync;
 # * logging_strategy "no" (was logging_steps=1): each log does `.item()` on the all-gathered loss and the grad norm;
 #   the per-step loss curve comes from :class:`LossCurveMixin` instead (device tensors, read after training);
@@ -153,7 +153,7 @@ class LossCurveMixin:
     """
 
     ddp_options: dict = {}
-    # Host work per optimizer step that a bare loop does not do, removed with the same effect (issue 12; measured by
+    # Host work per optimizer step that a bare loop does not do, removed with the same effect (measured by
     # `benchmarks/harness_overhead.py host-overhead`: 32 decoder layers with LoRA = 1065 modules, 419 parameters):
     # * Trainer calls `model.train()` before every micro-batch: a recursive walk over every module (2.5 ms of host
     #   time per call on the CPU); skipped when every module is already in training mode and none overrides train();

@@ -8,7 +8,8 @@ maximum over ranks: :func:`accelbench.measure.timing.merge_ranks`). Bandwidths f
 for ``n`` ranks, the number to compare with a link's peak. Launched like the measurements
 (:mod:`accelbench.core.launcher`, :mod:`accelbench.cluster.multinode`): ``srun`` + ``torchrun`` c10d across nodes,
 ``torchrun --standalone`` on one, so the backend (NCCL/HCCL/gloo), rendezvous and, for NCCL, the chosen transports
-are the ones SR3 will get. NCCL's own ``all_reduce_perf`` is run too where it is on ``PATH`` (optional; its output is kept verbatim).
+are the ones SR3 will get. NCCL's own ``all_reduce_perf`` is run too where it is on ``PATH`` (optional; its output is
+kept verbatim).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ Three series, each a row group in the tables:
 - the data path of ``data/__init__.py`` ``create_dataloader`` (train phase): ``num_workers`` from the JSON's
   ``"datasets": {"train": {"num_workers": 8}}`` (``config/sr_sr3_64_256_set2.json``; here capped at the rank's cores),
   ``pin_memory=True`` (their DataLoader's default ``persistent_workers=False`` restarts the workers every epoch of
-  their whole training set; ours keeps them for the run: :data:`~accelbench.experiments.sr3.model.PERSISTENT_WORKERS_WHY`), and the batch copied as
+  their whole training set; ours keeps them for the run:
+  :data:`~accelbench.experiments.sr3.model.PERSISTENT_WORKERS_WHY`), and the batch copied as
   ``model/base_model.py`` ``set_device`` does it (``item.to(self.device)``: blocking), recorded in
   ``measurements.data_path``.
 
@@ -56,9 +57,10 @@ SERIES = {
     "faithful": "Study B-faithful (authors' code)",
     "paper_text": "paper text (attention at 16 px)",
     "ours": "ours (speed settings)",
-}  # "fastest honest run" is earned per node (study_b_sr3.series_labels)
+}  # "fastest honest run" is earned per node (tables_rows.series_labels)
 # |mean loss of ours - mean loss of faithful| / mean loss of faithful, over the same iterations, seed and batches
 LOSS_TOLERANCE = 0.05
+STUDY_B_WORKLOAD = 40000  # iterations x devices in Study B's strong-scaling runs (see resources/reference)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ OURS_DATA_SOURCE = (
 
 def spec_settings(name: str) -> dict:
     """Settings of configuration ``name`` that its jobs' spec carries beyond the name (rule ``sr3_train``; the spec's
-    sha256 says whether a finished result is current): the authors' data path (issue 24) for a configuration that
+    sha256 says whether a finished result is current): the authors' data path for a configuration that
     takes it, so that its results made before are redone; ``{}`` for the others, whose specs stay as they were."""
     c = get(name)
     if not c.authors_data_path:

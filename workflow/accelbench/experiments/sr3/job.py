@@ -40,329 +40,30 @@ keeps iterations x devices constant (40,000 at paper scale) at a per-device batc
 keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured iteration
 time per device count gives both: the totals differ only in the iteration counts. On the ``cpu`` backend a
 "device" is one gloo process with one intra-op thread (one core: the thread policy of
-:func:`accelbench.core.rank_processes.rank_threads`), so that adding devices adds compute as on GPUs, and the device count
-is limited by the usable cores. (Splitting a fixed number of cores over more ranks instead would measure
+:func:`accelbench.core.rank_processes.rank_threads`), so that adding devices adds compute as on GPUs, and the device
+count is limited by the usable cores. (Splitting a fixed number of cores over more ranks instead would measure
 OpenMP's scaling, and an oversubscribed OpenMP team slows down many-fold on a shared host.) On a host shared
 with other jobs, CPU times are noisy.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import platform
-import warnings
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-import numpy as np
-import torch
-from tqdm.auto import tqdm
 
 from accelbench import backends
-from accelbench.backends.device import Device
 from accelbench.core import precisions
 from accelbench.core.outcome import Outcome
-from accelbench.errors import ConfigError
 from accelbench.experiments.sr3 import configs as sr3_configs
-from accelbench.experiments.sr3.configs import Configuration
-from accelbench.experiments.sr3.model import (
-    PatchSet,
-    SR3Settings,
-    Trainer,
-    ddp_kwargs,
-    quality,
-    replica_spread,
-    resolve_settings,
-)
+from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD, Configuration
+from accelbench.experiments.sr3.model import ddp_kwargs
+from accelbench.experiments.sr3.plan import iteration_plan, unsupported_reason
+from accelbench.experiments.sr3.rank import save_panel, train_rank
+from accelbench.experiments.sr3.settings import SR3Settings, resolve_settings
 from accelbench.measure import energy, flops
 from accelbench.measure import timing as measure
 
 EXPERIMENT = "sr3_scaling"
-PRECISIONS = ("fp32", "bf16")  # of the configurations (sr3_configs)
-STUDY_B_WORKLOAD = 40000  # iterations x devices in Study B's strong-scaling runs (see resources/reference)
-
-
-def split_iterations(workload_iterations: int, devices: int) -> int:
-    """Iterations per device under strong scaling: ``workload_iterations / devices`` (Study B: 40,000 / N).
-
-    Raises:
-        ConfigError: the split is not exact (the total work would change with the device count).
-    """
-    if devices < 1 or workload_iterations % devices:
-        raise ConfigError(
-            f"sr3_scaling.workload_iterations {workload_iterations} does not split exactly over "
-            f"{devices} devices; choose a multiple of every device count in sr3_scaling.devices"
-        )
-    return workload_iterations // devices
-
-
-def max_devices(system) -> int:
-    """How many DDP ranks ``system`` can run: its ``devices`` (GPU/Gaudi cards), or the usable cores on ``cpu``."""
-    if not backends.get(system.backend).accelerator:
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return system.devices
-
-
-def unsupported_reason(system, devices: int, precision: str, visible: int | None = None) -> str | None:
-    """Why ``(devices, precision)`` cannot run on ``system`` (None if it can). ``visible`` = devices present now.
-    Counts above ``devices_per_node`` run on several nodes (:func:`accelbench.cluster.multinode.node_plan`).
-
-    Raises:
-        ConfigError: a multi-node count that does not divide by ``devices_per_node``.
-    """
-    if precision not in PRECISIONS:
-        return f"precision {precision!r} is not one of {PRECISIONS}"
-    if not system.supports(precision):
-        return f"{system.name} has no native {precision} (supported precisions: {', '.join(system.precisions)})"
-    from accelbench.cluster.multinode import job_limit_reason, node_plan
-
-    plan = node_plan(system, devices, "sr3_scaling.devices")
-    if plan.nodes > 1:  # ranks per node against what one node has; the allocation is checked by the launcher
-        if visible is not None and plan.per_node > visible:
-            return (
-                f"{devices} devices = {plan.nodes} nodes x {plan.per_node}; only {visible} {system.backend} "
-                f"device(s) are visible on this node"
-            )
-        return job_limit_reason(system, plan)
-    limit = max_devices(system)
-    if devices > limit:
-        what = (
-            "devices in its system file"
-            if backends.get(system.backend).accelerator
-            else "usable CPU cores (one gloo process each)"
-        )
-        return f"{devices} devices requested; {system.name} has {limit} {what}"
-    if visible is not None and devices > visible:
-        return f"{devices} devices requested; only {visible} {system.backend} device(s) are visible on this node"
-    return None
-
-
-# --------------------------------------------------------------------------- one rank's run
-def _peak_rss_gib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
-
-
-def iteration_plan(devices: int, workload_iterations: int, max_iterations: int, warmup: int) -> tuple[int, int, int]:
-    """``(iterations per device, iterations run, untimed warm-up iterations)`` of one job: strong scaling's
-    ``workload_iterations / devices`` (:func:`split_iterations`), capped at ``max_iterations``; the warm-up leaves
-    at least one timed iteration."""
-    iters = split_iterations(workload_iterations, devices)
-    run_iters = min(iters, max_iterations)
-    return iters, run_iters, min(warmup, run_iters - 1)
-
-
-def count_step_flops(tr: Trainer) -> dict:
-    """FLOPs of one rank's training step (:func:`accelbench.measure.flops.count_flops`: ``FlopCounterMode``, matmuls and
-    convolutions, forward + backward), counted on one extra untimed forward and backward of the plain module before
-    the timed run (:meth:`~.sr3_model.Trainer.flop_step`: never through ``torch.compile``'s wrapper, which a count
-    under the counter's dispatch mode leaves uncompiled for good). A backend whose ops the counter cannot run records
-    why instead."""
-    try:
-        value = flops.count_flops(tr.flop_step)
-    except Exception as exc:  # noqa: BLE001  (any failure of the counter: record it, the timed run is unaffected)
-        return {"per_device_step": None, "method": f"FlopCounterMode failed: {type(exc).__name__}: {exc}"[:300]}
-    return {
-        "per_device_step": value,
-        "method": "torch FlopCounterMode on one extra untimed forward and backward of the plain (uncompiled, "
-        "unwrapped) module",
-    }
-
-
-def check_compiled(conf: Configuration) -> dict | None:
-    """:func:`compiled_graphs` for a configuration that asks for ``torch.compile`` (None for one that does not).
-
-    Raises:
-        RuntimeError: it asks for ``torch.compile`` and TorchDynamo compiled no graph (every rank compiles the same
-            step, so every rank stops).
-    """
-    if not conf.compile:
-        return None
-    compiled = compiled_graphs()
-    if compiled["unique_graphs"] == 0:
-        raise RuntimeError(
-            f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
-            f"step ran eager, so its time is not {conf.name}'s ({compiled})"
-        )
-    return compiled
-
-
-def compiled_graphs() -> dict:
-    """What TorchDynamo compiled in this process so far (``torch._dynamo.utils.counters``): frames compiled, graphs,
-    graph breaks. A configuration that asks for ``torch.compile`` and compiled no graph ran eager: its step time
-    would be reported under a name it did not run (:func:`train_rank` stops with the reason)."""
-    from torch._dynamo.utils import counters
-
-    return {
-        "frames_compiled": int(counters["frames"].get("ok", 0)),
-        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
-        "graph_breaks": int(sum(counters["graph_break"].values())),
-        "method": "torch._dynamo.utils.counters after the timed iterations",
-    }
-
-
-@contextlib.contextmanager
-def count_host_syncs(device: Device) -> Iterator[dict]:
-    """Count the host synchronisations of the code inside: CUDA's sync debug mode ``warn`` (each synchronising call
-    warns; the warnings are recorded, not shown), on a backend with the ``sync_debug_mode`` capability; elsewhere the
-    dict stays ``{}`` (not counted). Yields a dict filled on exit: ``count``, ``where`` and ``method``."""
-    result: dict = {}
-    if not device.ops.sync_debug_mode:
-        yield result
-        return
-    with warnings.catch_warnings(record=True) as log:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield result
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
-    result.update(
-        count=sum(syncs.values()),
-        where=dict(syncs.most_common(5)),
-        method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
-        "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
-        "events included); where: file:line -> count",
-    )
-
-
-def train_rank(
-    settings: SR3Settings,
-    system,
-    devices: int,
-    conf: Configuration,
-    data: dict[str, np.ndarray],
-    *,
-    workload_iterations: int,
-    max_iterations: int,
-    warmup: int,
-    quality_images: int,
-    quality_sample_steps: int,
-    seed: int,
-    placement: dict | None = None,
-    ddp: dict | None = None,
-    **_,
-) -> tuple[dict, dict[str, np.ndarray] | None]:
-    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
-    (:mod:`.sr3_configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
-    it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations
-    they make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
-    series makes its loss read and its blocking batch copies per iteration, ours none beyond the measurement's own).
-    How batches reach the device (the configuration's ``loader_workers`` capped at this rank's cores, pinning, the
-    copy) is recorded as ``data_path``.
-
-    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
-    timed one by one (:func:`accelbench.measure.timing.time_steps`; the warm-up ones, which compile, are not counted for host
-    synchronisations). Rank 0 then samples the held-out patches for PSNR/SSIM
-    (after the process group is gone: the other ranks do not wait for it).
-
-    Returns:
-        ``(record, panel)``: this rank's record (times in ms, wall time in s, memory in GiB; rank 0's also holds
-        ``quality``, the loss, the parameter count and the patch counts) and, on rank 0, the sample panel
-        (:func:`quality`; None elsewhere). :func:`merge` turns the records of all ranks into the measurements.
-
-    Raises:
-        torch.OutOfMemoryError: on the rank that ran out (:func:`accelbench.core.harness.rank_main` records ``oom``).
-    """
-    import torch.distributed as dist
-
-    from accelbench.cluster.multinode import join_process_group
-
-    rank, world, local, pg = join_process_group(system.backend)
-    if world != devices:
-        raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
-    device = Device(system.backend, backends.get(system.backend).device_index(local))
-    _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
-    precision = conf.precision
-    torch.backends.cudnn.benchmark = conf.cudnn_benchmark
-    ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(
-        settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp, **conf.trainer_options()
-    )
-    step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
-    device.reset_peak_memory()
-    if world > 1:
-        dist.barrier()
-    whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
-    whole.start()
-    for _ in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
-        tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
-    if warm:  # fail before the timed iterations where the warm-up compiled nothing
-        check_compiled(conf)
-    with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
-        timing = measure.time_steps(
-            lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm, desc=f"rank {rank} SR3 train"
-        )
-    whole.stop()
-    wall = whole.seconds()
-    compiled = check_compiled(conf)
-    spread = replica_spread(tr.model) if world > 1 else 0.0
-    peak = device.peak_memory_bytes()
-    record = {
-        "rank": rank,
-        "samples_ms": timing.samples,
-        "median_ms": timing.median,
-        "method": timing.method,
-        "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
-        "warmup": warm,
-        "wall_s": wall,
-        "peak_mem_gib": peak / 2**30 if peak is not None else None,
-        "peak_rss_gib": _peak_rss_gib(),
-        "threads": torch.get_num_threads(),
-        "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
-        "placement": placement,
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "replica_max_abs_diff": spread,
-        "host_syncs_timed": syncs.get("count"),
-        "host_syncs_method": syncs.get("method"),
-        "host_syncs_where": syncs.get("where"),
-        "fused_adam": tr.fused_adam,
-        "compiled": compiled,
-        "collective_backend": pg if world > 1 else None,
-        "flops": step_flops,
-        "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
-        # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
-        "math_flags": {
-            "cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
-            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-        },
-    }
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if rank != 0:
-        return record, None
-    q, panel = quality(
-        tr.model,
-        settings,
-        data["heldout_hr"],
-        data["heldout_lr"],
-        quality_images,
-        quality_sample_steps,
-        device,
-        precision,
-        seed,
-    )
-    curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
-    record.update(
-        parameters=sum(p.numel() for p in tr.model.parameters()),
-        loss={
-            "first": curve[0],
-            "last10_mean": float(np.mean(curve[-10:])),
-            "rank": 0,
-            "curve": curve,
-            "mean": float(np.mean(curve)),
-        },
-        quality=q,
-        train_patches=int(len(data["train_hr"])),
-        heldout_patches=int(len(data["heldout_hr"])),
-    )
-    return record, panel
 
 
 def merge(
@@ -448,7 +149,7 @@ def merge(
         "cudnn_benchmark": first["cudnn_benchmark"],
         "ddp_options": ddp_kwargs(ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
         "rank_median_ms": [r["median_ms"] for r in records],
-        "data_path": first.get("data_path"),  # how batches reach the device (sr3_model.batch_loader)
+        "data_path": first.get("data_path"),  # how batches reach the device (model.batch_loader)
         "math_flags": first.get("math_flags"),
         "rank_nodes": [r["node"] for r in records],  # Slurm node name (host name outside Slurm) of each rank
         "replica_max_abs_diff": first["replica_max_abs_diff"],
@@ -477,17 +178,12 @@ def merge(
     }
 
 
-def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
-    """Write the low-res / bicubic / SR3 / ground-truth arrays of one held-out patch as ``.npz``."""
-    np.savez_compressed(path, **panel)
-
-
 # --------------------------------------------------------------------------- the job (accelbench.core.harness)
 @dataclass(frozen=True)
 class Settings:
     """One sr3_scaling job (one ``<configuration>/devices_<devices>`` result): the SR3 settings at the system's scale
     (:class:`SR3Settings`, with the configuration's attention placement), the device count and configuration
-    (:mod:`.sr3_configs`), the run parameters (``workload_iterations``,
+    (:mod:`.configs`), the run parameters (``workload_iterations``,
     ``max_iterations``, ``warmup``, ``quality_images``, ``quality_sample_steps``, ``seed``: config ``sr3_scaling``)
     and the DDP options (``sr3_scaling.ddp``; None: DDP's defaults)."""
 
@@ -504,14 +200,14 @@ class Settings:
     @classmethod
     def from_spec(cls, spec: dict, system) -> Settings:
         """From the rule's spec: ``{devices, configuration, preset, scales, run, ddp?}`` (``configuration``: a name of
-        :data:`.sr3_configs.CONFIGURATIONS`; its attention placement is applied to the resolved settings)."""
+        :data:`.configs.CONFIGURATIONS`; its attention placement is applied to the resolved settings)."""
         conf = sr3_configs.get(spec["configuration"])
         sr3 = resolve_settings(spec["preset"], system.scale, spec.get("scales", {})).for_configuration(conf.attention)
         return cls(sr3, int(spec["devices"]), conf, dict(spec["run"]), spec.get("ddp"))
 
 
 def prepare_environment(spec: dict, system) -> None:
-    """Before the device runtime loads: the configuration's environment (:func:`.sr3_configs.environment`: the
+    """Before the device runtime loads: the configuration's environment (:func:`.configs.environment`: the
     authors' Gaudi variables for the faithful series on ``hpu``); a variable the user set is kept."""
     for key, value in sr3_configs.environment(spec["configuration"], system.backend).items():
         os.environ.setdefault(key, value)
@@ -532,7 +228,7 @@ def job_mfu(first: dict, precision: str, devices: int, iteration_ms: float, peak
     )
 
 
-# cost model of a job (accelbench.core.estimate, issue 42), fitted to the embedded default's jobs on the reference machine:
+# cost model of a job (accelbench.core.estimate), fitted to the embedded default's jobs on the reference machine:
 # each rank trains on one core, so a job's wall time follows the iterations per rank
 COST = {"startup_s": 9.0, "ranks_s": 6.0, "iteration_s": 0.3, "sample_step_s": 0.02, "reference_work": 64**2 * 16**2}
 

@@ -1,88 +1,17 @@
-"""Study B SR3: the network, its noise schedule, the patch data and one rank's training loop, as the authors' code
-(javierhndev/Super-Resolution-SR3) builds them on MONAI (the mapping of SR3's settings: :mod:`.sr3_scaling`); the job
-that launches, times and merges the ranks is :mod:`.sr3_scaling`."""
+"""Study B SR3: the network, its noise schedule, the patch data, one rank's batches and its training loop
+(:class:`Trainer`), as the authors' code (javierhndev/Super-Resolution-SR3) builds them on MONAI (the mapping of SR3's
+settings: :mod:`.job`). The settings are in :mod:`.settings`, the quality check after training in :mod:`.quality`;
+the job that launches, times and merges the ranks is :mod:`.job`."""
 
 from __future__ import annotations
-
-import dataclasses
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
-from accelbench.measure.timing import StepClock
-
-
-@dataclass(frozen=True)
-class SR3Settings:
-    """Resolved SR3 settings at one scale (see ``sr3_scaling.preset`` in config/config.schema.yaml)."""
-
-    scale: str
-    hr_size: int
-    factor: int
-    inner_channels: int
-    channel_mult: tuple[int, ...]
-    num_res_blocks: int
-    attention_resolutions: tuple[int, ...]
-    num_heads: int
-    dropout: float
-    norm_groups: int
-    timesteps: int
-    beta_start: float
-    beta_end: float
-    lr: float
-    batch_size: int
-    # the size the authors' U-Net starts its attention bookkeeping at (their JSON's "image_size": 128 at 256 px data):
-    # attention sits where unet_image_size / 2**level is listed. None: hr_size, the paper text's reading
-    unet_image_size: int | None = None
-
-    @property
-    def lr_size(self) -> int:
-        return self.hr_size // self.factor
-
-    @property
-    def channels(self) -> tuple[int, ...]:
-        return tuple(self.inner_channels * m for m in self.channel_mult)
-
-    @property
-    def attention_levels(self) -> tuple[bool, ...]:
-        """Attention at level l iff ``unet_image_size / 2**l`` (as the authors' code counts; default hr_size / 2**l,
-        the feature map's size, as the paper's text reads) is in ``attention_resolutions``."""
-        start = self.unet_image_size or self.hr_size
-        return tuple(start // 2**level in self.attention_resolutions for level in range(len(self.channel_mult)))
-
-    def for_configuration(self, attention: str) -> SR3Settings:
-        """These settings with the attention placement of a configuration: ``as_run`` keeps ``unet_image_size``,
-        ``paper_text`` drops it (attention at the listed feature-map sizes)."""
-        return self if attention == "as_run" else dataclasses.replace(self, unet_image_size=None)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(channels=list(self.channels), attention_levels=list(self.attention_levels), lr_size=self.lr_size)
-        return d
-
-
-def resolve_settings(preset: dict, scale: str, scales: dict | None) -> SR3Settings:
-    """Merge the paper preset with the override of ``scale`` (``scales: {small: {...}, paper: {...}}``).
-
-    Raises:
-        ConfigError: hr_size not a multiple of factor x 2**(levels - 1).
-    """
-    p = dict(preset)
-    p.update((scales or {}).get(scale) or {})
-    p = {k: tuple(v) if isinstance(v, list) else v for k, v in p.items()}
-    s = SR3Settings(scale=scale, **p)
-    need = max(s.factor, 2 ** (len(s.channel_mult) - 1))
-    if s.hr_size % need:
-        raise ConfigError(
-            f"sr3_scaling: hr_size {s.hr_size} must be a multiple of {need} "
-            f"(factor {s.factor}, {len(s.channel_mult)} U-Net levels)"
-        )
-    return s
+from accelbench.experiments.sr3.settings import SR3Settings
 
 
 # --------------------------------------------------------------------------- model, schedule, data
@@ -355,7 +284,7 @@ class Trainer:
         self.amp = torch.bfloat16 if precision == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
         # pinned host memory where copies can overlap the device's work (CUDA): `.to(non_blocking=True)` from pageable
-        # memory makes the host wait for the device before every iteration (issue 24: bf16 on 1 H200, 166 -> 128 ms);
+        # memory makes the host wait for the device before every iteration (bf16 on 1 H200: 166 -> 128 ms);
         # the authors' data path pins too (their create_dataloader's pin_memory=True), where the device pins
         self.pin_memory = device.ops.non_blocking_copies
         self.sampler, self.loader, self.data_path = batch_loader(
@@ -401,7 +330,8 @@ class Trainer:
     def flop_step(self) -> None:
         """One forward and backward of the network as :meth:`train_step` runs it (next batch, noise, L1 on epsilon),
         through the plain module (``self.model``: neither the DDP wrapper nor the compiled one) and with no
-        optimizer step (the gradients are dropped): what FLOP counting runs (:func:`accelbench.measure.flops.count_flops`).
+        optimizer step (the gradients are dropped): what FLOP counting runs
+        (:func:`accelbench.measure.flops.count_flops`).
 
         Counting through the compiled module broke compilation: TorchDynamo, called under ``FlopCounterMode`` (a
         dispatch mode), leaves the frame uncompiled and runs it eagerly on every later call too, so every compiled
@@ -449,94 +379,3 @@ def replica_spread(model: torch.nn.Module) -> float:
     dist.all_reduce(hi, op=dist.ReduceOp.MAX)
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
     return float((hi - lo).abs().max())
-
-
-@torch.no_grad()
-def super_resolve(
-    model: torch.nn.Module, s: SR3Settings, lr: torch.Tensor, steps: int, device: Device, precision: str, seed: int
-) -> torch.Tensor:
-    """Sample SR3 for low-resolution images ``lr`` (B, 1, h, w) in [0, 1]; returns (B, 1, H, W) in [0, 1].
-
-    ``steps == timesteps``: SR3's ancestral DDPM chain; fewer: DDIM (eta 0) over ``steps`` strided steps.
-    """
-    dev = device.torch_device
-    model.eval()
-    cond = upsample(lr.to(dev), s.hr_size).clamp(0, 1) * 2 - 1
-    precise = device.ops.float64
-    sched = build_scheduler(s, precise) if steps >= s.timesteps else build_ddim(s, precise)
-    sched.set_timesteps(min(steps, s.timesteps), device=dev)
-    g = torch.Generator(device=dev).manual_seed(seed)
-    x = torch.randn(cond.shape, device=dev, generator=g)
-    amp = torch.bfloat16 if precision == "bf16" else None
-    for ts in tqdm(sched.timesteps, desc="SR3 sampling", leave=False):
-        ti = int(ts)
-        with device.autocast(amp):
-            eps = model(
-                torch.cat([cond, x], dim=1), torch.full((x.shape[0],), ti, device=dev, dtype=torch.long)
-            ).float()
-        x, _ = sched.step(eps, ti, x, generator=g) if steps >= s.timesteps else sched.step(eps, ti, x)
-        device.mark_step()
-    model.train()
-    return ((x.float().clamp(-1, 1) + 1) / 2).cpu()
-
-
-def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
-    """Mean PSNR (dB) and 2-D SSIM (7x7 window) of (B, 1, H, W) images in [0, 1] (data range 1)."""
-    from monai.metrics import PSNRMetric, SSIMMetric
-
-    pred, truth = pred.float().clamp(0, 1), truth.float()
-    win = min(7, truth.shape[-1])
-    return {
-        "psnr_db": float(PSNRMetric(max_val=1.0)(pred, truth).mean()),
-        "ssim": float(SSIMMetric(spatial_dims=2, data_range=1.0, win_size=win)(pred, truth).mean()),
-    }
-
-
-def quality(
-    model: torch.nn.Module,
-    s: SR3Settings,
-    heldout_hr: np.ndarray,
-    heldout_lr: np.ndarray,
-    n: int,
-    steps: int,
-    device: Device,
-    precision: str,
-    seed: int,
-) -> tuple[dict, dict[str, np.ndarray]]:
-    """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``n`` held-out patches.
-
-    Returns ``(metrics, panel)`` where panel holds the first patch's ``lr``, ``bicubic``, ``sr3``, ``truth``.
-    """
-    hr = torch.from_numpy(heldout_hr[:n])[:, None].float()
-    lr = torch.from_numpy(heldout_lr[:n])[:, None].float()
-    bicubic = upsample(lr, s.hr_size).clamp(0, 1)
-    clock = StepClock(device, wall=True)
-    clock.start()
-    sr = super_resolve(model, s, lr, steps, device, precision, seed)
-    clock.stop()
-    seconds = clock.seconds()
-    m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)
-    beats = m_sr["psnr_db"] > m_bi["psnr_db"] and m_sr["ssim"] > m_bi["ssim"]
-    note = (
-        "SR3 beats bicubic on both PSNR and SSIM"
-        if beats
-        else "this short training run does not beat plain bicubic upsampling (SR3 needs far more iterations)"
-    )
-    sampler = "ddpm" if steps >= s.timesteps else "ddim"
-    metrics = {
-        "images": int(len(hr)),
-        "sample_steps": int(min(steps, s.timesteps)),
-        "sampler": sampler,
-        "sampling_seconds": seconds,
-        "sr3": m_sr,
-        "bicubic": m_bi,
-        "beats_bicubic": bool(beats),
-        "note": note,
-    }
-    panel = {
-        "lr": lr[0, 0].numpy(),
-        "bicubic": bicubic[0, 0].numpy(),
-        "sr3": sr[0, 0].numpy(),
-        "truth": hr[0, 0].numpy(),
-    }
-    return metrics, panel

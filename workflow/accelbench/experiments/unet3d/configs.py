@@ -1,15 +1,14 @@
 """Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d.profile` measures them):
-the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning), the
-model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`), and the networks and
-noise scheduler they build (Med-DDPM's own U-Net or the MONAI stand-in; Med-DDPM's cosine DDPM schedule). The module
-docstring of :mod:`~accelbench.experiments.unet3d.profile` describes each configuration and its source."""
+the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning) and
+the model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`, :func:`settings_of`).
+Torch-free (the rules and the tables read it while they plan and aggregate); the networks and the noise scheduler
+these settings build are in :mod:`accelbench.experiments.unet3d.networks`. The module docstring of
+:mod:`~accelbench.experiments.unet3d.profile` describes each configuration and its source."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-
-import torch
+from dataclasses import dataclass, field
 
 # torch.compile modes that run the compiled model as CUDA graphs (inductor's ``triton.cudagraphs``, CUDA graph trees);
 # "max-autotune-no-cudagraphs" does not
@@ -62,7 +61,7 @@ VARIANTS: dict[str, Variant] = {
         Variant("bf16_compile", autocast="bf16", compile=True),
         Variant("bf16_compile_fused_adam", autocast="bf16", compile=True, fused_adam=True),
         Variant("bf16_compile_cudagraphs", autocast="bf16", compile=True, compile_mode="reduce-overhead"),
-        # ours beyond the CUDA-graph configuration (issue 29): the 3-D channels-last layout with bf16 (cuDNN's NDHWC
+        # ours beyond the CUDA-graph configuration: the 3-D channels-last layout with bf16 (cuDNN's NDHWC
         # kernels need no layout conversion in bf16), with the compiler, and the compiler's own kernel search
         Variant("bf16_channels_last_3d", autocast="bf16", channels_last_3d=True),
         Variant("bf16_channels_last_3d_compile", autocast="bf16", channels_last_3d=True, compile=True),
@@ -114,7 +113,9 @@ class ModelSettings:
     lr: float
     batch_size: int
     network: str = "monai"  # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in); see the module docstring
-    micro_batches: int = 1  # forward/backward passes per optimizer step (Med-DDPM: gradient_accumulate_every = 2)
+    # forward/backward passes per optimizer step (config unet3d_profile.micro_batches; Med-DDPM:
+    # gradient_accumulate_every = 2): always given, its default is the config's
+    micro_batches: int = field(kw_only=True)
 
     @property
     def channels(self) -> tuple[int, ...]:
@@ -186,11 +187,11 @@ def keeps_grad_buffers(variant: Variant, settings: ModelSettings) -> bool:
 
 
 def resolve_settings(
-    preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai", micro_batches: int = 1
+    preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai", micro_batches: int
 ) -> ModelSettings:
     """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
     (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``
-    (per optimizer step) come from the config's ``unet3d_profile`` block.
+    (per optimizer step) come from the config's ``unet3d_profile`` block (a job's spec: :func:`settings_of`).
 
     Raises:
         ValueError: an unknown ``network`` or ``micro_batches`` below 1."""
@@ -208,55 +209,25 @@ def resolve_settings(
     return ModelSettings(preset=preset_name, scale=scale, network=network, micro_batches=int(micro_batches), **p)
 
 
-def build_network(s: ModelSettings) -> torch.nn.Module:
-    """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
-    MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
-    if s.network == "med_ddpm":
-        from accelbench.models.med_ddpm_unet import MedDDPMUNet
-
-        return MedDDPMUNet(
-            s.image_channels + s.mask_channels,
-            s.out_channels,
-            base_channels=s.base_channels,
-            channel_mult=s.channel_mult,
-            num_res_blocks=s.num_res_blocks,
-            attention_levels=s.attention_levels,
-            num_heads=s.num_heads,
-            norm_groups=s.norm_groups,
-        )
-    return build_unet(s)
+# What results made before the config keys `network` and `micro_batches` existed ran (the first reference run,
+# 2026-11-30): the MONAI stand-in, one forward/backward pass per Adam step. Read only for such a result (or its spec),
+# which records neither key; never a default of the config (config/config.yaml and its schema hold those).
+BEFORE_THE_KEYS = {"network": "monai", "micro_batches": 1}
 
 
-def build_unet(s: ModelSettings) -> torch.nn.Module:
-    """MONAI ``DiffusionModelUNet`` mapped to Med-DDPM (see module docstring). Parameters in fp32 on CPU.
+def settings_of(spec: dict, scale: str) -> ModelSettings:
+    """The model settings of a unet3d_profile spec (a job's spec, or a result's ``config``) at ``scale``: its preset
+    ``spec["model"]`` of ``spec["presets"]`` with the scale's overrides, its ``network`` and ``micro_batches``
+    (:data:`BEFORE_THE_KEYS` for a result made before those keys existed).
 
-    MONAI (like guided diffusion) zero-initialises the last convolution of each residual block and
-    the output convolution, so an untrained network predicts exactly zero noise. Those layers are
-    re-initialised here with PyTorch's default initialisation, so that every layer contributes to the
-    output and the quality comparison between configurations compares real numbers, not zeros.
-    The arithmetic per step is unchanged.
+    Raises:
+        ValueError: an unknown network or micro_batches below 1 (:func:`resolve_settings`).
     """
-    from monai.networks.nets import DiffusionModelUNet
-
-    model = DiffusionModelUNet(
-        spatial_dims=3,
-        in_channels=s.image_channels + s.mask_channels,
-        out_channels=s.out_channels,
-        num_res_blocks=[s.num_res_blocks] * len(s.channels),
-        channels=list(s.channels),
-        attention_levels=list(s.attention_levels),
-        norm_num_groups=s.norm_groups,
-        num_head_channels=[c // s.num_heads for c in s.channels],
-        resblock_updown=False,
+    return resolve_settings(
+        spec["model"],
+        spec["presets"],
+        scale,
+        spec.get("scales", {}),
+        network=spec.get("network", BEFORE_THE_KEYS["network"]),
+        micro_batches=spec.get("micro_batches", BEFORE_THE_KEYS["micro_batches"]),
     )
-    for module in model.modules():
-        if isinstance(module, (torch.nn.Conv3d, torch.nn.Linear)) and not module.weight.detach().any():
-            module.reset_parameters()
-    return model
-
-
-def build_scheduler(s: ModelSettings):
-    """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
-    from monai.networks.schedulers import DDPMScheduler
-
-    return DDPMScheduler(num_train_timesteps=s.timesteps, schedule=s.schedule)

@@ -1,13 +1,13 @@
 """Study A at the hardware-counter level: Nsight Compute metrics of one training step per configuration.
 
 For each Study A configuration, ``ncu`` replays the kernels of one training step of the Med-DDPM U-Net
-(the same :class:`~accelbench.experiments.unet3d.profile.Workload`, after warm-up, inside the NVTX range
+(the same :class:`~accelbench.experiments.unet3d.workload.Workload`, after warm-up, inside the NVTX range
 ``accelbench_step``) with the clocks left alone (``--clock-control none``), and records raw per-kernel
-counters (:mod:`accelbench.measure.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced metric set over
-every kernel of the step (SM-cycle and instruction totals as measured), and a detail pass with every counter on
-the kernels that make up most of the step's device time in the torch.profiler kernel table of the same
-configuration (``coverage``/``max_kernels``/``launch_count``). The result records the share of the step's
-device time each pass covers.
+counters (:mod:`accelbench.measure.ncu`) in two passes (see :func:`profile_counters`): a coverage pass with a reduced
+metric set over every kernel of the step (SM-cycle and instruction totals as measured), and a detail pass with every
+counter on the kernels that make up most of the step's device time in the torch.profiler kernel table of the same
+configuration (``coverage``/``max_kernels``/``launch_count``). The result records the share of the step's device time
+each pass covers.
 
 Where ``ncu`` is missing, the system is not an NVIDIA GPU, or the counters cannot be read (e.g. a
 virtualised GPU without profiling permission), the result is ``unsupported`` with the reason.
@@ -25,9 +25,10 @@ from pathlib import Path
 from accelbench import backends
 from accelbench.core.launcher import accelbench_command
 from accelbench.core.outcome import Outcome
-from accelbench.experiments.unet3d.profile import VARIANTS, unsupported_reason
+from accelbench.experiments.unet3d.configs import VARIANTS
+from accelbench.experiments.unet3d.settings import unsupported_reason
 from accelbench.measure import ncu
-from accelbench.measure import timing as measure
+from accelbench.measure.kernel_classes import classify_kernel
 
 EXPERIMENT = "unet3d_ncu"
 
@@ -88,7 +89,7 @@ def profile_counters(
        replay passes) on the top kernels only (``coverage``/``max_kernels``/``launch_count``).
 
     ``measurements["coverage"]`` gives the share of the step's device time (torch.profiler's kernel table)
-    each pass covers; the target for the counter table is at least 80% (issue 16).
+    each pass covers; the target for the counter table is at least 80%.
 
     Args:
         spec: the ``unet3d-step`` spec (system, model, configuration, presets, scales, run.seed).
@@ -175,7 +176,7 @@ def profile_counters(
     commands["detail"] = " ".join(cmd[: cmd.index("--")])
     if err:
         return _unsupported(f"detail pass: {err}" if coverage_pass else err)
-    reduced = ncu.reduce(detail, measure.classify_kernel)
+    reduced = ncu.reduce(detail, classify_kernel)
     cov = {
         "target": 0.8,
         "detail": {
@@ -189,7 +190,7 @@ def profile_counters(
     if errors:
         cov["coverage_error"] = errors["coverage"]
     if covered:
-        reduced = ncu.merge_coverage(reduced, passes["coverage"], measure.classify_kernel)
+        reduced = ncu.merge_coverage(reduced, passes["coverage"], classify_kernel)
         cov["coverage"] = {
             **ncu.time_coverage(table_rows, passes["coverage"]),
             "pass": "coverage",
@@ -309,7 +310,7 @@ def _kernel_table(ctx) -> str | None:
     return str(table) if table.exists() else None
 
 
-# cost model of a job (accelbench.core.estimate, issue 42): Nsight Compute replays each selected kernel once per pass,
+# cost model of a job (accelbench.core.estimate): Nsight Compute replays each selected kernel once per pass,
 # hundreds of times a training step; not fitted (no GPU in the reference runs): a rough figure per job
 COST = {"ncu_s": 900.0}
 

@@ -1,15 +1,19 @@
-# Study B LoRA fine-tuning (model export: llm_models.smk): one job per
-# (system, model, series, attention, strategy, devices); the `ours` series in <model>/<attention>/..., the
-# faithful one and ours' variants in <model>/<series>/<attention>/... (multi-device jobs launch torchrun themselves), aggregation.
+# Study B LoRA fine-tuning (model export: workflow/rules/llm_models.smk; rule functions: rules.py): one job per
+# (system, model, series, attention, strategy, devices); the `ours` series in <model>/<attention>/..., the faithful
+# one and ours' variants in <model>/<series>/<attention>/... (multi-device jobs launch torchrun themselves);
+# the aggregation.
+from accelbench.experiments.lora import rules as lora_rules
+
+
 rule lora_finetune:
     input:
-        unpack(lora_model_input),
+        unpack(lambda wildcards: lora_rules.model_input(RC, wildcards)),
     output:
         protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     params:
-        spec=lora_finetune_spec,
+        spec=spec_of("lora_finetune"),
     wildcard_constraints:
         model="[a-z0-9_]+",  # one folder: a series level (`faithful/`, `ours_<variant>/`) is never a model
         attention="eager|flash",
@@ -25,14 +29,14 @@ rule lora_finetune:
         "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
 
-# Study B's faithful series (the job files' runtime, experiments/lora/series.py) and the measured variants of ours
+# Study B's faithful series (the job files' runtime, series.py) and the measured variants of ours
 # (lora_finetune.ours_variants): the same job under <model>/<series>/
 use rule lora_finetune as lora_finetune_series with:
     output:
         protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}.log",
-    wildcard_constraints:  # params: lora_finetune_spec reads the series from the path
+    wildcard_constraints:  # params: rules.spec reads the series from the path
         model="[a-z0-9_]+",
         series="faithful|ours_[a-z0-9_]+",
         attention="eager|flash",
@@ -42,13 +46,13 @@ use rule lora_finetune as lora_finetune_series with:
 
 rule study_b_lora_aggregate:
     input:
-        results=lora_finetune_results() + copied_results("lora_finetune"),
+        results=results_of("lora_finetune") + copied_results("lora_finetune"),
         reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
         validated=validated("lora_finetune"),
     output:
         runs=report(
             f"{RESULTS}/study_b_lora/runs.csv",
-            caption="../report/study_b_lora_runs.rst",
+            caption="report/study_b_lora_runs.rst",
             category="Study B",
         ),
         runs_md=f"{RESULTS}/study_b_lora/runs.md",
@@ -56,7 +60,7 @@ rule study_b_lora_aggregate:
         runs_tex=f"{RESULTS}/study_b_lora/runs.tex",
         gains=report(
             f"{RESULTS}/study_b_lora/gains.csv",
-            caption="../report/study_b_lora_gains.rst",
+            caption="report/study_b_lora_gains.rst",
             category="Study B",
         ),
         gains_md=f"{RESULTS}/study_b_lora/gains.md",
@@ -64,7 +68,7 @@ rule study_b_lora_aggregate:
         gains_tex=f"{RESULTS}/study_b_lora/gains.tex",
         runtime=report(
             f"{RESULTS}/study_b_lora/fig_runtime_vs_devices.png",
-            caption="../report/study_b_lora_runtime.rst",
+            caption="report/study_b_lora_runtime.rst",
             category="Study B",
         ),
     log:

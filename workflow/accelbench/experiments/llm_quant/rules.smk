@@ -1,8 +1,12 @@
-# Study B quantization (model export: llm_models.smk): one sensitivity job per (system, model), one job per (system, model, method,
-# bit set) reading the sensitivity result, and the aggregation (table in Study B's layout + figures).
+# Study B quantization (model export: workflow/rules/llm_models.smk; rule functions: rules.py): one sensitivity job
+# per (system, model), one job per (system, model, method, bit set) reading the sensitivity result, and the
+# aggregation (table in Study B's layout + figures).
+from accelbench.experiments.llm_quant import rules as llm_quant_rules
+
+
 rule llm_quant_sensitivity:
     input:
-        unpack(llm_quant_model_input),
+        unpack(lambda wildcards: llm_quant_rules.model_input(RC, wildcards)),
     output:
         result=protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json")),
         layers=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_layers.csv"),
@@ -10,8 +14,8 @@ rule llm_quant_sensitivity:
     log:
         f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
     params:
-        spec=llm_quant_spec,
-        model_dir=llm_quant_model_dir_option,
+        spec=spec_of("llm_quant"),
+        model_dir=llm_quant_rules.model_dir_option,
     threads: all_cores
     resources:
         **device_resources(),
@@ -25,15 +29,15 @@ rule llm_quant_sensitivity:
 
 rule llm_quant_method:
     input:
-        unpack(llm_quant_model_input),
+        unpack(lambda wildcards: llm_quant_rules.model_input(RC, wildcards)),
         sensitivity=f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/result.json",
     output:
         protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json")),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
     params:
-        spec=llm_quant_spec,
-        model_dir=llm_quant_model_dir_option,
+        spec=spec_of("llm_quant"),
+        model_dir=llm_quant_rules.model_dir_option,
     wildcard_constraints:
         method="fp32|fake|torchao|int8_dq|inc_fp8",
         bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
@@ -50,7 +54,7 @@ rule llm_quant_method:
 
 rule study_b_quant_aggregate:
     input:
-        results=llm_quant_results() + copied_results("llm_quant"),
+        results=results_of("llm_quant") + copied_results("llm_quant"),
         reference=REPO / "resources/reference/study_b_quantization.csv",
         # read beside the reference: the model cards' published scores (<task>_card_pct)
         model_cards=REPO / "resources/reference/model_cards.csv",
@@ -58,7 +62,7 @@ rule study_b_quant_aggregate:
     output:
         table=report(
             f"{RESULTS}/study_b_quant/table.csv",
-            caption="../report/study_b_quant_table.rst",
+            caption="report/study_b_quant_table.rst",
             category="Study B",
         ),
         table_md=f"{RESULTS}/study_b_quant/table.md",
@@ -67,12 +71,12 @@ rule study_b_quant_aggregate:
         sensitivity=f"{RESULTS}/study_b_quant/sensitivity_layers.csv",
         fig_layers=report(
             f"{RESULTS}/study_b_quant/fig_sensitivity_layers.png",
-            caption="../report/study_b_quant_layers.rst",
+            caption="report/study_b_quant_layers.rst",
             category="Study B",
         ),
         fig_submodules=report(
             f"{RESULTS}/study_b_quant/fig_sensitivity_submodules.png",
-            caption="../report/study_b_quant_submodules.rst",
+            caption="report/study_b_quant_submodules.rst",
             category="Study B",
         ),
     log:

@@ -1,11 +1,15 @@
-# Study B SR3 super-resolution: patch preparation, one DDP training job per (system, precision, devices), aggregation.
+# Study B SR3 super-resolution (rule functions: rules.py): patch preparation, one DDP training job per (system,
+# configuration, devices), aggregation.
+from accelbench.experiments.sr3 import rules as sr3_rules
+
+
 rule sr3_prepare:
     output:
         "resources/sky/sr3_{scale}.npz",
     log:
         "logs/sr3_prepare/{scale}.log",
     params:
-        spec=sr3_prepare_spec,
+        spec=lambda wildcards: spec_file(sr3_rules.prepare_spec(RC, wildcards)),
     container:
         CONTAINER
     shell:
@@ -14,19 +18,19 @@ rule sr3_prepare:
 
 rule sr3_train:
     input:
-        data=sr3_data,
+        data=sr3_rules.data_path(RC),
     output:
         protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}/result.json")),
     log:
         f"logs/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}.log",
     params:
-        spec=sr3_scaling_spec,
+        spec=spec_of("sr3_scaling"),
     wildcard_constraints:
         configuration="[a-z0-9_]+",
         devices="[0-9]+",
     threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:
-        **node_resources("sr3_scaling.devices"),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (multinode.py)
+        **node_resources(sr3_rules.DEVICES_KEY),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (multinode.py)
         runtime=120,
     container:
         CONTAINER
@@ -37,13 +41,13 @@ rule sr3_train:
 
 rule study_b_sr3_aggregate:
     input:
-        results=sr3_scaling_results() + copied_results("sr3_scaling"),
+        results=results_of("sr3_scaling") + copied_results("sr3_scaling"),
         reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
         validated=validated("sr3_scaling"),
     output:
         table=report(
             f"{RESULTS}/study_b_sr3/scaling.csv",
-            caption="../report/study_b_sr3_table.rst",
+            caption="report/study_b_sr3_table.rst",
             category="Study B",
         ),
         table_md=f"{RESULTS}/study_b_sr3/scaling.md",
@@ -51,19 +55,19 @@ rule study_b_sr3_aggregate:
         table_tex=f"{RESULTS}/study_b_sr3/scaling.tex",
         efficiency=report(
             f"{RESULTS}/study_b_sr3/efficiency.csv",
-            caption="../report/study_b_sr3_efficiency.rst",
+            caption="report/study_b_sr3_efficiency.rst",
             category="Study B",
         ),
         efficiency_md=f"{RESULTS}/study_b_sr3/efficiency.md",
         efficiency_html=f"{RESULTS}/study_b_sr3/efficiency.html",
         scaling=report(
             f"{RESULTS}/study_b_sr3/fig_scaling.png",
-            caption="../report/study_b_sr3_scaling.rst",
+            caption="report/study_b_sr3_scaling.rst",
             category="Study B",
         ),
         samples=report(
             f"{RESULTS}/study_b_sr3/fig_samples.png",
-            caption="../report/study_b_sr3_samples.rst",
+            caption="report/study_b_sr3_samples.rst",
             category="Study B",
         ),
     log:

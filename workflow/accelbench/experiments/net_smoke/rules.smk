@@ -9,7 +9,7 @@ rule net_smoke:
     log:
         "logs/{system}/net_smoke/devices_{devices}.log",
     params:
-        spec=lambda wildcards: spec_file({"system": SYSTEM.to_dict(), "devices": int(wildcards.devices)}),
+        spec=spec_of("net_smoke"),
     wildcard_constraints:
         devices="[0-9]+",
     threads: all_cores

@@ -7,6 +7,9 @@ accepted by hand), the result to write (``--out``) and the experiment's named in
 job harness (:mod:`accelbench.core.harness`). Every output is written atomically.
 Errors the user can act on (bad config, missing accelerator, missing or corrupt files) end with a one-line message
 and exit status 2.
+
+The commands that prepare a measurement's inputs (data sets, model folders, ncu's target step) are in
+:mod:`accelbench.cli.inputs`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import sys
 from pathlib import Path
 
+from accelbench.cli import inputs
 from accelbench.core import registry
 from accelbench.errors import AccelbenchError
 
@@ -81,52 +85,6 @@ def cmd_rank(args: argparse.Namespace) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)  # the other ranks may wait in a collective: torchrun stops them when this one is gone
-
-
-# --------------------------------------------------------------------------- data and models
-def cmd_mri_prepare(args: argparse.Namespace) -> None:
-    from accelbench.core.harness import load_spec
-    from accelbench.data import mri
-
-    spec, _ = load_spec(args.spec)
-    summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
-    log.info("prepared MRI pair: %s", json.dumps(summary))
-
-
-def cmd_unet3d_step(args: argparse.Namespace) -> None:
-    from accelbench.core.harness import load_spec, system_from
-    from accelbench.data.mri import load_case
-    from accelbench.experiments.unet3d import profile as exp
-
-    spec, _ = load_spec(args.spec)
-    system = system_from(spec)
-    s = exp.Settings.from_spec(spec, system)
-    image, mask = load_case(args.image, args.mask, s.model.image_channels, s.model.mask_channels)
-    exp.nvtx_step(s.model, s.variant, system, image, mask, warmup=args.warmup, seed=s.params["seed"])
-
-
-def cmd_sr3_prepare(args: argparse.Namespace) -> None:
-    from accelbench.core.harness import load_spec
-    from accelbench.data import sky
-
-    spec, _ = load_spec(args.spec)
-    summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
-    log.info("prepared sky patches: %s", json.dumps(summary))
-
-
-def cmd_llm_export(args: argparse.Namespace) -> None:
-    from accelbench.core.harness import load_spec
-    from accelbench.models.export import export_hf_folder
-
-    info = export_hf_folder(load_spec(args.spec)[0], args.out)
-    log.info("exported %s to %s", info["name"], args.out)
-
-
-def cmd_llm_tokenizer_export(args: argparse.Namespace) -> None:
-    from accelbench.models.export import export_tokenizer
-
-    info = export_tokenizer(args.name, args.out)
-    log.info("exported %s (%d ids) to %s", info["name"], info["vocab_size"], args.out)
 
 
 # --------------------------------------------------------------------------- aggregation, claims, reference runs
@@ -298,47 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     _measurement_parsers(sub)
     _aggregate_parsers(sub)
-
-    s = sub.add_parser("mri-prepare", help="build the Study A MRI image/mask NIfTI pair")
-    s.add_argument(
-        "--spec", required=True, help="JSON file: {volume, spacing_mm, data: {source, folder, case, label_values}}"
-    )
-    s.add_argument("--image", required=True)
-    s.add_argument("--mask", required=True)
-    s.set_defaults(func=cmd_mri_prepare)
-
-    s = sub.add_parser("unet3d-step", help="Study A: warm up, then one training step in an NVTX range (ncu's target)")
-    s.add_argument("--spec", required=True)
-    s.add_argument("--image", required=True)
-    s.add_argument("--mask", required=True)
-    s.add_argument("--warmup", type=int, default=2)
-    s.set_defaults(func=cmd_unet3d_step)
-
-    s = sub.add_parser("sr3-prepare", help="Study B SR3: tile sky images into HR patches and 4x downsampled pairs")
-    s.add_argument(
-        "--spec",
-        required=True,
-        help="JSON file: {hr_size, factor, data: {source, folder, held_out_every, train_overlap}}",
-    )
-    s.add_argument("--out", required=True, help="patch set (.npz)")
-    s.set_defaults(func=cmd_sr3_prepare)
-
-    s = sub.add_parser(
-        "llm-export", help="Study B: save an offline LM (SmolLM2 GGUF, random init) as a plain HF folder"
-    )
-    s.add_argument("--spec", required=True, help="JSON model spec of accelbench.models.llm.load_causal_lm")
-    s.add_argument("--out", required=True, help="folder to write (safetensors, config, tokenizer, accelbench.json)")
-    s.set_defaults(func=cmd_llm_export)
-
-    s = sub.add_parser(
-        "llm-tokenizer-export",
-        help="Study B: save a tokenizer of random-init models (SmolLM2's, from its GGUF) as a small plain HF folder",
-    )
-    s.add_argument("--name", required=True, help="tokenizer to export (smollm2)")
-    s.add_argument(
-        "--out", required=True, help="folder to write (tokenizer.json, tokenizer_config.json, accelbench.json)"
-    )
-    s.set_defaults(func=cmd_llm_tokenizer_export)
+    inputs.add_parsers(sub)
 
     s = sub.add_parser(
         "reference-runs",

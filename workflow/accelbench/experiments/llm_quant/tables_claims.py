@@ -1,0 +1,164 @@
+"""The claim checks of Study B's quantization (the claims table, :mod:`accelbench.aggregate.claims`), torch-free:
+compression, perplexity increase and layer sensitivity per (system, model); the quality claims need pretrained
+weights. :data:`CLAIM_CHECKS` is read through :mod:`.tables`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row
+from accelbench.errors import DataError
+from accelbench.experiments.llm_quant.tables_rows import measured_rows, sensitivity_rows
+
+# quantities that measure model quality (meaningless for random-init weights)
+QUALITY_QUANTITIES = ("sensitivity_max_over_median", "first_last_layer_top_share", "perplexity_increase_pct")
+
+
+def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res: dict) -> list[Observation]:
+    """Observations of one llm_quant claim on one (system, model): ``rows`` of :func:`measured_rows`, ``sens`` of
+    :func:`sensitivity_rows`, ``res`` its results by :func:`_claim_key`."""
+    q, sel = claim["quantity"], claim["selector"]
+    setting = _setting(res)
+    if q in QUALITY_QUANTITIES:  # a quality claim says nothing on random weights (compression does not depend on them)
+        weights = {str(r.get("measurements", {}).get("model", {}).get("weights", "")) for r in res.values()}
+        if "weights" in rows:
+            weights |= {str(w) for w in rows["weights"].dropna()}
+        if any("random" in w for w in weights):
+            raise NotMeasured(
+                "random-init weights (a throughput-only model): perplexity and sensitivity "
+                "claims need pretrained weights"
+            )
+    if q in ("sensitivity_max_over_median", "first_last_layer_top_share"):
+        if sens.empty:
+            st = res.get(("sensitivity",))
+            raise NotMeasured(f"sensitivity: {st['status']} ({st.get('reason')})" if st else "no sensitivity result")
+        s = sens.sort_values("layer")
+        prune = s["prune"].astype(float).to_numpy()
+        used = [res[("sensitivity",)]] if ("sensitivity",) in res else []
+        if q == "sensitivity_max_over_median":
+            med = float(np.median(prune))
+            v = float(prune.max() / med) if med > 0 else math.inf
+            return [
+                Observation(
+                    v,
+                    f"max/median of {len(prune)} layers = {v:.3g} (max {prune.max():.3g}, "
+                    f"median {med:.3g} ppl increase)",
+                    used,
+                    setting=setting,
+                )
+            ]
+        order = list(np.argsort(-prune, kind="stable"))
+        n = len(prune)
+        first, last = order.index(0) + 1, order.index(n - 1) + 1
+        top = math.ceil(0.2 * n)
+        return [
+            Observation(
+                first <= top and last <= top,
+                f"rank of layer 0: {first}/{n}, of layer {n - 1}: {last}/{n} (top 20% = {top})",
+                used,
+                setting=setting,
+            )
+        ]
+    method, _, bitset = sel.partition("/")
+    mine = rows[rows["method"] == method]
+    if bitset != "*":
+        mine = mine[mine["bitset"].astype(str) == bitset]
+    if mine.empty:
+        raise NotMeasured(f"{sel}: no result (not in config llm_quant.methods / bitsets, or not run yet)")
+    bad = mine[mine["status"] != "ok"]
+    if len(bad) == len(mine):
+        r = bad.iloc[0]
+        raise NotMeasured(f"{r['method']}/{r['bitset']}: {r['status']} ({r['reason']})")
+    ok = mine[mine["status"] == "ok"]
+    used = lambda r: [res[k] for k in [(r["method"], str(r["bitset"])), ("fp32", "none")] if k in res]  # noqa: E731
+    if q == "compression_x":
+        return [
+            Observation(
+                float(r["compression_x"]),
+                f"{r['method']}/{r['bitset']}: {float(r['compression_x']):.2f}x",
+                used(r),
+                key=f"{r['method']}/{r['bitset']}",
+                setting=setting,
+            )
+            for _, r in ok.iterrows()
+        ]
+    if q == "perplexity_increase_pct":
+        base = rows[(rows["method"] == "fp32") & (rows["status"] == "ok")]
+        if base.empty:
+            raise NotMeasured("no FP32 baseline result (method fp32)")
+        p0 = float(base["perplexity"].iloc[0])
+        return [
+            Observation(
+                100 * (float(r["perplexity"]) / p0 - 1),
+                f"{r['method']}/{r['bitset']}: {p0:.2f} -> {float(r['perplexity']):.2f} "
+                f"({100 * (float(r['perplexity']) / p0 - 1):+.1f}%)",
+                used(r),
+                key=f"{r['method']}/{r['bitset']}",
+                setting=setting,
+            )
+            for _, r in ok.iterrows()
+        ]
+    raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+
+
+def _setting(res: dict) -> dict[str, str]:
+    """What one (system, model)'s results were measured on, for the claims' ``setting``: ``model`` (the loaded
+    model's name, e.g. ``SmolLM2-135M-Instruct``), ``weights`` (``pretrained`` / ``random init``) and ``text``
+    (the text source: ``pydoc``, ``wikitext2``)."""
+    for r in res.values():
+        m, c = r.get("measurements") or {}, r["config"]
+        model = m.get("model") or {}
+        if model.get("name"):
+            return {
+                "model": str(model["name"]),
+                "weights": str(model.get("weights", "")),
+                "text": str((c.get("data") or {}).get("source", "")),
+            }
+    return {}
+
+
+# quantities that do not depend on timing (sizes, perplexity, sensitivity ranks): still judged on a noisy result
+TIMING_FREE = {"compression_x", "perplexity_increase_pct", "sensitivity_max_over_median", "first_last_layer_top_share"}
+
+
+def _claim_key(r: dict) -> tuple:
+    """Identity of a result inside its (system, model) group: ``("sensitivity",)`` or (method, bit set)."""
+    c = r["config"]
+    return (
+        (c.get("method", "sensitivity"),)
+        if c.get("method", "sensitivity") == "sensitivity"
+        else (c["method"], str(c["bitset"]))
+    )
+
+
+def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
+    """The claims-table rows of one llm_quant claim: one per (system, model)."""
+    exp = claim["experiment"]
+    group = inputs.of(exp)
+    if not group:
+        return [not_run(claim, exp)]
+    quant, sens = inputs.rows(measured_rows, exp), inputs.rows(sensitivity_rows, exp)
+    rows = []
+    for system, model in sorted({(r["config"]["system"]["name"], r["config"]["model"]) for r in group}):
+        mine = [r for r in group if r["config"]["system"]["name"] == system and r["config"]["model"] == model]
+        res = {_claim_key(r): r for r in mine}
+        q = quant[(quant["system"] == system) & (quant["model"] == model)] if not quant.empty else quant
+        s = sens[(sens["system"] == system) & (sens["model"] == model)] if not sens.empty else sens
+        rows.append(
+            verdict_row(
+                claim,
+                system,
+                mine[0]["_hardware"],
+                lambda c=claim, q=q, s=s, res=res: _observations(c, q, s, res),
+                timing_free=TIMING_FREE,
+            )
+        )
+        rows[-1]["claim"] = f"{claim['claim']} [{model}]"
+    return rows
+
+
+CLAIM_CHECKS = {"llm_quant": _claim_rows}

@@ -1,0 +1,325 @@
+"""Study B LoRA's bare reference loop: the plain PyTorch step that the harness's Trainer step
+(:func:`.train.train_rank`) is checked against, and the settings it takes from the result it is compared with.
+
+``benchmarks/harness_overhead.py lora`` (driver: ``benchmarks/overhead/lora.py``) times both on the same model, shapes
+and settings and writes ``harness_ms``/``bare_ms``; ``ddp-profile`` and ``host-overhead`` run :func:`lora_bare` too.
+
+The bare loop runs the settings the result ran with (:func:`bare_settings`: the result's
+``measurements.trainer_settings`` and ``measurements.series``, else what ``train_rank`` derives from its ``config``):
+``torch.compile`` (``TrainingArguments.torch_compile``: accelerate compiles the wrapped model last, backend
+``inductor``), Liger kernels, the attention implementation, precision and the bf16 cast of the adapters, batch and
+accumulation, fused AdamW, gradient clipping, how batches reach the device (pinned and non-blocking for ``ours``,
+blocking for ``faithful``) and the faithful series' per-step host reads (``logging_steps 1``: loss and grad norm
+``.item()``; the NaN/Inf filter on every micro-batch; the label-token count across ranks). :func:`settings_text`
+states them for the CSV's ``settings`` column, with what the bare loop does not reproduce (Trainer's own host work)
+and any setting in which the harness run differs from the result (:func:`harness_differences`: a result from another
+node or software). The step is split as the product's step timer sees it (Trainer's on_step_begin to on_step_end):
+the batch fetch and copies and the token-count reduction before it, the logging reads after it.
+
+Torch is imported inside the functions that build the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+
+def lora_case(result: dict):
+    """(spec, system, LoRA settings, plan) of a LoRA result (its ``result.json`` as a dict); the settings as
+    ``train_rank`` takes them (:func:`~accelbench.experiments.lora.series.settings_of`: at least the faithful series' 3
+    throughput warm-up steps), the system as the job resolved it (:func:`accelbench.core.harness.system_from`)."""
+    from accelbench.core.harness import system_from
+    from accelbench.experiments.lora.series import settings_of
+    from accelbench.experiments.lora.settings import plan_run
+
+    spec = {k: v for k, v in result["config"].items() if k != "plan"}
+    system = system_from(spec)
+    s = settings_of(spec)
+    return spec, system, s, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
+
+
+@dataclass(frozen=True)
+class BareSettings:
+    """The runtime settings of a LoRA result that :func:`lora_bare` reproduces (built by :func:`bare_settings`)."""
+
+    series: str  # faithful | ours | ours_<variant>
+    compile: bool  # torch.compile of the (DDP-wrapped) model, last, as accelerate's prepare_model
+    compile_backend: str  # TrainingArguments.torch_compile_backend (None there means "inductor")
+    liger: bool  # Liger kernels on the base model (TrainingArguments.use_liger_kernel)
+    adapters_bf16: bool  # the LoRA model cast to bf16 after the adapters (train_rank, run_lora_clm.py)
+    fused_adamw: bool  # optim "adamw_torch_fused" (weight decay 0: TrainingArguments' default)
+    max_grad_norm: float  # clipping of the trainable parameters' gradients when > 0
+    batch_copy: str  # "non_blocking": pinned, non_blocking=True; "blocking": accelerate's default copy
+    log_every: int | None  # optimizer steps between the loss/grad-norm host reads (None: logging off)
+    nan_inf_filter: bool  # isnan/isinf of every micro-batch loss read on the host
+    average_tokens: bool  # label-token count reduced across ranks before every optimizer step (world > 1)
+    source: str  # where the values were read
+    not_reproduced: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """The settings as the CSV's ``settings`` column states them."""
+        logging = f"every {self.log_every} step(s) (loss, grad norm .item())" if self.log_every else "off"
+        text = (
+            f"series {self.series}, compile {self.compile}"
+            + (f" ({self.compile_backend})" if self.compile else "")
+            + f", liger {self.liger}, adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
+            f"{self.fused_adamw}, clip {self.max_grad_norm}, batch copy {self.batch_copy}, logging {logging}, "
+            f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}; "
+            f"from {self.source}"
+        )
+        return text + (f"; not reproduced: {'; '.join(self.not_reproduced)}" if self.not_reproduced else "")
+
+
+def bare_settings(result: dict, s, plan, system) -> BareSettings:
+    """The bare loop's settings for a LoRA ``result`` (its ``result.json``): the recorded
+    ``measurements.trainer_settings`` and ``measurements.series`` (``train_rank`` writes them), each missing value
+    derived from the ``config`` as ``train_rank`` derives it (:func:`~accelbench.experiments.lora.series.runtime_for`,
+    :func:`~accelbench.experiments.lora.trainer.training_arguments_kwargs`). ``s``/``plan``/``system``: of
+    :func:`lora_case`. What cannot be reproduced here is listed in ``not_reproduced`` (and left out).
+
+    Raises:
+        SystemExit: the recorded batch or accumulation differs from the config's (not the same work).
+    """
+    import importlib.util
+
+    from accelbench import backends
+    from accelbench.experiments.lora.series import runtime_for
+    from accelbench.experiments.lora.trainer import COMPILED_STRATEGIES
+
+    spec = result["config"]
+    m = result.get("measurements") or {}
+    ts, ser = m.get("trainer_settings") or {}, m.get("series") or {}
+    ops = backends.get(system.backend)
+    cuda = system.backend == "cuda"
+    rt = runtime_for(
+        spec.get("series", "ours"),
+        spec.get("series_options"),
+        ops.accelerator,
+        backend_has_compile=ops.accelerator and not ops.optimum_habana,
+    )
+    for key, want in (
+        ("per_device_train_batch_size", s.per_device_batch),
+        ("gradient_accumulation_steps", s.grad_accum),
+    ):
+        if ts.get(key) is not None and int(ts[key]) != want:
+            raise SystemExit(f"result's trainer_settings.{key} {ts[key]} differs from its config's {want}")
+    notes = []
+    liger = bool(ts.get("use_liger_kernel", rt.liger))
+    if liger and not (cuda and importlib.util.find_spec("liger_kernel")):
+        notes.append("Liger kernels (liger_kernel not installed or no CUDA device here)")
+        liger = False
+    adapters_bf16 = (
+        ser["adapters_cast_to"] == "bfloat16"
+        if "adapters_cast_to" in ser
+        else plan.precision == "bf16" and ops.accelerator and plan.strategy != "zero3"
+    )
+    if adapters_bf16 and not cuda:  # lora_bare keeps float32 weights off CUDA, as train_rank off an accelerator
+        notes.append("the bf16 cast of the LoRA model (CUDA only here)")
+        adapters_bf16 = False
+    copy = ts.get("batch_copy")
+    non_blocking = copy.startswith("non_blocking") if copy else rt.non_blocking_copies and ops.non_blocking_copies
+    strategy = ts.get("logging_strategy", "steps" if rt.logging_steps else "no")
+    every = ts.get("logging_steps", rt.logging_steps) if strategy == "steps" else None
+    if strategy not in ("steps", "no"):
+        notes.append(f"logging_strategy {strategy}")
+    if not ts.get("fast_host_step", rt.fast_host_step):
+        notes.append("Trainer's per-step module walks (fast_host_step False: Trainer's own host work, measured)")
+    if ts.get("include_num_input_tokens_seen") not in (None, False, "no"):
+        notes.append("include_num_input_tokens_seen (a gathered token count .item() per micro-batch)")
+    if ts.get("lr_scheduler_type", s.lr_scheduler) != "constant":
+        notes.append(f"LR scheduler {ts.get('lr_scheduler_type', s.lr_scheduler)} (the bare loop keeps a constant LR)")
+    if ts.get("attention_mask_in_batch"):
+        notes.append("the attention mask in the batch")
+    return BareSettings(
+        series=spec.get("series", "ours"),
+        compile=bool(ts.get("torch_compile", rt.compile and plan.strategy in COMPILED_STRATEGIES)),
+        compile_backend=ts.get("torch_compile_backend") or "inductor",
+        liger=liger,
+        adapters_bf16=adapters_bf16,
+        fused_adamw=ts["optim"] == "adamw_torch_fused" if "optim" in ts else ops.fused_adamw,
+        max_grad_norm=float(ts.get("max_grad_norm", s.max_grad_norm)),
+        batch_copy="non_blocking" if non_blocking else "blocking",
+        log_every=int(every) if every else None,
+        nan_inf_filter=bool(ts.get("logging_nan_inf_filter", not rt.no_step_sync)),
+        average_tokens=bool(ts.get("average_tokens_across_devices", not rt.no_step_sync)),
+        source="the result's trainer_settings and series" if ts else "the result's config (no trainer_settings)",
+        not_reproduced=tuple(notes),
+    )
+
+
+# settings of the harness run compared with the result's (trainer_settings keys, then series keys)
+COMPARED = (
+    (
+        "trainer_settings",
+        (
+            "torch_compile",
+            "use_liger_kernel",
+            "optim",
+            "batch_copy",
+            "logging_strategy",
+            "logging_steps",
+            "logging_nan_inf_filter",
+            "average_tokens_across_devices",
+            "max_grad_norm",
+            "gradient_accumulation_steps",
+            "per_device_train_batch_size",
+            "fast_host_step",
+        ),
+    ),
+    ("series", ("adapters_cast_to",)),
+)
+
+
+def harness_differences(result_m: dict, harness_m: dict) -> list[str]:
+    """Settings in which this harness run (``train_rank``'s measurements) differs from the result's measurements
+    (:data:`COMPARED`; keys one side lacks are skipped): ``"<key> <here> here, <recorded> in the result"``."""
+    out = []
+    for section, keys in COMPARED:
+        a, b = harness_m.get(section) or {}, result_m.get(section) or {}
+        out += [f"{k} {a[k]} here, {b[k]} in the result" for k in keys if k in a and k in b and a[k] != b[k]]
+    return out
+
+
+def settings_text(s, plan, mirror: BareSettings, differs: list[str] | tuple = ()) -> str:
+    """The CSV ``settings`` of a LoRA row: shapes, precision, attention, the bare loop's :class:`BareSettings` and the
+    settings in which the harness run differs from the result (:func:`harness_differences`)."""
+    text = (
+        f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}, attention "
+        f"{plan.attention} ({plan.attn_implementation}), {mirror.describe()}"
+    )
+    return text + (f"; harness run differs from the result: {'; '.join(differs)}" if differs else "")
+
+
+def lora_bare(
+    spec: dict,
+    system,
+    plan,
+    s,
+    rank: int,
+    world: int,
+    local: int,
+    ddp_kwargs: dict | None = None,
+    fused: bool | None = None,
+    mirror: BareSettings | None = None,
+):
+    """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
+    LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); AdamW on the adapters; ``grad_accum``
+    micro-batches of random token ids (``no_sync`` but the last); gradient clipping. The process group must exist
+    when ``world > 1``. Returns ``(step, model)``.
+
+    ``mirror`` (:func:`bare_settings` of the result compared with): its compilation, Liger kernels, bf16 adapters,
+    fused AdamW (weight decay 0), clipping, batches drawn on the host and copied as the Trainer copies them (pinned on
+    CUDA; a pool of ``2 x grad_accum`` drawn once), and its per-step host reads. Without it (``ddp-profile``,
+    ``host-overhead``): eager, adapters as peft builds them (float32), token ids drawn on the device, no host reads;
+    ``fused``: fused AdamW (None = on CUDA only)."""
+    import torch
+    import torch.distributed as dist
+
+    from accelbench.experiments.lora.model import apply_lora, set_attention
+    from accelbench.models.llm import load_causal_lm
+
+    cuda = system.backend == "cuda"
+    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(local)
+    random_on_device = spec["model"].get("source") == "random" and cuda
+    with torch.device(dev) if random_on_device else contextlib.nullcontext():
+        lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
+    model = lm.model.to(dev)
+    set_attention(model, plan)
+    model.config.use_cache = False
+    torch.manual_seed(s.seed)
+    model, _ = apply_lora(model, s)
+    if mirror is not None and mirror.adapters_bf16:
+        model = model.to(torch.bfloat16)  # as train_rank: peft keeps the adapters in float32 otherwise
+    if mirror is not None and mirror.liger:  # as Trainer (use_liger_kernel): on the base model, before wrapping
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=model.get_base_model())
+    model.train()
+    net = (
+        torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
+        if world > 1
+        else model
+    )
+    if mirror is not None and mirror.compile:  # accelerate's prepare_model: torch.compile last, around the DDP model
+        net = torch.compile(net, backend=mirror.compile_backend)
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
+    opt = torch.optim.AdamW(
+        params, lr=s.lr, **({"fused": True} if fused else {}), **({"weight_decay": 0.0} if mirror is not None else {})
+    )
+    vocab = min(model.config.vocab_size, 49152)
+    g = torch.Generator(device=dev).manual_seed(s.seed + rank)
+    dtype = torch.bfloat16 if plan.precision == "bf16" else None
+    max_norm = mirror.max_grad_norm if mirror is not None else s.max_grad_norm
+    shape = (s.per_device_batch, s.seq_len)
+    pool = []
+    if mirror is not None:  # host batches (input_ids, labels: default_data_collator), pinned where Trainer pins
+        host_g = torch.Generator().manual_seed(s.seed + rank)
+        for _ in range(2 * s.grad_accum):
+            ids = torch.randint(0, vocab, shape, generator=host_g)
+            pool.append(tuple(t.pin_memory() if cuda else t for t in (ids, ids.clone())))
+    non_blocking = mirror is not None and mirror.batch_copy == "non_blocking"
+    count = {"steps": 0, "batches": 0}
+
+    def fetch():
+        """One micro-batch on the device: copied from the host pool (``mirror``), else drawn there."""
+        if not pool:
+            ids = torch.randint(0, vocab, shape, device=dev, generator=g)
+            return ids, ids
+        count["batches"] += 1
+        return tuple(t.to(dev, non_blocking=non_blocking) for t in pool[count["batches"] % len(pool)])
+
+    state = {"batches": None, "tr_loss": None, "norm": None}
+
+    def before():
+        """Trainer's get_batch_samples, before its step timer starts (on_step_begin): the step's micro-batches
+        fetched and copied, and the label-token count reduced across ranks."""
+        batches = [fetch() for _ in range(s.grad_accum)]  # Trainer fetches a step's micro-batches first
+        if mirror is not None and mirror.average_tokens and world > 1:  # accelerate gathers the count and sums it
+            dist.all_reduce(sum(lab[..., 1:].ne(-100).sum() for _, lab in batches))
+        state["batches"] = batches
+
+    def body():
+        """What the product's step timer sees: the micro-batches' forward/backward, clipping, the optimizer step."""
+        if state["batches"] is None:
+            before()
+        batches, state["batches"] = state["batches"], None
+        tr_loss = torch.zeros((), device=dev) if mirror is not None else None
+        for micro, (ids, labels) in enumerate(batches):
+            ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
+            with ctx, torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+                loss = net(input_ids=ids, labels=labels).loss / s.grad_accum
+            loss.backward()
+            if mirror is not None and mirror.nan_inf_filter:  # Trainer's logging_nan_inf_filter: host reads
+                bool(torch.isnan(loss.detach()) or torch.isinf(loss.detach()))
+            if mirror is not None:  # Trainer adds every micro-batch's loss to its device total
+                tr_loss += loss.detach()
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if max_norm > 0 else None
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        count["steps"] += 1
+        state["tr_loss"], state["norm"] = tr_loss, norm
+
+    def after():
+        """Trainer's logging, after its step timer stops (on_step_end): the faithful series' host reads."""
+        tr_loss, norm = state["tr_loss"], state["norm"]
+        if mirror is not None and mirror.log_every and count["steps"] % mirror.log_every == 0:
+            if world > 1:  # Trainer's log: the loss all-gathered over the ranks, its mean read, then the grad norm
+                parts = [torch.empty(1, device=dev) for _ in range(world)]
+                dist.all_gather(parts, tr_loss.reshape(1))
+                tr_loss = torch.cat(parts).mean()
+            tr_loss.item()
+            if norm is not None:
+                norm.item()
+
+    def step():
+        """One whole step (fetch, body, logging), for callers that time it as one."""
+        before()
+        body()
+        after()
+
+    step.before, step.body, step.after = before, body, after
+    return step, net

@@ -1,0 +1,250 @@
+"""Study B SR3: one DDP rank's run (:func:`train_rank`): the Trainer on this rank's device, its FLOPs counted on one
+extra untimed step, the warm-up and timed iterations (host synchronisations counted where the backend can), what
+TorchDynamo compiled, the replicas compared, and on rank 0 the quality check and the sample panel
+(:func:`save_panel`). The job that launches the ranks and merges their records is :mod:`.job`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from accelbench import backends
+from accelbench.backends.device import Device
+from accelbench.errors import ConfigError
+from accelbench.experiments.sr3.configs import Configuration
+from accelbench.experiments.sr3.model import PatchSet, Trainer, replica_spread
+from accelbench.experiments.sr3.plan import iteration_plan
+from accelbench.experiments.sr3.quality import quality
+from accelbench.experiments.sr3.settings import SR3Settings
+from accelbench.measure import flops
+from accelbench.measure import timing as measure
+
+
+def _peak_rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+def count_step_flops(tr: Trainer) -> dict:
+    """FLOPs of one rank's training step (:func:`accelbench.measure.flops.count_flops`: ``FlopCounterMode``, matmuls and
+    convolutions, forward + backward), counted on one extra untimed forward and backward of the plain module before
+    the timed run (:meth:`~.model.Trainer.flop_step`: never through ``torch.compile``'s wrapper, which a count
+    under the counter's dispatch mode leaves uncompiled for good). A backend whose ops the counter cannot run records
+    why instead."""
+    try:
+        value = flops.count_flops(tr.flop_step)
+    except Exception as exc:  # noqa: BLE001  (any failure of the counter: record it, the timed run is unaffected)
+        return {"per_device_step": None, "method": f"FlopCounterMode failed: {type(exc).__name__}: {exc}"[:300]}
+    return {
+        "per_device_step": value,
+        "method": "torch FlopCounterMode on one extra untimed forward and backward of the plain (uncompiled, "
+        "unwrapped) module",
+    }
+
+
+def check_compiled(conf: Configuration) -> dict | None:
+    """:func:`compiled_graphs` for a configuration that asks for ``torch.compile`` (None for one that does not).
+
+    Raises:
+        RuntimeError: it asks for ``torch.compile`` and TorchDynamo compiled no graph (every rank compiles the same
+            step, so every rank stops).
+    """
+    if not conf.compile:
+        return None
+    compiled = compiled_graphs()
+    if compiled["unique_graphs"] == 0:
+        raise RuntimeError(
+            f"configuration {conf.name} asks for torch.compile, but TorchDynamo compiled no graph: the "
+            f"step ran eager, so its time is not {conf.name}'s ({compiled})"
+        )
+    return compiled
+
+
+def compiled_graphs() -> dict:
+    """What TorchDynamo compiled in this process so far (``torch._dynamo.utils.counters``): frames compiled, graphs,
+    graph breaks. A configuration that asks for ``torch.compile`` and compiled no graph ran eager: its step time
+    would be reported under a name it did not run (:func:`train_rank` stops with the reason)."""
+    from torch._dynamo.utils import counters
+
+    return {
+        "frames_compiled": int(counters["frames"].get("ok", 0)),
+        "unique_graphs": int(counters["stats"].get("unique_graphs", 0)),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+        "method": "torch._dynamo.utils.counters after the timed iterations",
+    }
+
+
+@contextlib.contextmanager
+def count_host_syncs(device: Device) -> Iterator[dict]:
+    """Count the host synchronisations of the code inside: CUDA's sync debug mode ``warn`` (each synchronising call
+    warns; the warnings are recorded, not shown), on a backend with the ``sync_debug_mode`` capability; elsewhere the
+    dict stays ``{}`` (not counted). Yields a dict filled on exit: ``count``, ``where`` and ``method``."""
+    result: dict = {}
+    if not device.ops.sync_debug_mode:
+        yield result
+        return
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield result
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
+    result.update(
+        count=sum(syncs.values()),
+        where=dict(syncs.most_common(5)),
+        method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
+        "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
+        "events included); where: file:line -> count",
+    )
+
+
+def train_rank(
+    settings: SR3Settings,
+    system,
+    devices: int,
+    conf: Configuration,
+    data: dict[str, np.ndarray],
+    *,
+    workload_iterations: int,
+    max_iterations: int,
+    warmup: int,
+    quality_images: int,
+    quality_sample_steps: int,
+    seed: int,
+    placement: dict | None = None,
+    ddp: dict | None = None,
+    **_,
+) -> tuple[dict, dict[str, np.ndarray] | None]:
+    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
+    (:mod:`.configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
+    it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations
+    they make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
+    series makes its loss read and its blocking batch copies per iteration, ours none beyond the measurement's own).
+    How batches reach the device (the configuration's ``loader_workers`` capped at this rank's cores, pinning, the
+    copy) is recorded as ``data_path``.
+
+    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
+    timed one by one (:func:`accelbench.measure.timing.time_steps`; the warm-up ones, which compile, are not counted for
+    host synchronisations). Rank 0 then samples the held-out patches for PSNR/SSIM (after the process group is gone:
+    the other ranks do not wait for it).
+
+    Returns:
+        ``(record, panel)``: this rank's record (times in ms, wall time in s, memory in GiB; rank 0's also holds
+        ``quality``, the loss, the parameter count and the patch counts) and, on rank 0, the sample panel
+        (:func:`.quality.quality`; None elsewhere). :func:`.job.merge` turns the records of all ranks into the
+        measurements.
+
+    Raises:
+        torch.OutOfMemoryError: on the rank that ran out (:func:`accelbench.core.harness.rank_main` records ``oom``).
+    """
+    import torch.distributed as dist
+
+    from accelbench.cluster.multinode import join_process_group
+
+    rank, world, local, pg = join_process_group(system.backend)
+    if world != devices:
+        raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
+    device = Device(system.backend, backends.get(system.backend).device_index(local))
+    _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
+    precision = conf.precision
+    torch.backends.cudnn.benchmark = conf.cudnn_benchmark
+    ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
+    tr = Trainer(
+        settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp, **conf.trainer_options()
+    )
+    step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
+    device.reset_peak_memory()
+    if world > 1:
+        dist.barrier()
+    whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
+    whole.start()
+    for _ in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
+        tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
+    if warm:  # fail before the timed iterations where the warm-up compiled nothing
+        check_compiled(conf)
+    with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
+        timing = measure.time_steps(
+            lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm, desc=f"rank {rank} SR3 train"
+        )
+    whole.stop()
+    wall = whole.seconds()
+    compiled = check_compiled(conf)
+    spread = replica_spread(tr.model) if world > 1 else 0.0
+    peak = device.peak_memory_bytes()
+    record = {
+        "rank": rank,
+        "samples_ms": timing.samples,
+        "median_ms": timing.median,
+        "method": timing.method,
+        "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
+        "warmup": warm,
+        "wall_s": wall,
+        "peak_mem_gib": peak / 2**30 if peak is not None else None,
+        "peak_rss_gib": _peak_rss_gib(),
+        "threads": torch.get_num_threads(),
+        "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
+        "placement": placement,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "replica_max_abs_diff": spread,
+        "host_syncs_timed": syncs.get("count"),
+        "host_syncs_method": syncs.get("method"),
+        "host_syncs_where": syncs.get("where"),
+        "fused_adam": tr.fused_adam,
+        "compiled": compiled,
+        "collective_backend": pg if world > 1 else None,
+        "flops": step_flops,
+        "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
+        # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
+        "math_flags": {
+            "cudnn_tf32": torch.backends.cudnn.is_available() and torch.backends.cudnn.allow_tf32,
+            "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        },
+    }
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if rank != 0:
+        return record, None
+    q, panel = quality(
+        tr.model,
+        settings,
+        data["heldout_hr"],
+        data["heldout_lr"],
+        quality_images,
+        quality_sample_steps,
+        device,
+        precision,
+        seed,
+    )
+    curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
+    record.update(
+        parameters=sum(p.numel() for p in tr.model.parameters()),
+        loss={
+            "first": curve[0],
+            "last10_mean": float(np.mean(curve[-10:])),
+            "rank": 0,
+            "curve": curve,
+            "mean": float(np.mean(curve)),
+        },
+        quality=q,
+        train_patches=int(len(data["train_hr"])),
+        heldout_patches=int(len(data["heldout_hr"])),
+    )
+    return record, panel
+
+
+def save_panel(panel: dict[str, np.ndarray], path: str | Path) -> None:
+    """Write the low-res / bicubic / SR3 / ground-truth arrays of one held-out patch as ``.npz``."""
+    np.savez_compressed(path, **panel)

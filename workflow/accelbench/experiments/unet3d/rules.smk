@@ -1,0 +1,148 @@
+# Study A (rule functions: rules.py): the MRI pair of each model and scale; one profiling job per (system, model,
+# configuration), one Nsight Compute job per counted configuration reading its profile; the two aggregations.
+from accelbench.experiments.unet3d import rules as unet3d_rules
+
+
+rule mri_prepare:
+    output:
+        image="resources/mri/{model}_{scale}/image.nii.gz",
+        mask="resources/mri/{model}_{scale}/mask.nii.gz",
+    log:
+        "logs/mri_prepare/{model}_{scale}.log",
+    params:
+        spec=lambda wildcards: spec_file(unet3d_rules.mri_spec(RC, wildcards)),
+    container:
+        CONTAINER
+    shell:
+        "accelbench mri-prepare --spec {params.spec:q} --image {output.image:q} --mask {output.mask:q} > {log:q} 2>&1"
+
+
+# Study A: one job per (system, model, configuration); the result is write-protected once finished.
+rule unet3d_profile:
+    input:
+        unpack(lambda wildcards: unet3d_rules.mri_inputs(RC, wildcards)),
+    output:
+        protected(update(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json")),
+    log:
+        f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
+    params:
+        spec=spec_of("unet3d_profile"),
+    threads: all_cores  # one measurement at a time: the job owns the machine
+    resources:
+        **device_resources(),
+        runtime=60,
+    container:
+        CONTAINER
+    shell:
+        "accelbench unet3d-profile --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
+        " --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
+
+
+# Study A at the hardware-counter level: ncu replays the top kernels of the profiled step (unsupported without ncu).
+rule unet3d_ncu:
+    input:
+        unpack(lambda wildcards: unet3d_rules.mri_inputs(RC, wildcards)),
+        profile=f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json",
+    output:
+        protected(update(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json")),
+    log:
+        f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
+    params:
+        spec=spec_of("unet3d_ncu"),
+    threads: all_cores  # counters need the GPU to itself
+    resources:
+        **device_resources(),
+        runtime=120,
+    container:
+        CONTAINER
+    shell:
+        "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
+        " --profile-result {input.profile:q} --out {output:q} 3>&2 > {log:q} 2>&1"
+
+
+# Aggregation: reads only result.json files (this system's and any copied in from other machines).
+rule study_a_aggregate:
+    input:
+        # the counter results too: claims_vs_measured judges the counter claims as rule claims does
+        results=results_of("unet3d_profile") + copied_results("unet3d_profile") + experiment_results("unet3d_ncu"),
+        claims=CLAIMS_A,
+        validated=validated(*reads("unet3d_profile")),
+    output:
+        table=report(
+            f"{RESULTS}/study_a/table.csv",
+            caption="report/study_a_table.rst",
+            category="Study A",
+        ),
+        table_md=f"{RESULTS}/study_a/table.md",
+        table_html=f"{RESULTS}/study_a/table.html",
+        table_tex=f"{RESULTS}/study_a/table.tex",
+        claims=report(
+            f"{RESULTS}/study_a/claims_vs_measured.csv",
+            caption="report/study_a_claims.rst",
+            category="Study A",
+        ),
+        claims_md=f"{RESULTS}/study_a/claims_vs_measured.md",
+        claims_html=f"{RESULTS}/study_a/claims_vs_measured.html",
+        networks=report(
+            f"{RESULTS}/study_a/network_comparison.csv",
+            caption="report/study_a_networks.rst",
+            category="Study A",
+        ),
+        speedup=report(
+            f"{RESULTS}/study_a/fig_speedup.png",
+            caption="report/study_a_speedup.rst",
+            category="Study A",
+        ),
+        breakdown=report(
+            f"{RESULTS}/study_a/fig_kernel_breakdown.png",
+            caption="report/study_a_breakdown.rst",
+            category="Study A",
+        ),
+        counts=report(
+            f"{RESULTS}/study_a/fig_kernel_counts.png",
+            caption="report/study_a_counts.rst",
+            category="Study A",
+        ),
+    log:
+        "logs/study_a_aggregate.log",
+    params:
+        results_file=results_file,
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-a-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
+
+
+rule study_a_ncu_aggregate:
+    input:
+        results=results_of("unet3d_ncu") + copied_results("unet3d_ncu"),
+        profiles=results_of("unet3d_profile"),  # the step device time that ncu's bounded replay is scaled to
+        claims=CLAIMS_A,
+        validated=validated(*reads("unet3d_ncu")),
+    output:
+        table=report(
+            f"{RESULTS}/study_a/counters.csv",
+            caption="report/study_a_counters_table.rst",
+            category="Study A",
+        ),
+        table_md=f"{RESULTS}/study_a/counters.md",
+        table_html=f"{RESULTS}/study_a/counters.html",
+        table_tex=f"{RESULTS}/study_a/counters.tex",
+        by_class=f"{RESULTS}/study_a/counters_by_class.csv",
+        ratios=report(
+            f"{RESULTS}/study_a/fig_counter_ratios.png",
+            caption="report/study_a_counters.rst",
+            category="Study A",
+        ),
+    log:
+        "logs/study_a_ncu_aggregate.log",
+    params:
+        results_file=results_file,
+        out_dir=lambda wildcards, output: Path(output.table).parent,
+    container:
+        CONTAINER
+    shell:
+        "accelbench study-a-ncu-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"
