@@ -2,7 +2,7 @@
 
 For each product result (a ``result.json`` written by the rule, whose ``config`` is the rule's exact spec), this
 runs, in one process run (under torchrun for multi-device cases, with the product's own launcher settings from
-:mod:`accelbench.core.rank_processes`):
+:mod:`accelbench.cluster.processes`):
 
 * ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
   ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3.model.Trainer.train_step`` +

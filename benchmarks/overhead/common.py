@@ -119,7 +119,7 @@ def _events_loop(step, warmup: int, repeat: int, before=None, after=None) -> lis
 def _torchrun(n: int, argv: list[str], threads: int) -> None:
     """Run ``argv`` (a rank subcommand of :data:`CLI`) on ``n`` torchrun ranks, each with its share of ``threads``;
     exit with the job's status if it fails."""
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
 
     proc = launch.run(launch.torchrun_command(n, [str(CLI), *argv]), env=launch.rank_env(threads, n))
     if proc.returncode:

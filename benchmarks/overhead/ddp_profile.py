@@ -269,7 +269,7 @@ def ddp_profile_rank(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
 
     placement = launch.place_this_rank()
     result = json.loads(Path(args.result).read_text())

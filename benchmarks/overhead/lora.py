@@ -30,7 +30,7 @@ def lora_rank(args) -> None:
     import torch
     import torch.distributed as dist
 
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
     from accelbench.experiments.lora.train import train_rank
     from accelbench.experiments.lora.trainer import ddp_options_for
 

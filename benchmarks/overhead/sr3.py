@@ -41,7 +41,7 @@ def sr3_rank(args) -> None:
 
     from accelbench.backends.device import Device
     from accelbench.cluster import multinode
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
     from accelbench.data import sky
     from accelbench.experiments.sr3 import model as exp
     from accelbench.measure import timing as measure

@@ -1,4 +1,4 @@
-"""Med-DDPM's own U-Net (accelbench.models.med_ddpm_unet, issue 29): counts equal Med-DDPM's, its distinguishing
+"""Med-DDPM's own U-Net (accelbench.models.med_ddpm_unet): counts equal Med-DDPM's, its distinguishing
 kernels are there (trilinear upsampling, Conv1d projections, checkpointed attention), its layout, and one training step
 of 2 micro-batches runs on the CPU at the tiny size."""
 

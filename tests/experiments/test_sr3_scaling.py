@@ -419,7 +419,7 @@ def _ranks_here(monkeypatch, calls: list):
     from accelbench import cli
     from accelbench.cluster import multinode
     from accelbench.core import harness
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
 
     monkeypatch.setattr(launch, "place_this_rank", lambda threads=None: {"threads": 1, "cpus": None})
 
@@ -803,7 +803,7 @@ def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
         max_iterations=1,
         warmup=0,
     )
-    assert m["data_path"] == data_path  # rank 0's record (sr3_model.batch_loader)
+    assert m["data_path"] == data_path  # rank 0's record (model.batch_loader)
 
 
 def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 from snakemake_interface_executor_plugins.settings import ExecMode
 
-from accelbench.cluster.node_report import failed_job_summaries, honour_slurm_no_account, require_backend_for_local_jobs
+from accelbench.cluster.node_report import failed_job_summaries, honour_slurm_no_account
+from accelbench.core.systems import require_backend_for_local_jobs
 from accelbench.errors import SystemMismatchError
 
 

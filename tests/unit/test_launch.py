@@ -1,4 +1,4 @@
-"""Multi-process launching (accelbench.core.rank_processes): each rank's share of the job's threads, and no orphaned ranks."""
+"""Multi-process launching (accelbench.cluster.processes): each rank's share of the job's threads, and no orphaned ranks."""
 
 import json
 import os
@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from accelbench.core import rank_processes as launch
+from accelbench.cluster import processes as launch
 
 WORKER = textwrap.dedent("""
     import json, os, sys, time
-    from accelbench.core.rank_processes import place_this_rank
+    from accelbench.cluster.processes import place_this_rank
     placement = place_this_rank()
     out = sys.argv[1]
     placement.update(pid=os.getpid(), omp=os.environ.get("OMP_NUM_THREADS"))
@@ -85,7 +85,7 @@ def test_no_rank_outlives_a_killed_job(tmp_path):
     """A job (its own process group, as Snakemake and Slurm start it) is SIGKILLed: its torchrun ranks must die too."""
     (tmp_path / "worker.py").write_text(WORKER)
     launcher = textwrap.dedent(f"""
-        from accelbench.core import rank_processes as launch
+        from accelbench.cluster import processes as launch
         cmd = launch.torchrun_command(2, [{str(tmp_path / "worker.py")!r}, {str(tmp_path)!r}, "120"])
         launch.run(cmd, env=launch.rank_env(2, 2))
     """)

@@ -51,13 +51,16 @@ def test_every_experiment_has_a_command_rule_inputs_and_spec():
     from accelbench.cli import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices
-    smk = {p.name: p.read_text() for p in (REPO / "workflow/rules").glob("*.smk")}
-    common = smk["common.smk"]
+    smk = {str(p): p.read_text() for p in (REPO / "workflow/rules").glob("*.smk")}
+    smk.update({f: Path(f).read_text() for f in registry.rule_files()})  # each experiment folder's rules.smk
+    common = smk[str(REPO / "workflow/rules/common.smk")]
     for e in registry.EXPERIMENTS.values():
         assert e.command in commands
         assert any(f"accelbench {e.command} " in text for text in smk.values()), e.command
-        if e.selectable:
-            assert f"def {e.name}_results(" in common and f"def {e.name}_spec(" in common, e.name
+        # its rules module's results/spec (experiments/<package>/rules.py), or else the old ones of common.smk
+        assert (e.rule_function("results") and e.rule_function("spec")) or (
+            f"def {e.name}_results(" in common and f"def {e.name}_spec(" in common
+        ), e.name
 
 
 def test_unknown_names_are_refused_with_the_known_ones():

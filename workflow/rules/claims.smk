@@ -23,8 +23,8 @@ rule claims:
         # the results themselves come through their validation stamps (each lists the files it checked), so this
         # job's printed input stays short however many results there are
         validated=validated(*EXPERIMENTS),
-        claims=[CLAIMS_A, CLAIMS_B],
-        sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
+        # the studies' claims files and each experiment's published numbers, as the registry names them
+        reference=reference_files(),
     output:
         table=report(
             f"{RESULTS}/claims/claims.csv",
@@ -44,8 +44,9 @@ rule claims:
         "logs/claims.log",
     params:
         out_dir=lambda wildcards, output: Path(output.table).parent,
+        reference_dir=REFERENCE_DIR,
     container:
         CONTAINER
     shell:
-        "accelbench claims --validated {input.validated:q} --claims {input.claims:q}"
-        " --sr3-reference {input.sr3_reference:q} --out-dir {params.out_dir:q} > {log:q} 2>&1"
+        "accelbench claims --validated {input.validated:q} --reference-dir {params.reference_dir:q}"
+        " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -22,7 +22,8 @@ rule gpu_smoke:
 # Slurm leaves it to each job on its node), and `account: null` in slurm/site.yaml submits without an account; a
 # local run prints its time estimate (accelbench.core.estimate; ACCELBENCH_ESTIMATE=0: none).
 onstart:
-    from accelbench.cluster.node_report import honour_slurm_no_account, require_backend_for_local_jobs
+    from accelbench.cluster.node_report import honour_slurm_no_account
+    from accelbench.core.systems import require_backend_for_local_jobs
 
     require_backend_for_local_jobs(workflow, SYSTEM)
     honour_slurm_no_account(workflow)

@@ -39,8 +39,13 @@ RESULTS = config["results_dir"]
 # Measurement jobs print what they wait for (the machine-wide device lock, accelbench.core.locks.notice) on fd 3, which
 # their shell lines point at the terminal (`3>&2`) before sending their own output to the job's log.
 os.environ.update({NOTICE_FD: "3"})
-CLAIMS_A = REPO / "resources/reference/study_a_claims.csv"
-CLAIMS_B = REPO / "resources/reference/study_b_claims.csv"
+REFERENCE_DIR = REPO / "resources/reference"  # published numbers and the studies' claims, as data files
+
+
+def reference_files():
+    """The studies' claims files and every aggregated experiment's published file (the registry names them)."""
+    files = [REFERENCE_DIR / f for _, f in registry.claims_files()] + list(registry.published_files(REFERENCE_DIR).values())
+    return list(dict.fromkeys(files))
 
 # Rules run in the system's image under --software-deployment-method apptainer (see containers/).
 CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent

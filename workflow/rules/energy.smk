@@ -5,9 +5,10 @@ rule energy_aggregate:
         # the results come through their validation stamps (each lists the files it checked, copied-in and
         # reference-run ones included), so this job's printed input stays short however many results there are
         validated=validated(*EXPERIMENTS),
-        sr3_reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
-        # read beside the SR3 reference: board power limits for results that recorded none (column flag)
-        board_power=REPO / "resources/reference/board_power.csv",
+        # each experiment's published numbers (published times are drawn without energy), and the board power
+        # limits for results that recorded none (column flag)
+        reference=reference_files(),
+        board_power=REFERENCE_DIR / "board_power.csv",
     output:
         table=report(
             f"{RESULTS}/energy/energy.csv",
@@ -26,8 +27,9 @@ rule energy_aggregate:
         "logs/energy_aggregate.log",
     params:
         out_dir=lambda wildcards, output: Path(output.table).parent,
+        reference_dir=REFERENCE_DIR,
     container:
         CONTAINER
     shell:
-        "accelbench energy-aggregate --results-file {input.validated:q} --sr3-reference {input.sr3_reference:q}"
+        "accelbench energy-aggregate --results-file {input.validated:q} --reference-dir {params.reference_dir:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -27,6 +27,7 @@ from accelbench.aggregate.claims import VERDICTS, category, fails_if, needs_of, 
 from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
 from accelbench.aggregate.figures import FONT, save_figure
+from accelbench.core import registry
 from accelbench.errors import DataError
 
 DISAGREE = "runs disagree"
@@ -205,12 +206,11 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     return save_figure(fig, path)
 
 
-def aggregate(
-    result_paths: list[str | Path], claims_paths: list[str | Path], sr3_reference: str | Path, out_dir: str | Path
-) -> pd.DataFrame:
+def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir: str | Path) -> pd.DataFrame:
     """Write ``claims.{csv,md,tex,html}`` (every claim x system, with an ``origin`` column: measured here /
     reference run / no results; the Markdown and HTML lead with one row per claim), ``claims_summary.csv`` and
-    ``fig_claims.png`` into ``out_dir``; ``claims_paths``: Study A's, Study B's.
+    ``fig_claims.png`` into ``out_dir``. The claims files of every study and the published files of every
+    experiment are read from ``reference_dir`` (``resources/reference/``), as the registry names them.
 
     Raises:
         ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file.
@@ -218,8 +218,9 @@ def aggregate(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
-    claims = pd.concat([read_claims(p, s) for p, s in zip(claims_paths, ("A", "B"))], ignore_index=True)
-    df = claims_table(results, claims, sr3_reference)
+    reference_dir = Path(reference_dir)
+    claims = pd.concat([read_claims(reference_dir / f, s) for s, f in registry.claims_files()], ignore_index=True)
+    df = claims_table(results, claims, registry.published_files(reference_dir))
     shown = df.copy()
     shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
     summary = summary_table(shown)

@@ -120,15 +120,17 @@ def _by_experiment(results: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def claims_table(results: list[dict], claims: pd.DataFrame, sr3_reference: str | Path | None = None) -> pd.DataFrame:
+def claims_table(results: list[dict], claims: pd.DataFrame, published: dict[str, Path] | None = None) -> pd.DataFrame:
     """Every claim against every system's results (see the module docstring for the verdicts): the rows of each claim
-    come from the check of its experiment (:func:`claim_checks`). ``sr3_reference``: Study B's published SR3 times.
+    come from the check of its experiment (:func:`claim_checks`). ``published``: each experiment's published
+    reference file by experiment name (:func:`accelbench.core.registry.published_files`), e.g. Study B's SR3 times
+    that the cross-system throughput order is checked against.
 
     Raises:
         DataError: a claim of an experiment with results that no aggregation module checks, or a row without a
             verdict or a reason.
     """
-    inputs = ClaimInputs(_by_experiment(results), {"sr3_reference": Path(sr3_reference)} if sr3_reference else {})
+    inputs = ClaimInputs(_by_experiment(results), {k: Path(v) for k, v in (published or {}).items()})
     checks = claim_checks()
     rows = []
     for _, claim in claims.iterrows():

@@ -20,7 +20,7 @@ Everything says what it is: device-level board energy (:data:`accelbench.measure
 Example::
 
     accelbench energy-aggregate --results results/*/sr3_scaling/*/*/result.json \\
-        --sr3-reference resources/reference/study_b_sr3_scaling.csv --out-dir results/energy
+        --reference-dir resources/reference --out-dir results/energy
 """
 
 from __future__ import annotations
@@ -219,23 +219,26 @@ def rows(results: list[dict], boards: pd.DataFrame | None = None) -> pd.DataFram
     return df.sort_values(["experiment", "case", "system"], kind="stable").reset_index(drop=True)
 
 
-def published_times(reference_path: str | Path | None, devices: int = 1) -> pd.DataFrame:
-    """Study B's published SR3 times as ms per iteration at ``devices`` devices (``system``, ``step_ms``): wall minutes
-    of 40,000 / devices iterations (``resources/reference/study_b_sr3_scaling.csv``); empty without the file."""
-    if not reference_path or not Path(reference_path).exists():
-        return pd.DataFrame(columns=["system", "step_ms"])
-    from accelbench.experiments.sr3.tables import read_reference
+def published_times(reference_dir: str | Path | None) -> pd.DataFrame:
+    """Published step times without energy (``experiment``, ``study``, ``system``, ``step_ms``, ``note``) of every
+    aggregated experiment whose tables module gives ``published_times(reference_path)`` (SR3's: Study B's wall
+    minutes per 40,000 iterations on one device), read from its reference file under ``reference_dir``; empty
+    without one."""
+    from accelbench.core import registry
 
-    ref, _ = read_reference(reference_path)
-    ref = ref[ref["devices"] == devices]
-    return pd.DataFrame({"system": ref["system"], "step_ms": ref["minutes"] * 60e3 / (40000 / devices)}).reset_index(
-        drop=True
-    )
+    frames = []
+    for e in registry.aggregated():
+        path = Path(reference_dir) / e.reference if reference_dir and e.reference else None
+        hook = getattr(e.load_tables(), "published_times", None) if path and path.exists() else None
+        if hook:
+            frames.append(hook(path).assign(experiment=e.name, study=e.study))
+    columns = ["experiment", "study", "system", "step_ms", "note"]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
 def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Path) -> list[str]:
     """Step time (ms) vs J per step per experiment, one colour per system (log-log); published times without energy
-    as vertical lines on the panel of the experiment they belong to (SR3)."""
+    as vertical lines on the panel of the experiment they belong to (:func:`published_times`)."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter
 
@@ -269,28 +272,25 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
                     "measured here" if g["series"].iloc[0] == "measured" else g["series"].iloc[0], system
                 ),
             )
-        if "iteration" in set(part["phase"]) and not published.empty:
-            for i, p in published.iterrows():
-                ax.axvline(
-                    p["step_ms"],
-                    color=plt.cm.Dark2(i % 8),
-                    lw=1.0,
-                    ls="--",
-                    label=series_label(
-                        published_origin("Study B"), p["system"], "paper", "1 device, time only (no energy)"
-                    ),
-                )
-                ax.text(
-                    p["step_ms"],
-                    0.98,
-                    f" {p['system']}",
-                    rotation=90,
-                    va="top",
-                    ha="right",
-                    fontsize=FONT["legend"],
-                    color=plt.cm.Dark2(i % 8),
-                    transform=ax.get_xaxis_transform(),
-                )
+        for i, (_, p) in enumerate(published[published["experiment"] == exp].iterrows()):
+            ax.axvline(
+                p["step_ms"],
+                color=plt.cm.Dark2(i % 8),
+                lw=1.0,
+                ls="--",
+                label=series_label(published_origin(f"Study {p['study']}"), p["system"], "paper", p["note"]),
+            )
+            ax.text(
+                p["step_ms"],
+                0.98,
+                f" {p['system']}",
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize=FONT["legend"],
+                color=plt.cm.Dark2(i % 8),
+                transform=ax.get_xaxis_transform(),
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.margins(0.15)
@@ -327,7 +327,7 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
     return save_figure(fig, path)
 
 
-def aggregate(result_paths: list[str | Path], reference_path: str | Path | None, out_dir: str | Path) -> dict:
+def aggregate(result_paths: list[str | Path], reference_dir: str | Path | None, out_dir: str | Path) -> dict:
     """Write ``energy.{csv,md,tex}``, ``energy_units.{csv,md,tex}`` and ``fig_time_vs_energy.png`` (module docstring).
 
     Raises:
@@ -336,7 +336,7 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path | None,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = load_results(result_paths)
-    df = rows(results, read_board_power(Path(reference_path).parent / BOARD_POWER if reference_path else None))
+    df = rows(results, read_board_power(Path(reference_dir) / BOARD_POWER if reference_dir else None))
     write_table(
         df,
         out_dir / "energy",
@@ -354,7 +354,7 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path | None,
         f"Energy per work unit and throughput per watt ({LABEL}); `projection` = a measured median times a step count",
         empty="no result with energy",
     )
-    fig_time_vs_energy(df, published_times(reference_path), out_dir / "fig_time_vs_energy.png")
+    fig_time_vs_energy(df, published_times(reference_dir), out_dir / "fig_time_vs_energy.png")
     return {
         "table": out_dir / "energy.csv",
         "units": out_dir / "energy_units.csv",

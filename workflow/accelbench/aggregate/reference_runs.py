@@ -213,18 +213,13 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     out_root = Path(run["path"]) / "tables"
     written = []
     for e, experiments, reference in TABLES:
-        paths = [str(run["path"] / r) for r in run["results"] if any(f"/{e}/" in f"/{r}" for e in experiments)]
+        paths = [str(run["path"] / r) for r in run["results"] if any(f"/{x}/" in f"/{r}" for x in experiments)]
         if not any(f"/{experiments[0]}/" in f"/{p}" for p in paths):
             continue
         out = out_root / out_folder(e)
         e.load_tables().aggregate(paths, reference_dir / reference, out)
         written.append(out)
     every = [str(run["path"] / r) for r in run["results"]]
-    claims_mod.aggregate(
-        every,
-        [reference_dir / "study_a_claims.csv", reference_dir / "study_b_claims.csv"],
-        reference_dir / "study_b_sr3_scaling.csv",
-        out_root / "claims",
-    )
+    claims_mod.aggregate(every, reference_dir, out_root / "claims")
     written.append(out_root / "claims")
     return written

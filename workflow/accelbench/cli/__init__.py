@@ -129,7 +129,7 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 def cmd_energy_aggregate(args: argparse.Namespace) -> None:
     from accelbench.aggregate import energy
 
-    paths = energy.aggregate(_result_paths(args, required=False), args.sr3_reference, args.out_dir)
+    paths = energy.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
     log.info("energy: %s", ", ".join(map(str, paths.values())))
 
 
@@ -138,7 +138,7 @@ def cmd_claims(args: argparse.Namespace) -> None:
 
     # validate_results' lists (every result file it checked, fresh and copied in) are result-list files too
     args.results_file = [*(args.results_file or []), *args.validated]
-    df = claims.aggregate(_result_paths(args, required=False), args.claims, args.sr3_reference, args.out_dir)
+    df = claims.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
     log.info("claims: %s", df["verdict"].value_counts().to_dict())
 
 
@@ -298,8 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="validate-results outputs: the result files they list are read too (keeps the shell line short)",
     )
-    s.add_argument("--claims", nargs=2, required=True, metavar=("STUDY_A_CSV", "STUDY_B_CSV"))
-    s.add_argument("--sr3-reference", required=True, help="study_b_sr3_scaling.csv (published order of systems)")
+    s.add_argument(
+        "--reference-dir",
+        default="resources/reference",
+        help="the claims files of the studies and each experiment's published numbers (as the registry names them)",
+    )
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_claims)
 
@@ -310,7 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--results", nargs="*", default=[], help="result.json files (any experiments, any systems)")
     _results_file_option(s)
-    s.add_argument("--sr3-reference", help="study_b_sr3_scaling.csv (published SR3 times, drawn without energy)")
+    s.add_argument(
+        "--reference-dir",
+        default="resources/reference",
+        help="board power limits and each experiment's published times (drawn without energy)",
+    )
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_energy_aggregate)
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from accelbench import backends
-from accelbench.core import rank_processes as launch
+from accelbench.cluster import processes as launch
 from accelbench.errors import ConfigError
 
 RDZV_BACKEND = "c10d"
@@ -296,7 +296,7 @@ def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = Non
     """
     import threading
 
-    # in the job's process group, killed with this launcher (accelbench.core.rank_processes: no rank outlives its job)
+    # in the job's process group, killed with this launcher (accelbench.cluster.processes: no rank outlives its job)
     proc = launch.start(cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     lines: list[str] = []
 

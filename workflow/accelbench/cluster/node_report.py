@@ -101,29 +101,6 @@ def slurm_submission_hints(log_text: str) -> list[str]:
     return hints
 
 
-def require_backend_for_local_jobs(workflow, system) -> dict | None:
-    """Check ``system``'s backend on this host when this Snakemake process runs the jobs itself.
-
-    Called from ``onstart`` (after planning, before the first job; never in dry runs). An executor that submits jobs
-    elsewhere (``--executor slurm`` from a login node without accelerators) skips it: every job checks again on its
-    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.core.systems.require_backend`).
-
-    Returns:
-        The device probe of this host, or None when the check was left to the jobs.
-
-    Raises:
-        SystemMismatchError: local execution of a system whose backend this host lacks.
-    """
-    from snakemake_interface_executor_plugins.settings import ExecMode
-
-    from accelbench.core.systems import require_backend
-
-    plugin = workflow.executor_plugin
-    if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
-        return None
-    return require_backend(system)
-
-
 def honour_slurm_no_account(workflow) -> bool:
     """Make ``--slurm-no-account`` (slurm/site.yaml ``account: null``) submit without ``-A``.
 

@@ -69,7 +69,7 @@ class JobContext:
         inputs: the rule's named inputs (``image``, ``mask``, ``data``, ``model_dir``, ...; None where not given).
         threads: CPU cores of the job (``--threads``, Snakemake's ``{threads}``; 0 = every usable core).
         artefacts: side files written so far (name -> file name beside the result).
-        placement: in a rank, this rank's threads and CPUs (:func:`accelbench.core.rank_processes.place_this_rank`).
+        placement: in a rank, this rank's threads and CPUs (:func:`accelbench.cluster.processes.place_this_rank`).
     """
 
     experiment: Experiment
@@ -258,7 +258,7 @@ def rank_main(experiment: str, spec: str, out: str, rank_dir: str, threads: int 
     import os
 
     from accelbench.backends.device import Device
-    from accelbench.core import rank_processes as launch
+    from accelbench.cluster import processes as launch
     from accelbench.core.registry import get
     from accelbench.core.results import write_json_atomic
 

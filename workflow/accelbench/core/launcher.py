@@ -5,10 +5,10 @@ Launcher side (:func:`run_ranks`, called through :meth:`accelbench.core.harness.
 1. **Plan** the layout (:func:`accelbench.cluster.multinode.node_plan`): one node up to the system's ``devices_per_node``,
    whole nodes above it; a multi-node plan outside a Slurm allocation (or above the system's ``devices``) is an
    ``unsupported`` outcome with the reason.
-2. **Threads**, stated once (:func:`accelbench.core.rank_processes.rank_threads`): each rank gets its share of the job's cores,
+2. **Threads**, stated once (:func:`accelbench.cluster.processes.rank_threads`): each rank gets its share of the job's cores,
    ``threads // ranks per node``; on a system whose device *is* a core (``cpu`` with ``devices_per_node: cores``)
    each rank gets exactly one, so adding CPU "devices" adds cores as adding GPUs adds GPUs. Each rank also gets
-   its own block of the job's CPUs (:func:`accelbench.core.rank_processes.place_this_rank`) and dies with its launcher.
+   its own block of the job's CPUs (:func:`accelbench.cluster.processes.place_this_rank`) and dies with its launcher.
 3. **Launch** ``accelbench rank --experiment <name> --spec <file> ...`` in every rank: ``torchrun --standalone`` on
    one node, ``srun`` + ``torchrun`` c10d across nodes (:func:`accelbench.cluster.multinode.launch_command`). The spec
    travels as its file, never as inline JSON.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accelbench.cluster import multinode
-from accelbench.core import rank_processes as launch
+from accelbench.cluster import processes as launch
 from accelbench.core.outcome import Outcome
 from accelbench.errors import AccelbenchError
 

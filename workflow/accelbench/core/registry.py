@@ -26,7 +26,7 @@ import pkgutil
 from accelbench.core.experiment import EXPERIMENTS_PACKAGE, Experiment
 from accelbench.errors import ConfigError
 
-__all__ = ["EXPERIMENTS", "ConfigError", "Experiment", "aggregated", "experiment_of", "get", "names", "rule_files"]
+__all__ = ["EXPERIMENTS", "ConfigError", "Experiment", "aggregated", "claims_files", "experiment_of", "published_files", "get", "names", "rule_files"]
 
 
 def _discover() -> tuple[Experiment, ...]:
@@ -70,6 +70,19 @@ def get(name: str) -> Experiment:
 def aggregated() -> tuple[Experiment, ...]:
     """Experiments with an aggregation, in registry order (the reference-run tables and the report follow it)."""
     return tuple(e for e in _ENTRIES if e.aggregate)
+
+
+def claims_files() -> list[tuple[str, str]]:
+    """``(study, claims file under resources/reference/)`` of every study, in registry order, each once."""
+    return list(dict.fromkeys((e.study, e.claims) for e in _ENTRIES if e.claims))
+
+
+def published_files(reference_dir) -> dict[str, object]:
+    """``{experiment: its published reference file under reference_dir}`` of every aggregated experiment that has
+    one (what the claim checks and the energy figure read, by experiment)."""
+    from pathlib import Path
+
+    return {e.name: Path(reference_dir) / e.reference for e in _ENTRIES if e.aggregate and e.reference}
 
 
 def rule_files() -> list[str]:

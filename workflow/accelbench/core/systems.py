@@ -155,3 +155,24 @@ def require_backend(system: System, found: dict | None = None, devices: int = 1)
             f"or set `system: auto` / `system: cpu`."
         )
     return found
+
+
+def require_backend_for_local_jobs(workflow, system) -> dict | None:
+    """Check ``system``'s backend on this host when this Snakemake process runs the jobs itself.
+
+    Called from ``onstart`` (after planning, before the first job; never in dry runs). An executor that submits jobs
+    elsewhere (``--executor slurm`` from a login node without accelerators) skips it: every job checks again on its
+    node (``accelbench <experiment>`` and ``gpu-smoke`` call :func:`accelbench.core.systems.require_backend`).
+
+    Returns:
+        The device probe of this host, or None when the check was left to the jobs.
+
+    Raises:
+        SystemMismatchError: local execution of a system whose backend this host lacks.
+    """
+    from snakemake_interface_executor_plugins.settings import ExecMode
+
+    plugin = workflow.executor_plugin
+    if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
+        return None
+    return require_backend(system)

@@ -49,7 +49,13 @@ Modules (each imports only those above it; callers import what they use from the
     :mod:`.timer`: the per-step timer callback;
   * :mod:`.train`: one rank's run (:func:`~.train.train_rank`); :mod:`.summary`: the result's measurements;
   * :mod:`.job`: the job on the harness: :class:`~.job.Settings`, :func:`~.job.run` (plan, pre-checks, ranks through
-    :mod:`accelbench.core.launcher`, merge) and :func:`~.job.run_rank`.
+    :mod:`accelbench.core.launcher`, merge) and :func:`~.job.run_rank`;
+  * :mod:`.bare`: the bare reference loop that the Trainer step is checked against (``benchmarks/harness_overhead.py``).
+
+Beside them, torch-free: :mod:`.rules` (the rule functions of ``rules.smk``: result paths, specs, model inputs, checks)
+and the aggregation, :mod:`.tables` (tables; rows in :mod:`.tables_rows`, the figure in :mod:`.tables_figures`, the
+claims in :mod:`.tables_claims`). The config block is ``lora_finetune.config.schema.yaml``, the report captions are in
+``report/``.
 """
 
 from accelbench.core.experiment import Experiment

@@ -29,7 +29,7 @@ Three series, each a row group in the tables:
 timed loop (the configuration this project ran before the series existed; its committed results keep the name).
 
 ``ours`` -- candidates for the fastest honest run on the hardware (the tables call one so only where its median
-iteration beats the faithful configuration's on the same node: accelbench.experiments.sr3.tables.series_labels),
+iteration beats the faithful configuration's on the same node: accelbench.experiments.sr3.tables_rows.series_labels),
 same network as the faithful series (attention as run), no
 host synchronisation in the timed loop, cuDNN autotuning on, batches made in the rank's process (no DataLoader
 workers) from pinned memory where copies overlap (CUDA) and copied with ``non_blocking=True``: ``bf16`` (autocast,

@@ -40,10 +40,15 @@ keeps iterations x devices constant (40,000 at paper scale) at a per-device batc
 keeps the iterations per device constant. Since the per-device batch is fixed in both, one measured iteration
 time per device count gives both: the totals differ only in the iteration counts. On the ``cpu`` backend a
 "device" is one gloo process with one intra-op thread (one core: the thread policy of
-:func:`accelbench.core.rank_processes.rank_threads`), so that adding devices adds compute as on GPUs, and the device
+:func:`accelbench.cluster.processes.rank_threads`), so that adding devices adds compute as on GPUs, and the device
 count is limited by the usable cores. (Splitting a fixed number of cores over more ranks instead would measure
 OpenMP's scaling, and an oversubscribed OpenMP team slows down many-fold on a shared host.) On a host shared
 with other jobs, CPU times are noisy.
+
+Modules: the job here (:class:`Settings`, :func:`run`, :func:`run_rank`, the ranks' records merged by :func:`merge`,
+:func:`estimate_s`); its plan before any rank starts in :mod:`.plan`; one rank's run in :mod:`.rank`; the network,
+data and Trainer in :mod:`.model`; the settings in :mod:`.settings`; the quality check in :mod:`.quality`; the
+configurations in :mod:`.configs`; the bare reference loop the Trainer is checked against in :mod:`.bare`.
 """
 
 from __future__ import annotations

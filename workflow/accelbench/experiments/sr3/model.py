@@ -124,7 +124,7 @@ class PatchSet(torch.utils.data.Dataset):
 
 def rank_cores() -> int:
     """The cores this rank has: its intra-op threads (``torch.get_num_threads()``: its share of the job's cores, set
-    by :func:`accelbench.core.rank_processes.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
+    by :func:`accelbench.cluster.processes.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
     import os
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads()

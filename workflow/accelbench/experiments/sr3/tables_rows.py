@@ -245,7 +245,7 @@ def _max_or_none(values):
 def _loss_check(df: pd.DataFrame, r: pd.Series) -> str | None:
     """``within``/``outside`` (relative difference of the mean loss; the worst iteration's; iterations compared) of an
     ``ours`` row against the faithful row of the same system, origin and device count
-    (:func:`.sr3_configs.loss_agreement`); None for other series or without a faithful run."""
+    (:func:`.configs.loss_agreement`); None for other series or without a faithful run."""
     if r["series"] != "ours" or not isinstance(r.get("_loss_curve"), list):
         return None
     f = df[
