@@ -65,7 +65,7 @@ rule study_a_aggregate:
     input:
         # the counter results too: claims_vs_measured judges the counter claims as rule claims does
         results=results_of("unet3d_profile") + copied_results("unet3d_profile") + experiment_results("unet3d_ncu"),
-        claims=CLAIMS_A,
+        claims=REFERENCE_DIR / "study_a_claims.csv",
         validated=validated(*reads("unet3d_profile")),
     output:
         table=report(
@@ -119,7 +119,7 @@ rule study_a_ncu_aggregate:
     input:
         results=results_of("unet3d_ncu") + copied_results("unet3d_ncu"),
         profiles=results_of("unet3d_profile"),  # the step device time that ncu's bounded replay is scaled to
-        claims=CLAIMS_A,
+        claims=REFERENCE_DIR / "study_a_claims.csv",
         validated=validated(*reads("unet3d_ncu")),
     output:
         table=report(
