@@ -1,4 +1,4 @@
-"""The registry is the one place that names the experiments (issue 23): everything else reads it."""
+"""The registry is the one place that names the experiments: everything else reads it."""
 
 from __future__ import annotations
 
@@ -32,18 +32,27 @@ def test_the_result_schema_and_the_config_schema_take_their_names_from_the_regis
     assert not [e for e in schema_errors({"experiments": "all"}, path) if "experiments" in e]
     bad = schema_errors({"experiments": ["net_smoke"]}, path)  # a diagnostic is not a selectable experiment
     assert any("net_smoke" in e and "unet3d_profile" in e for e in bad), bad
-    assert {p.stem for p in (PACKAGE / "schemas").glob("*.json")} == {"result", *registry.names()}
+    assert {p.name for p in (PACKAGE / "schemas").glob("*.json")} == {"result.json"}  # the common part only
+    for e in registry.EXPERIMENTS.values():  # each experiment's schema in its own folder, with its config block
+        assert (e.schema_path() is not None and e.schema_path().is_file()) == e.selectable, e.name
+        if e.selectable:
+            assert (e.folder / f"{e.name}.config.schema.yaml").is_file(), e.name
+            assert e.name in load_schema(path)["properties"], e.name
 
 
 @pytest.mark.parametrize("name", list(registry.EXPERIMENTS))
 def test_every_experiment_module_keeps_the_contract(name):
-    """``Settings.from_spec`` and ``run`` (``run_rank`` too where the job runs ranks), and its name."""
+    """``Settings.from_spec`` and ``run`` (``run_rank`` too where the job runs ranks), its name, its tables module
+    (``aggregate`` and claim checks, torch-free), its rule file and its rules module's ``results``/``spec``."""
     e = registry.get(name)
     module = e.load()
     assert module.EXPERIMENT == name
     assert callable(module.Settings.from_spec) and callable(module.run)
     assert callable(getattr(module, "run_rank", None)) == e.ranks
-    assert (PACKAGE / "aggregate" / f"{e.aggregate}.py").exists() if e.aggregate else not e.selectable
+    if e.selectable:
+        assert callable(e.load_tables().aggregate) and e.aggregate
+    assert (e.folder / "rules.smk").is_file() and e.folder.parent == PACKAGE / "experiments"
+    assert callable(e.rule_function("results")) and callable(e.rule_function("spec"))
     assert (REPO / "resources/reference" / e.reference).exists() if e.reference else True
 
 
@@ -57,10 +66,9 @@ def test_every_experiment_has_a_command_rule_inputs_and_spec():
     for e in registry.EXPERIMENTS.values():
         assert e.command in commands
         assert any(f"accelbench {e.command} " in text for text in smk.values()), e.command
-        # its rules module's results/spec (experiments/<package>/rules.py), or else the old ones of common.smk
-        assert (e.rule_function("results") and e.rule_function("spec")) or (
-            f"def {e.name}_results(" in common and f"def {e.name}_spec(" in common
-        ), e.name
+        # its rules module's results/spec (experiments/<package>/rules.py); common.smk names no experiment
+        assert e.rule_function("results") and e.rule_function("spec"), e.name
+        assert f"def {e.name}_" not in common, e.name
 
 
 def test_unknown_names_are_refused_with_the_known_ones():

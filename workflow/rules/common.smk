@@ -141,18 +141,13 @@ EXPERIMENTS = registry.names()
 
 def results_of(experiment, system=SYSTEM.name):
     """This system's results of ``experiment`` as configured: its registry entry's ``results(rc, system)``."""
-    function = registry.get(experiment).rule_function("results")
-    if function is None:  # not yet moved into its folder
-        return globals()[f"{experiment}_results"](system)
-    return list(function(RC, system))
+    return list(registry.get(experiment).rule_function("results")(RC, system))
 
 
 def spec_of(experiment):
     """The ``params.spec`` input function of ``experiment``'s jobs: its registry entry's ``spec(rc, wildcards)`` as a
     content-addressed spec file (spec_file)."""
     function = registry.get(experiment).rule_function("spec")
-    if function is None:  # not yet moved into its folder
-        return globals()[f"{experiment}_spec"]
     return lambda wildcards: spec_file(function(RC, wildcards))
 
 

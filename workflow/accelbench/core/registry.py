@@ -26,7 +26,18 @@ import pkgutil
 from accelbench.core.experiment import EXPERIMENTS_PACKAGE, Experiment
 from accelbench.errors import ConfigError
 
-__all__ = ["EXPERIMENTS", "ConfigError", "Experiment", "aggregated", "claims_files", "experiment_of", "published_files", "get", "names", "rule_files"]
+__all__ = [
+    "EXPERIMENTS",
+    "ConfigError",
+    "Experiment",
+    "aggregated",
+    "claims_files",
+    "experiment_of",
+    "published_files",
+    "get",
+    "names",
+    "rule_files",
+]
 
 
 def _discover() -> tuple[Experiment, ...]:

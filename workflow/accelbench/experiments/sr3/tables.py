@@ -48,12 +48,28 @@ __all__ = [
     "fig_scaling",
     "layout_columns",
     "measured_plus_projected_minutes",
+    "published_times",
     "published_efficiency",
     "read_reference",
     "result_rows",
     "series_labels",
     "table",
 ]
+
+
+def published_times(reference_path: str | Path, devices: int = 1) -> pd.DataFrame:
+    """Study B's published SR3 times as ms per iteration at ``devices`` devices (``system``, ``step_ms``, ``note``):
+    wall minutes of :data:`~accelbench.experiments.sr3.configs.STUDY_B_WORKLOAD` / devices iterations; the energy
+    figure draws them without energy (none was published)."""
+    ref, _ = read_reference(reference_path)
+    ref = ref[ref["devices"] == devices]
+    return pd.DataFrame(
+        {
+            "system": ref["system"],
+            "step_ms": ref["minutes"] * 60e3 / (sr3_configs.STUDY_B_WORKLOAD / devices),
+            "note": f"{devices} device{'s' if devices > 1 else ''}, time only (no energy)",
+        }
+    ).reset_index(drop=True)
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:

@@ -60,6 +60,13 @@ cuDNN autotuning (``torch.backends.cudnn.benchmark``) is a recorded axis. Med-DD
 PyTorch's default, autotuning off: every plain name above is that Study A-faithful series. The same name with
 the suffix ``_autotuned`` (``baseline_autotuned``, ``bf16_compile_autotuned``, ...) is our series, autotuning on;
 its speedups are against ``baseline_autotuned``.
+
+This module is the job (the registry's ``job``): one configuration profiled (:func:`profile`: quality probe, timed
+training and sampling steps, peak memory, FLOPs/MFU, kernel breakdown) and its run (:func:`run`). Its parts, whose
+names it re-exports: the configurations and model settings (:mod:`.configs`, torch-free), the networks
+(:mod:`.networks`), the math mode, IEEE-FP32 check and quality proxy (:mod:`.numerics`), the timed step
+(:mod:`.workload`), and the job's settings, ``unsupported`` reasons and run-time estimate (:mod:`.settings`,
+torch-free).
 """
 
 from __future__ import annotations
