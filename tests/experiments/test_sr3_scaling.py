@@ -418,8 +418,8 @@ def _ranks_here(monkeypatch, calls: list):
     through :func:`accelbench.core.harness.rank_main` (placement stubbed: no affinity or parent-death signal here)."""
     from accelbench import cli
     from accelbench.cluster import multinode
-    from accelbench.core import harness
     from accelbench.cluster import processes as launch
+    from accelbench.core import harness
 
     monkeypatch.setattr(launch, "place_this_rank", lambda threads=None: {"threads": 1, "cpus": None})
 

@@ -9,8 +9,8 @@ import pytest
 
 import fake_results as fr
 from accelbench.aggregate import claims as cl
-from accelbench.aggregate import claims_table as ct
 from accelbench.aggregate import claims_report as cr
+from accelbench.aggregate import claims_table as ct
 
 REF = Path("resources/reference")
 CLAIMS = [REF / "study_a_claims.csv", REF / "study_b_claims.csv"]
@@ -41,7 +41,7 @@ def cpu_run() -> list[dict]:
 
 def table(tmp_path, objs: list[dict]) -> pd.DataFrame:
     paths = fr.write(tmp_path / "results", objs)
-    df = cr.aggregate(paths, CLAIMS, REF / "study_b_sr3_scaling.csv", tmp_path / "claims")
+    df = cr.aggregate(paths, REF, tmp_path / "claims")
     assert (tmp_path / "claims" / "claims.csv").exists() and (tmp_path / "claims" / "fig_claims.png").stat().st_size
     return df
 
@@ -345,7 +345,7 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
         fr.ncu("h100", "tf32_channels_last_3d", 1e8, 1e8, rates_over_every_kernel=True),
     ]
     paths = fr.write(tmp_path / "results", objs)
-    claims = cr.aggregate(paths, CLAIMS, REF / "study_b_sr3_scaling.csv", tmp_path / "claims")
+    claims = cr.aggregate(paths, REF, tmp_path / "claims")
     study_a.aggregate(paths, CLAIMS[0], tmp_path / "study_a")
     vs = pd.read_csv(tmp_path / "study_a" / "claims_vs_measured.csv").set_index("claim_id")
     a = claims[claims["study"] == "A"].set_index("claim_id")
@@ -406,7 +406,7 @@ def test_b4_is_not_holds_on_the_committed_two_gpu_run():
     run = Path("reference_runs/h200x2-2026-12-01")
     results = cr.load_results(sorted(glob.glob(str(run / "results/**/result.json"), recursive=True)))
     claims = pd.concat([ct.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
-    df = ct.claims_table(results, claims, REF / "study_b_sr3_scaling.csv")
+    df = ct.claims_table(results, claims, {"sr3_scaling": REF / "study_b_sr3_scaling.csv"})
     b4 = df[df["claim_id"] == "b4"]
     assert len(b4) and not (b4["verdict"] == "holds").any(), b4[["verdict", "why"]]
 

@@ -188,3 +188,20 @@ def test_the_core_and_the_engines_import_no_experiment():
         if b.startswith("accelbench.experiments.")
     )
     assert not bad, "the core names an experiment:\n  " + "\n  ".join(bad)
+
+
+def test_tables_and_rule_functions_import_without_torch():
+    """Tables come from result files only and the rule functions run while Snakemake plans: neither loads torch."""
+    import subprocess
+    import sys
+
+    from accelbench.core import registry
+
+    modules = {"accelbench.aggregate.claims_report", "accelbench.aggregate.energy", "accelbench.core.registry"}
+    for e in registry.EXPERIMENTS.values():
+        modules.add(f"{e.module_path}.{e.rules.partition(':')[0]}")
+        if e.tables:
+            modules.add(f"{e.module_path}.{e.tables}")
+    code = f"import sys\nfor m in {sorted(modules)!r}:\n    __import__(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False", f"one of {sorted(modules)} imports torch"

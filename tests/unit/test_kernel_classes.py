@@ -231,8 +231,8 @@ def test_current_classes_says_where_its_numbers_come_from(tmp_path):
 
 # --------------------------------------------------------------------------- Study A reads the current classes
 def _study_a_rows(run: str):
-    from accelbench.experiments.unet3d import tables as study_a
     from accelbench.aggregate.common import load_results
+    from accelbench.experiments.unet3d import tables as study_a
 
     paths = sorted(str(p) for p in (RUNS / run / "results").glob("*/unet3d_profile/**/result.json"))
     loaded = load_results(paths)

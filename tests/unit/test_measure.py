@@ -4,8 +4,7 @@ from pathlib import Path
 import pytest
 
 from accelbench.backends.device import Device
-from accelbench.measure import flops
-from accelbench.measure import kernel_classes, kernels, timing
+from accelbench.measure import flops, kernel_classes, kernels, timing
 from accelbench.measure.kernels import KernelRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

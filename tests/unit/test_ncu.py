@@ -382,8 +382,8 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
 def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
     """The coverage share divides ncu replay time by torch.profiler step time: the table says so and gives the
     share with both sides from torch.profiler beside it."""
-    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
     from accelbench.core import provenance, results
+    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
 
     env = provenance.collect("cpu")
     paths = []

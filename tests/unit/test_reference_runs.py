@@ -99,8 +99,8 @@ def test_bad_run_yaml_names_the_key(tmp_path):
 
 def test_reference_run_is_its_own_series_in_the_aggregation(tmp_path):
     """Published, measured here, and the reference run: three labelled series in the quantization table."""
-    from accelbench.experiments.llm_quant import tables as study_b_quant
     from accelbench.aggregate.common import load_results
+    from accelbench.experiments.llm_quant import tables as study_b_quant
 
     run_dir = _run(tmp_path)
     ref = run_dir / "results/h200/llm_quant/smollm2_135m/fp32/none/result.json"

@@ -8,10 +8,10 @@ import pytest
 from test_aggregate import CLAIMS, _fake
 from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
 
+from accelbench.aggregate.common import column_format, write_table
+from accelbench.experiments.lora import tables as study_b_lora
 from accelbench.experiments.unet3d import tables as study_a
 from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
-from accelbench.experiments.lora import tables as study_b_lora
-from accelbench.aggregate.common import column_format, write_table
 
 
 def _mark_noisy(path, noisy=True):
@@ -224,8 +224,8 @@ def test_sr3_labels_count_devices_used_and_curves_span_them(tmp_path):
     """SR3's 1-device fp32 job on a 2-GPU node reads 1x (it read 2x); the scaling series (efficiency table, figure)
     is one per device type, over 1 and 2 devices."""
     import fake_results as fr
-    from accelbench.experiments.sr3 import tables as study_b_sr3
     from accelbench.aggregate.common import load_results
+    from accelbench.experiments.sr3 import tables as study_b_sr3
 
     one, two = fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 60.0)
     one["environment"]["hardware"]["device_count"] = two["environment"]["hardware"]["device_count"] = 2

@@ -45,7 +45,7 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
         ("flash", "single", 1): load("flash", "single", "n1"),
         ("flash", "ddp", 2): load("flash", "ddp", "n2"),
     }
-    for (att, strategy, n), r in runs.items():
+    for (att, _strategy, n), r in runs.items():
         m = r["measurements"]
         assert r["status"] == "ok", r["reason"]
         assert r["environment"]["git"]["commit"] and r["config"]["devices"] == n

@@ -227,7 +227,7 @@ def test_install_one_liners_match_ci_and_pyproject():
     # the main job installs exactly what the test command installs, without the test extras
     assert [p.replace("-e '.[test]'", "-e .") for p in tests[:-1]] == main[:-1]
     # every other document's install line is one of the two
-    for doc, _, kind, line in by_kind("install"):
+    for doc, _, _kind, line in by_kind("install"):
         parts = [p.strip() for p in line.split("#")[0].split("&&")]
         assert parts in (main, tests, main[:-1]), f"{doc}: {line} is neither README install line"
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())

@@ -101,6 +101,25 @@ def test_toy_experiment_is_one_folder_and_runs_through_the_dag(tmp_path):
     helped = _run(copy, "accelbench", "toy-matmul", "--help")
     assert helped.returncode == 0 and "--spec" in helped.stdout, helped.stderr[-3000:]
 
+    # the repository's guards hold with the toy in: the registry's contract (checked on the toy like on every
+    # experiment), no second list of names, no import cycle and every module on its floor
+    guards = _run(
+        copy,
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "tests/unit/test_registry.py",
+        "tests/unit/test_import_graph.py",
+    )
+    assert guards.returncode == 0, (guards.stdout + guards.stderr)[-3000:]
+    assert "PASSED tests/unit/test_registry.py::test_every_experiment_module_keeps_the_contract[toy_matmul]" in (
+        guards.stdout
+    ), guards.stdout[-3000:]
+
     # the whole DAG with the toy selected: its jobs, their validation, its table, the claims and energy tables
     dag = _run(
         copy,
@@ -147,10 +166,17 @@ def test_toy_experiment_is_one_folder_and_runs_through_the_dag(tmp_path):
     table = pd.read_csv(copy / "results/toy/table.csv")
     assert list(table["size"]) == sizes and set(table["status"]) == {"ok"} and set(table["system"]) == {"cpu"}
     for (_, row), r in zip(table.iterrows(), results):
-        for column, key in (("median_ms", "median"), ("p10_ms", "p10"), ("p90_ms", "p90")):
-            assert abs(row[column] - r["measurements"]["matmul"][key]) <= 1e-3 * r["measurements"]["matmul"][key]
-        assert abs(row["gflop_per_s"] - r["measurements"]["gflop_per_s"]) <= 1e-3 * r["measurements"]["gflop_per_s"]
+        for key in ("median", "p10", "p90"):  # ms in the result, us in the table (rounded to the digits measured)
+            assert abs(row[f"{key}_us"] - 1e3 * r["measurements"]["matmul"][key]) <= r["measurements"]["matmul"][key]
+        assert abs(row["gflops"] - r["measurements"]["gflop_per_s"]) <= 1e-3 * r["measurements"]["gflop_per_s"]
     assert (copy / "results/toy/table.md").is_file()
+
+    # the energy table reads the toy's results like any other: its step time, and its energy or why there is none
+    energy = pd.read_csv(copy / "results/energy/energy.csv")
+    mine = energy[energy["experiment"] == "toy_matmul"]
+    assert len(mine) == len(sizes) and set(mine["energy"]) <= {"ok", "unsupported", "off"}, mine
+    medians = sorted(r["measurements"]["matmul"]["median"] for r in results)
+    assert all(abs(a - b) <= 1e-3 * b for a, b in zip(sorted(mine["step_ms"]), medians)), (mine["step_ms"], medians)
 
     # the claims table has the toy's claim, judged on this system's results by the toy's own check
     claims = pd.read_csv(copy / "results/claims/claims.csv", dtype=str, keep_default_na=False)

@@ -17,12 +17,12 @@ from accelbench.aggregate.common import joined_labels, load_results, noise_cell,
 from accelbench.errors import DataError
 
 EXPERIMENT = "toy_matmul"
-COLUMNS = ["system", "hardware", "size", "status", "median_us", "p10_us", "p90_us", "gflop_per_s", "noise"]
+COLUMNS = ["system", "hardware", "size", "status", "median_us", "p10_us", "p90_us", "gflops", "noise"]
 
 
 def result_rows(results: list[dict]) -> pd.DataFrame:
-    """One row per result (:data:`COLUMNS`; times in microseconds, rate in GFLOP/s at the median time), by system and
-    size."""
+    """One row per result (:data:`COLUMNS`; times in microseconds, ``gflops`` the rate in GFLOP/s at the median
+    time), by system and size."""
     rows = []
     for r in results:
         m = r.get("measurements") or {}
@@ -34,7 +34,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                 "size": int(r["config"]["size"]),
                 "status": r["status"],
                 **{f"{k}_us": t[k] * 1e3 if t.get(k) is not None else None for k in ("median", "p10", "p90")},
-                "gflop_per_s": m.get("gflop_per_s"),
+                "gflops": m.get("gflop_per_s"),
                 "noise": noise_cell(r),
             }
         )
@@ -74,11 +74,11 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, res: dict) -> list[Obser
     if ok["size"].nunique() < 2:
         raise NotMeasured("fewer than two sizes measured (config toy_matmul.sizes)")
     small, large = ok.loc[ok["size"].idxmin()], ok.loc[ok["size"].idxmax()]
-    ratio = large["gflop_per_s"] / small["gflop_per_s"]
+    ratio = large["gflops"] / small["gflops"]
     # rates from the p90 (slow) and p10 (fast) times: spreads that overlap decide nothing
     overlap = not (_rate(large, "p90_us") > _rate(small, "p10_us") or _rate(large, "p10_us") < _rate(small, "p90_us"))
     text = (
-        f"n={small['size']}: {small['gflop_per_s']:.3g} GFLOP/s, n={large['size']}: {large['gflop_per_s']:.3g} "
+        f"n={small['size']}: {small['gflops']:.3g} GFLOP/s, n={large['size']}: {large['gflops']:.3g} "
         f"GFLOP/s: {ratio:.2f}x" + (" (the p10-p90 spreads overlap: unresolved)" if overlap else "")
     )
     used = [res[int(small["size"])], res[int(large["size"])]]
