@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Energy per step on one H200 (issue 28), about 4 minutes of device time, run through benchmarks/device_run.sh:
+# Energy per step on one H200, about 4 minutes of device time, run through benchmarks/device_run.sh:
 #   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh bash benchmarks/energy_h200.sh OUT_DIR
 # 1. the product's rules (config/examples/energy_h200.yaml): Study A bf16, SR3 bf16 on one device, LoRA single, each
 #    with measurements.energy (NVML board energy), and the energy table and figure (rule energy_aggregate);

@@ -1,10 +1,11 @@
 """Energy meter overhead and repeatability: the product's timed step with the meter off and on, alternated.
 
 For a product result (``result.json`` of ``unet3d_profile``, one-device ``sr3_scaling`` or ``single`` ``lora_finetune``;
-its ``config`` is the rule's spec), this rebuilds the product's own step once (Study A: ``unet3d_profile.Workload``;
-SR3: ``sr3_model.Trainer``; LoRA: ``lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times
-with the meter off and on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the
-product's clock (``measure.time_steps`` / the Trainer's StepClock; :mod:`accelbench.measure.energy`). Each phase runs at least
+its ``config`` is the rule's spec), this rebuilds the product's own step once (Study A:
+``experiments.unet3d.workload.Workload``; SR3: ``experiments.sr3.model.Trainer``; LoRA:
+``experiments.lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times with the meter off and
+on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the product's clock
+(``measure.timing.time_steps`` / the Trainer's StepClock; :mod:`accelbench.measure.energy`). Each phase runs at least
 ``--seconds`` (steps from the product's median, never fewer than ``--repeat``; LoRA: the result's own timed steps,
 which the training data bounds), so that it holds several windows.
 
@@ -23,7 +24,8 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
         --image resources/mri/whole_head_paper/image.nii.gz --mask resources/mri/whole_head_paper/mask.nii.gz
     python benchmarks/energy_overhead.py --result results/h200/sr3_scaling/bf16/devices_1/result.json \\
         --data resources/sky/sr3_paper.npz
-    python benchmarks/energy_overhead.py --result results/h200/lora_finetune/llama_energy_random/flash/single/n1/result.json
+    python benchmarks/energy_overhead.py \\
+        --result results/h200/lora_finetune/llama_energy_random/flash/single/n1/result.json
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ runs, in one process run (under torchrun for multi-device cases, with the produc
 :mod:`accelbench.cluster.processes`):
 
 * ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
-  ``unet3d_profile.Workload.train_step`` + ``measure.time_steps``; SR3: ``sr3.model.Trainer.train_step`` +
-  ``measure.time_steps``, per-iteration max over ranks; LoRA: ``lora.train.train_rank``, i.e. the HF Trainer
+  ``unet3d.workload.Workload.train_step`` + ``measure.timing.time_steps``; SR3: ``sr3.model.Trainer.train_step`` +
+  ``measure.timing.time_steps``, per-iteration max over ranks; LoRA: ``lora.train.train_rank``, i.e. the HF Trainer
   with the step-timer callback);
 * ``bare``: a plain PyTorch loop written here (model from the same builder, same shapes, dtype, math mode, cuDNN
   autotuning, optimizer; CUDA events per step; DDP where the rule uses DDP),
@@ -20,7 +20,8 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
 
     python benchmarks/harness_overhead.py study-a --result R/unet3d_profile/whole_head/baseline_autotuned/result.json \\
         --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv benchmarks/harness_overhead_h200.csv
-    python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json --data resources/sky/sr3_paper.npz --csv ...
+    python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json \\
+        --data resources/sky/sr3_paper.npz --csv ...
     python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
 
 DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torchrun job per rank count (default

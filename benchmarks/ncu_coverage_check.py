@@ -2,7 +2,8 @@
 (128^3 on a GPU system), one configuration: unet3d-profile (3 timed steps) then unet3d-ncu (coverage pass over every
 kernel + a small detail pass), printing the share of the step's device time covered.
 
-    PYTHONPATH=workflow OUT=/tmp/ncu_check python3 benchmarks/ncu_coverage_check.py tf32   # LC, TO: detail launches, timeout
+    # optional environment: LC (detail pass launches, default 20), TO (timeout in s, default 170)
+    PYTHONPATH=workflow OUT=/tmp/ncu_check python3 benchmarks/ncu_coverage_check.py tf32
 
 First run (2026-11-30, H200, ncu at /usr/local/cuda/bin/ncu, a thread-local push/pop NVTX range): the coverage pass
 saw 574 of the step's 1551 kernels (40% of its device time), because autograd launches the backward kernels from its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's accelerator run (one 2-GPU node, 10-minute window): the product's own rules on
+# The bare-loop parity run on an accelerator (one 2-GPU node, 10-minute window): the product's own rules on
 # config/examples/gpu_parity.yaml, each followed by benchmarks/harness_overhead.py on its results (and its
 # ddp-profile of the bare loops), in priority order (LoRA, SR3, Study A); a step that would not fit the time left is
 # skipped and says so. Run through device_run.sh:

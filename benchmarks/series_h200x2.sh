@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The faithful and ours series of issues 24-29 on a lent 2x H200 node, in three parts that each fit one 10-minute
+# The faithful and ours series of every experiment on a lent 2x H200 node, in three parts that each fit one 10-minute
 # call, the node kept warm between them (run through device_run.sh, which installs the carried wheels):
 #   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh bash benchmarks/series_h200x2.sh PART OUT_DIR SECONDS
 # Settings: gpu_paper.yaml + reference_h200_study_a_faithful.yaml + h200_quant_faithful.yaml + series_h200x2.yaml

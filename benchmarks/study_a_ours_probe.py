@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Study A "ours" probe (issue 46): where the bf16 + torch.compile training step of Med-DDPM's 3D U-Net spends its
+"""Study A "ours" probe: where the bf16 + torch.compile training step of Med-DDPM's 3D U-Net spends its
 time on one GPU, and which options cut it.
 
 Standalone measurement script (no product change). It builds the product's network
 (:func:`accelbench.experiments.unet3d.configs.build_network` -> :class:`accelbench.models.med_ddpm_unet.MedDDPMUNet`,
 whole-head preset: 128^3, 3 in / 1 out, base 64, mult (1, 1, 2, 3, 4), attention at level 3 + middle) and runs the
 product's training step of ``bf16_compile_cudagraphs_autotuned`` (``Workload.train_step`` in
-``experiments/unet3d_profile.py``): 2 micro-batches of (noise, cosine-schedule ``add_noise``, ``cat([x_t, mask])``,
+``experiments/unet3d/workload.py``): 2 micro-batches of (noise, cosine-schedule ``add_noise``, ``cat([x_t, mask])``,
 bf16 autocast forward, L1 on epsilon / 2, backward), then one Adam step (lr 1e-5, PyTorch's default foreach Adam),
 cuDNN autotuning on, TF32 off, ``.grad`` kept as zeros outside the CUDA-graph pool when CUDA graphs run.
 
@@ -28,7 +28,7 @@ Each variant changes only how the same parameters are laid out or how the same a
 - ``adam``: ``foreach`` (product) or ``fused``.
 
 Per variant: compile + warm-up steps, ``--repeat`` timed steps (CUDA events, synchronised per step, like the
-product's ``measure.time_steps``): median / p10 / p90; peak memory; numerics: the predicted noise of the first
+product's ``measure.timing.time_steps``): median / p10 / p90; peak memory; numerics: the predicted noise of the first
 micro-batch of the first step (fixed input x_t at t = 125, same weights) against the bf16 compile reference variant
 (``ref_ncdhw_cg``) and against an fp32 eager forward (TF32 off, the product's quality reference; tolerance 0.05);
 one profiled step (torch.profiler): kernel classes, the top kernels with counts, and, where the step is not a CUDA
@@ -68,8 +68,8 @@ from accelbench.experiments.unet3d.configs import ModelSettings  # noqa: E402
 from accelbench.experiments.unet3d.networks import build_network  # noqa: E402
 from accelbench.models import med_ddpm_unet as mdu  # noqa: E402
 
-AUTOTUNED_BASELINE_MS = 1726.5  # baseline_autotuned, H200 reference run (issue 46)
-FLOP_PER_STEP = 33.2e12  # one 2-micro-batch training step at 128^3 (issue 46)
+AUTOTUNED_BASELINE_MS = 1726.5  # baseline_autotuned, H200 reference run
+FLOP_PER_STEP = 33.2e12  # one 2-micro-batch training step at 128^3
 PEAK_BF16 = 989.4e12  # H200 bf16 dense peak
 CL = torch.channels_last_3d
 
@@ -910,8 +910,10 @@ def main(argv=None) -> int:
         write_outputs(out, rows, kernels, copies, meta)
         print(
             f"## {name}: {row.get('status')} median {fmt(row.get('ms_median'))} ms "
-            f"(p10 {fmt(row.get('ms_p10'))}, p90 {fmt(row.get('ms_p90'))}), first step {fmt(row.get('first_step_s'), 1)} s, "
-            f"rel_l2 vs ref {fmt(row.get('rel_l2_vs_bf16_ref'), 4)}, vs fp32 {fmt(row.get('rel_l2_vs_fp32_eager'), 4)}, "
+            f"(p10 {fmt(row.get('ms_p10'))}, p90 {fmt(row.get('ms_p90'))}), "
+            f"first step {fmt(row.get('first_step_s'), 1)} s, "
+            f"rel_l2 vs ref {fmt(row.get('rel_l2_vs_bf16_ref'), 4)}, "
+            f"vs fp32 {fmt(row.get('rel_l2_vs_fp32_eager'), 4)}, "
             f"copies {fmt(row.get('aten_copy_count'), 0)} ({fmt(row.get('aten_copy_ms'))} ms), "
             f"t={time.perf_counter() - t_start:.0f}s",
             flush=True,

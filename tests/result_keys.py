@@ -1,4 +1,4 @@
-"""The keys of the embedded default's result.json files, kept across restructurings (issue 23).
+"""The keys of the embedded default's result.json files, kept across restructurings.
 
 ``tests/fixtures/result_keys.json`` was made from the results of ``snakemake --cores all`` (the embedded default)
 on main 653f960, before the registry/harness/launcher restructuring, by::
@@ -9,7 +9,7 @@ It holds, per (experiment, kind, status), the key paths of each result down to t
 ``config.settings``, ``environment.hardware``, ...): what tables, figures and a reader use. ``kind`` is the
 configuration (Study A), the strategy (LoRA), the method or stage (quantization), one kind for SR3.
 :func:`check` compares fresh results with it: a key may not disappear, and a new one must be declared in
-:data:`ADDED` with the issue that added it.
+:data:`ADDED` with what it records.
 """
 
 from __future__ import annotations
@@ -21,38 +21,38 @@ from pathlib import Path
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "result_keys.json"
 # keys added since the snapshot, each with why: (experiment, key path)
 ADDED = {
-    ("sr3_scaling", "measurements.flops"): "issue 23: SR3 reports FLOPs per step (FlopCounterMode)",
-    ("sr3_scaling", "measurements.train_throughput"): "issue 23: SR3 reports MFU",
-    ("llm_quant", "measurements.eval_throughput"): "issue 23: quantization reports the evaluation's MFU",
-    ("sr3_scaling", "measurements.data_path"): "issue 24: how batches reach the device (pinned memory on CUDA)",
-    ("sr3_scaling", "measurements.math_flags"): "issue 23: TF32 flags, which choose the peak of SR3's MFU",
-    ("sr3_scaling", "measurements.configuration"): "issue 24: the configuration's settings and series",
-    ("sr3_scaling", "measurements.host_syncs_timed_per_rank"): "issue 24: host syncs counted over the timed loop",
-    ("sr3_scaling", "measurements.host_syncs_method"): "issue 24: how the host syncs were counted",
-    ("sr3_scaling", "measurements.host_syncs_where"): "issue 24: where the counted host syncs happened",
-    ("sr3_scaling", "measurements.fused_adam"): "issue 24: Adam's fused kernel (ours)",
-    ("sr3_scaling", "measurements.compiled"): "issue 24: what TorchDynamo compiled (a compiled configuration that "
+    ("sr3_scaling", "measurements.flops"): "SR3 reports FLOPs per step (FlopCounterMode)",
+    ("sr3_scaling", "measurements.train_throughput"): "SR3 reports MFU",
+    ("llm_quant", "measurements.eval_throughput"): "quantization reports the evaluation's MFU",
+    ("sr3_scaling", "measurements.data_path"): "how batches reach the device (pinned memory on CUDA)",
+    ("sr3_scaling", "measurements.math_flags"): "TF32 flags, which choose the peak of SR3's MFU",
+    ("sr3_scaling", "measurements.configuration"): "the configuration's settings and series",
+    ("sr3_scaling", "measurements.host_syncs_timed_per_rank"): "host syncs counted over the timed loop",
+    ("sr3_scaling", "measurements.host_syncs_method"): "how the host syncs were counted",
+    ("sr3_scaling", "measurements.host_syncs_where"): "where the counted host syncs happened",
+    ("sr3_scaling", "measurements.fused_adam"): "Adam's fused kernel (ours)",
+    ("sr3_scaling", "measurements.compiled"): "what TorchDynamo compiled (a compiled configuration that "
     "compiled nothing ran eager)",
     (
         "lora_finetune",
         "measurements.series",
-    ): "issue 25: the runtime series (faithful/ours) and every setting it ran with",
-    ("lora_finetune", "measurements.train_runtime"): "issue 25: optimum-habana's train_runtime after 3 warm-up steps",
+    ): "the runtime series (faithful/ours) and every setting it ran with",
+    ("lora_finetune", "measurements.train_runtime"): "optimum-habana's train_runtime after 3 warm-up steps",
     (
         "lora_finetune",
         "measurements.loss_tolerance",
-    ): "issue 25: ours' loss-curve tolerance against the faithful series",
-    ("unet3d_profile", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.measure.energy)",
-    ("sr3_scaling", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.measure.energy)",
-    ("lora_finetune", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.measure.energy)",
-    ("llm_quant", "measurements.energy"): "issue 28: board energy of the timed steps (accelbench.measure.energy)",
-    ("llm_quant", "measurements.settings"): "issue 26: the Study B-faithful settings of a method job (tokenisation, "
+    ): "ours' loss-curve tolerance against the faithful series",
+    ("unet3d_profile", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("sr3_scaling", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("lora_finetune", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("llm_quant", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("llm_quant", "measurements.settings"): "the Study B-faithful settings of a method job (tokenisation, "
     "16-bit storage, clustering, autocast, INC scale method and calibration)",
-    ("unet3d_profile", "measurements.network"): "issue 29: which U-Net ran (med_ddpm, Med-DDPM's own; monai stand-in)",
-    ("unet3d_profile", "measurements.micro_batches"): "issue 29: micro-batches per optimizer step (Med-DDPM: 2)",
-    ("unet3d_profile", "measurements.tensor_shape"): "issue 29: the network input (B, C, D, H, W) in its layout",
-    ("unet3d_profile", "measurements.ema"): "issue 29: Med-DDPM's EMA settings, recorded (not run)",
-    ("unet3d_profile", "measurements.grad_buffers"): "issue 29: how a step holds its gradients (kept as zeros with "
+    ("unet3d_profile", "measurements.network"): "which U-Net ran (med_ddpm, Med-DDPM's own; monai stand-in)",
+    ("unet3d_profile", "measurements.micro_batches"): "micro-batches per optimizer step (Med-DDPM: 2)",
+    ("unet3d_profile", "measurements.tensor_shape"): "the network input (B, C, D, H, W) in its layout",
+    ("unet3d_profile", "measurements.ema"): "Med-DDPM's EMA settings, recorded (not run)",
+    ("unet3d_profile", "measurements.grad_buffers"): "how a step holds its gradients (kept as zeros with "
     "CUDA graphs and gradient accumulation)",
 }
 

@@ -1,7 +1,8 @@
 """SR3 (``sr3-host-bound``): does the SR3 rule's data path cost anything, and what does its step look like when the
 host, not the device, sets the pace? One process, one device. For each given result (its configuration,
-:mod:`accelbench.experiments.sr3.configs`), the rule's ``Trainer`` and timer (``measure.time_steps``: CUDA events, no
-synchronisation inside the loop; threads: ``--threads`` or torch's default, no rank placement) in three data paths:
+:mod:`accelbench.experiments.sr3.configs`), the rule's ``Trainer`` and timer (``measure.timing.time_steps``: CUDA
+events, no synchronisation inside the loop; threads: ``--threads`` or torch's default, no rank placement) in three
+data paths:
 
 * ``workers=K``: the configuration's own (ours: batches made in the process, K = 0, pinned, ``non_blocking`` copy;
   faithful: its DataLoader workers and blocking copy);

@@ -121,7 +121,7 @@ def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tm
     assert hs["metrics"]["acc"] == pytest.approx(0.5)
     assert 0.0 <= hs["value"] <= 1.0 and "local folder" in hs["data"] and hs["harness"].startswith("lm_eval")
     assert out["boolq"]["status"] == "unsupported" and "no_boolq_here" in out["boolq"]["reason"]
-    # the chance and majority baselines of the documents scored, from their gold labels (issue 47)
+    # the chance and majority baselines of the documents scored, from their gold labels
     base = hs["baselines"]
     assert base["n"] == n and base["chance"] == 0.25 and sum(base["classes"].values()) == n
     assert base["majority"] == max(labels.count(x) for x in set(labels)) / n

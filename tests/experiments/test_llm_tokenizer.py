@@ -154,7 +154,7 @@ def _jobs(dry_run_output: str) -> dict[str, list[dict]]:
 
 @needs_smollm2
 def test_committed_tokenizer_is_the_export(exported):
-    """resources/tokenizers/smollm2 (committed, issue 25) holds the same files as a fresh export from the GGUF."""
+    """resources/tokenizers/smollm2 (committed) holds the same files as a fresh export from the GGUF."""
     folder, _ = exported
     committed = REPO / "resources/tokenizers/smollm2"
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):

@@ -42,8 +42,8 @@ def test_memory_precheck_and_oom_recorded(monkeypatch):
 
 def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
     """FSDP builds the weights on rank 0 only (cpu_ram_efficient_loading; the other ranks on the meta device), so a
-    node holds one host copy: Llama-3.3-70B (131 GiB) fits a 2x H200 node's 250 GiB (before issue 25 each of its 2
-    ranks held one: 262.8 GiB); a node with less than one copy free is recorded oom before any rank starts."""
+    node holds one host copy: Llama-3.3-70B (131 GiB) fits a 2x H200 node's 250 GiB (when each of its 2 ranks
+    held one, 262.8 GiB did not); a node with less than one copy free is recorded oom before any rank starts."""
     import psutil
 
     from accelbench.experiments.lora.model import random_init_place

@@ -18,9 +18,9 @@ The base tarball and the wheelhouse are kept between runs in ``$ACCELBENCH_IMAGE
 ``~/.cache/accelbench/images``), keyed by what makes them, and podman keeps the dependency layer while
 pyproject.toml and constraints.txt are unchanged. It runs only as root with ACCELBENCH_CI_APT=1 (.ci/run sets
 it), which also lets it apt-get install podman, runc and mmdebstrap when missing; elsewhere it skips with the
-reason. This host needs runc and explicit ulimits (crun fails on its hybrid cgroups and rlimits): they go in a containers.conf of the test
-(CONTAINERS_CONF), so the README's commands run as written. Each step's seconds are written to
-``<cache>/timings.json``, Snakemake's output of the run in the image to ``<cache>/dag_in_image.log``.
+reason. This host needs runc and explicit ulimits (crun fails on its hybrid cgroups and rlimits): they go in a
+containers.conf of the test (CONTAINERS_CONF), so the README's commands run as written. Each step's seconds are
+written to ``<cache>/timings.json``, Snakemake's output of the run in the image to ``<cache>/dag_in_image.log``.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_aggregate_command_reads_a_results_file_like_the_results_option(tmp_path
 
 
 def test_two_networks_on_one_system_stay_apart_and_are_compared(tmp_path):
-    """Issue 29: the MONAI stand-in (a committed reference run: no config.network) and Med-DDPM's network (measured
+    """The MONAI stand-in (a committed reference run: no config.network) and Med-DDPM's network (measured
     here, 2 micro-batches) on one system: speedups and claims inside each network's own series, never across; the
     comparison table pairs them per configuration, layout conversions also per micro-batch."""
     loaded = []

@@ -113,7 +113,7 @@ def test_cpu_device_ops():
     info = {"cpu": "Some CPU"}
     hw = cpu.provenance(info)
     assert {k: hw[k] for k in ("device_name", "device_count")} == {"device_name": "Some CPU", "device_count": 1}
-    # issue 42: which precisions this CPU runs natively (x86/Arm), from torch's capability and the CPU's flags
+    # which precisions this CPU runs natively (x86/Arm), from torch's capability and the CPU's flags
     assert set(hw) <= {"device_name", "device_count", "precision_support"}
     assert "precision_support" not in hw or "fp32" in hw["precision_support"]["native"]
     assert cpu.apptainer_env("/tmp", {}) == {} and not cpu.uses_device_events

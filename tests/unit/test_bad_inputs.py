@@ -1,4 +1,4 @@
-"""Bad inputs get one clear line naming the key or file (issue 10 §3). Fixtures are built here (nibabel, astropy)."""
+"""Bad inputs get one clear line naming the key or file. Fixtures are built here (nibabel, astropy)."""
 
 from __future__ import annotations
 

@@ -237,7 +237,8 @@ def test_flash_gain_inside_the_spread_says_so(tmp_path):
 
 def ncu_run(system: str = "h100", base_share: float = 0.7, tf32_share: float = 0.7, every: bool = False) -> list[dict]:
     """Profiles and counters of baseline and tf32 on one system (tf32: 4x faster, SM cycles 0.2x, instructions 0.1x,
-    IPC +5%, tensor pipe 5x); ``*_share``: the step's device time behind the rates, ``every``: rates over every kernel."""
+    IPC +5%, tensor pipe 5x); ``*_share``: the step's device time behind the rates, ``every``: rates over every
+    kernel."""
     return [
         fr.unet3d(system, "baseline", 100.0),
         fr.unet3d(system, "tf32", 25.0),
@@ -371,7 +372,7 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     assert "proxy" in vs.loc["a8", "how"] and "ERR_NVGPUCTRPERM" in vs.loc["a8", "why"]
 
 
-# --------------------------------------------------------------------------- evidence, scope, quotes (issue 47)
+# --------------------------------------------------------------------------- evidence, scope, quotes
 def test_one_of_three_needed_observations_is_partly_measured(tmp_path):
     """b4 needs all three bit sets: one measured and passing is not `holds`."""
     objs = [

@@ -1,5 +1,5 @@
 """benchmarks/energy_overhead.py on the CPU: the product clock timed with the meter off and on, alternated, through
-the benchmark's own phase (measure.time_steps + energy.configure), with a scripted energy counter."""
+the benchmark's own phase (measure.timing.time_steps + energy.configure), with a scripted energy counter."""
 
 from __future__ import annotations
 

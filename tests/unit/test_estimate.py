@@ -1,4 +1,4 @@
-"""The run's time estimate (issue 42): the cost models kept with the experiments, the line before the first job
+"""The run's time estimate: the cost models kept with the experiments, the line before the first job
 and its refreshes, and the per-job times it records."""
 
 import json

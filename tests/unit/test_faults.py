@@ -1,4 +1,4 @@
-"""Hostile inputs and faults, round two (issue 27): each case fails before its fix."""
+"""Hostile inputs and faults, round two: each case fails before its fix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""benchmarks/harness_overhead.py (package benchmarks/overhead/): the interval math of the DDP profile and a 2-rank CPU (gloo) run of `ddp-profile`."""
+"""benchmarks/harness_overhead.py (package benchmarks/overhead/): the interval math of the DDP profile and a 2-rank
+CPU (gloo) run of `ddp-profile`."""
 
 import csv
 import importlib

@@ -124,7 +124,8 @@ def test_graph_sees_relative_and_function_level_imports():
 
 
 def test_no_import_cycle_in_the_aggregation_layer():
-    """No cycle touches accelbench.aggregate or accelbench.aggregate.reference_runs (see CHECKED: the rest is a TODO)."""
+    """No cycle touches accelbench.aggregate or accelbench.aggregate.reference_runs (see CHECKED: the rest is a
+    TODO)."""
     bad = [c for c in cycles(import_graph()) if _checked(c)]
     assert not bad, "import cycles through the aggregation layer:\n" + _describe(bad)
 

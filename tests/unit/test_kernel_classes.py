@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 RUNS = REPO / "reference_runs"
 COPY = re.compile(r"copy_kernel|LoadWithCast|StoreWithCast|convertTensor")
-# Study A's tf32 + channels_last_3d step on Med-DDPM's network (H200, 2026-12-01): the issue's example
+# Study A's tf32 + channels_last_3d step on Med-DDPM's network (H200, 2026-12-01), whose same-dtype strided copies
+# are layout conversions
 TF32_CL3D = RUNS / "h200x2-2026-12-01/results/h200/unet3d_profile/whole_head/tf32_channels_last_3d"
 
 
@@ -39,18 +40,18 @@ def test_recorded_copy_kernels_are_classed_by_what_they_do(row):
     assert kernel_classes.classify_kernel(row["name"]) == row["class"], row["recorded_in"]
 
 
-def test_the_fixture_holds_both_classes_and_the_issue_kernel():
+def test_the_fixture_holds_both_classes_and_the_tf32_channels_last_kernel():
     rows = _fixture_names()
     assert {r["class"] for r in rows} == {"layout_conversion", "cast_copy"}
-    issue = next(
+    strided = next(
         r for r in rows if str(TF32_CL3D.relative_to(REPO)) in r["recorded_in"] and r["class"] == "layout_conversion"
     )
     assert (
-        issue["name"].startswith(
+        strided["name"].startswith(
             "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<"
             "at::native::direct_copy_kernel_cuda("
         )
-        and "{lambda(float)#1}" in issue["name"]
+        and "{lambda(float)#1}" in strided["name"]
     )
     assert any(
         "LoadWithCast<1>, at::native::memory::StoreWithCast<1>" in r["name"] and r["class"] == "cast_copy" for r in rows
@@ -59,7 +60,8 @@ def test_the_fixture_holds_both_classes_and_the_issue_kernel():
 
 def test_every_committed_copy_kernel_is_decided():
     """A copy kernel name that a committed kernels.csv holds and the fixture does not is a variant nobody has decided
-    on: add it to tests/fixtures/copy_kernel_names.csv with the class its path proves (kernel_classes.KERNEL_CLASSES)."""
+    on: add it to tests/fixtures/copy_kernel_names.csv with the class its path proves
+    (kernel_classes.KERNEL_CLASSES)."""
     known = {r["name"] for r in _fixture_names()}
     tables = _committed_tables()
     assert tables
@@ -77,10 +79,11 @@ def test_every_committed_copy_kernel_is_decided():
         # PyTorch's other copy paths, spelled as torch.profiler spells them (not in the committed runs)
         (
             (
-                "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::direct_copy_kernel_cuda("
-                "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}>("
-                "at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()"
-                "() const::{lambda()#7}::operator()() const::{lambda(float)#1} const&)::{lambda(int)#1}>(int, ...)"
+                "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::"
+                "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::"
+                "operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda("
+                "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::"
+                "{lambda(float)#1} const&)::{lambda(int)#1}>(int, ...)"
             ),
             "cast_copy",
         ),  # strided, with a dynamic cast: the dtypes differ
@@ -94,26 +97,28 @@ def test_every_committed_copy_kernel_is_decided():
         ),  # nocast, but the lambda converts float -> bfloat16
         (
             (
-                "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-                "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+                "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda(at::"
+                "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda("
+                "float)#1}, std::array<char*, 2ul> >"
             ),
             "cast_copy",
         ),  # contiguous same-dtype copy: no layout change
         (
             (
-                "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-                "{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>, "
-                "4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-                "at::native::memory::LoadWithoutCast, at::native::memory::StoreWithoutCast>"
+                "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::"
+                "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda("
+                "float)#1}, std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, "
+                "TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithoutCast, at::native::memory::"
+                "StoreWithoutCast>"
             ),
             "cast_copy",
         ),  # contiguous
         (
             (
-                "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::native::"
-                "direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() const::[lambda() "
-                "(instance 7)]::operator ()() const::[lambda(float) (instance 1)]>(at::TensorIteratorBase &, const T1 &)::[lambda"
-                "(int) (instance 1)]>(int, T3)"
+                "void at::native::elementwise_kernel<(int)128, (int)2, void at::native::gpu_kernel_impl_nocast<at::"
+                "native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]::operator ()() "
+                "const::[lambda() (instance 7)]::operator ()() const::[lambda(float) (instance 1)]>(at::"
+                "TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)"
             ),
             "layout_conversion",
         ),  # Nsight Systems' spelling
@@ -123,8 +128,8 @@ def test_every_committed_copy_kernel_is_decided():
         ),  # cut before the functor: nothing proves a copy
         (
             (
-                "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>"
-                "(float, __nv_bfloat16 const*, float, float*, unsigned long)"
+                "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, ("
+                "cudnnKernelDataType_t)2>(float, __nv_bfloat16 const*, float, float*, unsigned long)"
             ),
             "cast_copy",
         ),
@@ -162,8 +167,9 @@ def test_reclassify_with_the_recorded_classes_gives_the_recorded_numbers(folder,
 
 
 def test_reclassify_tf32_channels_last_3d_by_hand():
-    """The issue's step: 495 same-dtype strided copies (216.8 ms) join cuDNN's 12 transposes in layout_conversion; the
-    10 flat convertTensor conversions and 2 dtype casts are the cast_copy kernels. Counted here from the CSV by hand."""
+    """The tf32 + channels_last_3d step: 495 same-dtype strided copies (216.8 ms) join cuDNN's 12 transposes in
+    layout_conversion; the 10 flat convertTensor conversions and 2 dtype casts are the cast_copy kernels. Counted here
+    from the CSV by hand."""
     rows = kernel_classes.read_kernel_table(TF32_CL3D / "kernels.csv")
     total = sum(r["device_time_us"] for r in rows)
     layout = [

@@ -1,4 +1,4 @@
-"""Labels that say what ran (issue 47, item 7): the model's name and the runs' labels come from each result's record,
+"""Labels that say what ran: the model's name and the runs' labels come from each result's record,
 accuracies stand beside their chance/majority baselines (computed, never typed) and the model card's number, SR3's
 "fastest honest run" is earned per node, every 40k-iteration minutes cell says what kind it is, and impossible values
 (MFU > 1, a board's average power above its limit) are refused in new results and flagged in the tables."""

@@ -1,4 +1,5 @@
-"""Multi-process launching (accelbench.cluster.processes): each rank's share of the job's threads, and no orphaned ranks."""
+"""Multi-process launching (accelbench.cluster.processes): each rank's share of the job's threads, and no orphaned
+ranks."""
 
 import json
 import os

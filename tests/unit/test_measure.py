@@ -77,24 +77,27 @@ def test_time_steps_counts_calls():
         ),  # path unknown
         # casts recorded in a bf16-autocast block on an H200: not layout conversions
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::"
-            "{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>",
+            "void at::native::unrolled_elementwise_kernel<at::native::bfloat16_copy_kernel_cuda(at::"
+            "TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>",
             "cast_copy",
         ),
         (
-            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::"
-            "{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}, "
-            "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, TrivialOffsetCalculator<1, unsigned int>, "
-            "at::native::memory::LoadWithCast<1>, at::native::memory::StoreWithCast<1> >",
+            "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::"
+            "TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#12}::operator()() const::{lambda(c10::"
+            "BFloat16)#1}, std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, "
+            "TrivialOffsetCalculator<1, unsigned int>, at::native::memory::LoadWithCast<1>, at::native::memory::"
+            "StoreWithCast<1> >",
             "cast_copy",
         ),
-        # a flat element-wise conversion (one element count, no strides), not a transpose: see kernel_classes.KERNEL_CLASSES
+        # a flat element-wise conversion (one element count, no strides), not a transpose:
+        # see kernel_classes.KERNEL_CLASSES
         (
             "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)2>",
             "cast_copy",
         ),
         (
-            "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, (cudnnKernelDataType_t)2>",
+            "void cudnn::engines_precompiled::convertTensor_kernel<__nv_bfloat16, float, float, ("
+            "cudnnKernelDataType_t)2>",
             "cast_copy",
         ),
         ("aten::copy_", "cast_copy"),

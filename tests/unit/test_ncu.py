@@ -410,7 +410,7 @@ def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
 
 
 def test_coverage_pass_plan_and_next_pass():
-    """Bounded coverage passes (issue 29): the plan splits the step's launches; past the plan one more pass runs while
+    """Bounded coverage passes: the plan splits the step's launches; past the plan one more pass runs while
     the last came back full (ncu saw more launches than the profiler); a short pass ends the range."""
     assert ncu.plan_coverage_passes(15, None) == [ncu.PassPlan(0, 0, None)]
     assert ncu.plan_coverage_passes(15, 20) == [ncu.PassPlan(0, 0, None)]

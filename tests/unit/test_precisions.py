@@ -1,4 +1,4 @@
-"""Precisions this CPU only emulates (issue 42): the CPU backend's report, the probe, and the experiments' hooks on a
+"""Precisions this CPU only emulates: the CPU backend's report, the probe, and the experiments' hooks on a
 CPU that reports no native bf16 (capability and flags monkeypatched), down to Study A's table and claims."""
 
 import json

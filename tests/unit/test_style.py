@@ -21,7 +21,9 @@ def test_ruff_lint_finds_nothing():
 
 def test_ruff_format_changes_nothing():
     proc = _ruff("format", "--check", ".")
-    assert proc.returncode == 0, f"ruff format --check (fix: `ruff format`):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}"
+    assert proc.returncode == 0, (
+        f"ruff format --check (fix: `ruff format`):\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}"
+    )
 
 
 def test_the_lint_can_fail(tmp_path):

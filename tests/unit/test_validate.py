@@ -79,7 +79,7 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
     ("sr3 ok", "measurements.study_b_projection.label", "measured", "measurements.study_b_projection.label"),
     ("sr3 ok", "status", "done", "status: 'done' is not one of"),
     ("sr3 ok", "config.devices", None, "config: 'devices' is a required property"),
-    # negative values that once passed by their key names (issue 43: -12.5 and -19.97 reached runs.csv)
+    # negative values that once passed by their key names (-12.5 and -19.97 once reached runs.csv)
     (
         "lora ok",
         "measurements.projection.minutes_per_million_tokens",

@@ -1,4 +1,4 @@
-"""End to end (issue 42): the real Snakemake DAG on a tiny config, on a CPU that reports no native bf16. torch and
+"""End to end: the real Snakemake DAG on a tiny config, on a CPU that reports no native bf16. torch and
 oneDNN are held to AVX2 (``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``: what an AVX2-only CPU runs), and
 the probe's ratio is handed in (``ACCELBENCH_PRECISION_PROBE``) so that the reason is known exactly."""
 

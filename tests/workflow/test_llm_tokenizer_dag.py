@@ -1,5 +1,5 @@
 """A random-init LoRA preset runs through the DAG on SmolLM2's tokenizer folder (not the GGUF): the committed copy
-under resources/tokenizers/smollm2 (issue 25), so no export and no model download is needed."""
+under resources/tokenizers/smollm2, so no export and no model download is needed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """End to end: Study B's LoRA part of the real Snakemake DAG on a tiny config (real SmolLM2-135M; single device with
-eager and SDPA attention, DDP over 2 gloo processes, FSDP and ZeRO-3 recorded unsupported on CPU, a device count too large)."""
+eager and SDPA attention, DDP over 2 gloo processes, FSDP and ZeRO-3 recorded unsupported on CPU, a device count too
+large)."""
 
 import importlib.util
 import json
@@ -65,7 +66,7 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
     assert ddp["wrapped_as"] == "DistributedDataParallel" and [p["rank"] for p in ddp["per_rank"]] == [0, 1]
     assert ddp["distributed"]["ddp"] == {"static_graph": False, "gradient_as_bucket_view": True, "bucket_cap_mb": 10}
     assert ddp["trainer_settings"]["ddp_options"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 10}
-    assert ddp["trainer_settings"]["logging_nan_inf_filter"] is False  # no host sync in the step (issue 12)
+    assert ddp["trainer_settings"]["logging_nan_inf_filter"] is False  # no host sync in the step
     assert runs[("flash", "single", 1)]["measurements"]["wrapped_as"] == "PeftModelForCausalLM"
     for r in runs.values():  # held-out loss measured before the first and after the last step
         assert r["measurements"]["loss"]["eval_before"] > 0 and r["measurements"]["loss"]["eval_after"] > 0

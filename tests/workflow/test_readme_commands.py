@@ -4,7 +4,8 @@ command cannot rot (about 2-3 min on 2 cores: dry runs, no measurement).
 Documents: README.md, ARTIFACT.md, CONTRIBUTING.md, containers/README.md, reference_runs/README.md and docs/*.md.
 Commands: every line of their fenced ```bash/sh/console/shell blocks (`&&` chains split into parts, leading
 `VAR=value` assignments set aside), and inline code spans in their prose that start with `snakemake ` or
-`accelbench `. Placeholders such as `<name>` become a real system (h100). Each part gets exactly one check (:func:`plan`):
+`accelbench `. Placeholders such as `<name>` become a real system (h100). Each part gets exactly one check
+(:func:`plan`):
 
 - `snakemake ...`: planned, `-n` added (this machine has no GPU/Gaudi, no apptainer and no Slurm; planning is what
   must work from a login node); a target after `--config`/`--configfile` fails here; `snakemake --report` is run up

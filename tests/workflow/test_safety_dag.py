@@ -1,5 +1,5 @@
 """End to end, as the CI user (root in containers): no path or config value runs as a command, and a settings change
-followed by a failing rerun never loses a finished result (issue 10)."""
+followed by a failing rerun never loses a finished result."""
 
 from __future__ import annotations
 
@@ -185,7 +185,7 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
 
 
 def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny_config):
-    """Issue 27, items 1-2: a result whose recorded settings differ from the config's (e.g. put back by an interrupted
+    """A result whose recorded settings differ from the config's (e.g. put back by an interrupted
     redo after Snakemake recorded the new settings), or whose redo was killed (journal beside it), is redone; one
     without a recorded spec is left alone (the control)."""
     _write_config(tmp_path, _study_a_one_job(tiny_config), ["unet3d_profile"])

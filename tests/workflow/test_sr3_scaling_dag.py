@@ -32,7 +32,7 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         # thread placement and the cuDNN autotuning setting are recorded (a CPU "device" is one core)
         assert m["threads_per_rank"] == [1] * n and len(m["placement_per_rank"]) == n
         assert all(p["threads"] == 1 and p["parent_death_signal"] for p in m["placement_per_rank"])
-        # the Study B-faithful settings, each recorded (issue 24)
+        # the Study B-faithful settings, each recorded
         assert m["cudnn_benchmark"] is True and m["configuration"]["host_syncs"] and r["config"]["series"] == "faithful"
         assert r["config"]["settings"]["attention_levels"] == [False, True, False]  # as run (tiny: unet_image_size 16)
         # the authors' data path: 8 DataLoader workers capped at the rank's one core, blocking copy (CPU: no pinning)
@@ -48,7 +48,7 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
         assert m["quality"]["bicubic"]["psnr_db"] > 15 and "beats_bicubic" in m["quality"]
         assert (res / f"devices_{n}" / "samples.npz").exists()
     assert two["measurements"]["collective_backend"] == "gloo" and two["measurements"]["replica_max_abs_diff"] == 0.0
-    # energy (issue 28): RAPL where the host exposes it (the 2 ranks share it: counted once), else unsupported
+    # energy: RAPL where the host exposes it (the 2 ranks share it: counted once), else unsupported
     for r in (one, two):
         e = r["measurements"]["energy"]
         assert e["label"] == "device-level board energy, not MLPerf Power" and r["config"]["energy"]["enabled"]

@@ -27,7 +27,7 @@ onstart:
 
     require_backend_for_local_jobs(workflow, SYSTEM)
     honour_slurm_no_account(workflow)
-    if workflow.local_exec:  # the jobs to run and the expected wall time here, refreshed as jobs finish (issue 42)
+    if workflow.local_exec:  # the jobs to run and the expected wall time here, refreshed as jobs finish
         from accelbench.core.estimate import start as start_estimate
 
         start_estimate(workflow)

@@ -1,4 +1,4 @@
-# Energy beside time for every experiment and every system in the checkout (accelbench.aggregate.energy, issue 28):
+# Energy beside time for every experiment and every system in the checkout (accelbench.aggregate.energy):
 # device-level board energy (NVML / HLML / RAPL counters), not MLPerf Power.
 rule energy_aggregate:
     input:

@@ -92,7 +92,8 @@ class Observation:
 @dataclass
 class ClaimInputs:
     """What the claim checks read: the loaded results by experiment, the published files given to :func:`aggregate`
-    (by experiment name, e.g. ``sr3_scaling``: its published reference file), and rows computed once per table (:meth:`rows`)."""
+    (by experiment name, e.g. ``sr3_scaling``: its published reference file), and rows computed once per table
+    (:meth:`rows`)."""
 
     by_experiment: dict[str, list[dict]]
     published: dict[str, Path] = field(default_factory=dict)

@@ -16,9 +16,9 @@ STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 def load_results(paths: list[str | Path]) -> list[dict]:
     """Read every result (see :func:`accelbench.core.results.read_result`), adding ``_path``,
     ``_hardware`` (with the devices the job used, :func:`devices_used`), ``_device`` (the same without a count: the
-    series of a curve over devices) and ``_software`` labels derived from the provenance, and ``_series``: ``measured``, or for a
-    result of a committed reference run (:mod:`accelbench.aggregate.reference_runs`) its label, which then also leads
-    ``_hardware`` so every aggregation draws it as its own series.
+    series of a curve over devices) and ``_software`` labels derived from the provenance, and ``_series``:
+    ``measured``, or for a result of a committed reference run (:mod:`accelbench.aggregate.reference_runs`) its label,
+    which then also leads ``_hardware`` so every aggregation draws it as its own series.
 
     Raises:
         ResultError: a missing or corrupt file (named in the message).
@@ -49,7 +49,7 @@ def _source(r: dict) -> tuple[str | None, str]:
 
 def distinct_systems(loaded: list[dict]) -> list[dict]:
     """Results of different machines that share a system name (every CPU machine is ``cpu``; an H200 run beside the
-    committed H200 reference run) get distinct names, so every table and claim groups them apart (issue 27): the
+    committed H200 reference run) get distinct names, so every table and claim groups them apart: the
     result in ``<results>/<name>/`` keeps ``name``; the others become ``<name> (<folder>)`` (a folder copied in from
     another machine, whose name then also leads ``_hardware`` and ``_device``) or ``<name> (<reference-run label>)``.
     Only the in-memory copy changes."""
@@ -134,7 +134,8 @@ def column_format(column: str) -> str:
 
 
 def noise_cell(result: dict) -> str | None:
-    """``noisy`` / ``quiet`` from ``measurements.noise`` (see :mod:`accelbench.measure.hostload`); None when not recorded."""
+    """``noisy`` / ``quiet`` from ``measurements.noise`` (see :mod:`accelbench.measure.hostload`); None when not
+    recorded."""
     noise = (result.get("measurements") or {}).get("noise")
     if not noise:
         return None

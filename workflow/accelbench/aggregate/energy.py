@@ -1,7 +1,7 @@
-"""Energy beside time, for every experiment and every system in the checkout (issue 28).
+"""Energy beside time, for every experiment and every system in the checkout.
 
-Reads ``measurements.energy`` (:mod:`accelbench.measure.energy`) of every ``ok`` result of every experiment, this system's
-and those copied in or committed (reference runs), and writes:
+Reads ``measurements.energy`` (:mod:`accelbench.measure.energy`) of every ``ok`` result of every experiment, this
+system's and those copied in or committed (reference runs), and writes:
 
 * ``energy.{csv,md,tex}``: one row per result: the main phase's step time (its clock, median ms) beside its energy
   (J per step, median over windows, summed over the job's devices), average power (W), the headline energy per work

@@ -84,7 +84,8 @@ def readme_section(runs: list[dict]) -> str:
     if not runs:
         return (
             "No reference run is committed yet: `reference_runs/` holds none. A run on named hardware is committed "
-            "as `reference_runs/<system>-<date>/` (result files, `run.yaml`); see `workflow/accelbench/aggregate/reference_runs.py`."
+            "as `reference_runs/<system>-<date>/` (result files, `run.yaml`); "
+            "see `workflow/accelbench/aggregate/reference_runs.py`."
         )
     out = []
     for run in runs:  # wrapped like the prose around it; the commands are in the run's own README

@@ -227,7 +227,7 @@ class Backend(abc.ABC):
         name/count/memory, driver and runtime versions."""
 
     def precision_support(self) -> dict | None:
-        """Which precisions the hardware under this process runs natively (issue 42), for provenance and
+        """Which precisions the hardware under this process runs natively, for provenance and
         :mod:`accelbench.core.precisions`: ``{"native": [...], "emulated": {precision: why}, "capability": ...}`` plus
         what it was read from; None where a system file's ``precisions`` alone decide (the default: accelerator
         system files list what their chips run)."""

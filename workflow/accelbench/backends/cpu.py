@@ -1,6 +1,6 @@
 """The host CPU: no device to synchronize, lock per device, probe or request; gloo between ranks.
 
-Precisions (issue 42): bf16 and fp16 are native only where the CPU has the instructions (x86: AVX512-BF16 or AMX-BF16,
+Precisions: bf16 and fp16 are native only where the CPU has the instructions (x86: AVX512-BF16 or AMX-BF16,
 AVX512-FP16 or AMX-FP16; Arm: the ``bf16`` and ``fphp``/``asimdhp`` features) and torch and oneDNN may use them
 (``torch.backends.cpu.get_cpu_capability()`` AVX512 on x86; ``ATEN_CPU_CAPABILITY`` and ``ONEDNN_MAX_CPU_ISA``, where
 set, cap both). Elsewhere PyTorch emulates them, often several times slower than fp32; a short probe

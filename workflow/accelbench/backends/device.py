@@ -66,7 +66,7 @@ class Device:
 
     @staticmethod
     def out_of_memory_errors() -> tuple[type[BaseException], ...]:
-        # static (harness.py calls Device.out_of_memory_errors()); every backend's OOM is torch.OutOfMemoryError
+        # static (core/harness.py calls Device.out_of_memory_errors()); every backend's OOM is torch.OutOfMemoryError
         import torch
 
         return (torch.OutOfMemoryError,)

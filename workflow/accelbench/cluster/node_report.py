@@ -1,7 +1,8 @@
 """What a batch job really sees: accelerators listed by the vendor tool and torch, and the scheduler's variables.
 
-The GPU smoke rule (``workflow/rules/smoke.smk``) runs :func:`device_report` as a job so that a site can check that its
-GPU request mapping (``gpu``/``gres`` resources in ``slurm/``) gives each job the devices the system file expects.
+The GPU smoke rule (``gpu_smoke`` in ``workflow/rules/cluster.smk``) runs :func:`device_report` as a job so that a
+site can check that its GPU request mapping (``gpu``/``gres`` resources in ``slurm/``) gives each job the devices the
+system file expects.
 
 Example::
 

@@ -1,1 +1,2 @@
-"""The job core: the registry of experiments, the job harness, the rank launcher, locks, result files, provenance and config."""
+"""The job core: the registry of experiments, the job harness, the rank launcher, locks, result files, provenance
+and config."""

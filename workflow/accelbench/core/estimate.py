@@ -1,4 +1,4 @@
-"""The run's time estimate (issue 42): one line before the first job, refreshed as jobs finish.
+"""The run's time estimate: one line before the first job, refreshed as jobs finish.
 
 At the start of a local run (``onstart`` in ``workflow/rules/cluster.smk``; not in dry runs)::
 

@@ -17,9 +17,10 @@ One sequence, for every experiment of the registry (:mod:`accelbench.core.regist
    deleted, and put back if this job fails (or, after a kill, by the next run of the job: the journal ``.redo.json``).
 6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
    (:mod:`accelbench.core.launcher`), which starts their ``run_rank(settings, ctx)`` in every rank.
-7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``, :mod:`accelbench.measure.hostload`)
-   and the provenance (:mod:`accelbench.core.provenance`), then writes ``result.json`` atomically. Side files are written
-   through :meth:`JobContext.side_file` (whole, or not at all) and listed under ``artefacts``.
+7. **Result**: :func:`write_outcome` adds the host-load record (``measurements.noise``,
+   :mod:`accelbench.measure.hostload`) and the provenance (:mod:`accelbench.core.provenance`), then writes
+   ``result.json`` atomically. Side files are written through :meth:`JobContext.side_file` (whole, or not at all) and
+   listed under ``artefacts``.
 
 An experiment module therefore has no launching and no file writing of its own. Its contract::
 

@@ -2,11 +2,11 @@
 
 Launcher side (:func:`run_ranks`, called through :meth:`accelbench.core.harness.JobContext.run_ranks`):
 
-1. **Plan** the layout (:func:`accelbench.cluster.multinode.node_plan`): one node up to the system's ``devices_per_node``,
-   whole nodes above it; a multi-node plan outside a Slurm allocation (or above the system's ``devices``) is an
-   ``unsupported`` outcome with the reason.
-2. **Threads**, stated once (:func:`accelbench.cluster.processes.rank_threads`): each rank gets its share of the job's cores,
-   ``threads // ranks per node``; on a system whose device *is* a core (``cpu`` with ``devices_per_node: cores``)
+1. **Plan** the layout (:func:`accelbench.cluster.multinode.node_plan`): one node up to the system's
+   ``devices_per_node``, whole nodes above it; a multi-node plan outside a Slurm allocation (or above the system's
+   ``devices``) is an ``unsupported`` outcome with the reason.
+2. **Threads**, stated once (:func:`accelbench.cluster.processes.rank_threads`): each rank gets its share of the job's
+   cores, ``threads // ranks per node``; on a system whose device *is* a core (``cpu`` with ``devices_per_node: cores``)
    each rank gets exactly one, so adding CPU "devices" adds cores as adding GPUs adds GPUs. Each rank also gets
    its own block of the job's CPUs (:func:`accelbench.cluster.processes.place_this_rank`) and dies with its launcher.
 3. **Launch** ``accelbench rank --experiment <name> --spec <file> ...`` in every rank: ``torchrun --standalone`` on
@@ -15,8 +15,8 @@ Launcher side (:func:`run_ranks`, called through :meth:`accelbench.core.harness.
 4. **Collect**, one rank-file protocol: every rank writes ``rank<r>.json`` =
    ``{"rank", "status", "reason", "record", "artefacts"}`` into a folder under the working directory (shared
    between the nodes of a cluster job). A rank that runs out of device memory writes ``status: oom`` (caught here,
-   in :func:`accelbench.core.harness.rank_main`, for every experiment) and exits, so torchrun stops the ranks waiting on it; a rank whose
-   ``run_rank`` returns a record with its own ``status`` other than ``ok`` is treated the same.
+   in :func:`accelbench.core.harness.rank_main`, for every experiment) and exits, so torchrun stops the ranks waiting
+   on it; a rank whose ``run_rank`` returns a record with its own ``status`` other than ``ok`` is treated the same.
 
 Results: the first failed rank's status becomes the job's (``oom`` with the rank's reason, ``measurements.ranks``
 the failed ranks' records); otherwise the experiment merges the records (its ``run`` gets a :class:`Ranks`).
@@ -46,8 +46,8 @@ class Ranks:
 
     Attributes:
         records: each rank's ``run_rank`` record, in rank order.
-        launch: the launch record (:func:`accelbench.cluster.multinode.launch_record`): nodes, ranks per node, rendezvous,
-            collective backend, NCCL transports.
+        launch: the launch record (:func:`accelbench.cluster.multinode.launch_record`): nodes, ranks per node,
+            rendezvous, collective backend, NCCL transports.
     """
 
     records: list[dict]

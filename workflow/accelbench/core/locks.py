@@ -5,7 +5,8 @@ two runs in one folder with different targets, or two checkouts on one machine, 
 measurement command (``unet3d-profile``, ``unet3d-ncu``, ``sr3-train``, ``lora-finetune``, ``llm-quant``) therefore
 holds an exclusive ``fcntl.flock`` on ``<lock dir>/accelbench-<device set>.lock`` while it runs; a second one says who
 holds it (pid, host, checkout, job) and waits, saying so in its log and on the terminal of the run (:func:`notice`).
-The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a cluster node). The kernel drops the lock when the holder exits, killed or not: no stale lock survives.
+The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a cluster node). The
+kernel drops the lock when the holder exits, killed or not: no stale lock survives.
 
 Device set: ``cpu`` (the whole host), ``cuda-<ids>``, ``hpu-<ids>``: the ids of ``CUDA_VISIBLE_DEVICES`` /
 ``HABANA_VISIBLE_MODULES`` as a sorted set (``1,0`` and ``0, 1`` are ``0,1``), or ``all`` when the variable is unset.

@@ -1,4 +1,4 @@
-"""Precisions a system file lists that this host only emulates (issue 42).
+"""Precisions a system file lists that this host only emulates.
 
 A system file's ``precisions`` say what a kind of hardware runs natively; the cpu system file lists bf16, which only
 some CPUs have (x86: AVX512-BF16 or AMX; see :mod:`accelbench.backends.cpu`). Elsewhere PyTorch emulates it, and a

@@ -166,7 +166,8 @@ def collect(
 
 
 def hardware_label(environment: dict, devices: int | None = None, count: bool = True) -> str:
-    """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or ``"CPU: AMD EPYC ... (2 threads)"``.
+    """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or
+    ``"CPU: AMD EPYC ... (2 threads)"``.
 
     Args:
         devices: the devices the job used (the ``Nx``); None: the devices visible on the node

@@ -61,7 +61,8 @@ def make_result(
     spec_sha256: str | None = None,
 ) -> dict:
     """Assemble a result object. ``reason`` is required when ``status`` is not ``ok``; ``spec_sha256`` (the sha256
-    of the job's spec file, :func:`accelbench.core.harness.load_spec`) is recorded for the DAG's stale-settings check."""
+    of the job's spec file, :func:`accelbench.core.harness.load_spec`) is recorded for the DAG's stale-settings
+    check."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
     if status != "ok" and not reason:

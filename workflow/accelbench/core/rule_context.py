@@ -43,6 +43,6 @@ class RuleContext:
         return {"system": self.system.to_dict(), "noise": self.config["noise"], "energy": self.config["energy"]}
 
     def emulated(self, precision: str | None) -> dict:
-        """``{"run_emulated_precisions": [...]}`` where the user asked for an emulated precision this job uses, else ``{}``
-        (:func:`accelbench.core.precisions.spec_entry`), so other specs stay as they were."""
+        """``{"run_emulated_precisions": [...]}`` where the user asked for an emulated precision this job uses, else
+        ``{}`` (:func:`accelbench.core.precisions.spec_entry`), so other specs stay as they were."""
         return precisions.spec_entry(self.config, precision)

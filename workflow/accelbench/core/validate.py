@@ -1,8 +1,9 @@
 """Validation of result files against the JSON schemas of this package, before any table is built.
 
-Schemas (``accelbench/schemas/result.json`` and each experiment folder's ``<name>.schema.json``, JSON Schema draft 2020-12): ``result.json`` holds what every result needs
-(envelope, provenance: hardware, software versions, git commit, host, UTC time, the system; ``oom``/``unsupported``
-results with a non-empty reason) and ``<experiment>.json`` what an ``ok`` result of that experiment must measure:
+Schemas (``accelbench/schemas/result.json`` and each experiment folder's ``<name>.schema.json``, JSON Schema draft
+2020-12): ``result.json`` holds what every result needs (envelope, provenance: hardware, software versions, git
+commit, host, UTC time, the system; ``oom``/``unsupported`` results with a non-empty reason) and
+``<name>.schema.json`` what an ``ok`` result of that experiment must measure:
 timings with their unit and repeated samples (median, p10/p90), values with units. Schemas are strict about what
 must be there and permissive about extra fields (results gain fields over time). On top of the schemas every number
 in the file must be finite (``NaN``/``Infinity`` are refused: writers store ``null`` for "no value"), and physically
@@ -105,7 +106,7 @@ def _negative(obj, where=(), named=False) -> list[str]:
     return []
 
 
-# The physical bounds (issue 47) apply to results made from this UTC time on; older ones get them as warnings.
+# The physical bounds apply to results made from this UTC time on; older ones get them as warnings.
 BOUNDS_SINCE = "2026-12-02T00:00:00+00:00"
 BOARD_SOURCES = ("nvml", "hlml")  # energy counters of the accelerator board, which the board's power limit bounds
 # a board's power reading is accurate to about +-5% (nvidia-smi: "accurate to within +/- 5%" of the draw) and the cap

@@ -67,7 +67,8 @@ def export_tokenizer(name: str, folder: str | Path) -> dict:
     ``AutoTokenizer.from_pretrained(folder, local_files_only=True)`` then encodes exactly as the GGUF tokenizer does.
 
     Returns:
-        ``{"kind": "tokenizer", "name", "source", "vocab_size", "eos_token", ...}`` (also in ``<folder>/accelbench.json``).
+        ``{"kind": "tokenizer", "name", "source", "vocab_size", "eos_token", ...}`` (also in
+        ``<folder>/accelbench.json``).
 
     Raises:
         ConfigError: ``name`` is not an exportable tokenizer.

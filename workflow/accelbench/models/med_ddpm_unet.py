@@ -1,4 +1,4 @@
-"""Med-DDPM's 3D U-Net, written from the architecture of its code (Study A's network; issue 29).
+"""Med-DDPM's 3D U-Net, written from the architecture of its code (Study A's network).
 
 Source of the settings: mobaidoctor/med-ddpm at 2b14ee6, ``diffusion_model/unet.py`` (``create_model``), ``modules.py``,
 ``trainer.py`` and ``train.py`` / ``train_brats.py`` (a guided-diffusion U-Net, Dhariwal & Nichol 2021). Med-DDPM's code
@@ -6,7 +6,8 @@ is GPL-3.0; this module is written anew from the description below and shares no
 
 Architecture (``dims=3``; ``C`` = ``base_channels`` = 64, ``channel_mult`` = (1, 1, 2, 3, 4), ``E`` = 4 C):
 
-- time embedding: sinusoidal (cos half, then sin half; max period 1000) of width C -> Linear(C, E) -> SiLU -> Linear(E, E);
+- time embedding: sinusoidal (cos half, then sin half; max period 1000) of width C -> Linear(C, E) -> SiLU ->
+  Linear(E, E);
 - stem: Conv3d(in, C, 3); the encoder, per level l: ``num_res_blocks`` residual blocks to ``C * mult[l]`` channels, each
   followed by an attention block where the level has attention, then (not on the last level) a stride-2 Conv3d(3)
   downsampling; every stem/block/downsampling output is kept for a skip connection;
@@ -148,7 +149,8 @@ class MedDDPMUNet(nn.Module):
     divisible by 2**(levels-1), t (B,) integer timesteps -> predicted noise (B, out_channels, D, H, W).
 
     Args:
-        attention_levels: per level, whether its blocks have attention (guided diffusion's rule, resolved by the caller).
+        attention_levels: per level, whether its blocks have attention (guided diffusion's rule, resolved by the
+            caller).
         checkpoint_attention: Med-DDPM: True (always).
         upsample_mode: Med-DDPM: ``trilinear``.
     """

@@ -24,6 +24,15 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from accelbench import backends
+
+
+def direct_device(ops) -> bool:
+    """True where the bare loop drives the accelerator through plain torch (not through optimum-habana's
+    bridge, whose training the bare loop does not mirror): it then keeps bf16 weights, runs Liger kernels where
+    installed and builds random-init models on the device, as ``train_rank`` does there."""
+    return ops.accelerator and not ops.optimum_habana
+
 
 def lora_case(result: dict):
     """(spec, system, LoRA settings, plan) of a LoRA result (its ``result.json`` as a dict); the settings as
@@ -83,7 +92,6 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     """
     import importlib.util
 
-    from accelbench import backends
     from accelbench.experiments.lora.series import runtime_for
     from accelbench.experiments.lora.trainer import COMPILED_STRATEGIES
 
@@ -91,7 +99,7 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     m = result.get("measurements") or {}
     ts, ser = m.get("trainer_settings") or {}, m.get("series") or {}
     ops = backends.get(system.backend)
-    cuda = system.backend == "cuda"
+    cuda = direct_device(ops)
     rt = runtime_for(
         spec.get("series", "ours"),
         spec.get("series_options"),
@@ -219,11 +227,12 @@ def lora_bare(
     from accelbench.experiments.lora.model import apply_lora, set_attention
     from accelbench.models.llm import load_causal_lm
 
-    cuda = system.backend == "cuda"
-    dev = torch.device("cuda", local) if cuda else torch.device("cpu")
+    ops = backends.get(system.backend)
+    cuda = direct_device(ops)
+    dev = ops.torch_device(local) if cuda else torch.device("cpu")
     if cuda:
-        torch.cuda.set_device(local)
-    random_on_device = spec["model"].get("source") == "random" and cuda
+        ops.set_device(local)
+    random_on_device = spec["model"].get("source") == "random" and ops.device_weight_init
     with torch.device(dev) if random_on_device else contextlib.nullcontext():
         lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
     model = lm.model.to(dev)
@@ -239,7 +248,9 @@ def lora_bare(
         _apply_liger_kernel_to_instance(model=model.get_base_model())
     model.train()
     net = (
-        torch.nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None, **(ddp_kwargs or {}))
+        torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[local] if ops.ddp_device_ids else None, **(ddp_kwargs or {})
+        )
         if world > 1
         else model
     )

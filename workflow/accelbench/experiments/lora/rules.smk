@@ -21,7 +21,7 @@ rule lora_finetune:
         devices="[0-9]+",
     threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
-        **node_resources("lora_finetune.runs devices"),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (multinode.py)
+        **node_resources("lora_finetune.runs devices"),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (cluster/multinode.py)
         runtime=120,
     container:
         CONTAINER

@@ -30,7 +30,7 @@ rule sr3_train:
         devices="[0-9]+",
     threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:
-        **node_resources(sr3_rules.DEVICES_KEY),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (multinode.py)
+        **node_resources(sr3_rules.DEVICES_KEY),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (cluster/multinode.py)
         runtime=120,
     container:
         CONTAINER

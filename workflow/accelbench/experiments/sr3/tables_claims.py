@@ -129,13 +129,15 @@ def select_configuration(df: pd.DataFrame, selector: str | None, multi_device: b
 
 def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
     """The claims-table rows of one sr3_scaling claim: one per system, or one row across systems for the
-    throughput order (against the published SR3 times, the experiment's published file in the claims table's ``published``)."""
+    throughput order (against the published SR3 times, the experiment's published file in the claims table's
+    ``published``)."""
     exp = claim["experiment"]
     group = inputs.of(exp)
     if claim["quantity"] == "throughput_order":
         if "sr3_scaling" not in inputs.published:
             raise DataError(
-                f"claim {claim['claim_id']}: the throughput order needs Study B's published SR3 times (study_b_sr3_scaling.csv)"
+                f"claim {claim['claim_id']}: the throughput order needs Study B's published SR3 times "
+                "(study_b_sr3_scaling.csv)"
             )
         noise = {(r["config"]["system"]["name"], *_claim_key(r)): w for r in group if (w := noise_why(r))}
         ref, _ = read_reference(inputs.published["sr3_scaling"])
