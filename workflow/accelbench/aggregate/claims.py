@@ -34,8 +34,8 @@ Hardware labels come from each result's provenance. Every quantity has a plausib
 
 This module is the verdict engine: what a claim check builds its rows from (:class:`Observation`,
 :class:`NotMeasured`, :class:`ClaimInputs`, :func:`verdict_row`, :func:`per_system_rows`, :func:`not_run`) and how a
-claim's check, tolerance and needs read. It holds no study-specific code and imports no study module; reading the
-claim files and building the whole table from the study modules' checks is :mod:`accelbench.aggregate.claims_table`.
+claim's check, tolerance and needs read. It holds no study-specific code and imports no experiment; reading the
+claim files and building the whole table from the experiments' checks is :mod:`accelbench.aggregate.claims_table`.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class ClaimInputs:
         return self.by_experiment.get(experiment, [])
 
     def rows(self, fn: Callable[[list[dict]], pd.DataFrame], experiment: str) -> pd.DataFrame:
-        """``fn(results of experiment)`` (a study module's row builder), computed once for the whole table."""
+        """``fn(results of experiment)`` (an experiment's row builder), computed once for the whole table."""
         key = (fn, experiment)
         if key not in self._rows:
             self._rows[key] = fn(self.of(experiment))

@@ -1,6 +1,7 @@
 """The claims table: the claim files of both studies read into one shape (:func:`read_claims`,
-:func:`claims_frame`), the checks of the study modules gathered through the registry (:func:`claim_checks`), and
-every claim judged on every system's results (:func:`claims_table`, one row per claim and system, :data:`COLUMNS`).
+:func:`claims_frame`), the checks of the experiments' tables modules gathered through the registry
+(:func:`claim_checks`), and every claim judged on every system's results (:func:`claims_table`, one row per claim and
+system, :data:`COLUMNS`).
 
 The verdicts come from the engine, :mod:`accelbench.aggregate.claims`; the observations behind a claim come from the
 aggregation module of its experiment, found through the registry (:func:`accelbench.core.registry.aggregated`,
@@ -13,7 +14,7 @@ imported by name): each such module may define
 * ``claims_layout(df)``: its claims file in this table's shape (``quantity``, ``selector``, ``experiment``, ``claim``,
   ``published``, ``hardware``), or None when ``df`` is not in its layout (Study A's file has its own columns).
 
-This module holds no study-specific code and imports no study module.
+This module holds no study-specific code and imports no experiment.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ COLUMNS = [
 ]
 
 
-# --------------------------------------------------------------------------- the study modules
+# --------------------------------------------------------------------------- the experiments' tables modules
 def aggregation_modules() -> list[ModuleType]:
     """The aggregation module of every aggregated experiment of the registry, in registry order, each once."""
     return list({id(m): m for m in (e.load_tables() for e in registry.aggregated())}.values())

@@ -161,7 +161,7 @@ def update(
         }
         ref = Path(reference_dir)
         if claims_doc is not None:
-            page = claims_report.claims_page([ref / "study_a_claims.csv", ref / "study_b_claims.csv"], tables)
+            page = claims_report.claims_page(ref, tables)
             doc = Path(claims_doc)
             if not doc.exists() or doc.read_text() != page:
                 changed.append(doc)

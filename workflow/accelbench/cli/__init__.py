@@ -243,8 +243,8 @@ def _aggregate_parsers(sub) -> None:
             "--reference",
             "--claims",
             dest="reference",
-            required=True,
-            help=f"{e.reference} (published numbers or claims, with their sources)",
+            required=bool(e.reference),
+            help=f"{e.reference or 'its claims file'} (published numbers or claims, with their sources)",
         )
         s.add_argument("--out-dir", required=True)
         s.set_defaults(func=cmd_aggregate, experiment=e.name)

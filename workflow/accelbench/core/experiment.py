@@ -32,8 +32,9 @@ class Experiment:
 
     Attributes:
         name: config key, result folder (``results/<system>/<name>/...``) and the result's ``experiment`` field.
-        study: ``"A"`` (arXiv 2606.19365), ``"B"`` (arXiv 2607.05400) or ``"diagnostic"`` (not a study result:
-            not selectable in ``experiments:``, no result schema, not aggregated).
+        study: the study it reproduces, whose claims file it shares (``"A"``: arXiv 2606.19365, ``"B"``: arXiv
+            2607.05400; a new study takes a new label), or ``"diagnostic"`` (not a study result: not selectable in
+            ``experiments:``, no result schema, not aggregated).
         package: its folder under ``accelbench/experiments/``.
         command: the ``accelbench`` command its rule calls.
         variants: the result folders below ``<system>/<name>/``, as Snakemake wildcard patterns (one per rule).
