@@ -29,6 +29,9 @@ def test_ruff_format_changes_nothing():
 def test_the_lint_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\nfrom .x import y\n")
-    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--config", str(REPO / "pyproject.toml"), str(bad)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--config", str(REPO / "pyproject.toml"), str(bad)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1 and "F401" in proc.stdout and "TID252" in proc.stdout
