@@ -223,8 +223,9 @@ def test_install_one_liners_match_ci_and_pyproject():
     lines = [ln for ln in doc_lines(REPO / "README.md") if ln.startswith(INSTALL)]
     main, tests = ([p.strip() for p in ln.split("#")[0].split("&&")] for ln in lines)
     ci = (REPO / ".ci/run").read_text().strip().splitlines()[-1]
-    assert " && ".join(tests) == ci, "README's test command and .ci/run differ"
-    assert tests[-1] == "python -m pytest" and main[-1].startswith("snakemake ")
+    # .ci/run runs exactly the README's test command (the fast tiers), then the system tier
+    assert " && ".join(tests) + " && python -m pytest -m system" == ci, "README's test command and .ci/run differ"
+    assert tests[-1] == "python -m pytest -m 'not system'" and main[-1].startswith("snakemake ")
     # the main job installs exactly what the test command installs, without the test extras
     assert [p.replace("-e '.[test]'", "-e .") for p in tests[:-1]] == main[:-1]
     # every other document's install line is one of the two
