@@ -35,19 +35,13 @@ REFERENCE = {
     "date": "2026-12-02",
     "calibration_s": 0.042,
 }
-# wall seconds a job of these rules adds to a run on the reference machine (its start-up included; llm_export runs
-# beside the data preparations)
+# wall seconds a job of these generic rules adds to a run on the reference machine (its start-up included;
+# llm_export runs beside the data preparations); each experiment gives its own rules' in its registry entry
+# (``rule_seconds``, :func:`rule_seconds`)
 RULE_S = {
-    "mri_prepare": 7.0,
-    "sr3_prepare": 2.0,
     "llm_export": 30.0,
     "llm_tokenizer_export": 8.0,
     "validate_results": 1.0,
-    "study_a_aggregate": 6.0,
-    "study_a_ncu_aggregate": 4.0,
-    "study_b_sr3_aggregate": 6.0,
-    "study_b_quant_aggregate": 4.0,
-    "study_b_lora_aggregate": 3.0,
     "claims": 8.0,
     "energy_aggregate": 4.0,
     "all": 0.0,
@@ -57,6 +51,13 @@ STARTUP_S = 3.0  # a measurement job that only writes `unsupported` (python, tor
 SLOWER = 1.3  # a run this many times its estimate so far says so
 LOG = Path(".snakemake/accelbench/job_times.jsonl")
 POLL_S = 0.5
+
+
+def rule_seconds() -> dict[str, float]:
+    """:data:`RULE_S` and every experiment's ``rule_seconds`` (its data preparation and aggregation rules)."""
+    from accelbench.core import registry
+
+    return {**RULE_S, **{r: s for e in registry.EXPERIMENTS.values() for r, s in e.rule_seconds}}
 
 
 def calibrate(repeat: int = 5) -> float:
@@ -121,7 +122,7 @@ def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
         model = getattr(registry.get(name).load(), "estimate_s", None)
         if model is not None:
             return float(model(json.loads(Path(spec_path).read_text())))
-    return RULE_S.get(rule, DEFAULT_RULE_S)
+    return rule_seconds().get(rule, DEFAULT_RULE_S)
 
 
 def _unfitted(jobs) -> str | None:
@@ -164,7 +165,7 @@ class Progress:
             try:
                 self.estimates[job] = job_reference_s(job.rule.name, output, _spec_of(job))
             except Exception:  # noqa: BLE001 (a model failing on odd settings: the rule's figure, the run goes on)
-                self.estimates[job] = RULE_S.get(job.rule.name, DEFAULT_RULE_S)
+                self.estimates[job] = rule_seconds().get(job.rule.name, DEFAULT_RULE_S)
         self.unfitted = _unfitted(self.jobs)  # why the cost models do not apply to this run (None: they do)
         self.calibration_s = calibrate()
         self.speed = self.calibration_s / REFERENCE["calibration_s"]

@@ -54,6 +54,9 @@ class Experiment:
         inputs: the named inputs its command takes besides ``--spec``/``--out`` (``--image``, ``--data``, ...), passed
             to the run as ``ctx.inputs``.
         targets: the main outputs of its aggregation under the results folder (``rule all`` asks for them).
+        rule_seconds: ``(rule, wall seconds)`` its light rules (data preparation, aggregation) add to a run on the
+            time estimate's reference machine (:mod:`accelbench.core.estimate`; its measurement jobs have their own
+            cost model, ``estimate_s`` of its job module).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Experiment:
     ranks: bool = False
     inputs: tuple[str, ...] = field(default=())
     targets: tuple[str, ...] = field(default=())
+    rule_seconds: tuple[tuple[str, float], ...] = field(default=())
 
     @property
     def selectable(self) -> bool:

@@ -83,5 +83,6 @@ ENTRIES = (
         side_files=("sensitivity_layers.csv", "sensitivity_submodules.csv"),
         inputs=("stage", "model_dir", "sensitivity"),
         targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png"),
+        rule_seconds=(("study_b_quant_aggregate", 4.0),),
     ),
 )

@@ -75,5 +75,6 @@ ENTRIES = (
         claims="study_b_claims.csv",
         ranks=True,
         targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png"),
+        rule_seconds=(("study_b_lora_aggregate", 3.0),),
     ),
 )

@@ -19,5 +19,6 @@ ENTRIES = (
         ranks=True,
         inputs=("data",),
         targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png"),
+        rule_seconds=(("sr3_prepare", 2.0), ("study_b_sr3_aggregate", 6.0)),
     ),
 )

@@ -22,6 +22,7 @@ ENTRIES = (
         side_files=("kernels.csv", "trace.json.gz"),
         inputs=("image", "mask"),
         targets=("study_a/table.csv", "study_a/claims_vs_measured.csv"),
+        rule_seconds=(("mri_prepare", 7.0), ("study_a_aggregate", 6.0)),
     ),
     Experiment(
         "unet3d_ncu",
@@ -40,5 +41,6 @@ ENTRIES = (
         reads=("unet3d_profile",),
         inputs=("image", "mask", "profile_result"),
         targets=("study_a/counters.csv",),
+        rule_seconds=(("study_a_ncu_aggregate", 4.0),),
     ),
 )
