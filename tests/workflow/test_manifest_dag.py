@@ -45,3 +45,23 @@ def test_a_changed_reference_result_reruns_the_jobs_that_read_it(tmp_path):
     ref.write_text(ref.read_text() + "\n")  # same data, other bytes: a changed file
     again = run("-n")
     assert "validate_results" in again and "Nothing to be done" not in again, again[-2000:]
+
+
+def test_a_targeted_run_keeps_this_systems_results_of_other_experiments(tmp_path):
+    """`--config experiments=[unet3d_profile]` (a targeted command) still feeds the claims this system's finished
+    results of the experiments it does not select: the claims table keeps the verdicts earlier runs judged."""
+    import json
+
+    root = tmp_path / "accelbench"
+    shutil.copytree(REPO, root, ignore=checkout_files)
+    theirs = sorted(root.glob("reference_runs/*/results/*/sr3_scaling/**/result.json"))[0]
+    here = root / "results/cpu/sr3_scaling/faithful/devices_1/result.json"  # a finished result of this system
+    here.parent.mkdir(parents=True)
+    shutil.copy(theirs, here)
+    target = "results/validation/sr3_scaling.json"
+    cmd = [sys.executable, "-m", "snakemake", target, "--cores", "1", "--config", "experiments=[unet3d_profile]"]
+    cmd += ["system=cpu", "reference_runs=false"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    listed = [v["path"] for v in json.loads((root / target).read_text())["validated"]]
+    assert listed == ["results/cpu/sr3_scaling/faithful/devices_1/result.json"], listed

@@ -19,3 +19,7 @@ class DataError(AccelbenchError):
 
 class ResultError(AccelbenchError):
     """A result file is missing, corrupt, or would be overwritten."""
+
+
+class CampaignError(AccelbenchError):
+    """A campaign file (``campaigns/*.yaml``, a reference run's ``parts:``) is invalid or lacks the part asked for."""

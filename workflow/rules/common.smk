@@ -107,14 +107,17 @@ def device_resources():
 
 # --------------------------------------------------------------------------- results copied in from other machines
 def other_systems_results(experiment):
-    """Results of other systems copied into results/ (merging machines = copying folders), and the committed
-    reference runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`). Dot
-    folders (such as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
+    """Results on disk that this run does not make: other systems' copied into results/ (merging machines = copying
+    folders), this system's finished results of an experiment the config does not select (so a targeted run, e.g.
+    `--config experiments=[unet3d_profile]`, keeps every claim that earlier runs judged), and the committed reference
+    runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`). Dot folders (such
+    as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
     from accelbench.aggregate.reference_runs import result_paths
 
+    made_here = experiment in config["experiments"]
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
     refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
-    return [str(p) for p in found if p.relative_to(RESULTS).parts[0] != SYSTEM.name
+    return [str(p) for p in found if not (made_here and p.relative_to(RESULTS).parts[0] == SYSTEM.name)
             and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)] + refs
 
 
@@ -135,7 +138,7 @@ def copied_results(experiment):
 
 
 # --------------------------------------------------------------------------- validation (rule validate_results)
-# Every experiment of the registry (accelbench.core.registry) has `<name>_results()` and `<name>_spec(wildcards)` here.
+# Every experiment of the registry (accelbench.core.registry) gives `results`/`spec` in its folder's rules module.
 EXPERIMENTS = registry.names()
 
 

@@ -142,6 +142,17 @@ def cmd_claims(args: argparse.Namespace) -> None:
     log.info("claims: %s", df["verdict"].value_counts().to_dict())
 
 
+def cmd_campaign(args: argparse.Namespace) -> None:
+    """One part of a campaign file (or of a reference run's run.yaml): its steps, or with --dry-run what they are."""
+    from accelbench.core import campaign
+
+    if args.dry_run:
+        print(campaign.dry_run(args.file, args.part, args.out))
+        return
+    if campaign.failed_steps(campaign.run_part(args.file, args.part, args.out)):
+        raise SystemExit(1)  # recorded in <out>/<part>/campaign.json; bad input exits 2 (CampaignError)
+
+
 # --------------------------------------------------------------------------- this machine
 def cmd_check_system(args: argparse.Namespace) -> None:
     from accelbench.core.config import load_config
@@ -320,6 +331,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--out-dir", required=True)
     s.set_defaults(func=cmd_energy_aggregate)
+
+    s = sub.add_parser(
+        "campaign",
+        help="run one part of a campaign (campaigns/*.yaml, or a reference run's run.yaml with parts:): its argv "
+        "steps in order, no shell, under the part's time budget; <out>/<part>/campaign.json records each step",
+    )
+    s.add_argument("--file", required=True, help="campaigns/<name>.yaml or reference_runs/<run>/run.yaml")
+    s.add_argument("--part", required=True, help="the part to run (a key of the file's parts:)")
+    s.add_argument("--out", required=True, help="output folder: <out>/<part>/ gets the step logs and campaign.json")
+    s.add_argument("--dry-run", action="store_true", help="print the part's steps (checked), run nothing")
+    s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
     s.add_argument("--config", default="config/config.yaml")

@@ -1,0 +1,302 @@
+"""Campaigns as data: the commands of a run on lent hardware, in named parts, run by one generic runner.
+
+A campaign file (YAML, checked against ``campaign.schema.yaml`` beside this module) holds ``parts``: each part is one
+call on the hardware, with a time budget (``budget_s``) and ordered ``steps``; a step is an ``argv`` list (never a
+shell string: nothing goes through a shell) with optional ``env`` (strings), ``timeout_s``, ``needs_s`` (the part's
+seconds that must be left for it to start), ``always`` (it runs even after the budget or a failure, e.g. packing the
+results; its ``timeout_s`` bounds it) and ``note``. ``{out}``, the part's output folder (``<out>/<part>/``),
+may stand as a whole argument or as a prefix (``{out}/x.csv``), nowhere else. Campaigns live in ``campaigns/*.yaml``
+(runs not made yet) or under the ``parts:`` key of a reference run's ``run.yaml``::
+
+    accelbench campaign --file campaigns/h200_one_gpu.yaml --part sr3 --out OUT [--dry-run]
+
+The runner (:func:`run_part`) runs the steps in order from the working directory (the repository root), each in its
+own process group; output goes to ``<out>/<part>/<index>.log``, and ``<out>/<part>/campaign.json`` (rewritten
+atomically after every step, so a call stopped from outside still leaves it) records per step the argv, the env
+keys, rc, seconds and status: ``ok``, ``failed``, ``timeout`` (its ``timeout_s`` or the part's budget ran out) or
+``skipped`` (with the reason: the budget was spent, fewer than ``needs_s`` seconds left, or an earlier failure
+under ``stop_on_failure: true``), and the commit of the harness (:func:`accelbench.core.provenance.git_info`).
+A failing step does not stop the later ones unless the part sets ``stop_on_failure: true``.
+
+Invalid input raises :class:`~accelbench.errors.CampaignError`: one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from accelbench.core.config import Validator
+from accelbench.core.provenance import git_info
+from accelbench.core.results import write_json_atomic
+from accelbench.errors import CampaignError
+
+SCHEMA = Path(__file__).with_name("campaign.schema.yaml")
+RUN_META = "run.yaml"  # a reference run's file (accelbench.aggregate.run_folder.META): only its `parts` is ours
+OUT = "{out}"
+KILL_GRACE_S = 20  # SIGTERM, then SIGKILL this long after (as `timeout -k 20` in the bash series scripts)
+RECORD = "campaign.json"
+
+
+# --------------------------------------------------------------------------- the file
+def _key(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top level>"
+
+
+def _describe(error, file: str) -> str:
+    """One line for one schema violation: the file, the key, what is wrong."""
+    where = _key(error.absolute_path)
+    if "propertyNames" in error.schema_path:
+        what = "part name" if where == "parts" else "variable name"
+        return (
+            f"{file}: key '{where}': {what} {error.instance!r} is not allowed (a string of letters, digits, "
+            f"'_', '.', '-'; quote a number: '11')"
+        )
+    if error.validator == "additionalProperties":
+        extra = sorted(str(k) for k in error.instance if k not in error.schema.get("properties", {}))
+        allowed = ", ".join(error.schema.get("properties", {}))
+        keys = ", ".join(f"'{where}.{k}'" if where != "<top level>" else f"'{k}'" for k in extra)
+        return f"{file}: unknown key {keys} (allowed there: {allowed})"
+    if error.validator == "type" and where.endswith(".argv") and isinstance(error.instance, str):
+        return (
+            f"{file}: key '{where}': {error.instance!r} is a string; a step's argv is a list of arguments, "
+            f"one string each (no shell runs it)"
+        )
+    return f"{file}: key '{where}': {error.message}"
+
+
+def _placeholder_problems(campaign: dict, file: str) -> list[str]:
+    """``{out}`` inside another argument (or env value): refused, so that a path is never spliced into a string."""
+    bad = []
+    for name, part in campaign["parts"].items():
+        for i, step in enumerate(part["steps"]):
+            values = [(f"argv[{j}]", a) for j, a in enumerate(step["argv"])]
+            values += [(f"env.{k}", v) for k, v in step.get("env", {}).items()]
+            for where, value in values:
+                if OUT in value and not (value == OUT or (value.startswith(OUT + "/") and OUT not in value[len(OUT) :])):
+                    bad.append(
+                        f"{file}: key 'parts.{name}.steps[{i}].{where}': {value!r} has {OUT} inside it; "
+                        f"{OUT} may only be a whole argument or a prefix ({OUT}/name)"
+                    )
+    return bad
+
+
+def load(file: str | Path) -> dict:
+    """A campaign file (``campaigns/*.yaml``) or a reference run's ``run.yaml``, checked: ``{"parts": {...}}``
+    (plus ``description`` where the file has one).
+
+    Raises:
+        CampaignError: missing or unreadable file, invalid YAML, a schema violation or a misplaced ``{out}`` (the
+            first one, naming the file and key).
+    """
+    path = Path(file)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise CampaignError(f"{file}: no such file") from None
+    except OSError as exc:
+        raise CampaignError(f"{file}: unreadable: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise CampaignError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(data, dict):
+        raise CampaignError(f"{file}: expected a mapping with the key 'parts'")
+    if path.name == RUN_META:  # a reference run: its other keys are checked by accelbench.aggregate.run_folder
+        if "parts" not in data:
+            raise CampaignError(f"{file}: key 'parts': this run.yaml has no parts (no campaign to run)")
+        data = {"parts": data["parts"]}
+    return check(data, str(file))
+
+
+def check(data: dict, file: str) -> dict:
+    """``data`` when it is a valid campaign (``file`` names it in the message), else :class:`CampaignError`."""
+    schema = yaml.safe_load(SCHEMA.read_text())
+    errors = sorted(Validator(schema).iter_errors(data), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    if errors:
+        raise CampaignError(_describe(errors[0], file))
+    bad = _placeholder_problems(data, file)
+    if bad:
+        raise CampaignError(bad[0])
+    return data
+
+
+def part_of(campaign: dict, name: str, file: str | Path) -> dict:
+    parts = campaign["parts"]
+    if name not in parts:
+        raise CampaignError(f"{file}: key 'parts': no part {name!r} (its parts: {', '.join(parts)})")
+    return parts[name]
+
+
+def resolve(value: str, out: str | Path) -> str:
+    """``{out}`` or ``{out}/x`` with the part's output folder put in (anything else unchanged)."""
+    return str(out) + value[len(OUT) :] if value == OUT or value.startswith(OUT + "/") else value
+
+
+def part_folder(out: str | Path, name: str) -> Path:
+    return Path(os.path.abspath(out)) / name
+
+
+# --------------------------------------------------------------------------- showing and running
+def dry_run(file: str | Path, name: str, out: str | Path) -> str:
+    """What :func:`run_part` would run, one line per step (env assignments and argv, shell-quoted), nothing run."""
+    part = part_of(load(file), name, file)
+    folder = part_folder(out, name)
+    lines = [f"{file}, part {name}: {len(part['steps'])} steps, budget {part['budget_s']} s, {OUT} = {folder}"]
+    if part.get("stop_on_failure"):
+        lines[0] += ", stop on failure"
+    for i, step in enumerate(part["steps"]):
+        env = [f"{k}={shlex.quote(resolve(v, folder))}" for k, v in step.get("env", {}).items()]
+        limits = [f"{k} {step[k]}" for k in ("needs_s", "timeout_s") if k in step] + (["always"] if step.get("always") else [])
+        lines.append(f"  [{i}] " + " ".join([*env, shlex.join(resolve(a, folder) for a in step["argv"])]))
+        if limits or step.get("note"):
+            lines.append("      # " + "; ".join([*limits, *([step["note"]] if step.get("note") else [])]))
+    return "\n".join(lines)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM to the step's process group, SIGKILL after :data:`KILL_GRACE_S`; the exit status."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            return proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.wait()
+
+
+def _run_step(step: dict, folder: Path, index: int, left: float, cwd: str | Path | None) -> dict:
+    """Run one step (its output to ``<folder>/<index>.log``), stopped after its timeout_s or ``left`` seconds."""
+    argv = [resolve(a, folder) for a in step["argv"]]
+    env = {k: resolve(v, folder) for k, v in step.get("env", {}).items()}
+    limit, by_budget = left, True
+    if "timeout_s" in step and step["timeout_s"] <= left:
+        limit, by_budget = step["timeout_s"], False
+    rec = {"status": "failed", "rc": None, "reason": None}
+    t0 = time.monotonic()
+    with open(folder / f"{index}.log", "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                cwd=cwd,
+                start_new_session=True,  # its own process group: a timeout stops the children too
+            )
+        except OSError as exc:
+            rec["reason"] = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+            log.write(f"campaign: {rec['reason']}\n".encode())
+            return {**rec, "seconds": round(time.monotonic() - t0, 3)}
+        try:
+            rec["rc"] = proc.wait(timeout=limit)
+            rec["status"] = "ok" if rec["rc"] == 0 else "failed"
+            rec["reason"] = None if rec["rc"] == 0 else f"exit status {rec['rc']}"
+        except subprocess.TimeoutExpired:
+            rec["rc"] = _stop(proc)
+            rec["status"] = "timeout"
+            rec["reason"] = "the part's budget ran out" if by_budget else f"timeout_s {step['timeout_s']} reached"
+        except BaseException:  # interrupted: the step's processes do not outlive the runner
+            _stop(proc)
+            raise
+    return {**rec, "seconds": round(time.monotonic() - t0, 3)}
+
+
+def run_part(file: str | Path, name: str, out: str | Path, cwd: str | Path | None = None) -> dict:
+    """Run part ``name`` of the campaign ``file``: its steps in order under its budget (see the module docstring).
+
+    Returns:
+        The record written to ``<out>/<name>/campaign.json``.
+
+    Raises:
+        CampaignError: the file is invalid or has no such part (nothing is run then).
+    """
+    part = part_of(load(file), name, file)
+    folder = part_folder(out, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    budget, stop_on_failure = part["budget_s"], bool(part.get("stop_on_failure", False))
+    git = git_info(cwd)
+    record = {
+        "campaign": str(file),
+        "campaign_sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest(),
+        "part": name,
+        "budget_s": budget,
+        "stop_on_failure": stop_on_failure,
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "host": socket.gethostname(),
+        "out": str(folder),
+        "started": _now(),
+        "finished": None,
+        "seconds": None,
+        "steps": [
+            {
+                "index": i,
+                "argv": [resolve(a, folder) for a in step["argv"]],
+                "env": sorted(step.get("env", {})),
+                **{k: step[k] for k in ("needs_s", "timeout_s", "always") if k in step},
+                "status": "pending",
+                "rc": None,
+                "seconds": None,
+                "reason": None,
+                "log": None,
+            }
+            for i, step in enumerate(part["steps"])
+        ],
+    }
+    target = folder / RECORD
+    t0 = time.monotonic()
+    failed = False
+    for i, step in enumerate(part["steps"]):
+        rec = record["steps"][i]
+        used = time.monotonic() - t0
+        left, always = budget - used, step.get("always", False)
+        if stop_on_failure and failed and not always:
+            rec.update(status="skipped", reason="an earlier step failed (stop_on_failure)")
+        elif left <= 0 and not always:
+            rec.update(status="skipped", reason=f"the part's budget of {budget} s was spent ({used:.0f} s used)")
+        elif step.get("needs_s", 0) > left and not always:
+            rec.update(status="skipped", reason=f"needs {step['needs_s']} s, {left:.0f} s of the budget left")
+        else:
+            print(f"=== {name} [{i}] {used:.0f}s: {shlex.join(rec['argv'])}", flush=True)
+            rec.update(status="running", log=f"{i}.log")
+            write_json_atomic(record, target)
+            rec.update(_run_step(step, folder, i, math.inf if always else left, cwd))
+            failed = failed or rec["status"] != "ok"
+        line = f"{rec['status']}" + (f" (rc {rec['rc']}, {rec['seconds']} s)" if rec["log"] else "")
+        print(f"    {name} [{i}] {line}" + (f": {rec['reason']}" if rec["reason"] else ""), flush=True)
+        write_json_atomic(record, target)
+    record.update(finished=_now(), seconds=round(time.monotonic() - t0, 3))
+    write_json_atomic(record, target)
+    counts: dict[str, int] = {}
+    for rec in record["steps"]:
+        counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"=== {name}: {summary} in {record['seconds']:.0f} s; {target}", flush=True)
+    return record
+
+
+def failed_steps(record: dict) -> list[dict]:
+    """The steps of a :func:`run_part` record that failed or timed out (skipped ones are not failures)."""
+    return [s for s in record["steps"] if s["status"] in ("failed", "timeout")]
