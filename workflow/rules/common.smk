@@ -160,8 +160,9 @@ def own_results(experiment):
 
 
 def experiment_results(experiment):
-    """Every result of ``experiment`` an aggregation reads: this system's (when the experiment is configured) and
-    those copied in from other machines."""
+    """Every result of ``experiment`` an aggregation reads: this system's as configured (when the config selects the
+    experiment) and every other one on disk (copied_results: other machines', this system's of an unselected
+    experiment, the reference runs'). With `experiments=[]` a run measures nothing and aggregates what is there."""
     return (own_results(experiment) if experiment in config["experiments"] else []) + copied_results(experiment)
 
 
@@ -196,12 +197,16 @@ def get_final_output(results=True):
     """Every configured experiment's results and the main outputs of its aggregation (the registry's ``targets``),
     then the claims table and the energy table (energy_aggregate). ``results=False``, for the default target, gives
     an experiment's results only where it has no targets of its own (the aggregations and the claims depend on the
-    rest through validate_results), so that the printed `input:` of the default target stays short."""
+    rest through validate_results), so that the printed `input:` of the default target stays short. With
+    `experiments: []` (merging machines: measure nothing), the aggregations of every experiment with results on
+    disk (copied_results), then the claims and energy tables."""
     out = []
     for name in EXPERIMENTS:
+        targets = [f"{RESULTS}/{t}" for t in registry.get(name).targets]
         if name in config["experiments"]:
-            targets = [f"{RESULTS}/{t}" for t in registry.get(name).targets]
             out += (own_results(name) if results or not targets else []) + targets
+        elif not config["experiments"] and copied_results(name):
+            out += targets
     if out:
         out += [f"{RESULTS}/claims/claims.csv", f"{RESULTS}/energy/energy.csv"]
     return out

@@ -11,7 +11,9 @@ Layout (``reference_runs/`` at the repository root)::
 
 ``run.yaml`` keys: ``date`` (YYYY-MM-DD), ``hardware`` (long description), ``short`` (e.g. ``H200``: the series
 label), ``commit`` (git commit of the harness that ran), ``commands`` (list of shell commands, in order), optional
-``notes`` (list of strings: reductions, projections, anything that differs from the studies).
+``notes`` (list of strings: reductions, projections, anything that differs from the studies), optional ``parts``
+(the run's commands as data, a campaign: :mod:`accelbench.core.campaign`; each part runs with
+``accelbench campaign --file reference_runs/<run>/run.yaml --part NAME --out OUT``).
 
 The aggregations draw these results as their own series, labelled ``reference run (<short>, <date>)``
 (:func:`series_label`), beside the published numbers and the freshly measured results; the README's "Reference
@@ -72,6 +74,12 @@ def run_readme(run: dict) -> str:
         "",
     ]
     lines += ["  ```sh"] + [f"  {c}" for c in run["commands"]] + ["  ```", ""]
+    if run.get("parts"):  # a campaign: the same commands as data
+        lines += [
+            f"Parts (each one `accelbench campaign --file reference_runs/{run['name']}/run.yaml --part NAME "
+            "--out OUT`): " + ", ".join(f"`{p}`" for p in run["parts"]),
+            "",
+        ]
     if run.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in run["notes"]] + [""]
     lines += [f"Results ({len(run['results'])} files under `results/`):", ""]

@@ -26,6 +26,7 @@ def load_run(folder: str | Path) -> dict:
 
     Raises:
         DataError: run.yaml missing, not a mapping, or lacking a required key (named).
+        CampaignError: its optional ``parts`` (a campaign, :mod:`accelbench.core.campaign`) is invalid.
     """
     folder = Path(folder)
     meta_path = folder / META
@@ -42,6 +43,10 @@ def load_run(folder: str | Path) -> dict:
         raise DataError(f"{meta_path}: missing {', '.join(missing)}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(meta["date"])):
         raise DataError(f"{meta_path}: date {meta['date']!r} is not YYYY-MM-DD")
+    if "parts" in meta:  # the run's commands as data: `accelbench campaign --file <run>/run.yaml --part NAME`
+        from accelbench.core.campaign import check
+
+        check({"parts": meta["parts"]}, str(meta_path))
     meta = {**meta, "date": str(meta["date"]), "commands": [str(c) for c in meta["commands"]]}
     results = sorted((folder / "results").glob("**/result.json"))
     return {

@@ -54,7 +54,7 @@ rule llm_quant_method:
 
 rule study_b_quant_aggregate:
     input:
-        results=results_of("llm_quant") + copied_results("llm_quant"),
+        results=experiment_results("llm_quant"),
         reference=REPO / "resources/reference/study_b_quantization.csv",
         # read beside the reference: the model cards' published scores (<task>_card_pct)
         model_cards=REPO / "resources/reference/model_cards.csv",

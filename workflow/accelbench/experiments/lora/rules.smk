@@ -46,7 +46,7 @@ use rule lora_finetune as lora_finetune_series with:
 
 rule study_b_lora_aggregate:
     input:
-        results=results_of("lora_finetune") + copied_results("lora_finetune"),
+        results=experiment_results("lora_finetune"),
         reference=REPO / "resources/reference/study_b_finetune_runtime.csv",
         validated=validated("lora_finetune"),
     output:

@@ -41,7 +41,7 @@ rule sr3_train:
 
 rule study_b_sr3_aggregate:
     input:
-        results=results_of("sr3_scaling") + copied_results("sr3_scaling"),
+        results=experiment_results("sr3_scaling"),
         reference=REPO / "resources/reference/study_b_sr3_scaling.csv",
         validated=validated("sr3_scaling"),
     output:

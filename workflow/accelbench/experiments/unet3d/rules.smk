@@ -64,7 +64,7 @@ rule unet3d_ncu:
 rule study_a_aggregate:
     input:
         # the counter results too: claims_vs_measured judges the counter claims as rule claims does
-        results=results_of("unet3d_profile") + copied_results("unet3d_profile") + experiment_results("unet3d_ncu"),
+        results=experiment_results("unet3d_profile") + experiment_results("unet3d_ncu"),
         claims=REFERENCE_DIR / "study_a_claims.csv",
         validated=validated(*reads("unet3d_profile")),
     output:
@@ -117,8 +117,8 @@ rule study_a_aggregate:
 
 rule study_a_ncu_aggregate:
     input:
-        results=results_of("unet3d_ncu") + copied_results("unet3d_ncu"),
-        profiles=results_of("unet3d_profile"),  # the step device time that ncu's bounded replay is scaled to
+        results=experiment_results("unet3d_ncu"),
+        profiles=experiment_results("unet3d_profile"),  # the step device time that ncu's bounded replay is scaled to
         claims=REFERENCE_DIR / "study_a_claims.csv",
         validated=validated(*reads("unet3d_ncu")),
     output:
