@@ -335,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "campaign",
         help="run one part of a campaign (campaigns/*.yaml, or a reference run's run.yaml with parts:): its argv "
-        "steps in order, no shell, under the part's time budget; <out>/<part>/campaign.json records each step",
+        "steps in order, no shell, under the part's time budget; <out>/<part>/campaign.json records each step "
+        "(exit 1 when a step failed or timed out)",
     )
     s.add_argument("--file", required=True, help="campaigns/<name>.yaml or reference_runs/<run>/run.yaml")
     s.add_argument("--part", required=True, help="the part to run (a key of the file's parts:)")

@@ -60,11 +60,12 @@ def _describe(error, file: str) -> str:
     """One line for one schema violation: the file, the key, what is wrong."""
     where = _key(error.absolute_path)
     if "propertyNames" in error.schema_path:
-        what = "part name" if where == "parts" else "variable name"
-        return (
-            f"{file}: key '{where}': {what} {error.instance!r} is not allowed (a string of letters, digits, "
-            f"'_', '.', '-'; quote a number: '11')"
-        )
+        if where == "parts":
+            return (
+                f"{file}: key '{where}': part name {error.instance!r} is not allowed (a folder name: letters, digits, "
+                f"'_', '.', '-'; quote a number: '11')"
+            )
+        return f"{file}: key '{where}': variable name {error.instance!r} is not allowed (letters, digits, '_')"
     if error.validator == "additionalProperties":
         extra = sorted(str(k) for k in error.instance if k not in error.schema.get("properties", {}))
         allowed = ", ".join(error.schema.get("properties", {}))
@@ -75,7 +76,14 @@ def _describe(error, file: str) -> str:
             f"{file}: key '{where}': {error.instance!r} is a string; a step's argv is a list of arguments, "
             f"one string each (no shell runs it)"
         )
+    if error.validator == "type" and error.validator_value == "string" and not isinstance(error.instance, dict | list):
+        return f"{file}: key '{where}': {error.message} (quote it: YAML reads {error.instance!r} as no string)"
     return f"{file}: key '{where}': {error.message}"
+
+
+def _order(error) -> list:
+    """Document order of an error's key (the first one in the file is reported)."""
+    return [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in error.absolute_path]
 
 
 def _placeholder_problems(campaign: dict, file: str) -> list[str]:
@@ -86,7 +94,8 @@ def _placeholder_problems(campaign: dict, file: str) -> list[str]:
             values = [(f"argv[{j}]", a) for j, a in enumerate(step["argv"])]
             values += [(f"env.{k}", v) for k, v in step.get("env", {}).items()]
             for where, value in values:
-                if OUT in value and not (value == OUT or (value.startswith(OUT + "/") and OUT not in value[len(OUT) :])):
+                whole = value == OUT or (value.startswith(OUT + "/") and OUT not in value[len(OUT) :])
+                if OUT in value and not whole:
                     bad.append(
                         f"{file}: key 'parts.{name}.steps[{i}].{where}': {value!r} has {OUT} inside it; "
                         f"{OUT} may only be a whole argument or a prefix ({OUT}/name)"
@@ -125,7 +134,7 @@ def load(file: str | Path) -> dict:
 def check(data: dict, file: str) -> dict:
     """``data`` when it is a valid campaign (``file`` names it in the message), else :class:`CampaignError`."""
     schema = yaml.safe_load(SCHEMA.read_text())
-    errors = sorted(Validator(schema).iter_errors(data), key=lambda e: (len(e.absolute_path), _key(e.absolute_path)))
+    errors = sorted(Validator(schema).iter_errors(data), key=_order)
     if errors:
         raise CampaignError(_describe(errors[0], file))
     bad = _placeholder_problems(data, file)
@@ -160,7 +169,8 @@ def dry_run(file: str | Path, name: str, out: str | Path) -> str:
         lines[0] += ", stop on failure"
     for i, step in enumerate(part["steps"]):
         env = [f"{k}={shlex.quote(resolve(v, folder))}" for k, v in step.get("env", {}).items()]
-        limits = [f"{k} {step[k]}" for k in ("needs_s", "timeout_s") if k in step] + (["always"] if step.get("always") else [])
+        limits = [f"{k} {step[k]}" for k in ("needs_s", "timeout_s") if k in step]
+        limits += ["always"] if step.get("always") else []
         lines.append(f"  [{i}] " + " ".join([*env, shlex.join(resolve(a, folder) for a in step["argv"])]))
         if limits or step.get("note"):
             lines.append("      # " + "; ".join([*limits, *([step["note"]] if step.get("note") else [])]))
@@ -171,17 +181,32 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def _stop(proc: subprocess.Popen) -> int:
-    """SIGTERM to the step's process group, SIGKILL after :data:`KILL_GRACE_S`; the exit status."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+    """SIGTERM to the step's process group, SIGKILL to what is left of it after :data:`KILL_GRACE_S` (children that
+    outlive the step's own process included); the step's exit status."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < deadline:
+        proc.poll()  # reaps the leader: a zombie would keep the group alive
+        if not _group_alive(proc.pid):
+            break
+        time.sleep(0.05)
+    else:
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            return proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
     return proc.wait()
 
 
