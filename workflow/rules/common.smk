@@ -154,16 +154,11 @@ def spec_of(experiment):
     return lambda wildcards: spec_file(function(RC, wildcards))
 
 
-def own_results(experiment):
-    """This system's results of ``experiment`` as configured (results_of)."""
-    return results_of(experiment)
-
-
 def experiment_results(experiment):
     """Every result of ``experiment`` an aggregation reads: this system's as configured (when the config selects the
     experiment) and every other one on disk (copied_results: other machines', this system's of an unselected
     experiment, the reference runs'). With `experiments=[]` a run measures nothing and aggregates what is there."""
-    return (own_results(experiment) if experiment in config["experiments"] else []) + copied_results(experiment)
+    return (results_of(experiment) if experiment in config["experiments"] else []) + copied_results(experiment)
 
 
 def reads(experiment):
@@ -204,7 +199,7 @@ def get_final_output(results=True):
     for name in EXPERIMENTS:
         targets = [f"{RESULTS}/{t}" for t in registry.get(name).targets]
         if name in config["experiments"]:
-            out += (own_results(name) if results or not targets else []) + targets
+            out += (results_of(name) if results or not targets else []) + targets
         elif not config["experiments"] and copied_results(name):
             out += targets
     if out:

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import yaml
 
-from accelbench.core.config import Validator
+from accelbench.core.config import Validator, key_path, read_yaml
 from accelbench.core.provenance import git_info
 from accelbench.core.results import write_json_atomic
-from accelbench.errors import CampaignError
+from accelbench.errors import CampaignError, ConfigError
 
 SCHEMA = Path(__file__).with_name("campaign.schema.yaml")
 RUN_META = "run.yaml"  # a reference run's file (accelbench.aggregate.run_folder.META): only its `parts` is ours
@@ -49,16 +49,9 @@ RECORD = "campaign.json"
 
 
 # --------------------------------------------------------------------------- the file
-def _key(path) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "<top level>"
-
-
 def _describe(error, file: str) -> str:
     """One line for one schema violation: the file, the key, what is wrong."""
-    where = _key(error.absolute_path)
+    where = key_path(error)
     if "propertyNames" in error.schema_path:
         if where == "parts":
             return (
@@ -112,16 +105,12 @@ def load(file: str | Path) -> dict:
             first one, naming the file and key).
     """
     path = Path(file)
+    if not path.is_file():
+        raise CampaignError(f"{file}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise CampaignError(f"{file}: no such file") from None
-    except OSError as exc:
-        raise CampaignError(f"{file}: unreadable: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise CampaignError(f"{file}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+        data = read_yaml(path)  # as configs are read: no object tags, no key given twice, no alias bomb
+    except ConfigError as exc:
+        raise CampaignError(f"{file}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise CampaignError(f"{file}: expected a mapping with the key 'parts'")
     if path.name == RUN_META:  # a reference run: its other keys are checked by accelbench.aggregate.run_folder

@@ -101,7 +101,8 @@ def expansion_errors(data: Any, what: str = "config") -> list[str]:
     return []
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
+def key_path(error: jsonschema.ValidationError) -> str:
+    """The key of a schema error as a config writes it, e.g. ``lora_finetune.runs[0].devices``."""
     parts: list[str] = []
     for p in error.absolute_path:
         parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
@@ -117,10 +118,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
                 default=error,
             )
         else:
-            where = _key_path(error)
+            where = key_path(error)
             choices = [repr(a["const"]) if "const" in a else f"a list ({a.get('type')})" for a in error.validator_value]
             return f"config key '{where}': {error.instance!r} is not allowed; allowed: {' or '.join(choices)}"
-    where = _key_path(error)
+    where = key_path(error)
     if error.validator == "type" and isinstance(error.instance, float):
         if not math.isfinite(error.instance):
             return f"config key '{where}': {error.instance!r} is not allowed (a finite number is needed)"
@@ -228,20 +229,6 @@ def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> d
     config.clear()
     config.update(coerced)
     return config
-
-
-def divisible_errors(where: str, what: str, channels: list[int], attention: list[int], p: dict) -> list[str]:
-    """MONAI's DiffusionModelUNet needs every level's channels divisible by norm_groups, and the channels of each
-    attention level by num_heads (head width = channels / num_heads)."""
-    out = []
-    for key, checked in (("norm_groups", channels), ("num_heads", attention)):
-        bad = [c for c in checked if c % p[key]]
-        if bad:
-            out.append(
-                f"config key '{where}': channels {bad} ({what}{', attention levels' if key == 'num_heads' else ''})"
-                f" are not multiples of {key} {p[key]}"
-            )
-    return out
 
 
 # Folders of the operating system that results must never be written into (as root they could be): the key

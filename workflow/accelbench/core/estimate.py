@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from functools import cache
 from pathlib import Path
 
 # The machine the cost models were fitted on (its jobs measured in runs of the embedded default, with and without
@@ -53,6 +54,7 @@ LOG = Path(".snakemake/accelbench/job_times.jsonl")
 POLL_S = 0.5
 
 
+@cache
 def rule_seconds() -> dict[str, float]:
     """:data:`RULE_S` and every experiment's ``rule_seconds`` (its data preparation and aggregation rules)."""
     from accelbench.core import registry

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path, PurePath
 
 from accelbench.core.experiment import EXPERIMENTS_PACKAGE, Experiment
 from accelbench.errors import ConfigError
@@ -88,11 +89,9 @@ def claims_files() -> list[tuple[str, str]]:
     return list(dict.fromkeys((e.study, e.claims) for e in _ENTRIES if e.claims))
 
 
-def published_files(reference_dir) -> dict[str, object]:
+def published_files(reference_dir: str | Path) -> dict[str, Path]:
     """``{experiment: its published reference file under reference_dir}`` of every aggregated experiment that has
     one (what the claim checks and the energy figure read, by experiment)."""
-    from pathlib import Path
-
     return {e.name: Path(reference_dir) / e.reference for e in _ENTRIES if e.aggregate and e.reference}
 
 
@@ -104,7 +103,5 @@ def rule_files() -> list[str]:
 
 def experiment_of(path: str) -> str | None:
     """The experiment a result path belongs to: the registry name among its folder names (last one wins), or None."""
-    from pathlib import PurePath
-
     hits = [p for p in PurePath(path).parts if p in EXPERIMENTS]
     return hits[-1] if hits else None

@@ -10,8 +10,6 @@ copy (``resources/tokenizers/<name>``, SmolLM2's, Apache-2.0, 3.4 MB) or else fr
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from accelbench.models.llm import EXPORTABLE_TOKENIZERS, TOKENIZER_DIR, exported_tokenizer
 
 COMMITTED_TOKENIZERS = "resources/tokenizers"  # under the repository
@@ -71,8 +69,3 @@ def export_inputs(rc, name: str, experiments) -> dict:
     ``experiments``: as for :func:`export_model`."""
     folder = tokenizer_dir(rc, export_model(rc, name, experiments))
     return {"tokenizer": folder} if folder else {}
-
-
-def local_path(rc, path: str | None) -> str | None:
-    """A model ``path`` made absolute in the repository when it exists there (else a hub id in the local cache)."""
-    return str(rc.repo_path(path)) if path and Path(rc.repo_path(path)).exists() else path

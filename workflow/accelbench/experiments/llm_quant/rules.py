@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelbench.models.rule_specs import EXPORTED_MODELS, local_path, with_tokenizer_dir
+from accelbench.models.rule_specs import EXPORTED_MODELS, with_tokenizer_dir
 
 EXPERIMENT = "llm_quant"
 # methods run once per configured bit set; the others have one fixed bit-set folder
@@ -87,7 +87,7 @@ def model_spec(rc, model: str) -> dict:
     """
     spec = dict(rc.config[EXPERIMENT]["models"][model])
     if spec.get("source") == "path" and spec.get("path"):
-        spec["path"] = local_path(rc, spec["path"])
+        spec["path"] = rc.existing_repo_path(spec["path"])  # else a hub id in the local cache
     return with_tokenizer_dir(rc, spec)
 
 

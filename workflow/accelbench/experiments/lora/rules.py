@@ -47,8 +47,8 @@ def model_spec(rc, model: str) -> dict:
     spec = {k: v for k, v in rc.config["lora_finetune"]["presets"][model].items() if k != "family"}
     if spec["source"] == "smollm2_gguf":
         return {"source": "path", "path": f"{EXPORTED_MODELS}/{model}"}
-    if spec.get("path") and rc.repo_path(spec["path"]).exists():
-        spec["path"] = str(rc.repo_path(spec["path"]))
+    if spec.get("path"):
+        spec["path"] = rc.existing_repo_path(spec["path"])
     return with_tokenizer_dir(rc, spec)
 
 

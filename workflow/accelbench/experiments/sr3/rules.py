@@ -97,7 +97,7 @@ def config_errors(config: dict) -> list[str]:
     """The SR3 preset at every scale (``paper``, and ``small`` with ``sr3_scaling.scales.small``): channels
     (inner_channels x channel_mult) divisible by norm_groups, and by num_heads at attention levels; one line per
     problem naming the key (hr_size is checked by :func:`.settings.resolve_settings`)."""
-    from accelbench.core.config import divisible_errors
+    from accelbench.models.unet_config import divisible_errors
 
     sr3 = config.get("sr3_scaling") or {}
     out = []

@@ -15,8 +15,8 @@ Torch-free: the Snakefile imports it while it plans. Every function takes the ru
 
 from __future__ import annotations
 
-from accelbench.core.config import divisible_errors
 from accelbench.experiments.unet3d.configs import VARIANTS, resolve_settings
+from accelbench.models.unet_config import divisible_errors
 
 RUN_KEYS = ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")
 
@@ -100,7 +100,7 @@ def mri_spec(rc, wildcards) -> dict:
 def profile_config_errors(config: dict) -> list[str]:
     """Every preset of ``unet3d_profile.presets`` at every scale (its own, and with ``unet3d_profile.scales.small``)
     builds a U-Net: channels (base_channels x channel_mult) divisible by norm_groups, and by num_heads at attention
-    levels (:func:`accelbench.core.config.divisible_errors`); each volume side divisible by 2**(levels - 1)
+    levels (:func:`accelbench.models.unet_config.divisible_errors`); each volume side divisible by 2**(levels - 1)
     (levels = len(channel_mult): six levels need multiples of 32). One line per violation, naming the key."""
     u = config.get("unet3d_profile") or {}
     out = []
