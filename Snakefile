@@ -11,6 +11,12 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# terminal lines at most 200 characters (paths grouped, the rest cut); Snakemake's log file keeps them whole
+from accelbench.cli.terminal import shorten_snakemake
+
+shorten_snakemake()
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/llm_models.smk"
 include: "workflow/rules/cluster.smk"
@@ -20,6 +26,9 @@ include: "workflow/rules/cluster.smk"
 for _rules in registry.rule_files():
 
     include: _rules
+
+
+force_stale_results()  # not-current results are redone, jobs without input files too (common.smk)
 
 
 include: "workflow/rules/claims.smk"

@@ -110,7 +110,7 @@ class Variant:
     ckpt: bool = True  # attention gradient-checkpointed
     up: str = "orig"  # orig | sep | rt
     gradcl: bool = False
-    gn: str = "native"  # native (nn.GroupNorm) | cl (layout-preserving GroupNorm: var_mean on a grouped view)
+    gn: str = "native"  # native (nn.GroupNorm) | cl (var_mean on a grouped view) | clsum (per-channel sums)
     mode: str = "reduce-overhead"  # torch.compile mode; "default" = mode None; "eager" = no compile
     options: tuple = ()  # extra inductor options ((key, value), ...): compiled with options= instead of mode=
     adam: str = "foreach"  # foreach | fused
@@ -267,6 +267,76 @@ _V = [
         note="(a incl. GroupNorm)+(b)+(c)+(d) max-autotune (CUDA graphs included)",
     ),
     Variant(
+        "cl_gnsum_nockpt_sdpa_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        note="(a with GroupNorm from per-channel sums)+(b)+(c)",
+    ),
+    Variant(
+        "cl_gnsum_nockpt_sdpa_fused_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        adam="fused",
+        note="(a with GroupNorm from per-channel sums)+(b)+(c) + fused Adam",
+    ),
+    Variant(
+        "cl_gnsum_cg",
+        layout="cl",
+        attn="tokens",
+        up="sep",
+        gn="clsum",
+        note="(a with GroupNorm from per-channel sums), attention checkpointed, einsum-equivalent",
+    ),
+    Variant(
+        "cl_gnsum_nockpt_sdpa_gradcl_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        gradcl=True,
+        note="(a with GroupNorm from per-channel sums)+(b)+(c) + channels-last gradients at every conv",
+    ),
+    Variant(
+        "cl_gnsum_nockpt_sdpa_gradcl_fused_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        gradcl=True,
+        adam="fused",
+        note="(a with GroupNorm from per-channel sums)+(b)+(c) + channels-last gradients + fused Adam",
+    ),
+    Variant(
+        "cl_gnsum_nockpt_sdpa_fused_cdt_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        adam="fused",
+        options=(("triton.cudagraphs", True), ("coordinate_descent_tuning", True)),
+        note="(a with GroupNorm from per-channel sums)+(b)+(c) + fused Adam + Inductor coordinate-descent tuning",
+    ),
+    Variant(
+        "cl_gnsum_nockpt_sdpa_fused_maxat",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        adam="fused",
+        options=(("triton.cudagraphs", True), ("max_autotune", True), ("max_autotune_conv_backends", "ATEN")),
+        note="(a with GroupNorm from per-channel sums)+(b)+(c) + fused Adam + max-autotune, convolutions left to cuDNN",
+    ),
+    Variant(
         "ncdhw_fix_nockpt_sdpa_cg",
         attn="sdpa",
         up="sep",
@@ -363,6 +433,28 @@ class CLGroupNorm(nn.Module):
         return y * self.weight.view(shape) + self.bias.view(shape)
 
 
+class CLSumGroupNorm(CLGroupNorm):
+    """``nn.GroupNorm`` (same parameters) from per-channel sums: fp32 sum and sum of squares over (D, H, W) per
+    (sample, channel) -- on a channels_last_3d map a reduction over the outer axes with channels contiguous -- then
+    the (B, C) sums added per group (B, G), var = E[x^2] - E[x]^2 clamped at 0, and one pointwise
+    ``x * scale + shift`` with per-(sample, channel) scale and shift, which keeps the input's memory format."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c = x.shape[:2]
+        g = self.num_groups
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        dims = tuple(range(2, x.dim()))
+        n = (x.numel() // (b * c)) * (c // g)
+        s1 = xf.sum(dims).view(b, g, -1).sum(-1)  # (B, G)
+        s2 = (xf * xf).sum(dims).view(b, g, -1).sum(-1)
+        mean = s1 / n
+        rstd = torch.rsqrt((s2 / n - mean * mean).clamp_min(0) + self.eps)
+        scale = rstd.repeat_interleave(c // g, 1) * self.weight  # (B, C)
+        shift = self.bias - mean.repeat_interleave(c // g, 1) * scale
+        shape = (b, c) + (1,) * (x.dim() - 2)
+        return xf * scale.view(shape) + shift.view(shape)
+
+
 class _CLGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -401,6 +493,8 @@ def rewrite(model: nn.Module, v: Variant) -> nn.Module:
         swap(lambda m: isinstance(m, mdu.Upsample), lambda m: SepUpsample(m, v.up))
     if v.gn == "cl":
         swap(lambda m: isinstance(m, nn.GroupNorm), CLGroupNorm)
+    elif v.gn == "clsum":
+        swap(lambda m: isinstance(m, nn.GroupNorm), CLSumGroupNorm)
     if v.gradcl:
         swap(lambda m: isinstance(m, nn.Conv3d), ConvCLGrad)
     return model
@@ -656,6 +750,11 @@ def selftest(dev: torch.device) -> dict:
     res["groupnorm_fp64_max_abs"] = float((y_cl - y_ref).detach().abs().max())
     res["groupnorm_grad_fp64_max_abs"] = float((gx_cl - gx_ref).abs().max())
     res["groupnorm_cl_output_is_channels_last"] = bool(y_cl.is_contiguous(memory_format=CL))
+    y_cs = CLSumGroupNorm(gn)(xn)
+    (gx_cs,) = torch.autograd.grad((y_cs * gref).sum(), xn)
+    res["groupnorm_clsum_fp64_max_abs"] = float((y_cs - y_ref).detach().abs().max())
+    res["groupnorm_clsum_grad_fp64_max_abs"] = float((gx_cs - gx_ref).abs().max())
+    res["groupnorm_clsum_output_is_channels_last"] = bool(y_cs.is_contiguous(memory_format=CL))
     with torch.no_grad():
         for heads in (1, 2):
             a = mdu.SpatialAttention(64, heads, 8, checkpointed=False).to(dev).double()

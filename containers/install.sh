@@ -29,8 +29,22 @@ deps() {
     requirements=$(mktemp)
     python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > "$requirements"
-    pip_install -c constraints.txt -r "$requirements" "$@"
-    rm -f "$requirements"
+    # constraints.txt locks the CPU venv (torch and transformers included): keep what the image already holds (the
+    # base's torch, the PINs and what they pulled in, e.g. optimum-habana's transformers) by dropping those lines
+    local held
+    held=$(mktemp)
+    python - constraints.txt > "$held" <<'PY'
+import re, sys
+from importlib.metadata import distributions
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+have = {norm(d.metadata["Name"] or "") for d in distributions()}
+for line in open(sys.argv[1]):
+    name = re.split(r"[=<>!~ ;@\[]", line.strip(), maxsplit=1)[0]
+    if line.startswith("#") or norm(name) not in have:
+        sys.stdout.write(line)
+PY
+    pip_install -c "$held" -r "$requirements" "$@"
+    rm -f "$requirements" "$held"
 }
 project() {
     pip_install --no-deps -e .

@@ -1,10 +1,16 @@
 """Study B LoRA job entry point (:mod:`accelbench.experiments.lora.job`): memory pre-checks recorded as OOM before
 any rank starts."""
 
+from pathlib import Path
+
+import pytest
+
 from accelbench.experiments.lora import settings as lora_settings
 from accelbench.experiments.lora.model import host_memory_precheck, memory_precheck
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from lora_helpers import run_job, system
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Llama-3.3-70B's architecture, random init (the shape that does not fit one device)
 LLAMA33_70B_RANDOM = {
@@ -69,3 +75,75 @@ def test_fsdp_host_copies_that_cannot_fit_are_recorded_oom(monkeypatch):
     out = run_job(spec, system("cuda", devices=2, memory=139.8))
     assert out.status == "oom" and out.reason.startswith("host memory: under fsdp a node holds 1 host copy")
     assert out.measurements["host_available_gib"] == 120.0 and out.measurements["host_copies_per_node"] == 1
+
+
+def _cgroup(tmp_path, monkeypatch, version: int, limit_gib: float, used_gib: float) -> str:
+    """A fake cgroup of this process (v2: ``0::/job``; v1: ``4:memory:/job``) with a memory limit, as a container, a
+    Slurm job or ``systemd-run -p MemoryMax=`` sets; returns its limit file."""
+    from accelbench.cluster import processes
+
+    root = tmp_path / "cgroup"
+    job = root / "job" if version == 2 else root / "memory/job"
+    job.mkdir(parents=True)
+    names = ("memory.max", "memory.current") if version == 2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+    (job / names[0]).write_text(f"{int(limit_gib * 2**30)}\n")
+    (job / names[1]).write_text(f"{int(used_gib * 2**30)}\n")
+    (job.parent / names[0]).write_text("max\n" if version == 2 else "9223372036854771712\n")
+    (job.parent / names[1]).write_text("1\n")
+    (tmp_path / "self_cgroup").write_text("0::/job\n" if version == 2 else "4:memory:/job\n0::/\n")
+    monkeypatch.setattr(processes, "CGROUP_ROOT", root)
+    monkeypatch.setattr(processes, "PROC_CGROUP", tmp_path / "self_cgroup")
+    return str(job / names[0])
+
+
+@pytest.mark.parametrize("limit", ["cgroup_v2", "cgroup_v1", "memavailable"])
+def test_8b_preset_on_a_cpu_that_cannot_hold_it_is_recorded_oom_before_loading(
+    tmp_path, monkeypatch, default_config, systems, limit
+):
+    """Issue 43, cause 10: the `llama31_8b` preset on the `cpu` system in a 4 GiB limit was killed by the kernel after
+    32 s (empty log, no result). Host memory is now checked on a CPU as device memory is on GPUs: `oom` with the
+    estimate, before any weight is loaded."""
+    import psutil
+
+    from accelbench.core import launcher
+    from accelbench.core.config import validate_config
+    from accelbench.core.rule_context import RuleContext
+    from accelbench.experiments.lora import rules
+
+    class Wildcards(dict):
+        __getattr__ = dict.__getitem__
+
+    rc = RuleContext(validate_config(default_config, REPO / "config/config.schema.yaml"), systems["cpu"], "r", REPO)
+    spec = rules.spec(rc, Wildcards(model="llama31_8b", attention="eager", strategy="single", devices="1"))
+    if limit == "memavailable":
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: type("VM", (), {"available": 4 * 2**30})())
+        monkeypatch.setattr("accelbench.cluster.processes.PROC_CGROUP", tmp_path / "none")
+        bound = "MemAvailable"
+    else:
+        bound = _cgroup(tmp_path, monkeypatch, int(limit[-1]), 4.0, 0.25)
+
+    def loads(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(launcher, "in_process", loads)
+    out = run_job(spec, systems["cpu"])
+    assert out.status == "oom", out.reason
+    assert out.reason.startswith("host memory: the ") and f"this job may still take ({bound})" in out.reason
+    assert out.measurements["parameters"] > 8e9 and out.measurements["weights_gib_needed"] > 14.9
+    assert out.measurements["host_memory_bound"] == bound
+    assert out.measurements["host_available_gib"] == pytest.approx(4.0 if limit == "memavailable" else 3.75, abs=0.01)
+    assert out.measurements["estimate"] == "frozen weights only (lower bound); not run"
+
+
+def test_small_preset_on_a_cpu_passes_the_host_memory_check(tmp_path, monkeypatch):
+    from accelbench.experiments.lora.model import cpu_memory_precheck
+
+    _cgroup(tmp_path, monkeypatch, 2, 4.0, 0.25)
+    from accelbench.cluster.processes import host_memory_available
+
+    available, bound = host_memory_available()
+    assert available == pytest.approx(3.75) and bound.endswith("job/memory.max")
+    assert cpu_memory_precheck(134_515_008, Plan("single", 1, "eager", "eager", "fp32"), available) is None
+    assert "2 copies of 0.5 GiB under ddp" in cpu_memory_precheck(
+        134_515_008, Plan("ddp", 2, "eager", "eager", "fp32"), 0.8
+    )

@@ -88,3 +88,17 @@ def test_net_smoke_is_asked_by_path_only(default_config, systems):
     rc = _rc(dict(default_config), systems)
     assert net_smoke_rules.results(rc, "cpu") == []
     assert net_smoke_rules.spec(rc, Wildcards(devices="4")) == {"system": systems["cpu"].to_dict(), "devices": 4}
+
+
+@pytest.mark.parametrize("value", [1_000_000_000, float("nan"), 0, 2.5])
+def test_per_scale_overrides_are_typed_and_bounded_as_train_is(tiny_config, value):
+    """issue 43 cause 4: `lora_finetune.scales.small.timed_steps: 1000000000` (or `.nan`) planned a job past the
+    10,000-step maximum of `train`; the per-scale override is now typed and bounded as `train` is."""
+    cfg = json.loads(json.dumps(tiny_config))
+    cfg["lora_finetune"]["scales"]["small"]["timed_steps"] = value
+    with pytest.raises(ConfigError, match=r"lora_finetune\.scales\.small\.timed_steps"):
+        validate_config(cfg)
+    cfg = json.loads(json.dumps(tiny_config))
+    cfg["lora_finetune"]["scales"]["paper"] = {"timed_steps": 10000}  # the same bound, reached: valid, no defaults
+    validate_config(cfg)
+    assert cfg["lora_finetune"]["scales"]["paper"] == {"timed_steps": 10000}

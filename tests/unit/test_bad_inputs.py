@@ -90,6 +90,66 @@ def test_sr3_fits_table_hdu_is_refused_and_gzipped_fits_read(tmp_path):
     assert name == "map.fits.gz" and arr.shape == (64, 64) and np.isclose(arr.max(), 1.0)
 
 
+def _sky_map() -> np.ndarray:
+    return np.random.default_rng(2).random((64, 64))
+
+
+def _blank_corner() -> np.ndarray:
+    arr = _sky_map()
+    arr[:4, :4] = -1.6375e30  # HEALPix's UNSEEN
+    return arr
+
+
+def _near_float_max() -> np.ndarray:
+    arr = _sky_map()
+    arr[10, 20] = 1.7e308
+    return arr
+
+
+UNUSABLE_MAPS = [  # issue 43 cause 2: each was accepted (rc 0) and collapsed or misread
+    (
+        "blank.fits",
+        _blank_corner,
+        r"blank.fits has 16 pixel\(s\) beyond \+-1e\+20 \(first: -1.6375e\+30 \(HEALPix's blank",
+    ),
+    ("huge.npy", _near_float_max, r"huge.npy has 1 pixel\(s\) beyond \+-1e\+20 \(first: 1.7e\+308 at \(10, 20\)\)"),
+    (
+        "cube.npy",
+        lambda: np.random.default_rng(3).random((64, 64, 3)),
+        r"cube.npy has shape \(64, 64, 3\); a \.npy or FITS",
+    ),
+    (
+        "cube.fits",
+        lambda: np.random.default_rng(3).random((64, 64, 3)),
+        r"cube.fits has shape \(64, 64, 3\); a \.npy or FITS",
+    ),
+    ("wave.npy", lambda: _sky_map() * (1 + 2j), r"wave.npy holds complex values \(complex128\)"),
+]
+
+
+@pytest.mark.parametrize("name, make, message", UNUSABLE_MAPS, ids=[u[0] for u in UNUSABLE_MAPS])
+def test_sr3_unusable_own_maps_are_refused_in_one_line_naming_file_and_value(tmp_path, name, make, message):
+    arr = make()
+    if name.endswith(".fits"):
+        from astropy.io import fits
+
+        fits.PrimaryHDU(arr).writeto(tmp_path / name)
+    else:
+        np.save(tmp_path / name, arr)
+    with pytest.raises(DataError, match=message) as err:
+        sky.prepare(tmp_path / "o.npz", patch=32, factor=4, source="folder", folder=str(tmp_path))
+    assert "\n" not in str(err.value) and not (tmp_path / "o.npz").exists()
+
+
+def test_sr3_rgb_picture_is_still_read_as_grayscale(tmp_path):
+    from skimage.io import imsave
+
+    rgb = (np.random.default_rng(4).random((64, 64, 3)) * 255).astype(np.uint8)
+    imsave(tmp_path / "photo.png", rgb, check_contrast=False)
+    [(name, arr)] = sky.folder_images(tmp_path)
+    assert name == "photo.png" and arr.shape == (64, 64) and np.isclose(arr.max(), 1.0)
+
+
 def test_sr3_messages_name_the_real_key(tmp_path):
     with pytest.raises(DataError, match=r"^sr3_scaling.data.folder .* holds no images .*\.fits\.gz"):
         sky.folder_images(tmp_path)

@@ -451,3 +451,48 @@ def test_every_figure_in_the_report_has_a_caption_saying_what_it_shows_and_what_
             found.append(png)
             assert "What it shows" in text and "What it does not show" in text, (png, caption)
     assert len(found) >= 9, found
+
+
+# ---------------------------------------------------------------- issue 48: defects fail the job; bars name their run
+def test_a_defective_figure_fails_its_aggregation_after_it_is_written(tmp_path):
+    """figures.checked: the figure is still written (to be looked at), then one line names it and its problem;
+    before issue 48 the problems were only logged."""
+    from accelbench.errors import DataError
+
+    with pytest.raises(DataError, match=r"figure check failed: bad\.png: .*no unit"):
+        with figures.checked():
+            fig, ax = plt.subplots()
+            ax.plot([1, 2], [3, 4])
+            ax.set_xlabel("devices (count)")
+            ax.set_ylabel("time")  # no unit
+            figures.save_figure(fig, tmp_path / "bad.png")
+            fig, ax = plt.subplots()
+            ax.plot([1, 2], [3, 4])
+            ax.set_xlabel("devices (count)")
+            ax.set_ylabel("time (ms)")
+            figures.save_figure(fig, tmp_path / "good.png")
+    assert (tmp_path / "bad.png").stat().st_size > 0 and (tmp_path / "good.png").stat().st_size > 0
+    with figures.checked():  # nothing left over from the failed one
+        pass
+
+
+def test_study_a_bars_name_their_run_and_network_not_one_repeated_device():
+    """Bars of two runs and two networks on one H200 read "(<run>, <network>)", not "(NVIDIA H200)" each."""
+    import pandas as pd
+
+    from accelbench.experiments.unet3d.tables_figures import _bar_labels
+
+    rows = pd.DataFrame(
+        {
+            "configuration": ["baseline", "baseline", "tf32"],
+            "hardware": ["reference run (H200, 2026-11-30): NVIDIA H200 (1x, 139.8 GiB)"] * 3,
+            "run": ["reference run (H200, 2026-11-30)", "measured", "measured"],
+            "network": ["monai", "med_ddpm", "med_ddpm"],
+        }
+    )
+    assert _bar_labels(rows) == [
+        "baseline (H200, 2026-11-30, MONAI stand-in)",
+        "baseline (measured here, Med-DDPM network)",
+        "tf32 (measured here, Med-DDPM network)",
+    ]
+    assert _bar_labels(rows.iloc[1:]) == ["baseline", "tf32"]  # nothing to tell apart: the configuration alone

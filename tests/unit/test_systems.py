@@ -74,3 +74,46 @@ def test_bad_system_file(tmp_path):
 def test_match_prefers_longest(systems):
     assert match_system("HL-225 GAUDI2", "hpu", systems).name == "gaudi2"
     assert match_system("NVIDIA H200", "hpu", systems) is None
+
+
+def _with_copy_of_cpu(tmp_path, name: str, match: list[str]):
+    """``tmp_path/systems``: the repository's system files and a copy of cpu.yaml named ``name``."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "systems"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "config/systems", folder)
+    raw = yaml.safe_load((folder / "cpu.yaml").read_text())
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump({**raw, "name": name, "match": match}))
+    return folder
+
+
+def test_a_copy_of_cpu_is_selected_by_name_and_matched_by_its_cpu_model(tmp_path):
+    """Issue 48: a copy of cpu.yaml is a system like any other: by name, and under `auto` where its `match` names
+    this CPU's model (else the file named cpu)."""
+    systems = load_systems(_with_copy_of_cpu(tmp_path, "epyc2", ["EPYC 7B13"]))
+    assert resolve_system("epyc2", systems).name == "epyc2"
+    epyc = {"backend": "cpu", "count": 1, "names": ["AMD EPYC 7B13 64-Core Processor"]}
+    assert resolve_system("auto", systems, epyc).name == "epyc2"
+    other = {"backend": "cpu", "count": 1, "names": ["Intel(R) Xeon(R) Platinum 8480+"]}
+    assert resolve_system("auto", systems, other).name == "cpu"
+
+
+def test_check_system_selects_a_copy_of_cpu_by_name(tmp_path, monkeypatch, capsys):
+    """`accelbench check-system --system <name>` and `--config system=<name>` (as snakemake takes it) resolve a copy
+    of cpu.yaml; before issue 48 `--config system=epyc2` read 'system=epyc2' as a file ("file not found")."""
+    import json
+    from pathlib import Path
+
+    from accelbench.cli import main
+
+    folder = _with_copy_of_cpu(tmp_path, "epyc2", [])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    for argv in (
+        ["check-system", "--system", "epyc2", "--config", f"systems_dir={folder}"],
+        ["check-system", "--config", "config/config.yaml", f"systems_dir={folder}", "system=epyc2"],
+    ):
+        assert main(argv) in (0, None)
+        assert json.loads(capsys.readouterr().out)["system"]["name"] == "epyc2"
+    assert main(["check-system", "--system", "nosuch", "--config", f"systems_dir={folder}"]) == 2
+    assert "unknown system 'nosuch'" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """Every command the user-facing documents show, parsed from the documents themselves and checked, so that a documented
 command cannot rot (about 2-3 min on 2 cores: dry runs, no measurement).
 
-Documents: README.md, ARTIFACT.md, CONTRIBUTING.md, containers/README.md, reference_runs/README.md and docs/*.md.
+Documents: README.md, ARTIFACT.md, CONTRIBUTING.md, containers/README.md, reference_runs/README.md,
+kubernetes/README.md and docs/*.md.
 Commands: every line of their fenced ```bash/sh/console/shell blocks (`&&` chains split into parts, leading
 `VAR=value` assignments set aside), and inline code spans in their prose that start with `snakemake ` or
 `accelbench `. Placeholders such as `<name>` become a real system (h100). Each part gets exactly one check
@@ -16,8 +17,9 @@ Commands: every line of their fenced ```bash/sh/console/shell blocks (`&&` chain
 - `pip install`: the extras exist in pyproject.toml, or the requirement parses; `$EDITOR <file>`: the file exists;
 - `python -m pytest <paths>`: collected (`--collect-only`); `python <script> <sub-command>`: `--help` of it;
   `python -c "..."`: compiled, and the names it imports exist;
-- a repository script (`benchmarks/*.sh`, `slurm/*.sh`): it exists and `bash -n` parses it; `device_run.sh <command>`
-  also checks the command it wraps;
+- a repository script (`benchmarks/*.sh`, `slurm/*.sh`, `containers/*.sh`): it exists and `bash -n` parses it
+  (`containers/push.sh` also runs against a stand-in engine: tests/unit/test_artifact_docs.py);
+  `device_run.sh <command>` also checks the command it wraps;
 - `docker`/`podman`/`apptainer` build, tag, push, pull, run: the recipes they name exist (no container engine or
   registry here; tests/system builds and runs the image where podman is), and the `snakemake` command an image runs
   is planned here;
@@ -65,6 +67,7 @@ DOCS = sorted(
         REPO / "CONTRIBUTING.md",
         REPO / "containers/README.md",
         REPO / "reference_runs/README.md",
+        REPO / "kubernetes/README.md",
         *(REPO / "docs").glob("*.md"),
     }
 )
@@ -128,7 +131,7 @@ def plan(part: str, in_block: bool) -> tuple[str, object]:
         return "python-c", shlex.split(part)[2]
     if re.match(r"python3? [\w/]+\.py \S+", part):
         return "script-help", part
-    m = re.match(r"(?:nice )?((?:benchmarks|slurm)/[\w.-]+\.sh)(.*)", part)
+    m = re.match(r"(?:nice )?((?:benchmarks|slurm|containers)/[\w.-]+\.sh)(.*)", part)
     if m:
         return "script", (m.group(1), m.group(2).strip())
     if re.match(r"(docker|podman|apptainer) (build|tag|push|pull|run)\b", part):
@@ -198,6 +201,8 @@ def test_the_parser_sees_what_it_must():
         "snakemake -n --cores all --profile slurm --config system=h100",
     } <= found, found
     assert any("--profile slurm" in c for c in found) and any("results/h100/" in c for c in found), found
+    assert "snakemake -n --cores all --profile kubernetes --config system=gaudi2" in found, found
+    assert {"accelbench k8s render JOBSCRIPT", "accelbench k8s --site FILE"} <= found, found
     assert (
         sum(1 for c in found if c.startswith("snakemake results/claims") or "results/claims/claims.csv --cores" in c)
         >= 5

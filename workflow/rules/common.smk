@@ -10,11 +10,13 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from accelbench import backends
 from accelbench.core import precisions
+from accelbench.core.files import read_text as bounded_text, sha256 as bounded_sha256
 from accelbench.core import registry
 from accelbench.core.config import read_yaml, validate_config
 from accelbench.core.harness import spec_path_of
 from accelbench.core.rule_context import RuleContext
 from accelbench.core.locks import NOTICE_FD
+from accelbench.errors import ResultError
 from accelbench.cluster.containers import ApptainerWhenRun, apptainer_environment, image_uri
 from accelbench.core.systems import load_systems, resolve_system
 from accelbench.cluster.multinode import devices_per_node, load_site, node_plan, slurm_resources
@@ -131,7 +133,8 @@ def copied_results(experiment):
     file), so the aggregations still rerun. results_file expands it back into the paths. [] when there are none."""
     if experiment not in _MANIFESTS:
         paths = other_systems_results(experiment)
-        digests = {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
+        # bounded reads (accelbench.core.files): a FIFO or a link to /dev/zero there is one line, even on a dry run
+        digests = {p: bounded_sha256(p, "copied-in result file", error=ResultError) for p in paths}
         _MANIFESTS[experiment] = [spec_file({"manifest_of": experiment, "results": paths, "sha256": digests})] \
             if paths else []
     return _MANIFESTS[experiment]
@@ -179,7 +182,7 @@ def results_file(wildcards, input):
     paths = []
     for p in input.results:
         p = str(p)
-        paths += json.loads(Path(p).read_text())["results"] if p in _manifest_paths() else [p]
+        paths += json.loads(bounded_text(p, "manifest"))["results"] if p in _manifest_paths() else [p]
     return spec_file({"results": paths})
 
 
@@ -210,7 +213,9 @@ def get_final_output(results=True):
 # --------------------------------------------------------------------------- superseded results
 def stale_results():
     """Finished results of this system (the final targets) that are not current: their recorded settings
-    (`spec_sha256`, the sha256 of the job's spec file) differ from the config's now, or a redo of them was killed
+    (`spec_sha256`, the sha256 of the job's spec file) differ from the config's now, the contents of the input
+    files they were made from (`inputs_sha256`) differ from the files' now (accelbench.core.digests: Snakemake's
+    restore of a result after a failed job gives it a new time), or a redo of them was killed
     (the journal `.redo.json` beside them, accelbench.core.results.redo_journal). Each is marked not current
     (accelbench.core.results.mark_current: its time set to 1970, so Snakemake reruns its job whatever settings it
     recorded for it, e.g. after an interrupted redo put the old files back); its job first moves it (with its side
@@ -219,6 +224,7 @@ def stale_results():
 
     from accelbench.errors import ResultError
     from accelbench.core.results import mark_current, read_json, redo_journal
+    from accelbench.core.digests import changed as input_digests_changed
 
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
@@ -233,16 +239,40 @@ def stale_results():
             m = re.fullmatch(regex_from_filepattern(pattern).replace(".+)", "[^/]+)"), target)
             if m:
                 try:
-                    recorded = read_json(target).get("spec_sha256")  # a plain file of bounded size
+                    made = read_json(target)  # a plain file of bounded size
+                    recorded, inputs = made.get("spec_sha256"), made.get("inputs_sha256")
                 except (ResultError, AttributeError):
-                    recorded = None
+                    recorded, inputs = None, None
                 current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
-                is_current = (not recorded or current == recorded) and not redo_journal(target).exists()
+                is_current = (not recorded or current == recorded) and not redo_journal(target).exists() \
+                    and not input_digests_changed(inputs)  # contents, not times (accelbench.core.digests)
                 if not is_current:
                     stale.append(target)
                 mark_current(target, is_current)
                 break
     return stale
+
+
+_STALE = []  # the not-current results this invocation found (stale_results), which its DAG redoes (_redo_stale)
+
+
+def _redo_stale(wildcards):
+    """An input function of every measurement rule (force_stale_results) that adds no input: when Snakemake creates a
+    job, before it decides what to run, it has the DAG redo the not-current results (the DAG's forced files, what
+    `--forcerun <file>` gives). The 1970 time alone reruns only a job with input files, and Snakemake keeps no record
+    of a job it saw fail (Ctrl-C), so a job without inputs (a LoRA preset with `source: path`) would stay as it is.
+    Only jobs of this run's DAG are affected: no target is added."""
+    if _STALE and workflow.dag is not None:
+        workflow.dag.forcefiles.update(_STALE)
+    return {}
+
+
+def force_stale_results():
+    """Give every measurement rule (outputs `<results>/{system...}/.../result.json`) the input function _redo_stale;
+    called by the Snakefile once every experiment's rules are included."""
+    for each in workflow.rules:
+        if any(str(o).startswith(f"{RESULTS}/{{system") and str(o).endswith("/result.json") for o in each.output):
+            each.set_input(unpack(_redo_stale))
 
 
 if workflow.is_main_process:
@@ -251,7 +281,8 @@ if workflow.is_main_process:
         import sys
 
         print(f"accelbench: {len(_stale)} finished result(s) are not current (made with other settings than the "
-              f"config's now, or a redo of them was killed); "
+              f"config's now or from other input files, or a redo of them was killed); "
               f"a run redoes them and first moves each (with its side files) to "
               f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  "
               + "\n  ".join(_stale), file=sys.stderr)
+    _STALE += _stale

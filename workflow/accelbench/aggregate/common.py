@@ -27,8 +27,9 @@ def load_results(paths: list[str | Path]) -> list[dict]:
     for p in paths:
         r = read_result(p)
         r["_path"] = str(p)
-        r["_hardware"] = hardware_label(r["environment"], devices_used(r))
-        r["_device"] = hardware_label(r["environment"], count=False)
+        system = (r.get("config") or {}).get("system")
+        r["_hardware"] = hardware_label(r["environment"], devices_used(r), system=system)
+        r["_device"] = hardware_label(r["environment"], count=False, system=system)
         r["_software"] = software_label(r["environment"])
         run = run_for(p)  # a committed reference run: its own labelled series, e.g. "reference run (H200, 2026-12-01)"
         r["_series"] = run["label"] if run else "measured"
@@ -303,7 +304,8 @@ def write_table(
         shown[col] = [cell(v, fmt) for v in shown[col]]
     narrow, notes = footnoted(shown, NOTE_CHARS, LONG_CHARS)
     foot = ("\n" + "\n".join(f"{n}  " for n in notes)) if notes else ""
-    md = narrow.map(lambda v: v.replace("|", "\\|") if isinstance(v, str) else v)  # a `|` would split the row
+    # a `|` would split the row into cells, a line break would end it (a device name with a newline)
+    md = narrow.map(lambda v: " ".join(v.replace("|", "\\|").splitlines()) if isinstance(v, str) else v)
     paths[1].write_text(
         f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot + ("\n" if foot else "")
     )

@@ -244,7 +244,12 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
 
     ok = df[df["energy"] == "ok"]
     panels = sorted(set(ok["experiment"])) or ["none"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.5, 4.2), squeeze=False)
+    ncols = min(3, len(panels))  # at most 3 panels a row: the image stays within a page's width
+    nrows = -(-len(panels) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(4.2 * ncols + 1.5, 4.2 * nrows), squeeze=False)
+    for ax in grid.flat[len(panels) :]:
+        ax.set_visible(False)
+    axes = [list(grid.flat[: len(panels)])]
     systems = sorted(set(ok["system"]))
     colours = {s: plt.cm.tab10(i % 10) for i, s in enumerate(systems)}
     for ax, exp in zip(axes[0], panels):
@@ -279,17 +284,6 @@ def fig_time_vs_energy(df: pd.DataFrame, published: pd.DataFrame, path: str | Pa
                 lw=1.0,
                 ls="--",
                 label=series_label(published_origin(f"Study {p['study']}"), p["system"], "paper", p["note"]),
-            )
-            ax.text(
-                p["step_ms"],
-                0.98,
-                f" {p['system']}",
-                rotation=90,
-                va="top",
-                ha="right",
-                fontsize=FONT["legend"],
-                color=plt.cm.Dark2(i % 8),
-                transform=ax.get_xaxis_transform(),
             )
         ax.set_xscale("log")
         ax.set_yscale("log")

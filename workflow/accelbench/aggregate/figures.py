@@ -16,14 +16,19 @@ provenance, so new origins plug in without touching the figures.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 from matplotlib.ticker import FixedFormatter, NullFormatter
+
+from accelbench.aggregate.plain_text import plain_text
+from accelbench.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -338,14 +343,44 @@ def wrap(text: str, fig, fontsize: float, share: float = 0.95) -> str:
     return "\n".join(textwrap.fill(part, chars) for part in text.split("\n"))
 
 
+_FOUND: dict[str, list[str]] = {}  # figure -> its problems, saved inside :func:`checked`
+
+
+@contextlib.contextmanager
+def checked() -> Iterator[None]:
+    """Run an aggregation so that its figures' problems fail it: every figure is still written (to be looked at),
+    then one line names each defective figure and its first problem (issue 48: defects were only logged).
+
+    Raises:
+        DataError: a figure saved in the body has a problem of :func:`figure_problems`.
+    """
+    _FOUND.clear()
+    try:
+        yield
+    finally:
+        found = dict(_FOUND)
+        _FOUND.clear()
+    if found:
+        raise DataError(
+            "figure check failed: "
+            + "; ".join(
+                f"{name}: {p[0]}" + (f" (+{len(p) - 1} more)" if len(p) > 1 else "") for name, p in found.items()
+            )
+        )
+
+
 def save_figure(fig, path: str | Path, dpi: int = 150) -> list[str]:
     """Save ``fig`` to ``path`` (parents created) after :func:`figure_problems`; problems are logged as warnings
-    (a figure is still written) and returned, so tests can require none."""
+    (a figure is still written) and returned, so tests can require none; inside :func:`checked` they fail the
+    aggregation at its end."""
     import matplotlib.pyplot as plt
 
+    plain_text(fig)  # `$` from data is no mathtext
     problems = figure_problems(fig, dpi)
     for p in problems:
         log.warning("%s: %s", Path(path).name, p)
+    if problems:
+        _FOUND[Path(path).name] = problems
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -10,7 +10,8 @@ Layout (``reference_runs/`` at the repository root)::
         tables/         the run's tables, figures and claims (``accelbench reference-runs --tables``)
 
 ``run.yaml`` keys: ``date`` (YYYY-MM-DD), ``hardware`` (long description), ``short`` (e.g. ``H200``: the series
-label), ``commit`` (git commit of the harness that ran), ``commands`` (list of shell commands, in order), optional
+label), ``commit`` (git commit of the harness that ran), ``os`` and ``image`` (what the nodes ran: the results'
+platform, the container image and its digest, or ``not recorded``), ``commands`` (shell commands, in order), optional
 ``notes`` (list of strings: reductions, projections, anything that differs from the studies), optional ``parts``
 (the run's commands as data, a campaign: :mod:`accelbench.core.campaign`; each part runs with
 ``accelbench campaign --file reference_runs/<run>/run.yaml --part NAME --out OUT``).
@@ -22,12 +23,12 @@ runs" section is generated from the same files (:func:`readme_section`) and a te
 
 from __future__ import annotations
 
-import json
 import textwrap
 from pathlib import Path
 
 from accelbench.aggregate.run_folder import META, REQUIRED, ROOT_NAME, _run_of_folder, load_run, run_for, series_label  # noqa: F401
 from accelbench.core import registry
+from accelbench.core.results import read_json
 from accelbench.errors import DataError
 
 WIDTH = 118  # the README's line width
@@ -53,10 +54,9 @@ def _summary(run: dict) -> list[str]:
     """One line per experiment: how many results, by status."""
     counts: dict[str, dict[str, int]] = {}
     for rel in run["results"]:
-        try:
-            r = json.loads((run["path"] / rel).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise DataError(f"{run['path'] / rel}: unreadable result: {exc}") from None
+        r = read_json(run["path"] / rel)  # bounded, a plain file (one line naming it otherwise)
+        if not isinstance(r, dict):
+            raise DataError(f"{run['path'] / rel}: unreadable result: not a JSON object")
         by = counts.setdefault(r.get("experiment", "?"), {})
         by[r.get("status", "?")] = by.get(r.get("status", "?"), 0) + 1
     return [f"`{exp}`: " + ", ".join(f"{n} {s}" for s, n in sorted(by.items())) for exp, by in sorted(counts.items())]
@@ -69,6 +69,8 @@ def run_readme(run: dict) -> str:
         "",
         f"- When: {run['date']}",
         f"- Hardware: {run['hardware']}",
+        f"- OS: {run.get('os') or 'not recorded'}",
+        f"- Image: {run.get('image') or 'not recorded'}",
         f"- Commit: `{run['commit']}`",
         "- Commands, in order:",
         "",

@@ -12,8 +12,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from accelbench.core.config import read_yaml
 from accelbench.errors import DataError
 
 ROOT_NAME = "reference_runs"
@@ -26,16 +25,15 @@ def load_run(folder: str | Path) -> dict:
 
     Raises:
         DataError: run.yaml missing, not a mapping, or lacking a required key (named).
+        ConfigError: run.yaml not a plain file of bounded size, not YAML, a key given twice, an alias bomb
+            (:func:`accelbench.core.config.read_yaml`).
         CampaignError: its optional ``parts`` (a campaign, :mod:`accelbench.core.campaign`) is invalid.
     """
     folder = Path(folder)
     meta_path = folder / META
-    try:
-        meta = yaml.safe_load(meta_path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"reference run {folder} has no {META}") from None
-    except yaml.YAMLError as exc:
-        raise DataError(f"{meta_path}: not valid YAML: {exc}") from None
+    if not meta_path.exists() and not meta_path.is_symlink():
+        raise DataError(f"reference run {folder} has no {META}")
+    meta = read_yaml(meta_path)  # as configs are read: bounded, no key given twice, no alias bomb (one line)
     if not isinstance(meta, dict):
         raise DataError(f"{meta_path}: expected a mapping with keys {', '.join(REQUIRED)}")
     missing = [k for k in REQUIRED if not meta.get(k)]

@@ -249,7 +249,13 @@ class CpuBackend(Backend):
         pass
 
     def probe(self) -> dict | None:
-        return {"backend": self.name, "count": 1, "names": []}
+        """The host CPU, named by its model (``/proc/cpuinfo``) where readable: what a cpu system's ``match`` reads."""
+        try:
+            lines = CPUINFO.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = []
+        names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name") and ":" in ln][:1]
+        return {"backend": self.name, "count": 1, "names": names}
 
     def absence_note(self) -> str | None:
         return None

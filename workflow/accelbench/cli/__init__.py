@@ -19,9 +19,8 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 
-from accelbench.cli import inputs
+from accelbench.cli import failure, inputs, k8s
 from accelbench.core import registry
 from accelbench.errors import AccelbenchError
 
@@ -38,13 +37,16 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
     Raises:
         DataError: the list file is missing or not one of these forms, or (``required``) no result file is given.
     """
+    from accelbench.core.files import read_text
     from accelbench.errors import DataError
 
     paths = [p for p in (args.results or []) if p]
     for listing in args.results_file or []:
         try:
-            data = json.loads(Path(listing).read_text())
-        except (OSError, ValueError) as exc:
+            data = json.loads(read_text(listing, "--results-file", error=DataError))  # bounded, a plain file
+        except DataError as exc:
+            raise DataError(f"--results-file {listing}: unreadable list of result files: {exc.why}") from None
+        except (ValueError, RecursionError) as exc:
             raise DataError(f"--results-file {listing}: unreadable list of result files: {exc}") from None
         if isinstance(data, dict) and isinstance(data.get("validated"), list):
             data = [v.get("path") if isinstance(v, dict) else None for v in data["validated"]]
@@ -88,10 +90,23 @@ def cmd_rank(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- aggregation, claims, reference runs
+def _figures_checked():
+    """A figure the checker finds defective fails the job, after every file is written (aggregate.figures.checked)."""
+    from accelbench.aggregate.figures import checked
+
+    return checked()
+
+
 def cmd_aggregate(args: argparse.Namespace) -> None:
     """Any experiment's aggregation: its tables module's ``aggregate(results, reference, out_dir)``."""
     module = registry.get(args.experiment).load_tables()
-    module.aggregate(_result_paths(args), args.reference, args.out_dir)
+    if args.reference:  # one line naming it when it is no text file (a binary file, a FIFO, a folder)
+        from accelbench.core.files import read_text
+        from accelbench.errors import DataError
+
+        read_text(args.reference, "--reference", error=DataError)
+    with _figures_checked():
+        module.aggregate(_result_paths(args), args.reference, args.out_dir)
 
 
 def cmd_reference_runs(args: argparse.Namespace) -> None:
@@ -129,7 +144,8 @@ def cmd_validate_results(args: argparse.Namespace) -> None:
 def cmd_energy_aggregate(args: argparse.Namespace) -> None:
     from accelbench.aggregate import energy
 
-    paths = energy.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
+    with _figures_checked():
+        paths = energy.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
     log.info("energy: %s", ", ".join(map(str, paths.values())))
 
 
@@ -138,7 +154,8 @@ def cmd_claims(args: argparse.Namespace) -> None:
 
     # validate_results' lists (every result file it checked, fresh and copied in) are result-list files too
     args.results_file = [*(args.results_file or []), *args.validated]
-    df = claims.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
+    with _figures_checked():
+        df = claims.aggregate(_result_paths(args, required=False), args.reference_dir, args.out_dir)
     log.info("claims: %s", df["verdict"].value_counts().to_dict())
 
 
@@ -155,10 +172,9 @@ def cmd_campaign(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- this machine
 def cmd_check_system(args: argparse.Namespace) -> None:
-    from accelbench.core.config import load_config
-    from accelbench.core.systems import load_systems, probe_devices, require_backend, resolve_system
+    from accelbench.core.systems import checked_config, load_systems, probe_devices, require_backend, resolve_system
 
-    config = load_config(args.config)
+    config = checked_config(args.config or [], args.system)
     found = probe_devices()
     system = resolve_system(config["system"], load_systems(config["systems_dir"]), found)
     require_backend(system, found)
@@ -221,7 +237,7 @@ def _measurement_parsers(sub) -> None:
         for name in e.inputs:
             s.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=INPUT_HELP.get(name))
         s.add_argument(
-            "--threads", type=int, default=0, help="CPU cores of the job (split over its ranks; 0 = every usable core)"
+            "--threads", type=failure.cores, default=0, help="CPU cores of the job (split over its ranks; 0 = all)"
         )
         s.add_argument(
             "--overwrite",
@@ -235,7 +251,7 @@ def _measurement_parsers(sub) -> None:
     s.add_argument("--spec", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--rank-dir", required=True)
-    s.add_argument("--threads", type=int, default=0)
+    s.add_argument("--threads", type=failure.cores, default=0)
     s.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
     s.set_defaults(func=cmd_rank)
 
@@ -263,11 +279,12 @@ def _aggregate_parsers(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="accelbench", description=__doc__.splitlines()[0])
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logs; a failure prints its traceback")
     sub = p.add_subparsers(dest="command", required=True)
     _measurement_parsers(sub)
     _aggregate_parsers(sub)
     inputs.add_parsers(sub)
+    k8s.add_parsers(sub)
 
     s = sub.add_parser(
         "reference-runs",
@@ -345,7 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")
-    s.add_argument("--config", default="config/config.yaml")
+    s.add_argument(
+        "--config",
+        nargs="+",
+        metavar="FILE|KEY=VALUE",
+        help="config files merged onto config/config.yaml, and KEY=VALUE overrides (as snakemake --config takes)",
+    )
+    s.add_argument("--system", metavar="NAME", help="a system file's name (config/systems/NAME.yaml), over the config")
     s.set_defaults(func=cmd_check_system)
 
     s = sub.add_parser(
@@ -370,9 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         args.func(args)
-    except AccelbenchError as exc:
-        print(f"accelbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:  # one line, no traceback frames unless asked (cli/failure.py)
+        return failure.report(args.command, exc, args.verbose)
     return 0
 
 

@@ -38,10 +38,11 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
     from accelbench.core.harness import load_spec
+    from accelbench.core.locks import notice
     from accelbench.data import sky
 
     spec, _ = load_spec(args.spec)
-    summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], **spec["data"])
+    summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], notify=notice, **spec["data"])
     log.info("prepared sky patches: %s", json.dumps(summary))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import string
 import sys
 from pathlib import Path
 
@@ -41,6 +42,15 @@ def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
         )
     if "{image}" not in uri_template:
         raise ConfigError(f"container_uri {uri_template!r} must contain '{{image}}' (the system's image name)")
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(uri_template) if field is not None]
+    except ValueError as exc:  # a lone brace
+        raise ConfigError(f"container_uri {uri_template!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
+    other = [field for field in fields if field != "image"]
+    if other:
+        raise ConfigError(
+            f"container_uri {uri_template!r} has the placeholder {{{other[0]}}}: only {{image}} is filled in"
+        )
     return uri_template.format(image=system.image)
 
 

@@ -30,6 +30,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from accelbench import backends
 
@@ -47,6 +48,56 @@ THREAD_VARS = (
     "NUMEXPR_NUM_THREADS",
 )
 PR_SET_PDEATHSIG = 1
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+_NO_LIMIT = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+def _cgroup_room() -> tuple[int, str] | None:
+    """The least memory (bytes) the cgroups of this process and their parents still allow (limit minus usage: v2
+    ``memory.max`` - ``memory.current``, v1 ``memory.limit_in_bytes`` - ``memory.usage_in_bytes``), and the limit
+    file; None where none sets a limit (or none can be read)."""
+    try:
+        lines = PROC_CGROUP.read_text().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and not controllers:
+            base, limit_file, usage_file = CGROUP_ROOT, "memory.max", "memory.current"
+            if (CGROUP_ROOT / "unified").is_dir() and not (CGROUP_ROOT / limit_file).exists():
+                base = CGROUP_ROOT / "unified"  # hybrid layout: v2 under unified/
+        elif "memory" in controllers.split(","):
+            base, limit_file, usage_file = CGROUP_ROOT / "memory", "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        folder = base / path.strip("/")
+        folder = folder if folder.is_dir() else base  # a cgroup namespace (container): its own cgroup is the root
+        for d in [folder, *[q for q in folder.parents if q.is_relative_to(base)]]:
+            try:
+                limit = (d / limit_file).read_text().strip()
+                if limit == "max" or int(limit) >= _NO_LIMIT:
+                    continue
+                rooms.append((int(limit) - int((d / usage_file).read_text().strip()), str(d / limit_file)))
+            except (OSError, ValueError):
+                continue
+    return min(rooms) if rooms else None
+
+
+def host_memory_available() -> tuple[float, str]:
+    """GiB of host memory this job may still take, and where the bound comes from: the kernel's ``MemAvailable``
+    (psutil), or less where a cgroup memory limit of this process says less (:func:`_cgroup_room`: a container's
+    or a Slurm job's limit, ``systemd-run -p MemoryMax=``), which the kernel enforces by killing the job."""
+    import psutil
+
+    best = (psutil.virtual_memory().available, "MemAvailable")
+    room = _cgroup_room()
+    if room is not None and room[0] < best[0]:
+        best = (max(room[0], 0), room[1])
+    return best[0] / 2**30, best[1]
 
 
 def job_cpus() -> list[int]:

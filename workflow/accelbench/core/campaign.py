@@ -24,7 +24,6 @@ Invalid input raises :class:`~accelbench.errors.CampaignError`: one line naming 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import math
 import os
 import shlex
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import yaml
 
+from accelbench.core import files
 from accelbench.core.config import Validator, key_path, read_yaml
 from accelbench.core.provenance import git_info
 from accelbench.core.results import write_json_atomic
@@ -253,7 +253,7 @@ def run_part(file: str | Path, name: str, out: str | Path, cwd: str | Path | Non
     git = git_info(cwd)
     record = {
         "campaign": str(file),
-        "campaign_sha256": hashlib.sha256(Path(file).read_bytes()).hexdigest(),
+        "campaign_sha256": files.sha256(file, "campaign file", error=CampaignError),
         "part": name,
         "budget_s": budget,
         "stop_on_failure": stop_on_failure,

@@ -52,20 +52,24 @@ def read_yaml(path: str | Path) -> Any:
     limit.
 
     Raises:
-        ConfigError: missing, not YAML, a duplicate key (file and line), or an alias bomb / too deep (file named).
+        ConfigError: missing, not a plain file of at most :data:`accelbench.core.files.MAX_TEXT_BYTES`
+            (:func:`accelbench.core.files.read_text`), not YAML, a duplicate key (file and line), or an alias bomb /
+            too deep (file named).
     """
+    import io
+
+    from accelbench.core.files import read_text
+
     path = Path(path)
+    text = read_text(path, "YAML file", error=ConfigError)  # a plain file of bounded size (FIFO, /dev/zero refused)
+    stream = io.StringIO(text)
+    stream.name = str(path)  # the loader's marks name the file
     try:
-        with open(path, encoding="utf-8") as fh:  # the stream names the file in the loader's marks
-            data = yaml.load(fh, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except FileNotFoundError:
-        raise ConfigError(f"file not found: {path}") from None
+        data = yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} cannot be read ({exc})") from None
     problems = expansion_errors(data, str(path))
     if problems:
         raise ConfigError(problems[0])
@@ -231,43 +235,24 @@ def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> d
     return config
 
 
-# Folders of the operating system that results must never be written into (as root they could be): the key
-# `results_dir` may not be one of these, nor lie under one, nor be `/` itself (`/results` in a container is fine).
-SYSTEM_DIRS = (
-    "/bin",
-    "/boot",
-    "/dev",
-    "/etc",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/proc",
-    "/sbin",
-    "/sys",
-    "/usr/bin",
-    "/usr/sbin",
-    "/usr/lib",
-    "/usr/lib64",
-    "/usr/libexec",
-    "/usr/include",
-    "/usr/share",
-)
-
-
 def results_dir_errors(value) -> list[str]:
-    """``results_dir`` must not be ``/``, a folder of :data:`SYSTEM_DIRS` or below one (results would be written among
-    the operating system's files), after following links and ``~``. A relative folder without ``..`` lies in the
-    working directory the user chose and is not checked."""
+    """``results_dir`` must not be ``/`` nor lie in a folder of the operating system
+    (:data:`accelbench.core.files.SYSTEM_DIRS`: results would be written among its files, as root), judged after
+    following every link (``results -> /etc``) from the working directory, relative folders included; a ``~`` that
+    names no home here is refused (:func:`validate_config` expands ``~/x`` first)."""
     import os
+
+    from accelbench.core.files import os_folder
 
     if not isinstance(value, str) or not value.strip():
         return []
-    value_x = os.path.expanduser(value)
-    if not os.path.isabs(value_x) and ".." not in Path(value_x).parts:
-        return []
-    resolved = os.path.realpath(value_x)
-    if resolved in ("/", "/usr", "/var") or any(resolved == d or resolved.startswith(d + "/") for d in SYSTEM_DIRS):
+    if value.startswith("~") and os.path.expanduser(value).startswith("~"):
+        return [
+            f"config key 'results_dir': {value!r}: {value.split('/')[0]} is no home folder here; "
+            f"give the full path (default: results)"
+        ]
+    resolved = os_folder(os.path.expanduser(value))
+    if resolved:
         return [
             f"config key 'results_dir': {value!r} ({resolved}) is a folder of the operating system;"
             f" give a folder of your own (default: results)"
@@ -329,6 +314,10 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
     from snakemake.utils import validate  # fills defaults declared in the schema
 
     validate(config, str(merged_schema_file(schema_path)), set_default=True)
+    if isinstance(config.get("results_dir"), str) and config["results_dir"].startswith("~"):
+        import os
+
+        config["results_dir"] = os.path.expanduser(config["results_dir"])  # the home's x, not a folder named `~`
     problems = cross_field_errors(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

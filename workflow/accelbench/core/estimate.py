@@ -52,6 +52,7 @@ STARTUP_S = 3.0  # a measurement job that only writes `unsupported` (python, tor
 SLOWER = 1.3  # a run this many times its estimate so far says so
 LOG = Path(".snakemake/accelbench/job_times.jsonl")
 POLL_S = 0.5
+LONG_JOB_S = 3600.0  # a job estimated this long is named on the first line (e.g. sr3_scaling.max_iterations: 1000000)
 
 
 @cache
@@ -181,10 +182,14 @@ class Progress:
     def first_line(self) -> str:
         if self.unfitted:
             return f"accelbench: {len(self.jobs)} jobs to run; no time estimate: {self.unfitted}"
-        return (
+        text = (
             f"accelbench: {len(self.jobs)} jobs to run, about {fmt(self.total_s())} on this machine "
             f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})"
         )
+        longest = max(self.jobs, key=lambda j: self.estimates[j], default=None)
+        if longest is not None and self.speed * self.estimates[longest] >= LONG_JOB_S:  # a setting far too large?
+            text += f"; longest job: {longest.rule.name}, about {fmt(self.speed * self.estimates[longest])}"
+        return text
 
     def line(self) -> str:
         elapsed = time.time() - self.started

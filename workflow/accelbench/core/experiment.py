@@ -57,6 +57,9 @@ class Experiment:
         rule_seconds: ``(rule, wall seconds)`` its light rules (data preparation, aggregation) add to a run on the
             time estimate's reference machine (:mod:`accelbench.core.estimate`; its measurement jobs have their own
             cost model, ``estimate_s`` of its job module).
+        cluster_requests: ``(rule, CPUs, memory in MB)`` of each of its measurement rules at paper scale: what a
+            batch scheduler is asked for per job (the Slurm profile, ``slurm/config.yaml``, reads them through
+            :func:`accelbench.core.registry.cluster_requests`; a site's ``node_limits`` cap them).
     """
 
     name: str
@@ -79,6 +82,7 @@ class Experiment:
     inputs: tuple[str, ...] = field(default=())
     targets: tuple[str, ...] = field(default=())
     rule_seconds: tuple[tuple[str, float], ...] = field(default=())
+    cluster_requests: tuple[tuple[str, int, int], ...] = field(default=())
 
     @property
     def selectable(self) -> bool:

@@ -119,13 +119,16 @@ def load_spec(value: str) -> tuple[dict, str | None]:
         AccelbenchError: the file is missing or not a JSON object (names the file).
     """
     if value.lstrip().startswith("{"):
-        return json.loads(value), None
+        try:
+            return json.loads(value), None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise AccelbenchError(f"--spec: the inline JSON object is not valid JSON ({exc})") from None
+    from accelbench.core.files import read_text
+
+    text = read_text(value, "spec file")  # a plain file of bounded size: a FIFO or /dev/zero is one line
     try:
-        text = Path(value).read_text()
         spec = json.loads(text)
-    except FileNotFoundError:
-        raise AccelbenchError(f"spec file not found: {value}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
     if not isinstance(spec, dict):
         raise AccelbenchError(f"spec file {value} must hold a JSON object")
@@ -166,14 +169,28 @@ def context(
     """The :class:`JobContext` of a job (spec loaded, system made; nothing checked or started yet)."""
     spec, sha = load_spec(spec_arg)
     path = spec_arg if sha is not None else spec_path_of(spec)
-    return JobContext(experiment, spec, path, sha, system_from(spec), Path(out), dict(inputs or {}), threads or 0)
+    try:
+        system = system_from(spec)
+    except (KeyError, TypeError, ValueError) as exc:  # a spec made by hand: one line naming the key
+        raise _not_a_spec(experiment, spec_arg if sha else "(inline)", exc) from None
+    return JobContext(experiment, spec, path, sha, system, Path(out), dict(inputs or {}), threads or 0)
+
+
+def _not_a_spec(experiment: Experiment, where: str, exc: Exception) -> AccelbenchError:
+    what = f"lacks the key {exc.args[0]!r}" if isinstance(exc, KeyError) else f"has a bad value ({exc})"
+    return AccelbenchError(
+        f"--spec {where} {what}: not a spec of an {experiment.name} job (the workflow writes them: "
+        f"`snakemake -n -p <result>` shows its --spec file)"
+    )
 
 
 # --------------------------------------------------------------------------- the result
 def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
     """Write ``outcome`` as the job's result: ``config`` = spec + ``outcome.config``; ``measurements.noise`` for
-    ``ok`` results; provenance; ``artefacts``; ``spec_sha256``. Atomic. Returns the result object."""
+    ``ok`` results; provenance; ``artefacts``; ``spec_sha256``; ``inputs_sha256`` (the contents of its named inputs,
+    :func:`accelbench.core.digests.digests`). Atomic. Returns the result object."""
     from accelbench.core import provenance, results
+    from accelbench.core.digests import digests
     from accelbench.measure import hostload
 
     config = {**ctx.spec, **outcome.config}
@@ -189,6 +206,8 @@ def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
         ctx.artefacts,
         spec_sha256=ctx.spec_sha256,
     )
+    if ctx.inputs:  # the contents it was made from: the DAG redoes it when they change, whatever the files' times
+        result["inputs_sha256"] = digests(ctx.inputs)
     results.write_result(result, ctx.out, overwrite=True)
     log.info("%s: status %s%s", ctx.out, outcome.status, f" ({outcome.reason})" if outcome.reason else "")
     return result
@@ -198,9 +217,17 @@ def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
 def guarded(ctx: JobContext, lock: bool = True) -> Iterator[None]:
     """Hold the device lock (unless ``lock`` is False: nothing is measured) and supersede the old result for the
     body: a finished result and its side files are moved aside first (never overwritten, never deleted, for any
-    user) and put back if the job fails; SIGTERM restores them like Ctrl-C."""
+    user) and put back if the job fails; SIGTERM restores them like Ctrl-C. A result folder that is (links followed)
+    a folder of the operating system (:func:`accelbench.core.files.os_folder`) is refused first, one line."""
     from accelbench.core import locks, results
+    from accelbench.core.files import os_folder
 
+    system_folder = os_folder(ctx.out.parent)  # links followed: `results/cpu -> /etc` as much as results_dir itself
+    if system_folder:
+        raise AccelbenchError(
+            f"{ctx.out}: its folder is {system_folder}, a folder of the operating system; nothing written "
+            f"(give results_dir a folder of your own)"
+        )
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # cancelled: restore, then exit
     with (
         locks.device_lock(locks.device_set(ctx.system.backend), str(ctx.out)) if lock else contextlib.nullcontext(),
@@ -220,7 +247,10 @@ def _experiment(ctx: JobContext):
     prepare = getattr(module, "prepare_environment", None)
     if prepare:
         prepare(ctx.spec, ctx.system)
-    return module, module.Settings.from_spec(ctx.spec, ctx.system)
+    try:
+        return module, module.Settings.from_spec(ctx.spec, ctx.system)
+    except (KeyError, TypeError) as exc:
+        raise _not_a_spec(ctx.experiment, ctx.spec_path if ctx.spec_sha256 else "(inline)", exc) from None
 
 
 def run_job(ctx: JobContext) -> dict:

@@ -5,7 +5,12 @@ two runs in one folder with different targets, or two checkouts on one machine, 
 measurement command (``unet3d-profile``, ``unet3d-ncu``, ``sr3-train``, ``lora-finetune``, ``llm-quant``) therefore
 holds an exclusive ``fcntl.flock`` on ``<lock dir>/accelbench-<device set>.lock`` while it runs; a second one says who
 holds it (pid, host, checkout, job) and waits, saying so in its log and on the terminal of the run (:func:`notice`).
-The lock dir is ``$ACCELBENCH_LOCK_DIR`` or the system temporary folder (per machine, also on a cluster node). The
+The lock dir is the fixed folder :data:`LOCK_DIR` (``/var/tmp/accelbench-locks``: per machine, also on a cluster node;
+kept across reboots; Apptainer binds ``/var/tmp`` into its containers by default, so jobs in and out of the image
+share it), never ``TMPDIR`` (two jobs with different ``TMPDIR`` would both hold the ``cpu`` lock). Only the variable
+``ACCELBENCH_LOCK_DIR`` moves it, on purpose (every job of the machine must then set the same). The folder is made
+sticky and world-writable (mode 1777, like ``/tmp``) and each lock file mode 0666, so that a user after root (or
+after another user) can take the lock; a lock file is opened without following links and must be a plain file. The
 kernel drops the lock when the holder exits, killed or not: no stale lock survives.
 
 Device set: ``cpu`` (the whole host), ``cuda-<ids>``, ``hpu-<ids>``: the ids of ``CUDA_VISIBLE_DEVICES`` /
@@ -24,7 +29,7 @@ import logging
 import os
 import re
 import socket
-import tempfile
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +54,13 @@ def device_set(backend: str, environ: dict | None = None) -> str:
     return f"{ops.name}-{','.join(ids) if ids else 'all'}"
 
 
+LOCK_DIR = Path("/var/tmp/accelbench-locks")
+LOCK_DIR_VAR = "ACCELBENCH_LOCK_DIR"
+
+
 def lock_dir() -> Path:
-    return Path(os.environ.get("ACCELBENCH_LOCK_DIR") or tempfile.gettempdir())
+    """:data:`LOCK_DIR`, or ``$ACCELBENCH_LOCK_DIR`` where set (not ``TMPDIR``: see the module docstring)."""
+    return Path(os.environ.get(LOCK_DIR_VAR) or LOCK_DIR)
 
 
 def lock_path(devices: str) -> Path:
@@ -67,14 +77,39 @@ def _lock_files(devices: str) -> list[tuple[Path, int]]:
     return [(lock_path(name), fcntl.LOCK_SH)] + [(lock_path(f"{name}-{i}"), fcntl.LOCK_EX) for i in ids.split(",")]
 
 
-def _open(path: Path) -> int:
+def _shared_folder(folder: Path) -> None:
+    """Make the lock folder (mode 1777 when this process makes it; its parents as the umask says)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        folder.mkdir()
+        os.chmod(folder, 0o1777)  # sticky and world-writable: every user's jobs lock here, none removes another's file
+    except FileExistsError:
+        pass  # made before (or by another job meanwhile)
+    if stat.S_ISLNK(os.lstat(folder).st_mode):  # planted in /var/tmp by someone else: lock files would go elsewhere
+        raise OSError(0, f"{folder} is a link, not a folder")
+
+
+def _open(path: Path) -> int:
+    """The lock file ``path``, opened read-write without following a link (made mode 0666 if missing)."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
+    try:
+        _shared_folder(path.parent)
+        try:
+            fd = os.open(path, flags)  # no O_CREAT on an existing file: protected_regular refuses that to others
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                os.fchmod(fd, 0o666)  # whatever the umask: a user after root (or another user) can take it too
+            except FileExistsError:
+                fd = os.open(path, flags)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(0, "not a plain file")
+        return fd
     except OSError as exc:
         raise AccelbenchError(
-            f"device lock {path} cannot be used ({exc.strerror or exc}); set ACCELBENCH_LOCK_DIR "
-            f"to a folder every measurement job of this machine can write"
+            f"device lock {path} cannot be used ({exc.strerror or exc}); make {path.parent} a folder every "
+            f"measurement job of this machine can write (mode 1777) or set {LOCK_DIR_VAR} to one, the same for all"
         ) from None
 
 
@@ -104,9 +139,20 @@ def notice(message: str) -> None:
     """Log ``message`` and print it where the user sees it: the terminal of the run (:func:`claim_notice_fd`), or
     only the log where none was given."""
     log.warning(message)
+    terminal(f"accelbench: {message}")
+
+
+TERMINAL_CHARS = 200  # longest line a notice prints on the run's terminal (the log keeps it whole)
+
+
+def terminal(text: str, end: str = "\n") -> None:
+    """``text`` on the run's terminal (:func:`claim_notice_fd`), nowhere without one; cut to
+    :data:`TERMINAL_CHARS` characters (the log keeps what a notice said whole)."""
+    if len(text) > TERMINAL_CHARS:
+        text = text[: TERMINAL_CHARS - 3] + "..."
     if _notice_fd is not None:
         try:
-            os.write(_notice_fd, f"accelbench: {message}\n".encode())
+            os.write(_notice_fd, f"{text}{end}".encode())
         except OSError:
             pass
 
@@ -141,12 +187,17 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 break
             for fd in held:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-            if waited == 0 or waited % poll_s < 1:
+            if waited == 0 or waited % poll_s < 1:  # the log: every poll_s; the terminal: once, then a dot a minute
                 holder = os.pread(blocked[0], 4096, 0).decode(errors="replace").strip() or "another process"
-                notice(
+                message = (
                     f"{what}: waiting {waited:.0f} s for {blocked[1]}: {holder} measures on the same devices "
                     f"({devices}); timings would be disturbed"
                 )
+                if waited == 0:
+                    notice(f"{what}: waiting for devices {devices}, held by {holder} (a dot a minute)")
+                log.warning(message)
+            if waited and waited % 60 < 1:
+                terminal(".", end="")
             time.sleep(1.0)
             waited += 1.0
         note = (
@@ -158,6 +209,7 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, note, 0)
         if waited:
+            terminal("", end="\n" if waited >= 60 else "")  # ends the line of dots
             notice(f"{what}: got {files[-1][0]} after {waited:.0f} s")
         yield files[-1][0]
     finally:

@@ -165,9 +165,13 @@ def collect(
     }
 
 
-def hardware_label(environment: dict, devices: int | None = None, count: bool = True) -> str:
+def hardware_label(
+    environment: dict, devices: int | None = None, count: bool = True, system: dict | None = None
+) -> str:
     """Short label for tables and figures, e.g. ``"NVIDIA H200 (1x, 139.8 GiB)"`` or
-    ``"CPU: AMD EPYC ... (2 threads)"``.
+    ``"CPU: AMD EPYC ... (2 threads) [epyc2: 2-core VM]"``: a CPU, which names no system by itself, ends with the
+    system file's name and description (``system``: the result's ``config.system``), so two CPU systems never read
+    alike.
 
     Args:
         devices: the devices the job used (the ``Nx``); None: the devices visible on the node
@@ -178,7 +182,10 @@ def hardware_label(environment: dict, devices: int | None = None, count: bool = 
     hw = environment.get("hardware", {})
     ops = backends.lookup(hw.get("backend"))
     if ops is not None and not ops.accelerator:
-        return f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
+        label = f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
+        if system and system.get("name"):
+            label += f" [{': '.join(str(x) for x in (system['name'], system.get('description')) if x)}]"
+        return label
     n = devices if devices is not None else hw.get("device_count")
     parts = ([f"{n}x"] if count else []) + ([f"{hw['device_memory_gib']} GiB"] if hw.get("device_memory_gib") else [])
     return f"{hw.get('device_name')} ({', '.join(parts)})" if parts else str(hw.get("device_name"))

@@ -33,6 +33,7 @@ __all__ = [
     "Experiment",
     "aggregated",
     "claims_files",
+    "cluster_requests",
     "experiment_of",
     "published_files",
     "get",
@@ -93,6 +94,27 @@ def published_files(reference_dir: str | Path) -> dict[str, Path]:
     """``{experiment: its published reference file under reference_dir}`` of every aggregated experiment that has
     one (what the claim checks and the energy figure read, by experiment)."""
     return {e.name: Path(reference_dir) / e.reference for e in _ENTRIES if e.aggregate and e.reference}
+
+
+# the core's own accelerator rule (workflow/rules/cluster.smk): one process listing the devices
+CORE_CLUSTER_REQUESTS = {"gpu_smoke": {"cpus": 1, "mem_mb": 2000}}
+
+
+def cluster_requests() -> dict[str, dict[str, int]]:
+    """``{rule: {"cpus": n, "mem_mb": m}}`` of every rule that holds accelerators: the core's ``gpu_smoke`` and
+    every experiment's measurement rules (their ``cluster_requests``), what the Slurm and Kubernetes profiles
+    (``slurm/config.yaml``, ``kubernetes/config.yaml``) ask per job.
+
+    Raises:
+        ConfigError: a rule is given twice.
+    """
+    out: dict[str, dict[str, int]] = dict(CORE_CLUSTER_REQUESTS)
+    for e in _ENTRIES:
+        for rule, cpus, mem_mb in e.cluster_requests:
+            if rule in out:
+                raise ConfigError(f"rule {rule!r} has two cluster_requests rows (experiment {e.name})")
+            out[rule] = {"cpus": int(cpus), "mem_mb": int(mem_mb)}
+    return out
 
 
 def rule_files() -> list[str]:

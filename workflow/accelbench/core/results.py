@@ -21,13 +21,13 @@ import logging
 import math
 import os
 import shutil
-import stat
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from accelbench.core import files
 from accelbench.errors import ResultError
 
 SCHEMA_VERSION = 1
@@ -148,22 +148,12 @@ def read_json(path: str | Path) -> Any:
     """
     path = Path(path)
     try:
-        st = path.stat()
-    except FileNotFoundError:
-        err = ResultError(f"result file not found: {path}")
-        err.why = "not found"
-        raise err from None
-    except OSError as exc:
-        raise _unreadable(path, f"cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise _unreadable(path, "not a plain file (a FIFO, device or folder); move it away")
-    if st.st_size > MAX_RESULT_BYTES:
-        raise _unreadable(path, f"{st.st_size} bytes, more than a result can have ({MAX_RESULT_BYTES}); move it away")
-    try:
-        with open(path, "rb") as fh:
-            return json.loads(fh.read(MAX_RESULT_BYTES + 1).decode())
-    except OSError as exc:
-        raise _unreadable(path, f"cannot be read ({exc.strerror or exc})") from None
+        text = files.read_bytes(path, "corrupt result file", MAX_RESULT_BYTES, ResultError).decode()
+        return json.loads(text)
+    except ResultError as exc:
+        if exc.missing:
+            exc.args = (f"result file not found: {path}",)
+        raise
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _unreadable(path, f"not valid JSON ({exc}); delete it and rerun its rule") from None
     except RecursionError:
@@ -234,29 +224,74 @@ def redo_journal(out: str | Path) -> Path:
     return Path(out).parent / REDO
 
 
-def recover(out: str | Path) -> bool:
+MAX_JOURNAL_BYTES = 2**20  # a journal lists the names of one result folder: kilobytes
+
+
+def _journal_record(out: Path, system: str, experiment: str) -> tuple[Path, list[str]]:
+    """The superseded folder and the file names a redo journal of result ``out`` records, checked: the folder must
+    be :func:`superseded_folder` of ``out`` (some stamp), inside ``<system>/.superseded/`` with every link followed,
+    and exist; every name a plain name in the result's folder. A journal is only ever written by
+    :func:`superseding`; one that says anything else was planted or damaged.
+
+    Raises:
+        ResultError: one line naming the journal and what is wrong with it; nothing was moved or deleted.
+    """
+    journal = redo_journal(out)
+
+    def refuse(why: str) -> ResultError:
+        return ResultError(
+            f"{journal}: refused: {why}; nothing was moved or deleted (the old files of a killed redo are under "
+            f"<results>/{system}/{SUPERSEDED}/<UTC time>/): put them back by hand, then delete {journal}"
+        )
+
+    try:
+        record = json.loads(files.read_bytes(journal, "redo journal", MAX_JOURNAL_BYTES, ResultError))
+    except ResultError as exc:
+        raise refuse(f"unreadable journal ({exc.why})") from None
+    except (ValueError, RecursionError) as exc:
+        raise refuse(f"unreadable journal ({exc})") from None
+    moved_to, names = (record.get("moved_to"), record.get("files")) if isinstance(record, dict) else (None, None)
+    if not isinstance(moved_to, str) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise refuse('not a journal of a redo ({"moved_to": folder, "files": [names]})')
+    bad = [n for n in names if n in ("", ".", "..", REDO) or "/" in n or "\0" in n]
+    if bad:
+        raise refuse(f"files {bad[:3]} are not names of files in {journal.parent}")
+    expected = superseded_folder(out, system, experiment, stamp="STAMP")
+    root = Path(*expected.parts[: expected.parts.index(SUPERSEDED) + 1])  # <results>/<system>/.superseded
+    moved = Path(os.path.normpath(journal.parent / moved_to))
+    try:
+        stamp, *rest = moved.relative_to(root).parts
+    except ValueError:
+        stamp, rest = "", []
+    if os.path.isabs(moved_to) or not stamp or rest != list(expected.relative_to(root).parts[1:]):
+        raise refuse(f"moved_to {moved_to!r} is not this result's folder under {root}")
+    if moved.is_symlink() or not moved.is_dir():
+        raise refuse(f"moved_to {moved_to!r}: {moved} is not a folder")
+    real_root = os.path.realpath(Path(os.path.realpath(root.parent)) / SUPERSEDED)
+    if os.path.realpath(moved) != os.path.join(real_root, stamp, *rest):
+        raise refuse(f"moved_to {moved_to!r} leads out of {root} through a link")
+    return moved, names
+
+
+def recover(out: str | Path, system: str, experiment: str) -> bool:
     """Undo a killed redo of result ``out``: every file of the folder that was moved aside (listed in the journal)
     comes back, replacing what the killed job (or Snakemake's restore of its own backup of ``result.json``) left
-    there; files the killed job wrote that were not there before are removed (partial). Returns True when a journal
-    was found. Call with the device lock held (the harness does)."""
+    there; files the killed job wrote that were not there before are removed (partial). The journal is checked
+    first (:func:`_journal_record`: only this result's folder and its own folder under ``.superseded/``): a planted
+    one is refused with one line, touching nothing. Returns True when a journal was found. Call with the device lock
+    held (the harness does)."""
     journal = redo_journal(out)
-    if not journal.exists():
+    if not journal.exists() and not journal.is_symlink():
         return False
     folder = journal.parent
-    try:
-        record = json.loads(journal.read_text())
-        moved, names = folder / record["moved_to"], set(record["files"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ResultError(
-            f"{journal}: unreadable journal of an interrupted redo ({exc}); the old files are under "
-            f"<results>/<system>/{SUPERSEDED}/: move them back by hand, then delete {journal}"
-        ) from None
+    moved, names = _journal_record(Path(out), system, experiment)
+    names = set(names)
     for p in folder.iterdir():
         if p.name == REDO or (p.name in names and not (moved / p.name).exists()):
             continue  # the journal; an old file that was never moved
         shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     for name in sorted(names):
-        if (moved / name).exists():
+        if (moved / name).exists() or (moved / name).is_symlink():
             os.replace(moved / name, folder / name)
     _remove_empty(moved)
     journal.unlink()
@@ -286,7 +321,7 @@ def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path 
     current until a rerun recovers it. Yields the folder the old files went to (``None``: nothing was there).
     """
     folder = Path(out).parent
-    recover(out)
+    recover(out, system, experiment)
     old = sorted(folder.iterdir()) if folder.is_dir() else []
     moved = None
     journal = redo_journal(out)

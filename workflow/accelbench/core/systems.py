@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import yaml
+
 from accelbench import backends
 from accelbench.core.config import SYSTEM_SCHEMA, read_yaml, schema_errors
 from accelbench.errors import ConfigError, SystemMismatchError
@@ -122,10 +124,12 @@ def resolve_system(name: str, systems: dict[str, System], found: dict | None = N
         return systems[name]
     found = found or probe_devices()
     host = backends.get(found["backend"])
-    if not host.accelerator:  # the system file named after the host backend (cpu)
-        if host.name not in systems:
+    if not host.accelerator:  # a cpu system whose `match` names this CPU's model, else the file named cpu
+        model = (found.get("names") or [""])[0]
+        matched = match_system(model, found["backend"], systems) if model else None
+        if matched is None and host.name not in systems:
             raise ConfigError(f"system: auto found no accelerator, and there is no {host.name!r} system file")
-        return systems[host.name]
+        return matched or systems[host.name]
     device_name = found["names"][0]
     system = match_system(device_name, found["backend"], systems)
     if system is None:
@@ -176,3 +180,31 @@ def require_backend_for_local_jobs(workflow, system) -> dict | None:
     if plugin is None or not plugin.common_settings.local_exec or workflow.exec_mode != ExecMode.DEFAULT:
         return None
     return require_backend(system)
+
+
+def checked_config(items: list[str], system: str | None = None) -> dict:
+    """The config ``accelbench check-system`` resolves: ``items`` as Snakemake's ``--config``/``--configfile`` take
+    them (YAML files merged in order onto ``config/config.yaml``, and ``KEY=VALUE`` overrides, e.g.
+    ``system=epyc2`` or ``systems_dir=my/systems``), then ``system`` (``--system NAME``) over all of them.
+
+    Raises:
+        ConfigError: a file is missing or not YAML, an override's key is empty, or the merged config fails the schema.
+    """
+    from accelbench.core.config import deep_merge, validate_config
+
+    base = Path("config/config.yaml")
+    files = [Path(i) for i in items if "=" not in i or Path(i).is_file()]
+    config = read_yaml(base) if base.is_file() or not files else {}
+    for path in files:
+        data = read_yaml(path)
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping, found {type(data).__name__}")
+        config = deep_merge(config, data)
+    for item in (i for i in items if "=" in i and not Path(i).is_file()):
+        key, _, value = item.partition("=")
+        if not key.strip():
+            raise ConfigError(f"--config {item!r}: give KEY=VALUE (e.g. system=cpu) or a config file")
+        config = deep_merge(config, {key.strip(): yaml.safe_load(value) if value else value})
+    if system:
+        config = deep_merge(config, {"system": system})
+    return validate_config(config)

@@ -19,7 +19,6 @@ offending file with the field that is wrong; :func:`problems` gives the list for
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from accelbench.backends import BACKENDS
-from accelbench.core import registry
+from accelbench.core import files, registry
 from accelbench.core.registry import names
 from accelbench.core.results import SCHEMA_VERSION, read_json, redo_journal
 from accelbench.errors import ResultError
@@ -72,9 +71,15 @@ def _where(path) -> str:
 
 
 def _message(e) -> str:
-    """One readable line per schema error (alternatives named, long values cut)."""
+    """One readable line per schema error (alternatives named, long values cut; a measured field the schema requires
+    but the result lacks is called what it is: a result of an older version, which the tables cannot read)."""
     if e.validator in ("anyOf", "oneOf") and all(isinstance(x, dict) and "required" in x for x in e.validator_value):
         return "needs one of: " + " | ".join(", ".join(x["required"]) for x in e.validator_value)
+    if e.validator == "required" and list(e.absolute_path)[:1] == ["measurements"]:
+        return (
+            f"{e.message}: a result of an older accelbench (made before this field was recorded); the tables "
+            f"cannot read it: rerun its rule, or move it out of the results"
+        )
     return e.message if len(e.message) <= 240 else e.message[:237] + "..."
 
 
@@ -267,7 +272,7 @@ def validate_files(paths: list[str | Path]) -> list[dict]:
                 "experiment": data["experiment"],
                 "status": data["status"],
                 "system": data["config"]["system"]["name"],
-                "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest(),
+                "sha256": files.sha256(p, "result file", error=ResultError),
             }
         )
         warned = warnings_of(data)

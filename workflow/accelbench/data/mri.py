@@ -92,8 +92,8 @@ def scale_to_unit_range(image: np.ndarray) -> np.ndarray:
 
 
 def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask: nib.Nifti1Image, label_values) -> None:
-    """A user's image and mask must give a meaningful conditioning pair: finite voxels, the mask on the image's grid
-    (same shape and affine: Med-DDPM's layout), a one-hot mask with one channel per label value.
+    """A user's image and mask must give a meaningful conditioning pair: finite voxels (in both), the mask on the
+    image's grid (same shape and affine: Med-DDPM's layout), a one-hot mask with one channel per label value.
 
     Raises:
         DataError: naming the file and the value.
@@ -105,6 +105,14 @@ def _check_pair(image_path: Path, image: nib.Nifti1Image, mask_path: Path, mask:
         raise DataError(
             f"MRI image {image_path} has {int(bad.sum())} NaN/Inf voxel(s) (first: {data[where]} at "
             f"voxel {where}); fill them (e.g. with 0) before use"
+        )
+    labels = np.asanyarray(mask.dataobj)
+    bad = ~np.isfinite(labels) if labels.dtype.kind == "f" else None
+    if bad is not None and bad.any():  # np.rint(NaN) cannot become a label
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DataError(
+            f"mask {mask_path} has {int(bad.sum())} NaN/Inf voxel(s) (first: {labels[where]} at voxel {where}); "
+            f"a mask holds integer labels: fill them (e.g. with 0) before use"
         )
     m_shape, i_shape = tuple(mask.shape), tuple(image.shape)
     if m_shape[:3] != i_shape[:3]:

@@ -31,6 +31,7 @@ import numpy as np
 from accelbench.errors import DataError
 
 IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".fits", ".fit", ".fts")
+NOTICE_MIB = 64  # a patch set this large is announced before it is compressed (seconds to a minute)
 FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz", ".fts.gz")  # astropy reads gzipped FITS too
 
 
@@ -67,11 +68,64 @@ def hubble_gray() -> np.ndarray:
     return rgb2gray(data.hubble_deep_field()).astype(np.float32)
 
 
-def _read_image(path: Path) -> np.ndarray:
-    """One image file as a 2-D float32 array scaled to [0, 1] by its min and max.
+# Sky maps (.npy, FITS) hold one plane of real values of sane magnitude: HEALPix's blank value UNSEEN (-1.6375e30) or
+# values near the float64 limit would squash the min-max scaled map to two values (or to zeros and one NaN).
+MAP_SUFFIXES = (".npy", ".fits")
+MAX_ABS_VALUE = 1e20  # far above any physical sky value (K, Jy/sr, counts) and far below the blank sentinels
+UNSEEN = -1.6375e30  # healpy.UNSEEN
+
+
+def _check_map(path: Path, arr: np.ndarray) -> None:
+    """A map file (.npy, FITS) holds one 2-D plane of real numbers (a picture file may be RGB: its format says so).
 
     Raises:
-        DataError: unreadable file, FITS without astropy, or not a 2-D (or RGB) image.
+        DataError: complex or non-numeric values, or not 2-D (one line naming the file).
+    """
+    if np.iscomplexobj(arr):
+        raise DataError(
+            f"sky image {path} holds complex values ({arr.dtype}); give a real map (e.g. its abs or real part)"
+        )
+    if arr.dtype.kind not in "biuf":
+        raise DataError(f"sky image {path} holds {arr.dtype} values, not numbers")
+    if arr.ndim != 2:
+        raise DataError(
+            f"sky image {path} has shape {arr.shape}; a .npy or FITS map must be one 2-D plane "
+            f"(an RGB picture goes in as .png/.jpg/.tif; split a cube into one file per plane)"
+        )
+
+
+def _check_range(path: Path, arr: np.ndarray) -> None:
+    """Every value finite and within +-:data:`MAX_ABS_VALUE` (blank sentinels such as UNSEEN refused, named).
+
+    Raises:
+        DataError: one line naming the file, the first bad value and where it is.
+    """
+    bad = ~np.isfinite(arr)
+    if bad.any():  # min-max scaling would squash the map to a constant (or zeros) around it
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise DataError(
+            f"sky image {path} has {int(bad.sum())} NaN/Inf pixel(s) (first: {arr[where]} at {where}); "
+            f"fill or crop them (blank FITS pixels are NaN) or move the file out of the folder"
+        )
+    huge = np.abs(arr) > MAX_ABS_VALUE
+    if huge.any():
+        where = tuple(int(i) for i in np.argwhere(huge)[0])
+        value = float(arr[where])
+        blank = " (HEALPix's blank value UNSEEN)" if np.isclose(value, UNSEEN, rtol=1e-4) else ""
+        raise DataError(
+            f"sky image {path} has {int(huge.sum())} pixel(s) beyond +-{MAX_ABS_VALUE:g} (first: {value:g}{blank} "
+            f"at {where}); fill or crop blank pixels, rescale the map, or move the file out of the folder"
+        )
+
+
+def _read_image(path: Path) -> np.ndarray:
+    """One image file as a 2-D float32 array scaled to [0, 1] by its min and max. A map (.npy, FITS) must be one 2-D
+    plane of real values (:func:`_check_map`); a picture (.png, .jpg, .tif) may be RGB(A), read as grayscale. Every
+    value must be finite and of sane magnitude (:func:`_check_range`).
+
+    Raises:
+        DataError: unreadable file, FITS without astropy, complex or non-numeric values, not a 2-D map (or RGB
+            picture), a NaN/Inf or blank/huge value, or a constant image.
     """
     suffix = _kind(path)
     try:
@@ -87,18 +141,17 @@ def _read_image(path: Path) -> np.ndarray:
             from skimage.io import imread
 
             arr = imread(path)
-        arr = np.asarray(arr, dtype=np.float64)
+        arr = np.asarray(arr)
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - any reader error becomes a clear message
         raise DataError(f"cannot read sky image {path}: {exc}") from None
-    bad = ~np.isfinite(arr)
-    if bad.any():  # min-max scaling would squash the map to a constant (or zeros) around it
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise DataError(
-            f"sky image {path} has {int(bad.sum())} NaN/Inf pixel(s) (first: {arr[where]} at {where}); "
-            f"fill or crop them (blank FITS pixels are NaN) or move the file out of the folder"
-        )
+    if suffix in MAP_SUFFIXES:
+        _check_map(path, arr)
+    elif np.iscomplexobj(arr) or arr.dtype.kind not in "biuf":
+        raise DataError(f"sky image {path} holds {arr.dtype} values, not real numbers")
+    arr = arr.astype(np.float64)
+    _check_range(path, arr)
     if arr.ndim == 3 and arr.shape[-1] in (3, 4):
         from skimage.color import rgb2gray
 
@@ -146,11 +199,16 @@ def tile_origins(
     grid = [(y, x) for y in range(0, h - patch + 1, patch) for x in range(0, w - patch + 1, patch)]
     held = [o for i, o in enumerate(grid) if held_out_every and i % held_out_every == held_out_every // 2]
     stride = max(1, round(patch * (1.0 - train_overlap)))
-    train = []
-    for y in range(0, h - patch + 1, stride):
-        for x in range(0, w - patch + 1, stride):
-            if all(y + patch <= hy or hy + patch <= y or x + patch <= hx or hx + patch <= x for hy, hx in held):
-                train.append((y, x))
+    # a window meets a held-out tile iff one of the (at most 2 x 2) grid cells it covers is held out: a cell table
+    # (one cell more each way: the margin no tile covers) answers that for every window at once
+    cells = np.zeros(((h - patch) // patch + 2, (w - patch) // patch + 2), bool)
+    for hy, hx in held:
+        cells[hy // patch, hx // patch] = True
+    ys, xs = np.arange(0, h - patch + 1, stride), np.arange(0, w - patch + 1, stride)
+    y0, y1 = np.minimum(ys // patch, len(cells) - 1), np.minimum((ys + patch - 1) // patch, len(cells) - 1)
+    x0, x1 = np.minimum(xs // patch, cells.shape[1] - 1), np.minimum((xs + patch - 1) // patch, cells.shape[1] - 1)
+    hit = cells[np.ix_(y0, x0)] | cells[np.ix_(y0, x1)] | cells[np.ix_(y1, x0)] | cells[np.ix_(y1, x1)]
+    train = [(int(ys[i]), int(xs[j])) for i, j in zip(*np.nonzero(~hit))]  # raster order, as the windows go
     return train, held
 
 
@@ -205,8 +263,11 @@ def prepare(
     folder: str | None = None,
     held_out_every: int = 5,
     train_overlap: float = 0.5,
+    notify=None,
 ) -> dict:
     """Build the patch set and write it as ``.npz`` (keys of :func:`make_pairs`). Returns a summary dict.
+    ``notify(line)`` is told, before a patch set of :data:`NOTICE_MIB` or more is compressed, what is being written
+    (``accelbench sr3-prepare`` passes the line on to the run's terminal).
 
     Raises:
         ConfigError-like DataError: unknown source, missing folder, or an empty split.
@@ -221,6 +282,12 @@ def prepare(
     else:
         raise DataError(f"sr3_scaling.data.source must be 'hubble' or 'folder', not {source!r}")
     pairs = make_pairs(images, patch, factor, held_out_every, train_overlap, names)
+    mib = sum(a.nbytes for a in pairs.values()) / 2**20
+    if mib >= NOTICE_MIB and notify is not None:  # compressing takes a while (~10 s per 100 MiB): say so
+        notify(
+            f"sky patches: {len(pairs['train_hr'])} training + {len(pairs['heldout_hr'])} held-out {patch}x{patch} "
+            f"patches from {len(images)} image(s), {mib:.0f} MiB; compressing them to {out}"
+        )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.npz")

@@ -160,6 +160,25 @@ class StepClock:
         return t
 
 
+PROGRESS_S = 30.0  # seconds between the progress lines a long loop prints on the run's terminal
+
+
+def progress(bar, total: int, what: str, every_s: float = PROGRESS_S):
+    """The items of ``bar`` (a tqdm bar: the job's log), and every ``every_s`` seconds one line on the run's terminal
+    (:func:`accelbench.core.locks.terminal`): ``what``, steps done of ``total``, time elapsed and about how long is
+    left."""
+    from accelbench.core.locks import terminal
+
+    start = last = time.monotonic()
+    for done, item in enumerate(bar, 1):
+        yield item
+        now = time.monotonic()
+        if now - last >= every_s and done < total:
+            last = now
+            left = (now - start) / done * (total - done)
+            terminal(f"accelbench: {what}: {done}/{total} done in {now - start:.0f} s, about {left:.0f} s left")
+
+
 def time_steps(
     step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "", energy: bool = True
 ) -> Timing:
@@ -169,11 +188,13 @@ def time_steps(
     Returns:
         :class:`Timing` in milliseconds; its ``energy`` holds ``measurements.energy`` of the timed steps.
     """
-    for _ in tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0):
+    for _ in progress(
+        tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0), warmup, f"{desc} warm-up"
+    ):
         step()
     device.synchronize()
     clock = StepClock(device, energy_steps=repeat if energy else None)
-    for _ in tqdm(range(repeat), desc=f"{desc} timed", leave=False):
+    for _ in progress(tqdm(range(repeat), desc=f"{desc} timed", leave=False), repeat, f"{desc} timed"):
         clock.start()
         step()
         clock.stop()

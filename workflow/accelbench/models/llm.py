@@ -197,11 +197,13 @@ def init_module_by_module(model, device) -> None:
             module._apply(lambda t: t.to("cpu"), recurse=False)
 
 
-def not_causal(cfg) -> str | None:
+def not_causal(cfg, model_class: type | None = None) -> str | None:
     """Why a transformers config is not a causal (decoder-only) LM, or None: an encoder-decoder model; a checkpoint
     whose ``architectures`` hold no ``*ForCausalLM``/``*LMHeadModel``; or a model type with a masked-LM head in
     transformers (BERT, RoBERTa, ...) not configured as a decoder: ``AutoModelForCausalLM`` builds these, but their
-    attention sees the whole sequence, so LoRA would train (and perplexity measure) something else than a causal LM."""
+    attention sees the whole sequence, so LoRA would train (and perplexity measure) something else than a causal LM;
+    or (``model_class`` given: the class built) a class that is causal only when its config says ``is_decoder`` and
+    whose config does not (``bert-generation``'s ``BertGenerationDecoder``: transformers only warns)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     archs = list(getattr(cfg, "architectures", None) or [])
@@ -211,6 +213,18 @@ def not_causal(cfg) -> str | None:
         return f"its architectures {archs} hold no causal LM (*ForCausalLM, *LMHeadModel)"
     if cfg.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(cfg, "is_decoder", False):
         return f"{cfg.model_type} is an encoder (bidirectional attention), not configured as a decoder"
+    if model_class is not None and getattr(cfg, "is_decoder", None) is False:
+        import inspect
+
+        try:
+            reads = "is_decoder" in inspect.getsource(model_class.__init__)
+        except (OSError, TypeError):
+            reads = False
+        if reads:
+            return (
+                f"model_type {cfg.model_type!r} builds {model_class.__name__}, causal only with is_decoder: true in "
+                f"its config (bidirectional attention otherwise)"
+            )
     return None
 
 
@@ -306,7 +320,7 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
             f"model {spec.get('path') or spec.get('config_from') or source!r} not available offline or "
             f"unreadable: {why}"
         ) from None
-    why = not_causal(model.config)
+    why = not_causal(model.config, type(model))
     if why:
         raise DataError(
             f"model {spec.get('path') or spec.get('config_from') or spec.get('name') or source!r} is not a "

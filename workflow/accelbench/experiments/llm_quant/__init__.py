@@ -84,5 +84,6 @@ ENTRIES = (
         inputs=("stage", "model_dir", "sensitivity"),
         targets=("study_b_quant/table.csv", "study_b_quant/fig_sensitivity_layers.png"),
         rule_seconds=(("study_b_quant_aggregate", 4.0),),
+        cluster_requests=(("llm_quant_sensitivity", 8, 64000), ("llm_quant_method", 8, 64000)),
     ),
 )

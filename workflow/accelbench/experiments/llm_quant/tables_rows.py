@@ -196,6 +196,7 @@ def submodule_rows(results: list[dict]) -> pd.DataFrame:
         d.insert(0, "hardware", r["_hardware"])
         d.insert(0, "origin", origin_of(r))
         d.insert(0, "scale", r["config"]["system"].get("scale"))
+        d.insert(0, "system", r["config"]["system"]["name"])
         d.insert(0, "model", r["config"]["model"])
         d["model_label"] = (
             run_label(r["measurements"].get("model", {}), r["measurements"].get("dtype"))

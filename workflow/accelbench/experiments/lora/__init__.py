@@ -76,5 +76,6 @@ ENTRIES = (
         ranks=True,
         targets=("study_b_lora/runs.csv", "study_b_lora/fig_runtime_vs_devices.png"),
         rule_seconds=(("study_b_lora_aggregate", 3.0),),
+        cluster_requests=(("lora_finetune", 16, 256000), ("lora_finetune_series", 16, 256000)),
     ),
 )

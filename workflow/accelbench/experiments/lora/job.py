@@ -1,7 +1,8 @@
 """Study B LoRA: the job on the harness (:mod:`accelbench.core.harness`). :func:`run` plans a case, records what cannot
-run (unsupported; OOM by the weights-alone and host-memory pre-checks, before any rank starts), runs ``single`` in
-this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher (:mod:`accelbench.core.launcher`), and merges
-the ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one rank's work. No launching code lives here."""
+run (unsupported; OOM by the weights-alone and host-memory pre-checks, on a CPU too, before any rank starts), runs
+``single`` in this process or the DDP/FSDP/ZeRO-3 ranks through the one rank launcher
+(:mod:`accelbench.core.launcher`), and merges the ranks' records (:func:`.summary.summarize`); :func:`run_rank` is one
+rank's work. No launching code lives here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from dataclasses import dataclass
 from accelbench import backends
 from accelbench.core import precisions
 from accelbench.core.outcome import Outcome
-from accelbench.experiments.lora.model import count_parameters, host_memory_precheck, memory_precheck, weights_gib
+from accelbench.experiments.lora.model import (
+    count_parameters,
+    cpu_memory_precheck,
+    host_memory_precheck,
+    memory_precheck,
+    weights_gib,
+)
 from accelbench.experiments.lora.series import gaudi_mode, settings_of
 from accelbench.experiments.lora.settings import LoraSettings, Plan, hpu_lazy_mode, plan_run
 from accelbench.experiments.lora.summary import summarize
@@ -107,20 +114,27 @@ def prepare_environment(spec: dict, system) -> None:
 
 def precheck(s: Settings, system) -> Outcome | None:
     """An ``oom`` outcome when the frozen weights alone cannot fit the devices, or (FSDP) the ranks' host copies the
-    node's memory; None when the case may run. Accelerators only (a CPU run is small by construction)."""
-    if s.plan.status != "ok" or not backends.get(system.backend).accelerator:
+    node's memory, or (a CPU) the ranks' copies the host memory this job may still take (MemAvailable or its cgroup's
+    limit, :func:`accelbench.cluster.processes.host_memory_available`); None when the case may run. Before any
+    weight is loaded: the parameters are counted on the meta device."""
+    if s.plan.status != "ok":
         return None
-    n_params = count_parameters(s.spec["model"])
-    reason = memory_precheck(n_params, s.plan, system.device_memory_gib)
-    host = {}
-    if not reason and s.plan.strategy == "fsdp":
-        import psutil
+    from accelbench.cluster.processes import host_memory_available
 
+    n_params = count_parameters(s.spec["model"])
+    host = {}
+    if not backends.get(system.backend).accelerator:  # the device is the host
+        available, bound = host_memory_available()
+        host = {"host_available_gib": round(available, 3), "host_memory_bound": bound}
+        reason = cpu_memory_precheck(n_params, s.plan, available, bound)
+    else:
+        reason = memory_precheck(n_params, s.plan, system.device_memory_gib)
+    if not reason and s.plan.strategy == "fsdp" and backends.get(system.backend).accelerator:
         from accelbench.cluster import multinode
 
         per_node = multinode.node_plan(system, s.plan.devices, DEVICES_KEY).per_node
         host = {
-            "host_available_gib": psutil.virtual_memory().available / 2**30,
+            "host_available_gib": host_memory_available()[0],
             "ranks_per_node": per_node,
             "host_copies_per_node": 1,
         }  # rank-0-only building (cpu_ram_efficient_loading), both series

@@ -189,3 +189,24 @@ def host_memory_precheck(
             f"{need:.1f} GiB in all, more than the {host_available_gib:.1f} GiB available"
         )
     return None
+
+
+def cpu_memory_precheck(
+    n_params_config: int | None, plan: Plan, host_available_gib: float | None, bound: str = "MemAvailable"
+) -> str | None:
+    """OOM reason when the frozen weights alone of the processes of a CPU run cannot fit the host memory this job may
+    still take (None otherwise): ``single`` and DDP hold one full copy per rank on the host (the device is the host).
+    The same certain lower bound as :func:`memory_precheck`: the kernel would otherwise kill the job while loading
+    (the 8B preset in a 4 GiB limit: killed after 32 s, an empty log, no result)."""
+    if not n_params_config or host_available_gib is None:
+        return None
+    copies = plan.devices if plan.strategy in ("single", "ddp") else 1
+    per_rank = weights_gib(n_params_config, plan.precision)
+    need = copies * per_rank
+    if need > host_available_gib:
+        return (
+            f"host memory: the {plan.precision} weights alone need {need:.1f} GiB on the CPU ({copies} "
+            f"cop{'y' if copies == 1 else 'ies'} of {per_rank:.1f} GiB under {plan.strategy}), more than the "
+            f"{host_available_gib:.1f} GiB this job may still take ({bound})"
+        )
+    return None

@@ -9,10 +9,13 @@ it while it plans. Every function takes the run's
 * :func:`model_spec`, :func:`model_input`: a preset's loader spec as the job reads it, and the files it depends on;
 * :func:`model_specs`: the presets that rule ``llm_export`` may export (``accelbench.models.rule_specs``);
 * :func:`check`: device counts that do not divide into nodes stop the run before any job;
-* :func:`config_errors`: ``lora_finetune.models`` names presets.
+* :func:`config_errors`: ``lora_finetune.models`` names presets;
+* :func:`config_schema`: ``lora_finetune.scales.<scale>`` typed and bounded as ``train`` is.
 """
 
 from __future__ import annotations
+
+import copy
 
 from accelbench.experiments.lora.series import runtime_for, series_options
 from accelbench.models.rule_specs import EXPORTED_MODELS, tokenizer_dir, with_tokenizer_dir
@@ -135,3 +138,21 @@ def config_errors(config: dict) -> list[str]:
                 f"(known: {', '.join(sorted(lora.get('presets') or {})) or 'none'})"
             )
     return out
+
+
+def config_schema(block: dict) -> None:
+    """Type every ``lora_finetune.scales.<scale>`` as ``lora_finetune.train`` is (the same keys, types and bounds:
+    ``timed_steps`` at most 10000, no NaN), without its defaults (an override sets only what it names)."""
+    train = block["properties"]["train"]
+    override = {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "overrides of lora_finetune.train on systems of this scale (its keys, types and bounds)",
+        "properties": {
+            key: {k: copy.deepcopy(v) for k, v in prop.items() if k != "default"}
+            for key, prop in train["properties"].items()
+        },
+    }
+    scales = block["properties"]["scales"]["properties"]
+    for scale in scales:
+        scales[scale] = copy.deepcopy(override)

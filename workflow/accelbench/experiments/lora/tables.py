@@ -48,6 +48,7 @@ __all__ = [
 def runs_table(df: pd.DataFrame) -> pd.DataFrame:
     """The run table with ``OOM``/``unsupported`` in place of numbers for cases that did not run."""
     cols = [
+        "system",
         "hardware",
         "family",
         "model_name",
@@ -102,11 +103,17 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
     if not ok.empty:
         ok["strategy_ddp"] = ok["strategy"].replace({"single": "ddp"})
         for p in _pairs(
-            ok, "step_ms", ["series", "hardware", "family", "strategy", "devices"], "attention", "eager", "flash"
+            ok,
+            "step_ms",
+            ["series", "system", "hardware", "family", "strategy", "devices"],
+            "attention",
+            "eager",
+            "flash",
         ):
             rows.append(
                 {
                     "source": p["series"],
+                    "system": p["system"],
                     "hardware": p["hardware"],
                     "family": p["family"],
                     "metric": "flash_gain",
@@ -117,11 +124,17 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
             )
         for sharded in ("fsdp", "zero3"):
             for p in _pairs(
-                ok, "step_ms", ["series", "hardware", "family", "attention", "devices"], "strategy_ddp", sharded, "ddp"
+                ok,
+                "step_ms",
+                ["series", "system", "hardware", "family", "attention", "devices"],
+                "strategy_ddp",
+                sharded,
+                "ddp",
             ):
                 rows.append(
                     {
                         "source": p["series"],
+                        "system": p["system"],
                         "hardware": p["hardware"],
                         "family": p["family"],
                         "metric": f"{sharded}_slowdown_vs_ddp",
@@ -145,6 +158,7 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
         rows.append(
             {
                 "source": "published (approx.)",
+                "system": p["accelerator"],
                 "hardware": p["accelerator"],
                 "family": p["model"],
                 "metric": "flash_gain",
@@ -158,6 +172,7 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
             rows.append(
                 {
                     "source": "published (approx.)",
+                    "system": p["accelerator"],
                     "hardware": p["accelerator"],
                     "family": p["model"],
                     "metric": f"{sharded}_slowdown_vs_ddp",
@@ -167,7 +182,7 @@ def gains_table(ours: pd.DataFrame, ref: pd.DataFrame, ref_source: str) -> pd.Da
                 }
             )
     out = pd.DataFrame(
-        rows, columns=["source", "hardware", "family", "metric", "strategy", "devices", "value", "noise"]
+        rows, columns=["source", "system", "hardware", "family", "metric", "strategy", "devices", "value", "noise"]
     )
     # the gain in percent (one decimal in the shown tables, so -0.0026 reads -0.3, not -0.00); CSV: full precision
     out.insert(

@@ -142,15 +142,19 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             Line2D([], [], color="0.4", ls=_series_style(ser), lw=1.8, label=f"our runs, series: {ser}")
             for ser in sorted(used_series)
         ]
+    # two legend columns only where the longest label fits half the figure's width (about 0.55 em per character,
+    # plus the handle): long reference-run labels otherwise run off the canvas
+    longest = max((len(h.get_label()) for h in handles), default=0)
+    two = ncols > 1 and 2 * ((longest + 6) * 0.55 * (FONT["legend"] + 1) / 72) < 0.97 * fig.get_figwidth()
     if handles:
         fig.legend(
             handles=handles,
             fontsize=FONT["legend"] + 1,
             loc="lower left",
             bbox_to_anchor=(0.01, 0.01),
-            ncol=2 if ncols > 1 else 1,
+            ncol=2 if two else 1,
         )
-    rows = (len(handles) + 1) // (2 if ncols > 1 else 1)
+    rows = (len(handles) + 1) // 2 if two else len(handles)
     fig.suptitle(
         wrap(
             f"Study B LoRA fine-tuning runtime vs. devices. Published series: {ref_source.rstrip(':')}",
@@ -159,5 +163,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
         ),
         fontsize=FONT["title"],
     )
-    fig.tight_layout(rect=(0, min(0.5, (0.2 * rows + 0.3) / fig.get_figheight()), 1, 1))
+    legend_in = 0.2 * rows + 0.3  # the legend's height (inches) below the panels, which keep theirs
+    fig.set_figheight(2.9 * max(1, len(fams)) + 1.3 + legend_in)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
     return save_figure(fig, path, dpi=130)

@@ -13,5 +13,6 @@ ENTRIES = (
         result="allreduce.json",
         side_files=("allreduce.csv",),
         ranks=True,
+        cluster_requests=(("net_smoke", 8, 16000),),
     ),
 )

@@ -20,5 +20,6 @@ ENTRIES = (
         inputs=("data",),
         targets=("study_b_sr3/scaling.csv", "study_b_sr3/fig_scaling.png"),
         rule_seconds=(("sr3_prepare", 2.0), ("study_b_sr3_aggregate", 6.0)),
+        cluster_requests=(("sr3_train", 16, 128000),),
     ),
 )

@@ -14,6 +14,7 @@ when called): the Snakefile imports it while it plans. Every function takes the 
 
 from __future__ import annotations
 
+from accelbench.core.digests import digest
 from accelbench.experiments.sr3 import configs
 
 DEVICES_KEY = "sr3_scaling.devices"  # the key a device count that does not divide into nodes is named by
@@ -38,7 +39,10 @@ def data_path(rc) -> str:
 
 def prepare_spec(rc, wildcards) -> dict:
     """The spec of rule ``sr3_prepare`` at ``wildcards.scale``: ``{hr_size, factor, data}`` (``data``: config
-    ``sr3_scaling.data``, a relative ``folder`` made absolute in the repository).
+    ``sr3_scaling.data``, a relative ``folder`` made absolute in the repository), and with your own maps
+    (``source: folder``) ``folder_sha256``, the digest of the folder's contents (:func:`accelbench.core.digests.
+    digest`): a map replaced in the folder (any time stamp) changes the spec, so the patch set is made again and the
+    training jobs, whose results record the patch set's digest, are redone.
 
     Raises:
         ConfigError: the preset's hr_size does not fit its levels (:func:`.settings.resolve_settings`).
@@ -50,7 +54,10 @@ def prepare_spec(rc, wildcards) -> dict:
     data = dict(u.get("data") or {})
     if data.get("folder"):
         data["folder"] = str(rc.repo_path(data["folder"]))
-    return {"hr_size": s.hr_size, "factor": s.factor, "data": data}
+    spec = {"hr_size": s.hr_size, "factor": s.factor, "data": data}
+    if data.get("source") == "folder" and data.get("folder"):  # the maps' contents: a replaced file remakes the set
+        spec["folder_sha256"] = digest(data["folder"])
+    return spec
 
 
 def spec(rc, wildcards) -> dict:

@@ -13,7 +13,7 @@ rule sr3_prepare:
     container:
         CONTAINER
     shell:
-        "accelbench sr3-prepare --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
+        "accelbench sr3-prepare --spec {params.spec:q} --out {output:q} 3>&2 > {log:q} 2>&1"
 
 
 rule sr3_train:

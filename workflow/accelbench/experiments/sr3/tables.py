@@ -75,6 +75,7 @@ def published_times(reference_path: str | Path, devices: int = 1) -> pd.DataFram
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The scaling table with ``OOM``/``unsupported`` in place of numbers for rows that did not run."""
     cols = [
+        "system",
         "hardware",
         "scale",
         "series",
@@ -135,6 +136,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
         who = device if device.startswith(origin) else f"{origin}: {device}"  # a reference run's label leads already
         rows.append(
             {
+                "system": r["system"],
                 "series": f"{who} ({r['scale']}), {label}: {r['configuration']}",
                 "precision": r["precision"],
                 "devices": r["devices"],
@@ -151,6 +153,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
             }
         )
     cols = [
+        "system",
         "series",
         "precision",
         "devices",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -13,6 +14,8 @@ import pandas as pd
 from accelbench.aggregate.figures import FONT, published, save_figure, series_label, wrap
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
+
+MEASURED_COLOURS = [matplotlib.colormaps["tab20"](k) for k in range(20)]
 
 
 def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> list[str]:
@@ -62,7 +65,10 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         else []
     ):
         g = g.sort_values("devices")
-        color = "black" if j == 0 else colors[(j + 6) % len(colors)]
+        # measured series: black, then tab20's 20 colours (published series draw circles, these squares, so the
+        # two never look alike); past 21 series the marker changes too, so no two entries look the same
+        color = "black" if j == 0 else MEASURED_COLOURS[(j - 1) % len(MEASURED_COLOURS)]
+        mark = "s" if j <= len(MEASURED_COLOURS) else "D"
         label = series_label(origin, hw, scale, prec)
         multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
         if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
@@ -89,7 +95,9 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                     xytext=(6, 6),
                 )
         if scale == "paper":
-            ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2, label=label)
+            ax_t.plot(
+                g["devices"], g["study_b_40k_minutes_projection"], f"-{mark}", color=color, linewidth=2, label=label
+            )
             total = (
                 g.dropna(subset=["study_b_40k_minutes_measured_plus_projected"])
                 if "study_b_40k_minutes_measured_plus_projected" in g
@@ -110,7 +118,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
             small.append(label)
         t1 = g.loc[g["devices"] == 1, "iteration_ms"]
         if len(t1):  # strong scaling: speedup = T(1) / T(N) = t_iter(1) * iters(1) / (t_iter(N) * iters(N))
-            ax_s.plot(g["devices"], g["speedup_vs_1"], "-s", color=color, linewidth=2, label=label)
+            ax_s.plot(g["devices"], g["speedup_vs_1"], f"-{mark}", color=color, linewidth=2, label=label)
     n = np.array(sorted(all_n)) if all_n else np.array([1])
     ax_s.plot(n, n, ":", color="grey", linewidth=1, label="ideal linear speedup")
     if with_totals:  # one entry for every series' dotted total (its colour is the series')
@@ -150,7 +158,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     ax_t.set_xscale("log", base=2)
     ax_t.set_yscale("log")
     ax_t.set_title(
-        "wall time at paper scale (log-log; measured: projected from the median iteration)", fontsize=FONT["label"]
+        "wall time at paper scale (log-log;\nmeasured: projected from the median iteration)", fontsize=FONT["label"]
     )  # dotted: with the iterations run (its legend entry says so)
     ax_s.set_xlabel("devices (count)")
     ax_s.set_ylabel("speedup over 1 device, T(1) / T(N) (x)")

@@ -68,6 +68,7 @@ def published_efficiency(ref: pd.DataFrame) -> pd.DataFrame:
             eff = float(t1.iloc[0] / (r["devices"] * r["minutes"])) if len(t1) else np.nan
             rows.append(
                 {
+                    "system": system,
                     "series": f"published {REFERENCE_LABELS.get(system, system)}",
                     "precision": "fp32",
                     "devices": int(r["devices"]),

@@ -23,6 +23,7 @@ ENTRIES = (
         inputs=("image", "mask"),
         targets=("study_a/table.csv", "study_a/claims_vs_measured.csv"),
         rule_seconds=(("mri_prepare", 7.0), ("study_a_aggregate", 6.0)),
+        cluster_requests=(("unet3d_profile", 8, 64000),),
     ),
     Experiment(
         "unet3d_ncu",
@@ -42,5 +43,6 @@ ENTRIES = (
         inputs=("image", "mask", "profile_result"),
         targets=("study_a/counters.csv",),
         rule_seconds=(("study_a_ncu_aggregate", 4.0),),
+        cluster_requests=(("unet3d_ncu", 8, 64000),),
     ),
 )

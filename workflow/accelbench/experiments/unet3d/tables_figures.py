@@ -180,10 +180,29 @@ def _short(hardware: str) -> str:
     return hardware.split(" (")[0][:22]
 
 
+def _run_short(run: str) -> str:
+    """``H200, 2026-11-30`` of ``reference run (H200, 2026-11-30)``; ``measured here`` of ``measured``."""
+    run = str(run)
+    if run.startswith("reference run (") and run.endswith(")"):
+        return run[len("reference run (") : -1]
+    return "measured here" if run == "measured" else run
+
+
+def _bar_parts(rows: pd.DataFrame) -> dict[str, list[str]]:
+    """What tells the bars apart besides the configuration, each only where it varies: the run (measured here or
+    a reference run), the network, the device (issue 48: not one repeated "(NVIDIA H200)")."""
+    cols = {
+        "run": [_run_short(r) for r in rows.get("run", pd.Series(["measured"] * len(rows)))],
+        "network": [NETWORK_LABEL.get(n, n) for n in rows.get("network", pd.Series([""] * len(rows)))],
+        "hardware": [_short(h) for h in rows["hardware"]],
+    }
+    return {k: v for k, v in cols.items() if len(set(v)) > 1}
+
+
 def _bar_labels(rows: pd.DataFrame) -> list[str]:
-    """``configuration`` and the short hardware name, one per bar."""
-    many = rows["hardware"].nunique() > 1
-    return [f"{c} ({_short(h)})" if many else c for c, h in zip(rows["configuration"], rows["hardware"])]
+    """``configuration`` and what tells the bar apart (:func:`_bar_parts`), one per bar."""
+    parts = list(zip(*_bar_parts(rows).values()))
+    return [f"{c} ({', '.join(p)})" if parts else c for c, p in zip(rows["configuration"], parts or [()] * len(rows))]
 
 
 def _series_note(ok: pd.DataFrame) -> str:
@@ -199,7 +218,8 @@ def _hbar_figure(ok: pd.DataFrame) -> tuple:
 
 def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> None:
     ax.set_yticks(y, _bar_labels(ok), fontsize=FONT["tick"])
-    ax.set_ylabel("configuration" + ("" if ok["hardware"].nunique() <= 1 else " (hardware)"))
+    parts = _bar_parts(ok)
+    ax.set_ylabel("configuration" + (f" ({', '.join(parts)})" if parts else ""))
     fig.suptitle(
         wrap(_title(df, what) + "\n" + _series_note(ok), fig, FONT["label"]), fontsize=FONT["label"], x=0.01, ha="left"
     )

@@ -172,6 +172,7 @@ def class_rows(results: list[dict]) -> pd.DataFrame:
         for cls, agg in r["measurements"]["by_class"].items():
             rows.append(
                 {
+                    "system": r["config"]["system"]["name"],
                     "hardware": r["_hardware"],
                     "model": r["config"]["model"],
                     "configuration": r["config"]["configuration"],
@@ -180,11 +181,14 @@ def class_rows(results: list[dict]) -> pd.DataFrame:
                     **{c: agg.get(c) for c in COUNTER_COLUMNS},
                 }
             )
-    return pd.DataFrame(rows, columns=["hardware", "model", "configuration", "class", "kernels", *COUNTER_COLUMNS])
+    return pd.DataFrame(
+        rows, columns=["system", "hardware", "model", "configuration", "class", "kernels", *COUNTER_COLUMNS]
+    )
 
 
 def table(df: pd.DataFrame) -> pd.DataFrame:
     cols = [
+        "system",
         "hardware",
         "model",
         "network",

@@ -133,6 +133,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
 def table(df: pd.DataFrame) -> pd.DataFrame:
     """The published-layout table: status labels in place of numbers for rows that did not run."""
     cols = [
+        "system",
         "hardware",
         "model",
         "network",

@@ -1,0 +1,312 @@
+"""Kubernetes jobs of ``snakemake --profile kubernetes`` (cluster-generic executor): manifests, submit, status, cancel.
+
+Study B ran its Gaudi jobs on SDSC's Voyager, which schedules with Kubernetes: one pod for up to 8 cards, a Kubeflow
+``MPIJob`` (``kubeflow.org/v2beta1``) for 16 to 64 cards. Here each Snakemake job becomes one of those, built as Python
+dicts from the job's properties (the ``# properties = {...}`` line Snakemake writes into every job script) and the site
+file ``kubernetes/site.yaml`` (or ``$ACCELBENCH_K8S_SITE``), then handed to ``kubectl`` as YAML on stdin:
+
+* a job on at most one node's devices: a ``batch/v1`` Job (``backoffLimit: 0``, ``restartPolicy: Never``);
+* more (the rule's ``nodes`` resource above 1, :func:`accelbench.cluster.multinode.slurm_resources`): an MPIJob with
+  ``slotsPerWorker`` = devices per node, ``launcherCreationPolicy: WaitForWorkersReady``, ``runPolicy.backoffLimit: 0``
+  and ``runLauncherAsWorker: true`` (the launcher is the first node: it runs the job script, whose harness checks the
+  devices where it runs, as the Slurm batch step does on the first node), ``nodes - 1`` workers running sshd.
+
+The job script reaches the pod as argv (``bash -c <script>``), never spliced into another shell string; site values
+go into the manifest's fields only. Every pod mounts the site's volumes (the shared filesystem holding the repository
+at the same path), asks for the backend's device resource (``habana.ai/gaudi``, ``nvidia.com/gpu``), its hugepages,
+``hostIPC``, the site's node selector, affinity, tolerations and service account.
+
+Example::
+
+    site = load_site("kubernetes/site.yaml")
+    manifest = render(job_properties(Path("snakejob.sh").read_text()), Path("snakejob.sh").read_text(), site)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from accelbench.errors import ConfigError
+
+MPI_API = "kubeflow.org/v2beta1"
+SUCCESS, FAILED, RUNNING = "success", "failed", "running"
+KINDS = {"job": "Job", "mpijob": "MPIJob"}
+SITE_KEYS = {
+    "namespace", "kubectl", "service_account", "backend", "backends", "host_ipc", "node_selector", "affinity",
+    "tolerations", "volumes", "image_pull_secrets", "ttl_seconds_after_finished", "server_dry_run", "launcher",
+}  # fmt: skip
+
+
+# --------------------------------------------------------------------------- site and job properties
+def load_site(path: str | Path | None = None) -> dict:
+    """The site file (``kubernetes/site.yaml``, or ``$ACCELBENCH_K8S_SITE``), checked.
+
+    Raises:
+        ConfigError: unreadable or not YAML, an unknown key, or no ``backends`` entry for ``backend`` (each one line
+            naming the file and the key).
+    """
+    path = Path(path or os.environ.get("ACCELBENCH_K8S_SITE") or "kubernetes/site.yaml")
+    try:
+        site = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"Kubernetes site file {path}: unreadable or not YAML: {exc}") from None
+    if not isinstance(site, dict):
+        raise ConfigError(f"Kubernetes site file {path}: expected a mapping of settings")
+    unknown = sorted(set(site) - SITE_KEYS)
+    if unknown:
+        raise ConfigError(f"Kubernetes site file {path}: unknown key(s) {unknown} (known: {sorted(SITE_KEYS)})")
+    backend = site.get("backend", "hpu")
+    if backend not in (site.get("backends") or {}):
+        raise ConfigError(f"Kubernetes site file {path}: backend {backend!r} has no entry under `backends:`")
+    for i, vol in enumerate(site.get("volumes") or []):
+        if not isinstance(vol, dict) or not vol.get("name") or not vol.get("mount_path"):
+            raise ConfigError(f"Kubernetes site file {path}: volumes[{i}] needs `name` and `mount_path`")
+        if sum(k in vol for k in ("host_path", "pvc", "empty_dir")) != 1:
+            raise ConfigError(f"Kubernetes site file {path}: volumes[{i}] needs one of host_path, pvc, empty_dir")
+    return site
+
+
+def job_properties(script: str) -> dict:
+    """The job's properties (rule, wildcards, threads, resources, jobid) from Snakemake's job script.
+
+    Raises:
+        ConfigError: the script has no ``# properties = {...}`` line (not a Snakemake job script).
+    """
+    m = re.search(r"^# properties = (\{.*\})\s*$", script, re.MULTILINE)
+    if not m:
+        raise ConfigError("not a Snakemake job script: no '# properties = {...}' line")
+    return json.loads(m.group(1))
+
+
+def layout(props: dict) -> tuple[int, int]:
+    """``(devices, nodes)`` of a job: the ``devices`` wildcard where the rule has one, else its ``gpu`` resource,
+    else 1 for a rule that has a ``gpu`` resource at all (measurement rules; 0 on Gaudi, whose cards Slurm asks for
+    by GRES), else 0 (a CPU job); ``nodes`` is the rule's ``nodes`` resource (multi-node rules), else 1."""
+    res = props.get("resources") or {}
+    nodes = max(1, int(res.get("nodes") or 1))
+    wild = (props.get("wildcards") or {}).get("devices")
+    if wild is not None:
+        devices = int(wild)
+    elif int(res.get("gpu") or 0) > 0:
+        devices = int(res["gpu"])
+    else:
+        devices = 1 if "gpu" in res else 0
+    if nodes > 1 and (devices < nodes or devices % nodes):
+        raise ConfigError(f"rule {props.get('rule')}: {devices} devices do not fill {nodes} nodes evenly")
+    return devices, nodes
+
+
+def job_name(props: dict) -> str:
+    """A DNS-1123 name (short enough for the MPIJob's ``-launcher``/``-worker-N`` pods and services)."""
+    rule = re.sub(r"[^a-z0-9-]+", "-", str(props.get("rule", "job")).lower()).strip("-")[:24] or "job"
+    return f"accelbench-{rule}-{props.get('jobid', 0)}-{secrets.token_hex(3)}"
+
+
+# --------------------------------------------------------------------------- manifests
+def _volumes(site: dict, workdir: str) -> tuple[list, list]:
+    volumes, mounts = [], []
+    for vol in site.get("volumes") or []:
+        mount = workdir if vol["mount_path"] == "." else str(vol["mount_path"])
+        if "host_path" in vol:
+            host = workdir if vol["host_path"] == "." else str(vol["host_path"])
+            volumes.append({"name": vol["name"], "hostPath": {"path": host, "type": "Directory"}})
+        elif "pvc" in vol:
+            volumes.append({"name": vol["name"], "persistentVolumeClaim": {"claimName": str(vol["pvc"])}})
+        else:
+            volumes.append({"name": vol["name"], "emptyDir": {}})
+        mounts.append({"name": vol["name"], "mountPath": mount})
+    return volumes, mounts
+
+
+def _resources(props: dict, backend: dict, devices: int) -> dict:
+    res = props.get("resources") or {}
+    amounts = {"cpu": str(max(1, int(props.get("threads") or 1))), "memory": f"{int(res.get('mem_mb') or 1000)}Mi"}
+    if devices and backend.get("resource"):
+        amounts[backend["resource"]] = str(devices)
+    if devices and backend.get("hugepages_2Mi"):
+        amounts["hugepages-2Mi"] = str(backend["hugepages_2Mi"])
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def pod_template(site: dict, props: dict, argv: list[str], devices: int, name: str, workdir: str) -> dict:
+    """One pod template (``core/v1`` PodTemplateSpec) running ``argv`` with ``devices`` of the site's backend."""
+    backend = site["backends"][site.get("backend", "hpu")]
+    volumes, mounts = _volumes(site, workdir)
+    container = {
+        "name": name,
+        "image": str(backend["image"]),
+        "command": argv[:1],
+        "args": argv[1:],
+        "workingDir": workdir,
+        "resources": _resources(props, backend, devices),
+        "env": [{"name": str(k), "value": str(v)} for k, v in (backend.get("env") or {}).items()],
+    }
+    if mounts:
+        container["volumeMounts"] = mounts
+    spec = {"restartPolicy": "Never", "hostIPC": bool(site.get("host_ipc", True)), "containers": [container]}
+    if volumes:
+        spec["volumes"] = volumes
+    for key, field in (
+        ("service_account", "serviceAccountName"),
+        ("node_selector", "nodeSelector"),
+        ("affinity", "affinity"),
+        ("tolerations", "tolerations"),
+    ):
+        if site.get(key):
+            spec[field] = site[key]
+    if site.get("image_pull_secrets"):
+        spec["imagePullSecrets"] = [{"name": str(s)} for s in site["image_pull_secrets"]]
+    return {"metadata": {"labels": labels(props)}, "spec": spec}
+
+
+def labels(props: dict) -> dict:
+    return {"app.kubernetes.io/name": "accelbench", "accelbench/rule": str(props.get("rule", "job"))[:63]}
+
+
+def render(props: dict, script: str, site: dict, workdir: str | None = None, name: str | None = None) -> dict:
+    """The manifest of one Snakemake job: a ``batch/v1`` Job on one node, an MPIJob across nodes."""
+    workdir = str(Path(workdir or os.getcwd()).resolve())
+    devices, nodes = layout(props)
+    name = name or job_name(props)
+    meta = {"name": name, "namespace": str(site.get("namespace") or "default"), "labels": labels(props)}
+    runtime = int((props.get("resources") or {}).get("runtime") or 0)
+    run = ["/bin/bash", "-c", script, name]  # the script as argv: $0 is the job name
+    if nodes == 1:
+        spec = {"backoffLimit": 0, "template": pod_template(site, props, run, devices, "job", workdir)}
+        if runtime:
+            spec["activeDeadlineSeconds"] = runtime * 60
+        if site.get("ttl_seconds_after_finished") is not None:
+            spec["ttlSecondsAfterFinished"] = int(site["ttl_seconds_after_finished"])
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+    per_node = devices // nodes
+    sshd = ["/bin/bash", "-c", "/usr/bin/ssh-keygen -A && exec /usr/sbin/sshd -De"]
+    run_policy = {"backoffLimit": 0, "cleanPodPolicy": "Running"}
+    if runtime:
+        run_policy["activeDeadlineSeconds"] = runtime * 60
+    if site.get("ttl_seconds_after_finished") is not None:
+        run_policy["ttlSecondsAfterFinished"] = int(site["ttl_seconds_after_finished"])
+    spec = {
+        "slotsPerWorker": per_node,
+        "runLauncherAsWorker": True,
+        "launcherCreationPolicy": "WaitForWorkersReady",
+        "mpiImplementation": "OpenMPI",
+        "runPolicy": run_policy,
+        "mpiReplicaSpecs": {
+            "Launcher": {
+                "replicas": 1,
+                "restartPolicy": "Never",
+                "template": pod_template(site, props, run, per_node, "launcher", workdir),
+            },
+            "Worker": {
+                "replicas": nodes - 1,
+                "restartPolicy": "Never",
+                "template": pod_template(site, props, sshd, per_node, "worker", workdir),
+            },
+        },
+    }
+    return {"apiVersion": MPI_API, "kind": "MPIJob", "metadata": meta, "spec": spec}
+
+
+# --------------------------------------------------------------------------- status
+def _true(obj: dict, *types: str) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") in types and str(c.get("status")) == "True" for c in conditions)
+
+
+def status_of(obj: dict) -> str:
+    """``success``, ``failed`` or ``running`` (what the cluster-generic executor reads) of a Job or MPIJob object:
+    Job ``Complete``/``SuccessCriteriaMet`` and MPIJob ``Succeeded`` are success; Job ``Failed``/``FailureTarget`` and
+    MPIJob ``Failed`` are failure; anything else (no conditions yet, ``Created``, ``Running``, ``Suspended``,
+    ``Restarting``) is still running."""
+    if obj.get("kind") == "MPIJob":
+        return SUCCESS if _true(obj, "Succeeded") else FAILED if _true(obj, "Failed") else RUNNING
+    if _true(obj, "Failed", "FailureTarget"):
+        return FAILED
+    return SUCCESS if _true(obj, "Complete", "SuccessCriteriaMet") else RUNNING
+
+
+# --------------------------------------------------------------------------- kubectl
+def _kubectl(site: dict, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    exe = os.environ.get("ACCELBENCH_KUBECTL") or site.get("kubectl") or "kubectl"
+    try:
+        return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        raise ConfigError(f"`{exe}` not found: install kubectl or set `kubectl:` in the site file") from None
+    except subprocess.TimeoutExpired:
+        raise ConfigError(
+            f"`{exe} {' '.join(args[:2])}` gave no answer within 120 s (is the cluster reachable?)"
+        ) from None
+
+
+def parse_jobid(jobid: str) -> tuple[str, str, str]:
+    """``namespace/kind/name`` (what :func:`submit` prints) -> its three parts.
+
+    Raises:
+        ConfigError: not of that form.
+    """
+    parts = jobid.strip().strip("'\"").split("/")
+    if len(parts) != 3 or parts[1] not in KINDS or not all(parts):
+        raise ConfigError(f"job id {jobid!r}: expected namespace/job/NAME or namespace/mpijob/NAME (from k8s submit)")
+    return parts[0], parts[1], parts[2]
+
+
+def submit(jobscript: str | Path, site: dict) -> str:
+    """Render the job script's manifest and create it; returns the job id ``namespace/kind/name``.
+
+    With ``server_dry_run`` (site, default true) the API server checks the manifest first (``kubectl create
+    --dry-run=server``), so a missing MPIJob CRD or a rejected field stops here, named in one line.
+
+    Raises:
+        ConfigError: the script, the manifest or kubectl's answer (its message, one line).
+    """
+    script = Path(jobscript).read_text()
+    manifest = render(job_properties(script), script, site)
+    text = yaml.safe_dump(manifest, sort_keys=False)
+    steps = [["create", "--dry-run=server", "-f", "-", "-o", "name"]] if site.get("server_dry_run", True) else []
+    for args in [*steps, ["create", "-f", "-", "-o", "name"]]:
+        proc = _kubectl(site, args, text)
+        if proc.returncode:
+            msg = " ".join(proc.stderr.split()) or f"exit {proc.returncode}"
+            if manifest["kind"] == "MPIJob" and re.search(r"no matches for kind|resource mapping not found", msg):
+                msg = f"the cluster has no MPIJob CRD ({MPI_API}); install Kubeflow's mpi-operator. kubectl: {msg}"
+            raise ConfigError(f"kubectl {' '.join(args[:2])} {manifest['kind']} {manifest['metadata']['name']}: {msg}")
+    meta = manifest["metadata"]
+    return f"{meta['namespace']}/{manifest['kind'].lower()}/{meta['name']}"
+
+
+def status(jobid: str, site: dict) -> str:
+    """The job's state for the executor. A job the server no longer has (deleted, cancelled) is ``failed``; any other
+    kubectl error is ``running`` (asked again later) with kubectl's message on stderr. A failed Job's last log
+    lines go to stderr (the executor's log)."""
+    ns, kind, name = parse_jobid(jobid)
+    proc = _kubectl(site, ["get", kind, name, "-n", ns, "-o", "json"])
+    if proc.returncode:
+        if "NotFound" in proc.stderr or "not found" in proc.stderr:
+            return FAILED
+        print(f"accelbench k8s status {jobid}: kubectl: {' '.join(proc.stderr.split())}", file=sys.stderr)
+        return RUNNING
+    state = status_of(json.loads(proc.stdout))
+    if state == FAILED and kind == "job":
+        logs = _kubectl(site, ["logs", f"job/{name}", "-n", ns, "--tail", "5"])
+        if logs.returncode == 0 and logs.stdout.strip():
+            print(f"{jobid} failed; last log lines:\n{logs.stdout.rstrip()}", file=sys.stderr)
+    return state
+
+
+def cancel(jobids: list[str], site: dict) -> list[str]:
+    """Delete the jobs (their pods go with them); returns kubectl's messages for the ones it could not delete."""
+    failed = []
+    for jobid in jobids:
+        ns, kind, name = parse_jobid(jobid)
+        proc = _kubectl(site, ["delete", kind, name, "-n", ns, "--ignore-not-found", "--wait=false"])
+        if proc.returncode:
+            failed.append(f"{jobid}: {' '.join(proc.stderr.split())}")
+    return failed

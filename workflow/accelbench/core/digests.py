@@ -1,0 +1,106 @@
+"""Content digests of a job's input files, for freshness: a result is current only while the inputs it was made
+from still hold the same bytes (the DAG's check, ``stale_results`` in ``workflow/rules/common.smk``), whatever the
+files' modification times say (Snakemake's restore of a result after a failed job, ``cp -p``, ``rsync -a`` and
+clock skew all make times lie).
+
+:func:`digest` hashes a file's contents, or a folder's (every regular file below it, by relative path and content),
+reading regular files only: a FIFO, device or socket is recorded by its kind, never opened (a dry run never blocks).
+Each file is hashed once per process: the cache is keyed by (path, device, inode, size, mtime_ns, ctime_ns), so a
+file rewritten in place (which changes its ctime even when its size and mtime are put back) is hashed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+CHUNK = 4 * 2**20
+MAX_FILES = 100_000  # a folder input with more entries is not a data set of these experiments: refused
+_CACHE: dict[tuple, str] = {}
+
+
+def _file_sha256(path: str, st: os.stat_result) -> str:
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _CACHE:
+        h = hashlib.sha256()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced by something else since the stat
+                return "not-a-regular-file"
+            while chunk := os.read(fd, CHUNK):
+                h.update(chunk)
+        finally:
+            os.close(fd)
+        _CACHE[key] = h.hexdigest()
+    return _CACHE[key]
+
+
+def _entry(path: str) -> str:
+    """The digest of one path (links followed): a regular file's content hash, else its kind."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    if stat.S_ISREG(st.st_mode):
+        try:
+            return _file_sha256(path, st)
+        except OSError as exc:
+            return f"unreadable ({exc.strerror or exc})"
+    return "folder" if stat.S_ISDIR(st.st_mode) else "not-a-regular-file"
+
+
+def digest(path: str | Path) -> str | None:
+    """sha256 of the contents of ``path``: a file's bytes, or a folder's (sorted relative paths of everything below
+    it with each regular file's content hash; links to folders are not followed). None when ``path`` is missing.
+
+    Raises:
+        ValueError: a folder with more than :data:`MAX_FILES` entries.
+    """
+    path = str(path)
+    kind = _entry(path)
+    if kind == "missing":
+        return None
+    if kind != "folder":
+        return kind
+    h, count = hashlib.sha256(), 0
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
+            count += 1
+            if count > MAX_FILES:
+                raise ValueError(f"input folder {path} holds more than {MAX_FILES} files")
+            full = os.path.join(root, name)
+            h.update(f"{os.path.relpath(full, path)}\0{_entry(full)}\n".encode())
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return h.hexdigest()
+
+
+def digests(inputs: dict) -> dict:
+    """``{name: {"path", "sha256"}}`` for every named input given as a path (None and missing paths left out): what
+    a result records as ``inputs_sha256``."""
+    out = {}
+    for name, path in sorted((inputs or {}).items()):
+        if isinstance(path, (str, Path)) and path:
+            d = digest(path)
+            if d is not None:
+                out[name] = {"path": str(path), "sha256": d}
+    return out
+
+
+def changed(recorded) -> list[str]:
+    """The recorded inputs (a result's ``inputs_sha256``) whose contents differ now: their paths. A recorded input
+    that is gone counts as changed (Snakemake makes it again, newer). Anything unreadable as a record: []."""
+    if not isinstance(recorded, dict):
+        return []
+    out = []
+    for entry in recorded.values():
+        if isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("sha256"), str):
+            try:
+                now = digest(entry["path"])
+            except ValueError:
+                now = None
+            if now != entry["sha256"]:
+                out.append(entry["path"])
+    return out

@@ -1,0 +1,122 @@
+"""Three rewrites of Med-DDPM's U-Net modules (:mod:`accelbench.models.med_ddpm_unet`) that keep their parameters and
+their arithmetic but stay in the channels-last (NDHWC) memory format, so that a ``torch.channels_last_3d`` network
+runs cuDNN's bf16 NDHWC convolutions without layout transposes or same-dtype copies around them.
+
+Measured on one H200 (``benchmarks/study_a_ours_probe.py``, variant ``cl_gnsum_nockpt_sdpa_fused_cg``): with the
+model and inputs in ``channels_last_3d``, bf16 autocast, ``torch.compile(mode="reduce-overhead")``, cuDNN autotuning
+and fused Adam, the 2-micro-batch step of the whole-head network took 123.4 ms against 156.9 ms for
+``bf16_compile_cudagraphs_autotuned``, same weights (relative L2 of the predicted noise against fp32 eager 0.0162,
+that configuration 0.0165). Without them, channels_last_3d made the compiled step slower (188.6 ms): the attention's
+(B, C, N) reshapes and Conv1d projections, the NDHWC backward of ``F.interpolate(trilinear)`` (an ``index_put``) and
+``native_group_norm`` (which returns NCDHW) forced copies back and forth.
+
+- :func:`tokens_sdpa_attention` (``attention="tokens_sdpa"``): the attention block on a (B, N, C) token view;
+- :func:`trilinear_up2` (``upsample="separable"``): the x2 trilinear interpolation as three separable 1-D passes;
+- :class:`ChannelSumGroupNorm` (``norm="channel_sums"``): GroupNorm from per-channel sums, one pointwise affine.
+
+Each is checked against the module it replaces in fp64, forward and gradient (``tests/experiments/test_ndhwc_ops.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# the implementations MedDDPMUNet accepts (the first of each: Med-DDPM's, the default)
+ATTENTION_IMPLS = ("conv1d_einsum", "tokens_sdpa")
+UPSAMPLE_IMPLS = ("interpolate", "separable")
+NORM_IMPLS = ("group_norm", "channel_sums")
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def tokens_sdpa_attention(
+    x: torch.Tensor, norm: nn.Module, qkv: nn.Conv1d, proj: nn.Conv1d, heads: int
+) -> torch.Tensor:
+    """Med-DDPM's attention block (``SpatialAttention._attend``: GroupNorm, 1x1 Conv1d q/k/v, heads split before
+    q/k/v, softmax(q k^T / sqrt(ch)) v, 1x1 Conv1d output projection, residual) on a (B, N, C) token view.
+
+    Shapes: ``x`` (B, C, D, H, W) -> (B, C, D, H, W), N = D H W, ch = C / heads. The GroupNorm runs on the 5-D map
+    (the same groups over (C/G, D, H, W) as over (C/G, N)); the Conv1d weights (3C, C, 1) and (C, C, 1) are applied as
+    ``F.linear`` on (B, N, C); the attention is ``F.scaled_dot_product_attention`` on (B, heads, N, ch) with its
+    default scale ch^-1/2 = (ch^-1/4)^2, Med-DDPM's scale on q and k. Same parameters and arithmetic; under bf16
+    autocast the scores stay fp32 inside the kernel instead of being rounded to bf16 before the fp32 softmax. For a
+    channels_last_3d ``x`` the token view and the way back are views (no copy), and the result is channels_last_3d.
+    """
+    b, c, d, h, w = x.shape
+    n = d * h * w
+    tok = x.permute(0, 2, 3, 4, 1).reshape(b, n, c)
+    hn = norm(x).permute(0, 2, 3, 4, 1).reshape(b, n, c)
+    t = F.linear(hn, qkv.weight.squeeze(-1), qkv.bias)  # (B, N, 3C)
+    width = c // heads
+    q, k, v = t.reshape(b, n, heads, 3 * width).permute(0, 2, 1, 3).split(width, dim=-1)  # heads before q/k/v
+    out = F.scaled_dot_product_attention(q, k, v).permute(0, 2, 1, 3).reshape(b, n, c)
+    y = tok + F.linear(out, proj.weight.squeeze(-1), proj.bias)
+    return y.reshape(b, d, h, w, c).permute(0, 4, 1, 2, 3)
+
+
+def _up2(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """x2 linear interpolation along ``dim`` (``align_corners=False``, edges clamped): out[2i] = 0.75 x[i] +
+    0.25 x[max(i-1, 0)], out[2i+1] = 0.75 x[i] + 0.25 x[min(i+1, n-1)]."""
+    n = x.shape[dim]
+    prev = torch.cat([x.narrow(dim, 0, 1), x.narrow(dim, 0, n - 1)], dim)
+    nxt = torch.cat([x.narrow(dim, 1, n - 1), x.narrow(dim, n - 1, 1)], dim)
+    return torch.stack([0.75 * x + 0.25 * prev, 0.75 * x + 0.25 * nxt], dim + 1).flatten(dim, dim + 1)
+
+
+def trilinear_up2(x: torch.Tensor) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=2, mode="trilinear")`` (``align_corners=False``) as three separable 1-D passes
+    over D, H and W: (B, C, D, H, W) -> (B, C, 2D, 2H, 2W). bf16/fp16 inputs are computed in fp32 and rounded once at
+    the end, like the CUDA kernel's fp32 accumulation. Forward and backward are pointwise and concatenations (no
+    ``index_put`` in the backward); the result keeps the input's memory format."""
+    y = x.float() if x.dtype in _HALF else x
+    for dim in (2, 3, 4):
+        y = _up2(y, dim)
+    fmt = torch.channels_last_3d if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d) else None
+    y = y.to(x.dtype)
+    return y.contiguous(memory_format=fmt) if fmt is not None else y
+
+
+class ChannelSumGroupNorm(nn.GroupNorm):
+    """``nn.GroupNorm`` (same parameters ``weight``/``bias`` of shape (C,), same ``num_groups`` G and ``eps``) from
+    per-channel sums: the fp32 sum and sum of squares of x (B, C, *spatial) over the spatial axes -> (B, C) (on a
+    channels_last_3d map a reduction over the outer axes, channels contiguous), added per group -> (B, G);
+    mean = S1 / n, var = S2 / n - mean^2 (clamped at 0; n = C/G x voxels), and one pointwise ``x * scale + shift``
+    with per-(sample, channel) scale = weight / sqrt(var + eps) and shift = bias - mean * scale. The output is fp32
+    (as ``group_norm`` under autocast) and keeps the input's memory format (``native_group_norm`` returns NCDHW)."""
+
+    @classmethod
+    def of(cls, gn: nn.GroupNorm) -> ChannelSumGroupNorm:
+        """A ChannelSumGroupNorm holding ``gn``'s own parameter tensors (not copies)."""
+        new = cls(gn.num_groups, gn.num_channels, gn.eps, gn.affine, device="meta")
+        new.weight, new.bias = gn.weight, gn.bias
+        new.train(gn.training)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c = x.shape[:2]
+        g = self.num_groups
+        xf = x.float() if x.dtype in _HALF else x
+        dims = tuple(range(2, x.dim()))
+        n = (x.numel() // (b * c)) * (c // g)
+        s1 = xf.sum(dims).view(b, g, -1).sum(-1)  # (B, G)
+        s2 = (xf * xf).sum(dims).view(b, g, -1).sum(-1)
+        mean = s1 / n
+        rstd = torch.rsqrt((s2 / n - mean * mean).clamp_min(0) + self.eps)
+        scale = rstd.repeat_interleave(c // g, 1)  # (B, C)
+        if self.weight is not None:
+            scale = scale * self.weight
+        shift = -mean.repeat_interleave(c // g, 1) * scale
+        if self.bias is not None:
+            shift = self.bias + shift
+        shape = (b, c) + (1,) * (x.dim() - 2)
+        return xf * scale.view(shape) + shift.view(shape)
+
+
+def plain_group_norm(gn: nn.GroupNorm) -> nn.GroupNorm:
+    """An ``nn.GroupNorm`` holding ``gn``'s own parameter tensors (the way back from :class:`ChannelSumGroupNorm`)."""
+    new = nn.GroupNorm(gn.num_groups, gn.num_channels, gn.eps, gn.affine, device="meta")
+    new.weight, new.bias = gn.weight, gn.bias
+    new.train(gn.training)
+    return new
