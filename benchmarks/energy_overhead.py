@@ -31,12 +31,13 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import statistics
 import time
 from pathlib import Path
+
+from accelbench.measure import overhead
 
 FIELDS = [
     "experiment",
@@ -62,14 +63,7 @@ FIELDS = [
 
 
 def _append(path: str, row: dict) -> None:
-    new = not Path(path).exists()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, lineterminator="\n")
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k) for k in FIELDS})
-    print(json.dumps({k: row.get(k) for k in FIELDS}), flush=True)
+    overhead.append(path, row, FIELDS)
 
 
 def summary(off: list[float], on: list[float]) -> tuple[float, float, float]:
@@ -106,12 +100,12 @@ def study_a(result: dict, args):
     from accelbench.core.harness import system_from
     from accelbench.data.mri import load_case
     from accelbench.experiments.unet3d import profile as exp
-    from accelbench.experiments.unet3d.configs import settings_of
+    from accelbench.experiments.unet3d.settings import Settings
 
     spec = result["config"]
     system = system_from(spec)
-    settings = settings_of(spec, system.scale)  # the result's network and micro-batches (configs.BEFORE_THE_KEYS)
-    variant = exp.VARIANTS[spec["configuration"]]
+    job = Settings.from_spec(spec, system)  # as the rule's job resolves them (network, micro-batches, configuration)
+    settings, variant = job.model, job.variant
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
     device = Device(system.backend)
     torch.manual_seed(spec["run"]["seed"])

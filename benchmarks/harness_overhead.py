@@ -46,54 +46,59 @@ both sides) through the product's ``train_rank`` (Trainer, step-timer window and
 ``LossCurveMixin.fast_host_step`` off, i.e. Trainer's own per-step module walks) and through
 :func:`accelbench.experiments.lora.bare.lora_bare` (same spec, grad_accum 2, micro-batch 2), alternated
 ``--rounds`` times; median, p10, p90 per optimizer step and the differences go to
-``benchmarks/harness_overhead_host_cpu.csv``; a cProfile of the timed Trainer steps, split into the Trainer's parts
-(:func:`overhead.host_attribution._parts`) against the bare loop's, to ``..._attribution.csv``::
+``benchmarks/harness_overhead_host_cpu.csv``; the thread CPU time of the timed Trainer steps, split into the
+Trainer's parts (:func:`accelbench.experiments.lora.host_attribution.step_parts`) against the bare loop's, to
+``..._attribution.csv``::
 
     python benchmarks/harness_overhead.py host-overhead --layers 32   # 32 = Llama-3.1-8B's decoder layer count
 
-Host-bound check of SR3 (``sr3-host-bound``, :mod:`overhead.sr3_host`): the rule's Trainer timed with its own data
+Host-bound check of SR3 (``sr3-host-bound``, :mod:`accelbench.experiments.sr3.overhead`): the rule's Trainer timed
+with its own data
 path, with batches already on the device and with DataLoader workers; device vs host time per step::
 
     python benchmarks/harness_overhead.py sr3-host-bound --result R/sr3_scaling/bf16/devices_1/result.json \
         --data resources/sky/sr3_paper.npz
 
-The benchmarks live in the package ``benchmarks/overhead/`` beside this file, one module per concern; this file is
-their command line, and the script torchrun runs on each rank.
+The drivers are part of the package: each experiment's in its folder (``experiments/unet3d/overhead.py``,
+``experiments/sr3/overhead.py``, ``experiments/lora/overhead.py`` and ``host_overhead.py``), the generic parts in the
+measurement core (:mod:`accelbench.measure.overhead`, :mod:`accelbench.measure.ddp_profile`); multi-rank cases run
+their ranks through :mod:`accelbench.cluster.torchrun_call`. This file is their command line.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:  # run as a script it is sys.path[0]; imported from elsewhere (tests), it is added
-    sys.path.insert(0, HERE)
+from accelbench.cluster import torchrun_call
+from accelbench.experiments.lora import host_overhead
+from accelbench.experiments.lora import overhead as lora
+from accelbench.experiments.sr3 import overhead as sr3
+from accelbench.experiments.unet3d import overhead as study_a
+from accelbench.measure import overhead
 
-from overhead.ddp_profile import ddp_profile, ddp_profile_rank  # noqa: E402
-from overhead.efficiency import efficiency  # noqa: E402
-from overhead.host import host_overhead  # noqa: E402
-from overhead.lora import lora, lora_rank  # noqa: E402
-from overhead.sr3 import sr3, sr3_rank  # noqa: E402
-from overhead.sr3_host import sr3_host_bound  # noqa: E402
-from overhead.study_a import study_a  # noqa: E402
+DDP_PROFILE_RANKS = {"lora": lora.ddp_profile_rank, "sr3": sr3.ddp_profile_rank}
 
 
-def main(argv=None) -> None:
+def ddp_profile(args) -> None:
+    """One torchrun job per rank count in ``--nprocs`` running the experiment's DDP-profile rank function."""
+    for n in [int(x) for x in str(args.nprocs).split(",") if x]:
+        torchrun_call.run(n, DDP_PROFILE_RANKS[args.experiment], args, args.threads)
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("study-a", "sr3", "sr3-rank", "lora", "lora-rank", "efficiency", "ddp-profile", "ddp-profile-rank"):
+    for name in ("study-a", "sr3", "lora", "efficiency", "ddp-profile"):
         s = sub.add_parser(name)
         s.add_argument(
             "--csv",
-            required=not name.startswith("ddp-profile"),
-            default="benchmarks/ddp_profile_h200.csv" if name.startswith("ddp-profile") else None,
+            required=name != "ddp-profile",
+            default="benchmarks/ddp_profile_h200.csv" if name == "ddp-profile" else None,
         )
         if name == "efficiency":
             continue
-        if name.startswith("ddp-profile"):
-            s.add_argument("--experiment", required=True, choices=["lora", "sr3"])
+        if name == "ddp-profile":
+            s.add_argument("--experiment", required=True, choices=sorted(DDP_PROFILE_RANKS))
             s.add_argument("--data", help="SR3: the rule's sky data (.npz)")
             s.add_argument("--nprocs", default="1,2", help="rank counts, one torchrun job each (comma-separated)")
             s.add_argument("--profiled", type=int, default=3, help="steps under torch.profiler (after the timed ones)")
@@ -101,10 +106,10 @@ def main(argv=None) -> None:
         s.add_argument("--threads", type=int, default=0, help="the job's cores (0 = every usable core)")
         s.add_argument("--warmup", type=int, default=5)
         s.add_argument("--repeat", type=int, default=20)
-        if name.startswith("study"):
+        if name == "study-a":
             s.add_argument("--image", required=True)
             s.add_argument("--mask", required=True)
-        if name.startswith("sr3"):
+        if name == "sr3":
             s.add_argument("--data", required=True)
     h = sub.add_parser(
         "host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, CPU, 1 thread"
@@ -138,18 +143,19 @@ def main(argv=None) -> None:
     b.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch's default)")
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--repeat", type=int, default=20)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     {
-        "host-overhead": host_overhead,
-        "sr3-host-bound": sr3_host_bound,
-        "study-a": study_a,
-        "sr3": sr3,
-        "sr3-rank": sr3_rank,
-        "lora": lora,
-        "lora-rank": lora_rank,
-        "efficiency": efficiency,
+        "host-overhead": host_overhead.host_overhead,
+        "sr3-host-bound": sr3.sr3_host_bound,
+        "study-a": study_a.study_a,
+        "sr3": sr3.sr3,
+        "lora": lora.lora,
+        "efficiency": lambda a: overhead.efficiency(a.csv),
         "ddp-profile": ddp_profile,
-        "ddp-profile-rank": ddp_profile_rank,
     }[args.cmd](args)
 
 

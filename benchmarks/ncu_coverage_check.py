@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from accelbench.core.config import deep_merge
+from accelbench.core.config import deep_merge, validate_config
 from accelbench.core.systems import load_systems, probe_devices, resolve_system
 from accelbench.data import mri
 from accelbench.experiments.unet3d.configs import resolve_settings
@@ -27,7 +27,7 @@ from accelbench.experiments.unet3d.configs import resolve_settings
 out = Path(os.environ.get("OUT", "ncu_check"))
 out.mkdir(parents=True, exist_ok=True)
 cfg = yaml.safe_load(open("config/config.yaml"))
-cfg = deep_merge(cfg, yaml.safe_load(open("config/examples/gpu_paper.yaml")))
+cfg = validate_config(deep_merge(cfg, yaml.safe_load(open("config/examples/gpu_paper.yaml"))))  # defaults filled
 system = resolve_system(cfg["system"], load_systems(cfg["systems_dir"]), probe_devices())
 print("system", system.name, system.scale, flush=True)
 u = cfg["unet3d_profile"]

@@ -8,13 +8,16 @@ containers, a browser, image pins). Each test is marked with its folder's name (
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from accelbench.core.config import deep_merge
+from accelbench.core.config import deep_merge, validate_config
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -39,16 +42,27 @@ def _repo_cwd(monkeypatch):
     monkeypatch.chdir(REPO)
 
 
+@functools.cache
+def _validated(*overlays: Path) -> dict:
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    for overlay in overlays:
+        config = deep_merge(config, yaml.safe_load(overlay.read_text()))
+    # plain dicts (Snakemake's validation fills defaults as OrderedDicts), as a config file would hold them
+    return json.loads(json.dumps(validate_config(config, REPO / "config/config.schema.yaml")))
+
+
 @pytest.fixture
 def default_config() -> dict:
-    return yaml.safe_load((REPO / "config/config.yaml").read_text())
+    """config/config.yaml as the workflow sees it: validated, every schema default filled in (the file itself holds
+    only the embedded run's choices; the schema is the one place a default is written)."""
+    return copy.deepcopy(_validated())
 
 
 @pytest.fixture
-def tiny_config(default_config) -> dict:
-    """config/examples/tiny.yaml merged onto the default, as `snakemake --configfile config/examples/tiny.yaml` does:
-    16^3 volumes, width 8, a few iterations; seconds per configuration on a CPU."""
-    return deep_merge(default_config, yaml.safe_load(TINY.read_text()))
+def tiny_config() -> dict:
+    """config/examples/tiny.yaml merged onto the default and validated, as `snakemake --configfile
+    config/examples/tiny.yaml` does: 16^3 volumes, width 8, a few iterations; seconds per configuration on a CPU."""
+    return copy.deepcopy(_validated(TINY))
 
 
 @pytest.fixture

@@ -52,10 +52,33 @@ ADDED = {
     ("unet3d_profile", "measurements.micro_batches"): "micro-batches per optimizer step (Med-DDPM: 2)",
     ("unet3d_profile", "measurements.tensor_shape"): "the network input (B, C, D, H, W) in its layout",
     ("unet3d_profile", "measurements.ema"): "Med-DDPM's EMA settings, recorded (not run)",
-    ("unet3d_profile", "inputs_sha256"): "the contents of the job's named inputs (freshness: redone when they change)",
-    ("unet3d_ncu", "inputs_sha256"): "the contents of the job's named inputs (freshness: redone when they change)",
-    ("sr3_scaling", "inputs_sha256"): "the contents of the job's named inputs (freshness: redone when they change)",
-    ("llm_quant", "inputs_sha256"): "the contents of the job's named inputs (freshness: redone when they change)",
+    ("unet3d_profile", "inputs_sha256"): "the contents of the job's input files (freshness: redone when they change)",
+    (
+        "unet3d_profile",
+        "inputs_sha256.image",
+    ): "the contents of the job's input files (freshness: redone when they change)",
+    (
+        "unet3d_profile",
+        "inputs_sha256.mask",
+    ): "the contents of the job's input files (freshness: redone when they change)",
+    ("unet3d_ncu", "inputs_sha256"): "the contents of the job's input files (freshness: redone when they change)",
+    ("unet3d_ncu", "inputs_sha256.image"): "the contents of the job's input files (freshness: redone when they change)",
+    ("unet3d_ncu", "inputs_sha256.mask"): "the contents of the job's input files (freshness: redone when they change)",
+    (
+        "unet3d_ncu",
+        "inputs_sha256.profile_result",
+    ): "the contents of the job's input files (freshness: redone when they change)",
+    ("sr3_scaling", "inputs_sha256"): "the contents of the job's input files (freshness: redone when they change)",
+    ("sr3_scaling", "inputs_sha256.data"): "the contents of the job's input files (freshness: redone when they change)",
+    ("llm_quant", "inputs_sha256"): "the contents of the job's input files (freshness: redone when they change)",
+    (
+        "llm_quant",
+        "inputs_sha256.model_dir",
+    ): "the contents of the job's input files (freshness: redone when they change)",
+    (
+        "llm_quant",
+        "inputs_sha256.sensitivity",
+    ): "the contents of the job's input files (freshness: redone when they change)",
     ("unet3d_profile", "measurements.grad_buffers"): "how a step holds its gradients (kept as zeros with "
     "CUDA graphs and gradient accumulation)",
 }

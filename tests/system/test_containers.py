@@ -13,7 +13,6 @@ from packaging.specifiers import SpecifierSet
 
 from accelbench.cluster.containers import apptainer_environment, image_uri, require_apptainer
 from accelbench.cluster.node_report import device_report, slurm_submission_hints
-from accelbench.core import registry
 from accelbench.cluster.recipes import (
     check_images,
     check_installed,
@@ -21,6 +20,7 @@ from accelbench.cluster.recipes import (
     parse_dockerfile,
     specifiers_overlap,
 )
+from accelbench.core import registry
 from accelbench.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,51 +1,23 @@
-"""benchmarks/harness_overhead.py (package benchmarks/overhead/): the interval math of the DDP profile and a 2-rank
+"""benchmarks/harness_overhead.py (the drivers in experiments/<name>/overhead.py, the generic parts in
+accelbench.measure.overhead and accelbench.measure.ddp_profile): the interval math of the DDP profile and a 2-rank
 CPU (gloo) run of `ddp-profile`."""
 
 import csv
-import importlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from accelbench.experiments.lora import host_attribution as attribution
+from accelbench.experiments.lora.overhead import case_of as lora_case
+from accelbench.measure import ddp_profile as ddp
+from accelbench.measure import overhead
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _module(name: str):
-    """``overhead.<name>`` of the benchmark's package (``benchmarks/overhead/``, beside its CLI)."""
-    bench = str(REPO / "benchmarks")
-    added = bench not in sys.path
-    if added:
-        sys.path.insert(0, bench)
-    try:
-        return importlib.import_module(f"overhead.{name}")
-    finally:
-        if added:
-            sys.path.remove(bench)
-
-
-@pytest.fixture(scope="module")
-def ddp():
-    return _module("ddp_profile")
-
-
-@pytest.fixture(scope="module")
-def eff():
-    return _module("efficiency")
-
-
-@pytest.fixture(scope="module")
-def host():
-    return _module("host")
-
-
-@pytest.fixture(scope="module")
-def attribution():
-    return _module("host_attribution")
-
-
-def test_union_and_overlap(ddp):
+def test_union_and_overlap():
     assert ddp.union([(5, 7), (0, 2), (1, 3), (3, 4), (9, 9), (8, 6)]) == [(0, 4), (5, 7)]
     assert ddp.covered([(0, 2), (1, 3), (10, 11)]) == 4
     assert ddp.overlap([(0, 10)], [(2, 3), (5, 12)]) == 1 + 5
@@ -56,7 +28,7 @@ def test_union_and_overlap(ddp):
     assert ddp.not_overlapped(comm, []) == 20 and ddp.not_overlapped([], compute) == 0
 
 
-def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
+def test_efficiency_pairs_each_run_with_its_own_one_device_row(tmp_path):
     """The CSV accumulates sessions (other nodes, other days): an N-device row is divided into the 1-device row of the
     same model measured closest in time, not into another session's."""
     fields = ["experiment", "case", "devices", "harness_ms", "bare_ms", "harness_over_bare", "product_ms", "when"]
@@ -72,7 +44,7 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
         w = csv.writer(f)
         w.writerow(fields)
         w.writerows(rows)
-    eff.efficiency(type("A", (), {"csv": str(path)}))
+    assert overhead.efficiency(str(path)) == tmp_path / "h_efficiency.csv"
     out = list(csv.DictReader(open(tmp_path / "h_efficiency.csv")))
     assert [(r["when"], r["one_device_when"]) for r in out] == [
         ("2026-11-30T08:13:29Z", "2026-11-30T08:13:48Z"),
@@ -82,7 +54,7 @@ def test_efficiency_pairs_each_run_with_its_own_one_device_row(eff, tmp_path):
     assert [float(r["efficiency_product"]) for r in out] == [0.76, 0.8]
 
 
-def test_profile_metrics_from_a_synthetic_trace(ddp):
+def test_profile_metrics_from_a_synthetic_trace():
     k = lambda name, ts, dur, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur}  # noqa: E731
     events = [
         k("gemm", 0, 400),
@@ -110,9 +82,9 @@ def test_profile_metrics_from_a_synthetic_trace(ddp):
     assert set(ddp.profile_metrics(events[-1:], 2).values()) == {None}  # no device activity (CPU): no device numbers
 
 
-def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, tmp_path):
+def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(tmp_path):
     """Rows appended to a CSV written before ``class_ms`` existed line up with the header (the old rows kept)."""
-    upgrade_header = _module("common").upgrade_header
+    upgrade_header = overhead.upgrade_header
     path = tmp_path / "p.csv"
     old = [f for f in ddp.PROFILE_FIELDS if f not in ("class_ms", "top_kernels")]
     path.write_text(",".join(old) + "\n" + ",".join("x" if f == "case" else "" for f in old) + "\n")
@@ -127,7 +99,7 @@ def test_profile_csv_with_an_older_header_is_rewritten_with_the_new_column(ddp, 
     assert path.read_text().count("\n") == 2
 
 
-def test_ddp_profile_two_gloo_ranks(ddp, tmp_path):
+def test_ddp_profile_two_gloo_ranks(tmp_path):
     """`ddp-profile` on a tiny LoRA Llama, 2 gloo ranks then 1: one row per rank and DDP variant, step and host times,
     the variants' DDP options, threads per rank."""
     import subprocess
@@ -373,15 +345,15 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     assert bench.result_data_path_differs({"measurements": {"data_path": here}}, here) == ""
 
 
-def test_percentiles(host):
-    assert host.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
-    p = host.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values
+def test_percentiles():
+    assert overhead.percentiles([5.0]) == {"median_ms": 5.0, "p10_ms": 5.0, "p90_ms": 5.0}
+    p = overhead.percentiles([float(x) for x in range(1, 12)])  # 1..11: inclusive deciles fall on the values
     assert p == {"median_ms": 6.0, "p10_ms": 2.0, "p90_ms": 10.0}
     with pytest.raises(ValueError):
-        host.percentiles([])
+        overhead.percentiles([])
 
 
-def test_part_timers_count_outermost_calls_while_enabled_and_restore(attribution):
+def test_part_timers_count_outermost_calls_while_enabled_and_restore():
     """`host-overhead` attributes host time with wrappers on the Trainer's parts: a recursive part (Module.train walks
     every module) counts once per outermost call, nothing is counted while disabled, and the originals come back."""
 
@@ -513,7 +485,7 @@ def test_lora_bare_settings_are_the_results(lora):
 
     plan = Plan(strategy="single", devices=1, attention="flash", attn_implementation="sdpa", precision="bf16")
     ours_r, faithful_r = _lora_result(OURS, "cuda"), _lora_result(FAITHFUL, "cuda")
-    s = lora.lora_case(ours_r)[2]
+    s = lora_case(ours_r)[2]
     ours = lora.bare_settings(ours_r, s, plan, system_from(ours_r["config"]))
     assert (ours.compile, ours.compile_backend, ours.fused_adamw, ours.adapters_bf16, ours.batch_copy) == (
         True,
@@ -526,7 +498,7 @@ def test_lora_bare_settings_are_the_results(lora):
     assert not ours.not_reproduced
     text = lora.settings_text(s, plan, ours)
     assert "compile True (inductor)" in text and "batch copy non_blocking" in text and "attention flash (sdpa)" in text
-    faithful = lora.bare_settings(faithful_r, lora.lora_case(faithful_r)[2], plan, system_from(faithful_r["config"]))
+    faithful = lora.bare_settings(faithful_r, lora_case(faithful_r)[2], plan, system_from(faithful_r["config"]))
     assert (
         faithful.compile,
         faithful.batch_copy,
@@ -562,7 +534,7 @@ def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurement
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     result = _lora_result(measurements)
-    spec, system, s, plan = lora.lora_case(result)
+    spec, system, s, plan = lora_case(result)
     mirror = lora.bare_settings(result, s, plan, system)
     step, net = lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
     assert [kw for _, kw in calls] == ([{"backend": "inductor"}] if compiled else [])

@@ -30,12 +30,13 @@ def test_a_copy_of_cpu_runs_by_name_and_its_tables_name_it(tmp_path, tiny_config
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["system"]["name"] == "epyc2"
 
-    tiny_config["unet3d_profile"]["configurations"] = ["baseline"]
+    # tf32 is `unsupported` on any CPU: written with the system and provenance at once, no measurement (seconds)
+    tiny_config["unet3d_profile"]["configurations"] = ["tf32"]
     write_config(tmp_path, tiny_config, ["unet3d_profile"])
     proc = snakemake(tmp_path, "results/study_a/table.csv", "--config", "system=epyc2", f"systems_dir={systems}")
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
-    assert (tmp_path / "results/epyc2/unet3d_profile/whole_head/baseline/result.json").is_file()
+    assert (tmp_path / "results/epyc2/unet3d_profile/whole_head/tf32/result.json").is_file()
     table = pd.read_csv(tmp_path / "results/study_a/table.csv")
     assert list(table["system"]) == ["epyc2"]
     assert table["hardware"].str.endswith("[epyc2: 2-core lab VM]").all(), table["hardware"].tolist()

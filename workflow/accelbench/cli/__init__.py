@@ -21,8 +21,9 @@ import os
 import sys
 
 from accelbench.cli import failure, inputs, k8s
-from accelbench.core import registry
-from accelbench.errors import AccelbenchError
+from accelbench.core import config_reference, registry
+from accelbench.core.files import read_text
+from accelbench.errors import AccelbenchError, DataError
 
 log = logging.getLogger("accelbench")
 
@@ -37,9 +38,6 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
     Raises:
         DataError: the list file is missing or not one of these forms, or (``required``) no result file is given.
     """
-    from accelbench.core.files import read_text
-    from accelbench.errors import DataError
-
     paths = [p for p in (args.results or []) if p]
     for listing in args.results_file or []:
         try:
@@ -101,9 +99,6 @@ def cmd_aggregate(args: argparse.Namespace) -> None:
     """Any experiment's aggregation: its tables module's ``aggregate(results, reference, out_dir)``."""
     module = registry.get(args.experiment).load_tables()
     if args.reference:  # one line naming it when it is no text file (a binary file, a FIFO, a folder)
-        from accelbench.core.files import read_text
-        from accelbench.errors import DataError
-
         read_text(args.reference, "--reference", error=DataError)
     with _figures_checked():
         module.aggregate(_result_paths(args), args.reference, args.out_dir)
@@ -285,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     _aggregate_parsers(sub)
     inputs.add_parsers(sub)
     k8s.add_parsers(sub)
+    config_reference.add_parser(sub)
 
     s = sub.add_parser(
         "reference-runs",

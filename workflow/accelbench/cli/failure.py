@@ -1,14 +1,15 @@
 """How a command ends when it fails: one line on stderr, never traceback frames unless asked for.
 
 * An error the user can act on (:class:`accelbench.errors.AccelbenchError`: a bad key, file or argument) is one
-  line naming it, exit status 2.
+  line naming it (a list of config problems: one line each), exit status 2.
 * Anything else is one line too (the exception's type and first line), exit status 1; where it was raised while a
   result file was being read (an aggregation meeting a result that lacks a field this version reads: a result of an
   older accelbench), the line names that file and the field, and says the file is older than the code.
 * The traceback is printed only with ``accelbench --verbose`` or ``ACCELBENCH_VERBOSE=1`` in the environment (what
   a Snakemake run passes down to its jobs); otherwise it is written to a file in the temporary folder that the line
   names, so a failed job's log still leads to it.
-* Ctrl-C (SIGINT) ends the command with one line and the shell's status for it (130).
+* Ctrl-C (SIGINT) ends the command with one line, then the process dies of SIGINT (as Python itself would), so the
+  shell or Snakemake that started it sees an interrupted command, not an ordinary failure.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def result_being_read(exc: BaseException) -> dict | None:
 def message(command: str, exc: BaseException) -> str:
     """The one line for ``exc`` (see the module docstring)."""
     if isinstance(exc, AccelbenchError):
-        return f"accelbench {command}: error: {' '.join(str(exc).split(chr(10)))}"
+        return f"accelbench {command}: error: {exc}"  # a list of problems keeps one line per problem
     result = result_being_read(exc) if isinstance(exc, (KeyError, TypeError, IndexError)) else None
     if result is not None:
         field = repr(exc.args[0]) if isinstance(exc, KeyError) and exc.args else "a field"

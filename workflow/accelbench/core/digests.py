@@ -16,6 +16,8 @@ import os
 import stat
 from pathlib import Path
 
+from accelbench.errors import DataError
+
 CHUNK = 4 * 2**20
 MAX_FILES = 100_000  # a folder input with more entries is not a data set of these experiments: refused
 _CACHE: dict[tuple, str] = {}
@@ -56,7 +58,7 @@ def digest(path: str | Path) -> str | None:
     it with each regular file's content hash; links to folders are not followed). None when ``path`` is missing.
 
     Raises:
-        ValueError: a folder with more than :data:`MAX_FILES` entries.
+        DataError: a folder with more than :data:`MAX_FILES` entries (one line naming it).
     """
     path = str(path)
     kind = _entry(path)
@@ -70,7 +72,7 @@ def digest(path: str | Path) -> str | None:
         for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(root, d))]):
             count += 1
             if count > MAX_FILES:
-                raise ValueError(f"input folder {path} holds more than {MAX_FILES} files")
+                raise DataError(f"input folder {path} holds more than {MAX_FILES} files; not a data set of these jobs")
             full = os.path.join(root, name)
             h.update(f"{os.path.relpath(full, path)}\0{_entry(full)}\n".encode())
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
@@ -83,7 +85,10 @@ def digests(inputs: dict) -> dict:
     out = {}
     for name, path in sorted((inputs or {}).items()):
         if isinstance(path, (str, Path)) and path:
-            d = digest(path)
+            try:
+                d = digest(path)
+            except DataError as exc:  # recorded as such: never lose a finished measurement over its record
+                d = str(exc)
             if d is not None:
                 out[name] = {"path": str(path), "sha256": d}
     return out
@@ -99,7 +104,7 @@ def changed(recorded) -> list[str]:
         if isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("sha256"), str):
             try:
                 now = digest(entry["path"])
-            except ValueError:
+            except DataError:
                 now = None
             if now != entry["sha256"]:
                 out.append(entry["path"])

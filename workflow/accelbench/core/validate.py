@@ -4,7 +4,10 @@ Schemas (``accelbench/schemas/result.json`` and each experiment folder's ``<name
 2020-12): ``result.json`` holds what every result needs (envelope, provenance: hardware, software versions, git
 commit, host, UTC time, the system; ``oom``/``unsupported`` results with a non-empty reason) and
 ``<name>.schema.json`` what an ``ok`` result of that experiment must measure:
-timings with their unit and repeated samples (median, p10/p90), values with units. Schemas are strict about what
+timings with their unit and repeated samples (median, p10/p90), values with units, and each number's range (a
+timing's samples, median and percentiles above 0: a 0 ms step was not timed; rates, wall times and MFU above 0;
+memory peaks not negative). A field the schema requires that an older result lacks is reported as that (the result
+of an older accelbench, named with its file), so no table crashes on it. Schemas are strict about what
 must be there and permissive about extra fields (results gain fields over time). On top of the schemas every number
 in the file must be finite (``NaN``/``Infinity`` are refused: writers store ``null`` for "no value"), and physically
 possible (:func:`bound_problems`): no MFU above 1, no board's average power above the power limit its provenance

@@ -11,7 +11,7 @@ Every measurement job therefore records what else ran while it ran, and flags it
 * :func:`host_load` turns a start and an end snapshot into ``cpu_other_fraction``: the share of all cores' time used
   by processes outside the job's tree (0 = quiet, 1 = every core busy with something else).
 * :func:`assess` adds the spread of the job's timings (p90 / median, the largest over the result's timings) and
-  compares both with the thresholds of the config (``noise:`` in ``config/config.yaml``); the verdict is
+  compares both with the thresholds of the config (``noise:``; defaults: ``config/config.schema.yaml``); verdict:
   ``measurements.noise.noisy`` with the reasons in ``measurements.noise.why``.
 
 The start snapshot is taken once per job by the first ``accelbench`` process (the job harness, which also writes the

@@ -35,6 +35,10 @@ residual block, the attention output projection and the output convolution) keep
 an untrained network predicts non-zero noise and the quality check compares real numbers (the arithmetic per step is
 unchanged); ``GroupNorm32``'s explicit fp32 cast is left to autocast, which runs ``group_norm`` in fp32 anyway.
 
+Options beyond Med-DDPM (``attention``, ``upsample``, ``norm``; :meth:`MedDDPMUNet.set_implementations`): the same
+parameters and arithmetic computed so that a ``channels_last_3d`` network stays NDHWC
+(:mod:`accelbench.models.ndhwc_ops`). Their defaults are Med-DDPM's.
+
 Counts (``resources/reference/med_ddpm_network.csv``, counted on Med-DDPM's own code): whole head (3 in, 1 out)
 40,226,433 parameters and 5,536.7 GFLOP forward at (1, 3, 128, 128, 128); BraTS (8 in, 4 out, 2 residual blocks)
 57,562,564 parameters and 21,258.2 GFLOP forward at (1, 8, 144, 192, 192).
@@ -48,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+from accelbench.models import ndhwc_ops
 
 
 def timestep_features(t: torch.Tensor, width: int, max_period: float = 1000.0) -> torch.Tensor:
@@ -83,18 +89,23 @@ class ResidualBlock(nn.Module):
 
 class SpatialAttention(nn.Module):
     """Self-attention over all voxels of a (B, C, D, H, W) map with 1x1 Conv1d projections, gradient-checkpointed
-    in training (``checkpointed``)."""
+    in training (``checkpointed``). ``impl``: ``conv1d_einsum`` (Med-DDPM's: (B, C, N) reshape, Conv1d, einsum) or
+    ``tokens_sdpa`` (:func:`accelbench.models.ndhwc_ops.tokens_sdpa_attention`: the same parameters and arithmetic on
+    a (B, N, C) token view with ``scaled_dot_product_attention``)."""
 
-    def __init__(self, channels: int, heads: int, groups: int, checkpointed: bool = True):
+    def __init__(self, channels: int, heads: int, groups: int, checkpointed: bool = True, impl: str = "conv1d_einsum"):
         super().__init__()
         if channels % heads:
             raise ValueError(f"attention: {channels} channels do not split into {heads} heads")
-        self.heads, self.checkpointed = heads, checkpointed
+        _check("attention", impl, ndhwc_ops.ATTENTION_IMPLS)
+        self.heads, self.checkpointed, self.impl = heads, checkpointed, impl
         self.norm = nn.GroupNorm(groups, channels)
         self.qkv = nn.Conv1d(channels, 3 * channels, 1)
         self.proj = nn.Conv1d(channels, channels, 1)
 
     def _attend(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "tokens_sdpa":
+            return ndhwc_ops.tokens_sdpa_attention(x, self.norm, self.qkv, self.proj, self.heads)
         b, c, *space = x.shape
         flat = x.reshape(b, c, -1)
         qkv = self.qkv(self.norm(flat))
@@ -119,15 +130,27 @@ class SpatialAttention(nn.Module):
 
 
 class Upsample(nn.Module):
-    """x2 interpolation in all three spatial dimensions (``mode``: Med-DDPM ``trilinear``) then a 3x3x3 convolution."""
+    """x2 interpolation in all three spatial dimensions (``mode``: Med-DDPM ``trilinear``) then a 3x3x3 convolution.
+    ``impl``: ``interpolate`` (``F.interpolate``) or ``separable`` (trilinear only:
+    :func:`accelbench.models.ndhwc_ops.trilinear_up2`, the same interpolation as three 1-D passes)."""
 
-    def __init__(self, channels: int, mode: str = "trilinear"):
+    def __init__(self, channels: int, mode: str = "trilinear", impl: str = "interpolate"):
         super().__init__()
-        self.mode = mode
+        _check("upsample", impl, ndhwc_ops.UPSAMPLE_IMPLS)
+        if impl == "separable" and mode != "trilinear":
+            raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {mode!r}")
+        self.mode, self.impl = mode, impl
         self.conv = nn.Conv3d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.impl == "separable":
+            return self.conv(ndhwc_ops.trilinear_up2(x))
         return self.conv(F.interpolate(x, scale_factor=2, mode=self.mode))
+
+
+def _check(what: str, impl: str, allowed: tuple[str, ...]) -> None:
+    if impl not in allowed:
+        raise ValueError(f"{what}: implementation {impl!r} is not one of {', '.join(allowed)}")
 
 
 class _Stage(nn.Module):
@@ -153,6 +176,8 @@ class MedDDPMUNet(nn.Module):
             caller).
         checkpoint_attention: Med-DDPM: True (always).
         upsample_mode: Med-DDPM: ``trilinear``.
+        attention, upsample, norm: the implementations of the attention blocks, the upsamplings and every GroupNorm
+            (:meth:`set_implementations`); the defaults are Med-DDPM's.
     """
 
     def __init__(
@@ -168,6 +193,9 @@ class MedDDPMUNet(nn.Module):
         dropout: float = 0.0,
         checkpoint_attention: bool = True,
         upsample_mode: str = "trilinear",
+        attention: str = "conv1d_einsum",
+        upsample: str = "interpolate",
+        norm: str = "group_norm",
     ):
         super().__init__()
         if len(attention_levels) != len(channel_mult):
@@ -176,7 +204,7 @@ class MedDDPMUNet(nn.Module):
         emb = 4 * base_channels
         self.time_mlp = nn.Sequential(nn.Linear(base_channels, emb), nn.SiLU(), nn.Linear(emb, emb))
 
-        def attention(ch: int, level_has: bool) -> SpatialAttention | None:
+        def attention_block(ch: int, level_has: bool) -> SpatialAttention | None:
             return SpatialAttention(ch, num_heads, norm_groups, checkpoint_attention) if level_has else None
 
         ch = base_channels * channel_mult[0]
@@ -188,7 +216,8 @@ class MedDDPMUNet(nn.Module):
                 width = base_channels * mult
                 self.down.append(
                     _Stage(
-                        ResidualBlock(ch, width, emb, norm_groups, dropout), attention(width, attention_levels[level])
+                        ResidualBlock(ch, width, emb, norm_groups, dropout),
+                        attention_block(width, attention_levels[level]),
                     )
                 )
                 ch = width
@@ -211,12 +240,46 @@ class MedDDPMUNet(nn.Module):
                 self.up.append(
                     _Stage(
                         ResidualBlock(ch + skips.pop(), width, emb, norm_groups, dropout),
-                        attention(width, attention_levels[level]),
+                        attention_block(width, attention_levels[level]),
                         Upsample(width, upsample_mode) if level > 0 and last else None,
                     )
                 )
                 ch = width
         self.head = nn.Sequential(nn.GroupNorm(norm_groups, ch), nn.SiLU(), nn.Conv3d(ch, out_channels, 3, padding=1))
+        self.set_implementations(
+            attention=attention, upsample=upsample, norm=norm, checkpoint_attention=checkpoint_attention
+        )
+
+    def set_implementations(
+        self,
+        *,
+        attention: str = "conv1d_einsum",
+        upsample: str = "interpolate",
+        norm: str = "group_norm",
+        checkpoint_attention: bool = True,
+    ) -> MedDDPMUNet:
+        """Choose, in place, how the attention blocks, the upsamplings and the GroupNorms compute (names:
+        :mod:`accelbench.models.ndhwc_ops`; the defaults are Med-DDPM's) and whether attention is checkpointed. The
+        parameters stay the same tensors (``norm="channel_sums"`` swaps each ``nn.GroupNorm`` for a
+        :class:`~accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding its weight and bias, and back), so the
+        state dict, the optimizer's parameters and the arithmetic are unchanged. Call it before ``torch.compile``."""
+        _check("attention", attention, ndhwc_ops.ATTENTION_IMPLS)
+        _check("upsample", upsample, ndhwc_ops.UPSAMPLE_IMPLS)
+        _check("norm", norm, ndhwc_ops.NORM_IMPLS)
+        for m in self.modules():
+            if isinstance(m, SpatialAttention):
+                m.impl, m.checkpointed = attention, checkpoint_attention
+            elif isinstance(m, Upsample):
+                if upsample == "separable" and m.mode != "trilinear":
+                    raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {m.mode!r}")
+                m.impl = upsample
+        cls = ndhwc_ops.ChannelSumGroupNorm if norm == "channel_sums" else nn.GroupNorm
+        swap = ndhwc_ops.ChannelSumGroupNorm.of if norm == "channel_sums" else ndhwc_ops.plain_group_norm
+        for parent in list(self.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, nn.GroupNorm) and type(child) is not cls:
+                    setattr(parent, name, swap(child))
+        return self
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         emb = self.time_mlp(timestep_features(t, self.base_channels))

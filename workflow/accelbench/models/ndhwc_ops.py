@@ -29,6 +29,7 @@ UPSAMPLE_IMPLS = ("interpolate", "separable")
 NORM_IMPLS = ("group_norm", "channel_sums")
 
 _HALF = (torch.float16, torch.bfloat16)
+CL = torch.channels_last_3d
 
 
 def tokens_sdpa_attention(
@@ -69,13 +70,14 @@ def trilinear_up2(x: torch.Tensor) -> torch.Tensor:
     """``F.interpolate(x, scale_factor=2, mode="trilinear")`` (``align_corners=False``) as three separable 1-D passes
     over D, H and W: (B, C, D, H, W) -> (B, C, 2D, 2H, 2W). bf16/fp16 inputs are computed in fp32 and rounded once at
     the end, like the CUDA kernel's fp32 accumulation. Forward and backward are pointwise and concatenations (no
-    ``index_put`` in the backward); the result keeps the input's memory format."""
+    ``index_put`` in the backward). A channels_last_3d input gives a channels_last_3d result: the last pass's
+    rounding writes it so (the probe left it in the passes' contiguous layout, which the next convolution then
+    transposed)."""
     y = x.float() if x.dtype in _HALF else x
     for dim in (2, 3, 4):
         y = _up2(y, dim)
-    fmt = torch.channels_last_3d if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d) else None
     y = y.to(x.dtype)
-    return y.contiguous(memory_format=fmt) if fmt is not None else y
+    return y.contiguous(memory_format=CL) if x.dim() == 5 and x.is_contiguous(memory_format=CL) else y
 
 
 class ChannelSumGroupNorm(nn.GroupNorm):

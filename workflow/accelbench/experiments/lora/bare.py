@@ -1,7 +1,7 @@
 """Study B LoRA's bare reference loop: the plain PyTorch step that the harness's Trainer step
 (:func:`.train.train_rank`) is checked against, and the settings it takes from the result it is compared with.
 
-``benchmarks/harness_overhead.py lora`` (driver: ``benchmarks/overhead/lora.py``) times both on the same model, shapes
+``benchmarks/harness_overhead.py lora`` (driver: :mod:`.overhead`) times both on the same model, shapes
 and settings and writes ``harness_ms``/``bare_ms``; ``ddp-profile`` and ``host-overhead`` run :func:`lora_bare` too.
 
 The bare loop runs the settings the result ran with (:func:`bare_settings`: the result's

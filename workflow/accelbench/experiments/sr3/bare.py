@@ -1,7 +1,7 @@
 """Study B SR3's bare reference loop: the plain PyTorch DDP step that the job's ``Trainer.train_step``
 (:class:`.model.Trainer`) is checked against, and the settings it takes from the result it is compared with.
 
-``benchmarks/harness_overhead.py sr3`` (driver: ``benchmarks/overhead/sr3.py``) times both in the result's
+``benchmarks/harness_overhead.py sr3`` (driver: :mod:`.overhead`) times both in the result's
 configuration (:mod:`.configs`: precision, attention placement, cuDNN autotuning, compilation, fused Adam,
 channels_last and, for the faithful series, its per-iteration ``loss.item()`` + barrier and the authors' data path:
 DataLoader workers, pinned memory, blocking copy, which the bare loop takes too; for ours the bare loop's batches are

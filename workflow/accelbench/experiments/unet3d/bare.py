@@ -2,14 +2,16 @@
 (:meth:`.workload.Workload.train_step`, timed by :func:`accelbench.measure.timing.time_steps`) is checked against, and
 the settings it takes from the result it is compared with.
 
-``benchmarks/harness_overhead.py study-a`` (driver: ``benchmarks/overhead/study_a.py``) times both on the same
+``benchmarks/harness_overhead.py study-a`` (driver: :mod:`.overhead`) times both on the same
 network, shapes and settings and writes ``harness_ms``/``bare_ms``.
 
 The bare loop runs what the result ran (:func:`study_a_case`: the network, preset, scale and micro-batches of its
 ``config``): the same network builder and noise scheduler, the configuration's math mode and cuDNN autotuning
-(:func:`.numerics.math_mode`), memory layout, autocast, ``torch.compile`` mode, fused Adam, Med-DDPM's gradient
-accumulation over ``micro_batches`` (loss / micro_batches) and, with CUDA graphs and accumulation, ``.grad`` buffers
-kept outside the graphs' pool as the Workload keeps them (:func:`.configs.keeps_grad_buffers`).
+(:func:`.numerics.math_mode`), the network's module implementations (:func:`.networks.set_implementations`: token-view
+SDPA attention without checkpointing, separable upsampling, GroupNorm from channel sums where the configuration asks
+for them), memory layout, autocast, ``torch.compile`` mode, fused Adam, Med-DDPM's gradient accumulation over
+``micro_batches`` (loss / micro_batches) and, with CUDA graphs and accumulation, ``.grad`` buffers kept outside the
+graphs' pool as the Workload keeps them (:func:`.configs.keeps_grad_buffers`).
 
 Torch is imported inside the functions that build the loop.
 """
@@ -45,13 +47,13 @@ def bare_samples(settings, variant, image, mask, seed: int, device: str, time_lo
     import torch.nn.functional as F
 
     from accelbench.experiments.unet3d.configs import keeps_grad_buffers
-    from accelbench.experiments.unet3d.networks import build_network, build_scheduler
+    from accelbench.experiments.unet3d.networks import build_network, build_scheduler, set_implementations
     from accelbench.experiments.unet3d.numerics import math_mode
 
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):
         fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
-        model = build_network(settings).to(device, memory_format=fmt)
+        model = set_implementations(build_network(settings), variant).to(device, memory_format=fmt)
         net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
         opt = torch.optim.Adam(model.parameters(), lr=settings.lr, **({"fused": True} if variant.fused_adam else {}))
         stable = keeps_grad_buffers(variant, settings)  # as the rule's Workload (CUDA graphs + accumulation)

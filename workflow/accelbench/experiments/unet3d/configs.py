@@ -27,11 +27,32 @@ class Variant:
     compile_mode: str | None = None  # torch.compile mode ("reduce-overhead" = CUDA graphs, "max-autotune")
     fused_adam: bool = False  # torch.optim.Adam(fused=True) on CUDA
     cudnn_benchmark: bool = False  # cuDNN autotuning (Study A / Med-DDPM: PyTorch's default, off)
+    # how Med-DDPM's network computes (MedDDPMUNet.set_implementations, accelbench.models.ndhwc_ops: same parameters,
+    # same arithmetic); the defaults are Med-DDPM's. Recorded in each result (measurements.variant)
+    attention: str = "conv1d_einsum"  # or "tokens_sdpa": a (B, N, C) token view + scaled_dot_product_attention
+    checkpoint_attention: bool = True  # Med-DDPM checkpoints its attention blocks
+    upsample: str = "interpolate"  # or "separable": x2 trilinear as three 1-D passes in fp32
+    norm: str = "group_norm"  # or "channel_sums": GroupNorm from per-channel sums, one pointwise affine
 
     @property
     def cuda_graphs(self) -> bool:
         """Whether the compiled model runs as CUDA graphs (``torch.compile`` modes :data:`CUDA_GRAPH_MODES`)."""
         return self.compile and self.compile_mode in CUDA_GRAPH_MODES
+
+    @property
+    def network_options(self) -> dict:
+        """The keyword arguments of ``MedDDPMUNet.set_implementations`` this configuration runs with."""
+        return {
+            "attention": self.attention,
+            "upsample": self.upsample,
+            "norm": self.norm,
+            "checkpoint_attention": self.checkpoint_attention,
+        }
+
+    @property
+    def rewrites_network(self) -> bool:
+        """Whether it computes any module of Med-DDPM's network otherwise than Med-DDPM does."""
+        return self.network_options != NETWORK_DEFAULTS
 
     @property
     def series(self) -> str:
@@ -47,6 +68,14 @@ class Variant:
         """The math mode whose peak the MFU is computed against (and that the system must support)."""
         return "bf16" if self.autocast == "bf16" else ("tf32" if self.tf32 else "fp32")
 
+
+# Med-DDPM's own implementations (the field defaults above)
+NETWORK_DEFAULTS = Variant("defaults").network_options
+# why a configuration with other implementations does not run on the MONAI stand-in (an `unsupported` reason)
+NOT_ON_MONAI = (
+    "its attention/upsample/norm rewrites are written for Med-DDPM's network (unet3d_profile.network: med_ddpm); "
+    "the MONAI stand-in's blocks are MONAI's own (nearest-neighbour upsampling, Linear projections)"
+)
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
@@ -79,6 +108,20 @@ VARIANTS: dict[str, Variant] = {
             channels_last_3d=True,
             compile=True,
             compile_mode="max-autotune",
+        ),
+        # channels_last_3d kept through the step (accelbench.models.ndhwc_ops): token-view SDPA attention, not
+        # checkpointed; separable trilinear upsampling; GroupNorm from per-channel sums; CUDA graphs; fused Adam
+        Variant(
+            "bf16_channels_last_3d_ndhwc_compile_cudagraphs",
+            autocast="bf16",
+            channels_last_3d=True,
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            attention="tokens_sdpa",
+            checkpoint_attention=False,
+            upsample="separable",
+            norm="channel_sums",
         ),
     )
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from accelbench.experiments.unet3d.configs import ModelSettings
+from accelbench.experiments.unet3d.configs import NOT_ON_MONAI, ModelSettings, Variant
 
 
 def build_network(s: ModelSettings) -> torch.nn.Module:
@@ -27,6 +27,23 @@ def build_network(s: ModelSettings) -> torch.nn.Module:
             norm_groups=s.norm_groups,
         )
     return build_unet(s)
+
+
+def set_implementations(model: torch.nn.Module, variant: Variant) -> torch.nn.Module:
+    """``model`` with the module implementations ``variant`` asks for (:attr:`Variant.network_options`), in place:
+    Med-DDPM's network sets them (:meth:`~accelbench.models.med_ddpm_unet.MedDDPMUNet.set_implementations`; the
+    parameters stay the same tensors); the MONAI stand-in has only its own.
+
+    Raises:
+        ValueError: a configuration that rewrites the network on the MONAI stand-in (the job records it as
+            ``unsupported`` before it gets here: :func:`accelbench.experiments.unet3d.settings.network_reason`)."""
+    from accelbench.models.med_ddpm_unet import MedDDPMUNet
+
+    if isinstance(model, MedDDPMUNet):
+        return model.set_implementations(**variant.network_options)
+    if variant.rewrites_network:
+        raise ValueError(f"configuration {variant.name}: {NOT_ON_MONAI}")
+    return model
 
 
 def build_unet(s: ModelSettings) -> torch.nn.Module:

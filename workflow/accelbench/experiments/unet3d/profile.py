@@ -51,7 +51,13 @@ Configurations (Study A's four, then ours):
 (plus Adam's fused CUDA kernel), ``bf16_compile_cudagraphs`` (``mode="reduce-overhead"``: CUDA graphs), and beyond
 it: ``bf16_channels_last_3d`` (+ ``_compile``, + ``_compile_cudagraphs``), ``bf16_compile_max_autotune``
 (``mode="max-autotune-no-cudagraphs"``: inductor benchmarks its GEMM/convolution candidates at compile time) and
-``bf16_channels_last_3d_compile_max_autotune`` (``mode="max-autotune"``, CUDA graphs included). Inductor's search
+``bf16_channels_last_3d_compile_max_autotune`` (``mode="max-autotune"``, CUDA graphs included), and
+``bf16_channels_last_3d_ndhwc_compile_cudagraphs``: channels_last_3d kept through the step, CUDA graphs, fused Adam and
+three module rewrites of Med-DDPM's network with the same parameters and arithmetic (:mod:`accelbench.models.ndhwc_ops`;
+recorded as ``measurements.variant``'s ``attention``, ``checkpoint_attention``, ``upsample``, ``norm``): attention on
+a (B, N, C) token view through ``scaled_dot_product_attention``, not checkpointed (``tokens_sdpa``), the x2 trilinear
+upsampling as three separable 1-D passes (``separable``), GroupNorm from per-channel sums with one pointwise affine
+(``channel_sums``); on the MONAI stand-in it is ``unsupported``. Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 
@@ -107,6 +113,7 @@ from accelbench.experiments.unet3d.settings import (  # noqa: F401  (the job's s
     COST,
     Settings,
     estimate_s,
+    network_reason,
     unsupported_outcome,
     unsupported_reason,
 )
@@ -147,7 +154,7 @@ def profile(
         ``{"status", "reason", "measurements"}``; status ``unsupported`` or ``oom`` with a reason
         instead of raising for those cases. Times in ms, memory in GiB.
     """
-    reason = unsupported_reason(variant, system)
+    reason = unsupported_reason(variant, system) or network_reason(variant, settings)
     if reason:
         return {"status": "unsupported", "reason": reason, "measurements": {}}
     device = Device(system.backend)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from accelbench.core import precisions
 from accelbench.core.outcome import Outcome
-from accelbench.experiments.unet3d.configs import VARIANTS, ModelSettings, Variant, settings_of
+from accelbench.experiments.unet3d.configs import NOT_ON_MONAI, VARIANTS, ModelSettings, Variant, settings_of
 
 
 @dataclass(frozen=True)
@@ -32,11 +32,14 @@ class Settings:
 
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:
     """The job's ``unsupported`` outcome when the system lacks the configuration's precision (TF32 on a CPU or
-    V100, bf16 on V100), or this host only emulates it, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the
+    V100, bf16 on V100), the network lacks its module rewrites (the MONAI stand-in: :func:`network_reason`), or this
+    host only emulates its precision, slowly (bf16 on a CPU without AVX512-BF16/AMX, unless the
     config's ``run_emulated_precisions`` lists it: :func:`accelbench.core.precisions.emulated_reason`, a short probe):
     known without measuring, so the harness writes it without taking the device lock."""
-    reason = unsupported_reason(s.variant, ctx.system) or precisions.emulated_reason(
-        ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec)
+    reason = (
+        unsupported_reason(s.variant, ctx.system)
+        or network_reason(s.variant, s.model)
+        or precisions.emulated_reason(ctx.system, s.variant.autocast, precisions.run_emulated(ctx.spec))
     )
     return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
 
@@ -56,11 +59,13 @@ def estimate_s(spec: dict) -> float:
     from accelbench.core.harness import system_from
 
     system, variant = system_from(spec), VARIANTS[spec["configuration"]]
-    if unsupported_reason(variant, system) or precisions.emulated_reason(
-        system, variant.autocast, precisions.run_emulated(spec)
+    m = settings_of(spec, system.scale)
+    if (
+        unsupported_reason(variant, system)
+        or network_reason(variant, m)
+        or precisions.emulated_reason(system, variant.autocast, precisions.run_emulated(spec))
     ):
         return STARTUP_S
-    m = settings_of(spec, system.scale)
     r = spec["run"]
     units = (
         3 * m.micro_batches * (1 + r["warmup"] + r["repeat"] + r["profile_steps"])
@@ -74,6 +79,14 @@ def estimate_s(spec: dict) -> float:
         emulated = precisions.emulation(system, "bf16")
         work *= emulated[1] if emulated else COST["bf16_x"]
     return COST["startup_s"] + COST["unit_s"] * units * work + (COST["compile_s"] if variant.compile else 0.0)
+
+
+def network_reason(variant: Variant, model: ModelSettings) -> str | None:
+    """Why ``variant`` cannot run on the network ``model`` names (None if it can): its module rewrites
+    (:attr:`Variant.rewrites_network`) exist for Med-DDPM's network only."""
+    if variant.rewrites_network and model.network != "med_ddpm":
+        return f"network {model.network}: {NOT_ON_MONAI}"
+    return None
 
 
 def unsupported_reason(variant: Variant, system) -> str | None:

@@ -227,10 +227,24 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     fig.tight_layout()
 
 
+def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
+    """The figure where no configuration ran (e.g. only an `unsupported` tf32 on a CPU): the rows' statuses and
+    reasons in words, no empty bars."""
+    fig, ax = plt.subplots(figsize=(10, 3))
+    why = "; ".join(sorted({f"{r['configuration']}: {status_cell(r) or r['status']}" for _, r in df.iterrows()}))
+    ax.text(0.5, 0.5, wrap(f"nothing ran: {why}", fig, FONT["label"], 0.8), ha="center", va="center")
+    ax.set_axis_off()
+    fig.suptitle(wrap(_title(df, what), fig, FONT["label"]), fontsize=FONT["label"], x=0.01, ha="left")
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
 def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Stacked horizontal bars: share of device time per kernel class (one colour each, :data:`CLASS_COLOURS`),
     one bar per (hardware, configuration)."""
     ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return _nothing_ran(df, path, "kernel-time breakdown of one training step")
     fig, ax, y = _hbar_figure(ok)
     left = np.zeros(len(ok))
     for cls in CLASSES:
@@ -247,6 +261,8 @@ def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
 def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Horizontal bars: kernel launches per training step, with the layout-conversion and cast/copy parts hatched."""
     ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return _nothing_ran(df, path, "kernel launches per training step")
     fig, ax, y = _hbar_figure(ok)
     ax.barh(y, ok["kernel_count"], color="C0", label="all kernels")
     ax.barh(y, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")

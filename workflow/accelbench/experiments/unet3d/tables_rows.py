@@ -114,6 +114,9 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return df
+    # the measured columns also where no result ran (e.g. only `unsupported` tf32 on a CPU): empty, not missing
+    measured = ["train_step_ms", "kernel_count", "layout_conversion_kernels", "cast_copy_kernels"]
+    df = df.reindex(columns=[*df.columns, *(c for c in [*measured, *(f"share_{c}" for c in CLASSES)] if c not in df)])
     df["configuration"] = pd.Categorical(
         df["configuration"], categories=ORDER + sorted(set(df["configuration"]) - set(ORDER)), ordered=True
     )

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from accelbench.backends.device import Device
 from accelbench.experiments.unet3d.configs import ModelSettings, Variant, keeps_grad_buffers
-from accelbench.experiments.unet3d.networks import build_network, build_scheduler
+from accelbench.experiments.unet3d.networks import build_network, build_scheduler, set_implementations
 from accelbench.experiments.unet3d.numerics import math_mode
 
 
@@ -20,6 +20,9 @@ class Workload:
 
     Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot; their spatial axes
     are put in the network's layout (:attr:`ModelSettings.spatial_order`).
+
+    The model's module implementations are set to the variant's (:func:`.networks.set_implementations`, in place)
+    before it is compiled.
 
     Gradient buffers (``stable_grads``, :func:`keeps_grad_buffers`): with CUDA graphs (:attr:`Variant.cuda_graphs`)
     and more than one micro-batch, every parameter's ``.grad`` is allocated here, as zeros outside the CUDA graphs'
@@ -51,7 +54,7 @@ class Workload:
         self.s, self.v, self.device = settings, variant, device
         dev = device.torch_device
         fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
-        self.model = model.to(dev, memory_format=fmt)
+        self.model = set_implementations(model, variant).to(dev, memory_format=fmt)  # the variant's modules
         order = (0, 1, *(2 + a for a in settings.spatial_order))
         image, mask = image.permute(order), mask.permute(order)
         self.image = image.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)

@@ -1,5 +1,6 @@
-"""Host overhead of the LoRA Trainer step on the CPU (``host-overhead``): the product's ``train_rank`` vs the bare
-loop on a tiny random-init Llama, 1 thread; per-step percentiles and a per-part attribution."""
+"""Host overhead of the LoRA Trainer step on the CPU (``benchmarks/harness_overhead.py host-overhead``): the product's
+``train_rank`` vs the bare loop (:func:`.bare.lora_bare`) on a tiny random-init Llama, 1 thread; per-step percentiles
+and a per-part attribution (:mod:`.host_attribution`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import statistics
 import time
 from pathlib import Path
 
-from accelbench.experiments.lora.bare import lora_bare, lora_case
-from overhead.common import _append, _empty_cache
-from overhead.host_attribution import ATTRIBUTION_FIELDS, PartTimers, _parts
+from accelbench.experiments.lora.bare import lora_bare
+from accelbench.experiments.lora.host_attribution import ATTRIBUTION_FIELDS, PartTimers, step_parts
+from accelbench.experiments.lora.overhead import case_of
+from accelbench.measure import overhead
 
 HOST_FIELDS = [
     "side",
@@ -33,18 +35,6 @@ HOST_FIELDS = [
     "versions",
     "when",
 ]
-
-
-def percentiles(samples: list[float]) -> dict:
-    """Median, 10th and 90th percentile (ms, 3 decimals) of per-step samples (linear interpolation between order
-    statistics, as ``statistics.quantiles(method="inclusive")``); one sample gives that sample for all three."""
-    if not samples:
-        raise ValueError("no samples")
-    if len(samples) == 1:
-        v = round(float(samples[0]), 3)
-        return {"median_ms": v, "p10_ms": v, "p90_ms": v}
-    q = statistics.quantiles(samples, n=10, method="inclusive")
-    return {"median_ms": round(statistics.median(samples), 3), "p10_ms": round(q[0], 3), "p90_ms": round(q[-1], 3)}
 
 
 def tiny_tokenizer(folder: str, vocab: int) -> str:
@@ -76,7 +66,7 @@ def tiny_lora_spec(
     from accelbench.core.systems import load_systems
     from accelbench.experiments.lora.settings import LoraSettings
 
-    system = load_systems(Path(__file__).resolve().parents[2] / "config" / "systems")["cpu"]
+    system = load_systems(Path(__file__).resolve().parents[4] / "config" / "systems")["cpu"]
     s = LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
     return {
         "settings": s.to_dict(),
@@ -192,7 +182,7 @@ def host_overhead(args) -> None:
     spec = tiny_lora_spec(
         args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup, args.repeat, tok_dir
     )
-    spec, system, s, plan = lora_case({"config": spec})
+    spec, system, s, plan = case_of({"config": spec})
     fused = args.fused
     from accelbench.experiments.lora.trainer import LossCurveMixin
 
@@ -208,14 +198,14 @@ def host_overhead(args) -> None:
                 samples.setdefault((f"trainer_{side}{tag}", clock), []).extend(v)
         finally:
             LossCurveMixin.fast_host_step = True
-        _empty_cache()
+        overhead.empty_cache()
 
     def bare() -> None:
         step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
         for clock, v in _bare_run(step, s.warmup_steps, s.timed_steps).items():
             samples.setdefault(("bare", clock), []).extend(v)
         del step, net
-        _empty_cache()
+        overhead.empty_cache()
 
     runs = [lambda m=m: trainer(m) for m in modes] + [bare]
     for r in range(args.rounds):  # interleaved, order reversed every other round: drift and load hit all sides
@@ -244,9 +234,9 @@ def host_overhead(args) -> None:
         + (f"; {args.note}" if args.note else "")
     )
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    stats = {k: percentiles(v) for k, v in samples.items()}
+    stats = {k: overhead.percentiles(v) for k, v in samples.items()}
     for (side, clock), v in stats.items():
-        _append(
+        overhead.append(
             args.csv,
             fields=HOST_FIELDS,
             row={"side": side, "clock": clock, **v, **common, "settings": settings, "when": now},
@@ -255,7 +245,7 @@ def host_overhead(args) -> None:
         diff = {
             k: round(stats[(side, clock)][k] - stats[("bare", clock)][k], 3) for k in ("median_ms", "p10_ms", "p90_ms")
         }
-        _append(
+        overhead.append(
             args.csv,
             fields=HOST_FIELDS,
             row={
@@ -268,9 +258,9 @@ def host_overhead(args) -> None:
             },
         )
 
-    # attribution: thread-CPU time of each part (:func:`_parts`) in one more run of each side (the Trainer with
-    # fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
-    parts = _parts()
+    # attribution: thread-CPU time of each part (host_attribution.step_parts) in one more run of each side (the
+    # Trainer with fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
+    parts = step_parts()
     LossCurveMixin.fast_host_step = not args.before
     timers = PartTimers(parts)
     try:
@@ -321,7 +311,7 @@ def host_overhead(args) -> None:
         )
     attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
     for label, tm, bm, calls, where, note in rows:
-        _append(
+        overhead.append(
             str(attr),
             fields=ATTRIBUTION_FIELDS,
             row={

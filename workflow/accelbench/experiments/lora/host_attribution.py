@@ -1,5 +1,5 @@
-"""The timed parts of the LoRA Trainer step and the bare loop (``host-overhead``'s attribution table), and the
-wrappers that time them."""
+"""The timed parts of the LoRA Trainer step and the bare loop (the attribution table of :mod:`.host_overhead`), and
+the wrappers that time them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ATTRIBUTION_FIELDS = [
 ]
 
 
-def _parts() -> list[tuple[str, object, str, str, str]]:
+def step_parts() -> list[tuple[str, object, str, str, str]]:
     """The timed parts of a step: ``(label, owner, attribute, side, note)``; side ``both`` (the same function runs in
     the Trainer step and the bare loop), ``trainer`` or ``bare``. Indented labels are inside the part above them."""
     import torch
@@ -113,9 +113,9 @@ def _parts() -> list[tuple[str, object, str, str, str]]:
 
 
 class PartTimers:
-    """Thread-CPU time and calls of each part of :func:`_parts` while enabled (wrappers set on the owners' attributes,
-    outermost calls only; about 1 us per call). ``enable``/``disable`` as a ``cProfile.Profile``; ``restore`` puts
-    the originals back."""
+    """Thread-CPU time and calls of each part of :func:`step_parts` while enabled (wrappers set on the owners'
+    attributes, outermost calls only; about 1 us per call). ``enable``/``disable`` as a ``cProfile.Profile``;
+    ``restore`` puts the originals back."""
 
     def __init__(self, parts):
         self.on = False

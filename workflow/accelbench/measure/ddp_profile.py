@@ -1,16 +1,19 @@
-"""DDP profile of the bare loop (``ddp-profile``, ``ddp-profile-rank``): step time and torch.profiler device metrics of
-the LoRA or SR3 bare loop per rank count, DDP variant and rank."""
+"""The DDP profile of a bare loop (``benchmarks/harness_overhead.py ddp-profile``): step time and torch.profiler device
+metrics per rank count (one torchrun job each: :mod:`accelbench.cluster.torchrun_call`), DDP variant and rank. The
+interval arithmetic of a trace (busy time, exposed communication), the DDP variants compared, one profiled step and
+the loop over variants on one rank are here; each experiment gives its bare loop and its CSV labels (:class:`Case`,
+from ``experiments/<name>/overhead.py``)."""
 
 from __future__ import annotations
 
 import json
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from accelbench.experiments.lora.bare import lora_bare, lora_case
-from accelbench.experiments.sr3.bare import result_case, sr3_bare
-from overhead.common import _append, _empty_cache, _events_loop, _ranks, _system, _torchrun
+from accelbench.measure import overhead
 
 PROFILE_FIELDS = [
     "experiment",
@@ -195,38 +198,34 @@ def ddp_variants(world: int, grad_accum: int = 1) -> list[tuple[str, dict, str |
     ]
 
 
-def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> dict:
-    """Warm up, time ``repeat`` steps (CUDA events; host clock on CPU), then profile ``profiled`` back-to-back steps
-    with torch.profiler (CUDA activity: kernels, copies; CPU activity on CPU runs) and return step times, host time
-    per step (the Python call of ``step``, not waiting for the device) and :func:`profile_metrics`."""
+def profile_step(step, device, warmup: int, repeat: int, profiled: int) -> dict:
+    """Warm up, time ``repeat`` steps (:func:`accelbench.measure.overhead.time_loop`), then profile ``profiled``
+    back-to-back steps with torch.profiler (the device's activities: kernels, copies; the host's where the device is
+    the host) and return step times, host time per step (the Python call of ``step``, not waiting for the device) and
+    :func:`profile_metrics`."""
     import tempfile
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
-    step_ms = statistics.median(_events_loop(step, warmup, repeat))
-    acts = [ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]  # device kernels; host time from the clock
-    host, pairs = [], []
-    if cuda:
-        torch.cuda.synchronize()
+    from accelbench.measure.timing import StepClock
+
+    step_ms = statistics.median(overhead.time_loop(step, device, warmup, repeat))
+    acts = [a for a in device.profiler_activities() if a != ProfilerActivity.CPU] or [ProfilerActivity.CPU]
+    host = []
+    device.synchronize()
+    clock = StepClock(device)
     with profile(activities=acts) as prof:
         for _ in range(profiled):
-            if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
+            clock.start()
             t0 = time.perf_counter()
             step()
             host.append((time.perf_counter() - t0) * 1e3)
-            if cuda:
-                b.record()
-                pairs.append((a, b))
-        if cuda:
-            torch.cuda.synchronize()
+            clock.stop()
+        profiled_ms = clock.samples()  # waits for the device inside the profile: its kernels are recorded
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "trace.json"
         prof.export_chrome_trace(str(path))
         events = json.loads(path.read_text()).get("traceEvents", [])
-    profiled_ms = [a.elapsed_time(b) for a, b in pairs] if cuda else host
     return {
         "step_ms": round(step_ms, 3),
         "step_ms_profiled": round(statistics.median(profiled_ms), 3),
@@ -235,71 +234,38 @@ def profile_step(step, warmup: int, repeat: int, profiled: int, cuda: bool) -> d
     }
 
 
-def ddp_profile(args) -> None:
-    """One torchrun job per rank count in ``--nprocs`` running :func:`ddp_profile_rank`."""
-    data = ["--data", args.data] if args.data else []
-    for n in [int(x) for x in str(args.nprocs).split(",") if x]:
-        _torchrun(
-            n,
-            [
-                "ddp-profile-rank",
-                "--experiment",
-                args.experiment,
-                "--result",
-                args.result,
-                "--csv",
-                args.csv,
-                "--threads",
-                str(args.threads),
-                "--warmup",
-                str(args.warmup),
-                "--repeat",
-                str(args.repeat),
-                "--profiled",
-                str(args.profiled),
-                *data,
-            ],
-            args.threads,
-        )
+@dataclass
+class Case:
+    """What an experiment gives the DDP profile on one rank: the CSV's ``experiment``, ``case`` and ``settings``
+    labels, its gradient accumulation (``static_graph`` is not run with it), this rank's device and its bare loop
+    (``make_step(ddp_kwargs)`` -> ``(step, model)``; the process group exists when the world has more than one
+    rank)."""
+
+    experiment: str
+    case: str
+    settings: str
+    grad_accum: int
+    device: object  # accelbench.backends.device.Device
+    make_step: Callable[[dict], tuple]
 
 
-def ddp_profile_rank(args) -> None:
-    """Bare loop of a LoRA or SR3 result under each DDP variant (:func:`ddp_variants`) on this torchrun job's ranks;
-    each rank's :func:`profile_step` numbers are gathered and rank 0 appends one CSV row per (variant, rank)."""
-    import torch
+def profile_rank(args, case: Case, placement: dict) -> None:
+    """The bare loop of ``case`` under each DDP variant (:func:`ddp_variants`) on this torchrun job's ranks; each
+    rank's :func:`profile_step` numbers are gathered and rank 0 appends one CSV row per (variant, rank) to
+    ``args.csv``."""
     import torch.distributed as dist
 
-    from accelbench.cluster import processes as launch
-
-    placement = launch.place_this_rank()
-    result = json.loads(Path(args.result).read_text())
-    rank, world, local = _ranks()
-    if args.experiment == "lora":
-        spec, system, s, plan = lora_case(result)
-        case = f"{spec['model_name']} {spec['attention']}"
-        settings = f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}"
-    else:
-        from accelbench.data import sky
-        from accelbench.experiments.sr3 import model as exp
-
-        spec = result["config"]
-        system = _system(spec)
-        conf, s = result_case(result)
-        torch.backends.cudnn.benchmark = conf.cudnn_benchmark
-        data = sky.load(args.data)
-        ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=world * s.batch_size)
-        case = conf.name
-        settings = f"batch {s.batch_size}/device, {s.hr_size} px, {conf.precision}{conf.layout_label}"
-    cuda = system.backend == "cuda"
-    if cuda:
-        torch.cuda.set_device(local)
+    rank, world, _ = overhead.ranks()
+    device = case.device
+    device.set_device()
     if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")
+        device.ops.prepare_collective()
+        dist.init_process_group(device.ops.collective)
     rows = []
-    for variant, kw, not_run in ddp_variants(world, s.grad_accum if args.experiment == "lora" else 1):
+    for variant, kw, not_run in ddp_variants(world, case.grad_accum):
         row = {
-            "experiment": args.experiment,
-            "case": case,
+            "experiment": case.experiment,
+            "case": case.case,
             "devices": world,
             "rank": rank,
             "variant": variant,
@@ -307,25 +273,19 @@ def ddp_profile_rank(args) -> None:
             "steps": args.repeat,
             "profiled_steps": args.profiled,
             "threads_per_rank": placement["threads"],
-            "settings": settings,
-            "device": torch.cuda.get_device_name(local) if cuda else "cpu",
+            "settings": case.settings,
+            "device": overhead.device_label(device),
         }
         if not_run:
-            rows.append({**row, "note": not_run, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            rows.append({**row, "note": not_run, "when": overhead.now()})
             continue
-        if args.experiment == "lora":
-            step, net = lora_bare(spec, system, plan, s, rank, world, local, kw)
-        else:
-            dev = torch.device("cuda", local) if cuda else torch.device("cpu")
-            step, net = sr3_bare(
-                s, ds, dev, conf.precision, spec["run"]["seed"], rank, world, local if cuda else None, kw, conf
-            )
+        step, net = case.make_step(kw)
         if world > 1:
             dist.barrier()
-        m = profile_step(step, args.warmup, args.repeat, args.profiled, cuda)
-        rows.append({**row, **m, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        m = profile_step(step, device, args.warmup, args.repeat, args.profiled)
+        rows.append({**row, **m, "when": overhead.now()})
         del step, net
-        _empty_cache()
+        overhead.empty_cache(device)
     allrows = [rows]
     if world > 1:
         allrows = [None] * world
@@ -335,4 +295,4 @@ def ddp_profile_rank(args) -> None:
     if rank == 0:
         for i in range(len(rows)):
             for r in allrows:
-                _append(args.csv, r[i], PROFILE_FIELDS)
+                overhead.append(args.csv, r[i], PROFILE_FIELDS)

@@ -1,0 +1,134 @@
+"""LoRA's harness overhead (``benchmarks/harness_overhead.py lora``, ``ddp-profile --experiment lora``): the rule's
+Trainer run (``train_rank``) against the bare loop (:mod:`.bare`), one process per rank. The case is the result's own:
+its ``config`` (the rule's exact spec) resolved by the job's :meth:`.job.Settings.from_spec` on the system the job
+resolved (:func:`accelbench.core.harness.system_from`).
+
+``lora`` times the window of the product's step timer (Trainer's on_step_begin to on_step_end): the batch fetch and
+copies and the token-count reduction before it (get_batch_samples), the logging reads after it, each untimed. The host
+time of the Trainer step on the CPU is :mod:`.host_overhead`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from accelbench.cluster import torchrun_call
+from accelbench.measure import overhead
+from accelbench.measure.ddp_profile import Case, profile_rank
+
+
+def case_of(result: dict):
+    """``(spec, system, LoRA settings, plan)`` of a ``lora_finetune`` result (its ``result.json`` as a dict): the
+    settings as the job resolves them (``train_rank`` takes them so; at least the faithful series' throughput warm-up
+    steps), the plan of the run."""
+    from accelbench.core.harness import system_from
+    from accelbench.experiments.lora.job import Settings
+
+    spec = {k: v for k, v in result["config"].items() if k != "plan"}
+    system = system_from(spec)
+    job = Settings.from_spec(spec, system)
+    return spec, system, job.lora, job.plan
+
+
+def _rank_device(system, local: int):
+    from accelbench import backends
+    from accelbench.backends.device import Device
+
+    return Device(system.backend, backends.get(system.backend).device_index(local))
+
+
+def lora(args) -> None:
+    """:func:`lora_rank` in this process for one device (the rule runs ``single`` without torchrun), else on the
+    result's device count of torchrun ranks."""
+    n = int(json.loads(Path(args.result).read_text())["config"]["devices"])
+    if n == 1:
+        lora_rank(args)
+        return
+    torchrun_call.run(n, lora_rank, args, args.threads)
+
+
+def lora_rank(args) -> None:
+    """One rank: the rule's Trainer run, then the bare loop in the window of the product's step timer; rank 0 appends
+    the row (rank 0's medians, as the product reports, and the slowest rank's) to ``args.csv``."""
+    import torch
+    import torch.distributed as dist
+
+    from accelbench.cluster import processes as launch
+    from accelbench.experiments.lora.bare import bare_settings, harness_differences, lora_bare, settings_text
+    from accelbench.experiments.lora.train import train_rank
+    from accelbench.experiments.lora.trainer import ddp_options_for
+
+    placement = launch.place_this_rank()
+    result = json.loads(Path(args.result).read_text())
+    spec, system, s, plan = case_of(result)
+    if plan.strategy not in ("single", "ddp"):
+        raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
+    mirror = bare_settings(result, s, plan, system)
+    rank, world, local = overhead.ranks()
+    device = _rank_device(system, local)
+    if rank == 0:
+        print(f"bare loop settings: {mirror.describe()}", flush=True)
+    out = train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
+    if out["status"] != "ok":
+        raise SystemExit(f"harness run: {out['status']}: {out['reason']}")
+    harness_samples = out["measurements"]["step_samples_ms"][s.warmup_steps :]
+    differs = harness_differences(result.get("measurements") or {}, out["measurements"])
+    del out
+    overhead.empty_cache(device)
+
+    if world > 1 and not dist.is_initialized():
+        device.ops.prepare_collective()
+        dist.init_process_group(device.ops.collective)
+    ddp = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
+    step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp, mirror=mirror)
+    # the window of the product's timer (on_step_begin to on_step_end): fetch and logging reads stay outside it
+    bare_samples = overhead.time_loop(
+        step.body, device, s.warmup_steps, s.timed_steps, before=step.before, after=step.after
+    )
+    allh, allb = [harness_samples], [bare_samples]
+    if world > 1:
+        allh, allb = [None] * world, [None] * world
+        dist.all_gather_object(allh, harness_samples)
+        dist.all_gather_object(allb, bare_samples)
+        dist.destroy_process_group()
+    if rank == 0:  # rank 0's median, as the product reports
+        m = result["measurements"]
+        overhead.append(
+            args.csv,
+            overhead.row(
+                "lora",
+                f"{spec['model_name']} {spec['attention']} {spec['strategy']}",
+                world,
+                statistics.median(allh[0]),
+                statistics.median(allb[0]),
+                m["step"]["median"] if result["status"] == "ok" else None,
+                s.timed_steps,
+                placement["threads"],
+                torch.backends.cudnn.benchmark,
+                settings_text(s, plan, mirror, differs)
+                + f"; slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
+                f"bare {max(statistics.median(x) for x in allb):.1f} ms",
+                device,
+            ),
+        )
+
+
+def ddp_profile_rank(args) -> None:
+    """One rank of ``ddp-profile --experiment lora``: the bare loop of the result (eager, token ids drawn on the
+    device) under each DDP variant."""
+    from accelbench.cluster import processes as launch
+    from accelbench.experiments.lora.bare import lora_bare
+
+    placement = launch.place_this_rank()
+    spec, system, s, plan = case_of(json.loads(Path(args.result).read_text()))
+    rank, world, local = overhead.ranks()
+    case = Case(
+        experiment="lora",
+        case=f"{spec['model_name']} {spec['attention']}",
+        settings=f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}",
+        grad_accum=s.grad_accum,
+        device=_rank_device(system, local),
+        make_step=lambda kw: lora_bare(spec, system, plan, s, rank, world, local, kw),
+    )
+    profile_rank(args, case, placement)

@@ -1,0 +1,84 @@
+"""Study A's harness overhead (``benchmarks/harness_overhead.py study-a``): the rule's ``unet3d_profile`` step vs the
+bare loop of the same U-Net (:mod:`.bare`), one process. The case is the result's own: its ``config`` (the rule's
+exact spec) resolved by the job's :meth:`.settings.Settings.from_spec` on the system the job resolved
+(:func:`accelbench.core.harness.system_from`); this module times both and writes the CSV row
+(:mod:`accelbench.measure.overhead`)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from accelbench.measure import overhead
+
+
+def case_of(result: dict):
+    """``(spec, system, job settings)`` of a ``unet3d_profile`` result (its ``result.json`` as a dict)."""
+    from accelbench.core.harness import system_from
+    from accelbench.experiments.unet3d.settings import Settings
+
+    spec = result["config"]
+    system = system_from(spec)
+    return spec, system, Settings.from_spec(spec, system)
+
+
+def study_a(args) -> None:
+    """Time the rule's step (``Workload.train_step`` through ``measure.timing.time_steps``) and the bare loop
+    (:func:`.bare.bare_samples`) of ``args.result`` on ``args.image``/``args.mask``; append one row to ``args.csv``."""
+    import torch
+
+    from accelbench.backends.device import Device
+    from accelbench.data.mri import load_case
+    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d.bare import bare_samples
+    from accelbench.measure import timing as measure
+
+    result = json.loads(Path(args.result).read_text())
+    spec, system, job = case_of(result)
+    settings, variant = job.model, job.variant
+    image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)
+    device = Device(system.backend)
+    warmup, repeat = args.warmup, args.repeat
+    seed = job.params["seed"]
+
+    def harness() -> float:
+        torch.manual_seed(seed)
+        with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
+            w = exp.Workload(exp.build_network(settings), settings, variant, device, image, mask, seed)
+            t = measure.time_steps(w.train_step, device, warmup, repeat, desc="harness")
+        del w
+        return t.median
+
+    def bare() -> float:
+        samples = bare_samples(
+            settings,
+            variant,
+            image,
+            mask,
+            seed,
+            device.torch_device.type,
+            lambda step: overhead.time_loop(step, device, warmup, repeat),
+        )
+        return statistics.median(samples)
+
+    h = harness()
+    overhead.empty_cache(device)
+    b = bare()
+    product = result["measurements"]["train_step"]["median"] if result["status"] == "ok" else None
+    overhead.append(
+        args.csv,
+        overhead.row(
+            "study_a",
+            spec["configuration"],
+            1,
+            h,
+            b,
+            product,
+            repeat,
+            torch.get_num_threads(),
+            variant.cudnn_benchmark,
+            f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}",
+            device,
+        ),
+    )
