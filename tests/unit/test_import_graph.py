@@ -140,7 +140,7 @@ def test_no_import_cycle_anywhere():
 # The rooms of the package from the bottom up; a module may import its own room and rooms below it, never above.
 # Experiments sit above the engines that run and aggregate them, and the CLI above everything.
 FLOORS = (
-    ("accelbench.errors", "accelbench.quiet"),
+    ("accelbench.errors", "accelbench.quiet", "accelbench.terminal_fd"),
     ("accelbench.backends",),
     ("accelbench.measure",),
     ("accelbench.cluster", "accelbench.data", "accelbench.models"),

@@ -5,8 +5,8 @@ import io
 import logging
 import os
 
+from accelbench import terminal_fd
 from accelbench.cli.terminal import MAX_CHARS, short_line, shorten_snakemake
-from accelbench.core import locks
 
 
 def test_short_line_groups_a_path_list_and_cuts_the_rest():
@@ -41,7 +41,7 @@ def test_progress_prints_steps_done_and_time_left_on_the_terminal_fd(monkeypatch
     from accelbench.measure.timing import progress
 
     read, write = os.pipe()
-    monkeypatch.setattr(locks, "_notice_fd", write)
+    monkeypatch.setattr(terminal_fd, "fd", write)
     items = list(progress(tqdm(range(4), disable=True), 4, "Study A train timed", every_s=0.0))
     os.close(write)
     lines = os.read(read, 65536).decode().splitlines()

@@ -34,8 +34,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from accelbench import backends
+from accelbench import backends, terminal_fd
 from accelbench.errors import AccelbenchError
+from accelbench.terminal_fd import TERMINAL_CHARS, terminal  # noqa: F401  (TERMINAL_CHARS re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ def claim_notice_fd(environ: dict | None = None) -> int | None:
             _notice_fd = int(fd)
         except OSError:
             pass
+    terminal_fd.fd = _notice_fd  # where notices and progress lines go (accelbench.terminal_fd.terminal)
     return _notice_fd
 
 
@@ -140,21 +142,6 @@ def notice(message: str) -> None:
     only the log where none was given."""
     log.warning(message)
     terminal(f"accelbench: {message}")
-
-
-TERMINAL_CHARS = 200  # longest line a notice prints on the run's terminal (the log keeps it whole)
-
-
-def terminal(text: str, end: str = "\n") -> None:
-    """``text`` on the run's terminal (:func:`claim_notice_fd`), nowhere without one; cut to
-    :data:`TERMINAL_CHARS` characters (the log keeps what a notice said whole)."""
-    if len(text) > TERMINAL_CHARS:
-        text = text[: TERMINAL_CHARS - 3] + "..."
-    if _notice_fd is not None:
-        try:
-            os.write(_notice_fd, f"{text}{end}".encode())
-        except OSError:
-            pass
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from accelbench.backends.device import Device
 from accelbench.measure import energy as _energy
+from accelbench.terminal_fd import terminal
 
 
 @dataclass
@@ -165,10 +166,8 @@ PROGRESS_S = 30.0  # seconds between the progress lines a long loop prints on th
 
 def progress(bar, total: int, what: str, every_s: float = PROGRESS_S):
     """The items of ``bar`` (a tqdm bar: the job's log), and every ``every_s`` seconds one line on the run's terminal
-    (:func:`accelbench.core.locks.terminal`): ``what``, steps done of ``total``, time elapsed and about how long is
+    (:func:`accelbench.terminal_fd.terminal`): ``what``, steps done of ``total``, time elapsed and about how long is
     left."""
-    from accelbench.core.locks import terminal
-
     start = last = time.monotonic()
     for done, item in enumerate(bar, 1):
         yield item
