@@ -32,7 +32,9 @@ system = resolve_system(cfg["system"], load_systems(cfg["systems_dir"]), probe_d
 print("system", system.name, system.scale, flush=True)
 u = cfg["unet3d_profile"]
 conf = sys.argv[1] if len(sys.argv) > 1 else "tf32"
-s = resolve_settings("whole_head", u["presets"], system.scale, u.get("scales", {}), micro_batches=u["micro_batches"])
+s = resolve_settings(
+    "whole_head", u["presets"], system.scale, u["scales"], network=u["network"], micro_batches=u["micro_batches"]
+)
 t = time.time()
 img, msk = "/tmp/mri_img.nii.gz", "/tmp/mri_mask.nii.gz"
 mri.prepare(img, msk, volume=list(s.volume), spacing_mm=list(s.spacing_mm), **cfg["data"]["mri"])

@@ -155,11 +155,13 @@ def test_network_options_keep_parameters_and_outputs(calls):
 NDHWC = "bf16_channels_last_3d_ndhwc_compile_cudagraphs"
 
 
-def _tiny(tiny_config, network="med_ddpm"):
+def _tiny(tiny_config, network="med_ddpm", micro_batches=2):
     from accelbench.experiments.unet3d import profile as exp
 
     u = tiny_config["unet3d_profile"]
-    return exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network=network, micro_batches=2)
+    return exp.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network=network, micro_batches=micro_batches
+    )
 
 
 def _case():
@@ -201,7 +203,7 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
     monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
     image, mask = _case()
     out = exp.profile(
-        _tiny(tiny_config),
+        _tiny(tiny_config, micro_batches=1),
         dataclasses.replace(exp.VARIANTS[NDHWC + "_autotuned"], autocast=None),
         systems["cpu"],
         image,
@@ -224,7 +226,7 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
         False,
     )
     assert rec["channels_last_3d"] and rec["fused_adam"] and rec["compile_mode"] == "reduce-overhead"
-    assert m["grad_buffers"] == exp.GRAD_BUFFERS["stable"] and m["quality"]["holds"]
+    assert m["quality"]["holds"] and m["quality"]["predicted_noise"]["rel_l2"] > 0
     assert calls["tokens_sdpa_attention"] > 0 and calls["trilinear_up2"] > 0
 
 

@@ -12,22 +12,30 @@ from accelbench.experiments.unet3d import profile as exp
 @pytest.fixture
 def tiny_settings(tiny_config):
     u = tiny_config["unet3d_profile"]
-    return exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], micro_batches=u["micro_batches"])
+    return exp.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network="monai", micro_batches=u["micro_batches"]
+    )
 
 
 def test_paper_settings_map_med_ddpm(default_config):
     u = default_config["unet3d_profile"]
-    wh = exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], micro_batches=u["micro_batches"])
+    wh = exp.resolve_settings(
+        "whole_head", u["presets"], "paper", u["scales"], network="monai", micro_batches=u["micro_batches"]
+    )
     assert wh.channels == (64, 64, 128, 192, 256) and wh.volume == (128, 128, 128)
     assert wh.attention_levels == (False, False, False, True, False)  # 128 // 16 = 8 = 2**3
-    brats = exp.resolve_settings("brats", u["presets"], "paper", u["scales"], micro_batches=u["micro_batches"])
+    brats = exp.resolve_settings(
+        "brats", u["presets"], "paper", u["scales"], network="monai", micro_batches=u["micro_batches"]
+    )
     assert brats.attention_levels == (False,) * 5  # 192 // 16 = 12: middle block only, as in Med-DDPM
     assert brats.image_channels + brats.mask_channels == 8 and brats.out_channels == 4
 
 
 def test_small_scale_keeps_field_of_view_and_attention_level(default_config):
     u = default_config["unet3d_profile"]
-    s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], micro_batches=u["micro_batches"])
+    s = exp.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network="monai", micro_batches=u["micro_batches"]
+    )
     assert s.volume == (32, 32, 32) and s.spacing_mm == (6.0, 6.0, 6.0)  # 128 x 1.5 mm = 32 x 6 mm
     assert s.attention_levels == (False, False, False, True, False)
 
@@ -35,7 +43,9 @@ def test_small_scale_keeps_field_of_view_and_attention_level(default_config):
 def test_paper_model_size_matches_med_ddpm_order_of_magnitude(default_config):
     u = default_config["unet3d_profile"]
     model = exp.build_unet(
-        exp.resolve_settings("whole_head", u["presets"], "paper", u["scales"], micro_batches=u["micro_batches"])
+        exp.resolve_settings(
+            "whole_head", u["presets"], "paper", u["scales"], network="monai", micro_batches=u["micro_batches"]
+        )
     )
     n = sum(p.numel() for p in model.parameters())
     assert 20e6 < n < 60e6  # Med-DDPM whole head: about 40 M parameters

@@ -109,3 +109,18 @@ def test_config_reference_command_writes_and_checks(tmp_path, capsys):
     out.write_text(out.read_text().replace("`2`", "`3`", 1))
     assert main(["config-reference", "--out", str(out), "--check"]) == 2
     assert "out of date (run `accelbench config-reference`)" in capsys.readouterr().err
+
+
+def test_lora_settings_defaults_are_the_schemas(schema):
+    """LoraSettings (experiments/lora/settings.py) keeps defaults for hand-built settings; they must be the schema's
+    `lora_finetune.train` defaults, key for key (the schema is the one place a default is decided)."""
+    import dataclasses
+
+    from accelbench.experiments.lora.settings import LoraSettings
+
+    train = schema["properties"]["lora_finetune"]["properties"]["train"]["properties"]
+    python = {f.name: f.default for f in dataclasses.fields(LoraSettings)}
+    assert set(python) == set(train)
+    plain = {k: list(v) if isinstance(v, tuple) else v for k, v in python.items()}
+    differ = {k: (v, train[k]["default"]) for k, v in plain.items() if v != train[k]["default"]}
+    assert not differ, f"LoraSettings defaults that differ from the schema's (Python, schema): {differ}"

@@ -180,6 +180,36 @@ def test_lock_wait_is_printed_on_the_notice_fd_with_who_holds_it(tmp_path, monke
     assert len(text.splitlines()) == 2 and max(map(len, text.splitlines())) <= locks.TERMINAL_CHARS, text
 
 
+def test_a_long_lock_wait_prints_one_line_then_dots(tmp_path, monkeypatch):
+    """Issue 48: the wait is said once (at most 200 characters), then one dot per 2 x poll_s (a minute by default),
+    not the whole line every poll (330 characters every 30 s before)."""
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path))
+    read, write = os.pipe()
+    monkeypatch.setenv(locks.NOTICE_FD, str(write))
+    monkeypatch.setattr(locks, "_notice_fd", None)
+    locks.claim_notice_fd()
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        import threading
+
+        threading.Timer(4.5, release.set).start()
+        with locks.device_lock("cpu", "results/cpu/waiter/result.json", poll_s=1.0):
+            pass
+        os.close(write)
+        text = os.read(read, 65536).decode()
+    finally:
+        release.set()
+        holder.join(30)
+    lines = text.splitlines()
+    assert len(lines) == 3 and "waiting for devices cpu" in lines[0] and "got " in lines[2], text
+    assert set(lines[1]) == {"."} and 1 <= len(lines[1]) <= 3, text  # a dot every 2 s of a 4-5 s wait
+    assert max(map(len, lines)) <= locks.TERMINAL_CHARS
+
+
 def test_known_unsupported_job_does_not_wait_for_the_device_lock(tmp_path, monkeypatch, systems):
     """ncu on a CPU is `unsupported` before any measurement: the job writes it without taking the lock."""
     from accelbench.core import harness, registry

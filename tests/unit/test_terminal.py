@@ -15,6 +15,8 @@ def test_short_line_groups_a_path_list_and_cuts_the_rest():
     short = short_line(line)
     assert len(line) > MAX_CHARS >= len(short)
     assert short.startswith("    output: results/study_a/{table.csv, table.md, claims.csv") and "more)}" in short
+    mixed = "    input: /abs/a.txt, rel/b.txt, " + ", ".join(["rel/c.txt"] * 40)  # no common folder: no error
+    assert len(short_line(mixed)) <= MAX_CHARS and short_line(mixed).startswith("    input: /abs/a.txt, rel/b.txt")
     cwd = os.getcwd()
     assert short_line(f"input: {cwd}/a.txt " + "x" * 250).startswith("input: a.txt x")  # the cwd's paths relative
     for n in (MAX_CHARS, MAX_CHARS + 1, 999, 12345):

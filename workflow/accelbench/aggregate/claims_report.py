@@ -26,7 +26,7 @@ from accelbench.aggregate import scope
 from accelbench.aggregate.claims import VERDICTS, category, fails_if, needs_of, tolerance_text
 from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
-from accelbench.aggregate.figures import FONT, save_figure
+from accelbench.aggregate.figures import FONT, save_figure, wrap
 from accelbench.core import registry
 from accelbench.errors import DataError
 
@@ -189,8 +189,11 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("claims (first bar of a study) or claims x systems (count)")
     ax.set_ylabel("study: one verdict per claim, then each origin")
-    ax.set_title(
-        "Verdicts of the published claims: one per claim, then each origin apart", fontsize=FONT["label"], loc="left"
+    fig.suptitle(  # the figure's title, not the axes': long origin labels narrow the axes (issue 48: clipped)
+        wrap("Verdicts of the published claims: one per claim, then each origin apart", fig, FONT["label"]),
+        fontsize=FONT["label"],
+        x=0.01,
+        ha="left",
     )
     if bars:
         ax.legend(

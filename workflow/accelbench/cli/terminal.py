@@ -33,7 +33,10 @@ def _relative(line: str, roots: tuple[str, ...]) -> str:
 def _grouped(items: list[str], room: int) -> str:
     """``a/b/{x, y}`` for paths ``a/b/x, a/b/y`` with a common folder (the list as it was otherwise), in about
     ``room`` characters: the items that fit, then ``... (+N more)``."""
-    folder = os.path.commonpath(items) if len(items) > 1 and all("/" in i for i in items) else ""
+    try:
+        folder = os.path.commonpath(items) if len(items) > 1 and all("/" in i for i in items) else ""
+    except ValueError:  # absolute and relative paths mixed: no common folder
+        folder = ""
     if folder in items:  # one of them is the folder itself
         folder = os.path.dirname(folder)
     names = [i[len(folder) + 1 :] for i in items] if folder else items
@@ -69,6 +72,14 @@ def short_text(text: str, limit: int = MAX_CHARS) -> str:
     return "\n".join(short_line(line, limit) for line in text.split("\n"))
 
 
+def _short_or_whole(text: str) -> str:
+    """:func:`short_text`, or ``text`` unchanged should shortening fail: a message is never lost to it."""
+    try:
+        return short_text(text)
+    except Exception:  # noqa: BLE001 - the terminal must get the line either way
+        return text
+
+
 def shorten_snakemake(logger: logging.Logger | None = None) -> int:
     """Make the terminal handlers of Snakemake's logger (those writing to stdout/stderr, not its log file) write
     every line through :func:`short_line`. Returns how many handlers it wrapped (0 with a logger plugin such as
@@ -83,8 +94,7 @@ def shorten_snakemake(logger: logging.Logger | None = None) -> int:
             continue  # the log file keeps every line whole
         if getattr(handler, "_short_lines", False):
             continue
-        original = handler.format
-        handler.format = lambda record, original=original: short_text(original(record))
+        handler.format = lambda record, original=handler.format: _short_or_whole(original(record))
         handler._short_lines = True
         wrapped += 1
     return wrapped

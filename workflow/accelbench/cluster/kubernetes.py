@@ -64,7 +64,7 @@ def load_site(path: str | Path | None = None) -> dict:
     if unknown:
         raise ConfigError(f"Kubernetes site file {path}: unknown key(s) {unknown} (known: {sorted(SITE_KEYS)})")
     backend = site.get("backend", "hpu")
-    if backend not in (site.get("backends") or {}):
+    if (site.get("backends") or {}).get(backend) is None:
         raise ConfigError(f"Kubernetes site file {path}: backend {backend!r} has no entry under `backends:`")
     for i, vol in enumerate(site.get("volumes") or []):
         if not isinstance(vol, dict) or not vol.get("name") or not vol.get("mount_path"):
@@ -126,9 +126,14 @@ def _volumes(site: dict, workdir: str) -> tuple[list, list]:
     return volumes, mounts
 
 
+# Kubernetes' resource name for CPU cores (a pod resource, not an accelbench backend)
+CORES_RESOURCE = "cpu"
+
+
 def _resources(props: dict, backend: dict, devices: int) -> dict:
     res = props.get("resources") or {}
-    amounts = {"cpu": str(max(1, int(props.get("threads") or 1))), "memory": f"{int(res.get('mem_mb') or 1000)}Mi"}
+    cores = str(max(1, int(props.get("threads") or 1)))
+    amounts = {CORES_RESOURCE: cores, "memory": f"{int(res.get('mem_mb') or 1000)}Mi"}
     if devices and backend.get("resource"):
         amounts[backend["resource"]] = str(devices)
     if devices and backend.get("hugepages_2Mi"):

@@ -152,7 +152,8 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
     Args:
         devices: a :func:`device_set` name.
         what: this job, written into the lock files for whoever waits (e.g. the result path).
-        poll_s: seconds between the "still waiting" lines.
+        poll_s: seconds between the "still waiting" lines of the log; the terminal gets one line, then a dot every
+            ``2 * poll_s`` seconds.
 
     Raises:
         AccelbenchError: the lock folder cannot be used (one line naming it and ``ACCELBENCH_LOCK_DIR``).
@@ -183,7 +184,7 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 if waited == 0:
                     notice(f"{what}: waiting for devices {devices}, held by {holder} (a dot a minute)")
                 log.warning(message)
-            if waited and waited % 60 < 1:
+            if waited and waited % (2 * poll_s) < 1:  # a dot a minute at the default poll_s
                 terminal(".", end="")
             time.sleep(1.0)
             waited += 1.0
@@ -196,7 +197,7 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, note, 0)
         if waited:
-            terminal("", end="\n" if waited >= 60 else "")  # ends the line of dots
+            terminal("", end="\n" if waited >= 2 * poll_s else "")  # ends the line of dots
             notice(f"{what}: got {files[-1][0]} after {waited:.0f} s")
         yield files[-1][0]
     finally:

@@ -137,23 +137,9 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                 "included, + the median for the rest",
             )
         )
-    if small:
-        ax_t.text(
-            0.98,
-            0.98,
-            wrap(
-                "not on this time axis (another workload scale; see the speedup panel): " + "; ".join(small),
-                fig,
-                FONT["legend"],
-                0.4,
-            ),
-            transform=ax_t.transAxes,
-            fontsize=FONT["legend"],
-            va="top",
-            ha="right",
-            bbox={"facecolor": "white", "edgecolor": "0.6"},
-        )
-    ax_t.set_xlabel("devices (count)")
+    # small-scale series: under the axis, not in a box over the curves (issue 48); their labels are in the legend
+    note = f"\n{len(small)} small-scale series not on this time axis (another workload): see the speedup panel"
+    ax_t.set_xlabel("devices (count)" + (wrap(note, fig, FONT["label"], 0.45) if small else ""))
     ax_t.set_ylabel("training time for 40,000 iterations (min)")
     ax_t.set_xscale("log", base=2)
     ax_t.set_yscale("log")

@@ -155,9 +155,10 @@ class ModelSettings:
     schedule: str
     lr: float
     batch_size: int
-    network: str = "monai"  # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in); see the module docstring
-    # forward/backward passes per optimizer step (config unet3d_profile.micro_batches; Med-DDPM:
-    # gradient_accumulate_every = 2): always given, its default is the config's
+    # "med_ddpm" (Med-DDPM's own network) or "monai" (the stand-in; see the module docstring), and forward/backward
+    # passes per optimizer step (Med-DDPM: gradient_accumulate_every = 2): always given, their defaults are the config
+    # schema's (unet3d_profile.network, unet3d_profile.micro_batches)
+    network: str = field(kw_only=True)
     micro_batches: int = field(kw_only=True)
 
     @property
@@ -230,7 +231,7 @@ def keeps_grad_buffers(variant: Variant, settings: ModelSettings) -> bool:
 
 
 def resolve_settings(
-    preset_name: str, presets: dict, scale: str, scales: dict, *, network: str = "monai", micro_batches: int
+    preset_name: str, presets: dict, scale: str, scales: dict, *, network: str, micro_batches: int
 ) -> ModelSettings:
     """Merge a preset with its scale override. Overriding ``volume`` keeps the field of view
     (spacing = paper volume x paper spacing / new volume). ``network`` (:data:`NETWORKS`) and ``micro_batches``

@@ -78,7 +78,8 @@ def study_a(args) -> None:
             repeat,
             torch.get_num_threads(),
             variant.cudnn_benchmark,
-            f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}",
+            f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}"
+            + ("".join(f", {k}={v}" for k, v in variant.network_options.items()) if variant.rewrites_network else ""),
             device,
         ),
     )
