@@ -496,3 +496,35 @@ def test_study_a_bars_name_their_run_and_network_not_one_repeated_device():
         "tf32 (measured here, Med-DDPM network)",
     ]
     assert _bar_labels(rows.iloc[1:]) == ["baseline", "tf32"]  # nothing to tell apart: the configuration alone
+
+
+@pytest.mark.parametrize("runs", [1, 2, 6])
+def test_claims_figure_title_is_whole_with_few_or_many_bars(runs):
+    """The verdicts figure of 1, 2 or all committed reference runs (2 to 20 bars) passes the checker: the title is
+    the figure's, above the axes, neither clipped by long origin labels nor over the y label (issue 48)."""
+    import glob
+
+    import pandas as pd
+
+    from accelbench.aggregate import claims_report
+
+    files = sorted(
+        glob.glob(str(figures.Path(__file__).resolve().parents[2] / "reference_runs/*/tables/claims/claims.csv"))
+    )
+    df = pd.concat([pd.read_csv(f) for f in files[:runs]], ignore_index=True)
+    if runs == 1:
+        df = df[df["study"] == df["study"].iloc[0]]  # one study: the shortest figure
+    fig_problems = []
+    real = figures.save_figure
+
+    def keep(fig, path, dpi=150):
+        fig_problems.extend(figures.figure_problems(fig, dpi))
+        plt.close(fig)
+        return fig_problems
+
+    claims_report.save_figure = keep
+    try:
+        claims_report.fig_claims(df, "unused.png")
+    finally:
+        claims_report.save_figure = real
+    assert fig_problems == []

@@ -188,7 +188,7 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     ax.set_yticks(y, [b for b, _ in bars], fontsize=FONT["tick"])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("claims (first bar of a study) or claims x systems (count)")
-    ax.set_ylabel("study: one verdict per claim, then each origin")
+    ax.set_ylabel("study, origin")
     fig.suptitle(  # the figure's title, not the axes': long origin labels narrow the axes (issue 48: clipped)
         wrap("Verdicts of the published claims: one per claim, then each origin apart", fig, FONT["label"]),
         fontsize=FONT["label"],
@@ -205,7 +205,7 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
         )
     else:
         ax.text(0.5, 0.5, "no claims", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()))  # room for the title above
     return save_figure(fig, path)
 
 

@@ -34,20 +34,6 @@ def direct_device(ops) -> bool:
     return ops.accelerator and not ops.optimum_habana
 
 
-def lora_case(result: dict):
-    """(spec, system, LoRA settings, plan) of a LoRA result (its ``result.json`` as a dict); the settings as
-    ``train_rank`` takes them (:func:`~accelbench.experiments.lora.series.settings_of`: at least the faithful series' 3
-    throughput warm-up steps), the system as the job resolved it (:func:`accelbench.core.harness.system_from`)."""
-    from accelbench.core.harness import system_from
-    from accelbench.experiments.lora.series import settings_of
-    from accelbench.experiments.lora.settings import plan_run
-
-    spec = {k: v for k, v in result["config"].items() if k != "plan"}
-    system = system_from(spec)
-    s = settings_of(spec)
-    return spec, system, s, plan_run(spec["strategy"], spec["devices"], spec["attention"], system, s)
-
-
 @dataclass(frozen=True)
 class BareSettings:
     """The runtime settings of a LoRA result that :func:`lora_bare` reproduces (built by :func:`bare_settings`)."""
@@ -85,7 +71,7 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     ``measurements.trainer_settings`` and ``measurements.series`` (``train_rank`` writes them), each missing value
     derived from the ``config`` as ``train_rank`` derives it (:func:`~accelbench.experiments.lora.series.runtime_for`,
     :func:`~accelbench.experiments.lora.trainer.training_arguments_kwargs`). ``s``/``plan``/``system``: of
-    :func:`lora_case`. What cannot be reproduced here is listed in ``not_reproduced`` (and left out).
+    :func:`.overhead.case_of`. What cannot be reproduced here is listed in ``not_reproduced`` (and left out).
 
     Raises:
         SystemExit: the recorded batch or accumulation differs from the config's (not the same work).

@@ -6,8 +6,8 @@ configuration (:mod:`.configs`: precision, attention placement, cuDNN autotuning
 channels_last and, for the faithful series, its per-iteration ``loss.item()`` + barrier and the authors' data path:
 DataLoader workers, pinned memory, blocking copy, which the bare loop takes too; for ours the bare loop's batches are
 already on the device: :func:`device_batches`); ``ddp-profile`` and ``sr3-host-bound`` run :func:`sr3_bare` and
-:func:`device_batches` too. :func:`result_case` gives the configuration and settings of a result,
-:func:`data_path_text` and :func:`result_data_path_differs` state the data path for the CSV's ``settings`` column.
+:func:`device_batches` too. :func:`data_path_text` and :func:`result_data_path_differs` state the data path for the
+CSV's ``settings`` column.
 
 Torch is imported inside the functions that build the loop.
 """
@@ -38,21 +38,6 @@ def data_path_text(d: dict, authors: bool) -> str:
     capped = f" (of {d['loader_workers_requested']} requested)" if d["capped"] else ""
     text = f"data: DataLoader {d['loader_workers']} workers{capped}, pin_memory {d['pin_memory']}, {d['copy']} copy"
     return text + (" (bare loop the same)" if authors else " (bare loop: batches already on the device)")
-
-
-def result_case(result: dict):
-    """``(configuration, settings)`` of an SR3 ``result.json``: its :class:`~accelbench.experiments.sr3.configs.
-    Configuration` and the SR3 settings it ran (preset at the system's scale, attention placed as the configuration
-    places it), as the rule resolved them."""
-    from accelbench.core.harness import system_from
-    from accelbench.experiments.sr3 import configs as sr3_configs
-    from accelbench.experiments.sr3.settings import resolve_settings
-
-    spec = result["config"]
-    conf = sr3_configs.of_result(result)
-    return conf, resolve_settings(spec["preset"], system_from(spec).scale, spec.get("scales", {})).for_configuration(
-        conf.attention
-    )
 
 
 def device_batches(ds, batch: int, dev, fmt, generator):

@@ -5,13 +5,14 @@ the settings it takes from the result it is compared with.
 ``benchmarks/harness_overhead.py study-a`` (driver: :mod:`.overhead`) times both on the same
 network, shapes and settings and writes ``harness_ms``/``bare_ms``.
 
-The bare loop runs what the result ran (:func:`study_a_case`: the network, preset, scale and micro-batches of its
-``config``): the same network builder and noise scheduler, the configuration's math mode and cuDNN autotuning
-(:func:`.numerics.math_mode`), the network's module implementations (:func:`.networks.set_implementations`: token-view
-SDPA attention without checkpointing, separable upsampling, GroupNorm from channel sums where the configuration asks
-for them), memory layout, autocast, ``torch.compile`` mode, fused Adam, Med-DDPM's gradient accumulation over
-``micro_batches`` (loss / micro_batches) and, with CUDA graphs and accumulation, ``.grad`` buffers kept outside the
-graphs' pool as the Workload keeps them (:func:`.configs.keeps_grad_buffers`).
+The bare loop runs what the result ran (the driver resolves the network, preset, scale and micro-batches of its
+``config`` through the job's own ``Settings.from_spec``): the same network builder and noise scheduler, the
+configuration's math mode and cuDNN autotuning (:func:`.numerics.math_mode`), the network's module implementations
+(:func:`.networks.set_implementations`: token-view SDPA attention without checkpointing, separable upsampling,
+GroupNorm from channel sums where the configuration asks for them), memory layout, autocast, ``torch.compile`` mode,
+fused Adam, Med-DDPM's gradient accumulation over ``micro_batches`` (loss / micro_batches) and, with CUDA graphs and
+accumulation, ``.grad`` buffers kept outside the graphs' pool as the Workload keeps them
+(:func:`.configs.keeps_grad_buffers`).
 
 Torch is imported inside the functions that build the loop.
 """
@@ -19,18 +20,6 @@ Torch is imported inside the functions that build the loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-
-def study_a_case(result: dict):
-    """(spec, system, model settings, configuration) of a unet3d_profile result (its ``result.json`` as a dict): the
-    spec is the result's ``config`` (the rule's exact spec), the system as the job resolved it
-    (:func:`accelbench.core.harness.system_from`), the settings at its scale (:func:`.configs.settings_of`)."""
-    from accelbench.core.harness import system_from
-    from accelbench.experiments.unet3d.configs import VARIANTS, settings_of
-
-    spec = result["config"]
-    system = system_from(spec)
-    return spec, system, settings_of(spec, system.scale), VARIANTS[spec["configuration"]]
 
 
 def bare_samples(settings, variant, image, mask, seed: int, device: str, time_loop: Callable) -> list[float]:
