@@ -43,3 +43,13 @@ def run_job(spec: dict, system, out="results/x/lora_finetune/m/a/s/n1/result.jso
 
     ctx = harness.JobContext(registry.get("lora_finetune"), spec, "spec.json", None, system, Path(out))
     return run(Settings.from_spec(spec, system), ctx)
+
+
+def config_parts(series: str = "ours") -> dict:
+    """A spec's ``data``, ``series`` and ``series_options`` as the rules write them from the validated default config
+    (every key with a schema default present): for specs a test builds by hand."""
+    from accelbench.experiments.lora.series import series_options
+    from conftest import _validated
+
+    section = _validated()["lora_finetune"]
+    return {"data": dict(section["data"]), "series": series, "series_options": series_options(series, section)}

@@ -66,7 +66,7 @@ def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
     import accelbench.models.llm as llm
     from accelbench.experiments.lora import train as lora_train
     from accelbench.experiments.lora.settings import LoraSettings, Plan
-    from lora_helpers import system
+    from lora_helpers import config_parts, system
 
     real_load = llm.load_causal_lm
 
@@ -79,7 +79,7 @@ def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
     s = LoraSettings(r=4, alpha=4, seq_len=16, warmup_steps=2, timed_steps=3, eval_blocks=2, precision="fp32")
     spec = {
         "settings": s.to_dict(),
-        "data": {"source": "pydoc"},
+        **config_parts(),
         "model": {
             "source": "random",
             "config": {

@@ -43,14 +43,15 @@ def test_concatenation_keeps_every_token_and_masks_nothing():
     assert concat_blocks(tokens, 5, eos_id=0) == [flat[0:5], flat[5:10]]  # the tail is dropped
 
 
-def test_build_datasets_from_pydoc(monkeypatch):
+def test_build_datasets_from_pydoc(monkeypatch, default_config):
+    data = default_config["lora_finetune"]["data"]  # source pydoc, every key present as in a spec
     tok = ToyTokenizer()
-    train, held, summary = build_datasets(tok, {"source": "pydoc"}, seq_len=32, min_train_blocks=8, eval_blocks=2)
+    train, held, summary = build_datasets(tok, data, seq_len=32, min_train_blocks=8, eval_blocks=2)
     assert len(train) == summary["train_blocks"] >= 8 and len(held) == 2
     prompt_ids = set(tok("### Instruction: ### Response:")["input_ids"])
     assert prompt_ids <= {t for b in train.blocks for t in b}  # prompts are trained on too (run_lora_clm.py)
     with pytest.raises(DataError, match="the run needs"):
-        build_datasets(ToyTokenizer(), {"source": "pydoc"}, seq_len=32, min_train_blocks=10**7, eval_blocks=0)
+        build_datasets(ToyTokenizer(), data, seq_len=32, min_train_blocks=10**7, eval_blocks=0)
 
 
 def test_instruction_file(tmp_path):

@@ -12,8 +12,14 @@ from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.trainer import training_arguments_kwargs
 
 
-def _kw(strategy, backend="cuda", name="faithful", family="llama-3.3-70b", opts=None):
-    rt = series.runtime_for(name, opts or ({} if name == "faithful" else {"liger": False}), backend != "cpu")
+@pytest.fixture
+def lora(default_config) -> dict:
+    """The validated default config's ``lora_finetune`` section: every series option present, as in a spec."""
+    return default_config["lora_finetune"]
+
+
+def _kw(strategy, opts, backend="cuda", name="faithful", family="llama-3.3-70b"):
+    rt = series.runtime_for(name, opts, backend != "cpu")
     return training_arguments_kwargs(
         Plan(strategy, 2 if strategy != "single" else 1, "flash", "sdpa", "bf16"),
         LoraSettings(),
@@ -27,10 +33,10 @@ def _kw(strategy, backend="cuda", name="faithful", family="llama-3.3-70b", opts=
     )
 
 
-def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
+def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path, lora):
     from transformers import TrainingArguments
 
-    single = _kw("single")
+    single = _kw("single", lora["faithful"])
     # --lr_scheduler_type constant, --logging_steps 1 with Trainer's defaults (NaN/Inf filter stays on)
     assert single["lr_scheduler_type"] == "constant" and single["logging_steps"] == 1
     assert single["logging_strategy"] == "steps" and "logging_nan_inf_filter" not in single
@@ -38,13 +44,13 @@ def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
     args = TrainingArguments(**{**single, "output_dir": str(tmp_path), "use_cpu": True, "bf16": False})
     assert args.logging_steps == 1 and args.logging_nan_inf_filter and args.lr_scheduler_type == "constant"
     # ZeRO-3: the authors' JSON, unchanged
-    ds = _kw("zero3")["deepspeed"]
+    ds = _kw("zero3", lora["faithful"])["deepspeed"]
     assert ds == json.loads((series.AUTHORS / "deepspeed_zero3_config_grad_0.3.json").read_text())
     z = ds["zero_optimization"]
     assert z["overlap_comm"] is False and z["contiguous_gradients"] is False and ds["gradient_clipping"] == 0.3
     assert ds["bf16"]["enabled"] is True
     # FSDP: --fsdp auto_wrap + the authors' config; what accelerate's plugin receives
-    fsdp = _kw("fsdp")
+    fsdp = _kw("fsdp", lora["faithful"])
     assert fsdp["fsdp"] == "auto_wrap"
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, fsdp=fsdp["fsdp"], fsdp_config=fsdp["fsdp_config"])
     p = args.fsdp_plugin_args
@@ -58,23 +64,24 @@ def test_faithful_settings_reach_trainer_deepspeed_and_fsdp(tmp_path):
     assert series.faithful_fsdp_config("gemma-2-27b", "X")["authors_layer_cls"] == "GaudiGemma2DecoderLayer"
 
 
-def test_ours_is_apart_and_checked():
-    ours = _kw("zero3", name="ours", opts={"compile": True, "liger": False})
+def test_ours_is_apart_and_checked(lora):
+    eager_liger_off = {**lora["ours"], "compile": True, "liger": False}
+    ours = _kw("zero3", eager_liger_off, name="ours")
     assert ours["lr_scheduler_type"] == "constant" and ours["logging_strategy"] == "no"
     assert ours["logging_nan_inf_filter"] is False and "torch_compile" not in ours  # sharded: not measured, eager
-    assert _kw("single", name="ours", opts={"compile": True, "liger": False})["torch_compile"] is True
+    assert _kw("single", eager_liger_off, name="ours")["torch_compile"] is True
     assert ours["deepspeed"]["zero_optimization"]["overlap_comm"] is True
-    fsdp = _kw("fsdp", name="ours")["fsdp_config"]
+    fsdp = _kw("fsdp", {**lora["ours"], "liger": False}, name="ours")["fsdp_config"]
     assert fsdp["backward_prefetch"] == "BACKWARD_PRE" and fsdp["cpu_ram_efficient_loading"] is True
-    cpu = series.runtime_for("ours", {}, accelerator=False)
+    cpu = series.runtime_for("ours", lora["ours"], accelerator=False)
     assert cpu.compile is False and cpu.liger is False and cpu.notes  # CPU stays eager, and says so
     with pytest.raises(ConfigError, match="lora_finetune.ours: unknown key"):
         series.runtime_for("ours", {"graphs": True}, True)
     with pytest.raises(ConfigError, match="job_set"):
         series.runtime_for("faithful", {"job_set": "2024"}, True)
     # measured variants of ours: ours_<name> = ours updated by ours_variants.<name>
-    section = {"ours": {"compile": True, "liger": False}, "ours_variants": {"eager": {"compile": False}}}
-    assert series.series_options("ours_eager", section) == {"compile": False, "liger": False}
+    section = {"ours": {**lora["ours"], "liger": False}, "ours_variants": {"eager": {"compile": False}}}
+    assert series.series_options("ours_eager", section) == {**lora["ours"], "compile": False, "liger": False}
     assert series.runtime_for("ours_eager", series.series_options("ours_eager", section), True).compile is False
     with pytest.raises(ConfigError, match="no lora_finetune.ours_variants.fast"):
         series.series_options("ours_fast", section)
@@ -116,7 +123,7 @@ def test_gaudi_mode_as_the_job_files_choose_it(family, strategy, devices, mode):
         assert flags["attention"] == ("flash" if "llama" in family else "eager")
 
 
-def test_older_70b_zero3_job_set_is_selectable():
+def test_older_70b_zero3_job_set_is_selectable(lora):
     old = series.gaudi_mode("llama-3.3-70b", "zero3", 4, "2025-11")
     assert old["mode"] == "lazy" and old["env"]["PT_HPU_MAX_COMPOUND_OP_SIZE"] == "10"
     spec = {
@@ -129,7 +136,7 @@ def test_older_70b_zero3_job_set_is_selectable():
     s = series.settings_of(spec)
     assert (s.per_device_batch, s.grad_accum, s.seq_len, s.max_grad_norm) == (1, 1, 1024, 1.0)
     assert s.warmup_steps == 3  # --throughput_warmup_steps 3
-    s = series.settings_of({**spec, "series_options": {}})
+    s = series.settings_of({**spec, "series_options": lora["faithful"]})  # the default job set
     assert (s.per_device_batch, s.grad_accum, s.seq_len, s.max_grad_norm) == (2, 2, 512, 0.3)
     assert series.settings_of({**spec, "series": "ours"}).warmup_steps == 1
 

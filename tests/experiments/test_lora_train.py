@@ -7,7 +7,7 @@ import torch
 from accelbench.experiments.lora import train as lora_train
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.train import train_rank
-from lora_helpers import system
+from lora_helpers import config_parts, system
 
 
 def test_runtime_oom_becomes_a_result(monkeypatch):
@@ -18,7 +18,7 @@ def test_runtime_oom_becomes_a_result(monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (GPU 0; 79 GiB total)")
 
     monkeypatch.setattr(llm, "load_causal_lm", boom)
-    spec = {"settings": LoraSettings().to_dict(), "model": {"source": "random", "config": {}}, "data": {}}
+    spec = {"settings": LoraSettings().to_dict(), "model": {"source": "random", "config": {}}, **config_parts()}
     out = train_rank(spec, system(), Plan("single", 1, "flash", "sdpa", "fp32"))
     assert out["status"] == "oom" and out["measurements"]["requested"] == "20.00 GiB"
 
@@ -87,8 +87,7 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
     monkeypatch.setattr(llm, "load_causal_lm", load)
     spec = {
         "settings": settings.to_dict(),
-        "data": {"source": "pydoc"},
-        "series": series,
+        **config_parts(series),
         "family": "tiny",
         "model": {
             "source": "random",

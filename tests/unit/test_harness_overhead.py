@@ -436,6 +436,13 @@ def lora():
     return bare
 
 
+# a result's config.series_options as the rules write them (the H200 reference runs' results)
+SERIES_OPTIONS = {
+    "ours": {"compile": True, "liger": "auto", "loss_tolerance": 0.02},
+    "faithful": {"job_set": "2026-03"},
+}
+
+
 def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
     """A LoRA result.json of a tiny random-init Llama on ``backend`` whose measurements are ``measurements``."""
     from accelbench.core.systems import System
@@ -460,6 +467,7 @@ def _lora_result(measurements: dict, backend: str = "cpu") -> dict:
         "settings": s.to_dict(),
         "system": system.to_dict(),
         "series": measurements["series"]["series"],
+        "series_options": SERIES_OPTIONS[measurements["series"]["series"]],
         "model": {
             "source": "random",
             "config": {

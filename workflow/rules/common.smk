@@ -272,6 +272,8 @@ def force_stale_results():
     called by the Snakefile once every experiment's rules are included."""
     for each in workflow.rules:
         if any(str(o).startswith(f"{RESULTS}/{{system") and str(o).endswith("/result.json") for o in each.output):
+            if each.input_modifier is None:  # a rule without an `input:` section (Snakemake sets it with the section)
+                each.input_modifier = each.output_modifier
             each.set_input(unpack(_redo_stale))
 
 

@@ -59,7 +59,7 @@ def _chunks_for(spec: dict, tokenizer, part: str, max_tokens):
     from itertools import chain
 
     text, data_info = load_text(spec["data"])
-    how = spec["data"].get("tokenize", "joined")
+    how = spec["data"]["tokenize"]
     if how == "per_line_bos":
         rows = data_info.pop("rows")[part]
         ids = list(chain.from_iterable(tokenizer(rows)["input_ids"]))
@@ -99,15 +99,13 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
     from accelbench.backends.device import Device
 
     device = Device(system.backend)
-    torch.manual_seed(spec.get("seed", 0))
+    torch.manual_seed(spec["seed"])
     model, tok, info = load_model(spec["model_spec"], model_dir, "float32")
     model.to(device.torch_device)
-    chunks, data_info = _chunks_for(spec, tok, "validation", spec.get("sensitivity_tokens"))
-    ev = Evaluator(
-        model, chunks, device, batch_size=spec.get("eval_batch", 1), reuse_prefix=spec.get("reuse_prefix", True)
-    )
+    chunks, data_info = _chunks_for(spec, tok, "validation", spec["sensitivity_tokens"])
+    ev = Evaluator(model, chunks, device, batch_size=spec["eval_batch"], reuse_prefix=spec["reuse_prefix"])
     n_layers = len(decoder_layers(model))
-    limit = spec.get("prefix_cache_limit_gib", 8) * 2**30
+    limit = spec["prefix_cache_limit_gib"] * 2**30
     if ev.reuse_prefix and ev.cache_nbytes(model.config.hidden_size, n_layers) > limit:
         ev.reuse_prefix = False
     clock = StepClock(device, wall=True)
@@ -127,7 +125,7 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
         )
     clock.stop()
     wall = clock.seconds()
-    alloc = allocations(sens["layers"], spec["sensitivity_metrics"], seed=spec.get("seed", 0))
+    alloc = allocations(sens["layers"], spec["sensitivity_metrics"], seed=spec["seed"])
     for m, by in alloc.items():
         for c, ranks in by.items():
             for row, r in zip(sens["layers"], ranks):
@@ -190,7 +188,7 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
         "fake": "float32",
         "int8_dq": "float32",
         "inc_fp8": "bfloat16",
-        "torchao": spec.get("torchao_dtype", {}).get(system.backend, "bfloat16"),
+        "torchao": spec["torchao_dtype"].get(system.backend, "bfloat16"),
     }[method]
     alloc = allocation_for(spec)
     if method == "torchao":  # check the kernels before spending time on loading the model
@@ -205,32 +203,32 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
                     "measurements": {},
                     "allocation": {"bits": parse_bitset(spec["bitset"]), "layer_bits": layer_bits},
                 }
-    torch.manual_seed(spec.get("seed", 0))
+    torch.manual_seed(spec["seed"])
     model, tok, info = load_model(spec["model_spec"], model_dir, dtype)
     model.to(device.torch_device)
-    test, data_info = _chunks_for(spec, tok, "test", spec.get("eval_tokens"))
+    test, data_info = _chunks_for(spec, tok, "test", spec["eval_tokens"])
     calib = None
-    inc = dict(spec.get("inc") or {})
+    inc = dict(spec["inc"])
     if method == "inc_fp8":  # ours: the calibration part (train split); Study B's scripts: the validation split
-        calib, _ = _chunks_for(spec, tok, inc.get("calibration_split", "calibration"), spec.get("calibration_tokens"))
-    acc = spec.get("accuracy")
+        calib, _ = _chunks_for(spec, tok, inc["calibration_split"], spec["calibration_tokens"])
+    acc = spec["accuracy"]
     if acc and acc.get("tasks") and info.get("weights") == "random init":  # chance level, whatever the method
         acc = {**acc, "skip_reason": "random-init weights (a throughput-only model): accuracy would be chance level"}
     run = MethodRun(
         method=method,
         bitset=spec["bitset"],
         chunk_len=spec["chunk_len"],
-        eval_tokens=spec.get("eval_tokens"),
+        eval_tokens=spec["eval_tokens"],
         group_size=spec["group_size"],
         clustering=alloc["clustering"],
         metric=alloc["metric"],
         throughput=spec["throughput"],
-        eval_batch=spec.get("eval_batch", 1),
-        seed=spec.get("seed", 0),
+        eval_batch=spec["eval_batch"],
+        seed=spec["seed"],
         accuracy=acc,
-        sixteen_bit=spec.get("sixteen_bit", "fp16"),
+        sixteen_bit=spec["sixteen_bit"],
         inc=inc,
-        autocast=(spec.get("int8_dq") or {}).get("autocast", "float16") if method == "int8_dq" else None,
+        autocast=spec["int8_dq"]["autocast"] if method == "int8_dq" else None,
     )
     device.reset_peak_memory()
     try:
@@ -258,10 +256,8 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
                     "metric": run.metric if method in ("fake", "torchao", "int8_dq") else None,
                     "autocast": run.autocast,
                     "eval_batch": run.eval_batch,
-                    "inc_scale_method": inc.get("scale_method", "maxabs_hw") if method == "inc_fp8" else None,
-                    "inc_calibration_split": inc.get("calibration_split", "calibration")
-                    if method == "inc_fp8"
-                    else None,
+                    "inc_scale_method": inc["scale_method"] if method == "inc_fp8" else None,
+                    "inc_calibration_split": inc["calibration_split"] if method == "inc_fp8" else None,
                 },
             }
         )

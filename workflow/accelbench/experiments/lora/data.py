@@ -138,12 +138,12 @@ def build_datasets(
     from accelbench.data.text import corpus_fingerprint
 
     pairs = build_pairs(
-        data_cfg.get("source", "pydoc"),
-        data_cfg.get("path"),
-        data_cfg.get("instruction_key", "instruction"),
-        data_cfg.get("output_key", "output"),
+        data_cfg["source"],
+        data_cfg["path"],
+        data_cfg["instruction_key"],
+        data_cfg["output_key"],
     )
-    train, held = split_pairs(pairs, data_cfg.get("eval_fraction", 0.1))
+    train, held = split_pairs(pairs, data_cfg["eval_fraction"])
     tok = lambda ps: [tokenizer(format_pair(p), add_special_tokens=False)["input_ids"] for p in ps]  # noqa: E731
     train_tokens, held_tokens = tok(train), tok(held)
     train_blocks = concat_blocks(train_tokens, seq_len, tokenizer.eos_token_id)
@@ -154,8 +154,8 @@ def build_datasets(
             f"{min_train_blocks} (lower timed_steps or add data)"
         )
     summary = {
-        "source": data_cfg.get("source", "pydoc"),
-        "path": data_cfg.get("path"),
+        "source": data_cfg["source"],
+        "path": data_cfg["path"],
         "pairs": len(pairs),
         "train_pairs": len(train),
         "eval_pairs": len(held),

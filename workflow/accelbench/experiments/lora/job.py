@@ -104,7 +104,7 @@ def prepare_environment(spec: dict, system) -> None:
             spec.get("family", ""),
             spec["strategy"],
             spec["devices"],
-            (spec.get("series_options") or {}).get("job_set", "2026-03"),
+            spec["series_options"]["job_set"],
         )
         for k, v in {"PT_HPU_LAZY_MODE": "1", **mode["env"]}.items():
             os.environ.setdefault(k, v)

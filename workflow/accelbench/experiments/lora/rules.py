@@ -89,7 +89,7 @@ def spec(rc, wildcards) -> dict:
     u = rc.config["lora_finetune"]
     options = series_options(series, u)
     # unknown options stop the run here, naming the key (liger is resolved on the node that runs the job)
-    runtime_for(series, {k: v for k, v in options.items() if k != "liger"}, True)
+    runtime_for(series, {**options, "liger": False} if "liger" in options else options, True)
     data = dict(u["data"])
     if data.get("path"):
         data["path"] = str(rc.repo_path(data["path"]))

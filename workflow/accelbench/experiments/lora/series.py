@@ -202,7 +202,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         bad = sorted(set(cfg) - {"job_set"})
         if bad:
             raise ConfigError(f"lora_finetune.faithful: unknown key(s) {bad}; allowed: ['job_set']")
-        job_set = cfg.get("job_set", "2026-03")
+        job_set = cfg["job_set"]
         if job_set not in JOB_SETS:
             raise ConfigError(f"lora_finetune.faithful.job_set {job_set!r} unknown; allowed: {', '.join(JOB_SETS)}")
         return Runtime(
@@ -223,7 +223,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
     if bad:
         raise ConfigError(f"lora_finetune.ours: unknown key(s) {bad}; allowed: ['compile', 'liger', 'loss_tolerance']")
     notes = []
-    liger = cfg.get("liger", "auto")
+    liger = cfg["liger"]
     if liger == "auto":
         liger = accelerator and backend_has_compile and liger_available()
         if not liger:
@@ -233,8 +233,8 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
             "lora_finetune.ours.liger: true, but liger_kernel is not installed "
             "(pip install 'accelbench[fast]' or liger-kernel)"
         )
-    compile_ = bool(cfg.get("compile", True)) and accelerator and backend_has_compile
-    if cfg.get("compile", True) and not compile_:
+    compile_ = bool(cfg["compile"]) and accelerator and backend_has_compile
+    if cfg["compile"] and not compile_:
         notes.append("torch.compile off: not an accelerator with inductor (CPU runs stay eager)")
     return Runtime(
         series,
@@ -246,7 +246,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         adapter_dtype="bf16",
         compile=compile_,
         liger=bool(liger),
-        loss_tolerance=float(cfg.get("loss_tolerance", 0.02)),
+        loss_tolerance=None if cfg["loss_tolerance"] is None else float(cfg["loss_tolerance"]),
         notes=notes,
     )
 

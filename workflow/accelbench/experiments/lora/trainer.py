@@ -56,7 +56,7 @@ def training_arguments_kwargs(
     from accelbench.experiments.lora.series import faithful_fsdp_config, faithful_zero3_config, runtime_for
 
     ops = backends.get(backend)
-    rt = runtime or runtime_for("ours", {"compile": False, "liger": False}, ops.accelerator)
+    rt = runtime or runtime_for("ours", {"compile": False, "liger": False, "loss_tolerance": None}, ops.accelerator)
     fields = TrainingArguments.__dataclass_fields__
     # transformers >= 5 takes the warm-up ratio as a float warmup_steps; 4.x (optimum-habana's) has warmup_ratio
     warmup = {"warmup_steps": s.warmup_ratio} if "warmup_ratio" not in fields else {"warmup_ratio": s.warmup_ratio}
