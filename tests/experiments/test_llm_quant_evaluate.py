@@ -11,9 +11,10 @@ from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, toke
 from llm_quant_helpers import chunks, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 
-def test_pydoc_splits_are_deterministic_and_disjoint():
-    text, info = load_text({"source": "pydoc"})
-    again, _ = load_text({"source": "pydoc"})
+def test_pydoc_splits_are_deterministic_and_disjoint(default_config):
+    data = default_config["llm_quant"]["data"]  # as a job's spec holds it: source pydoc, the schema's split
+    text, info = load_text(data)
+    again, _ = load_text(data)
     assert text == again and set(text) == {"calibration", "validation", "test"}
     assert len(set(info["fingerprints"].values())) == 3 and all(len(t) > 50_000 for t in text.values())
 

@@ -19,6 +19,9 @@ SCANNED = (
     EXPERIMENTS / "lora/data.py",
     EXPERIMENTS / "lora/series.py",
     EXPERIMENTS / "lora/job.py",
+    EXPERIMENTS / "llm_quant/accuracy.py",
+    EXPERIMENTS / "llm_quant/evaluate.py",
+    EXPERIMENTS / "llm_quant/methods.py",
 )
 
 

@@ -13,10 +13,12 @@ from dag import snakemake, write_config
 
 
 def _spec_of(dry: str, result: str) -> str:
-    """The `--spec` file the dry run's shell line passes for `result`."""
-    for spec, out in re.findall(r"--spec (\S+) .*?--out (\S+/result\.json)", dry):
-        if out == result:
-            return spec
+    """The `--spec` file the dry run's shell line passes for `result` (the job block whose `output:` is `result`;
+    the terminal shortens long shell lines, so the `--out` at their end may be cut)."""
+    for block in re.split(r"\n\s*\n", dry):
+        spec = re.search(r"--spec (\S+)", block)
+        if spec and re.search(rf"output: {re.escape(result)}\b", block):
+            return spec.group(1)
     raise AssertionError(f"no job for {result} in:\n{dry[-3000:]}")
 
 

@@ -257,7 +257,7 @@ _STALE = []  # the not-current results this invocation found (stale_results), wh
 
 
 def _redo_stale(wildcards):
-    """An input function of every measurement rule (force_stale_results) that adds no input: when Snakemake creates a
+    """An input function of every measurement job (force_stale_results) that adds no input. When Snakemake creates a
     job, before it decides what to run, it has the DAG redo the not-current results (the DAG's forced files, what
     `--forcerun <file>` gives). The 1970 time alone reruns only a job with input files, and Snakemake keeps no record
     of a job it saw fail (Ctrl-C), so a job without inputs (a LoRA preset with `source: path`) would stay as it is.
@@ -271,8 +271,8 @@ def force_stale_results():
     """Give every measurement rule (outputs `<results>/{system...}/.../result.json`) the input function _redo_stale;
     called by the Snakefile once every experiment's rules are included."""
     for each in workflow.rules:
-        if any(str(o).startswith(f"{RESULTS}/{{system") and str(o).endswith("/result.json") for o in each.output):
-            if each.input_modifier is None:  # a rule without an `input:` section (Snakemake sets it with the section)
+        if any(str(o).startswith(f"{RESULTS}/{{system") and Path(str(o)).name == "result.json" for o in each.output):
+            if each.input_modifier is None:  # no `input` section in that one (Snakemake sets it with the section)
                 each.input_modifier = each.output_modifier
             each.set_input(unpack(_redo_stale))
 

@@ -8,7 +8,9 @@ stack's own engine, no launcher of ours:
 * one node, or outside Slurm: ``torchrun --standalone --nproc-per-node P`` (what every job did before);
 * N > 1 nodes inside a Slurm allocation: ``srun --nodes N --ntasks N --ntasks-per-node 1`` starts one torchrun agent
   per node (``--nnodes N --nproc-per-node P``), joined by torchrun's c10d rendezvous on the first node's address
-  (``scontrol show hostnames`` of the job's node list, then that node's ``NodeAddr``) and a free port there.
+  (``scontrol show hostnames`` of the job's node list, then that node's ``NodeAddr``) and a free port there;
+* N > 1 nodes in a Kubeflow MPIJob's launcher: ``mpirun`` over its hostfile, one torchrun per node
+  (:mod:`accelbench.cluster.mpi_hostfile`).
 
 Every result records the layout (:func:`launch_record`): nodes, ranks per node, rendezvous backend and endpoint, the
 collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose, parsed from ``NCCL_DEBUG=INFO`` lines
@@ -178,7 +180,8 @@ def allocation_reason(plan: NodePlan, alloc: dict | None) -> str | None:
     if alloc is None:
         return (
             f"{plan.devices} devices need {plan.nodes} nodes x {plan.per_node}; this job runs outside a Slurm "
-            f"allocation (run with `--profile slurm`, which asks for {plan.nodes} nodes)"
+            f"allocation and an MPI hostfile (run with `--profile slurm` or `--profile kubernetes`, which ask for "
+            f"{plan.nodes} nodes)"
         )
     if len(alloc["hosts"]) < plan.nodes:
         return (
@@ -375,7 +378,8 @@ def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output:
         "nodes": plan.nodes,
         "ranks_per_node": plan.per_node,
         "world_size": plan.devices,
-        "launcher": (
+        "launcher": rdzv.get("launcher")
+        or (
             ("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone")
             if rendezvous
             else "in-process"
@@ -386,6 +390,7 @@ def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output:
         "rendezvous_endpoint": rdzv.get("endpoint"),
         "hosts": rdzv.get("hosts"),
         "slurm_job_id": rdzv.get("slurm_job_id"),
+        "mpi_hostfile": rdzv.get("hostfile"),
         "collective_backend": coll if plan.devices > 1 else None,
         "nccl": parse_nccl_transports(output) if coll == "nccl" else None,
     }

@@ -3,14 +3,16 @@
 Launcher side (:func:`run_ranks`, called through :meth:`accelbench.core.harness.JobContext.run_ranks`):
 
 1. **Plan** the layout (:func:`accelbench.cluster.multinode.node_plan`): one node up to the system's
-   ``devices_per_node``, whole nodes above it; a multi-node plan outside a Slurm allocation (or above the system's
-   ``devices``) is an ``unsupported`` outcome with the reason.
+   ``devices_per_node``, whole nodes above it; a multi-node plan outside both a Slurm allocation and an MPI
+   hostfile (:mod:`accelbench.cluster.mpi_hostfile`: a Kubeflow MPIJob's launcher), or above the system's
+   ``devices``, is an ``unsupported`` outcome with the reason.
 2. **Threads**, stated once (:func:`accelbench.cluster.processes.rank_threads`): each rank gets its share of the job's
    cores, ``threads // ranks per node``; on a system whose device *is* a core (``cpu`` with ``devices_per_node: cores``)
    each rank gets exactly one, so adding CPU "devices" adds cores as adding GPUs adds GPUs. Each rank also gets
    its own block of the job's CPUs (:func:`accelbench.cluster.processes.place_this_rank`) and dies with its launcher.
 3. **Launch** ``accelbench rank --experiment <name> --spec <file> ...`` in every rank: ``torchrun --standalone`` on
-   one node, ``srun`` + ``torchrun`` c10d across nodes (:func:`accelbench.cluster.multinode.launch_command`). The spec
+   one node, ``srun`` + ``torchrun`` c10d across nodes (:func:`accelbench.cluster.multinode.launch_command`), or
+   ``mpirun`` + ``torchrun`` over an MPI hostfile (:func:`accelbench.cluster.mpi_hostfile.launch_command`). The spec
    travels as its file, never as inline JSON.
 4. **Collect**, one rank-file protocol: every rank writes ``rank<r>.json`` =
    ``{"rank", "status", "reason", "record", "artefacts"}`` into a folder under the working directory (shared
@@ -31,7 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelbench.cluster import multinode
+from accelbench.cluster import mpi_hostfile, multinode
 from accelbench.cluster import processes as launch
 from accelbench.core.outcome import Outcome
 from accelbench.errors import AccelbenchError
@@ -89,7 +91,9 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
     system = ctx.system
     plan = multinode.node_plan(system, devices, key)
     alloc = multinode.allocation() if plan.nodes > 1 else None
-    reason = multinode.allocation_reason(plan, alloc) or multinode.job_limit_reason(system, plan)
+    mpi = mpi_hostfile.allocation() if plan.nodes > 1 and alloc is None else None  # an MPIJob's launcher
+    reason = mpi_hostfile.allocation_reason(plan, mpi) if mpi else multinode.allocation_reason(plan, alloc)
+    reason = reason or multinode.job_limit_reason(system, plan)
     if reason:
         return Outcome.unsupported(reason, {"launch": multinode.launch_record(plan, system.backend, None)})
     RANK_ROOT.mkdir(parents=True, exist_ok=True)
@@ -108,9 +112,12 @@ def run_ranks(ctx, settings, devices: int, key: str, timeout: float | None = Non
             str(ctx.threads),
             *_inputs_args(ctx.inputs),
         ]
-        cmd, rdzv = multinode.launch_command(plan, worker, alloc)
         per_rank = launch.rank_threads(system, ctx.threads, plan.per_node)
         env = multinode.launch_env(system.backend, launch.rank_env(ctx.threads, plan.per_node, per_rank=per_rank))
+        if mpi:
+            cmd, rdzv = mpi_hostfile.launch_command(plan, worker, mpi, env)
+        else:
+            cmd, rdzv = multinode.launch_command(plan, worker, alloc)
         log.info(
             "launching %d rank(s) on %d node(s), %d thread(s) each: %s",
             devices,

@@ -223,7 +223,7 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     try:
         lm = HFLM(
-            pretrained=model, tokenizer=tokenizer, batch_size=acc.get("batch_size", 1), device=str(device.torch_device)
+            pretrained=model, tokenizer=tokenizer, batch_size=acc["batch_size"], device=str(device.torch_device)
         )
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:  # e.g. a device lm-eval does not know
         first = str(exc).splitlines()[0] if str(exc) else ""
@@ -243,9 +243,9 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                     model=lm,
                     tasks=[task],
                     task_manager=manager,
-                    num_fewshot=acc.get("num_fewshot", 0),
+                    num_fewshot=acc["num_fewshot"],
                     limit=acc.get("limit"),
-                    batch_size=acc.get("batch_size", 1),
+                    batch_size=acc["batch_size"],
                     log_samples=True,
                     bootstrap_iters=acc.get("bootstrap_iters", 1000),
                     random_seed=seed,
@@ -286,7 +286,7 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                 "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
                 "samples": int(res["n-samples"][task]["effective"]),
                 "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
-                "num_fewshot": res["n-shot"].get(task, acc.get("num_fewshot", 0)),
+                "num_fewshot": res["n-shot"].get(task, acc["num_fewshot"]),
                 "data": where,
                 "time_s": wall,
                 "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,

@@ -50,11 +50,9 @@ def load_text(data: dict) -> tuple[dict[str, str], dict]:
     """
     from accelbench.data.text import corpus_fingerprint, pydoc_topics, split_topics
 
-    source = data.get("source", "pydoc")
+    source = data["source"]
     if source == "pydoc":
-        parts = split_topics(
-            pydoc_topics(), dict(data.get("split") or {"calibration": 0.2, "validation": 0.4, "test": 0.4})
-        )
+        parts = split_topics(pydoc_topics(), dict(data["split"]))
         text = {k: "\n\n".join(v.values()) for k, v in parts.items()}
         rows = {k: [ln for t in v.values() for ln in t.splitlines(keepends=True)] for k, v in parts.items()}
         info = {"name": "CPython pydoc_data.topics", "topics": {k: len(v) for k, v in parts.items()}}

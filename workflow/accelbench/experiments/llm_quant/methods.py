@@ -195,7 +195,7 @@ def apply_inc_fp8(
     from neural_compressor.torch.quantization import FP8Config, convert, finalize_calibration, prepare
 
     inc = inc or {}
-    scale_method = inc.get("scale_method", "maxabs_hw")
+    scale_method = inc["scale_method"]
     extra = {}
     if inc.get("input_backoff") is not None or inc.get("weight_backoff") is not None:
         extra["scale_params"] = {
@@ -221,7 +221,7 @@ def apply_inc_fp8(
         "calibration_chunks": int(calib.shape[0]),
         "scale_method": scale_method,
         **extra,
-        "calibration_split": inc.get("calibration_split", "calibration"),
+        "calibration_split": inc["calibration_split"],
     }
 
 
