@@ -60,7 +60,8 @@ def cluster(kubectl, tmp_path_factory):
     operator = None
     try:
         config = kubeconfig(tmp_path_factory.mktemp("kube") / "config", server.url)
-        env = {**os.environ, "KUBECONFIG": str(config), "ACCELBENCH_KUBECTL": kubectl}
+        cache = tmp_path_factory.mktemp("kubecache")  # kubectl's discovery cache: this server's, not ~/.kube's
+        env = {**os.environ, "KUBECONFIG": str(config), "KUBECACHEDIR": str(cache), "ACCELBENCH_KUBECTL": kubectl}
         crd = subprocess.run([kubectl, "create", "-f", "-"], input=json.dumps(MPIJOB_CRD), env=env, text=True,
                              capture_output=True, timeout=60)  # fmt: skip
         assert crd.returncode == 0, crd.stderr
@@ -102,10 +103,10 @@ def run_dag(cluster, tmp_path, tiny_config, namespace: str, system: str, target:
     )
     cfg = dict(tiny_config, experiments=["sr3_scaling"], system=system, systems_dir=str(systems))
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
-    for key in ("KUBECONFIG", "ACCELBENCH_KUBECTL"):
+    for key in ("KUBECONFIG", "KUBECACHEDIR", "ACCELBENCH_KUBECTL"):
         monkeypatch.setenv(key, cluster["env"][key])
     monkeypatch.setenv("ACCELBENCH_K8S_SITE", str(site(tmp_path, namespace)))
-    return snakemake(tmp_path, target, "--profile", str(REPO / "kubernetes"), timeout=150)
+    return snakemake(tmp_path, target, "--profile", str(REPO / "kubernetes"), timeout=240)
 
 
 @pytest.mark.timeout(300)
@@ -141,8 +142,10 @@ def test_failing_pod_gives_rc_1_and_its_log_line(cluster, tmp_path, tiny_config,
     assert cluster["operator"].finished[key] != 0 and "Error in rule sr3_train" in cluster["operator"].logs[key]
     marker = f"fail/job/{job['metadata']['name']} failed; last log lines:"
     assert marker in out, out[-4000:]
-    shown = out.split(marker, 1)[1].splitlines()[1:6]  # status runs `kubectl logs --tail 5`
+    shown = out.split(marker, 1)[1].splitlines()[1:6]  # status reads `kubectl logs --tail 200`, shows the last 5
     assert shown == cluster["operator"].logs[key].splitlines()[-5:]  # the pod's own last lines, through kubectl
+    errors = out.split(f"fail/job/{job['metadata']['name']} failed; error lines:", 1)[1].split(marker, 1)[0]
+    assert "Error in rule sr3_train" in errors, out[-4000:]  # the rule's error, above Snakemake's closing lines
     # the harness's one-line reason: the rule's log on the shared folder, which Snakemake prints
     assert "accelbench sr3-train: error: system 'h100' needs backend 'cuda'" in out
     assert not (tmp_path / target).exists()

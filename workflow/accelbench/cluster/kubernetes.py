@@ -287,10 +287,13 @@ def submit(jobscript: str | Path, site: dict) -> str:
     return f"{meta['namespace']}/{manifest['kind'].lower()}/{meta['name']}"
 
 
+LOG_TAIL = 200  # pod log lines a failed Job's status reads (its error lines and its last 5 go to stderr)
+
+
 def status(jobid: str, site: dict) -> str:
     """The job's state for the executor. A job the server no longer has (deleted, cancelled) is ``failed``; any other
-    kubectl error is ``running`` (asked again later) with kubectl's message on stderr. A failed Job's last log
-    lines go to stderr (the executor's log)."""
+    kubectl error is ``running`` (asked again later) with kubectl's message on stderr. A failed Job's error lines
+    (of its last :data:`LOG_TAIL` log lines) and its last 5 lines go to stderr (the executor's log)."""
     ns, kind, name = parse_jobid(jobid)
     proc = _kubectl(site, ["get", kind, name, "-n", ns, "-o", "json"])
     if proc.returncode:
@@ -300,9 +303,14 @@ def status(jobid: str, site: dict) -> str:
         return RUNNING
     state = status_of(json.loads(proc.stdout))
     if state == FAILED and kind == "job":
-        logs = _kubectl(site, ["logs", f"job/{name}", "-n", ns, "--tail", "5"])
-        if logs.returncode == 0 and logs.stdout.strip():
-            print(f"{jobid} failed; last log lines:\n{logs.stdout.rstrip()}", file=sys.stderr)
+        logs = _kubectl(site, ["logs", f"job/{name}", "-n", ns, "--tail", str(LOG_TAIL)])
+        lines = logs.stdout.rstrip().splitlines() if logs.returncode == 0 else []
+        # the rule's own error (Snakemake's last lines in the pod are its closing boilerplate), then the last lines
+        errors = [line for line in lines[:-5] if "error" in line.lower()][-5:]
+        if errors:
+            print(f"{jobid} failed; error lines:\n" + "\n".join(errors), file=sys.stderr)
+        if lines:
+            print(f"{jobid} failed; last log lines:\n" + "\n".join(lines[-5:]), file=sys.stderr)
     return state
 
 
