@@ -39,3 +39,26 @@ def test_plan_rules():
     assert fp32_only.precision == "fp32" and fp32_only.notes
     with pytest.raises(ConfigError):
         plan_run("tp", 2, "flash", cpu, s, available=2)
+
+
+def test_zero3_on_gaudi2_plans_with_the_images_deepspeed(systems, monkeypatch):
+    """Study B's Gaudi ZeRO-3 rows: where DeepSpeed imports (the Habana image installs HabanaAI's fork, pinned in
+    containers/versions.yaml and checked by tests/system/test_image_pins.py) the plan on gaudi2.yaml runs; without it,
+    the reason says so."""
+    import importlib.machinery
+    import importlib.util
+
+    gaudi2 = systems["gaudi2"]
+    real = importlib.util.find_spec
+
+    def with_deepspeed(name, *args):  # the image's packages: DeepSpeed (HabanaAI's fork) and optimum-habana
+        return importlib.machinery.ModuleSpec(name, None) if name in ("deepspeed", "optimum") else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", with_deepspeed)
+    plan = plan_run("zero3", 8, "flash", gaudi2, LoraSettings(), available=8)
+    assert plan.status == "ok", plan.reason
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "deepspeed" else with_deepspeed(name, *a)
+    )
+    plan = plan_run("zero3", 8, "flash", gaudi2, LoraSettings(), available=8)
+    assert plan.status == "unsupported" and plan.reason == "deepspeed not installed"
