@@ -222,9 +222,7 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     try:
-        lm = HFLM(
-            pretrained=model, tokenizer=tokenizer, batch_size=acc["batch_size"], device=str(device.torch_device)
-        )
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc["batch_size"], device=str(device.torch_device))
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:  # e.g. a device lm-eval does not know
         first = str(exc).splitlines()[0] if str(exc) else ""
         reason = f"lm-evaluation-harness cannot wrap this model: {type(exc).__name__}: {first}"
