@@ -192,7 +192,7 @@ def test_missing_apptainer_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(
         ConfigError,
-        match=r"neither `singularity` nor `apptainer`.*unet3d_profile.*docker://x.*\n"
+        match=r"neither `singularity` nor `apptainer`.*\n.*unet3d_profile.*docker://x.*\n"
         r"Fix: .*module load apptainer.*deployment: none",
     ):
         require_apptainer("docker://x", "rule unet3d_profile")

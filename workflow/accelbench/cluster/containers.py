@@ -97,8 +97,8 @@ def require_apptainer(uri: str, rules: str = "every rule") -> str:
             "nodes, or drop --software-deployment-method apptainer (slurm/site.yaml: `deployment: none`)"
         )
     raise ConfigError(
-        f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found}; "
-        f"{rules} runs in {uri}.\nFix: {fix}"
+        f"--software-deployment-method apptainer was given, but on host {socket.gethostname()} {found};\n"
+        f"{rules} runs in {uri}.\nFix: {fix}"  # one line each: the terminal keeps lines to 200 characters
     )
 
 
