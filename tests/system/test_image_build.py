@@ -139,9 +139,10 @@ def debian_base(podman_env) -> tuple[str, str]:
     if not image_exists(tag, podman_env):
         tarball = CACHE / f"{tag.rsplit(':', 1)[1]}.tar"
         if not tarball.is_file():
-            for old in CACHE.glob("bookworm-*.tar"):
-                old.unlink()
-            timed("mmdebstrap_s", ["mmdebstrap", *MMDEBSTRAP, f"{tarball}.partial"], timeout=1800)
+            for old in CACHE.glob("bookworm-*.tar*"):  # older bases, and a folder an earlier run left by that name
+                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+            # --format=tar: mmdebstrap picks the format from the name's extension, and `.partial` would make a folder
+            timed("mmdebstrap_s", ["mmdebstrap", "--format=tar", *MMDEBSTRAP, f"{tarball}.partial"], timeout=1800)
             os.replace(f"{tarball}.partial", tarball)
         timed("base_import_s", ["podman", "import", str(tarball), tag], env=podman_env)
     digest = sh(["podman", "image", "inspect", "-f", "{{.Digest}}", tag], env=podman_env).stdout.strip()
