@@ -189,7 +189,7 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("claims (first bar of a study) or claims x systems (count)")
     ax.set_ylabel("study, origin")
-    fig.suptitle(  # the figure's title, not the axes': long origin labels narrow the axes (issue 48: clipped)
+    fig.suptitle(  # the figure's title, not the axes': long origin labels narrow the axes
         wrap("Verdicts of the published claims: one per claim, then each origin apart", fig, FONT["label"]),
         fontsize=FONT["label"],
         x=0.01,

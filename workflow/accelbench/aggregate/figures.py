@@ -349,7 +349,7 @@ _FOUND: dict[str, list[str]] = {}  # figure -> its problems, saved inside :func:
 @contextlib.contextmanager
 def checked() -> Iterator[None]:
     """Run an aggregation so that its figures' problems fail it: every figure is still written (to be looked at),
-    then one line names each defective figure and its first problem (issue 48: defects were only logged).
+    then one line names each defective figure and its first problem.
 
     Raises:
         DataError: a figure saved in the body has a problem of :func:`figure_problems`.

@@ -1,5 +1,5 @@
-"""What a run prints on the terminal stays readable: every line at most :data:`MAX_CHARS` characters (issue 48: a
-default run printed 113 of 748 lines over 300 characters, shell lines up to 878).
+"""What a run prints on the terminal stays readable: every line at most :data:`MAX_CHARS` characters (shell
+lines of the default run otherwise reach several hundred).
 
 :func:`short_line` shortens one line: paths of the working directory or the repository become relative, a list
 of paths after ``input:``/``output:``/``log:`` names their common folder once (``results/study_a/{table.csv,

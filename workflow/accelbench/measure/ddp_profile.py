@@ -15,15 +15,8 @@ from pathlib import Path
 
 from accelbench.measure import overhead
 
-PROFILE_FIELDS = [
-    "experiment",
-    "case",
-    "devices",
-    "rank",
-    "variant",
-    "ddp_kwargs",
-    "step_ms",
-    "step_ms_profiled",
+# the per-step device metrics of a profiled window (device_metrics), in CSV column order
+DEVICE_METRICS = (
     "window_ms",
     "gpu_busy_ms",
     "compute_ms",
@@ -33,6 +26,17 @@ PROFILE_FIELDS = [
     "kernels_per_step",
     "class_ms",
     "top_kernels",
+)
+PROFILE_FIELDS = [
+    "experiment",
+    "case",
+    "devices",
+    "rank",
+    "variant",
+    "ddp_kwargs",
+    "step_ms",
+    "step_ms_profiled",
+    *DEVICE_METRICS,
     "host_launch_ms",
     "steps",
     "profiled_steps",
@@ -103,20 +107,7 @@ def profile_metrics(trace_events: list[dict], steps: int) -> dict:
     All None where the trace has no device activity (CPU runs)."""
     busy, comm = device_intervals(trace_events)
     if not busy:
-        return {
-            k: None
-            for k in (
-                "window_ms",
-                "gpu_busy_ms",
-                "compute_ms",
-                "nccl_ms",
-                "exposed_comm_ms",
-                "gpu_idle_ms",
-                "kernels_per_step",
-                "class_ms",
-                "top_kernels",
-            )
-        }
+        return {k: None for k in DEVICE_METRICS}
     comm_set = set(comm)
     compute = [iv for iv in busy if iv not in comm_set]
     window = max(b for _, b in busy) - min(a for a, _ in busy)

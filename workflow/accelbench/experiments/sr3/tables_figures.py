@@ -137,7 +137,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                 "included, + the median for the rest",
             )
         )
-    # small-scale series: under the axis, not in a box over the curves (issue 48); their labels are in the legend
+    # small-scale series: under the axis, not in a box over the curves; their labels are in the legend
     note = f"\n{len(small)} small-scale series not on this time axis (another workload): see the speedup panel"
     ax_t.set_xlabel("devices (count)" + (wrap(note, fig, FONT["label"], 0.45) if small else ""))
     ax_t.set_ylabel("training time for 40,000 iterations (min)")

@@ -190,7 +190,7 @@ def _run_short(run: str) -> str:
 
 def _bar_parts(rows: pd.DataFrame) -> dict[str, list[str]]:
     """What tells the bars apart besides the configuration, each only where it varies: the run (measured here or
-    a reference run), the network, the device (issue 48: not one repeated "(NVIDIA H200)")."""
+    a reference run), the network, the device (not one repeated device name)."""
     cols = {
         "run": [_run_short(r) for r in rows.get("run", pd.Series(["measured"] * len(rows)))],
         "network": [NETWORK_LABEL.get(n, n) for n in rows.get("network", pd.Series([""] * len(rows)))],
