@@ -151,6 +151,40 @@ def test_network_options_keep_parameters_and_outputs(calls):
         net.set_implementations(norm="batch_norm")
 
 
+def test_conv_grad_hook_makes_each_conv_gradient_channels_last_and_keeps_values():
+    """conv_grad="channels_last_3d": every Conv3d's output gradient reaches its backward channels_last_3d (seen by a
+    tensor hook on the output), the parameter gradients and the output are those of Med-DDPM's network (same
+    state dict, no module added), and switching back removes the hooks."""
+    plain = _net()
+    net = copy.deepcopy(plain).set_implementations(conv_grad="channels_last_3d")
+    assert list(net.state_dict()) == list(plain.state_dict())
+    x, t = torch.randn(1, 3, 16, 16, 16), torch.tensor([10])
+
+    def grads(model):
+        seen = []
+
+        def watch(module, inputs, out):
+            out.register_hook(lambda g: seen.append(g.is_contiguous(memory_format=CL)))
+
+        handles = [m.register_forward_hook(watch, prepend=True) for m in model.modules() if isinstance(m, nn.Conv3d)]
+        model.zero_grad()
+        (model(x, t) ** 2).sum().backward()
+        for h in handles:
+            h.remove()
+        return seen, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    seen_plain, g_plain = grads(plain)
+    seen_cl, g_cl = grads(net)
+    assert len(seen_cl) == sum(isinstance(m, nn.Conv3d) for m in net.modules()) and all(seen_cl)
+    assert not all(seen_plain)  # NCDHW network: its gradients are not channels_last_3d
+    for n, g in g_plain.items():
+        assert torch.allclose(g_cl[n], g, rtol=1e-5, atol=1e-6), n
+    net.set_implementations()
+    assert not all(grads(net)[0])
+    with pytest.raises(ValueError, match="conv_grad: implementation 'nhwc' is not one of"):
+        net.set_implementations(conv_grad="nhwc")
+
+
 # --------------------------------------------------------------------------- the configuration that runs them
 NDHWC = "bf16_channels_last_3d_ndhwc_compile_cudagraphs"
 
@@ -179,6 +213,7 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
         "upsample": "interpolate",
         "norm": "group_norm",
         "checkpoint_attention": True,
+        "conv_grad": "as_computed",
     }
     ours = {NDHWC, NDHWC + "_autotuned"}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
@@ -189,9 +224,10 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
         "upsample": "separable",
         "norm": "channel_sums",
         "checkpoint_attention": False,
+        "conv_grad": "channels_last_3d",
     }
     assert v.attention in ndhwc_ops.ATTENTION_IMPLS and v.upsample in ndhwc_ops.UPSAMPLE_IMPLS
-    assert v.norm in ndhwc_ops.NORM_IMPLS and v.rewrites_network
+    assert v.norm in ndhwc_ops.NORM_IMPLS and v.conv_grad in ndhwc_ops.CONV_GRAD_LAYOUTS and v.rewrites_network
 
 
 def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, systems, tmp_path, monkeypatch, calls):

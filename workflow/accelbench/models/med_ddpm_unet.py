@@ -178,6 +178,8 @@ class MedDDPMUNet(nn.Module):
         upsample_mode: Med-DDPM: ``trilinear``.
         attention, upsample, norm: the implementations of the attention blocks, the upsamplings and every GroupNorm
             (:meth:`set_implementations`); the defaults are Med-DDPM's.
+        conv_grad: the layout of the gradient each Conv3d's backward receives (``as_computed``, Med-DDPM's, or
+            ``channels_last_3d``: :func:`accelbench.models.ndhwc_ops.channels_last_grad`).
     """
 
     def __init__(
@@ -196,8 +198,10 @@ class MedDDPMUNet(nn.Module):
         attention: str = "conv1d_einsum",
         upsample: str = "interpolate",
         norm: str = "group_norm",
+        conv_grad: str = "as_computed",
     ):
         super().__init__()
+        self._conv_grad_hooks: list = []
         if len(attention_levels) != len(channel_mult):
             raise ValueError(f"attention_levels has {len(attention_levels)} entries for {len(channel_mult)} levels")
         self.base_channels = base_channels
@@ -247,7 +251,11 @@ class MedDDPMUNet(nn.Module):
                 ch = width
         self.head = nn.Sequential(nn.GroupNorm(norm_groups, ch), nn.SiLU(), nn.Conv3d(ch, out_channels, 3, padding=1))
         self.set_implementations(
-            attention=attention, upsample=upsample, norm=norm, checkpoint_attention=checkpoint_attention
+            attention=attention,
+            upsample=upsample,
+            norm=norm,
+            checkpoint_attention=checkpoint_attention,
+            conv_grad=conv_grad,
         )
 
     def set_implementations(
@@ -257,15 +265,25 @@ class MedDDPMUNet(nn.Module):
         upsample: str = "interpolate",
         norm: str = "group_norm",
         checkpoint_attention: bool = True,
+        conv_grad: str = "as_computed",
     ) -> MedDDPMUNet:
         """Choose, in place, how the attention blocks, the upsamplings and the GroupNorms compute (names:
-        :mod:`accelbench.models.ndhwc_ops`; the defaults are Med-DDPM's) and whether attention is checkpointed. The
+        :mod:`accelbench.models.ndhwc_ops`; the defaults are Med-DDPM's), whether attention is checkpointed and the
+        layout of each Conv3d's incoming gradient (``conv_grad``: a forward hook, no module or parameter added). The
         parameters stay the same tensors (``norm="channel_sums"`` swaps each ``nn.GroupNorm`` for a
         :class:`~accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding its weight and bias, and back), so the
         state dict, the optimizer's parameters and the arithmetic are unchanged. Call it before ``torch.compile``."""
         _check("attention", attention, ndhwc_ops.ATTENTION_IMPLS)
         _check("upsample", upsample, ndhwc_ops.UPSAMPLE_IMPLS)
         _check("norm", norm, ndhwc_ops.NORM_IMPLS)
+        _check("conv_grad", conv_grad, ndhwc_ops.CONV_GRAD_LAYOUTS)
+        for handle in self._conv_grad_hooks:
+            handle.remove()
+        self._conv_grad_hooks = (
+            [m.register_forward_hook(ndhwc_ops.channels_last_grad) for m in self.modules() if isinstance(m, nn.Conv3d)]
+            if conv_grad == "channels_last_3d"
+            else []
+        )
         for m in self.modules():
             if isinstance(m, SpatialAttention):
                 m.impl, m.checkpointed = attention, checkpoint_attention

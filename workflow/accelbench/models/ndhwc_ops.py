@@ -12,7 +12,10 @@ that configuration 0.0165). Without them, channels_last_3d made the compiled ste
 
 - :func:`tokens_sdpa_attention` (``attention="tokens_sdpa"``): the attention block on a (B, N, C) token view;
 - :func:`trilinear_up2` (``upsample="separable"``): the x2 trilinear interpolation as three separable 1-D passes;
-- :class:`ChannelSumGroupNorm` (``norm="channel_sums"``): GroupNorm from per-channel sums, one pointwise affine.
+- :class:`ChannelSumGroupNorm` (``norm="channel_sums"``): GroupNorm from per-channel sums, one pointwise affine;
+- :func:`channels_last_grad` (``conv_grad="channels_last_3d"``): a forward hook on each Conv3d whose backward makes the
+  gradient flowing into the convolution channels_last_3d (an identity forward). Probe call 4: the same-dtype copies
+  per step 46 -> 20 (4.75 -> 2.46 ms), the step 123.4 -> 121.1 ms.
 
 Each is checked against the module it replaces in fp64, forward and gradient (``tests/experiments/test_ndhwc_ops.py``).
 """
@@ -27,6 +30,7 @@ from torch import nn
 ATTENTION_IMPLS = ("conv1d_einsum", "tokens_sdpa")
 UPSAMPLE_IMPLS = ("interpolate", "separable")
 NORM_IMPLS = ("group_norm", "channel_sums")
+CONV_GRAD_LAYOUTS = ("as_computed", "channels_last_3d")
 
 _HALF = (torch.float16, torch.bfloat16)
 CL = torch.channels_last_3d
@@ -122,3 +126,24 @@ def plain_group_norm(gn: nn.GroupNorm) -> nn.GroupNorm:
     new.weight, new.bias = gn.weight, gn.bias
     new.train(gn.training)
     return new
+
+
+class _ChannelsLastGrad(torch.autograd.Function):
+    """Identity forward (a view); backward returns the incoming gradient in channels_last_3d (a copy only where it
+    was not: the values are unchanged)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:
+        return g.contiguous(memory_format=CL)
+
+
+def channels_last_grad(module: nn.Module, inputs: tuple, output: torch.Tensor) -> torch.Tensor:
+    """Forward hook for an ``nn.Conv3d`` (``conv_grad="channels_last_3d"``): the output (B, C, D, H, W) unchanged, its
+    gradient made channels_last_3d before it reaches the convolution's backward, so cuDNN's NDHWC dgrad/wgrad kernels
+    get their layout instead of a gradient left NCDHW by a pointwise op (which Inductor then copies). 4-D or
+    non-5-D outputs pass through untouched."""
+    return _ChannelsLastGrad.apply(output) if output.dim() == 5 else output

@@ -33,6 +33,7 @@ class Variant:
     checkpoint_attention: bool = True  # Med-DDPM checkpoints its attention blocks
     upsample: str = "interpolate"  # or "separable": x2 trilinear as three 1-D passes in fp32
     norm: str = "group_norm"  # or "channel_sums": GroupNorm from per-channel sums, one pointwise affine
+    conv_grad: str = "as_computed"  # or "channels_last_3d": each Conv3d's incoming gradient made channels_last_3d
 
     @property
     def cuda_graphs(self) -> bool:
@@ -47,6 +48,7 @@ class Variant:
             "upsample": self.upsample,
             "norm": self.norm,
             "checkpoint_attention": self.checkpoint_attention,
+            "conv_grad": self.conv_grad,
         }
 
     @property
@@ -110,7 +112,8 @@ VARIANTS: dict[str, Variant] = {
             compile_mode="max-autotune",
         ),
         # channels_last_3d kept through the step (accelbench.models.ndhwc_ops): token-view SDPA attention, not
-        # checkpointed; separable trilinear upsampling; GroupNorm from per-channel sums; CUDA graphs; fused Adam
+        # checkpointed; separable trilinear upsampling; GroupNorm from per-channel sums; each Conv3d's gradient
+        # channels_last_3d; CUDA graphs; fused Adam
         Variant(
             "bf16_channels_last_3d_ndhwc_compile_cudagraphs",
             autocast="bf16",
@@ -122,6 +125,7 @@ VARIANTS: dict[str, Variant] = {
             checkpoint_attention=False,
             upsample="separable",
             norm="channel_sums",
+            conv_grad="channels_last_3d",
         ),
     )
 }

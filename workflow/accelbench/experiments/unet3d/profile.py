@@ -54,10 +54,12 @@ it: ``bf16_channels_last_3d`` (+ ``_compile``, + ``_compile_cudagraphs``), ``bf1
 ``bf16_channels_last_3d_compile_max_autotune`` (``mode="max-autotune"``, CUDA graphs included), and
 ``bf16_channels_last_3d_ndhwc_compile_cudagraphs``: channels_last_3d kept through the step, CUDA graphs, fused Adam and
 three module rewrites of Med-DDPM's network with the same parameters and arithmetic (:mod:`accelbench.models.ndhwc_ops`;
-recorded as ``measurements.variant``'s ``attention``, ``checkpoint_attention``, ``upsample``, ``norm``): attention on
+recorded as ``measurements.variant``'s ``attention``, ``checkpoint_attention``, ``upsample``, ``norm``,
+``conv_grad``): attention on
 a (B, N, C) token view through ``scaled_dot_product_attention``, not checkpointed (``tokens_sdpa``), the x2 trilinear
 upsampling as three separable 1-D passes (``separable``), GroupNorm from per-channel sums with one pointwise affine
-(``channel_sums``); on the MONAI stand-in it is ``unsupported``. Inductor's search
+(``channel_sums``), each Conv3d's incoming gradient channels_last_3d (``conv_grad``); on the MONAI stand-in it is
+``unsupported``. Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 
