@@ -326,6 +326,18 @@ _V = [
         note="(a with GroupNorm from per-channel sums)+(b)+(c) + fused Adam + Inductor coordinate-descent tuning",
     ),
     Variant(
+        "cl_gnsum_nockpt_sdpa_gradcl_fused_cdt_cg",
+        layout="cl",
+        attn="sdpa",
+        up="sep",
+        ckpt=False,
+        gn="clsum",
+        gradcl=True,
+        adam="fused",
+        options=(("triton.cudagraphs", True), ("coordinate_descent_tuning", True)),
+        note="the product's NDHWC configuration (channels-last gradients, fused Adam) + Inductor coordinate-descent tuning",
+    ),
+    Variant(
         "cl_gnsum_nockpt_sdpa_fused_maxat",
         layout="cl",
         attn="sdpa",
