@@ -615,6 +615,7 @@ def test_ours_keeps_its_data_path():
         "bf16_compile_cudagraphs",
         "bf16_compile_channels_last_cudagraphs",
         "bf16_compile_layout_opt_cudagraphs",
+        "bf16_compile_layout_opt_channel_sums_cudagraphs",
     ):
         c = sr3_configs.get(name)
         assert (c.loader_workers, c.blocking_copies, c.authors_data_path) == (None, False, False)
@@ -868,3 +869,46 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
             if "measure/timing.py" not in where and "torch/cuda/__init__.py" not in where
         )
         assert (ours >= 7) if expect_syncs else ours == 0, (conf, syncs)
+
+
+def test_channel_sums_configuration_swaps_every_group_norm_in_the_trainer_and_the_bare_loop(monkeypatch):
+    """``bf16_compile_layout_opt_channel_sums_cudagraphs``: the rule's Trainer and the bare loop both compute every
+    GroupNorm of SR3's U-Net from per-channel sums (same parameter tensors and state dict as MONAI's network), the
+    network's output equals the GroupNorm one's (fp32, 1e-5), the setting is recorded, and an unknown name is one
+    line naming it."""
+    import torch
+
+    from accelbench.errors import ConfigError
+    from accelbench.experiments.sr3 import bare as bench
+    from accelbench.models.ndhwc_ops import ChannelSumGroupNorm
+
+    conf = sr3_configs.get("bf16_compile_layout_opt_channel_sums_cudagraphs")
+    assert conf.norm == "channel_sums" and conf.to_dict()["norm"] == "channel_sums" and conf.layout_optimization
+    assert sr3_configs.get("bf16_compile_layout_opt_cudagraphs").norm == "group_norm"
+    monkeypatch.setattr(torch, "compile", lambda net, **kw: net)  # no compiler on the CPU runner
+    s = tiny_settings(dropout=0.0)
+    plain = sr3.build_unet(s)
+    torch.manual_seed(0)
+    swapped = sr3.set_norm(sr3.build_unet(s), "channel_sums")
+    swapped.load_state_dict(plain.state_dict())
+    assert list(swapped.state_dict()) == list(plain.state_dict())
+    n_gn = sum(type(m) is torch.nn.GroupNorm for m in plain.modules())
+    assert n_gn > 0 and sum(isinstance(m, ChannelSumGroupNorm) for m in swapped.modules()) == n_gn
+    assert not any(type(m) is torch.nn.GroupNorm for m in swapped.modules())
+    x, t = torch.randn(2, 2, s.hr_size, s.hr_size), torch.tensor([3, 7])
+    ref = plain(x, t)
+    assert (swapped(x, t) - ref).abs().max() <= 1e-5 * ref.abs().max()
+    tr = sr3.Trainer(
+        s,
+        __import__("accelbench.backends.device", fromlist=["Device"]).Device("cpu"),
+        sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32),
+        "fp32",
+        seed=0,
+        **conf.trainer_options(),
+    )
+    assert sum(isinstance(m, ChannelSumGroupNorm) for m in tr.model.modules()) == n_gn
+    ds = sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
+    _, model = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, conf)
+    assert sum(isinstance(m, ChannelSumGroupNorm) for m in model.modules()) == n_gn
+    with pytest.raises(ConfigError, match="sr3 norm: 'layer_norm' is not one of group_norm, channel_sums"):
+        sr3.set_norm(sr3.build_unet(s), "layer_norm")

@@ -79,7 +79,7 @@ def sr3_bare(
 
     torch.manual_seed(seed)
     fmt = torch.channels_last if conf is not None and conf.channels_last else torch.contiguous_format
-    model = exp.build_unet(s).to(dev, memory_format=fmt)
+    model = exp.set_norm(exp.build_unet(s), conf.norm if conf is not None else "group_norm").to(dev, memory_format=fmt)
     ids = [device_id] if device_id is not None else None
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs or {})) if world > 1 else model
     if conf is not None and conf.compile:

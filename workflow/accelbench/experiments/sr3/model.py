@@ -50,6 +50,26 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
     return model
 
 
+def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
+    """``model`` with every ``nn.GroupNorm`` computed as ``norm`` says, in place: ``group_norm`` (MONAI's, SR3's)
+    leaves it, ``channel_sums`` swaps each for :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding the
+    same weight and bias tensors (same state dict, same arithmetic: per-channel fp32 sums over (H, W) added per group,
+    one pointwise affine; fp64 checks in tests/experiments/test_ndhwc_ops.py). Call it before ``torch.compile``.
+
+    Raises:
+        ConfigError: an unknown ``norm``."""
+    from accelbench.models import ndhwc_ops
+
+    if norm not in ndhwc_ops.NORM_IMPLS:
+        raise ConfigError(f"sr3 norm: {norm!r} is not one of {', '.join(ndhwc_ops.NORM_IMPLS)}")
+    if norm == "channel_sums":
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is torch.nn.GroupNorm:
+                    setattr(parent, name, ndhwc_ops.ChannelSumGroupNorm.of(child))
+    return model
+
+
 def _float64_schedule(sched, float64: bool):
     """Recompute betas/alphas/alpha_bar in float64, as SR3's numpy code does. In float32, 1 - alpha_bar at
     beta = 1e-6 keeps only ~2 significant digits, and MONAI's last reverse step then scales the image by
@@ -260,13 +280,14 @@ class Trainer:
         loader_workers: int | None = None,
         blocking_copies: bool = False,
         layout_optimization: bool = False,
+        norm: str = "group_norm",
     ):
         self.s, self.device, self.rank, self.world = s, device, rank, world
         self.distributed, self.host_syncs, self.blocking_copies = distributed, host_syncs, blocking_copies
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model = build_unet(s).to(dev, memory_format=self.memory_format)
+        self.model = set_norm(build_unet(s), norm).to(dev, memory_format=self.memory_format)
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
