@@ -335,7 +335,7 @@ _V = [
         gradcl=True,
         adam="fused",
         options=(("triton.cudagraphs", True), ("coordinate_descent_tuning", True)),
-        note="the product's NDHWC configuration (channels-last gradients, fused Adam) + Inductor coordinate-descent tuning",
+        note="the product's NDHWC configuration (channels-last gradients, fused Adam) + coordinate-descent tuning",
     ),
     Variant(
         "cl_gnsum_nockpt_sdpa_fused_maxat",

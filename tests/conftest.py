@@ -70,3 +70,12 @@ def systems():
     from accelbench.core.systems import load_systems
 
     return load_systems(REPO / "config/systems", REPO / "config/system.schema.yaml")
+
+
+@pytest.fixture(scope="session")
+def smollm2_export(tmp_path_factory) -> Path:
+    """SmolLM2-135M exported once per session by the real DAG (tests/dag.py `export_smollm2`) for the end-to-end
+    tests that read it (LoRA, quantization); a test puts it in its work dir with `dag.link_smollm2`."""
+    from dag import export_smollm2
+
+    return export_smollm2(tmp_path_factory.mktemp("smollm2_export"), _validated(TINY))

@@ -60,8 +60,18 @@ def test_brats_layout_is_med_ddpms_and_monai_keeps_the_data_order(default_config
 
 
 def test_default_config_runs_med_ddpms_network_and_step(default_config):
+    """Med-DDPM's network everywhere; its step (2 micro-batches per Adam step) is the schema's default and every GPU
+    example config's, while the CPU-sized embedded run (config/config.yaml) takes 1."""
+    import yaml
+
     u = default_config["unet3d_profile"]
-    assert u["network"] == "med_ddpm" and u["micro_batches"] == 2
+    assert u["network"] == "med_ddpm" and u["micro_batches"] == 1
+    repo = Path(__file__).resolve().parents[2]
+    schema = yaml.safe_load(Path(exp.__file__).with_name("unet3d_profile.config.schema.yaml").read_text())
+    assert schema["properties"]["micro_batches"]["default"] == 2
+    for f in sorted((repo / "config/examples").glob("gpu_*.yaml")):
+        study_a = yaml.safe_load(f.read_text()).get("unet3d_profile")
+        assert study_a is None or study_a.get("micro_batches") == 2, f.name
 
 
 def test_distinguishing_layers_and_checkpointed_attention():

@@ -95,7 +95,7 @@ def test_the_stripped_config_is_complete_once_validated(default_config):
     ]
     assert default_config["unet3d_profile"]["network"] == "med_ddpm"
     raw = read_yaml(REPO / "config/config.yaml")
-    assert "data" not in raw and "micro_batches" not in raw["unet3d_profile"]  # stated once, in the schema
+    assert "data" not in raw and "network" not in raw["unet3d_profile"]  # stated once, in the schema
     again = validate_config(copy.deepcopy(default_config), SCHEMA)
     assert yaml.safe_dump(again) == yaml.safe_dump(default_config)
 

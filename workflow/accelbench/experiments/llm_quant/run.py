@@ -11,12 +11,14 @@ from accelbench.experiments.llm_quant.stages import run_method_job, run_sensitiv
 EXPERIMENT = "llm_quant"  # the result's `experiment`, config key and result folder
 
 # cost model of a job (accelbench.core.estimate), fitted to the embedded default's jobs on the reference machine
-# (SmolLM2-135M: 30 layers of width 576): seconds per unit of work, a unit being one token through the model
+# (SmolLM2-135M: 30 layers of width 576): seconds per unit of work, a unit being one token through the model; an
+# accuracy task costs `task_s` (lm-eval's task set-up and its data) plus `document_s` per document
 COST = {
     "startup_s": 12.0,
     "sensitivity_token_s": 0.002,
     "eval_token_s": 0.005,
-    "document_s": 0.5,
+    "task_s": 1.6,
+    "document_s": 0.25,
     "emulated_fp16": 1.6,
     "reference_params": 30 * 576**2,
 }
@@ -24,7 +26,7 @@ COST = {
 
 def estimate_s(spec: dict) -> float:
     """Wall seconds of the job on the reference machine: the sensitivity map's evaluations x tokens, or a method's
-    perplexity tokens and accuracy documents (the study prompts counted as tasks), each x the model's size
+    perplexity tokens and accuracy tasks and documents (the study prompts counted as tasks), each x the model's size
     (layers x width^2, relative to SmolLM2-135M's); start-up alone where it only writes ``unsupported`` (INC FP8 off
     Gaudi, torchao int4 on a backend without its tinygemm layout)."""
     from accelbench import backends
@@ -53,9 +55,9 @@ def estimate_s(spec: dict) -> float:
     tasks = len(acc.get("tasks") or ()) + (
         len(acc.get("tasks") or ()) if acc.get("study_b_prompts") is True else len(acc.get("study_b_prompts") or ())
     )
-    work = (spec.get("eval_tokens") or 4096) * COST["eval_token_s"] + tasks * (acc.get("limit") or 1000) * COST[
-        "document_s"
-    ]
+    work = (spec.get("eval_tokens") or 4096) * COST["eval_token_s"] + tasks * (
+        COST["task_s"] + (acc.get("limit") or 1000) * COST["document_s"]
+    )
     slow = COST["emulated_fp16"] if method == "int8_dq" else 1.0  # fp16 autocast: emulated on most CPUs
     return COST["startup_s"] + size * work * slow
 
