@@ -69,7 +69,7 @@ def _job(rule, output):
 
 def test_line_before_the_first_job_and_refreshed_as_jobs_finish(tmp_path, monkeypatch):
     monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
-    monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: 2 * estimate.REFERENCE["calibration_s"])
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=7, threads=None: 2 * estimate.REFERENCE["calibration_s"])
     jobs = [
         _job("claims", "results/claims/claims.csv"),
         _job("energy_aggregate", "results/energy/energy.csv"),
@@ -128,7 +128,7 @@ def test_no_estimate_for_a_run_the_cost_models_do_not_fit(tmp_path, monkeypatch)
     """On an accelerator (an H200 gave "about 9 h 31 min" for a 10-minute run) the CPU cost models say nothing:
     the first line says why, the refreshes count jobs and time only."""
     monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
-    monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: estimate.REFERENCE["calibration_s"])
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=7, threads=None: estimate.REFERENCE["calibration_s"])
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"system": {"name": "h200", "backend": "cuda", "scale": "paper"}}))
     job = _Job(

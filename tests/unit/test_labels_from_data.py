@@ -268,6 +268,20 @@ def test_validation_refuses_power_above_the_recorded_board_limit():
     assert problems_of(_new(two)) == []
 
 
+def test_power_above_the_limit_within_the_phase_staleness_bound_is_flagged_not_refused():
+    """A short phase's one window read from a counter updated every 0.1 s (staleness bound 0.77, as Study A's 5-step
+    sample phase on an H200: 996 W on a 700 W board) is within its own error bound: the result validates, the
+    tables still flag it; the same power with a small staleness bound is refused."""
+    r = fr.lora("h200", "flash", "single", 1)
+    r["environment"]["hardware"]["power_limit_w"] = 700.0
+    r["measurements"]["energy"] = _energy(996.3)
+    r["measurements"]["energy"]["phases"]["step"]["staleness_bound"] = 0.77
+    assert problems_of(_new(r)) == []
+    assert "996.3 W per device from one window above the board limit" in energy_agg.power_flag(r)
+    r["measurements"]["energy"]["phases"]["step"]["staleness_bound"] = 0.05
+    assert any("996.3 W per device" in p for p in problems_of(_new(r)))
+
+
 def test_committed_reference_runs_still_validate_with_their_impossible_values_as_warnings():
     paths = sorted(str(p) for p in RUNS.glob("*/results/**/result.json"))
     summary = validate_files(paths)

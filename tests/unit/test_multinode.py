@@ -326,3 +326,35 @@ def test_sbatch_call_of_a_multi_node_job(systems, site, backend, want):
     for flag in ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--exclusive", "--cpus-per-task=16", *want]:
         assert flag in call.split(), (flag, call)
     assert "--ntasks-per-gpu" not in call and "--gpus=" not in call
+
+
+def test_scaling_figure_keeps_a_long_legend_on_its_canvas(tmp_path):
+    """Eighteen measured series whose labels name their reference run and hardware (as the committed H200 runs'
+    do): the legend's labels are wrapped and the figure grows under the plots, so the figure checker finds nothing
+    (with a fixed 6-inch figure and two unwrapped columns, 18 such series ran off the canvas and failed the job)."""
+    import pandas as pd
+
+    from accelbench.experiments.sr3 import tables as agg
+
+    ref, source = agg.read_reference("resources/reference/study_b_sr3_scaling.csv")
+    rows = [
+        {
+            "system": "h200",
+            "hardware": "NVIDIA H200 (139.8 GiB)",
+            "origin": f"reference run (H200 1-GPU, NDHWC and channel sums {k}, 2026-12-02)",
+            "scale": "paper",
+            "precision": "bf16",
+            "configuration": f"bf16_compile_layout_opt_channel_sums_cudagraphs_{k}",
+            "series": "ours",
+            "devices": d,
+            "status": "ok",
+            "iteration_ms": 60.0 + k,
+            "speedup_vs_1": d * 0.9 if d > 1 else 1.0,
+            "study_b_40k_minutes_projection": (40 + k) / d,
+            "efficiency_vs_1": 0.9 if d > 1 else 1.0,
+            **agg.layout_columns({"nodes": 1, "ranks_per_node": d}, d),
+        }
+        for k in range(18)
+        for d in (1, 2)
+    ]
+    assert agg.fig_scaling(pd.DataFrame(rows), ref, source, tmp_path / "fig.png") == []

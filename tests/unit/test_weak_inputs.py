@@ -215,7 +215,7 @@ def test_long_job_is_named_on_the_estimate_line(tmp_path, monkeypatch):
     from accelbench.core import estimate
 
     monkeypatch.setattr(estimate, "LOG", tmp_path / "job_times.jsonl")
-    monkeypatch.setattr(estimate, "calibrate", lambda repeat=5: estimate.REFERENCE["calibration_s"])
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=7, threads=None: estimate.REFERENCE["calibration_s"])
 
     class Job(SimpleNamespace):
         __hash__ = object.__hash__

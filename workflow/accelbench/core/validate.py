@@ -153,11 +153,17 @@ def power_limit_w(data: dict) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
 
 
-def power_over_limit(energy: dict | None, limit_w: float) -> list[dict]:
+def power_over_limit(energy: dict | None, limit_w: float, within_staleness: bool = False) -> list[dict]:
     """The metered phases of ``measurements.energy`` whose average power per device (median over windows, W, divided
     by the devices counted) is above ``limit_w`` (W per device) by more than the meter's accuracy
     (:data:`POWER_METER_TOLERANCE`): ``[{"phase", "power_w" (per device), "windows"}]``.
-    Board counters only (:data:`BOARD_SOURCES`: a host's RAPL package is not bounded by the board's limit)."""
+    Board counters only (:data:`BOARD_SOURCES`: a host's RAPL package is not bounded by the board's limit).
+
+    ``within_staleness``: also allow the phase's own recorded error bound, its ``staleness_bound`` (update period /
+    median window: a counter read up to one update late overstates a window's power by up to that fraction), so only
+    a power that no reading of the counter can explain is returned. A 5-step phase of 25 ms steps metered in one
+    0.13 s window of a counter updated every 0.1 s (staleness bound 0.77) can read 996 W on a 700 W board; its phase
+    is recorded ``reliable: false`` and the tables flag it (``within_staleness=False``), but it is not a defect."""
     if not isinstance(energy, dict) or energy.get("status") != "ok":
         return []
     out = []
@@ -168,7 +174,11 @@ def power_over_limit(energy: dict | None, limit_w: float) -> list[dict]:
         if not isinstance(w, (int, float)):
             continue
         per_device = float(w) / max(1, int(e.get("devices_counted") or 1))
-        if per_device > limit_w * (1 + POWER_METER_TOLERANCE):
+        stale = e.get("staleness_bound") if within_staleness else None
+        margin = (
+            1 + float(stale) if isinstance(stale, (int, float)) and not isinstance(stale, bool) and stale > 0 else 1
+        )
+        if per_device > limit_w * (1 + POWER_METER_TOLERANCE) * margin:
             out.append({"phase": phase, "power_w": per_device, "windows": e.get("windows_used")})
     return out
 
@@ -176,7 +186,8 @@ def power_over_limit(energy: dict | None, limit_w: float) -> list[dict]:
 def bound_problems(data: dict) -> list[str]:
     """Physically impossible values of one result: an MFU (any ``mfu``/``mfu_*`` key of ``measurements``) above 1,
     and a metered phase whose average power per device is above the board's power limit recorded in the provenance
-    (:func:`power_limit_w`; without one the power is not checked)."""
+    (:func:`power_limit_w`; without one the power is not checked) beyond what the phase's own staleness bound allows
+    (:func:`power_over_limit` ``within_staleness``)."""
     out = _mfu_over_one(data.get("measurements"), ("measurements",))
     limit = power_limit_w(data)
     if limit is not None:
@@ -185,7 +196,7 @@ def bound_problems(data: dict) -> list[str]:
             f"measurements.energy.phases.{p['phase']}.power_w: {p['power_w']:.1f} W per device (median over "
             f"{p['windows']} window(s)) is above the board's power limit {limit:g} W "
             f"(environment.hardware.power_limit_w): the energy counter or the window timing is wrong"
-            for p in power_over_limit(energy, limit)
+            for p in power_over_limit(energy, limit, within_staleness=True)
         ]
     return out
 

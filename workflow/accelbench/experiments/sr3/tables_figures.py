@@ -4,6 +4,7 @@ workload at paper scale, speedup over 1 device at every scale, beside the publis
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -15,6 +16,7 @@ from accelbench.aggregate.figures import FONT, published, save_figure, series_la
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
 
+LEGEND_WRAP = 72  # characters per legend line: two columns fit the 13-inch figure
 MEASURED_COLOURS = [matplotlib.colormaps["tab20"](k) for k in range(20)]
 
 
@@ -157,19 +159,26 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     handles, labels = ax_s.get_legend_handles_labels()
     th, tl = ax_t.get_legend_handles_labels()
     uniq = dict(zip(labels + tl, handles + th))
+    # two columns of labels wrapped to half the figure's width (a reference run's label names its hardware)
+    shown = [textwrap.fill(label, LEGEND_WRAP) for label in uniq]
     fig.legend(
         list(uniq.values()),
-        list(uniq.keys()),
+        shown,
         fontsize=FONT["legend"],
         loc="lower left",
         bbox_to_anchor=(0.01, 0.01),
         ncol=2,
     )
+    lines = sum(max(s.count("\n") + 1 for s in shown[i : i + 2]) for i in range(0, len(shown), 2))
     fig.suptitle(
         wrap(f"Study B SR3 strong scaling (iterations x devices constant). Published: {source}", fig, FONT["title"]),
         fontsize=FONT["title"],
     )
-    fig.tight_layout(rect=(0, 0.035 * ((len(uniq) + 1) // 2) + 0.03, 1, 1))
+    # the legend's height (inches: its lines at 1.45 x the font size, padding, the note under the time axis) goes
+    # below the 6-inch plots
+    legend_in = lines * FONT["legend"] * 1.45 / 72 + 0.65
+    fig.set_figheight(6 + legend_in)
+    fig.tight_layout(rect=(0, legend_in / (6 + legend_in), 1, 1))
     return save_figure(fig, path, dpi=120)
 
 
