@@ -215,3 +215,26 @@ def test_no_backend_name_comparisons_in_converted_modules(module):
         if not line.lstrip().startswith("#") and any(p.search(line) for p in FORBIDDEN)
     ]
     assert not bad, "compare backend names here no more; ask accelbench.backends.get(name):\n" + "\n".join(bad)
+
+
+def test_cuda_probe_without_gpu_device_files_does_not_import_torch(tmp_path):
+    """Without /dev/nvidiactl, /dev/nvidia<N>, /dev/kfd or /dev/dxg torch.cuda cannot see a GPU: the probe answers
+    None without importing torch (every `system: auto` plan on a CPU machine paid about 2 s for it), and with any of
+    them present it asks torch."""
+    import subprocess
+    import sys
+
+    from accelbench.backends import cuda
+
+    assert cuda.no_gpu_device_file(tmp_path)
+    for name in ("nvidia0", "nvidiactl", "kfd", "dxg"):
+        (tmp_path / name).touch()
+        assert not cuda.no_gpu_device_file(tmp_path), name
+        (tmp_path / name).unlink()
+    assert not cuda.no_gpu_device_file(tmp_path / "missing")  # unreadable: ask torch
+    code = (
+        "import sys; from accelbench.backends import cuda; cuda.no_gpu_device_file = lambda dev=None: True; "
+        "print(cuda.CudaBackend().probe(), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["None", "False"]
