@@ -528,3 +528,27 @@ def test_claims_figure_title_is_whole_with_few_or_many_bars(runs):
     finally:
         claims_report.save_figure = real
     assert fig_problems == []
+
+
+def test_figures_of_every_committed_reference_run_at_once_pass_the_checker(tmp_path, capture):
+    """What the embedded default draws: each experiment's figures over every committed reference run's results (the
+    main DAG reads them all) beside CPU results. The Study A kernel figures (a bar per configuration and run, 55
+    bars), the LoRA figure (seven runs in its legend) and the SR3 figure (20 series) ran off their canvases when one
+    more run was committed; they grow with their bars, legends and titles and stay within a page."""
+    from accelbench.experiments.lora import tables as study_b_lora
+    from accelbench.experiments.sr3 import tables as study_b_sr3
+
+    runs = figures.Path(__file__).resolve().parents[2] / "reference_runs"
+    found = {e: sorted(str(p) for p in runs.glob(f"*/results/*/{e}/**/result.json")) for e in ("unet3d_profile",)}
+    study_a.aggregate(
+        found["unet3d_profile"] + [_fake(tmp_path, "cpu", "baseline", step=900.0)], CLAIMS, tmp_path / "a"
+    )
+    assert len(found["unet3d_profile"]) >= 29
+    for name in ("fig_kernel_breakdown.png", "fig_kernel_counts.png"):
+        assert_readable(capture, name, series_in_legend=False)
+    lora = sorted(str(p) for p in runs.glob("*/results/*/lora_finetune/**/result.json"))
+    study_b_lora.aggregate(lora, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "l")
+    assert_readable(capture, "fig_runtime_vs_devices.png")
+    sr3 = sorted(str(p) for p in runs.glob("*/results/*/sr3_scaling/**/result.json"))
+    study_b_sr3.aggregate(sr3, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "s")
+    assert_readable(capture, "fig_scaling.png")

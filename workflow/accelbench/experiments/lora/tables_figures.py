@@ -155,15 +155,14 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             ncol=2 if two else 1,
         )
     rows = (len(handles) + 1) // 2 if two else len(handles)
-    fig.suptitle(
-        wrap(
-            f"Study B LoRA fine-tuning runtime vs. devices. Published series: {ref_source.rstrip(':')}",
-            fig,
-            FONT["title"],
-        ),
-        fontsize=FONT["title"],
+    title = wrap(
+        f"Study B LoRA fine-tuning runtime vs. devices. Published series: {ref_source.rstrip(':')}",
+        fig,
+        FONT["title"],
     )
+    fig.suptitle(title, fontsize=FONT["title"])
     legend_in = 0.2 * rows + 0.3  # the legend's height (inches) below the panels, which keep theirs
-    fig.set_figheight(2.9 * max(1, len(fams)) + 1.3 + legend_in)
-    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
+    title_in = (title.count("\n") + 1) * FONT["title"] * 1.4 / 72 + 0.1  # the title's lines above them
+    fig.set_figheight(2.9 * max(1, len(fams)) + 1.3 + legend_in + title_in)
+    fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - title_in / fig.get_figheight()))
     return save_figure(fig, path, dpi=130)

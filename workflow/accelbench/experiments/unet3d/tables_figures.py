@@ -7,6 +7,7 @@ and the kernel launches per step (:func:`fig_counts`), drawn from the rows of
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from accelbench.aggregate.common import status_cell
-from accelbench.aggregate.figures import FONT, published, save_figure, series_label, wrap
+from accelbench.aggregate.figures import FONT, MAX_HEIGHT_PX, published, save_figure, series_label, wrap
 from accelbench.experiments.unet3d.configs import AUTOTUNED
 from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL
 from accelbench.experiments.unet3d.tables_ncu_claims import claim_configuration
@@ -199,10 +200,17 @@ def _bar_parts(rows: pd.DataFrame) -> dict[str, list[str]]:
     return {k: v for k, v in cols.items() if len(set(v)) > 1}
 
 
+BAR_LABEL_WRAP = 64  # characters per line of a bar's label: the labels and the legend fit the 10-inch figure
+
+
 def _bar_labels(rows: pd.DataFrame) -> list[str]:
-    """``configuration`` and what tells the bar apart (:func:`_bar_parts`), one per bar."""
+    """``configuration`` and what tells the bar apart (:func:`_bar_parts`), one per bar, wrapped at
+    :data:`BAR_LABEL_WRAP` characters (a reference run's name and its device make long labels)."""
     parts = list(zip(*_bar_parts(rows).values()))
-    return [f"{c} ({', '.join(p)})" if parts else c for c, p in zip(rows["configuration"], parts or [()] * len(rows))]
+    return [
+        textwrap.fill(f"{c} ({', '.join(p)})" if parts else c, BAR_LABEL_WRAP)
+        for c, p in zip(rows["configuration"], parts or [()] * len(rows))
+    ]
 
 
 def _series_note(ok: pd.DataFrame) -> str:
@@ -211,8 +219,11 @@ def _series_note(ok: pd.DataFrame) -> str:
 
 
 def _hbar_figure(ok: pd.DataFrame) -> tuple:
-    """A figure of one horizontal bar per (hardware, configuration), first on top, 10 in wide."""
-    fig, ax = plt.subplots(figsize=(10, 2.6 + 0.28 * max(1, len(ok))))
+    """A figure of one horizontal bar per (hardware, configuration), first on top, 10 in wide; each bar's row as tall
+    as its wrapped label (:func:`_bar_labels`), plus the lines of the series note above the plot."""
+    lines = max((label.count("\n") + 1 for label in _bar_labels(ok)), default=1)
+    note = _series_note(ok).count("\n") + 1
+    fig, ax = plt.subplots(figsize=(10, 2.6 + 0.14 * note + 0.28 * max(1, len(ok)) * (1 + 0.6 * (lines - 1))))
     return fig, ax, np.arange(len(ok))[::-1]
 
 
@@ -220,11 +231,18 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     ax.set_yticks(y, _bar_labels(ok), fontsize=FONT["tick"])
     parts = _bar_parts(ok)
     ax.set_ylabel("configuration" + (f" ({', '.join(parts)})" if parts else ""))
-    fig.suptitle(
-        wrap(_title(df, what) + "\n" + _series_note(ok), fig, FONT["label"]), fontsize=FONT["label"], x=0.01, ha="left"
-    )
+    title = wrap(_title(df, what) + "\n" + _series_note(ok), fig, FONT["label"])
+    fig.suptitle(title, fontsize=FONT["label"], x=0.01, ha="left")
     ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title_fontsize=FONT["legend"])
-    fig.tight_layout()
+    # the title's lines (at 1.4 x the font size) kept above the axes and the legend beside them
+    top = (title.count("\n") + 1) * FONT["label"] * 1.4 / 72 + 0.15
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
+
+
+def _page_dpi(fig, dpi: int = 150) -> int:
+    """``dpi``, or less where the figure would be taller than a page at it (:data:`MAX_HEIGHT_PX`: every reference
+    run's bars in one figure); the text keeps its size in points."""
+    return max(72, min(dpi, int(MAX_HEIGHT_PX / fig.get_figheight())))
 
 
 def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
@@ -255,7 +273,7 @@ def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
     ax.set_xlim(0, 1)
     _hbar_finish(fig, ax, ok, y, df, "kernel-time breakdown of one training step")
     ax.get_legend().set_title("kernel class")
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi=_page_dpi(fig))
 
 
 def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
@@ -277,4 +295,4 @@ def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
         )
     ax.set_xlabel("kernels per training step (count)")
     _hbar_finish(fig, ax, ok, y, df, "kernel launches per training step")
-    return save_figure(fig, path)
+    return save_figure(fig, path, dpi=_page_dpi(fig))
