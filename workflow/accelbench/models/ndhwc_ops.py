@@ -8,9 +8,10 @@ and fused Adam, the 2-micro-batch step of the whole-head network took 123.4 ms a
 ``bf16_compile_cudagraphs_autotuned``, same weights (relative L2 of the predicted noise against fp32 eager 0.0162,
 that configuration 0.0165). Through the product's rule (``reference_runs/h200x1-2026-12-02``, all four rewrites):
 116.38 ms against 153.96 ms on the same node, 14.83x ``baseline_autotuned``, MFU 0.288; the rule against its bare
-loop 0.98 (``benchmarks/harness_overhead_h200.csv``). Without them, channels_last_3d made the compiled step slower (188.6 ms): the attention's
-(B, C, N) reshapes and Conv1d projections, the NDHWC backward of ``F.interpolate(trilinear)`` (an ``index_put``) and
-``native_group_norm`` (which returns NCDHW) forced copies back and forth.
+loop 0.98 (``benchmarks/harness_overhead_h200.csv``). Without them, channels_last_3d made the compiled step slower
+(188.6 ms): the attention's (B, C, N) reshapes and Conv1d projections, the NDHWC backward of
+``F.interpolate(trilinear)`` (an ``index_put``) and ``native_group_norm`` (which returns NCDHW) forced copies back and
+forth.
 
 - :func:`tokens_sdpa_attention` (``attention="tokens_sdpa"``): the attention block on a (B, N, C) token view;
 - :func:`trilinear_up2` (``upsample="separable"``): the x2 trilinear interpolation as three separable 1-D passes;

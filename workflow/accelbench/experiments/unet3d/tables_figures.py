@@ -236,6 +236,9 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title_fontsize=FONT["legend"])
     # the title's lines (at 1.4 x the font size) kept above the axes and the legend beside them
     top = (title.count("\n") + 1) * FONT["label"] * 1.4 / 72 + 0.15
+    # below the title, room for the legend beside the axes (its entries at 2 x the font size, the axis label)
+    entries = len(ax.get_legend().get_texts()) + 1
+    fig.set_figheight(max(fig.get_figheight(), top + entries * FONT["legend"] * 2.0 / 72 + 1.2))
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
 
 
