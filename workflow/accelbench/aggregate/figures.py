@@ -338,6 +338,12 @@ def figure_problems(fig, dpi: float = 150) -> list[str]:
     return problems + size_problems(fig, dpi) + legend_problems(fig) + annotation_problems(fig)
 
 
+def text_height_in(lines: int, fontsize: float, spacing: float = 1.4) -> float:
+    """Inches that ``lines`` lines of text take at ``fontsize`` (points) with ``spacing`` x the font size a line: what
+    a figure reserves for a wrapped title or a legend outside its axes."""
+    return lines * fontsize * spacing / 72
+
+
 def wrap(text: str, fig, fontsize: float, share: float = 0.95) -> str:
     """``text`` broken into lines that fit ``share`` of the figure's width at ``fontsize`` (points)."""
     import textwrap

@@ -291,13 +291,7 @@ class MedDDPMUNet(nn.Module):
                 if upsample == "separable" and m.mode != "trilinear":
                     raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {m.mode!r}")
                 m.impl = upsample
-        cls = ndhwc_ops.ChannelSumGroupNorm if norm == "channel_sums" else nn.GroupNorm
-        swap = ndhwc_ops.ChannelSumGroupNorm.of if norm == "channel_sums" else ndhwc_ops.plain_group_norm
-        for parent in list(self.modules()):
-            for name, child in list(parent.named_children()):
-                if isinstance(child, nn.GroupNorm) and type(child) is not cls:
-                    setattr(parent, name, swap(child))
-        return self
+        return ndhwc_ops.set_group_norms(self, norm)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         emb = self.time_mlp(timestep_features(t, self.base_channels))

@@ -131,6 +131,20 @@ def plain_group_norm(gn: nn.GroupNorm) -> nn.GroupNorm:
     return new
 
 
+def set_group_norms(model: nn.Module, norm: str) -> nn.Module:
+    """Every ``nn.GroupNorm`` of ``model`` computed as ``norm`` (one of :data:`NORM_IMPLS`) says, in place:
+    ``channel_sums`` swaps each plain one for a :class:`ChannelSumGroupNorm`, ``group_norm`` each
+    :class:`ChannelSumGroupNorm` back (:func:`plain_group_norm`); the parameter tensors stay the same (same state
+    dict). Call it before ``torch.compile``. The caller checks ``norm``."""
+    cls = ChannelSumGroupNorm if norm == "channel_sums" else nn.GroupNorm
+    swap = ChannelSumGroupNorm.of if norm == "channel_sums" else plain_group_norm
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.GroupNorm) and type(child) is not cls:
+                setattr(parent, name, swap(child))
+    return model
+
+
 class _ChannelsLastGrad(torch.autograd.Function):
     """Identity forward (a view); backward returns the incoming gradient in channels_last_3d (a copy only where it
     was not: the values are unchanged)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from accelbench.aggregate.figures import FONT, published, save_figure, series_label, wrap
+from accelbench.aggregate.figures import FONT, published, save_figure, series_label, text_height_in, wrap
 
 
 def _series_style(series: str) -> str:
@@ -162,7 +162,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     )
     fig.suptitle(title, fontsize=FONT["title"])
     legend_in = 0.2 * rows + 0.3  # the legend's height (inches) below the panels, which keep theirs
-    title_in = (title.count("\n") + 1) * FONT["title"] * 1.4 / 72 + 0.1  # the title's lines above them
+    title_in = text_height_in(title.count("\n") + 1, FONT["title"]) + 0.1  # the title's lines above them
     fig.set_figheight(2.9 * max(1, len(fams)) + 1.3 + legend_in + title_in)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - title_in / fig.get_figheight()))
     return save_figure(fig, path, dpi=130)

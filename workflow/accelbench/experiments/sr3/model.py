@@ -62,12 +62,7 @@ def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
 
     if norm not in ndhwc_ops.NORM_IMPLS:
         raise ConfigError(f"sr3 norm: {norm!r} is not one of {', '.join(ndhwc_ops.NORM_IMPLS)}")
-    if norm == "channel_sums":
-        for parent in list(model.modules()):
-            for name, child in list(parent.named_children()):
-                if type(child) is torch.nn.GroupNorm:
-                    setattr(parent, name, ndhwc_ops.ChannelSumGroupNorm.of(child))
-    return model
+    return ndhwc_ops.set_group_norms(model, norm)
 
 
 def _float64_schedule(sched, float64: bool):

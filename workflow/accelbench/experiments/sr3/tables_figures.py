@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from accelbench.aggregate.figures import FONT, published, save_figure, series_label, wrap
+from accelbench.aggregate.figures import FONT, published, save_figure, series_label, text_height_in, wrap
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
 
@@ -176,7 +176,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     )
     # the legend's height (inches: its lines at 1.45 x the font size, padding, the note under the time axis) goes
     # below the 6-inch plots
-    legend_in = lines * FONT["legend"] * 1.45 / 72 + 0.65
+    legend_in = text_height_in(lines, FONT["legend"], 1.45) + 0.65
     fig.set_figheight(6 + legend_in)
     fig.tight_layout(rect=(0, legend_in / (6 + legend_in), 1, 1))
     return save_figure(fig, path, dpi=120)

@@ -15,7 +15,15 @@ import numpy as np
 import pandas as pd
 
 from accelbench.aggregate.common import status_cell
-from accelbench.aggregate.figures import FONT, MAX_HEIGHT_PX, published, save_figure, series_label, wrap
+from accelbench.aggregate.figures import (
+    FONT,
+    MAX_HEIGHT_PX,
+    published,
+    save_figure,
+    series_label,
+    text_height_in,
+    wrap,
+)
 from accelbench.experiments.unet3d.configs import AUTOTUNED
 from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL
 from accelbench.experiments.unet3d.tables_ncu_claims import claim_configuration
@@ -235,10 +243,10 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     fig.suptitle(title, fontsize=FONT["label"], x=0.01, ha="left")
     ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title_fontsize=FONT["legend"])
     # the title's lines (at 1.4 x the font size) kept above the axes and the legend beside them
-    top = (title.count("\n") + 1) * FONT["label"] * 1.4 / 72 + 0.15
+    top = text_height_in(title.count("\n") + 1, FONT["label"]) + 0.15
     # below the title, room for the legend beside the axes (its entries at 2 x the font size, the axis label)
     entries = len(ax.get_legend().get_texts()) + 1
-    fig.set_figheight(max(fig.get_figheight(), top + entries * FONT["legend"] * 2.0 / 72 + 1.2))
+    fig.set_figheight(max(fig.get_figheight(), top + text_height_in(entries, FONT["legend"], 2.0) + 1.2))
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
 
 
