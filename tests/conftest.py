@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -29,11 +30,20 @@ if str(TESTS) not in sys.path:  # the helpers import as top-level modules from e
 
 
 def pytest_collection_modifyitems(config, items):
-    """One marker per tier: the name of the folder under tests/ that holds the test."""
-    for item in items:
+    """One marker per tier: the name of the folder under tests/ that holds the test. The tiers run longest first
+    (system, workflow, experiments, unit; each file's order kept), so that with pytest-xdist (README command 2 runs
+    ``-n auto --dist worksteal``) the minutes-long DAG tests start at once and the last minutes are spread over
+    many short unit tests instead of one worker finishing a DAG alone."""
+
+    def tier(item) -> str:
         parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
-        if len(parts) > 1 and parts[0] in TIERS:
-            item.add_marker(getattr(pytest.mark, parts[0]))
+        return parts[0] if len(parts) > 1 and parts[0] in TIERS else ""
+
+    for item in items:
+        if tier(item):
+            item.add_marker(getattr(pytest.mark, tier(item)))
+    order = {name: i for i, name in enumerate(reversed(TIERS))}
+    items.sort(key=lambda item: order.get(tier(item), len(TIERS)))
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +85,24 @@ def systems():
 @pytest.fixture(scope="session")
 def smollm2_export(tmp_path_factory) -> Path:
     """SmolLM2-135M exported once per session by the real DAG (tests/dag.py `export_smollm2`) for the end-to-end
-    tests that read it (LoRA, quantization); a test puts it in its work dir with `dag.link_smollm2`."""
-    from dag import export_smollm2
+    tests that read it (LoRA, quantization); a test puts it in its work dir with `dag.link_smollm2`. Under
+    pytest-xdist the workers share one export (the first makes it under a file lock in their common base temp
+    folder, the others wait for it and read it)."""
+    import os
 
-    return export_smollm2(tmp_path_factory.mktemp("smollm2_export"), _validated(TINY))
+    from filelock import FileLock
+
+    from dag import SMOLLM2, export_smollm2
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's base, shared by the workers
+    workdir = root / "smollm2_export_shared"
+    with FileLock(str(workdir) + ".lock"):
+        if (workdir / "export.done").is_file():
+            return workdir / SMOLLM2
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir()
+        folder = export_smollm2(workdir, _validated(TINY))
+        (workdir / "export.done").write_text("")
+        return folder

@@ -230,7 +230,8 @@ def test_install_one_liners_match_ci_and_pyproject():
     ci = (REPO / ".ci/run").read_text().strip().splitlines()[-1]
     # .ci/run runs exactly the README's test command (the fast tiers), then the system tier
     assert " && ".join(tests) + " && python -m pytest -m system" == ci, "README's test command and .ci/run differ"
-    assert tests[-1] == "python -m pytest -m 'not system'" and main[-1].startswith("snakemake ")
+    assert tests[-1] == "python -m pytest -m 'not system' -n logical --dist worksteal", tests[-1]  # both cores
+    assert main[-1].startswith("snakemake ")
     # the main job installs exactly what the test command installs, without the test extras
     assert [p.replace("-e '.[test]'", "-e .") for p in tests[:-1]] == main[:-1]
     # every other document's install line is one of the two
