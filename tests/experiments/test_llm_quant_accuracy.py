@@ -103,10 +103,19 @@ def _own_choice(model, tok, rec):
     return max(range(len(scores)), key=scores.__getitem__)
 
 
-def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tmp_path):
+def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tmp_path, monkeypatch):
     """lm-eval reads a HellaSwag-format folder and scores the in-memory model: its `acc` equals our own
-    log-likelihood argmax (labels = the model's choice on half of the documents, another ending on the rest)."""
+    log-likelihood argmax (labels = the model's choice on half of the documents, another ending on the rest).
+    torch's collect_env (lm-eval's environment report, 0.9 s of subprocesses a task) never runs inside a task's
+    timed window, and lm-eval's own function is back afterwards."""
     import json
+
+    import lm_eval.evaluator
+    import torch.utils.collect_env
+
+    collected = []  # lm-eval catches any exception of it, so a call is recorded rather than raised
+    monkeypatch.setattr(torch.utils.collect_env, "get_pretty_env_info", lambda: collected.append(1) or "")
+    original = lm_eval.evaluator.add_env_info
 
     model = tiny_llama
     n = 8
@@ -133,6 +142,7 @@ def test_accuracy_tasks_score_the_model_in_memory(tiny_llama, word_tokenizer, tm
     base = hs["baselines"]
     assert base["n"] == n and base["chance"] == 0.25 and sum(base["classes"].values()) == n
     assert base["majority"] == max(labels.count(x) for x in set(labels)) / n
+    assert not collected and lm_eval.evaluator.add_env_info is original
 
 
 def test_accuracy_task_without_local_data_is_unsupported_and_never_fetched(

@@ -240,7 +240,7 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
         reason = f"lm-evaluation-harness cannot wrap this model: {type(exc).__name__}: {first}"
         return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
     folders = acc.get("data") or {}
-    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp, _without_environment_report():
         for task in tasks:
             base = task.removesuffix("_study_b")
             where = "no data"
@@ -309,6 +309,24 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
                 "baselines": sample_baselines(res["samples"][task]),
             }
     return out
+
+
+@contextlib.contextmanager
+def _without_environment_report():
+    """lm-eval's ``simple_evaluate`` ends with ``add_env_info``: torch's ``collect_env``, about 30 subprocesses (0.9 s
+    a task on 2 cores), for a text block of lm-eval's results that nothing here reads (every result.json has its own
+    provenance). It ran inside each task's timed window, inflating ``time_s``; while the tasks run it records
+    ``pretty_env_info`` as not collected instead, and is put back after."""
+    import lm_eval.evaluator as evaluator
+
+    original = evaluator.add_env_info
+    evaluator.add_env_info = lambda storage: storage.update(
+        pretty_env_info="not collected (accelbench records each result's provenance)"
+    )
+    try:
+        yield
+    finally:
+        evaluator.add_env_info = original
 
 
 def _lm_eval_version() -> str:
