@@ -22,6 +22,9 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
     on each block's ``conv2``; it acts in training mode only. MONAI zero-initialises some output
     convolutions (an untrained net predicts zero noise); those are re-initialised with PyTorch's default.
     """
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.networks.nets import DiffusionModelUNet
     from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
 
@@ -81,6 +84,9 @@ def build_scheduler(s: SR3Settings, float64: bool = True):
 
     ``add_noise`` casts the schedule to the samples' dtype (float32 in training); sampling keeps float64.
     """
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.networks.schedulers import DDPMScheduler
 
     return _float64_schedule(
@@ -97,6 +103,9 @@ def build_scheduler(s: SR3Settings, float64: bool = True):
 
 def build_ddim(s: SR3Settings, float64: bool = True):
     """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.networks.schedulers import DDIMScheduler
 
     return _float64_schedule(

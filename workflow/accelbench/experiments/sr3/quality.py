@@ -45,6 +45,9 @@ def super_resolve(
 
 def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
     """Mean PSNR (dB) and 2-D SSIM (7x7 window) of (B, 1, H, W) images in [0, 1] (data range 1)."""
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.metrics import PSNRMetric, SSIMMetric
 
     pred, truth = pred.float().clamp(0, 1), truth.float()

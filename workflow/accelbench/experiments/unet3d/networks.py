@@ -55,6 +55,9 @@ def build_unet(s: ModelSettings) -> torch.nn.Module:
     output and the quality comparison between configurations compares real numbers, not zeros.
     The arithmetic per step is unchanged.
     """
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.networks.nets import DiffusionModelUNet
 
     model = DiffusionModelUNet(
@@ -76,6 +79,9 @@ def build_unet(s: ModelSettings) -> torch.nn.Module:
 
 def build_scheduler(s: ModelSettings):
     """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.networks.schedulers import DDPMScheduler
 
     return DDPMScheduler(num_train_timesteps=s.timesteps, schedule=s.schedule)

@@ -136,6 +136,9 @@ def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], 
     zero noise gives a sample rel. L2 below 0.01 at 32^3) and are kept under ``sample`` with a note.
     This is a proxy for Study A's synthesis quality: see :data:`QUALITY_METHOD`.
     """
+    from accelbench.models.monai_import import import_monai
+
+    import_monai()
     from monai.metrics import PSNRMetric, SSIMMetric
 
     res: dict = {"tolerance_rel_l2": tol_rel_l2, "method": QUALITY_METHOD}
