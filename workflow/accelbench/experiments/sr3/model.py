@@ -1,7 +1,6 @@
 """Study B SR3: the network, its noise schedule, the patch data, one rank's batches and its training loop
-(:class:`Trainer`), as the authors' code (javierhndev/Super-Resolution-SR3) builds them on MONAI (the mapping of SR3's
-settings: :mod:`.job`). The settings are in :mod:`.settings`, the quality check after training in :mod:`.quality`;
-the job that launches, times and merges the ranks is :mod:`.job`."""
+(:class:`Trainer`), as the authors' code (javierhndev/Super-Resolution-SR3) builds them on MONAI. Settings:
+:mod:`.settings`; the quality check: :mod:`.quality`; the job that launches, times and merges the ranks: :mod:`.job`."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import torch.nn.functional as F
 from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
 from accelbench.experiments.sr3.settings import SR3Settings
+from accelbench.models.monai_import import import_monai
 
 
 # --------------------------------------------------------------------------- model, schedule, data
@@ -22,8 +22,6 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
     on each block's ``conv2``; it acts in training mode only. MONAI zero-initialises some output
     convolutions (an untrained net predicts zero noise); those are re-initialised with PyTorch's default.
     """
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.networks.nets import DiffusionModelUNet
     from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
@@ -84,8 +82,6 @@ def build_scheduler(s: SR3Settings, float64: bool = True):
 
     ``add_noise`` casts the schedule to the samples' dtype (float32 in training); sampling keeps float64.
     """
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.networks.schedulers import DDPMScheduler
 
@@ -103,8 +99,6 @@ def build_scheduler(s: SR3Settings, float64: bool = True):
 
 def build_ddim(s: SR3Settings, float64: bool = True):
     """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.networks.schedulers import DDIMScheduler
 

@@ -12,6 +12,7 @@ from accelbench.backends.device import Device
 from accelbench.experiments.sr3.model import build_ddim, build_scheduler, upsample
 from accelbench.experiments.sr3.settings import SR3Settings
 from accelbench.measure.timing import StepClock
+from accelbench.models.monai_import import import_monai
 
 
 @torch.no_grad()
@@ -45,8 +46,6 @@ def super_resolve(
 
 def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
     """Mean PSNR (dB) and 2-D SSIM (7x7 window) of (B, 1, H, W) images in [0, 1] (data range 1)."""
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.metrics import PSNRMetric, SSIMMetric
 

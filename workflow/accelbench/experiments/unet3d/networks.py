@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from accelbench.experiments.unet3d.configs import NOT_ON_MONAI, ModelSettings, Variant
+from accelbench.models.monai_import import import_monai
 
 
 def build_network(s: ModelSettings) -> torch.nn.Module:
@@ -55,8 +56,6 @@ def build_unet(s: ModelSettings) -> torch.nn.Module:
     output and the quality comparison between configurations compares real numbers, not zeros.
     The arithmetic per step is unchanged.
     """
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.networks.nets import DiffusionModelUNet
 
@@ -79,8 +78,6 @@ def build_unet(s: ModelSettings) -> torch.nn.Module:
 
 def build_scheduler(s: ModelSettings):
     """MONAI ``DDPMScheduler`` with Med-DDPM's cosine schedule and ``timesteps`` steps."""
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.networks.schedulers import DDPMScheduler
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from accelbench.backends.device import Device
+from accelbench.models.monai_import import import_monai
 
 
 @contextlib.contextmanager
@@ -136,8 +137,6 @@ def compare_quality(out: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], 
     zero noise gives a sample rel. L2 below 0.01 at 32^3) and are kept under ``sample`` with a note.
     This is a proxy for Study A's synthesis quality: see :data:`QUALITY_METHOD`.
     """
-    from accelbench.models.monai_import import import_monai
-
     import_monai()
     from monai.metrics import PSNRMetric, SSIMMetric
 
