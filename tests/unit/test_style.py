@@ -35,3 +35,21 @@ def test_the_lint_can_fail(tmp_path):
         text=True,
     )
     assert proc.returncode == 1 and "F401" in proc.stdout and "TID252" in proc.stdout
+
+
+MAX_MODULE_LINES = 400  # issue 41's bound: a module past it is split by what it does
+
+
+def long_modules(root) -> list[str]:
+    """Modules under ``root`` longer than :data:`MAX_MODULE_LINES`, as ``path: lines``."""
+    return [
+        f"{p.relative_to(root)}: {n}"
+        for p in sorted(root.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+
+
+def test_no_package_module_is_longer_than_400_lines(tmp_path):
+    assert long_modules(REPO / "workflow/accelbench") == []
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert long_modules(tmp_path) == [f"long.py: {MAX_MODULE_LINES + 1}"]  # the check itself can fail
