@@ -37,7 +37,7 @@ def test_the_lint_can_fail(tmp_path):
     assert proc.returncode == 1 and "F401" in proc.stdout and "TID252" in proc.stdout
 
 
-MAX_MODULE_LINES = 400  # issue 41's bound: a module past it is split by what it does
+MAX_MODULE_LINES = 400  # a module past it is split by what it does (CONTRIBUTING.md)
 
 
 def long_modules(root) -> list[str]:
