@@ -65,6 +65,7 @@ def test_time_steps_counts_calls():
         ("volta_scudnn_128x64_relu_interior_nn_v1", "convolution"),
         ("sm80_xmma_dgrad_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw", "convolution"),
         ("ampere_sgemm_128x64_nn", "gemm"),
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "gemm"),  # cuBLAS's Hopper GEMMs (LoRA ours, H200)
         ("void at::native::(anonymous namespace)::RowwiseMomentsCUDAKernel<float, float>", "normalization"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel", "elementwise"),
         (

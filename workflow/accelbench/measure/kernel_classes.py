@@ -78,7 +78,7 @@ KERNEL_CLASSES: list[tuple[str, re.Pattern]] = [
     (
         "gemm",
         re.compile(
-            r"gemm|cublas|cutlass|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|"
+            r"gemm|cublas|cutlass|nvjet|matmul|triton_tem_fused_\w*?(?<![a-z])(add|b)?mm(?![a-z])|aten::mm\b|"
             r"aten::addmm|aten::linear|AddmmBackward|\bMmBackward|xmma",
             re.I,
         ),
