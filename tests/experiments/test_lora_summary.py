@@ -66,3 +66,21 @@ def test_both_series_in_the_tables_loss_tolerance_and_claims_read_faithful(tmp_p
     assert set(picked["series"]) == {"faithful"} and prefix == ""
     picked, prefix = agg.claim_series(df[df["series"] == "ours"])
     assert set(picked["series"]) == {"ours"} and "no faithful result" in prefix
+
+
+def test_runtime_figure_keeps_one_look_per_hardware_past_the_marker_list(tmp_path):
+    """Our series on more hardware than there are markers (the embedded default draws what it measured beside every
+    committed reference run): each keeps its own legend look (the markers again, hollow)."""
+    import fake_results as fr
+    from accelbench.experiments.lora import tables as agg
+    from accelbench.experiments.lora.tables_figures import MEASURED_MARKERS
+
+    res = []
+    for i in range(len(MEASURED_MARKERS) + 3):
+        r = fr.lora("h100", "flash", "single", 1, step_ms=100.0 + i)
+        r.update(_hardware=f"H100 node {i}", _software="sw", _device=f"H100 node {i}")
+        res.append(r)
+    df = agg.result_rows(res)
+    ref = agg.read_reference("resources/reference/study_b_finetune_runtime.csv")
+    assert len(set(zip(df["origin"], df["device"], df["scale"]))) > len(MEASURED_MARKERS)
+    assert agg.runtime_figure(df, ref, tmp_path / "fig.png", "src") == []

@@ -19,7 +19,14 @@ def _series_style(series: str) -> str:
 
 
 PUBLISHED_MARKERS = "o^vD<>"
-MEASURED_MARKERS = "sPX*hp"
+MEASURED_MARKERS = "sPX*hpd8H"  # our series' hardware; past the last one the same markers again, hollow
+
+
+def measured_marker(i: int) -> dict:
+    """Marker keywords of the ``i``-th hardware of our series: one of :data:`MEASURED_MARKERS`, filled, then the same
+    markers hollow, so that every origin (measured here, each reference run) keeps its own look in the legend."""
+    n = len(MEASURED_MARKERS)
+    return {"marker": MEASURED_MARKERS[i % n], **({"markerfacecolor": "none"} if (i // n) % 2 else {})}
 
 
 def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
@@ -44,7 +51,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     pub_hw = list(dict.fromkeys(ref["accelerator"]))
     pub_marker = {h: PUBLISHED_MARKERS[i % len(PUBLISHED_MARKERS)] for i, h in enumerate(pub_hw)}
     ours_keys = list(dict.fromkeys(zip(ok["origin"], ok["device"], ok["scale"]))) if not ok.empty else []
-    our_marker = {k: MEASURED_MARKERS[i % len(MEASURED_MARKERS)] for i, k in enumerate(ours_keys)}
+    our_marker = {k: measured_marker(i) for i, k in enumerate(ours_keys)}
     per_tok_any = not ok.empty and ok["projected_epoch_min"].isna().any()
     ncols = 2 if per_tok_any else 1
     fig, axes = plt.subplots(
@@ -81,7 +88,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                     g["devices"],
                     g[col],
                     _series_style(ser),
-                    marker=our_marker[(origin, hw, scale)],
+                    **our_marker[(origin, hw, scale)],
                     ms=6,
                     lw=1.8,
                     color=colour[(strat, att)],
@@ -130,7 +137,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
             [],
             color="k",
             ls="-",
-            marker=our_marker[k],
+            **our_marker[k],
             ms=6,
             label=series_label(k[0], k[1], k[2], "projected from the median step"),
         )
