@@ -100,7 +100,7 @@ def _cgroup(tmp_path, monkeypatch, version: int, limit_gib: float, used_gib: flo
 def test_8b_preset_on_a_cpu_that_cannot_hold_it_is_recorded_oom_before_loading(
     tmp_path, monkeypatch, default_config, systems, limit
 ):
-    """Issue 43, cause 10: the `llama31_8b` preset on the `cpu` system in a 4 GiB limit was killed by the kernel after
+    """The `llama31_8b` preset on the `cpu` system in a 4 GiB limit was killed by the kernel after
     32 s (empty log, no result). Host memory is now checked on a CPU as device memory is on GPUs: `oom` with the
     estimate, before any weight is loaded."""
     import psutil

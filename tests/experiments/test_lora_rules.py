@@ -92,7 +92,7 @@ def test_net_smoke_is_asked_by_path_only(default_config, systems):
 
 @pytest.mark.parametrize("value", [1_000_000_000, float("nan"), 0, 2.5])
 def test_per_scale_overrides_are_typed_and_bounded_as_train_is(tiny_config, value):
-    """issue 43 cause 4: `lora_finetune.scales.small.timed_steps: 1000000000` (or `.nan`) planned a job past the
+    """`lora_finetune.scales.small.timed_steps: 1000000000` (or `.nan`) planned a job past the
     10,000-step maximum of `train`; the per-scale override is now typed and bounded as `train` is."""
     cfg = json.loads(json.dumps(tiny_config))
     cfg["lora_finetune"]["scales"]["small"]["timed_steps"] = value

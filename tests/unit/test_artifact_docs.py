@@ -1,4 +1,4 @@
-"""The evaluator's documents say what the repository holds (issue 48): every third-party input has a licence line in
+"""The evaluator's documents say what the repository holds: every third-party input has a licence line in
 THIRD_PARTY.md, ARTIFACT.md opens with one table covering every claim (digest claims marked, tolerances as in the
 claims files), each reference run records its OS and image, and constraints.txt locks every package the project
 needs. Each list checked here is derived from the repository (schemas, registry, folders, metadata), not typed."""

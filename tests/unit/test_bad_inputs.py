@@ -106,7 +106,7 @@ def _near_float_max() -> np.ndarray:
     return arr
 
 
-UNUSABLE_MAPS = [  # issue 43 cause 2: each was accepted (rc 0) and collapsed or misread
+UNUSABLE_MAPS = [  # each was accepted (rc 0) and collapsed or misread
     (
         "blank.fits",
         _blank_corner,

@@ -1,4 +1,4 @@
-"""Hostile inputs and faults, round three (issue 43, causes 5-9): every read of a file a user can reach is bounded
+"""Hostile inputs and faults, round three: every read of a file a user can reach is bounded
 through one helper, the device lock folder is fixed, and nothing outside the results tree is touched (as root: the
 CI user). Each case fails before its fix."""
 

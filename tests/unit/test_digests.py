@@ -1,4 +1,4 @@
-"""Freshness by contents (issue 43 cause 1): input digests that see a replaced file whatever its time stamps, read
+"""Freshness by contents: input digests that see a replaced file whatever its time stamps, read
 regular files only, and the SR3 own-data spec that changes with the maps' contents."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_a_folder_digest_follows_contents_and_never_opens_a_fifo(tmp_path):
 
 
 def test_sr3_prepare_spec_changes_when_an_own_map_is_replaced(tmp_path, tiny_config, systems):
-    """issue 43: overwriting a file in `sr3_scaling.data.folder` changed nothing ("Nothing to be done")."""
+    """Overwriting a file in `sr3_scaling.data.folder` changed nothing ("Nothing to be done")."""
     folder = tmp_path / "maps"
     folder.mkdir()
     np.save(folder / "m.npy", np.arange(64.0).reshape(8, 8))

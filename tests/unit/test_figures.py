@@ -453,10 +453,10 @@ def test_every_figure_in_the_report_has_a_caption_saying_what_it_shows_and_what_
     assert len(found) >= 9, found
 
 
-# ---------------------------------------------------------------- issue 48: defects fail the job; bars name their run
+# ---------------------------------------------------------------- defects fail the job; bars name their run
 def test_a_defective_figure_fails_its_aggregation_after_it_is_written(tmp_path):
     """figures.checked: the figure is still written (to be looked at), then one line names it and its problem;
-    before issue 48 the problems were only logged."""
+    before the fix the problems were only logged."""
     from accelbench.errors import DataError
 
     with pytest.raises(DataError, match=r"figure check failed: bad\.png: .*no unit"):
@@ -501,7 +501,7 @@ def test_study_a_bars_name_their_run_and_network_not_one_repeated_device():
 @pytest.mark.parametrize("runs", [1, 2, 6])
 def test_claims_figure_title_is_whole_with_few_or_many_bars(runs):
     """The verdicts figure of 1, 2 or all committed reference runs (2 to 20 bars) passes the checker: the title is
-    the figure's, above the axes, neither clipped by long origin labels nor over the y label (issue 48)."""
+    the figure's, above the axes, neither clipped by long origin labels nor over the y label."""
     import glob
 
     import pandas as pd

@@ -1,5 +1,5 @@
 """models.llm.gguf_parsed_once: transformers' three GGUF parses of one from_pretrained (tokenizer, config,
-weights) share one gguf.GGUFReader inside the block, and only there (issue 42: llm_export 28 -> 20 s)."""
+weights) share one gguf.GGUFReader inside the block, and only there (llm_export 28 -> 20 s)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ def test_provenance_fields():
     assert env["host"] and env["timestamp_utc"].endswith("+00:00") and env["config"] == {"k": 1}
     assert provenance.hardware_label(env).startswith("CPU: ")
     assert "torch" in provenance.software_label(env)
-    # issue 48: a CPU names no system by itself; the label ends with the system file's name and description
+    # a CPU names no system by itself; the label ends with the system file's name and description
     cpu = provenance.hardware_label(env, system={"name": "cpu", "description": "host CPU (no accelerator)"})
     epyc2 = provenance.hardware_label(env, system={"name": "epyc2", "description": "2-core lab VM"})
     assert cpu.endswith("[cpu: host CPU (no accelerator)]") and epyc2.endswith("[epyc2: 2-core lab VM]")

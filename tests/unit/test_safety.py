@@ -176,12 +176,12 @@ def test_lock_wait_is_printed_on_the_notice_fd_with_who_holds_it(tmp_path, monke
     assert first.startswith("accelbench: results/cpu/waiter/result.json: waiting for devices cpu, held by "), text
     assert f"pid {holder.pid} on {socket.gethostname()}, checkout " in first, text
     assert "got " in text.splitlines()[-1], text
-    # issue 48: once, not every poll; at most 200 characters a line (the log keeps the whole line)
+    # once, not every poll; at most 200 characters a line (the log keeps the whole line)
     assert len(text.splitlines()) == 2 and max(map(len, text.splitlines())) <= locks.TERMINAL_CHARS, text
 
 
 def test_a_long_lock_wait_prints_one_line_then_dots(tmp_path, monkeypatch):
-    """Issue 48: the wait is said once (at most 200 characters), then one dot per 2 x poll_s (a minute by default),
+    """The wait is said once (at most 200 characters), then one dot per 2 x poll_s (a minute by default),
     not the whole line every poll (330 characters every 30 s before)."""
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path))
     read, write = os.pipe()

@@ -89,7 +89,7 @@ def _with_copy_of_cpu(tmp_path, name: str, match: list[str]):
 
 
 def test_a_copy_of_cpu_is_selected_by_name_and_matched_by_its_cpu_model(tmp_path):
-    """Issue 48: a copy of cpu.yaml is a system like any other: by name, and under `auto` where its `match` names
+    """A copy of cpu.yaml is a system like any other: by name, and under `auto` where its `match` names
     this CPU's model (else the file named cpu)."""
     systems = load_systems(_with_copy_of_cpu(tmp_path, "epyc2", ["EPYC 7B13"]))
     assert resolve_system("epyc2", systems).name == "epyc2"
@@ -101,7 +101,7 @@ def test_a_copy_of_cpu_is_selected_by_name_and_matched_by_its_cpu_model(tmp_path
 
 def test_check_system_selects_a_copy_of_cpu_by_name(tmp_path, monkeypatch, capsys):
     """`accelbench check-system --system <name>` and `--config system=<name>` (as snakemake takes it) resolve a copy
-    of cpu.yaml; before issue 48 `--config system=epyc2` read 'system=epyc2' as a file ("file not found")."""
+    of cpu.yaml; before the fix `--config system=epyc2` read 'system=epyc2' as a file ("file not found")."""
     import json
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Terminal lines (issue 48): at most 200 characters (accelbench.cli.terminal), the progress of long loops every
+"""Terminal lines: at most 200 characters (accelbench.cli.terminal), the progress of long loops every
 30 s (measure.timing.progress) on the run's terminal fd."""
 
 import io

@@ -89,7 +89,7 @@ BROKEN = [  # (base, field changed, new value or None = delete, what the message
     ("lora ok", "measurements.host_peak_rss_gib_max", -19.97, "host_peak_rss_gib_max: -19.97 is negative"),
     ("sr3 ok", "measurements.iterations_per_device", -4, "measurements.iterations_per_device: -4 is negative"),
     ("lora ok", "measurements.throughput_6n.mfu", -0.1, "measurements.throughput_6n.mfu: -0.1 is negative"),
-    # issue 43 cause 3: ranges declared by each result kind's schema: durations > 0 (a 0.0 ms step beside 20.7
+    # ranges declared by each result kind's schema: durations > 0 (a 0.0 ms step beside 20.7
     # images/s reached the table), MFU in (0, 1]; a result of an older version lacking a field the tables read
     ("sr3 ok", "measurements.iteration.median", 0.0, "measurements.iteration.median: 0.0 is less than or equal to"),
     ("lora ok", "measurements.step.samples.0", 0, "measurements.step.samples.0: 0 is less than or equal to"),

@@ -1,4 +1,4 @@
-"""Issue 43's WEAK list and issue 48's one-line errors: each case ends in one line naming the key, file or argument
+"""The WEAK list of inputs and the one-line errors: each case ends in one line naming the key, file or argument
 (tracebacks only with --verbose / ACCELBENCH_VERBOSE=1), or behaves as docs/running.md says."""
 
 from __future__ import annotations

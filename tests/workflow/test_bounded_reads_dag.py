@@ -1,4 +1,4 @@
-"""Issue 43, causes 5 and 8 end to end (as root, the CI user): a FIFO copied into results/ hung even `snakemake -n`
+"""Hostile inputs end to end (as root, the CI user): a FIFO copied into results/ hung even `snakemake -n`
 (`copied_results` hashed every copied-in file unbounded), and `results_dir` through a link to /etc let a job write
 /etc/cpu/... Both now stop the plan with one line, touching nothing outside the results tree (the job itself refuses a
 result folder in an OS folder too: tests/unit/test_bounds_and_tree.py)."""

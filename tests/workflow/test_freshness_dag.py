@@ -1,4 +1,4 @@
-"""Freshness by contents, on the real DAG (dry runs; issue 43 cause 1): a result whose input files now hold other
+"""Freshness by contents, on the real DAG (dry runs): a result whose input files now hold other
 bytes is redone whatever its time says (Snakemake's restore after a Ctrl-C gives the old result a new time), and a
 not-current result of a job without input files is redone too, not only announced."""
 

@@ -1,4 +1,4 @@
-"""New hardware by name (issue 48): a copy of config/systems/cpu.yaml under a new name is selected with
+"""New hardware by name: a copy of config/systems/cpu.yaml under a new name is selected with
 `--config system=<name>` and `accelbench check-system --system <name>`, runs through the DAG (tiny config), and its
 results carry its name in the tables; the run's terminal lines stay at most 200 characters."""
 

@@ -50,7 +50,7 @@ def test_dag_runs_resumes_and_keeps_finished_results(tmp_path, tiny_config):
     # 2. the rerun resumes: the rest is built, the finished result is kept as it was
     full = snakemake(tmp_path)
     assert full.returncode == 0, full.stderr[-3000:]
-    longest = max((full.stdout + full.stderr).splitlines(), key=len)  # issue 48: terminal lines <= 200 characters
+    longest = max((full.stdout + full.stderr).splitlines(), key=len)  # terminal lines <= 200 characters
     assert len(longest) <= 200, f"{len(longest)} characters: {longest}"
     assert baseline.stat().st_mtime_ns == stamp
     assert baseline.stat().st_mode & 0o222 == 0  # finished results are write-protected
