@@ -31,7 +31,8 @@ DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torc
 (CUDA kernels) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
 not overlapped by compute kernels), device idle time in the step, kernels per step and host time per step; one CSV
 row per (rank count, variant, rank) in ``benchmarks/ddp_profile_h200.csv`` with settings, device, threads per rank
-and UTC time. On the 2-GPU node, after the product's rules wrote these results::
+and UTC time. The LoRA bare loop is eager unless ``--mirror`` builds it as the result's Trainer runs it (the rule's own
+step: compile, bf16 adapters, fused AdamW). On the 2-GPU node, after the product's rules wrote these results::
 
     NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment lora \
         --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
@@ -102,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--data", help="SR3: the rule's sky data (.npz)")
             s.add_argument("--nprocs", default="1,2", help="rank counts, one torchrun job each (comma-separated)")
             s.add_argument("--profiled", type=int, default=3, help="steps under torch.profiler (after the timed ones)")
+            s.add_argument(
+                "--mirror",
+                action="store_true",
+                help="LoRA: the bare loop built as the result's Trainer runs it (compile, bf16 adapters, fused AdamW) "
+                "instead of eager: the profile of the rule's own step",
+            )
         s.add_argument("--result", required=True, help="the product rule's result.json (its config = the rule's spec)")
         s.add_argument("--threads", type=int, default=0, help="the job's cores (0 = every usable core)")
         s.add_argument("--warmup", type=int, default=5)

@@ -32,18 +32,16 @@ if str(TESTS) not in sys.path:  # the helpers import as top-level modules from e
 def pytest_collection_modifyitems(config, items):
     """One marker per tier: the name of the folder under tests/ that holds the test. The tiers run longest first
     (system, workflow, experiments, unit; each file's order kept), so that with pytest-xdist (README command 2 runs
-    ``-n auto --dist worksteal``) the minutes-long DAG tests start at once and the last minutes are spread over
+    ``-n logical --dist worksteal``) the minutes-long DAG tests start at once and the last minutes are spread over
     many short unit tests instead of one worker finishing a DAG alone."""
-
-    def tier(item) -> str:
-        parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
-        return parts[0] if len(parts) > 1 and parts[0] in TIERS else ""
-
+    tiers = {}
     for item in items:
-        if tier(item):
-            item.add_marker(getattr(pytest.mark, tier(item)))
+        parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
+        tiers[item] = parts[0] if len(parts) > 1 and parts[0] in TIERS else ""
+        if tiers[item]:
+            item.add_marker(getattr(pytest.mark, tiers[item]))
     order = {name: i for i, name in enumerate(reversed(TIERS))}
-    items.sort(key=lambda item: order.get(tier(item), len(TIERS)))
+    items.sort(key=lambda item: order.get(tiers[item], len(TIERS)))
 
 
 @pytest.fixture(autouse=True)

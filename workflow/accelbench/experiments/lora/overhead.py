@@ -116,19 +116,24 @@ def lora_rank(args) -> None:
 
 def ddp_profile_rank(args) -> None:
     """One rank of ``ddp-profile --experiment lora``: the bare loop of the result (eager, token ids drawn on the
-    device) under each DDP variant."""
+    device) under each DDP variant; with ``--mirror``, built as the result's Trainer runs it
+    (:func:`.bare.bare_settings`: torch.compile, bf16 adapters, fused AdamW, how batches reach the device), the
+    profile of the rule's own step."""
     from accelbench.cluster import processes as launch
-    from accelbench.experiments.lora.bare import lora_bare
+    from accelbench.experiments.lora.bare import bare_settings, lora_bare
 
     placement = launch.place_this_rank()
-    spec, system, s, plan = case_of(json.loads(Path(args.result).read_text()))
+    result = json.loads(Path(args.result).read_text())
+    spec, system, s, plan = case_of(result)
+    mirror = bare_settings(result, s, plan, system) if getattr(args, "mirror", False) else None
     rank, world, local = overhead.ranks()
     case = Case(
         experiment="lora",
-        case=f"{spec['model_name']} {spec['attention']}",
+        case=f"{spec['model_name']} {spec['attention']}"
+        + (f" ({spec.get('series', 'ours')}, bare loop mirroring the Trainer: {mirror.describe()})" if mirror else ""),
         settings=f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}",
         grad_accum=s.grad_accum,
         device=_rank_device(system, local),
-        make_step=lambda kw: lora_bare(spec, system, plan, s, rank, world, local, kw),
+        make_step=lambda kw: lora_bare(spec, system, plan, s, rank, world, local, kw, mirror=mirror),
     )
     profile_rank(args, case, placement)
