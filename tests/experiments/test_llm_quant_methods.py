@@ -242,3 +242,15 @@ def test_eval_mfu_peak_follows_the_autocast_dtype():
     assert eval_peak(peaks, "float32", None) == ("float32", 67.0)
     assert eval_peak(peaks, "bfloat16", None) == ("bfloat16", 989.4)
     assert eval_peak({}, "float32", None) == ("float32", None)
+
+
+def test_model_sizes_counts_the_bytes_torch_save_writes_without_keeping_them(tiny_llama):
+    import io
+
+    from accelbench.experiments.llm_quant.layers import model_sizes
+
+    buf = io.BytesIO()
+    torch.save(tiny_llama.state_dict(), buf)
+    sizes = model_sizes(tiny_llama)
+    assert sizes["serialized_bytes"] == buf.getbuffer().nbytes > sizes["decoder_linear_bytes"] > 0
+    assert sizes["param_bytes"] == sum(p.numel() * p.element_size() for p in tiny_llama.parameters())

@@ -52,6 +52,29 @@ def test_sensitivity_restores_weights_and_sees_changes(tiny_llama, chunks):
         assert math.isclose(full.perplexity(), sens["layers"][2]["prune_ppl"], rel_tol=1e-6)
 
 
+def test_each_weight_is_ranked_once_and_the_map_is_the_same_as_without_the_mask_cache(tiny_llama, chunks, monkeypatch):
+    from torch.nn.utils.prune import L1Unstructured
+
+    from accelbench.experiments.llm_quant import sensitivity
+
+    original, ranked = L1Unstructured.compute_mask, []
+
+    def counting(self, t, default_mask):
+        ranked.append(id(t))
+        return original(self, t, default_mask)
+
+    monkeypatch.setattr(L1Unstructured, "compute_mask", counting)
+    ev = Evaluator(tiny_llama, chunks, Device("cpu"), reuse_prefix=True)
+    cached = sensitivity_map(tiny_llama, ev, ["prune"], 0.3, 128, "per_type")
+    assert len(ranked) == len(set(ranked))  # the sub-module pass reuses the layer pass's masks
+    ranked.clear()
+    cache_class = sensitivity.MaskCache
+    monkeypatch.setattr(sensitivity, "MaskCache", lambda: cache_class(budget_bytes=0))
+    again = sensitivity_map(tiny_llama, ev, ["prune"], 0.3, 128, "per_type")
+    assert len(ranked) > len(set(ranked))  # nothing kept past the budget: ranked again, as without a cache
+    assert again == cached
+
+
 def test_prune_zeroes_the_smallest_fraction():
     p = torch.nn.Parameter(torch.arange(1.0, 11.0))
     prune_({"p": p}, 0.3)

@@ -31,16 +31,40 @@ def perturbed(params: dict[str, torch.nn.Parameter]):
                 p.copy_(saved[k])
 
 
-def prune_(params: dict[str, torch.nn.Parameter], amount: float) -> None:
+class MaskCache:
+    """Pruning masks (bool) kept by parameter while their total stays under ``budget_bytes``: the sub-module pass
+    prunes the same unperturbed weights that the layer pass pruned (``perturbed`` restores them exactly), and
+    ``L1Unstructured``'s ``topk`` over each weight is about a third of the sensitivity job on a CPU. A weight whose
+    mask would pass the budget (paper-scale models) gets it computed again, as without a cache."""
+
+    def __init__(self, budget_bytes: int = 1 << 30):
+        self.budget, self.used, self.masks = budget_bytes, 0, {}
+
+    def get(self, key, compute):
+        if key in self.masks:
+            return self.masks[key]
+        mask = compute()
+        if self.used + mask.numel() <= self.budget:
+            self.masks[key] = mask.bool()
+            self.used += mask.numel()
+        return mask
+
+
+def prune_(params: dict[str, torch.nn.Parameter], amount: float, cache: MaskCache | None = None) -> None:
     """Study B's perturbation: zero the ``amount`` fraction of smallest-magnitude entries of each
-    parameter separately (``torch.nn.utils.prune.L1Unstructured``), in place."""
+    parameter separately (``torch.nn.utils.prune.L1Unstructured``), in place. ``cache``: masks of unchanged
+    weights reused (keyed by the parameter object; only for weights restored to the same values in between)."""
     from torch.nn.utils.prune import L1Unstructured
 
     method = L1Unstructured(amount=amount)
     with torch.no_grad():
         for p in params.values():
             if amount > 0:
-                p.mul_(method.compute_mask(p, torch.ones_like(p)))
+
+                def compute(p=p):
+                    return method.compute_mask(p, torch.ones_like(p))
+
+                p.mul_(cache.get((id(p), amount), compute) if cache is not None else compute())
 
 
 def sensitivity_map(
@@ -59,6 +83,7 @@ def sensitivity_map(
         "submodules": [{"layer" (or "all"), "module", "prune_ppl", "prune"}, ...]}``; sensitivity = ppl - baseline.
     """
     layers = decoder_layers(model)
+    masks = MaskCache()  # each weight is pruned at most twice (its layer, its projection type): one topk
     evaluator.cache_prefix()
     base = evaluator.perplexity()
     rows = []
@@ -67,7 +92,7 @@ def sensitivity_map(
         if "prune" in metrics:
             params = dict(layers[i].named_parameters())
             with perturbed(params):
-                prune_(params, prune_amount)
+                prune_(params, prune_amount, masks)
                 row["prune_ppl"] = evaluator.perplexity(start_layer=i)
         if "quant4" in metrics:
             lin = layer_linears(layers[i])
@@ -89,14 +114,14 @@ def sensitivity_map(
             if not params:
                 continue
             with perturbed(params):
-                prune_(params, prune_amount)
+                prune_(params, prune_amount, masks)
                 ppl = evaluator.perplexity()
             sub.append({"layer": "all", "module": name, "prune_ppl": ppl, "prune": ppl - base})
     elif submodules == "per_layer":
         for i in tqdm(range(len(layers)), desc="sub-module sensitivity"):
             for name, mod in layer_linears(layers[i]).items():
                 with perturbed({name: mod.weight}) as params:
-                    prune_(params, prune_amount)
+                    prune_(params, prune_amount, masks)
                     ppl = evaluator.perplexity(start_layer=i)
                 sub.append({"layer": i, "module": name, "prune_ppl": ppl, "prune": ppl - base})
     elif submodules != "none":
