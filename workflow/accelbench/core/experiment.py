@@ -6,6 +6,7 @@ files and the tables read the entries without importing torch. The entry names t
 
 ========================  =========================================================================================
 ``job`` (``job.py``)      ``Settings.from_spec``, ``run`` (``run_rank`` where ranks run), ``estimate_s``: the job
+``verdicts`` (optional)   torch-free: ``known_unsupported(ctx)``, an ``unsupported`` outcome known without measuring
 ``rules`` (``rules.py``)  torch-free: ``results(rc, system)`` the result paths as configured, ``spec(rc, wildcards)``
                           a job's settings, optional ``check(rc)`` (stops a bad config before any job) and
                           ``model_specs(rc)`` (models to export, by name)
@@ -40,6 +41,9 @@ class Experiment:
         variants: the result folders below ``<system>/<name>/``, as Snakemake wildcard patterns (one per rule).
         order: its place in registry order (tables, reports and the claims page follow it).
         job: the module of the folder holding ``Settings``/``run`` (and ``run_rank``/``merge``).
+        verdicts: the torch-free module of the folder whose ``known_unsupported(ctx) -> Outcome | None`` the harness
+            asks before it imports ``job``: an ``unsupported`` result known from the spec, the system and what is
+            installed (no probe, no device), written without importing torch (or None: no such module).
         rules: the torch-free module of the folder with ``results``/``spec`` (and optional ``check``/``model_specs``)
             functions for this experiment, as ``"module:prefix"`` (functions ``<prefix>results``, ``<prefix>spec``...).
         tables: the module of the folder that turns its results into tables, figures and claim checks (or None).
@@ -69,6 +73,7 @@ class Experiment:
     variants: tuple[str, ...]
     order: int = 0
     job: str = "job"
+    verdicts: str | None = None
     rules: str = "rules:"
     tables: str | None = None
     aggregate: str | None = None
@@ -102,6 +107,10 @@ class Experiment:
     def load(self) -> ModuleType:
         """Import its job module (``accelbench.experiments.<package>.<job>``; imports torch)."""
         return importlib.import_module(f"{self.module_path}.{self.job}")
+
+    def load_verdicts(self) -> ModuleType | None:
+        """Import its torch-free verdicts module (``verdicts``), or None when it has none."""
+        return importlib.import_module(f"{self.module_path}.{self.verdicts}") if self.verdicts else None
 
     def load_tables(self) -> ModuleType:
         """Import its tables module (torch-free). Raises ValueError when it has none."""

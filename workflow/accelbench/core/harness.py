@@ -12,7 +12,9 @@ One sequence, for every experiment of the registry (:mod:`accelbench.core.regist
    mismatch stops the job with one line.
 4. **Lock** (:mod:`accelbench.core.locks`): one measurement per device set at a time, machine-wide. A job whose outcome
    is known to be ``unsupported`` without measuring (the module's optional ``unsupported_outcome(settings, ctx)``,
-   e.g. TF32 on a CPU, ncu without ``ncu``) writes it without waiting for the lock.
+   e.g. TF32 on a CPU, ncu without ``ncu``) writes it without waiting for the lock. Where the spec, the system and
+   what is installed decide it (the registry entry's torch-free ``verdicts`` module, ``known_unsupported(ctx)``),
+   this comes before step 2: the job module, torch and the libraries it loads are then never imported.
 5. **Supersede** (:func:`accelbench.core.results.superseding`): an old result and its side files are moved aside, never
    deleted, and put back if this job fails (or, after a kill, by the next run of the job: the journal ``.redo.json``).
 6. **Run**: the experiment's ``run(settings, ctx) -> Outcome``. Multi-rank experiments call ``ctx.run_ranks``
@@ -31,6 +33,8 @@ An experiment module therefore has no launching and no file writing of its own. 
     def run(settings, ctx: JobContext) -> Outcome: ...
     def run_rank(settings, ctx: JobContext) -> dict: ...   # only experiments whose registry entry has ranks=True
     def unsupported_outcome(settings, ctx) -> Outcome | None: ...  # optional: `unsupported` known without measuring
+    # optional, in the torch-free module the registry entry names as `verdicts` (asked before the job module):
+    def known_unsupported(ctx) -> Outcome | None: ...  # `unsupported` from the spec, the system, what is installed
 
 Errors the user can act on raise :class:`~accelbench.errors.AccelbenchError` (one line, exit status 2).
 """
@@ -185,10 +189,12 @@ def _not_a_spec(experiment: Experiment, where: str, exc: Exception) -> Accelbenc
 
 
 # --------------------------------------------------------------------------- the result
-def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
+def write_outcome(ctx: JobContext, outcome: Outcome, measured: bool = True) -> dict:
     """Write ``outcome`` as the job's result: ``config`` = spec + ``outcome.config``; ``measurements.noise`` for
     ``ok`` results; provenance; ``artefacts``; ``spec_sha256``; ``inputs_sha256`` (the contents of its named inputs,
-    :func:`accelbench.core.digests.digests`). Atomic. Returns the result object."""
+    :func:`accelbench.core.digests.digests`). Atomic. Returns the result object. ``measured`` False (a verdict known
+    before the job module was imported): the provenance reads nothing through torch
+    (:func:`accelbench.core.provenance.collect`)."""
     from accelbench.core import provenance, results
     from accelbench.core.digests import digests
     from accelbench.measure import hostload
@@ -200,7 +206,7 @@ def write_outcome(ctx: JobContext, outcome: Outcome) -> dict:
         ctx.experiment.name,
         outcome.status,
         config,
-        provenance.collect(ctx.system.backend, ctx.system.to_dict(), config),
+        provenance.collect(ctx.system.backend, ctx.system.to_dict(), config, read_torch=measured, threads=ctx.threads),
         outcome.measurements,
         outcome.reason,
         ctx.artefacts,
@@ -253,6 +259,18 @@ def _experiment(ctx: JobContext):
         raise _not_a_spec(ctx.experiment, ctx.spec_path if ctx.spec_sha256 else "(inline)", exc) from None
 
 
+def _known_early(ctx: JobContext) -> Outcome | None:
+    """The experiment's torch-free verdict (its registry entry's ``verdicts`` module, ``known_unsupported(ctx)``),
+    asked before its job module is imported; None where it has none or the job must look further."""
+    module = ctx.experiment.load_verdicts()
+    if module is None:
+        return None
+    try:
+        return module.known_unsupported(ctx)
+    except (KeyError, TypeError) as exc:
+        raise _not_a_spec(ctx.experiment, ctx.spec_path if ctx.spec_sha256 else "(inline)", exc) from None
+
+
 def run_job(ctx: JobContext) -> dict:
     """The whole sequence of the module docstring for one job; returns the result written.
 
@@ -260,10 +278,17 @@ def run_job(ctx: JobContext) -> dict:
         AccelbenchError: bad spec, the system's backend missing here, or a failure the experiment reports (the old
             result is then put back).
     """
+    from accelbench import backends
     from accelbench.core.systems import require_backend
     from accelbench.measure.hostload import start_job
 
     start_job()  # host load is recorded from here to the result (measurements.noise)
+    known = _known_early(ctx)
+    if known is not None:  # `unsupported` from the spec and what is installed: no job module, no torch, no lock
+        if backends.get(ctx.system.backend).accelerator:  # a CPU system's backend is always here: no device probe
+            require_backend(ctx.system)
+        with guarded(ctx, lock=False):
+            return write_outcome(ctx, known, measured=False)
     module, settings = _experiment(ctx)
     require_backend(ctx.system)
     if ctx.threads:

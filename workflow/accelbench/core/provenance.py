@@ -123,23 +123,38 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def hardware_info(backend: str) -> dict:
-    """Device name/count/memory and driver/runtime versions for ``backend`` (cpu, cuda, hpu)."""
+NOT_READ = "not read: the result is unsupported, known without measuring (torch not imported)"
+
+
+def hardware_info(backend: str, read_torch: bool = True, threads: int = 0) -> dict:
+    """Device name/count/memory and driver/runtime versions for ``backend`` (cpu, cuda, hpu).
+
+    ``read_torch`` False (a result known ``unsupported`` before anything imported torch) on a backend whose device is
+    the host: nothing is read through torch; ``torch_threads`` is the job's ``threads`` (what the harness gives torch
+    when it measures; None where not given) and what only torch tells (its thread count otherwise, the CPU's
+    precision support) is listed under ``not_read`` with :data:`NOT_READ`. An accelerator's provenance reads torch
+    either way (the device check has loaded it)."""
+    ops = backends.get(backend)
+    info: dict = {"backend": ops.name, "cpu": _cpu_model(), "cpu_count": os.cpu_count()}
+    if not read_torch and not ops.accelerator:
+        info["torch_threads"] = threads or None
+        info.update(ops.host_as_device(info))
+        info["not_read"] = {"precision_support": NOT_READ} | ({} if threads else {"torch_threads": NOT_READ})
+        return info
     import torch
 
-    ops = backends.get(backend)
-    info: dict = {
-        "backend": ops.name,
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
+    info["torch_threads"] = torch.get_num_threads()
     info.update(ops.provenance(info))
     return info
 
 
 def collect(
-    backend: str, system: dict | None = None, config: dict | None = None, repo: str | Path | None = None
+    backend: str,
+    system: dict | None = None,
+    config: dict | None = None,
+    repo: str | Path | None = None,
+    read_torch: bool = True,
+    threads: int = 0,
 ) -> dict:
     """Everything a result needs to be traced back: hardware, software, git, container, host, time, config.
 
@@ -148,9 +163,10 @@ def collect(
         system: the system definition used (see :class:`accelbench.core.systems.System`).
         config: the resolved experiment config.
         repo: folder inside the git checkout that produced the result (default: this package's checkout).
+        read_torch, threads: see :func:`hardware_info` (library versions never import a library).
     """
     return {
-        "hardware": hardware_info(backend),
+        "hardware": hardware_info(backend, read_torch, threads),
         "software": {
             "python": platform.python_version(),
             "platform": platform.platform(),
@@ -182,7 +198,8 @@ def hardware_label(
     hw = environment.get("hardware", {})
     ops = backends.lookup(hw.get("backend"))
     if ops is not None and not ops.accelerator:
-        label = f"CPU: {hw.get('device_name')} ({hw.get('torch_threads')} threads)"
+        threads = f" ({hw['torch_threads']} threads)" if hw.get("torch_threads") else ""  # None: not read
+        label = f"CPU: {hw.get('device_name')}{threads}"
         if system and system.get("name"):
             label += f" [{': '.join(str(x) for x in (system['name'], system.get('description')) if x)}]"
         return label

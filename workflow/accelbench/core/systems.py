@@ -20,7 +20,6 @@ from pathlib import Path
 import yaml
 
 from accelbench import backends
-from accelbench.core.config import SYSTEM_SCHEMA, read_yaml, schema_errors
 from accelbench.errors import ConfigError, SystemMismatchError
 
 
@@ -51,13 +50,17 @@ class System:
         return d
 
 
-def load_systems(systems_dir: str | Path, schema_path: str | Path = SYSTEM_SCHEMA) -> dict[str, System]:
-    """Read and validate every ``*.yaml`` in ``systems_dir``.
+def load_systems(systems_dir: str | Path, schema_path: str | Path | None = None) -> dict[str, System]:
+    """Read and validate every ``*.yaml`` in ``systems_dir`` (against ``schema_path``, by default
+    :data:`accelbench.core.config.SYSTEM_SCHEMA`).
 
     Raises:
         ConfigError: the folder is empty/missing, a file fails the schema, or its ``name`` differs
             from its file name.
     """
+    from accelbench.core.config import SYSTEM_SCHEMA, read_yaml, schema_errors  # jsonschema: only to read files
+
+    schema_path = schema_path or SYSTEM_SCHEMA
     systems_dir = Path(systems_dir)
     files = sorted(systems_dir.glob("*.yaml"))
     if not files:
@@ -190,7 +193,7 @@ def checked_config(items: list[str], system: str | None = None) -> dict:
     Raises:
         ConfigError: a file is missing or not YAML, an override's key is empty, or the merged config fails the schema.
     """
-    from accelbench.core.config import deep_merge, validate_config
+    from accelbench.core.config import deep_merge, read_yaml, validate_config
 
     base = Path("config/config.yaml")
     files = [Path(i) for i in items if "=" not in i or Path(i).is_file()]

@@ -75,6 +75,7 @@ ENTRIES = (
         ("{model}/sensitivity", "{model}/{method}/{bitset}"),
         order=30,
         job="run",
+        verdicts="verdicts",
         tables="tables",
         aggregate="study_b_quant",
         schema="llm_quant.schema.json",

@@ -13,6 +13,7 @@ from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, toke
 from accelbench.experiments.llm_quant.layers import decoder_layers
 from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe
 from accelbench.experiments.llm_quant.sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
+from accelbench.experiments.llm_quant.verdicts import method_reason
 from accelbench.measure.flops import PEAK_KEY, eval_peak
 from accelbench.measure.timing import StepClock
 
@@ -159,22 +160,12 @@ def run_sensitivity_job(spec: dict, system, model_dir=None) -> tuple[dict, dict]
 
 def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_dir=".") -> dict:
     """One (method, bit set) job: load, quantize, measure. ``sensitivity`` = the sensitivity result.json."""
-    from accelbench import backends
     from accelbench.backends.device import Device
 
     method = spec["method"]
-    ops = backends.get(system.backend)
-    if method == "inc_fp8" and (not ops.fp8_inc or not ops.bridge_installed()):
-        bridges = "; ".join(b.bridge_status() for b in backends.all_backends() if b.fp8_inc)
-        return {
-            "status": "unsupported",
-            "measurements": {},
-            "allocation": {},
-            "reason": f"Intel Neural Compressor FP8 needs Intel Gaudi (system {system.name!r}, backend "
-            f"{system.backend!r}; {bridges})",
-        }
-    if method == "torchao" and importlib_missing("torchao"):
-        return {"status": "unsupported", "measurements": {}, "allocation": {}, "reason": "torchao is not installed"}
+    reason = method_reason(method, system)  # INC FP8 off Gaudi, torchao missing (the harness asks it first)
+    if reason:
+        return {"status": "unsupported", "measurements": {}, "allocation": {}, "reason": reason}
     if sensitivity["status"] != "ok":
         return {
             "status": "unsupported",
@@ -291,10 +282,3 @@ def eval_mfu(info: dict, seq_len: int, tokens_per_s: float | None, peak_tflops: 
     fpt = forward_flops_per_token(info["parameters"], info["layers"], info["hidden_size"], seq_len)
     # throughput_and_mfu takes FLOPs per step and ms per step: one "step" here is one second of evaluation
     return {**throughput_and_mfu(fpt["value"] * tokens_per_s, 1e3, peak_tflops), "flops_per_token": fpt}
-
-
-def importlib_missing(name: str) -> bool:
-    """True where module ``name`` is not installed (found without importing it)."""
-    import importlib.util
-
-    return importlib.util.find_spec(name) is None

@@ -68,6 +68,7 @@ ENTRIES = (
         "lora-finetune",
         ("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
         order=40,
+        verdicts="verdicts",
         tables="tables",
         aggregate="study_b_lora",
         schema="lora_finetune.schema.json",

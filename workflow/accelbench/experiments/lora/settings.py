@@ -122,6 +122,7 @@ def plan_run(
     settings: LoraSettings,
     available: int | None = None,
     run_emulated: tuple[str, ...] = (),
+    probe: bool = True,
 ) -> Plan:
     """Decide whether a (strategy, devices, attention) case can run on ``system``; unsupported cases get a reason.
 
@@ -129,7 +130,8 @@ def plan_run(
     available (:func:`available_devices`); ``fsdp`` needs an accelerator (:data:`FSDP_CPU_REASON`); ``zero3`` needs
     ``deepspeed``; bf16 falls back to fp32 on systems without it, and where this host only emulates it, slowly
     (a CPU without AVX512-BF16/AMX: :func:`accelbench.core.precisions.emulated_reason`), unless ``run_emulated`` (config
-    ``run_emulated_precisions``) lists it (noted).
+    ``run_emulated_precisions``) lists it (noted). ``probe`` False (torch-free: :func:`.verdicts.known_unsupported`)
+    leaves that probe out, noted: the plan then only says whether the case can run.
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"lora_finetune strategy {strategy!r} unknown; allowed: {', '.join(STRATEGIES)}")
@@ -141,7 +143,9 @@ def plan_run(
     if precision == "bf16" and not system.supports("bf16"):
         precision = "fp32"
         notes.append(f"{system.name} has no native bf16: fp32 used")
-    emulated = precisions.emulated_reason(system, precision, tuple(run_emulated))
+    emulated = precisions.emulated_reason(system, precision, tuple(run_emulated)) if probe else None
+    if not probe and precision != "fp32":
+        notes.append(f"{precision}: whether this host only emulates it was not probed")
     if emulated:
         precision = "fp32"
         notes.append(f"fp32 used: {emulated}")
