@@ -89,6 +89,31 @@ def test_ours_is_apart_and_checked(lora):
         series.runtime_for("mine", {}, True)
 
 
+def test_ours_liger_kernels_and_compile_mode_reach_the_trainer(lora, monkeypatch):
+    """``liger_kernels`` names the Liger kernels the Trainer applies (the rest off; absent: Liger's defaults) and
+    ``compile_mode`` torch.compile's mode (absent: torch's default), both recorded as TrainingArguments settings."""
+    monkeypatch.setattr(series, "liger_available", lambda: True)
+    opts = {**lora["ours"], "liger": True, "liger_kernels": ["rope", "rms_norm"], "compile_mode": "reduce-overhead"}
+    kw = _kw("single", opts, name="ours")
+    assert kw["use_liger_kernel"] is True and kw["torch_compile_mode"] == "reduce-overhead"
+    assert kw["liger_kernel_config"] == {
+        "rope": True,
+        "rms_norm": True,
+        "swiglu": False,
+        "fused_linear_cross_entropy": False,
+        "cross_entropy": False,
+    }
+    default = _kw("single", {**lora["ours"], "liger": True}, name="ours")
+    assert "liger_kernel_config" not in default and "torch_compile_mode" not in default
+    off = series.runtime_for("ours", {**opts, "liger": False}, True)
+    assert off.liger_kernels is None and off.compile_mode == "reduce-overhead"  # no kernels where Liger is off
+    assert series.runtime_for("ours", opts, False).compile_mode is None  # the CPU stays eager
+    with pytest.raises(ConfigError, match=r"unknown \['geglu'\]"):
+        series.runtime_for("ours", {**opts, "liger_kernels": ["geglu"]}, True)
+    with pytest.raises(ConfigError, match="exclude each other"):
+        series.runtime_for("ours", {**opts, "liger_kernels": ["cross_entropy", "fused_linear_cross_entropy"]}, True)
+
+
 @pytest.mark.parametrize(
     "family,strategy,devices,mode",
     [

@@ -421,6 +421,27 @@ def _quant_sens(tmp_path, per_layer=True):
     return path
 
 
+def test_lora_ours_variants_keep_their_own_line_style():
+    """Each ours variant of the LoRA figure has its own line style (the name's hash gave ours_eager and
+    ours_liger_no_flce the same), a figure's only variant keeps the style it had, and the checker tells dash patterns
+    apart (matplotlib reports every one of them as "--")."""
+    from matplotlib.lines import Line2D
+
+    from accelbench.experiments.lora.tables_figures import _series_style
+
+    names = ["ours (before issue 25)", "ours_eager", "ours_liger_no_flce", "ours_cudagraphs"]
+    styles = [_series_style(n, names) for n in names]
+    assert len({str(s) for s in styles}) == len(names) and _series_style("ours", names) == ":"
+    assert (_series_style("ours_eager", ["ours_eager"]), _series_style(names[0], names[:2])) == ("-.", "--")
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([1, 2], [1, 2], color="C0")
+    ax.set(xlabel="devices", ylabel="time (min)")
+    handles = [Line2D([], [], color="0.4", ls=s, label=f"our runs, series: {n}") for n, s in zip(names, styles)]
+    ax.legend(handles=handles, fontsize=6)
+    assert not [p for p in figures.figure_problems(fig, 150) if "looks the same" in p]
+    plt.close(fig)
+
+
 def test_quant_figures_label_negative_ticks_units_and_colours(tmp_path, capture):
     from accelbench.experiments.llm_quant import tables as study_b_quant
 

@@ -527,6 +527,46 @@ def test_lora_bare_settings_are_the_results(lora):
         lora.bare_settings(bad, s, plan, system_from(bad["config"]))
 
 
+def test_lora_bare_loop_applies_the_results_liger_kernels_and_compile_mode(lora, monkeypatch):
+    """A result whose Trainer applied some of Liger's kernels (TrainingArguments.liger_kernel_config) and compiled in a
+    mode (torch_compile_mode) gets a bare loop that applies those kernels, no others, and compiles in that mode; the
+    bare loop applied Liger's default kernels (with the fused linear cross-entropy, which fails under the Trainer on an
+    H200) and torch.compile's default mode whatever the result ran."""
+    import importlib.util
+    import sys
+    import types
+
+    import torch
+
+    config = {
+        "rope": True,
+        "rms_norm": False,
+        "swiglu": True,
+        "fused_linear_cross_entropy": False,
+        "cross_entropy": False,
+    }
+    ts = {**OURS["trainer_settings"], "use_liger_kernel": True, "liger_kernel_config": config}
+    ts["torch_compile_mode"] = "reduce-overhead"
+    result = _lora_result({**OURS, "trainer_settings": ts}, "cuda")
+    spec, system, s, plan = lora_case(result)
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == "liger_kernel" else find(n, *a))
+    mirror = lora.bare_settings(result, s, plan, system)
+    assert mirror.liger and mirror.liger_kernels == ("rope", "swiglu") and mirror.compile_mode == "reduce-overhead"
+    assert "compile True (inductor, reduce-overhead), liger True (rope, swiglu)" in lora.settings_text(s, plan, mirror)
+    # the loop, built on the CPU: the kernels named reach Liger, the mode reaches torch.compile
+    applied, compiled = [], []
+    fake = types.ModuleType("liger_kernel.transformers")
+    fake._apply_liger_kernel_to_instance = lambda model, **kw: applied.append(kw)
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", fake)
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(kw) or model)
+    spec, system, s, plan = lora_case(_lora_result({**OURS, "trainer_settings": ts}))
+    lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
+    assert applied == [config]
+    assert compiled == [{"backend": "inductor", "mode": "reduce-overhead"}]
+
+
 @pytest.mark.parametrize("measurements,compiled,reads", [(OURS, True, 0), (FAITHFUL, False, 2)])
 def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurements, compiled, reads):
     """The bare loop built from an `ours` result (compile True) compiles its model as Trainer does (torch.compile

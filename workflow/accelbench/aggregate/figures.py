@@ -123,6 +123,8 @@ def _look(handle) -> tuple | None:
             str(handle.get_marker()),
             str(handle.get_linestyle()),
             hexes(handle.get_markerfacecolor()),
+            # a dash pattern (offset, on-off sequence) reads as "--" above: its pattern tells two apart
+            str(getattr(handle, "_unscaled_dash_pattern", "")),
         )
     try:  # collections (scatter): face and edge colour
         return ("collection", hexes(handle.get_facecolor()), hexes(handle.get_edgecolor()))

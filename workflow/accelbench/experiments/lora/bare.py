@@ -55,14 +55,22 @@ class BareSettings:
     average_tokens: bool  # label-token count reduced across ranks before every optimizer step (world > 1)
     source: str  # where the values were read
     not_reproduced: tuple[str, ...] = ()
+    liger_kernels: tuple[str, ...] | None = None  # the Liger kernels applied (None: Liger's defaults)
+    compile_mode: str | None = None  # TrainingArguments.torch_compile_mode (None: torch.compile's default)
 
     def describe(self) -> str:
         """The settings as the CSV's ``settings`` column states them."""
         logging = f"every {self.log_every} step(s) (loss, grad norm .item())" if self.log_every else "off"
         text = (
             f"series {self.series}, compile {self.compile}"
-            + (f" ({self.compile_backend})" if self.compile else "")
-            + f", liger {self.liger}, adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
+            + (f" ({', '.join(filter(None, (self.compile_backend, self.compile_mode)))})" if self.compile else "")
+            + f", liger {self.liger}"
+            + (
+                f" ({', '.join(self.liger_kernels) or 'no kernels'})"
+                if self.liger and self.liger_kernels is not None
+                else ""
+            )
+            + f", adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
             f"{self.fused_adamw}, clip {self.max_grad_norm}, batch copy {self.batch_copy}, logging {logging}, "
             f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}; "
             f"from {self.source}"
@@ -82,7 +90,7 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     """
     import importlib.util
 
-    from accelbench.experiments.lora.series import runtime_for
+    from accelbench.experiments.lora.series import LIGER_KERNELS, runtime_for
     from accelbench.experiments.lora.trainer import COMPILED_STRATEGIES
 
     spec = result["config"]
@@ -107,6 +115,9 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
     if liger and not (cuda and importlib.util.find_spec("liger_kernel")):
         notes.append("Liger kernels (liger_kernel not installed or no CUDA device here)")
         liger = False
+    # the kernels the Trainer applied (TrainingArguments.liger_kernel_config), else those the config names
+    config = ts.get("liger_kernel_config")
+    kernels = [k for k in LIGER_KERNELS if config[k]] if config else rt.liger_kernels
     adapters_bf16 = (
         ser["adapters_cast_to"] == "bfloat16"
         if "adapters_cast_to" in ser
@@ -143,6 +154,8 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
         average_tokens=bool(ts.get("average_tokens_across_devices", not rt.no_step_sync)),
         source="the result's trainer_settings and series" if ts else "the result's config (no trainer_settings)",
         not_reproduced=tuple(notes),
+        liger_kernels=tuple(kernels) if liger and kernels is not None else None,
+        compile_mode=ts.get("torch_compile_mode", rt.compile_mode) or None,
     )
 
 
@@ -152,7 +165,9 @@ COMPARED = (
         "trainer_settings",
         (
             "torch_compile",
+            "torch_compile_mode",
             "use_liger_kernel",
+            "liger_kernel_config",
             "optim",
             "batch_copy",
             "logging_strategy",
@@ -235,7 +250,11 @@ def lora_bare(
     if mirror is not None and mirror.liger:  # as Trainer (use_liger_kernel): on the base model, before wrapping
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        _apply_liger_kernel_to_instance(model=model.get_base_model())
+        from accelbench.experiments.lora.series import liger_kernel_config
+
+        _apply_liger_kernel_to_instance(
+            model=model.get_base_model(), **(liger_kernel_config(mirror.liger_kernels) or {})
+        )
     model.train()
     net = (
         torch.nn.parallel.DistributedDataParallel(
@@ -245,7 +264,8 @@ def lora_bare(
         else model
     )
     if mirror is not None and mirror.compile:  # accelerate's prepare_model: torch.compile last, around the DDP model
-        net = torch.compile(net, backend=mirror.compile_backend)
+        mode = {"mode": mirror.compile_mode} if mirror.compile_mode else {}
+        net = torch.compile(net, backend=mirror.compile_backend, **mode)
     params = [p for p in model.parameters() if p.requires_grad]
     fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
     opt = torch.optim.AdamW(

@@ -21,7 +21,7 @@
 
 * ``ours``: the same model, data and hyper-parameters (the same ``constant`` schedule) with the fastest honest
   step: no per-step host syncs (:data:`.trainer.NO_STEP_SYNC_ARGS`), Trainer's host step trimmed, non-blocking
-  batch copies, ``torch.compile`` and Liger kernels where installed (``lora_finetune.ours``), FSDP with
+  batch copies, ``torch.compile`` (Liger kernels only where ``lora_finetune.ours.liger`` asks), FSDP with
   ``BACKWARD_PRE`` and ZeRO-3 with overlapped communication. The aggregation keeps an ``ours`` number only where
   its loss curve stays within the recorded tolerance of the faithful series over the same steps.
 
@@ -150,6 +150,8 @@ class Runtime:
     liger: bool  # Liger kernels (TrainingArguments.use_liger_kernel)
     job_set: str = "2026-03"
     loss_tolerance: float | None = None  # ours: relative loss-curve tolerance against faithful (recorded)
+    liger_kernels: list | None = None  # the Liger kernels applied (None: Liger's defaults for the model type)
+    compile_mode: str | None = None  # torch.compile mode (TrainingArguments.torch_compile_mode; None: torch's default)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -188,11 +190,37 @@ def liger_available() -> bool:
     return importlib.util.find_spec("liger_kernel") is not None
 
 
+# the kernels of liger_kernel's apply_liger_kernel_to_<model type>(...) switches (the config's ``liger_kernels``)
+LIGER_KERNELS = ("rope", "rms_norm", "swiglu", "fused_linear_cross_entropy", "cross_entropy")
+
+
+def liger_kernel_config(kernels) -> dict | None:
+    """``TrainingArguments.liger_kernel_config`` (and the bare loop's ``_apply_liger_kernel_to_instance`` keywords)
+    for the Liger ``kernels`` named: each of :data:`LIGER_KERNELS` on where named, off otherwise; None for None
+    (Liger's defaults for the model type).
+
+    Raises:
+        ConfigError: an unknown kernel, or both cross-entropy kernels (Liger applies one of them).
+    """
+    if kernels is None:
+        return None
+    bad = sorted(set(kernels) - set(LIGER_KERNELS))
+    if bad:
+        raise ConfigError(f"lora_finetune liger_kernels: unknown {bad}; allowed: {', '.join(LIGER_KERNELS)}")
+    if {"cross_entropy", "fused_linear_cross_entropy"} <= set(kernels):
+        raise ConfigError(
+            "lora_finetune liger_kernels: cross_entropy and fused_linear_cross_entropy exclude each other"
+        )
+    return {k: k in kernels for k in LIGER_KERNELS}
+
+
 def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_compile: bool = True) -> Runtime:
     """The :class:`Runtime` of ``series`` from its config section (``lora_finetune.faithful`` / ``.ours``).
 
     ``ours`` options: ``compile`` (bool), ``liger`` (``auto`` = where ``liger_kernel`` is installed and the device is
-    a CUDA accelerator, or bool), ``loss_tolerance``. ``faithful``: ``job_set`` (:data:`JOB_SETS`).
+    a CUDA accelerator, or bool), ``liger_kernels`` (the Liger kernels applied, :data:`LIGER_KERNELS`; absent: Liger's
+    defaults), ``compile_mode`` (``torch.compile``'s mode, e.g. ``reduce-overhead``: CUDA graphs; absent: torch's
+    default), ``loss_tolerance``. ``faithful``: ``job_set`` (:data:`JOB_SETS`).
 
     Raises:
         ConfigError: an unknown series, option, or ``liger: true`` without ``liger_kernel`` installed.
@@ -219,9 +247,12 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         )
     if not is_ours(series):
         raise ConfigError(f"lora_finetune series {series!r} unknown; allowed: {', '.join(SERIES)}, ours_<variant>")
-    bad = sorted(set(cfg) - {"compile", "liger", "loss_tolerance"})
+    allowed = ["compile", "compile_mode", "liger", "liger_kernels", "loss_tolerance"]
+    bad = sorted(set(cfg) - set(allowed))
     if bad:
-        raise ConfigError(f"lora_finetune.ours: unknown key(s) {bad}; allowed: ['compile', 'liger', 'loss_tolerance']")
+        raise ConfigError(f"lora_finetune.ours: unknown key(s) {bad}; allowed: {allowed}")
+    kernels = cfg.get("liger_kernels")  # optional: no schema default (Liger's own defaults)
+    liger_kernel_config(kernels)  # unknown names stop here
     notes = []
     liger = cfg["liger"]
     if liger == "auto":
@@ -247,6 +278,8 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         compile=compile_,
         liger=bool(liger),
         loss_tolerance=None if cfg["loss_tolerance"] is None else float(cfg["loss_tolerance"]),
+        liger_kernels=list(kernels) if liger and kernels is not None else None,
+        compile_mode=cfg.get("compile_mode") if compile_ else None,  # optional: no schema default (torch's default)
         notes=notes,
     )
 

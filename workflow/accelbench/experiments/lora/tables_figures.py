@@ -11,11 +11,28 @@ import pandas as pd
 from accelbench.aggregate.figures import FONT, published, save_figure, series_label, text_height_in, wrap
 
 
-def _series_style(series: str) -> str:
-    """Line style of a LoRA series in the figure: faithful solid, ours dotted, each other ours variant its own."""
+def _series_style(series: str, variants=()) -> str | tuple:
+    """Line style of a LoRA series in the figure: faithful solid, ours dotted, each other ours variant of the figure
+    (``variants``) its own: the style its name's hash picks among dash-dot and dashed where no variant before it (in
+    sorted order) has it, else the first free one of :data:`VARIANT_STYLES` (dash patterns past the named styles)."""
     styles = {"faithful": "-", "ours": ":"}
-    others = ["-.", "--"]  # format strings (ax.plot) and line styles (Line2D) both
-    return styles.get(series, others[sum(map(ord, str(series))) % len(others)])
+    if series in styles:
+        return styles[series]
+    taken: list = []
+    for name in sorted(set(variants) | {series}):
+        if name in styles:
+            continue
+        preferred = VARIANT_STYLES[sum(map(ord, str(name))) % 2]
+        free = [s for s in VARIANT_STYLES if s not in taken]
+        style = preferred if preferred not in taken else (free[0] if free else preferred)
+        if name == series:
+            return style
+        taken.append(style)
+    return VARIANT_STYLES[0]
+
+
+# line styles of the ours variants (Line2D's ls): the two named ones first, then dash patterns (offset, on-off)
+VARIANT_STYLES = ["-.", "--", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (1, 2.5)), (0, (10, 3))]
 
 
 PUBLISHED_MARKERS = "o^vD<>"
@@ -58,6 +75,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
         max(1, len(fams)), ncols, figsize=(5.6 * ncols, 2.9 * max(1, len(fams)) + 1.6), squeeze=False
     )
     used_combos, used_pub, used_ours, used_series = set(), set(), set(), set()
+    variants = set(ok["series"].dropna()) if not ok.empty and "series" in ok else set()
     for row, fam in enumerate(fams):
         mine = ok[ok["family"] == fam] if not ok.empty else ok
         ax_e = axes[row, 0]
@@ -87,7 +105,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
                 ax.plot(
                     g["devices"],
                     g[col],
-                    _series_style(ser),
+                    ls=_series_style(ser, variants),
                     **our_marker[(origin, hw, scale)],
                     ms=6,
                     lw=1.8,
@@ -146,7 +164,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     ]
     if len(used_series) > 1:  # ours in two series: the line style tells them apart
         handles += [
-            Line2D([], [], color="0.4", ls=_series_style(ser), lw=1.8, label=f"our runs, series: {ser}")
+            Line2D([], [], color="0.4", ls=_series_style(ser, variants), lw=1.8, label=f"our runs, series: {ser}")
             for ser in sorted(used_series)
         ]
     # two legend columns only where the longest label fits half the figure's width (about 0.55 em per character,

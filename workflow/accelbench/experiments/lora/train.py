@@ -191,6 +191,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                     "lr_scheduler_type",
                     "torch_compile",
                     "use_liger_kernel",
+                    "liger_kernel_config",
                 )
             },
             "fsdp": kw.get("fsdp"),
@@ -321,6 +322,7 @@ TRAINER_FIELDS = (
     "average_tokens_across_devices",
     "lr_scheduler_type",
     "torch_compile",
+    "torch_compile_mode",
     "use_liger_kernel",
     "optim",
     "max_grad_norm",

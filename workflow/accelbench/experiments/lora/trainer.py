@@ -53,7 +53,12 @@ def training_arguments_kwargs(
     """
     from transformers import TrainingArguments
 
-    from accelbench.experiments.lora.series import faithful_fsdp_config, faithful_zero3_config, runtime_for
+    from accelbench.experiments.lora.series import (
+        faithful_fsdp_config,
+        faithful_zero3_config,
+        liger_kernel_config,
+        runtime_for,
+    )
 
     ops = backends.get(backend)
     rt = runtime or runtime_for("ours", {"compile": False, "liger": False, "loss_tolerance": None}, ops.accelerator)
@@ -84,8 +89,12 @@ def training_arguments_kwargs(
         kw.update(logging_strategy="steps", logging_steps=rt.logging_steps or 1)
     if rt.compile and plan.strategy in COMPILED_STRATEGIES:
         kw["torch_compile"] = True
+        if rt.compile_mode:  # lora_finetune.ours.compile_mode (e.g. reduce-overhead: CUDA graphs)
+            kw["torch_compile_mode"] = rt.compile_mode
     if rt.liger:
         kw["use_liger_kernel"] = True
+        if rt.liger_kernels is not None:  # the kernels named (lora_finetune.ours.liger_kernels); else Liger's defaults
+            kw["liger_kernel_config"] = liger_kernel_config(rt.liger_kernels)
     if ops.fused_adamw:  # fused AdamW, as the bare loop and transformers 5.x's default (4.x defaults to the
         kw["optim"] = "adamw_torch_fused"  # per-tensor loop, whose `step` counter is read on the host)
     if ops.non_blocking_copies and rt.non_blocking_copies:
