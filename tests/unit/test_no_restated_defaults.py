@@ -79,9 +79,9 @@ def test_a_restated_default_is_found_and_named(defaults):
     assert {"seed", "eval_batch", "reuse_prefix", "job_set", "liger", "eval_fraction"} <= set(defaults)
     source = (
         'a = spec.get("seed", 0)\n'
-        'b = cfg.get("liger", "auto")\n'
+        'b = cfg.get("liger", False)\n'
         'c = cfg.get("reuse_prefix", 1)\n'  # not the default's type: not a restatement
         'd = cfg.get("seed", 0)  # results older than seed\n'
         'e = cfg["eval_batch"]\n'
     )
-    assert restated(source, defaults, "m.py") == ["m.py:1: .get('seed', 0)", "m.py:2: .get('liger', 'auto')"]
+    assert restated(source, defaults, "m.py") == ["m.py:1: .get('seed', 0)", "m.py:2: .get('liger', False)"]
