@@ -2,6 +2,7 @@
 and its refreshes, and the per-job times it records."""
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -109,8 +110,14 @@ def test_a_failing_estimate_never_stops_the_run(monkeypatch, capsys):
     assert estimate.start(SimpleNamespace(dag=None, cores=2)) is None
 
 
-def test_calibration_is_short():
-    assert 0 < estimate.calibrate(repeat=2) < 30
+def test_calibration_keeps_to_its_budget():
+    """The best of the runs that fit in ``budget_s`` (after the minimum ``repeat``): a positive time, no longer than
+    one run, and the whole call about the budget, not an unbounded loop."""
+    t0 = time.perf_counter()
+    best = estimate.calibrate(repeat=2, threads=1, budget_s=0.3)
+    took = time.perf_counter() - t0
+    assert 0 < best < 0.3
+    assert 0.3 <= took < 0.3 + 5 * best + 5.0  # the budget, the warm-up runs and the minimum runs
 
 
 def test_every_study_experiment_keeps_a_cost_model():
