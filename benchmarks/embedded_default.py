@@ -97,12 +97,14 @@ def cpu_description(python: Path, env: dict) -> dict:
     model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
     flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
     wanted = [f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "avx512_fp16")]
-    capability = subprocess.run(
-        [str(python), "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
-        env=env,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    capability = ""  # an install that failed leaves no venv to ask
+    if python.exists():
+        capability = subprocess.run(
+            [str(python), "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+            env=env,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
     return {"cpu": model, "vcpus": os.cpu_count(), "flags": " ".join(wanted), "capability": capability}
 
 
