@@ -28,6 +28,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from accelbench.core.estimate import LOG as JOB_TIMES  # the per-job times a run appends, relative to its folder
+
 REPO = Path(__file__).resolve().parents[1]
 AVX2_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 ESTIMATE = re.compile(r"accelbench: (\d+) jobs? to run, about (.+?) on this machine \(calibration: ([\d.]+)x")
@@ -79,7 +81,9 @@ def estimate_of(output: str) -> dict:
 
 def per_experiment(job_times: Path) -> dict[str, float]:
     """Sum of the measured job wall seconds per experiment, for the newest run in ``job_times`` (its
-    ``run_started``)."""
+    ``run_started``); empty when the run wrote none."""
+    if not job_times.exists():
+        return {}
     records = [json.loads(line) for line in job_times.read_text().splitlines() if line.strip()]
     if not records:
         return {}
@@ -147,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "run_s": round(run_s, 1),
         "total_s": round(install_s + run_s, 1),
         **{"jobs": None, "estimate_s": None, "calibration": None, **estimate_of(log_path.read_text())},
-        "per_experiment_s": json.dumps(
-            per_experiment(clone / ".snakemake/accelbench/job_times.jsonl")
-            if (clone / ".snakemake/accelbench/job_times.jsonl").exists()
-            else {}
-        ),
+        "per_experiment_s": json.dumps(per_experiment(clone / JOB_TIMES)),
     }
     new = not args.csv.exists()
     with args.csv.open("a", newline="") as fh:
