@@ -3,18 +3,23 @@
 import torch
 
 
-def tiny_llama():
+def tiny_llama(**config):
+    """A randomly initialised 2-layer Llama (hidden 64); ``config`` overrides LlamaConfig keys (e.g.
+    ``tie_word_embeddings``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     return LlamaForCausalLM(
         LlamaConfig(
-            hidden_size=64,
-            intermediate_size=96,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=100,
+            **{
+                "hidden_size": 64,
+                "intermediate_size": 96,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 100,
+                **config,
+            }
         )
     )
 

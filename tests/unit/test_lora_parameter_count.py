@@ -7,22 +7,14 @@ import pytest
 
 from accelbench.experiments.lora.model import count_parameters
 from accelbench.models.llm import parameter_count
+from lora_helpers import tiny_llama
 
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_saved_checkpoint_counts_as_the_loaded_model(tmp_path, tied):
-    cfg = transformers.LlamaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-    )
-    model = transformers.LlamaForCausalLM(cfg)
+    model = tiny_llama(tie_word_embeddings=tied)
     model.save_pretrained(tmp_path / "m")
     loaded = parameter_count(model.parameters())
     assert count_parameters({"source": "path", "path": str(tmp_path / "m")}) == loaded
@@ -41,11 +33,7 @@ def test_saved_checkpoint_is_counted_without_transformers(tmp_path):
     import subprocess
     import sys
 
-    transformers.LlamaForCausalLM(
-        transformers.LlamaConfig(
-            vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
-        )
-    ).save_pretrained(tmp_path)
+    tiny_llama().save_pretrained(tmp_path)
     code = (
         "import sys; from accelbench.experiments.lora.model import count_parameters; "
         f"n = count_parameters({{'source': 'path', 'path': {str(tmp_path)!r}}}); "
