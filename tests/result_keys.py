@@ -31,6 +31,7 @@ ADDED = {
     ("sr3_scaling", "measurements.host_syncs_method"): "how the host syncs were counted",
     ("sr3_scaling", "measurements.host_syncs_where"): "where the counted host syncs happened",
     ("sr3_scaling", "measurements.fused_adam"): "Adam's fused kernel (ours)",
+    ("sr3_scaling", "measurements.first_iteration_s"): "the cold start: the first warm-up iteration (compile, graphs)",
     ("sr3_scaling", "measurements.compiled"): "what TorchDynamo compiled (a compiled configuration that "
     "compiled nothing ran eager)",
     (

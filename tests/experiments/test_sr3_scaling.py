@@ -308,6 +308,7 @@ OK_KEYS = {
     "images_per_s",
     "images_per_s_per_device",
     "measured_wall_s",
+    "first_iteration_s",
     "strong_scaling_total",
     "weak_scaling_total",
     "study_b_projection",
@@ -375,7 +376,10 @@ def _record(rank: int, samples_ms: list[float], **kw) -> dict:
 
 def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     s = tiny_settings()
-    records = [_record(0, [10.0, 30.0, 10.0]), _record(1, [20.0, 10.0, 20.0])]
+    records = [
+        _record(0, [10.0, 30.0, 10.0], first_iteration_s=4.0),
+        _record(1, [20.0, 10.0, 20.0], first_iteration_s=5.5),
+    ]
     m = exp.merge(
         s,
         records,
@@ -389,6 +393,7 @@ def test_merge_takes_the_slowest_rank_per_iteration(default_config):
     assert m["iteration"]["samples"] == [20.0, 30.0, 20.0] and m["iteration"]["median"] == 20.0
     assert m["iteration"]["warmup"] == 1 and m["iteration"]["method"].endswith("max over 2 ranks")
     assert (m["iterations_per_device"], m["iterations_run"], m["complete"]) == (4, 3, False)
+    assert m["first_iteration_s"] == 5.5  # the cold start: the slowest rank's first warm-up iteration
     assert m["measured_wall_s"] == 2.0 and m["strong_scaling_total"]["seconds"] == pytest.approx(2.0 + 0.020)
     assert m["images_per_s"] == pytest.approx(2 * s.batch_size / 0.020) and m["global_batch"] == 2 * s.batch_size
     assert m["rank_median_ms"] == [10.0, 20.0] and m["rank_nodes"] == ["n0", "n1"] and m["peak_mem_gib"] is None

@@ -119,6 +119,9 @@ def merge(
         "images_per_s": images_per_iter / it_s,
         "images_per_s_per_device": settings.batch_size / it_s,
         "measured_wall_s": wall_max,
+        # the first warm-up iteration, slowest rank (s): torch.compile, autotuning and CUDA-graph recording on the
+        # node's compile cache as found (cold on a fresh node); None without warm-up
+        "first_iteration_s": max((r.get("first_iteration_s") for r in records), default=None, key=lambda v: v or 0),
         "strong_scaling_total": {
             "label": "measured" if complete else "projection",
             "iterations": iters,

@@ -170,8 +170,13 @@ def train_rank(
         dist.barrier()
     whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
     whole.start()
-    for _ in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
+    first = measure.StepClock(device, wall=True)  # the first iteration alone: the cold start (compile, graphs)
+    for i in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
+        if i == 0:
+            first.start()
         tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
+        if i == 0:
+            first.stop()
     if warm:  # fail before the timed iterations where the warm-up compiled nothing
         check_compiled(conf)
     with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
@@ -191,6 +196,7 @@ def train_rank(
         "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
         "warmup": warm,
         "wall_s": wall,
+        "first_iteration_s": first.seconds() if warm else None,
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "peak_rss_gib": _peak_rss_gib(),
         "threads": torch.get_num_threads(),
