@@ -127,7 +127,8 @@ def test_readme_and_artifact_section_2_mark_every_time():
     """What a reviewer runs first states no time without its record (the old README's "1,030 tests" and "3 min 20 s",
     ARTIFACT's "about 3 min" install and "10 min 1 s" run were unmarked and stale)."""
     artifact = (REPO / "ARTIFACT.md").read_text()
-    for name, text in (("README.md", (REPO / "README.md").read_text()), ("ARTIFACT.md ## 2", artifact_section_2(artifact))):
+    front = {"README.md": (REPO / "README.md").read_text(), "ARTIFACT.md ## 2": artifact_section_2(artifact)}
+    for name, text in front.items():
         found = unmarked(text)
         assert not found, f"{name}: times without a <!-- time:KEY --> record marker:\n" + "\n".join(found)
     assert unmarked("Install (about 3 min), then `snakemake --cores all` (10 min 1 s)") == [
