@@ -5,9 +5,9 @@ Every operation opens its folder relative to the tree's root one component at a 
 ``O_NOFOLLOW | O_DIRECTORY`` (:func:`folder`), at the moment of use: a link anywhere below the root (``results/claims ->
 /etc``, ``results/cpu/.superseded -> /elsewhere``, ``results/cpu`` swapped for a link while a job runs) is refused
 with one line naming it, and nothing is written. Files are written to a temporary name in the held folder and renamed
-there (a link or hard link at the final name is replaced, never written through); a file is re-timed or deleted only
-when it is a plain file with no other hard link (``st_nlink`` 1), opened without following a link. The root itself
-(``results_dir``, checked when the config is read) may be reached through links.
+there (a link or hard-linked file at the final name is refused, never written through); a file is re-timed or
+deleted only when it is a plain file with no other hard link (``st_nlink`` 1), opened without following a link.
+The root itself (``results_dir``, checked when the config is read) may be reached through links.
 
 Example::
 
@@ -188,9 +188,15 @@ class Folder:
     @contextlib.contextmanager
     def open_write(self, name: str, mode: str = "w", **kwargs) -> Iterator[IO]:
         """A file object to write file ``name`` through: a new temporary file in this folder, renamed to ``name`` at
-        this folder's descriptor when the body succeeds (a link or hard link at ``name`` is replaced, not written
-        through), removed when it raises. Mode ``"w"``/``"wb"`` (``newline=`` etc. passed on)."""
+        this folder's descriptor when the body succeeds, removed when it raises. A link or a hard-linked file at
+        ``name`` is refused (:class:`TreeError`, one line naming it), never written through or replaced.
+        Mode ``"w"``/``"wb"`` (``newline=`` etc. passed on)."""
         name = self._name(name)
+        st = self.lstat(name)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise _refuse_link(self.path / name, self.root)
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            raise TreeError(f"{self.path / name} is a file with {st.st_nlink} hard links; refused to replace it")
         tmp = self._new_temp(name)
         try:
             with os.fdopen(os.open(tmp, _WRITE_FLAGS, 0o666, dir_fd=self.fd), mode, **kwargs) as fh:
