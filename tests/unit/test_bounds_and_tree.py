@@ -4,6 +4,7 @@ CI user). Each case fails before its fix."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -318,8 +319,10 @@ def test_genuine_journal_of_a_killed_redo_is_still_recovered(tmp_path):
     old = _snapshot(out.parent)
     moved = results.superseded_folder(out, "cpu", "sr3_scaling", "20260101T000000Z")
     moved.mkdir(parents=True)
+    digests = {name: hashlib.sha256((out.parent / name).read_bytes()).hexdigest() for name in old}
+    record = {"version": 2, "result": "cpu/sr3_scaling/fp32/devices_1/result.json", "files": digests}
     results.write_json_atomic(
-        {"moved_to": os.path.relpath(moved, out.parent), "files": sorted(old)}, out.parent / results.REDO
+        {**record, "moved_to": "cpu/.superseded/20260101T000000Z/sr3_scaling/fp32/devices_1"}, out.parent / results.REDO
     )
     for name in old:
         os.replace(out.parent / name, moved / name)

@@ -248,11 +248,15 @@ def stale_results():
                     and not input_digests_changed(inputs)  # contents, not times (accelbench.core.digests)
                 if not is_current:
                     stale.append(target)
-                mark_current(target, is_current)
+                if not DRY_RUN:  # a dry run changes nothing on disk (the DAG redoes `stale` either way)
+                    mark_current(target, is_current, root=RESULTS)
                 break
     return stale
 
 
+# `snakemake -n`: the Snakefile is read before Snakemake sets up its dry-run executor, so workflow.dryrun is not yet
+# True; the command line's setting is
+DRY_RUN = bool(getattr(workflow.output_settings, "dryrun", False)) or workflow.dryrun
 _STALE = []  # the not-current results this invocation found (stale_results), which its DAG redoes (_redo_stale)
 
 

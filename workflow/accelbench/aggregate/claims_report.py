@@ -218,8 +218,10 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
     Raises:
         ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file.
     """
+    from accelbench.core import tree
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    tree.folder(tree.out_dir_root(out), (out.name,), create=True).close()  # `<results>/claims` a link: one line
     results = load_results(result_paths)
     reference_dir = Path(reference_dir)
     claims = pd.concat([read_claims(reference_dir / f, s) for s, f in registry.claims_files()], ignore_index=True)
@@ -241,8 +243,10 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
         f"system): holds / does not hold / partly measured (k of n) / not measured here (why). {line}.",
         title="Claims: every run",
     )
-    (out / "claims.md").write_text((out / "claims_summary.md").read_text() + "\n\n" + (out / "claims.md").read_text())
-    (out / "claims.html").write_text(claims_html(shown, summary, line))
+    with tree.folder(tree.out_dir_root(out), (out.name,)) as d:
+        md = d.read_bytes("claims_summary.md", 2**28) + b"\n\n" + d.read_bytes("claims.md", 2**28)
+        d.write_bytes("claims.md", md)
+        d.write_text("claims.html", claims_html(shown, summary, line))
     fig_claims(df, out / "fig_claims.png", summary)
     return df
 

@@ -278,16 +278,19 @@ def write_table(
     """
     import html
 
+    from accelbench.core import tree
+
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex"), stem.with_suffix(".html")]
-    csv_frame(df).to_csv(paths[0], index=False)
+    with tree.open_output(paths[0], "w", newline="") as fh:  # below <results>, following no link
+        csv_frame(df).to_csv(fh, index=False)
     if df.empty and empty:
-        paths[1].write_text(f"{caption}\n\n{empty}\n")
-        paths[2].write_text(f"% {caption}\n{empty}\n")
-        paths[3].write_text(
+        tree.write_output(paths[1], f"{caption}\n\n{empty}\n")
+        tree.write_output(paths[2], f"% {caption}\n{empty}\n")
+        tree.write_output(
+            paths[3],
             f'<div class="accelbench-table">{f"<h3>{html.escape(title)}</h3>" if title else ""}'
-            f'<p class="caption">{html.escape(caption)}</p><p>{html.escape(empty)}</p></div>\n'
+            f'<p class="caption">{html.escape(caption)}</p><p>{html.escape(empty)}</p></div>\n',
         )
         return paths
 
@@ -306,11 +309,12 @@ def write_table(
     foot = ("\n" + "\n".join(f"{n}  " for n in notes)) if notes else ""
     # a `|` would split the row into cells, a line break would end it (a device name with a newline)
     md = narrow.map(lambda v: " ".join(v.replace("|", "\\|").splitlines()) if isinstance(v, str) else v)
-    paths[1].write_text(
-        f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot + ("\n" if foot else "")
+    tree.write_output(
+        paths[1],
+        f"{caption}\n\n" + md.to_markdown(index=False, disable_numparse=True) + "\n" + foot + ("\n" if foot else ""),
     )
     latex = narrow.to_latex(index=False, caption=caption, escape=True, longtable=False)
-    paths[2].write_text(latex + "".join(f"\\noindent{{\\footnotesize {_tex(n)}}}\\par\n" for n in notes))
+    tree.write_output(paths[2], latex + "".join(f"\\noindent{{\\footnotesize {_tex(n)}}}\\par\n" for n in notes))
     wide, html_notes = footnoted(shown, HTML_NOTE_CHARS, None, repeated=True)
-    paths[3].write_text(html_table(wide, caption, html_notes, title))
+    tree.write_output(paths[3], html_table(wide, caption, html_notes, title))
     return paths

@@ -392,7 +392,9 @@ def save_figure(fig, path: str | Path, dpi: int = 150) -> list[str]:
         log.warning("%s: %s", Path(path).name, p)
     if problems:
         _FOUND[Path(path).name] = problems
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+    from accelbench.core import tree
+
+    with tree.open_output(path, "wb") as fh:  # below <results>, following no link; renamed into place whole
+        fig.savefig(fh, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
     return problems

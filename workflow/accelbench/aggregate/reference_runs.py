@@ -159,7 +159,9 @@ def update(
         if not target.exists() or target.read_text() != text:
             changed.append(target)
             if not check:
-                target.write_text(text)
+                from accelbench.core import tree
+
+                tree.write_text(root, target, text)  # below reference_runs/, no link followed (a README link: one line)
     _block(readme, BEGIN, END, readme_section(runs), check, changed)
     if reference_dir is not None:
         from accelbench.aggregate import claims_report
@@ -219,9 +221,11 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
         DataError / ResultError: a corrupt result or reference file (named).
     """
     from accelbench.aggregate import claims_report as claims_mod
+    from accelbench.core import tree
 
     reference_dir = Path(reference_dir)
     out_root = Path(run["path"]) / "tables"
+    tree.folder(Path(run["path"]).parent, (Path(run["path"]).name, "tables"), create=True).close()  # no link: one line
     written = []
     for e, experiments, reference in TABLES:
         paths = [str(run["path"] / r) for r in run["results"] if any(f"/{x}/" in f"/{r}" for x in experiments)]

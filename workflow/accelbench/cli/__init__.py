@@ -128,11 +128,13 @@ def cmd_reference_runs(args: argparse.Namespace) -> None:
 
 def cmd_validate_results(args: argparse.Namespace) -> None:
     """Check result files against the package's schemas; write the list of valid files (the aggregations' input)."""
+    from accelbench.core import tree
     from accelbench.core.results import write_json_atomic
     from accelbench.core.validate import validate_files
 
     summary = validate_files(_result_paths(args, required=False))
-    write_json_atomic({"validated": summary, "count": len(summary)}, args.out)
+    root = tree.out_dir_root(os.path.dirname(args.out))  # <results>/validation/<e>.json: no link below <results>
+    write_json_atomic({"validated": summary, "count": len(summary)}, args.out, root)
     log.info("%d result file(s) valid", len(summary))
 
 
@@ -178,6 +180,7 @@ def cmd_check_system(args: argparse.Namespace) -> None:
 
 def cmd_gpu_smoke(args: argparse.Namespace) -> None:
     from accelbench.cluster.node_report import device_report
+    from accelbench.core import tree
     from accelbench.core.results import write_json_atomic
 
     report = device_report(args.expect)
@@ -188,7 +191,7 @@ def cmd_gpu_smoke(args: argparse.Namespace) -> None:
         f"{report['host']}: expected {report['expected']} accelerator(s), seen {report['seen']}:",
         "OK" if report["matches"] else "MISMATCH (check the gpu/gres mapping of slurm/site.yaml)",
     )
-    write_json_atomic(report, args.out)
+    write_json_atomic(report, args.out, tree.out_dir_root(os.path.dirname(args.out)))  # no link below <results>
 
 
 # --------------------------------------------------------------------------- parser

@@ -93,15 +93,23 @@ class JobContext:
         """A temporary path (``.partial.<name>``, same suffixes) to write side file ``name`` to; renamed beside the
         result when the body succeeds (a reader never sees a truncated file) and recorded in
         ``artefacts[key or stem]``. A body that leaves the path unwritten records nothing; one that raises leaves
-        nothing behind (:func:`accelbench.core.results.atomic_path`)."""
+        nothing behind (:func:`accelbench.core.results.atomic_path`: the folder is reached from the results tree
+        without following a link, and held open while the body writes)."""
         from accelbench.core.results import atomic_path
 
         path = self.out.with_name(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path, required=False) as tmp:
+        with atomic_path(path, required=False, root=self.results_root) as tmp:
             yield tmp
         if path.exists():
             self.artefacts[key or name.split(".")[0]] = name
+
+    @property
+    def results_root(self) -> Path:
+        """The results tree this job writes in (``<root>/<system>/<experiment>/...``); every write below it follows
+        no link (:mod:`accelbench.core.tree`)."""
+        from accelbench.core.results import tree_root
+
+        return tree_root(self.out, self.system.name, self.experiment.name)[0]
 
     def run_ranks(self, settings, devices: int, key: str):
         """Launch ``devices`` ranks of this experiment's ``run_rank`` and collect them
@@ -214,7 +222,7 @@ def write_outcome(ctx: JobContext, outcome: Outcome, measured: bool = True) -> d
     )
     if ctx.inputs:  # the contents it was made from: the DAG redoes it when they change, whatever the files' times
         result["inputs_sha256"] = digests(ctx.inputs)
-    results.write_result(result, ctx.out, overwrite=True)
+    results.write_result(result, ctx.out, overwrite=True, root=ctx.results_root)
     log.info("%s: status %s%s", ctx.out, outcome.status, f" ({outcome.reason})" if outcome.reason else "")
     return result
 

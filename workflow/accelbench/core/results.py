@@ -20,14 +20,14 @@ import json
 import logging
 import math
 import os
-import shutil
-import tempfile
+import re
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from accelbench.core import files
+from accelbench.core import files, tree
 from accelbench.errors import ResultError
 
 SCHEMA_VERSION = 1
@@ -82,41 +82,41 @@ def make_result(
     return result
 
 
-def write_json_atomic(obj: Any, path: str | Path) -> None:
-    """Write ``obj`` as indented JSON to ``path`` through a temporary file in the same folder."""
+def write_json_atomic(obj: Any, path: str | Path, root: str | Path | None = None) -> None:
+    """Write ``obj`` as indented JSON to ``path`` through a temporary file in the same folder, the folder opened below
+    ``root`` (default: the file's own folder) without following a link (:mod:`accelbench.core.tree`).
+
+    Raises:
+        TreeError: a link or hard-linked file on the way below ``root``; nothing written.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_jsonable(obj), fh, indent=1, allow_nan=False)
-            fh.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> group/others read like every other output (umask 022)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(_jsonable(obj), indent=1, allow_nan=False) + "\n"
+    tree.write_text(path.parent if root is None else root, path, text)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path, required: bool = True) -> Iterator[Path]:
-    """A temporary name beside ``path`` (``.partial.<name>``, same suffixes) to write a side file to; renamed to
-    ``path`` when the body succeeds, removed when it raises: a reader never sees a truncated side file. With
-    ``required=False`` a body that did not write the file leaves nothing (no error)."""
+def atomic_path(path: str | Path, required: bool = True, root: str | Path | None = None) -> Iterator[Path]:
+    """A temporary path beside ``path`` (``.partial.<pid>.<random>.<name>``, same suffixes) to write a side file to,
+    reaching the folder through a descriptor held open from ``root`` (default: the file's own folder) without
+    following a link (:meth:`accelbench.core.tree.Folder.proc_path`: a folder swapped for a link meanwhile is never
+    written through); renamed to ``path`` in that folder when the body succeeds, removed when it raises: a reader
+    never sees a truncated side file. With ``required=False`` a body that did not write the file leaves nothing (no
+    error)."""
     path = Path(path)
-    tmp = path.with_name(f".partial.{path.name}")
-    try:
-        yield tmp
-        if required or tmp.exists():
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    d, name = tree.file_folder(path.parent if root is None else root, path, create=True)
+    with d:
+        tmp = d.temp_name(name)
+        try:
+            yield d.proc_path(tmp)
+            if required or d.exists(tmp):
+                d.move(tmp, d, name)
+        finally:
+            with contextlib.suppress(OSError):
+                d.remove(tmp)
 
 
-def write_result(result: dict, path: str | Path, overwrite: bool = False) -> Path:
-    """Write a result atomically.
+def write_result(result: dict, path: str | Path, overwrite: bool = False, root: str | Path | None = None) -> Path:
+    """Write a result atomically (:func:`write_json_atomic`; ``root``: the results tree, see :func:`tree_root`).
 
     Raises:
         ResultError: ``path`` exists and ``overwrite`` is False (finished results are kept).
@@ -124,7 +124,7 @@ def write_result(result: dict, path: str | Path, overwrite: bool = False) -> Pat
     path = Path(path)
     if path.exists() and not overwrite:
         raise ResultError(f"refusing to overwrite the finished result {path}; move it away (or delete it) to rerun")
-    write_json_atomic(result, path)
+    write_json_atomic(result, path, root)
     return path
 
 
@@ -197,24 +197,45 @@ def superseded_folder(out: str | Path, system: str, experiment: str, stamp: str 
 NOT_CURRENT_MTIME = 1  # 1970-01-01T00:00:01Z: the time of a result marked not current (mark_current)
 
 
-def mark_current(path: str | Path, current: bool) -> None:
+def tree_root(out: str | Path, system: str, experiment: str) -> tuple[Path, tuple[str, ...]]:
+    """The results tree of result ``out`` (``<root>/<system>/<experiment>/<variant...>/result.json``) and the
+    components of the result's folder below it (``(<system>, <experiment>, <variant...>)``).
+
+    Raises:
+        ResultError: ``out`` does not lie under ``<system>/<experiment>/``.
+    """
+    parts = Path(os.path.normpath(out)).parent.parts
+    for i in range(len(parts) - 1):
+        if parts[i] == system and parts[i + 1] == experiment:
+            return Path(*parts[:i]) if i else Path("."), parts[i:]
+    raise ResultError(f"result path {out} does not lie under <system>/<experiment>/ ({system}/{experiment})")
+
+
+def mark_current(path: str | Path, current: bool, root: str | Path | None = None) -> None:
     """Mark result ``path`` as not current (``current=False``: its modification time set to
     :data:`NOT_CURRENT_MTIME`, older than any input, so Snakemake reruns its job whatever settings it recorded for
     it), or undo that mark (``current=True`` on a marked file: time set to now). The DAG calls it for every finished
-    result of this system (common.smk ``stale_results``); the contents are never touched. A file this user may not
-    re-time is left as it is (logged)."""
+    result of this system (common.smk ``stale_results``; never in a dry run); the contents are never touched. The
+    file is reached from ``root`` (the results tree; default its own folder) without following a link and must be a
+    plain file with no other hard link (:meth:`accelbench.core.tree.Folder.utime`): anything else, or a file this
+    user may not re-time, is left as it is (one line logged)."""
     path = Path(path)
     try:
-        st = path.stat()
-        if not current and st.st_mtime != NOT_CURRENT_MTIME:
-            os.utime(path, (st.st_atime, NOT_CURRENT_MTIME))
-        elif current and st.st_mtime == NOT_CURRENT_MTIME:
-            os.utime(path)
-    except OSError as exc:
+        d, name = tree.file_folder(path.parent if root is None else root, path)
+        with d:
+            st = d.lstat(name)
+            if st is None:
+                return
+            if not current and st.st_mtime != NOT_CURRENT_MTIME:
+                d.utime(name, (st.st_atime, NOT_CURRENT_MTIME))
+            elif current and st.st_mtime == NOT_CURRENT_MTIME:
+                d.utime(name)
+    except (OSError, tree.TreeError) as exc:
         log.warning("%s: could not mark it %scurrent (%s)", path, "" if current else "not ", exc)
 
 
 REDO = ".redo.json"  # in a result folder while a job redoes it: where the old files went (removed when the job ends)
+JOURNAL_VERSION = 2  # journals record the result they belong to and each moved file's sha256
 
 
 def redo_journal(out: str | Path) -> Path:
@@ -225,87 +246,134 @@ def redo_journal(out: str | Path) -> Path:
 
 
 MAX_JOURNAL_BYTES = 2**20  # a journal lists the names of one result folder: kilobytes
+FOLDER_DIGEST = "folder"  # what a journal records for a sub-folder of a result folder (no content digest)
+_STAMP = re.compile(r"\d{8}T\d{6}Z_*")
 
 
-def _journal_record(out: Path, system: str, experiment: str) -> tuple[Path, list[str]]:
-    """The superseded folder and the file names a redo journal of result ``out`` records, checked: the folder must
-    be :func:`superseded_folder` of ``out`` (some stamp), inside ``<system>/.superseded/`` with every link followed,
-    and exist; every name a plain name in the result's folder. A journal is only ever written by
-    :func:`superseding`; one that says anything else was planted or damaged.
+def _digest(d: tree.Folder, name: str) -> str:
+    st = d.lstat(name)
+    return FOLDER_DIGEST if st is not None and stat.S_ISDIR(st.st_mode) else d.sha256(name)
+
+
+def _journal_record(out: Path, system: str, experiment: str, d: tree.Folder) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The superseded folder (components below the results tree) and the files (name -> sha256) that the redo
+    journal of result ``out`` in its folder ``d`` records, checked to be a journal this tree wrote for this result:
+    it names this result (``result``), ``moved_to`` is exactly ``<system>/.superseded/<UTC stamp>/<experiment>/
+    <variant...>`` of it, a folder reached without a link, and every file it lists is there (or, never moved, still
+    in the result's folder) with the recorded sha256. A journal is only ever written by :func:`superseding`; one that
+    says anything else was planted, copied from elsewhere or damaged.
 
     Raises:
         ResultError: one line naming the journal and what is wrong with it; nothing was moved or deleted.
     """
     journal = redo_journal(out)
+    root, parts = tree_root(out, system, experiment)
 
     def refuse(why: str) -> ResultError:
         return ResultError(
             f"{journal}: refused: {why}; nothing was moved or deleted (the old files of a killed redo are under "
-            f"<results>/{system}/{SUPERSEDED}/<UTC time>/): put them back by hand, then delete {journal}"
+            f"{root / system / SUPERSEDED}/<UTC time>/): put them back by hand, then delete {journal}"
         )
 
     try:
-        record = json.loads(files.read_bytes(journal, "redo journal", MAX_JOURNAL_BYTES, ResultError))
-    except ResultError as exc:
-        raise refuse(f"unreadable journal ({exc.why})") from None
+        record = json.loads(d.read_bytes(REDO, MAX_JOURNAL_BYTES))
+    except (OSError, tree.TreeError) as exc:
+        raise refuse(f"unreadable journal ({exc})") from None
     except (ValueError, RecursionError) as exc:
         raise refuse(f"unreadable journal ({exc})") from None
-    moved_to, names = (record.get("moved_to"), record.get("files")) if isinstance(record, dict) else (None, None)
-    if not isinstance(moved_to, str) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise refuse('not a journal of a redo ({"moved_to": folder, "files": [names]})')
+    if not isinstance(record, dict) or record.get("version") != JOURNAL_VERSION:
+        raise refuse(f"not a journal of a redo written by this version of accelbench (version {JOURNAL_VERSION})")
+    moved_to, names, result = record.get("moved_to"), record.get("files"), record.get("result")
+    if result != "/".join((*parts, Path(out).name)):
+        raise refuse(f"it is the journal of {result!r}, not of this result ({'/'.join((*parts, Path(out).name))})")
+    if not isinstance(names, dict) or not names:
+        raise refuse("it lists no moved files with their sha256 (a redo that moved nothing writes no journal)")
     bad = [n for n in names if n in ("", ".", "..", REDO) or "/" in n or "\0" in n]
-    if bad:
-        raise refuse(f"files {bad[:3]} are not names of files in {journal.parent}")
-    expected = superseded_folder(out, system, experiment, stamp="STAMP")
-    root = Path(*expected.parts[: expected.parts.index(SUPERSEDED) + 1])  # <results>/<system>/.superseded
-    moved = Path(os.path.normpath(journal.parent / moved_to))
+    if bad or not all(isinstance(v, str) for v in names.values()):
+        raise refuse(f"files {bad[:3] or list(names)[:3]} are not names of files in {journal.parent} with a digest")
+    moved = (system, SUPERSEDED, "<stamp>", *parts[1:])
+    got = tuple(Path(os.path.normpath(moved_to)).parts) if isinstance(moved_to, str) else ()
+    if (
+        len(got) != len(moved)
+        or got[:2] != moved[:2]
+        or got[3:] != moved[3:]
+        or not _STAMP.fullmatch(got[2])
+        or os.path.isabs(moved_to)
+    ):
+        raise refuse(f"moved_to {moved_to!r} is not this result's folder under {root / system / SUPERSEDED}")
     try:
-        stamp, *rest = moved.relative_to(root).parts
-    except ValueError:
-        stamp, rest = "", []
-    if os.path.isabs(moved_to) or not stamp or rest != list(expected.relative_to(root).parts[1:]):
-        raise refuse(f"moved_to {moved_to!r} is not this result's folder under {root}")
-    if moved.is_symlink() or not moved.is_dir():
-        raise refuse(f"moved_to {moved_to!r}: {moved} is not a folder")
-    real_root = os.path.realpath(Path(os.path.realpath(root.parent)) / SUPERSEDED)
-    if os.path.realpath(moved) != os.path.join(real_root, stamp, *rest):
-        raise refuse(f"moved_to {moved_to!r} leads out of {root} through a link")
-    return moved, names
+        with tree.folder(root, got) as m:
+            for name, digest in names.items():
+                where = m if m.exists(name) else d
+                if not where.exists(name) or _digest(where, name) != digest:
+                    raise refuse(f"{name} is in neither {m.path} nor {d.path} with the sha256 the journal records")
+    except FileNotFoundError:
+        raise refuse(f"moved_to {moved_to!r}: {root.joinpath(*got)} does not exist") from None
+    except tree.TreeError as exc:
+        raise refuse(f"moved_to {moved_to!r}: {exc}") from None
+    return got, names
+
+
+def _supersede_into(root: Path, parts: tuple[str, ...]) -> tuple[str, ...]:
+    """Create, exclusively, the folder a redo of the result in folder ``parts`` moves old files to
+    (``<system>/.superseded/<UTC stamp>[_...]/<experiment>/<variant...>``); returns its components."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    while True:
+        moved = (parts[0], SUPERSEDED, stamp, *parts[1:])
+        with tree.folder(root, moved[:-1], create=True) as parent:
+            try:
+                os.mkdir(moved[-1], 0o777, dir_fd=parent.fd)
+                return moved
+            except FileExistsError:
+                stamp += "_"  # two supersessions of one result within a second
 
 
 def recover(out: str | Path, system: str, experiment: str) -> bool:
     """Undo a killed redo of result ``out``: every file of the folder that was moved aside (listed in the journal)
     comes back, replacing what the killed job (or Snakemake's restore of its own backup of ``result.json``) left
-    there; files the killed job wrote that were not there before are removed (partial). The journal is checked
-    first (:func:`_journal_record`: only this result's folder and its own folder under ``.superseded/``): a planted
-    one is refused with one line, touching nothing. Returns True when a journal was found. Call with the device lock
-    held (the harness does)."""
-    journal = redo_journal(out)
-    if not journal.exists() and not journal.is_symlink():
+    there; files the killed job wrote that were not there before are removed (partial). The journal must prove itself
+    first (:func:`_journal_record`: written for this result, naming its own folder under ``.superseded/`` that holds
+    the files it lists, by sha256): any other is refused with one line, touching nothing. Returns True when a journal
+    was found. Call with the device lock held (the harness does)."""
+    root, parts = tree_root(out, system, experiment)
+    try:
+        d = tree.folder(root, parts)
+    except FileNotFoundError:
         return False
-    folder = journal.parent
-    moved, names = _journal_record(Path(out), system, experiment)
-    names = set(names)
-    for p in folder.iterdir():
-        if p.name == REDO or (p.name in names and not (moved / p.name).exists()):
-            continue  # the journal; an old file that was never moved
-        shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-    for name in sorted(names):
-        if (moved / name).exists() or (moved / name).is_symlink():
-            os.replace(moved / name, folder / name)
-    _remove_empty(moved)
-    journal.unlink()
-    log.warning("%s: a redo was killed before it finished; put its previous files back from %s", out, moved)
+    with d:
+        if not d.exists(REDO):
+            return False
+        moved, names = _journal_record(Path(out), system, experiment, d)
+        with tree.folder(root, moved) as m:
+            left = [n for n in d.names() if n != REDO and not (n in names and not m.exists(n))]
+            for name in left:  # checked before anything changes: a link or hard-linked file stops it here
+                st = d.lstat(name)
+                if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+                    raise ResultError(
+                        f"{d.path / name}: a link or hard-linked file where a killed redo left its files; refused, "
+                        f"nothing was moved or deleted: move it away, then rerun"
+                    )
+            for name in left:
+                d.remove(name)
+            for name in sorted(names):
+                if m.exists(name):
+                    m.move(name, d)
+        _remove_empty(root, moved)
+        d.remove(REDO)
+    log.warning(
+        "%s: a redo was killed before it finished; put its previous files back from %s", out, root.joinpath(*moved)
+    )
     return True
 
 
-def _remove_empty(moved: Path) -> None:
-    with contextlib.suppress(OSError):  # moved and its empty <stamp>/<experiment>/... parents
-        moved.rmdir()
-        for parent in moved.parents:
-            if parent.name == SUPERSEDED:
-                break
-            parent.rmdir()
+def _remove_empty(root: Path, moved: tuple[str, ...]) -> None:
+    """Remove folder ``moved`` (components below ``root``) and its parents up to ``.superseded/`` where empty."""
+    for i in range(len(moved), moved.index(SUPERSEDED) + 1, -1):
+        try:
+            with tree.folder(root, moved[: i - 1]) as parent:
+                parent.rmdir(moved[i - 1])
+        except (OSError, tree.TreeError):
+            return
 
 
 @contextlib.contextmanager
@@ -314,46 +382,55 @@ def superseding(out: str | Path, system: str, experiment: str) -> Iterator[Path 
 
     Before the job: a redo that was killed earlier is undone (:func:`recover`); then everything in the result's
     folder (``result.json`` and its side files: ``kernels.csv``, ``trace.json.gz``, ``samples.npz``, ...) is moved
-    to :func:`superseded_folder`, after writing the journal :data:`REDO` that says where. If the job raises (or is
-    interrupted), the files it wrote there are removed (no stale or truncated side file survives) and the moved
-    files are put back. On success the old files stay under ``.superseded/`` (findable; aggregations skip dot
-    folders). Either way the journal goes last; a job killed outright leaves it, and the folder then counts as not
-    current until a rerun recovers it. Yields the folder the old files went to (``None``: nothing was there).
+    to :func:`superseded_folder`, after writing the journal :data:`REDO` that says where, for which result, and each
+    file's sha256. If the job raises (or is interrupted), the files it wrote there are removed (no stale or truncated
+    side file survives) and the moved files are put back. On success the old files stay under ``.superseded/``
+    (findable; aggregations skip dot folders). Either way the journal goes last; a job killed outright leaves it, and
+    the folder then counts as not current until a rerun recovers it. Every folder is reached from the results tree
+    without following a link (:mod:`accelbench.core.tree`); a link, or a hard-linked file, is refused in one line.
+    Yields the folder the old files went to (``None``: nothing was there).
     """
-    folder = Path(out).parent
+    root, parts = tree_root(out, system, experiment)
     recover(out, system, experiment)
-    old = sorted(folder.iterdir()) if folder.is_dir() else []
     moved = None
-    journal = redo_journal(out)
-    if old:
-        moved = superseded_folder(out, system, experiment)
-        while moved.exists():  # two supersessions of one result within a second
-            moved = moved.with_name(moved.name + "_")
-        moved.mkdir(parents=True)
-        write_json_atomic(
-            {
-                "moved_to": os.path.relpath(moved, folder),
-                "files": [p.name for p in old],
-                "pid": os.getpid(),
-                "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            },
-            journal,
-        )
-        for p in old:
-            os.replace(p, moved / p.name)
-        log.warning("moved the previous files of %s to %s (superseded, not deleted)", out, moved)
-    try:
-        yield moved
-    except BaseException:
-        if folder.is_dir():
-            for p in folder.iterdir():
-                if p.name != REDO:
-                    shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        if moved is not None:
-            for p in sorted(moved.iterdir()):
-                os.replace(p, folder / p.name)
-            _remove_empty(moved)
-            log.warning("the job failed: put the previous files of %s back in place", out)
-        journal.unlink(missing_ok=True)
-        raise
-    journal.unlink(missing_ok=True)
+    with tree.folder(root, parts, create=True) as d:
+        old = [n for n in d.names() if n != REDO]
+        if old:
+            digests = {n: _digest(d, n) for n in old}  # before anything moves: a link or hard link is refused here
+            moved = _supersede_into(root, parts)
+            d.write_text(
+                REDO,
+                json.dumps(
+                    {
+                        "version": JOURNAL_VERSION,
+                        "result": "/".join((*parts, Path(out).name)),
+                        "moved_to": "/".join(moved),
+                        "files": digests,
+                        "pid": os.getpid(),
+                        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    },
+                    indent=1,
+                )
+                + "\n",
+            )
+            with tree.folder(root, moved) as m:
+                for name in old:
+                    d.move(name, m)
+            log.warning("moved the previous files of %s to %s (superseded, not deleted)", out, root.joinpath(*moved))
+        try:
+            yield None if moved is None else root.joinpath(*moved)
+        except BaseException:
+            for name in d.names():
+                if name != REDO:
+                    d.remove(name)
+            if moved is not None:
+                with tree.folder(root, moved) as m:
+                    for name in m.names():
+                        m.move(name, d)
+                _remove_empty(root, moved)
+                log.warning("the job failed: put the previous files of %s back in place", out)
+            with contextlib.suppress(FileNotFoundError):
+                d.remove(REDO)
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            d.remove(REDO)
