@@ -79,10 +79,14 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
         return [
             Observation(
                 float(r["compression_x"]),
-                f"{r['method']}/{r['bitset']}: {float(r['compression_x']):.2f}x",
+                f"{setting.get('model', '(model not recorded)')}: {r['method']}/{r['bitset']}: "
+                f"{float(r['compression_x']):.2f}x ({_allocation(res.get((r['method'], str(r['bitset']))), setting)})",
                 used(r),
                 key=f"{r['method']}/{r['bitset']}",
-                setting=setting,
+                setting={
+                    **setting,
+                    "allocation": _allocation(res.get((r["method"], str(r["bitset"]))), setting),
+                },
             )
             for _, r in ok.iterrows()
         ]
@@ -103,6 +107,20 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
             for _, r in ok.iterrows()
         ]
     raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+
+
+def _allocation(result: dict | None, setting: dict) -> str:
+    """How a method result allocated its bit widths, for a compression claim's ``setting``: ``buckets`` (percentile
+    buckets: the bucket sizes alone fix the compression), ``kmeans`` (clusters of the measured sensitivities), and
+    ``kmeans on random-init weights (noise sensitivities)`` where the sensitivities it clustered are noise, so the
+    compression is too (as b5/b6 refuse for the sensitivities themselves)."""
+    m = (result or {}).get("measurements") or {}
+    clustering = str((m.get("allocation") or {}).get("clustering") or (m.get("settings") or {}).get("clustering") or "")
+    if not clustering:
+        return "(allocation not recorded)"
+    if clustering != "buckets" and "random" in str(setting.get("weights", "")):
+        return f"{clustering} on random-init weights (noise sensitivities)"
+    return clustering
 
 
 def _setting(res: dict) -> dict[str, str]:
