@@ -354,7 +354,7 @@ def test_study_a_claims_vs_measured_agrees_with_the_claims_table(tmp_path):
     study_a.aggregate(paths, CLAIMS[0], tmp_path / "study_a")
     vs = pd.read_csv(tmp_path / "study_a" / "claims_vs_measured.csv").set_index("claim_id")
     a = claims[claims["study"] == "A"].set_index("claim_id")
-    assert len(vs) == len(a) == 14
+    assert len(vs) == len(a) == 15
     assert (vs["verdict"] == a["verdict"]).all() and (vs["why"] == a["why"]).all()
     for claim_id in ("a2", "a3", "a5", "a7", "a9", "a10"):  # counter claims: the claims table's counter values
         assert vs.loc[claim_id, "measured"] == a.loc[claim_id, "measured"] != "not measured", claim_id
@@ -630,3 +630,48 @@ def test_published_texts_of_round_two():
     for cid in ("b7", "b15"):
         assert "18 of 22" in b.loc[cid, "note"] and "two thirds of the layers" not in b.loc[cid, "note"], cid
     assert float(b.loc["b4", "high"]) < 7.7 and "+3.05%" in b.loc["b4", "published"]
+
+
+# --------------------------------------------------------------------------- the summaries' claims (issue 55 item 6)
+NEW_CLAIMS = {  # id: (quantity, hardware scope as the table writes it)
+    "a14": ("best_configuration", "A100/H100"),
+    "b16": ("generation_speedup_x", "Gaudi1/Gaudi2"),
+    "b17": ("generation_speedup_x", "Gaudi2/Gaudi3"),
+    "b18": ("flash_gain_pct", "Gaudi1/Gaudi2"),
+    "b19": ("generation_speedup_x", "V100/A100/H100"),
+    "b20": ("generation_speedup_x", "Gaudi1/Gaudi2"),
+    "b21": ("generation_speedup_x", "Gaudi2/Gaudi3"),
+    "b22": ("real_quant_memory_ratio", "any hardware"),
+    "b23": ("real_quant_eval_time_ratio", "any hardware"),
+    "b24": ("sharded_epoch_over_single_x", "Gaudi2"),
+}
+
+
+def test_the_summaries_claims_have_rows_with_source_and_scope(tmp_path):
+    """Each claim a summary of the papers states gets a row marked digest, with its hardware scope, and is judged
+    where the hardware allows (issue 55 item 6)."""
+    objs = cpu_run() + [
+        fr.sr3("a100", 1, 240.0),
+        fr.sr3("h100", 1, 100.0),
+        fr.unet3d("h100", "baseline", 100.0),
+        fr.unet3d("h100", "tf32", 20.0),
+        fr.unet3d("h100", "channels_last_3d", 97.0),
+        fr.unet3d("h100", "tf32_channels_last_3d", 30.0),
+    ]
+    objs[objs.index(next(o for o in objs if o["config"].get("method") == "torchao"))]["measurements"][
+        "peak_mem_gib"
+    ] = 0.5
+    next(o for o in objs if o["config"].get("method") == "fp32")["measurements"]["peak_mem_gib"] = 1.0
+    df = table(tmp_path, objs)
+    for cid, (quantity, scope_label) in NEW_CLAIMS.items():
+        rows = df[df["claim_id"] == cid]
+        assert len(rows), cid
+        r = rows.iloc[0]
+        assert r["quantity"] == quantity and r["scope"] == scope_label, (cid, r["quantity"], r["scope"])
+        assert "digest (unverified)" in r["source"] and r["verdict"], cid
+    b19 = verdict(df, "b19")  # A100 -> H100 measured, V100 -> A100 not: partly measured
+    assert b19["verdict"] == "partly measured (1 of 2)" and "2.40x" in b19["measured"], b19
+    assert verdict(df, "b20")["verdict"] == "not measured here (Gaudi1/Gaudi2 claim)"
+    assert verdict(df, "b22", "cpu")["verdict"] == "holds" and "0.50x" in verdict(df, "b22", "cpu")["measured"]
+    a14 = verdict(df, "a14", "h100")
+    assert a14["verdict"] == "holds" and "fastest: tf32" in a14["measured"]

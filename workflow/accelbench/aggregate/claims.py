@@ -418,3 +418,39 @@ def not_run(claim: pd.Series, experiment: str) -> dict:
             "why": f"no {experiment} results (add {experiment} to config `experiments`, or copy results in)",
         },
     )
+
+
+def class_ratio_row(claim: pd.Series, points: list[tuple[str, str, str, float]], systems: str) -> dict:
+    """The one row of a cross-hardware speedup claim (``generation_speedup_x``): ``selector`` names ordered pairs
+    of hardware classes, ``slower>faster`` joined by ``|`` (``gaudi1>gaudi2``); ``points`` are (class by the scope
+    policy, hardware label, what was run, time) of every system; each pair measured at equal ``what was run`` gives
+    one observation ``time(slower) / time(faster)`` keyed by the pair (the claim's ``needs``). Without both classes
+    of any pair measured: ``not measured here`` naming the classes found. ``systems``: the systems' names."""
+    pairs = [tuple(p.split(">", 1)) for p in str(claim["selector"]).split("|") if ">" in p]
+    by_class: dict[str, dict[str, tuple[str, float]]] = {}
+    for cls, hw, what, t in points:
+        by_class.setdefault(cls, {}).setdefault(what, (hw, t))
+    hardware = "; ".join(dict.fromkeys(hw for cls, hw, _, _ in points if cls in {c for p in pairs for c in p}))
+
+    def evaluate() -> list[Observation]:
+        obs = []
+        for slow, fast in pairs:
+            for what in sorted(set(by_class.get(slow, {})) & set(by_class.get(fast, {}))):
+                (hw_s, t_s), (hw_f, t_f) = by_class[slow][what], by_class[fast][what]
+                obs.append(
+                    Observation(
+                        t_s / t_f,
+                        f"{slow}>{fast} {what}: {t_s:.4g} / {t_f:.4g} = {t_s / t_f:.2f}x "
+                        f"({scope.device_part(hw_s)} vs {scope.device_part(hw_f)})",
+                        key=f"{slow}>{fast}",
+                    )
+                )
+        if not obs:
+            found = sorted(by_class)
+            raise NotMeasured(
+                f"needs results of both classes of a pair ({', '.join('>'.join(p) for p in pairs)}); found: "
+                f"{', '.join(found) or 'none'} (copy the other systems' results/<system>/ folders here)"
+            )
+        return obs
+
+    return verdict_row(claim, systems, hardware or "none", evaluate)

@@ -8,7 +8,14 @@ import pandas as pd
 
 from accelbench import backends
 from accelbench.aggregate import scope
-from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, claim_cells, per_system_rows
+from accelbench.aggregate.claims import (
+    ClaimInputs,
+    NotMeasured,
+    Observation,
+    claim_cells,
+    class_ratio_row,
+    per_system_rows,
+)
 from accelbench.aggregate.common import joined_labels, noise_why
 from accelbench.errors import DataError
 from accelbench.experiments.sr3 import configs as sr3_configs
@@ -164,7 +171,21 @@ def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
         noise = {(r["config"]["system"]["name"], *_claim_key(r)): w for r in group if (w := noise_why(r))}
         ref, _ = read_reference(inputs.published["sr3_scaling"])
         return [throughput_order_row(claim, inputs.rows(result_rows, exp), ref, noise)]
+    if claim["quantity"] == "generation_speedup_x":
+        return [generation_row(claim, inputs.rows(result_rows, exp))]
     return per_system_rows(claim, inputs, result_rows, _claim_key, _observations)
+
+
+def generation_row(claim: pd.Series, sr3: pd.DataFrame) -> dict:
+    """A cross-generation SR3 speedup claim (:func:`accelbench.aggregate.claims.class_ratio_row`) from the 1-device
+    iteration times of the ``faithful|fp32`` series of each system, at paper scale on an accelerator."""
+    points = []
+    ok = sr3[(sr3["status"] == "ok") & (sr3["devices"] == 1)] if not sr3.empty else sr3
+    for _, g in ok.groupby("system") if not ok.empty else []:
+        for _, r in select_configuration(g, "faithful|fp32").iterrows():
+            if r["status"] == "ok" and str(r.get("scale")) == "paper":
+                points.append((scope.class_of(r["hardware"])[0], r["hardware"], "1 device", float(r["iteration_ms"])))
+    return class_ratio_row(claim, points, ", ".join(sorted(set(sr3["system"]))) if not sr3.empty else "(none)")
 
 
 CLAIM_CHECKS = {"sr3_scaling": _claim_rows}
