@@ -156,6 +156,7 @@ def _allocation(result: dict | None, setting: dict) -> str:
     clustering = str((m.get("allocation") or {}).get("clustering") or (m.get("settings") or {}).get("clustering") or "")
     if not clustering:
         return "(allocation not recorded)"
+    clustering = {"percentile": "buckets"}.get(clustering, clustering)  # the older name of the percentile buckets
     if clustering != "buckets" and "random" in str(setting.get("weights", "")):
         return f"{clustering} on random-init weights (noise sensitivities)"
     return clustering
