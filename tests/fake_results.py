@@ -243,6 +243,7 @@ def quant(
     weights: str = "pretrained",
     model: str = STUDY_B_MODEL,
     text: str = "wikitext2",
+    clustering: str = "buckets",
 ) -> dict:
     m = None
     if status == "ok":
@@ -260,6 +261,8 @@ def quant(
             "model_compression_x": {"value": compression / 2, "unit": "x"},
             "model": {"name": model, "weights": weights},
         }
+        if method not in ("fp32", "none"):  # how the method allocated its bit widths (as the real jobs record)
+            m["allocation"] = {"metric": "prune", "clustering": clustering}
     return result(
         "llm_quant",
         system,

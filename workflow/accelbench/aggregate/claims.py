@@ -162,13 +162,28 @@ def passes(claim: pd.Series, value: float | bool) -> bool:
 
 
 # --------------------------------------------------------------------------- the table
+DIGEST = "digest (unverified)"  # how a row marks a claim whose published side is a third-party summary
+
+
+def is_digest(claim: pd.Series) -> bool:
+    """Whether the claim's published side comes from a third-party summary, unverified against the paper: its
+    ``source`` starts with or names ``digest``, or its ``note`` starts with ``(digest)``."""
+    source = str(claim.get("source", "")).strip().lower()
+    return source.startswith("digest") or "(digest)" in source or str(claim.get("note", "")).startswith("(digest)")
+
+
 def claim_cells(claim: pd.Series) -> dict:
-    """The cells of a claims-table row that describe the claim (the same on every system)."""
+    """The cells of a claims-table row that describe the claim (the same on every system). A digest claim
+    (:func:`is_digest`) says so in its source and published cells: :data:`DIGEST`."""
+    digest = is_digest(claim)
+    source = str(claim["source"])
+    if digest and DIGEST not in source:
+        source = DIGEST if source.strip().lower() == "digest" else f"{DIGEST}: {source}"
     return {
         "study": claim["study"],
         "claim_id": claim["claim_id"],
         "claim": claim["claim"],
-        "source": claim["source"],
+        "source": source,
         "quote": claim.get("quote", ""),
         "quote_source": claim.get("quote_source", ""),
         "scope": scope.label(claim.get("hardware", "")),
@@ -176,8 +191,17 @@ def claim_cells(claim: pd.Series) -> dict:
         "tolerance": tolerance_text(claim),
         "fails_if": fails_if(claim),
         "needs": " | ".join(needs_of(claim)),
-        "published": claim["published"],
+        "published": f"{claim['published']}; {DIGEST}" if digest else claim["published"],
     }
+
+
+def with_caveat(claim: pd.Series, row: dict) -> dict:
+    """``row`` with the claim's ``caveat`` (data: what the comparison cannot tell, e.g. published whole-job wall
+    times against our projected medians) appended to its ``why``; unchanged without one."""
+    caveat = str(claim.get("caveat", "") or "").strip()
+    if caveat and caveat not in str(row.get("why", "")):
+        row = {**row, "why": f"{row['why']}. Caveat: {caveat}"}
+    return row
 
 
 def _measured_text(obs: list[Observation]) -> str:
@@ -206,6 +230,20 @@ def _would(claim: pd.Series, obs: list[Observation]) -> str:
     return f"fails ({failed} of {len(obs)})" if failed else "passes"
 
 
+def _would_here(claim: pd.Series, obs: list[Observation]) -> str:
+    """What the check gives on the values measured on out-of-scope hardware, with the same rules as in scope: a
+    value at a counter's noise floor is not checked (the ratio divides by noise), a proxy is named as one."""
+    floor = [o for o in obs if o.floor]
+    rest = [o for o in obs if not o.floor]
+    parts = []
+    if rest:
+        proxy = " (through a proxy)" if all(o.note for o in rest) else ""
+        parts.append(f"the check on the value measured here {_would(claim, rest)}{proxy}")
+    if floor:
+        parts.append(f"{len(floor)} value(s) at the counter's noise floor, not checked ({floor[0].floor})")
+    return "; ".join(parts)
+
+
 def verdict_row(
     claim: pd.Series,
     system: str,
@@ -223,7 +261,11 @@ def verdict_row(
     outside their timing spread and among the claim's ``needs`` judge it: one failing gives ``does not hold``; all
     passing give ``holds`` when every need is covered, else ``partly measured (k of n)``; none gives ``not measured
     here`` naming why. A quantity in ``direction_only`` is judged on its direction only (the why says the published
-    magnitude is not judged)."""
+    magnitude is not judged). The claim's ``caveat`` ends every row's why (:func:`with_caveat`)."""
+    return with_caveat(claim, _verdict_row(claim, system, hardware, evaluate, timing_free, direction_only))
+
+
+def _verdict_row(claim, system, hardware, evaluate, timing_free, direction_only) -> dict:
     row = {**claim_cells(claim), "system": system, "hardware": hardware, "measured": ""}
     ok_scope, scope_why = scope.in_scope(claim.get("hardware", ""), hardware)
     try:
@@ -242,7 +284,7 @@ def verdict_row(
         return {
             **row,
             "verdict": f"not measured here ({scope.label(claim['hardware'])} claim)",
-            "why": f"{scope_why}; the check on the value measured here {_would(claim, obs)}",
+            "why": f"{scope_why}; {_would_here(claim, obs)}",
         }
     noisy = [w for o in obs for r in o.results if (w := noise_why(r))]
     if noisy and claim["quantity"] not in timing_free:
@@ -257,14 +299,14 @@ def verdict_row(
     for o in obs:
         unlike = like_for_like(claim, o)
         reason = (
-            "proxy"
+            "not needed"
+            if needs and not any(_covers(o, n) for n in needs)
+            else "proxy"
             if o.note
             else f"not like for like ({unlike})"
             if unlike
             else "at the counter's noise floor"
             if o.floor
-            else "not needed"
-            if needs and not any(_covers(o, n) for n in needs)
             else "within its timing spread"
             if o.unresolved
             else ""
@@ -311,11 +353,11 @@ def _aside_row(claim: pd.Series, row: dict, aside: dict[str, list[Observation]],
         }
     unlike = next((k for k in aside if k.startswith("not like for like")), None)
     if unlike:
+        differs = unlike.removeprefix("not like for like (").removesuffix(")")
         return {
             **row,
-            "verdict": "not measured here (not like for like)",
-            "why": f"{unlike.removeprefix('not like for like (').removesuffix(')')}; on this setting the check "
-            f"{_would(claim, aside[unlike])}",
+            "verdict": f"not measured here (not like for like: {differs})",
+            "why": f"{differs}; on this setting the check {_would(claim, aside[unlike])} (shown, not judged)",
         }
     if "at the counter's noise floor" in aside:
         os = aside["at the counter's noise floor"]
@@ -365,11 +407,50 @@ def per_system_rows(
 
 def not_run(claim: pd.Series, experiment: str) -> dict:
     """The one row of a claim whose experiment has no results."""
-    return {
-        **claim_cells(claim),
-        "system": "(none)",
-        "hardware": "none",
-        "measured": "",
-        "verdict": "not measured here",
-        "why": f"no {experiment} results (add {experiment} to config `experiments`, or copy results in)",
-    }
+    return with_caveat(
+        claim,
+        {
+            **claim_cells(claim),
+            "system": "(none)",
+            "hardware": "none",
+            "measured": "",
+            "verdict": "not measured here",
+            "why": f"no {experiment} results (add {experiment} to config `experiments`, or copy results in)",
+        },
+    )
+
+
+def class_ratio_row(claim: pd.Series, points: list[tuple[str, str, str, float]], systems: str) -> dict:
+    """The one row of a cross-hardware speedup claim (``generation_speedup_x``): ``selector`` names ordered pairs
+    of hardware classes, ``slower>faster`` joined by ``|`` (``gaudi1>gaudi2``); ``points`` are (class by the scope
+    policy, hardware label, what was run, time) of every system; each pair measured at equal ``what was run`` gives
+    one observation ``time(slower) / time(faster)`` keyed by the pair (the claim's ``needs``). Without both classes
+    of any pair measured: ``not measured here`` naming the classes found. ``systems``: the systems' names."""
+    pairs = [tuple(p.split(">", 1)) for p in str(claim["selector"]).split("|") if ">" in p]
+    by_class: dict[str, dict[str, tuple[str, float]]] = {}
+    for cls, hw, what, t in points:
+        by_class.setdefault(cls, {}).setdefault(what, (hw, t))
+    hardware = "; ".join(dict.fromkeys(hw for cls, hw, _, _ in points if cls in {c for p in pairs for c in p}))
+
+    def evaluate() -> list[Observation]:
+        obs = []
+        for slow, fast in pairs:
+            for what in sorted(set(by_class.get(slow, {})) & set(by_class.get(fast, {}))):
+                (hw_s, t_s), (hw_f, t_f) = by_class[slow][what], by_class[fast][what]
+                obs.append(
+                    Observation(
+                        t_s / t_f,
+                        f"{slow}>{fast} {what}: {t_s:.4g} / {t_f:.4g} = {t_s / t_f:.2f}x "
+                        f"({scope.device_part(hw_s)} vs {scope.device_part(hw_f)})",
+                        key=f"{slow}>{fast}",
+                    )
+                )
+        if not obs:
+            found = sorted(by_class)
+            raise NotMeasured(
+                f"needs results of both classes of a pair ({', '.join('>'.join(p) for p in pairs)}); found: "
+                f"{', '.join(found) or 'none'} (copy the other systems' results/<system>/ folders here)"
+            )
+        return obs
+
+    return verdict_row(claim, systems, hardware or "none", evaluate)

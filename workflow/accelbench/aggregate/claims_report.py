@@ -46,13 +46,15 @@ TITLE = "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.
 
 def origin_column(df: pd.DataFrame) -> pd.Series:
     """The origin of each claims row, from its hardware label: ``reference run (<label>, <date>)`` for a committed
-    reference run's results, ``measured here`` for this checkout's, ``no results`` where nothing ran."""
+    reference run's results, ``copied in (host <name>)`` for results merged from another machine
+    (:func:`accelbench.aggregate.common.copied_in`), ``measured here`` for this checkout's, ``no results`` where
+    nothing ran."""
 
     def one(hw: str) -> str:
         hw = str(hw)
         if hw in ("none", ""):
             return NO_RESULTS
-        if hw.startswith("reference run (") and "): " in hw:
+        if hw.startswith(("reference run (", "copied in (")) and "): " in hw:  # a result merged from elsewhere too
             return hw.split("): ", 1)[0] + ")"
         return "measured here"
 
@@ -68,6 +70,20 @@ def _where(row: pd.Series) -> str:
     return f"{row['origin']}, {scope.device_part(row['hardware'])}" if row["origin"] != NO_RESULTS else NO_RESULTS
 
 
+def _own_device_first(decisive: pd.DataFrame) -> pd.DataFrame:
+    """The decisive rows that judge a claim on its own hardware class (an H100 claim on an H100) where there are
+    any, else all: a device counted in that class only by the scope policy (an H200 as H100) then stays in the
+    per-run rows without deciding the claim. Claims of any hardware keep every row."""
+    if decisive.empty:
+        return decisive
+    own = decisive[
+        decisive.apply(
+            lambda r: str(r["scope"]) != scope.label(scope.ANY) and not scope.class_of(r["hardware"])[1], axis=1
+        )
+    ]
+    return own if not own.empty else decisive
+
+
 def _summary_row(g: pd.DataFrame) -> dict:
     """The one row of one claim from its rows of every origin (see the module docstring for which leads)."""
     first = g.iloc[0]
@@ -76,7 +92,7 @@ def _summary_row(g: pd.DataFrame) -> dict:
     base = {c: first[c] for c in ("study", "claim_id", "published", "scope")}
     base["claim"] = re.sub(r" \[[^\]]*\]$", "", str(first["claim"]))
     base["runs"] = f"{len(g)} row{'s' if len(g) > 1 else ''}: {counts}"
-    decisive = g[cats.isin(["holds", "does not hold"])]
+    decisive = _own_device_first(g[cats.isin(["holds", "does not hold"])])
     if not decisive.empty:
         verdicts = sorted(set(decisive["verdict"]))
         if len(verdicts) > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -36,8 +37,23 @@ def load_results(paths: list[str | Path]) -> list[dict]:
         if run:
             r["_hardware"] = f"{run['label']}: {r['_hardware']}"
             r["_device"] = f"{run['label']}: {r['_device']}"
+        elif (copied := copied_in(r)) is not None:  # measured on another machine, merged in (ARTIFACT section 6)
+            r["origin"] = copied
+            r["_hardware"], r["_device"] = f"{copied}: {r['_hardware']}", f"{copied}: {r['_device']}"
         out.append(r)
     return distinct_systems(out)
+
+
+COPIED_IN = "copied in"  # the origin of a result measured on another machine and merged into this checkout
+
+
+def copied_in(result: dict, host: str | None = None) -> str | None:
+    """``copied in (host gpu-node)`` for a result whose provenance names another machine than this one (``host``:
+    this machine's name, by default ``socket.gethostname()``), None for one measured here (or naming no host): a
+    merged result keeps its origin instead of reading ``measured here``."""
+    recorded = str((result.get("environment") or {}).get("host") or "").strip()
+    here = host if host is not None else socket.gethostname()
+    return f"{COPIED_IN} (host {recorded})" if recorded and recorded != here else None
 
 
 def _source(r: dict) -> tuple[str | None, str]:

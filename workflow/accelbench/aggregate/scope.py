@@ -51,8 +51,9 @@ def device_part(hardware: str) -> str:
     """The device part of a hardware label: ``reference run (H200 series, 2026-12-01): NVIDIA H200 (1x, ...)`` ->
     ``NVIDIA H200 (1x, ...)`` (a reference run's own label names a series, not the device)."""
     hw = str(hardware)
-    if hw.startswith("reference run (") and "): " in hw:
-        hw = hw.split("): ", 1)[1]
+    for prefix in ("reference run (", "copied in ("):  # a reference run's series, a result merged from elsewhere
+        if hw.startswith(prefix) and "): " in hw:
+            hw = hw.split("): ", 1)[1]
     return hw
 
 

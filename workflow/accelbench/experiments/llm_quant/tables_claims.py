@@ -63,6 +63,8 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
                 setting=setting,
             )
         ]
+    if q in REAL_QUANT_RATIOS:
+        return _real_quant_ratios(claim, rows, res, setting)
     method, _, bitset = sel.partition("/")
     mine = rows[rows["method"] == method]
     if bitset != "*":
@@ -79,10 +81,14 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
         return [
             Observation(
                 float(r["compression_x"]),
-                f"{r['method']}/{r['bitset']}: {float(r['compression_x']):.2f}x",
+                f"{setting.get('model', '(model not recorded)')}: {r['method']}/{r['bitset']}: "
+                f"{float(r['compression_x']):.2f}x ({_allocation(res.get((r['method'], str(r['bitset']))), setting)})",
                 used(r),
                 key=f"{r['method']}/{r['bitset']}",
-                setting=setting,
+                setting={
+                    **setting,
+                    "allocation": _allocation(res.get((r["method"], str(r["bitset"]))), setting),
+                },
             )
             for _, r in ok.iterrows()
         ]
@@ -103,6 +109,57 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
             for _, r in ok.iterrows()
         ]
     raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
+
+
+# quantized / full precision on the real (weight-storing) methods: (what is compared, its value in a result)
+REAL_QUANT_RATIOS = {
+    "real_quant_memory_ratio": ("peak device memory", lambda m: m.get("peak_mem_gib")),
+    "real_quant_eval_time_ratio": ("evaluation time", lambda m: (m.get("eval_time") or {}).get("value")),
+}
+
+
+def _real_quant_ratios(claim: pd.Series, rows: pd.DataFrame, res: dict, setting: dict) -> list[Observation]:
+    """quantized / FP32 peak memory or evaluation time of each real-quantization method of the claim's
+    ``selector`` (``torchao|int8_dq``: methods that store INT8 weights; the simulated ``fake`` path saves no
+    memory: it rounds FP32 weights in place), same system and model."""
+    what, value = REAL_QUANT_RATIOS[claim["quantity"]]
+    base = res.get(("fp32", "none"))
+    v0 = value((base or {}).get("measurements") or {}) if base and base["status"] == "ok" else None
+    if not v0:
+        raise NotMeasured(f"no FP32 baseline with its {what} (method fp32)")
+    obs = []
+    for method in str(claim["selector"]).split("|"):
+        for (m, bitset), r in sorted((k, r) for k, r in res.items() if len(k) == 2 and k[0] == method.strip()):
+            v = value(r.get("measurements") or {}) if r["status"] == "ok" else None
+            if v:
+                obs.append(
+                    Observation(
+                        float(v) / float(v0),
+                        f"{setting.get('model', '(model not recorded)')}: {m}/{bitset} {what} {float(v):.3g} vs "
+                        f"FP32 {float(v0):.3g} = {float(v) / float(v0):.2f}x",
+                        [r, base],
+                        key=f"{m}/{bitset}",
+                        setting=setting,
+                    )
+                )
+    if not obs:
+        raise NotMeasured(f"no ok result of {claim['selector']} with its {what} (config llm_quant.methods)")
+    return obs
+
+
+def _allocation(result: dict | None, setting: dict) -> str:
+    """How a method result allocated its bit widths, for a compression claim's ``setting``: ``buckets`` (percentile
+    buckets: the bucket sizes alone fix the compression), ``kmeans`` (clusters of the measured sensitivities), and
+    ``kmeans on random-init weights (noise sensitivities)`` where the sensitivities it clustered are noise, so the
+    compression is too (as b5/b6 refuse for the sensitivities themselves)."""
+    m = (result or {}).get("measurements") or {}
+    clustering = str((m.get("allocation") or {}).get("clustering") or (m.get("settings") or {}).get("clustering") or "")
+    if not clustering:
+        return "(allocation not recorded)"
+    clustering = {"percentile": "buckets"}.get(clustering, clustering)  # the older name of the percentile buckets
+    if clustering != "buckets" and "random" in str(setting.get("weights", "")):
+        return f"{clustering} on random-init weights (noise sensitivities)"
+    return clustering
 
 
 def _setting(res: dict) -> dict[str, str]:

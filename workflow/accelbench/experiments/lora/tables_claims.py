@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, per_system_rows
+from accelbench.aggregate import scope
+from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, class_ratio_row, per_system_rows
 from accelbench.errors import DataError
 from accelbench.experiments.lora.tables_rows import OLD_SERIES, result_rows
 
@@ -115,6 +116,32 @@ def _observations(claim: pd.Series, df: pd.DataFrame, res: dict) -> list[Observa
                 "add a model that does not fit one device (e.g. llama33_70b) to lora_finetune.models"
             )
         return obs
+    if q == "sharded_epoch_over_single_x":
+        single = ok[ok["strategy"] == "single"]
+        if single.empty:
+            raise NotMeasured("no 1-device (single) run: the model must fit one device for this claim")
+        for _, s1 in single.iterrows():
+            same = ok[
+                (ok["family"] == s1["family"])
+                & (ok["attention"] == s1["attention"])
+                & ok["strategy"].isin(["fsdp", "zero3"])
+            ]
+            for _, r in same.iterrows():
+                # an epoch of N devices runs 1/N of the steps: epoch time ratio = (step_N / N) / step_1
+                v = (float(r["step_ms"]) / int(r["devices"])) / float(s1["step_ms"])
+                obs.append(
+                    Observation(
+                        v,
+                        prefix + f"{s1['family']} {s1['attention']}: {r['strategy']} n={r['devices']} "
+                        f"{r['step_ms']:.0f} ms/step / {r['devices']} vs single {s1['step_ms']:.0f} ms = {v:.2f}x "
+                        "the single-device epoch",
+                        used(pd.DataFrame([s1, r])),
+                    )
+                )
+        if not obs:
+            absent("fsdp")
+            raise NotMeasured("no sharded (FSDP/ZeRO-3) run beside a single-device run of the same model")
+        return obs
     raise DataError(f"claim {claim['claim_id']}: unknown quantity {q!r}")
 
 
@@ -144,10 +171,25 @@ def claim_series(df: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def _claim_rows(claim: pd.Series, inputs: ClaimInputs) -> list[dict]:
-    """The claims-table rows of one lora_finetune claim: one per system."""
+    """The claims-table rows of one lora_finetune claim: one per system, or one across systems for a
+    generation speedup (:func:`generation_row`)."""
+    if claim["quantity"] == "generation_speedup_x":
+        return [generation_row(claim, inputs.rows(result_rows, claim["experiment"]))]
     return per_system_rows(
         claim, inputs, result_rows, _claim_key, _observations, timing_free=TIMING_FREE, direction_only=DIRECTION_ONLY
     )
 
 
 CLAIM_CHECKS = {"lora_finetune": _claim_rows}
+
+
+def generation_row(claim: pd.Series, df: pd.DataFrame) -> dict:
+    """A cross-generation fine-tuning speedup claim (:func:`accelbench.aggregate.claims.class_ratio_row`): step
+    times of each system's claim series at equal model, attention, strategy and devices."""
+    points = []
+    for _, g in df.groupby("system") if not df.empty else []:
+        rows, _ = claim_series(g)
+        for _, r in rows[rows["status"] == "ok"].iterrows():
+            what = f"{r['family']} {r['attention']} {r['strategy']} n={r['devices']}"
+            points.append((scope.class_of(r["hardware"])[0], r["hardware"], what, float(r["step_ms"])))
+    return class_ratio_row(claim, points, ", ".join(sorted(set(df["system"]))) if not df.empty else "(none)")

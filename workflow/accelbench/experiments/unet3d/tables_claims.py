@@ -95,6 +95,18 @@ def observations(claim: pd.Series, prof: pd.DataFrame, ncu: pd.DataFrame, res: d
             )
             for _, r in ok.iterrows()
         ]
+    if q == "best_configuration":  # the selector's configuration is the fastest of the four
+        four = ("baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d")
+        rows = {c: ok_row(prof, c, "unet3d_profile") for c in four}
+        speed = {c: float(r["speedup_vs_baseline"]) for c, r in rows.items()}
+        best = max(speed, key=speed.get)
+        return [
+            Observation(
+                best == conf,
+                "; ".join(f"{c} {v:.2f}x" for c, v in speed.items()) + f" (fastest: {best})",
+                used(*(("unet3d_profile", c) for c in four)),
+            )
+        ]
     if q in ("speedup_x", "throughput_gain"):
         r = ok_row(prof, conf, "unet3d_profile")
         ok_row(prof, "baseline", "unet3d_profile")
