@@ -163,7 +163,12 @@ def cmd_campaign(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(campaign.dry_run(args.file, args.part, args.out))
         return
-    if campaign.failed_steps(campaign.run_part(args.file, args.part, args.out)):
+    try:
+        record = campaign.run_part(args.file, args.part, args.out)
+    except campaign.Interrupted as exc:
+        print(f"accelbench campaign: {exc}", file=sys.stderr)
+        raise SystemExit(128 + exc.signum) from None  # as a shell reports a process killed by the signal
+    if campaign.failed_steps(record):
         raise SystemExit(1)  # recorded in <out>/<part>/campaign.json; bad input exits 2 (CampaignError)
 
 

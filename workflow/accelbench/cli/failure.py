@@ -20,7 +20,6 @@ import signal
 import sys
 import tempfile
 import traceback
-from pathlib import Path
 
 from accelbench.errors import AccelbenchError
 
@@ -81,13 +80,14 @@ def message(command: str, exc: BaseException) -> str:
 
 
 def _saved_traceback(command: str, exc: BaseException) -> str | None:
-    """The traceback of ``exc`` in ``<tmp>/accelbench-<command>-<pid>.traceback.txt``; its path, or None."""
-    path = Path(tempfile.gettempdir()) / f"accelbench-{command}-{os.getpid()}.traceback.txt"
-    try:
-        path.write_text("".join(traceback.format_exception(exc)))
+    """The traceback of ``exc`` in a new ``<tmp>/accelbench-<command>-<random>.traceback.txt``; its path, or None."""
+    try:  # a new file of our own (O_EXCL, 0600): never a name another user could have planted a link at
+        fd, path = tempfile.mkstemp(prefix=f"accelbench-{command}-", suffix=".traceback.txt")
+        with os.fdopen(fd, "w") as fh:
+            fh.write("".join(traceback.format_exception(exc)))
     except OSError:
         return None
-    return str(path)
+    return path
 
 
 def report(command: str, exc: BaseException, verbose_flag: bool = False) -> int:

@@ -17,7 +17,11 @@ def cmd_k8s(args: argparse.Namespace) -> None:
 
     site = k8s.load_site(args.site)
     if args.k8s_command == "submit":
-        print(k8s.submit(args.jobscript, site))
+        try:
+            print(k8s.submit(args.jobscript, site))
+        except Exception as exc:  # the executor shows only stdout: "Error submitting jobscript (exit code 1):"
+            print(f"accelbench k8s submit: error: {exc}", flush=True)
+            raise
     elif args.k8s_command == "render":
         script = Path(args.jobscript).read_text()
         print(yaml.safe_dump(k8s.render(k8s.job_properties(script), script, site), sort_keys=False), end="")

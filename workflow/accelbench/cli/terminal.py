@@ -4,8 +4,9 @@ lines of the default run otherwise reach several hundred).
 :func:`short_line` shortens one line: paths of the working directory or the repository become relative, a list
 of paths after ``input:``/``output:``/``log:`` names their common folder once (``results/study_a/{table.csv,
 table.md, ...}``), and what is still too long is cut with ``... (N more characters)``. :func:`shorten_snakemake`
-applies it to what Snakemake's terminal handler writes (the Snakefile calls it); the complete lines stay in
-Snakemake's log file (``.snakemake/log/``) and in each job's log. Torch-free.
+applies it to what Snakemake's terminal handler writes (the Snakefile calls it), errors excepted (printed whole:
+one raised while the Snakefile is read has no log file to fall back on); the complete lines stay in Snakemake's log
+file (``.snakemake/log/``) and in each job's log. Torch-free.
 
 Example::
 
@@ -80,6 +81,14 @@ def _short_or_whole(text: str) -> str:
         return text
 
 
+def _for_terminal(record: logging.LogRecord, format_record) -> str:
+    """A record as the terminal shows it: an error (level ERROR and up) whole, every other one through
+    :func:`short_text`. An error raised while the Snakefile is read reaches no ``.snakemake/log`` file (none exists
+    yet): cutting it lost its point, e.g. "is a folder of the operating system" after a 180-character path."""
+    text = format_record(record)
+    return text if record.levelno >= logging.ERROR else _short_or_whole(text)
+
+
 def shorten_snakemake(logger: logging.Logger | None = None) -> int:
     """Make the terminal handlers of Snakemake's logger (those writing to stdout/stderr, not its log file) write
     every line through :func:`short_line`. Returns how many handlers it wrapped (0 with a logger plugin such as
@@ -94,7 +103,7 @@ def shorten_snakemake(logger: logging.Logger | None = None) -> int:
             continue  # the log file keeps every line whole
         if getattr(handler, "_short_lines", False):
             continue
-        handler.format = lambda record, original=handler.format: _short_or_whole(original(record))
+        handler.format = lambda record, original=handler.format: _for_terminal(record, original)
         handler._short_lines = True
         wrapped += 1
     return wrapped

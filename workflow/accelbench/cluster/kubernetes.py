@@ -46,23 +46,58 @@ SITE_KEYS = {
 
 
 # --------------------------------------------------------------------------- site and job properties
+DNS1123 = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_NAME = {"type": "string", "pattern": DNS1123, "maxLength": 63}
+SITE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "namespace": _NAME,
+        "kubectl": {"type": "string", "minLength": 1},
+        "service_account": {"anyOf": [{"type": "null"}, {**_NAME, "maxLength": 253}]},
+        "backend": {"type": "string"},
+        "backends": {"type": "object", "additionalProperties": {"type": ["object", "null"]}},
+        "host_ipc": {"type": "boolean"},
+        "node_selector": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "affinity": {"type": ["object", "null"]},
+        "tolerations": {"type": ["array", "null"], "items": {"type": "object"}},
+        "volumes": {"type": ["array", "null"], "items": {"type": "object"}},
+        "image_pull_secrets": {"type": ["array", "null"], "items": {**_NAME, "maxLength": 253}},
+        "ttl_seconds_after_finished": {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 0}]},
+        "server_dry_run": {"type": "boolean"},
+        "launcher": {},
+    },
+}  # booleans are booleans (`"false"` is refused, not read as true), lists are lists, names are DNS-1123 labels
+
+
 def load_site(path: str | Path | None = None) -> dict:
-    """The site file (``kubernetes/site.yaml``, or ``$ACCELBENCH_K8S_SITE``), checked.
+    """The site file (``kubernetes/site.yaml``, or ``$ACCELBENCH_K8S_SITE``), checked: read as config files are
+    (:func:`accelbench.core.config.read_yaml`: a plain file of bounded size, no key given twice), then typed by
+    :data:`SITE_SCHEMA`.
 
     Raises:
-        ConfigError: unreadable or not YAML, an unknown key, or no ``backends`` entry for ``backend`` (each one line
-            naming the file and the key).
+        ConfigError: unreadable or not YAML, a duplicate key, an unknown key, a value of the wrong type
+            (``host_ipc: "false"``, ``image_pull_secrets: abc``, ``namespace: a/b``, ``ttl_seconds_after_finished:
+            one day``), or no ``backends`` entry for ``backend`` (each one line naming the file and the key).
     """
+    from accelbench.core.config import Validator, key_path, read_yaml
+
     path = Path(path or os.environ.get("ACCELBENCH_K8S_SITE") or "kubernetes/site.yaml")
     try:
-        site = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"Kubernetes site file {path}: unreadable or not YAML: {exc}") from None
+        site = read_yaml(path)
+    except ConfigError as exc:
+        raise ConfigError(f"Kubernetes site file {path}: {exc}") from None
+    site = site if site is not None else {}
     if not isinstance(site, dict):
         raise ConfigError(f"Kubernetes site file {path}: expected a mapping of settings")
     unknown = sorted(set(site) - SITE_KEYS)
     if unknown:
         raise ConfigError(f"Kubernetes site file {path}: unknown key(s) {unknown} (known: {sorted(SITE_KEYS)})")
+    errors = sorted(Validator(SITE_SCHEMA).iter_errors(site), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        e = errors[0]
+        hint = f" (a DNS-1123 name: {DNS1123})" if e.validator == "pattern" else ""
+        raise ConfigError(f"Kubernetes site file {path}: key '{key_path(e)}': {e.message}{hint}")
     backend = site.get("backend", "hpu")
     if (site.get("backends") or {}).get(backend) is None:
         raise ConfigError(f"Kubernetes site file {path}: backend {backend!r} has no entry under `backends:`")
@@ -72,6 +107,29 @@ def load_site(path: str | Path | None = None) -> dict:
         if sum(k in vol for k in ("host_path", "pvc", "empty_dir")) != 1:
             raise ConfigError(f"Kubernetes site file {path}: volumes[{i}] needs one of host_path, pvc, empty_dir")
     return site
+
+
+# characters a double-quoted shell word still interprets: the cluster-generic executor runs
+# `<submit-cmd> "<jobscript path>"` through a shell, the path under the working directory
+SHELL_ACTIVE = re.compile(r'[$`"\\!\n]')
+
+
+def check_workdir(workdir: str | Path | None = None) -> None:
+    """Refuse a working directory whose path a double-quoted shell word would still expand (``$``, backquote, ``"``,
+    ``\\``, ``!``, newline): snakemake-executor-plugin-cluster-generic runs ``<submit-cmd> "<jobscript>"`` with
+    ``shell=True`` and the job script lies under it (``.snakemake/tmp.*``), so ``.../$(touch x)/repo`` ran
+    ``touch x``. Called by ``kubernetes/config.yaml`` when the profile is read, before any job is submitted.
+
+    Raises:
+        ConfigError: one line naming the path and the character.
+    """
+    path = str(Path(workdir or os.getcwd()).resolve())
+    m = SHELL_ACTIVE.search(path)
+    if m:
+        raise ConfigError(
+            f"working directory {path!r} holds {m.group()!r}, which the cluster-generic executor's shell would "
+            f"expand in the job script's path; run from a folder without $ ` \" \\ ! or newlines"
+        )
 
 
 def job_properties(script: str) -> dict:
@@ -156,7 +214,7 @@ def pod_template(site: dict, props: dict, argv: list[str], devices: int, name: s
     }
     if mounts:
         container["volumeMounts"] = mounts
-    spec = {"restartPolicy": "Never", "hostIPC": bool(site.get("host_ipc", True)), "containers": [container]}
+    spec = {"restartPolicy": "Never", "hostIPC": site.get("host_ipc", True) is True, "containers": [container]}
     if volumes:
         spec["volumes"] = volumes
     for key, field in (
@@ -275,7 +333,9 @@ def submit(jobscript: str | Path, site: dict) -> str:
     script = Path(jobscript).read_text()
     manifest = render(job_properties(script), script, site)
     text = yaml.safe_dump(manifest, sort_keys=False)
-    steps = [["create", "--dry-run=server", "-f", "-", "-o", "name"]] if site.get("server_dry_run", True) else []
+    steps = (
+        [["create", "--dry-run=server", "-f", "-", "-o", "name"]] if site.get("server_dry_run", True) is True else []
+    )
     for args in [*steps, ["create", "-f", "-", "-o", "name"]]:
         proc = _kubectl(site, args, text)
         if proc.returncode:
@@ -288,19 +348,55 @@ def submit(jobscript: str | Path, site: dict) -> str:
 
 
 LOG_TAIL = 200  # pod log lines a failed Job's status reads (its error lines and its last 5 go to stderr)
+MAX_KUBECTL_ERRORS = 5  # consecutive failed `kubectl get` of one job before its status is `failed`
+ERRORS_DIR = Path(".snakemake/accelbench-k8s-status")  # per job: the count of consecutive kubectl errors
+
+
+def _errors_file(jobid: str) -> Path:
+    import hashlib
+
+    return ERRORS_DIR / hashlib.sha256(jobid.encode()).hexdigest()[:32]
+
+
+def _count_error(jobid: str) -> int:
+    """One more consecutive kubectl error for ``jobid`` (kept in the project's own ``.snakemake`` folder, as each
+    status poll is a new process); the count."""
+    path = _errors_file(jobid)
+    try:
+        count = int(path.read_text() or 0) + 1 if path.is_file() and not path.is_symlink() else 1
+    except (OSError, ValueError):
+        count = 1
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.write_text(str(count))
+    except OSError:
+        pass
+    return count
 
 
 def status(jobid: str, site: dict) -> str:
     """The job's state for the executor. A job the server no longer has (deleted, cancelled) is ``failed``; any other
-    kubectl error is ``running`` (asked again later) with kubectl's message on stderr. A failed Job's error lines
-    (of its last :data:`LOG_TAIL` log lines) and its last 5 lines go to stderr (the executor's log)."""
+    kubectl error is ``running`` (asked again later) with kubectl's message on stderr, until
+    :data:`MAX_KUBECTL_ERRORS` in a row (e.g. ``Unauthorized``: expired credentials), then ``failed`` with one line
+    saying so. A failed Job's error lines (of its last :data:`LOG_TAIL` log lines) and its last 5 lines go to stderr
+    (the executor's log)."""
     ns, kind, name = parse_jobid(jobid)
-    proc = _kubectl(site, ["get", kind, name, "-n", ns, "-o", "json"])
-    if proc.returncode:
-        if "NotFound" in proc.stderr or "not found" in proc.stderr:
+    try:
+        proc = _kubectl(site, ["get", kind, name, "-n", ns, "-o", "json"])
+        failure = (" ".join(proc.stderr.split()) or f"exit {proc.returncode}") if proc.returncode else None
+    except ConfigError as exc:  # no answer in time
+        proc, failure = None, str(exc)
+    if failure is not None:
+        if "NotFound" in failure or "not found" in failure:
             return FAILED
-        print(f"accelbench k8s status {jobid}: kubectl: {' '.join(proc.stderr.split())}", file=sys.stderr)
+        n = _count_error(jobid)
+        if n >= MAX_KUBECTL_ERRORS:
+            print(f"accelbench k8s status {jobid}: kubectl failed {n} times in a row: {failure}", file=sys.stderr)
+            return FAILED
+        print(f"accelbench k8s status {jobid}: kubectl ({n}/{MAX_KUBECTL_ERRORS}): {failure}", file=sys.stderr)
         return RUNNING
+    _errors_file(jobid).unlink(missing_ok=True)
     state = status_of(json.loads(proc.stdout))
     if state == FAILED and kind == "job":
         logs = _kubectl(site, ["logs", f"job/{name}", "-n", ns, "--tail", str(LOG_TAIL)])

@@ -13,8 +13,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -274,23 +276,19 @@ def cross_field_errors(config: dict) -> list[str]:
     return out
 
 
-def merged_schema_file(schema_path: str | Path) -> Path:
+@contextlib.contextmanager
+def merged_schema_file(schema_path: str | Path) -> Iterator[Path]:
     """:func:`load_schema` of ``schema_path`` (the experiments' own blocks merged in) as a JSON file that Snakemake's
-    ``validate`` can read (it takes a path): ``<tmp>/accelbench-schema-<sha256[:16]>.json``, written once,
-    atomically."""
-    import hashlib
+    ``validate`` can read (it takes a path), built for this call in a private folder of its own
+    (``tempfile.TemporaryDirectory``, mode 700) and removed after: never a predictable name in a shared temp folder
+    that another user could plant first or that would block another user."""
     import json
-    import os
     import tempfile
 
-    text = json.dumps(load_schema(schema_path))
-    path = Path(tempfile.gettempdir()) / f"accelbench-schema-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.is_file():
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    return path
+    with tempfile.TemporaryDirectory(prefix="accelbench-schema-") as folder:
+        path = Path(folder) / "config.schema.json"
+        path.write_text(json.dumps(load_schema(schema_path)))
+        yield path
 
 
 def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
@@ -313,7 +311,8 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     from snakemake.utils import validate  # fills defaults declared in the schema
 
-    validate(config, str(merged_schema_file(schema_path)), set_default=True)
+    with merged_schema_file(schema_path) as merged:
+        validate(config, str(merged), set_default=True)
     if isinstance(config.get("results_dir"), str) and config["results_dir"].startswith("~"):
         import os
 

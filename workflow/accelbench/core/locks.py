@@ -78,23 +78,65 @@ def _lock_files(devices: str) -> list[tuple[Path, int]]:
     return [(lock_path(name), fcntl.LOCK_SH)] + [(lock_path(f"{name}-{i}"), fcntl.LOCK_EX) for i in ids.split(",")]
 
 
-def _shared_folder(folder: Path) -> None:
-    """Make the lock folder (mode 1777 when this process makes it; its parents as the umask says)."""
+def _folder_problem(st: os.stat_result) -> str | None:
+    """Why a lock folder with this ``lstat`` cannot be trusted, or None: a link; owned by a user other than root or
+    this process's; writable by group or others without the sticky bit (anyone could swap a lock file held by a job).
+    """
+    if stat.S_ISLNK(st.st_mode):
+        return "a link, not a folder"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, neither root nor this user ({os.geteuid()}): that user can swap lock files"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        return f"mode {stat.S_IMODE(st.st_mode):o}: writable by others without the sticky bit (make it 1777)"
+    return None
+
+
+def _shared_folder(folder: Path) -> os.stat_result:
+    """Make the lock folder (mode 1777 when this process makes it; its parents as the umask says); its ``lstat``.
+
+    Raises:
+        OSError: the folder cannot be trusted (:func:`_folder_problem`).
+    """
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         folder.mkdir()
         os.chmod(folder, 0o1777)  # sticky and world-writable: every user's jobs lock here, none removes another's file
     except FileExistsError:
         pass  # made before (or by another job meanwhile)
-    if stat.S_ISLNK(os.lstat(folder).st_mode):  # planted in /var/tmp by someone else: lock files would go elsewhere
-        raise OSError(0, f"{folder} is a link, not a folder")
+    st = os.lstat(folder)
+    problem = _folder_problem(st)  # e.g. planted in /var/tmp by another user: it could swap the files we lock
+    if problem:
+        raise OSError(0, f"{folder} is {problem}")
+    return st
+
+
+def _file_problem(fd: int, path: Path, folder: os.stat_result) -> str | None:
+    """Why the opened lock file ``fd`` cannot be trusted, or None: not a plain file; no longer the file at ``path``
+    (swapped between open and check); owned by a user other than root or this one outside a sticky root-owned
+    folder."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        return "not a plain file"
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return "removed while being opened"
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        return "swapped for another file while being opened"
+    shared = folder.st_uid == 0 and folder.st_mode & stat.S_ISVTX  # /tmp-like: only a file's owner can swap it
+    if st.st_uid not in (0, os.geteuid()) and not shared:
+        return f"owned by uid {st.st_uid} in a folder that is not sticky and root's"
+    return None
 
 
 def _open(path: Path) -> int:
-    """The lock file ``path``, opened read-write without following a link (made mode 0666 if missing)."""
+    """The lock file ``path``, opened read-write without following a link (made mode 0666 if missing), checked
+    (:func:`_file_problem`)."""
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | os.O_NONBLOCK
     try:
-        _shared_folder(path.parent)
+        folder = _shared_folder(path.parent)
         try:
             fd = os.open(path, flags)  # no O_CREAT on an existing file: protected_regular refuses that to others
         except FileNotFoundError:
@@ -103,15 +145,22 @@ def _open(path: Path) -> int:
                 os.fchmod(fd, 0o666)  # whatever the umask: a user after root (or another user) can take it too
             except FileExistsError:
                 fd = os.open(path, flags)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        problem = _file_problem(fd, path, folder)
+        if problem:
             os.close(fd)
-            raise OSError(0, "not a plain file")
+            raise OSError(0, problem)
         return fd
     except OSError as exc:
         raise AccelbenchError(
-            f"device lock {path} cannot be used ({exc.strerror or exc}); make {path.parent} a folder every "
-            f"measurement job of this machine can write (mode 1777) or set {LOCK_DIR_VAR} to one, the same for all"
+            f"device lock {path} cannot be used ({exc.strerror or exc}); make {path.parent} a folder of root or yours, "
+            f"mode 1777, or set {LOCK_DIR_VAR} to one, the same for all measurement jobs of this machine"
         ) from None
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (escape sequences, newlines, carriage returns) shown as ``\\x1b``-style
+    escapes: lock-holder text is written by whoever holds the lock and must not drive the reader's terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 NOTICE_FD = "ACCELBENCH_NOTICE_FD"
@@ -176,7 +225,7 @@ def device_lock(devices: str, what: str, poll_s: float = 30.0) -> Iterator[Path]
             for fd in held:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if waited == 0 or waited % poll_s < 1:  # the log: every poll_s; the terminal: once, then a dot a minute
-                holder = os.pread(blocked[0], 4096, 0).decode(errors="replace").strip() or "another process"
+                holder = printable(os.pread(blocked[0], 4096, 0).decode(errors="replace").strip()) or "another process"
                 message = (
                     f"{what}: waiting {waited:.0f} s for {blocked[1]}: {holder} measures on the same devices "
                     f"({devices}); timings would be disturbed"

@@ -86,7 +86,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         "placement": placement,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
     }
-    tmp = tempfile.mkdtemp(prefix="accelbench_lora_")
+    scratch = tempfile.TemporaryDirectory(prefix="accelbench_lora_")  # the Trainer's output_dir; removed below
+    tmp = scratch.name
     max_steps = s.warmup_steps + s.timed_steps
     phases = m["setup_s"] = {}  # wall seconds of each set-up phase of this rank, logged as it ends
 
@@ -284,6 +285,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
                 "requested": _requested_from_message(msg),
             },
         }
+    finally:
+        scratch.cleanup()  # every way out (19 /tmp/accelbench_lora_* folders were left behind before)
     if plan.strategy in WRAPPER and WRAPPER[plan.strategy] not in (m["wrapped_as"] or ""):
         return {
             "status": "unsupported",
