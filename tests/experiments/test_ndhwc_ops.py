@@ -215,7 +215,8 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
         "checkpoint_attention": True,
         "conv_grad": "as_computed",
     }
-    ours = {NDHWC, NDHWC + "_autotuned"}
+    fused = "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"  # the same with norm "fused"
+    ours = {NDHWC, NDHWC + "_autotuned", fused, fused + "_autotuned"}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
     v = VARIANTS[NDHWC + "_autotuned"]
     assert v.cudnn_benchmark and v.channels_last_3d and v.autocast == "bf16" and v.cuda_graphs and v.fused_adam

@@ -54,6 +54,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from accelbench.models import ndhwc_ops
+from accelbench.models.fused_groupnorm import FusedGroupNorm
 
 
 def timestep_features(t: torch.Tensor, width: int, max_period: float = 1000.0) -> torch.Tensor:
@@ -81,10 +82,17 @@ class ResidualBlock(nn.Module):
         self.skip = nn.Identity() if c_in == c_out else nn.Conv3d(c_in, c_out, 1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        h = self.conv1(F.silu(self.norm1(x)))
-        h = h + self.emb(F.silu(emb)).to(h.dtype)[:, :, None, None, None]
-        h = self.conv2(self.drop(F.silu(self.norm2(h))))
+        h = self.conv1(norm_silu(self.norm1, x))
+        h = self.conv2(self.drop(norm_silu(self.norm2, h, self.emb(F.silu(emb)).to(h.dtype)[:, :, None, None, None])))
         return self.skip(x) + h
+
+
+def norm_silu(norm: nn.Module, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+    """``SiLU(norm(x + add))``, ``add`` (B, C, 1, 1, 1) or None: in one kernel family where ``norm`` is a
+    :class:`~accelbench.models.fused_groupnorm.FusedGroupNorm` with its SiLU (``norm="fused"``), else as written."""
+    if isinstance(norm, FusedGroupNorm) and norm.activation == "silu":
+        return norm(x, add)
+    return F.silu(norm(x if add is None else x + add))
 
 
 class SpatialAttention(nn.Module):
@@ -271,7 +279,9 @@ class MedDDPMUNet(nn.Module):
         :mod:`accelbench.models.ndhwc_ops`; the defaults are Med-DDPM's), whether attention is checkpointed and the
         layout of each Conv3d's incoming gradient (``conv_grad``: a forward hook, no module or parameter added). The
         parameters stay the same tensors (``norm="channel_sums"`` swaps each ``nn.GroupNorm`` for a
-        :class:`~accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding its weight and bias, and back), so the
+        :class:`~accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding its weight and bias, and back;
+        ``norm="fused"`` for a :class:`~accelbench.models.fused_groupnorm.FusedGroupNorm` that also applies the SiLU
+        after it in each residual block and the head, and the time-embedding add before the second one), so the
         state dict, the optimizer's parameters and the arithmetic are unchanged. Call it before ``torch.compile``."""
         _check("attention", attention, ndhwc_ops.ATTENTION_IMPLS)
         _check("upsample", upsample, ndhwc_ops.UPSAMPLE_IMPLS)
@@ -291,7 +301,15 @@ class MedDDPMUNet(nn.Module):
                 if upsample == "separable" and m.mode != "trilinear":
                     raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {m.mode!r}")
                 m.impl = upsample
-        return ndhwc_ops.set_group_norms(self, norm)
+        ndhwc_ops.set_group_norms(self, norm)
+        fused = norm == "fused"  # each residual block's SiLUs and the head's go into their GroupNorm's kernel
+        for m in self.modules():
+            if isinstance(m, ResidualBlock) and fused:
+                m.norm1.activation = m.norm2.activation = "silu"
+        if fused:
+            self.head[0].activation = "silu"
+        self.head[1] = nn.Identity() if fused else nn.SiLU()
+        return self
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         emb = self.time_mlp(timestep_features(t, self.base_channels))

@@ -32,7 +32,7 @@ from torch import nn
 # the implementations MedDDPMUNet accepts (the first of each: Med-DDPM's, the default)
 ATTENTION_IMPLS = ("conv1d_einsum", "tokens_sdpa")
 UPSAMPLE_IMPLS = ("interpolate", "separable")
-NORM_IMPLS = ("group_norm", "channel_sums")
+NORM_IMPLS = ("group_norm", "channel_sums", "fused")
 CONV_GRAD_LAYOUTS = ("as_computed", "channels_last_3d")
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -133,11 +133,16 @@ def plain_group_norm(gn: nn.GroupNorm) -> nn.GroupNorm:
 
 def set_group_norms(model: nn.Module, norm: str) -> nn.Module:
     """Every ``nn.GroupNorm`` of ``model`` computed as ``norm`` (one of :data:`NORM_IMPLS`) says, in place:
-    ``channel_sums`` swaps each plain one for a :class:`ChannelSumGroupNorm`, ``group_norm`` each
-    :class:`ChannelSumGroupNorm` back (:func:`plain_group_norm`); the parameter tensors stay the same (same state
+    ``channel_sums`` swaps each for a :class:`ChannelSumGroupNorm`, ``fused`` for a
+    :class:`accelbench.models.fused_groupnorm.FusedGroupNorm` (no activation: the network fuses its SiLU where it
+    follows), ``group_norm`` each back (:func:`plain_group_norm`); the parameter tensors stay the same (same state
     dict). Call it before ``torch.compile``. The caller checks ``norm``."""
-    cls = ChannelSumGroupNorm if norm == "channel_sums" else nn.GroupNorm
-    swap = ChannelSumGroupNorm.of if norm == "channel_sums" else plain_group_norm
+    from accelbench.models.fused_groupnorm import FusedGroupNorm
+
+    cls, swap = {
+        "channel_sums": (ChannelSumGroupNorm, ChannelSumGroupNorm.of),
+        "fused": (FusedGroupNorm, FusedGroupNorm.of),
+    }.get(norm, (nn.GroupNorm, plain_group_norm))
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.GroupNorm) and type(child) is not cls:

@@ -44,7 +44,10 @@ around each bf16 convolution: 910 ``nchwToNhwc``/``nhwcToNchw`` kernels, 21.9 of
 ``benchmarks/ddp_profile_h200.csv``; channels_last removed those but added 154 eager copies, 10.8 ms), and
 ``bf16_compile_layout_opt_channel_sums_cudagraphs`` (the same, with every GroupNorm computed from per-channel sums:
 :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm`, same parameters and arithmetic; GroupNorm's kernels were
-18.2 of 62.5 ms of device time in the layout-optimized step, against 13.3 in NCHW).
+18.2 of 62.5 ms of device time in the layout-optimized step, against 13.3 in NCHW);
+``bf16_compile_layout_opt_fused_gn_cudagraphs`` and ``bf16_compile_channels_last_fused_gn_cudagraphs`` (every
+GroupNorm, the SiLU after it and the time-embedding add before it in one Triton kernel family, forward and backward:
+:mod:`accelbench.models.fused_groupnorm`, same parameters; Inductor sees it as one operator).
 Each is kept only where its loss curve stays within :data:`LOSS_TOLERANCE` of the faithful run's over the same seed and
 batches (checked by the aggregation, :func:`loss_agreement`).
 """
@@ -104,7 +107,9 @@ class Configuration:
     fused_adam: bool = False
     channels_last: bool = False
     layout_optimization: bool = False
-    norm: str = "group_norm"  # or "channel_sums": every GroupNorm from per-channel sums (accelbench.models.ndhwc_ops)
+    # or "channel_sums": every GroupNorm from per-channel sums (accelbench.models.ndhwc_ops); or "fused": GroupNorm +
+    # SiLU (+ the time-embedding add) in one kernel family (accelbench.models.fused_groupnorm)
+    norm: str = "group_norm"
     authors_iterations: bool = False
     loader_workers: int | None = None  # DataLoader workers per rank (None: 0); capped at the rank's cores when run
     blocking_copies: bool = False  # batch copied with a blocking .to(device) (the authors' set_device)
@@ -194,6 +199,26 @@ CONFIGURATIONS: dict[str, Configuration] = {
             fused_adam=True,
             layout_optimization=True,
             norm="channel_sums",
+        ),
+        Configuration(
+            "bf16_compile_layout_opt_fused_gn_cudagraphs",
+            "ours",
+            precision="bf16",
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            layout_optimization=True,
+            norm="fused",
+        ),
+        Configuration(
+            "bf16_compile_channels_last_fused_gn_cudagraphs",
+            "ours",
+            precision="bf16",
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            channels_last=True,
+            norm="fused",
         ),
     )
 }

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -55,7 +57,11 @@ def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
     """``model`` with every ``nn.GroupNorm`` computed as ``norm`` says, in place: ``group_norm`` (MONAI's, SR3's)
     leaves it, ``channel_sums`` swaps each for :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding the
     same weight and bias tensors (same state dict, same arithmetic: per-channel fp32 sums over (H, W) added per group,
-    one pointwise affine; fp64 checks in tests/experiments/test_ndhwc_ops.py). Call it before ``torch.compile``.
+    one pointwise affine; fp64 checks in tests/experiments/test_ndhwc_ops.py); ``fused`` swaps each for
+    :class:`accelbench.models.fused_groupnorm.FusedGroupNorm` (same tensors) and each resnet block's
+    GroupNorm -> SiLU pairs, with the time-embedding add before the second, into that kernel family
+    (:func:`_fused_resnet_block`; fp64 checks in tests/experiments/test_fused_groupnorm.py). Call it before
+    ``torch.compile``.
 
     Raises:
         ConfigError: an unknown ``norm``."""
@@ -63,7 +69,38 @@ def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
 
     if norm not in ndhwc_ops.NORM_IMPLS:
         raise ConfigError(f"sr3 norm: {norm!r} is not one of {', '.join(ndhwc_ops.NORM_IMPLS)}")
-    return ndhwc_ops.set_group_norms(model, norm)
+    fused_block = _fused_resnet_block()
+    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
+
+    ndhwc_ops.set_group_norms(model, norm)
+    for m in model.modules():  # fused: each resnet block's two GroupNorm + SiLU pairs in one kernel family
+        if isinstance(m, DiffusionUNetResnetBlock):
+            if norm == "fused":
+                m.norm1.activation = m.norm2.activation = "silu"
+            m.__class__ = fused_block if norm == "fused" else DiffusionUNetResnetBlock
+    return model
+
+
+@functools.cache
+def _fused_resnet_block() -> type:
+    """The class :func:`set_norm` gives MONAI's resnet blocks for ``norm="fused"`` (made once: MONAI loads lazily)."""
+    import_monai()
+    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
+
+    class FusedNormResnetBlock(DiffusionUNetResnetBlock):
+        """MONAI's resnet block (same modules and parameters: :func:`set_norm` only changes an instance's class)
+        with ``norm1``/``norm2`` :class:`~accelbench.models.fused_groupnorm.FusedGroupNorm` s that apply the SiLU
+        after them, the second one also the time-embedding add before it; no up/downsampling inside the block
+        (SR3's: ``resblock_updown=False``). Shapes as MONAI's: x (B, C_in, H, W), emb (B, E) -> (B, C_out, H, W)."""
+
+        def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+            if self.upsample is not None or self.downsample is not None:
+                raise ValueError("FusedNormResnetBlock: up/downsampling inside a resnet block is not SR3's")
+            h = self.conv1(self.norm1(x))
+            temb = self.time_emb_proj(self.nonlinearity(emb))
+            return self.skip_connection(x) + self.conv2(self.norm2(h, temb.to(h.dtype)))
+
+    return FusedNormResnetBlock
 
 
 def _float64_schedule(sched, float64: bool):

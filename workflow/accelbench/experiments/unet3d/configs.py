@@ -32,7 +32,7 @@ class Variant:
     attention: str = "conv1d_einsum"  # or "tokens_sdpa": a (B, N, C) token view + scaled_dot_product_attention
     checkpoint_attention: bool = True  # Med-DDPM checkpoints its attention blocks
     upsample: str = "interpolate"  # or "separable": x2 trilinear as three 1-D passes in fp32
-    norm: str = "group_norm"  # or "channel_sums": GroupNorm from per-channel sums, one pointwise affine
+    norm: str = "group_norm"  # or "channel_sums": from per-channel sums; "fused": GroupNorm+SiLU(+add) in one kernel
     conv_grad: str = "as_computed"  # or "channels_last_3d": each Conv3d's incoming gradient made channels_last_3d
 
     @property
@@ -125,6 +125,21 @@ VARIANTS: dict[str, Variant] = {
             checkpoint_attention=False,
             upsample="separable",
             norm="channel_sums",
+            conv_grad="channels_last_3d",
+        ),
+        # the same with every GroupNorm, the SiLU after it and the time-embedding add before it in one Triton kernel
+        # family (accelbench.models.fused_groupnorm; the plain composition where Triton or CUDA is missing)
+        Variant(
+            "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs",
+            autocast="bf16",
+            channels_last_3d=True,
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            attention="tokens_sdpa",
+            checkpoint_attention=False,
+            upsample="separable",
+            norm="fused",
             conv_grad="channels_last_3d",
         ),
     )

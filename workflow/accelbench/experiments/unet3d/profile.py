@@ -59,7 +59,9 @@ recorded as ``measurements.variant``'s ``attention``, ``checkpoint_attention``, 
 a (B, N, C) token view through ``scaled_dot_product_attention``, not checkpointed (``tokens_sdpa``), the x2 trilinear
 upsampling as three separable 1-D passes (``separable``), GroupNorm from per-channel sums with one pointwise affine
 (``channel_sums``), each Conv3d's incoming gradient channels_last_3d (``conv_grad``); on the MONAI stand-in it is
-``unsupported``. Inductor's search
+``unsupported``; ``bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs``: the same with ``norm="fused"`` (every
+GroupNorm with the SiLU after it and the time-embedding add before it in one Triton kernel family, forward and
+backward: :mod:`accelbench.models.fused_groupnorm`). Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 

@@ -1,0 +1,255 @@
+"""The fused GroupNorm + SiLU (+ residual) of accelbench.models.fused_groupnorm against ``nn.GroupNorm`` + ``F.silu``:
+the operator's own forward and backward formulas in fp64 (``gradcheck``, and values against the plain modules to
+1e-12), 2-D and 3-D, channels-last and contiguous; the Triton kernels under ``TRITON_INTERPRET=1`` where Triton imports
+(fp32, tolerances below); the drop-in module's state dict; ``torch.compile``; and the configurations that build it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from accelbench.models import fused_groupnorm as fg
+
+CASES = [  # (shape, memory format, groups)
+    ((2, 6, 3, 4, 2), torch.channels_last_3d, 3),
+    ((2, 6, 3, 4, 2), torch.contiguous_format, 2),
+    ((2, 8, 5, 3), torch.channels_last, 4),
+    ((2, 8, 5, 3), torch.contiguous_format, 2),
+]
+RESIDUALS = (None, "per_channel", "full")  # none; (B, C) broadcast over space (the time-embedding add); x's shape
+
+
+def _inputs(shape, fmt, residual, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    c = shape[1]
+    x = (torch.randn(shape, generator=g, dtype=dtype) * 2 + 0.5).contiguous(memory_format=fmt).requires_grad_()
+    w = torch.randn(c, generator=g, dtype=dtype).requires_grad_()
+    b = torch.randn(c, generator=g, dtype=dtype).requires_grad_()
+    r = {
+        None: None,
+        "per_channel": torch.randn(shape[:2], generator=g, dtype=dtype),
+        "full": torch.randn(shape, generator=g, dtype=dtype),
+    }[residual]
+    return x, w, b, (r.requires_grad_() if r is not None else None)
+
+
+def _modules_reference(x, w, b, r, groups, activation="silu"):
+    """``nn.GroupNorm`` then ``nn.SiLU`` with the given parameters, on x + r: what the networks compute unfused."""
+    gn = nn.GroupNorm(groups, x.shape[1]).to(x.dtype)
+    if r is not None:
+        x = x + (r if r.shape == x.shape else r[(...,) + (None,) * (x.dim() - 2)])
+    y = torch.func.functional_call(gn, {"weight": w, "bias": b}, (x,))  # the module, with w and b in the graph
+    return F.silu(y) if activation == "silu" else y
+
+
+@pytest.mark.parametrize("activation", ["silu", None])
+@pytest.mark.parametrize("residual", RESIDUALS)
+@pytest.mark.parametrize("shape,fmt,groups", CASES)
+def test_operator_formulas_pass_fp64_gradcheck_and_match_group_norm_silu(
+    monkeypatch, shape, fmt, groups, residual, activation
+):
+    """The custom operator's forward and hand-written backward as torch formulas (the Triton kernels compute the
+    same in fp32: tested below), fp64: gradcheck on x, weight, bias and the residual; output and gradients equal to
+    nn.GroupNorm + SiLU's to 1e-12 / 1e-10, in x's layout."""
+    monkeypatch.setattr(fg, "_triton_on", lambda x: False)
+    x, w, b, r = _inputs(shape, fmt, residual)
+    ins = (x, w, b) + ((r,) if r is not None else ())
+
+    def fused(*a):
+        return fg.group_norm_act(a[0], groups, a[1], a[2], 1e-5, activation, a[3] if len(a) > 3 else None, "fused")
+
+    assert torch.autograd.gradcheck(fused, ins)
+    y = fused(*ins)
+    ref = _modules_reference(x, w, b, r, groups, activation)
+    assert (y - ref).abs().max() <= 1e-12 * max(1.0, ref.abs().max())
+    assert y.stride() == x.stride()
+    # gradients of a weighted sum against the plain modules' (fp64)
+    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype)
+    got = torch.autograd.grad(y, ins, gy)
+    want = torch.autograd.grad(ref, ins, gy)
+    for a, e in zip(got, want):
+        assert (a - e).abs().max() <= 1e-10 * max(1.0, e.abs().max())
+
+
+def test_the_reference_path_is_group_norm_then_silu_and_passes_gradcheck():
+    """The CPU fallback (impl "reference", what "auto" runs on the CPU) is F.group_norm + F.silu: fp64 gradcheck,
+    and it is what FusedGroupNorm runs here."""
+    x, w, b, r = _inputs((2, 6, 3, 4, 2), torch.channels_last_3d, "per_channel")
+    assert torch.autograd.gradcheck(lambda *a: fg.group_norm_act(*a[:1], 3, *a[1:3], 1e-5, "silu", a[3]), (x, w, b, r))
+    m = fg.FusedGroupNorm(3, 6, activation="silu").double()
+    with torch.no_grad():
+        m.weight.copy_(w)
+        m.bias.copy_(b)
+    assert torch.equal(m(x, r), F.silu(F.group_norm(x + r[..., None, None, None], 3, w, b, 1e-5)))
+
+
+def test_groups_that_do_not_divide_the_channels_are_refused_with_one_line():
+    with pytest.raises(ValueError, match=r"^group_norm_act: 6 channels do not split into 4 groups$"):
+        fg.group_norm_act(torch.randn(1, 6, 4, 4), 4)
+    with pytest.raises(ValueError, match=r"num_channels \(6\) must be divisible by num_groups \(4\)"):
+        fg.FusedGroupNorm(4, 6)
+    with pytest.raises(ValueError, match=r"residual of shape \(1, 5\) is neither"):
+        fg.group_norm_act(torch.randn(1, 6, 4, 4), 3, residual=torch.randn(1, 5))
+
+
+def test_state_dict_is_nn_group_norms_both_ways():
+    """FusedGroupNorm loads an nn.GroupNorm's state dict and the reverse (same keys, shapes, values), and ``of``
+    holds the same parameter tensors."""
+    gn = nn.GroupNorm(4, 12)
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+    fused = fg.FusedGroupNorm(4, 12, activation="silu")
+    fused.load_state_dict(gn.state_dict())
+    assert list(fused.state_dict()) == list(gn.state_dict()) == ["weight", "bias"]
+    back = nn.GroupNorm(4, 12)
+    back.load_state_dict(fused.state_dict())
+    assert all(torch.equal(back.state_dict()[k], gn.state_dict()[k]) for k in gn.state_dict())
+    held = fg.FusedGroupNorm.of(gn, "silu")
+    assert held.weight is gn.weight and held.bias is gn.bias
+    x = torch.randn(2, 12, 5, 5).contiguous(memory_format=torch.channels_last)
+    assert torch.allclose(held(x), F.silu(gn(x)), atol=1e-6)
+
+
+def test_under_torch_compile_on_the_cpu_the_module_gives_the_same_output():
+    """The module (the fallback on the CPU) through Inductor, and the fused operator through Dynamo and AOTAutograd
+    with ``fullgraph=True`` (no graph break: the fake implementation and the autograd formula are registered)."""
+    torch._dynamo.reset()
+    m = fg.FusedGroupNorm(2, 8, activation="silu")
+    x = torch.randn(2, 8, 3, 4, 5).contiguous(memory_format=torch.channels_last_3d)
+    r = torch.randn(2, 8)
+    assert torch.allclose(torch.compile(m)(x, r), m(x, r), atol=1e-5)
+    m.impl = "fused"
+    xg = x.clone().requires_grad_()
+    y = torch.compile(m, backend="aot_eager", fullgraph=True)(xg, r)
+    y.sum().backward()
+    xe = x.clone().requires_grad_()
+    ye = fg.group_norm_act_reference(xe, 2, m.weight, m.bias, m.eps, "silu", r)
+    ye.sum().backward()
+    assert torch.allclose(y, ye, atol=1e-5) and torch.allclose(xg.grad, xe.grad, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- the Triton kernels, interpreted
+@pytest.fixture
+def interpreted():
+    """The module, where its Triton kernels run on the CPU: Triton imports and ``TRITON_INTERPRET=1`` was set before
+    it loaded (Triton reads it when the kernels are defined)::
+
+        TRITON_INTERPRET=1 python -m pytest tests/experiments/test_fused_groupnorm.py
+    """
+    if not (fg.has_triton() and fg._triton_on(torch.empty(0))):
+        pytest.skip("needs Triton and TRITON_INTERPRET=1 in the environment")
+    return fg
+
+
+# fp32 kernels against the fp32 reference: relative to the largest value of each tensor
+TRITON_RTOL = 2e-5
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+@pytest.mark.parametrize(
+    "shape,fmt,groups",
+    CASES + [((1, 12, 37, 41), torch.channels_last, 4), ((1, 24, 9, 10, 11), torch.channels_last_3d, 8)],
+)
+def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, shape, fmt, groups, residual):
+    """Under TRITON_INTERPRET=1 (small shapes; channel counts not powers of two; several chunks, each of several
+    tiles, through TARGET_PROGRAMS=2): output and every gradient within 2e-5 of the largest value of the reference's."""
+    monkeypatch.setattr(interpreted, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the Welford/Chan merges
+    x, w, b, r = _inputs(shape, fmt, residual, dtype=torch.float32)
+    assert interpreted._triton_on(x)
+    ins = (x, w, b) + ((r,) if r is not None else ())
+    out = {}
+    for impl in ("fused", "reference"):
+        y = interpreted.group_norm_act(x, groups, w, b, 1e-5, "silu", r, impl)
+        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+        out[impl] = (y, *torch.autograd.grad(y, ins, gy))
+    assert out["fused"][0].stride() == x.stride()
+    for a, e in zip(out["fused"], out["reference"]):
+        assert (a - e).abs().max() <= TRITON_RTOL * e.abs().max()
+
+
+# --------------------------------------------------------------------------- the configurations build it
+SR3_TINY = dict(  # a 32 px SR3 U-Net with attention on its 8 px level (tests/experiments/test_sr3_scaling.py's)
+    hr_size=32,
+    factor=4,
+    inner_channels=8,
+    channel_mult=[1, 2, 2],
+    num_res_blocks=1,
+    attention_resolutions=[8],
+    num_heads=1,
+    dropout=0.0,
+    norm_groups=4,
+    timesteps=2000,
+    beta_start=1e-6,
+    beta_end=1e-2,
+    lr=2e-5,
+    batch_size=4,
+)
+
+
+def _fused_count(model):
+    return sum(isinstance(m, fg.FusedGroupNorm) for m in model.modules())
+
+
+def test_study_a_fused_configuration_builds_the_fused_module():
+    """``bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs(_autotuned)``: norm "fused" reaches Med-DDPM's
+    network (every GroupNorm swapped, same state dict, SiLU in the blocks' and the head's norms), the output equals
+    the plain network's, and the existing configurations keep their norm."""
+    from accelbench.experiments.unet3d.configs import VARIANTS
+    from accelbench.experiments.unet3d.networks import set_implementations
+    from accelbench.models.med_ddpm_unet import MedDDPMUNet, ResidualBlock
+
+    v = VARIANTS["bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs_autotuned"]
+    assert v.norm == "fused" and v.rewrites_network and v.series.startswith("ours")
+    assert VARIANTS["bf16_channels_last_3d_ndhwc_compile_cudagraphs_autotuned"].norm == "channel_sums"
+    torch.manual_seed(0)
+    plain = MedDDPMUNet(3, 1, base_channels=8, norm_groups=4, attention_levels=(False,) * 3 + (True, False))
+    net = MedDDPMUNet(3, 1, base_channels=8, norm_groups=4, attention_levels=(False,) * 3 + (True, False))
+    net.load_state_dict(plain.state_dict())
+    set_implementations(net, v)
+    n_gn = sum(isinstance(m, nn.GroupNorm) for m in plain.modules())
+    assert _fused_count(net) == n_gn and list(net.state_dict()) == list(plain.state_dict())
+    assert all(
+        m.norm1.activation == m.norm2.activation == "silu" for m in net.modules() if isinstance(m, ResidualBlock)
+    )
+    assert net.head[0].activation == "silu" and isinstance(net.head[1], nn.Identity)
+    x, t = torch.randn(1, 3, 16, 16, 16), torch.tensor([10])
+    with torch.no_grad():
+        ref = plain(x, t)
+        assert (net(x.contiguous(memory_format=torch.channels_last_3d), t) - ref).abs().max() <= 1e-4 * ref.abs().max()
+    net.set_implementations()  # back to Med-DDPM's modules
+    assert _fused_count(net) == 0 and isinstance(net.head[1], nn.SiLU)
+
+
+def test_sr3_fused_configurations_build_the_fused_module(monkeypatch):
+    """SR3's ``*_fused_gn_cudagraphs``: norm "fused" recorded in the configuration and reaching the Trainer's network
+    (every GroupNorm swapped, the resnet blocks' forward fused, same state dict), output equal to MONAI's."""
+    from accelbench.backends.device import Device
+    from accelbench.experiments.sr3 import configs as sr3_configs
+    from accelbench.experiments.sr3 import model as sr3
+    from accelbench.experiments.sr3.settings import resolve_settings
+
+    for name in ("bf16_compile_layout_opt_fused_gn_cudagraphs", "bf16_compile_channels_last_fused_gn_cudagraphs"):
+        conf = sr3_configs.get(name)
+        assert conf.series == "ours" and conf.to_dict()["norm"] == "fused"
+    assert sr3_configs.get("bf16_compile_layout_opt_channel_sums_cudagraphs").norm == "channel_sums"
+    monkeypatch.setattr(torch, "compile", lambda net, **kw: net)  # no compiler needed to see the module
+    s = resolve_settings(SR3_TINY, "small", {})
+    plain = sr3.build_unet(s)
+    fused = sr3.set_norm(sr3.build_unet(s), "fused")
+    fused.load_state_dict(plain.state_dict())
+    assert list(fused.state_dict()) == list(plain.state_dict())
+    n_gn = sum(type(m) is nn.GroupNorm for m in plain.modules())
+    assert n_gn > 0 and _fused_count(fused) == n_gn
+    x, t = torch.randn(2, 2, s.hr_size, s.hr_size), torch.tensor([3, 7])
+    with torch.no_grad():
+        ref = plain(x, t)
+        assert (fused(x, t) - ref).abs().max() <= 1e-5 * ref.abs().max()
+    data = sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
+    conf = sr3_configs.get("bf16_compile_channels_last_fused_gn_cudagraphs")
+    tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, **conf.trainer_options())
+    assert _fused_count(tr.model) == n_gn
+    tr.train_step()  # forward and backward through the fused blocks
