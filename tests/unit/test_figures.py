@@ -648,3 +648,14 @@ def test_figures_of_every_committed_reference_run_at_once_pass_the_checker(tmp_p
     sr3 = sorted(str(p) for p in runs.glob("*/results/*/sr3_scaling/**/result.json"))
     study_b_sr3.aggregate(sr3, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "s")
     assert_readable(capture, "fig_scaling.png")
+    # issue 55: every figure of the committed runs (before: SR3 26 legend entries and a reused colour, Study A's
+    # speedup an entry without a bar and 2,376 px tall, LoRA 22 entries, energy 14)
+    assert_readable(capture, "fig_speedup.png")
+    from accelbench.aggregate import energy
+
+    energy.aggregate(
+        sorted(str(p) for p in runs.glob("*/results/**/result.json")), "resources/reference", tmp_path / "e"
+    )
+    assert_readable(capture, "fig_time_vs_energy.png", series_in_legend=False)
+    for name, (_fig, problems) in capture.items():
+        assert problems == [], (name, problems)

@@ -103,15 +103,13 @@ def best_per_hardware(df, by: list[str], rank, hardware: str = "_hardware", kind
     H200 x faithful / ours), the one group of ``by`` (one curve or one run) whose ``rank(group)`` (a tuple, smaller
     is better) is least; the other groups stay in the tables. Rows keep their order within a group; groups come in
     the order of their first row."""
-    import pandas as pd
-
     if df.empty:
         return df
     keep = []
     for _, part in df.groupby([hardware, kind], sort=False):
         groups = list(part.groupby(by, sort=False, dropna=False))
-        keep.append(min(groups, key=lambda kg: rank(kg[1]))[1])
-    return pd.concat(keep).sort_index()
+        keep += list(min(groups, key=lambda kg: rank(kg[1]))[1].index)
+    return df[df.index.isin(keep)]  # a selection, not a concat: the frame keeps its attrs
 
 
 def _extent(artist, renderer):

@@ -358,12 +358,14 @@ def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
         return _nothing_ran(df, path, "kernel launches per training step")
     fig, ax, y = _hbar_figure(ok)
     ax.barh(y, ok["kernel_count"], color="C0", label="all kernels")
-    ax.barh(y, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")
-    if "cast_copy_kernels" in ok:
+    layout = ok["layout_conversion_kernels"].fillna(0)
+    if layout.any():  # no legend entry without a bar
+        ax.barh(y, layout, color="C3", hatch="//", label="layout-conversion kernels")
+    if "cast_copy_kernels" in ok and ok["cast_copy_kernels"].fillna(0).any():
         ax.barh(
             y,
             ok["cast_copy_kernels"].fillna(0),
-            left=ok["layout_conversion_kernels"],
+            left=layout,
             color="C1",
             hatch="..",
             label="cast / copy kernels",
