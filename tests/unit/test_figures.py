@@ -136,6 +136,81 @@ def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_
     plt.close(fig)
 
 
+def _series_figure(n_series=3, colours=None, height_in=4.0, empty=None):
+    """A figure of ``n_series`` lines (a marker each) in a legend below the axes; ``colours`` per series (default C0,
+    C1, ...);
+    ``empty``: the index of a series drawn without a finite point."""
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, height_in))
+    for i in range(n_series):
+        y = [np.nan, np.nan] if i == empty else [i + 1, i + 2]
+        ax.plot(
+            [1, 2],
+            y,
+            "osD^v<>phH*"[i % 11] + "-",
+            color=(colours or [f"C{k % 10}" for k in range(n_series)])[i],
+            label=f"series {i}",
+        )
+    ax.set_xlabel("devices (count)")
+    ax.set_ylabel("time (min)")
+    fig.legend(loc="lower left", ncol=4, fontsize=figures.FONT["legend"])
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
+    return fig
+
+
+@pytest.mark.parametrize(
+    "planted, expected",
+    [
+        ({"n_series": 11, "colours": [f"#{k:02x}40{255 - 20 * k:02x}" for k in range(11)]}, "11 legend entries"),
+        ({"colours": ["C0", "C1", "C0"]}, "'series 2' has the colour of 'series 0'"),
+        ({"empty": 1}, "legend entry 'series 1' has no data"),
+        ({"height_in": 11.0}, "1200x1650 px at 150 dpi"),
+    ],
+    ids=["too many legend entries", "a reused colour", "an empty legend entry", "too tall"],
+)
+def test_checker_fails_a_planted_unreadable_figure(tmp_path, planted, expected):
+    """Each defect of issue 55 alone in an otherwise clean figure: more than 10 legend entries, one colour on two
+    series (SR3's measured faithful in published Gaudi1's blue), an entry whose bar or line has no finite point
+    (Study A's series with no baseline), an image taller than 1,600 px (Study A's 2,613 px). The clean figure
+    passes; the planted one fails its aggregation with one line naming the figure and the defect."""
+    from accelbench.errors import DataError
+
+    clean = _series_figure()
+    assert figures.figure_problems(clean, dpi=150) == []
+    plt.close(clean)
+    fig = _series_figure(**planted)
+    problems = figures.figure_problems(fig, dpi=150)
+    assert len(problems) == 1 and expected in problems[0], problems
+    with pytest.raises(DataError, match=rf"^figure check failed: planted\.png: .*{expected[:20]}") as err:
+        with figures.checked():
+            figures.save_figure(fig, tmp_path / "planted.png")
+    assert "\n" not in str(err.value) and (tmp_path / "planted.png").exists()
+
+
+def test_proxy_legend_entries_count_as_data_by_their_colour_or_hatch():
+    """A legend of proxies (a Patch per kernel class, a hatched 'noisy' patch) has data where a drawn bar has the
+    proxy's colour or hatch; a proxy of a colour nothing draws has none."""
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar([0, 1], [1, 2], color="C0", hatch="xx", edgecolor="white")
+    ax.set_xticks([0, 1], ["a", "b"])
+    ax.set_xlabel("configuration")
+    ax.set_ylabel("speedup (x)")
+    handles = [Patch(color="C0", label="attention"), Patch(facecolor="0.7", hatch="xx", label="noisy (hatched)")]
+    fig.legend(handles=handles, loc="lower left")
+    fig.tight_layout(rect=(0, 0.3, 1, 1))
+    assert figures.figure_problems(fig, dpi=150) == []
+    handles.append(Patch(color="C3", label="MLP"))
+    fig.legends[0].remove()
+    fig.legend(handles=handles, loc="lower left")
+    assert [p for p in figures.figure_problems(fig, dpi=150) if "no data" in p] == [
+        "figure legend: legend entry 'MLP' has no data in the figure"
+    ]
+    plt.close(fig)
+
+
 def test_series_label_carries_origin_hardware_scale():
     assert (
         figures.series_label(figures.published("Study A"), "NVIDIA A100", "paper", "fp32")
@@ -573,3 +648,14 @@ def test_figures_of_every_committed_reference_run_at_once_pass_the_checker(tmp_p
     sr3 = sorted(str(p) for p in runs.glob("*/results/*/sr3_scaling/**/result.json"))
     study_b_sr3.aggregate(sr3, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "s")
     assert_readable(capture, "fig_scaling.png")
+    # issue 55: every figure of the committed runs (before: SR3 26 legend entries and a reused colour, Study A's
+    # speedup an entry without a bar and 2,376 px tall, LoRA 22 entries, energy 14)
+    assert_readable(capture, "fig_speedup.png")
+    from accelbench.aggregate import energy
+
+    energy.aggregate(
+        sorted(str(p) for p in runs.glob("*/results/**/result.json")), "resources/reference", tmp_path / "e"
+    )
+    assert_readable(capture, "fig_time_vs_energy.png", series_in_legend=False)
+    for name, (_fig, problems) in capture.items():
+        assert problems == [], (name, problems)

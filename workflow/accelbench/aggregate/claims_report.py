@@ -198,7 +198,7 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
     left = np.zeros(len(bars))
     for v in SUMMARY_VERDICTS:
         vals = np.array([b.get(v, 0) for _, b in bars], dtype=float)
-        if vals.any() or v in VERDICTS:
+        if vals.any():  # a verdict no claim has gets no legend entry without a bar
             ax.barh(y, vals, left=left, color=VERDICT_COLOUR[v], label=v)
         left += vals
     ax.set_yticks(y, [b for b, _ in bars], fontsize=FONT["tick"])

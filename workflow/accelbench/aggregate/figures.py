@@ -7,7 +7,14 @@ The checker: (1) no text outside the canvas; (2) titles, labels and legends do n
 dpi); (6) one colour (with hatch and marker) per class: two legend entries of one figure never look the same; (7) no
 annotation (text inside an axes) drawn over data (bars, lines, markers); (8) every legend entry once per panel;
 (9) series labels: an entry naming an origin starts with exactly one of ``measured here``, ``reference run (<hardware>,
-<date>)`` (from the run's provenance) or ``published (<source>)``.
+<date>)`` (from the run's provenance) or ``published (<source>)``; (10) at most :data:`MAX_LEGEND_ENTRIES` legend
+entries in a figure (the published series and, per hardware, the best faithful and the best ours run: every other run
+is in the tables); (11) one colour per series: no two entries of a legend share a colour; (12) no legend entry without
+data: its artist (the one with its label, else any drawn artist of its colour or hatch) shows a finite, non-empty
+bar, line, marker or area. The height of (5) is at most :data:`MAX_HEIGHT_PX` (a screen's height at 150 dpi).
+
+Which runs a figure draws: :func:`device_of` names the hardware of a series without its run, and
+:func:`best_per_hardware` picks, per hardware and class (faithful, ours), the one group that is best by a rank.
 
 Series labels: :func:`series_label` gives ``"<origin>: <hardware>, <scale> scale[, details]"`` where origin is one of
 those three (:func:`published` builds ``published (<source>)``). :func:`origin_of` reads it from a result's
@@ -22,6 +29,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from matplotlib import colormaps
+from matplotlib.colors import to_hex
 from matplotlib.legend import Legend
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
@@ -37,7 +46,8 @@ ORIGINS = ("published", "measured here", "reference run")
 # "published (<source>)"
 SERIES_LABEL = re.compile(r"^(measured here|reference run \([^()]+\)|published \([^()]+\))(: .+)?$")
 MAX_WIDTH_PX = 2400  # widest saved image that still reads when scaled to a page (e.g. 16 in at 150 dpi)
-MAX_HEIGHT_PX = 3000
+MAX_HEIGHT_PX = 1600  # tallest saved image that reads on a screen without scrolling past its legend
+MAX_LEGEND_ENTRIES = 10  # published series + per hardware the best faithful and the best ours
 UNIT = re.compile(r"[\(\[][^\)\]]+[\)\]]")  # "(ms)", "[min]", "(x)", "(fraction of device time)"
 FONT = {"title": 10, "label": 9, "tick": 8, "legend": 7}  # smallest sizes used by the figures
 
@@ -69,6 +79,37 @@ def series_label(origin: str, hardware: str, scale: str | None = None, *details:
     hardware = hardware.removeprefix(f"{origin}: ")  # a reference run's hardware label already leads with it
     parts = [hardware] + ([f"{scale} scale"] if scale else []) + [d for d in details if d]
     return f"{origin}: " + ", ".join(parts)
+
+
+# one colour per series of a figure, never two alike: tab10 without its grey (kept for reference lines such as ideal
+# scaling), then tab20's light shades without its light grey
+SERIES_COLOURS = [f"C{k}" for k in (0, 1, 2, 3, 4, 5, 6, 8, 9)] + [
+    to_hex(colormaps["tab20"](k)) for k in (1, 3, 5, 7, 9, 11, 13, 17, 19)
+]
+
+
+def device_of(label: str) -> str:
+    """The hardware of a series without its run: ``NVIDIA H200 (139.8 GiB)`` of ``reference run (H200,
+    2026-11-30): NVIDIA H200 (139.8 GiB)`` or ``measured here: NVIDIA H200 (139.8 GiB)``; a bare label as it is."""
+    label = str(label)
+    for prefix in ("measured here: ", "reference run ("):
+        if label.startswith(prefix) and (prefix.endswith(": ") or "): " in label):
+            return label.removeprefix(prefix) if prefix.endswith(": ") else label.split("): ", 1)[1]
+    return label
+
+
+def best_per_hardware(df, by: list[str], rank, hardware: str = "_hardware", kind: str = "_kind"):
+    """The rows of ``df`` (a pandas DataFrame) that a figure draws: per (``hardware``, ``kind``) pair (e.g. NVIDIA
+    H200 x faithful / ours), the one group of ``by`` (one curve or one run) whose ``rank(group)`` (a tuple, smaller
+    is better) is least; the other groups stay in the tables. Rows keep their order within a group; groups come in
+    the order of their first row."""
+    if df.empty:
+        return df
+    keep = []
+    for _, part in df.groupby([hardware, kind], sort=False):
+        groups = list(part.groupby(by, sort=False, dropna=False))
+        keep += list(min(groups, key=lambda kg: rank(kg[1]))[1].index)
+    return df[df.index.isin(keep)]  # a selection, not a concat: the frame keeps its attrs
 
 
 def _extent(artist, renderer):
@@ -174,6 +215,125 @@ def legend_problems(fig) -> list[str]:
     return problems
 
 
+def _norm(text: str) -> str:
+    """A label as a reader sees it: ``\\$`` unescaped (:func:`plain_text`), lines joined, spaces single."""
+    return " ".join(str(text).replace("\\$", "$").split())
+
+
+def _hex(colour) -> str | None:
+    """The first colour of ``colour`` (a colour, an RGBA array) as ``#rrggbb``; None when it is empty or fully
+    transparent ("none")."""
+    import numpy as np
+    from matplotlib.colors import to_hex, to_rgba_array
+
+    try:
+        arr = to_rgba_array(colour)
+    except (TypeError, ValueError):
+        return None
+    arr = arr[np.asarray(arr)[:, 3] > 0] if len(arr) else arr
+    return to_hex(arr[0], keep_alpha=False) if len(arr) else None
+
+
+def colour_of(artist) -> str | None:
+    """What colour a reader reads an artist (or a legend handle) by: a line's colour, a patch's or a collection's face
+    colour, its edge colour where the face is empty ("none")."""
+    from matplotlib.lines import Line2D
+
+    if isinstance(artist, Line2D):
+        return _hex(artist.get_color())
+    for get in ("get_facecolor", "get_edgecolor"):
+        if hasattr(artist, get) and (c := _hex(getattr(artist, get)())) is not None:
+            return c
+    return None
+
+
+def has_data(artist) -> bool:
+    """Whether a drawn artist shows data: a line or marker at a finite point, a bar with a finite non-zero width and
+    height, a collection (scatter, filled area, whiskers) with a finite point, a container (bars, error bars) with
+    one such child."""
+    import numpy as np
+    from matplotlib.collections import Collection, PathCollection
+    from matplotlib.container import Container
+    from matplotlib.patches import Patch
+
+    def finite(xy) -> bool:
+        xy = np.asarray(xy, dtype=float).reshape(-1, 2)
+        return bool(len(xy)) and bool(np.isfinite(xy).all(axis=1).any())
+
+    try:
+        if isinstance(artist, Container):
+            return any(has_data(a) for a in artist.get_children() if a is not None)
+        if isinstance(artist, Rectangle):
+            v = np.array([artist.get_x(), artist.get_y(), artist.get_width(), artist.get_height()], dtype=float)
+            return bool(np.isfinite(v).all() and v[2] != 0 and v[3] != 0)
+        if hasattr(artist, "get_xydata"):
+            return finite(artist.get_xydata())
+        if isinstance(artist, PathCollection):  # scatter: one marker at each offset
+            return finite(artist.get_offsets())
+        if isinstance(artist, Collection):
+            return any(finite(p.vertices) for p in artist.get_paths())
+        if isinstance(artist, Patch):
+            return finite(artist.get_path().vertices)
+    except (TypeError, ValueError):
+        return False
+    return False
+
+
+def _drawn(fig) -> list:
+    """Every artist of the visible axes that a legend entry can stand for (lines, patches, collections, containers)."""
+    out = []
+    for ax in fig.axes:
+        if ax.get_visible():
+            out += [*ax.lines, *ax.patches, *ax.collections, *ax.containers]
+    return out
+
+
+def _legend_handles(leg) -> list:
+    return list(getattr(leg, "legend_handles", None) or getattr(leg, "legendHandles", []))
+
+
+def series_problems(fig) -> list[str]:
+    """Checks (10)-(12) of the module docstring: at most :data:`MAX_LEGEND_ENTRIES` entries (distinct texts over
+    every legend of the figure), no two entries of one legend in one colour, no entry without data."""
+    problems = []
+    legends = _legends(fig)
+    entries = {_norm(t.get_text()) for _, leg in legends for t in leg.get_texts()}
+    if len(entries) > MAX_LEGEND_ENTRIES:
+        problems.append(
+            f"{len(entries)} legend entries (at most {MAX_LEGEND_ENTRIES}: the published series and, per hardware, "
+            f"the best faithful and the best ours run; the other runs belong in the tables)"
+        )
+    drawn = _drawn(fig)
+    with_data = [a for a in drawn if has_data(a)]
+    by_label: dict[str, list] = {}
+    for a in drawn:
+        label = a.get_label()
+        if label and not str(label).startswith("_"):
+            by_label.setdefault(_norm(label), []).append(a)
+    colours_with_data = {colour_of(a) for a in with_data} - {None}
+    hatches_with_data = {a.get_hatch() for a in with_data if hasattr(a, "get_hatch") and a.get_hatch()}
+    for where, leg in legends:
+        colours: dict[str, str] = {}
+        for handle, text in zip(_legend_handles(leg), [t.get_text() for t in leg.get_texts()]):
+            name = _norm(text)
+            colour = colour_of(handle)
+            if colour is not None:
+                other = colours.setdefault(colour, name)
+                if other != name:
+                    problems.append(
+                        f"{where}: {name[:40]!r} has the colour of {other[:40]!r} ({colour}; one per series)"
+                    )
+            artists = by_label.get(name)
+            if artists is not None:  # the entry's own artist(s): one of them shows data
+                empty = not any(has_data(a) for a in artists)
+            else:  # a proxy handle: some drawn data has its colour or hatch
+                hatch = handle.get_hatch() if hasattr(handle, "get_hatch") else None
+                empty = colour not in colours_with_data and not (hatch and hatch in hatches_with_data)
+            if empty:
+                problems.append(f"{where}: legend entry {name[:60]!r} has no data in the figure")
+    return problems
+
+
 def _along(pts, steps: int = 24):
     """Points along the segments joining ``pts`` (display coordinates), so a text crossed by a line is seen."""
     import numpy as np
@@ -260,11 +420,11 @@ def size_problems(fig, dpi: float) -> list[str]:
 def figure_problems(fig, dpi: float = 150) -> list[str]:
     """Everything unreadable in a rendered figure, as sentences (empty list: fine).
 
-    Checks (1)-(9) of the module docstring: (1) every text and legend lies inside the canvas (matplotlib's tight
+    Checks (1)-(12) of the module docstring: (1) every text and legend lies inside the canvas (matplotlib's tight
     bounding box of the figure within the figure's box); (2) titles, suptitle, axis labels and legends do not
     overlap one another; (3) a legend covers no bar; (4) every visible axis that shows ticks has a label, and a
     numeric one states a unit in parentheses or brackets; (5) :func:`size_problems` at ``dpi`` (the dpi it is saved
-    at); (6), (8), (9) :func:`legend_problems`; (7) :func:`annotation_problems`.
+    at); (6), (8), (9) :func:`legend_problems`; (7) :func:`annotation_problems`; (10)-(12) :func:`series_problems`.
     """
     fig.canvas.draw()
     r = fig.canvas.get_renderer()
@@ -337,7 +497,7 @@ def figure_problems(fig, dpi: float = 150) -> list[str]:
                 problems.append(f"axes {i}: {name} axis without a label")
             elif _numeric(axis) and not UNIT.search(label):
                 problems.append(f"axes {i}: {name} label {label!r} states no unit")
-    return problems + size_problems(fig, dpi) + legend_problems(fig) + annotation_problems(fig)
+    return problems + size_problems(fig, dpi) + legend_problems(fig) + series_problems(fig) + annotation_problems(fig)
 
 
 def text_height_in(lines: int, fontsize: float, spacing: float = 1.4) -> float:

@@ -8,7 +8,17 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from accelbench.aggregate.figures import FONT, published, save_figure, series_label, text_height_in, wrap
+from accelbench.aggregate.figures import (
+    FONT,
+    SERIES_COLOURS,
+    best_per_hardware,
+    device_of,
+    published,
+    save_figure,
+    series_label,
+    text_height_in,
+    wrap,
+)
 
 
 def _series_style(series: str, variants=()) -> str | tuple:
@@ -35,59 +45,74 @@ def _series_style(series: str, variants=()) -> str | tuple:
 VARIANT_STYLES = ["-.", "--", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (1, 2.5)), (0, (10, 3))]
 
 
-PUBLISHED_MARKERS = "o^vD<>"
-MEASURED_MARKERS = "sPX*hpd8H"  # our series' hardware; past the last one the same markers again, hollow
+STRATEGY_STYLES = {"single": ":", "ddp": "-", "fsdp": "--", "zero3": "-."}  # line style of a strategy, every series
 
 
-def measured_marker(i: int) -> dict:
-    """Marker keywords of the ``i``-th hardware of our series: one of :data:`MEASURED_MARKERS`, filled, then the same
-    markers hollow, so that every origin (measured here, each reference run) keeps its own look in the legend."""
-    n = len(MEASURED_MARKERS)
-    return {"marker": MEASURED_MARKERS[i % n], **({"markerfacecolor": "none"} if (i // n) % 2 else {})}
+def _kind(series) -> str:
+    return "faithful" if series == "faithful" else "ours"
+
+
+def drawn_runs(ok: pd.DataFrame, fams: list[str]) -> pd.DataFrame:
+    """The rows of ours :func:`runtime_figure` draws: per hardware (:func:`figures.device_of`) the best faithful and
+    the best ours series of one run (most model families, then the least projected minutes per million tokens on the
+    first family it ran); every other run is in ``runs.csv``."""
+    if ok.empty:
+        return ok
+    ok = ok.assign(series=ok["series"].fillna("faithful") if "series" in ok else "faithful")
+    ok = ok.assign(_hardware=ok["device"].map(device_of), _kind=ok["series"].map(_kind))
+    order = {f: i for i, f in enumerate(fams)}
+
+    def rank(g):
+        first = min(g["family"], key=lambda f: order.get(f, len(order)))
+        return (-g["family"].nunique(), order.get(first, len(order)), g.loc[g["family"] == first, "_y"].min())
+
+    ok = ok.assign(_y=ok["projected_epoch_min"].fillna(ok["projected_min_per_mtok"]))
+    return best_per_hardware(ok, ["origin", "device", "series"], rank)
 
 
 def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_source: str) -> list[str]:
     """Runtime vs. devices, one row of panels per model family. Left: wall time per epoch (min), the published
-    series (dashed) and ours where the epoch size is known (projected epoch minutes: the same quantity on the same
-    axis, solid). Right, only where ours lack the epoch size: ours in minutes per million training tokens (another
-    quantity, its own axis, said in the title). Colour: strategy and attention (the same in every panel); marker:
-    the hardware of the series (published Gaudi generations, ours by origin and device); one legend for the figure,
-    each entry once. Returns the figure's problems (:func:`figures.figure_problems`)."""
-    from matplotlib.lines import Line2D
-
+    series and ours where the epoch size is known (projected epoch minutes: the same quantity on the same axis).
+    Right, only where ours lack the epoch size: ours in minutes per million training tokens, its own panel and axis
+    (another quantity: never on the epoch axis; the panel's title and the caption say so). Ours: per hardware the
+    best faithful and the best ours series (:func:`drawn_runs`). Colour: the series (published: its Gaudi
+    generation; ours: its run and series), one per legend entry; line style: the strategy, hollow markers: eager
+    attention (said in the figure's title). Returns the figure's problems (:func:`figures.figure_problems`)."""
     ok = ours[ours["status"] == "ok"] if not ours.empty else ours
     ref = ref.assign(attention=ref["flash_attention"].map(lambda f: "flash" if f else "eager"))
     fams = list(dict.fromkeys(list(ref["model"]) + (list(ok["family"]) if not ok.empty else [])))
-    combos = list(
-        dict.fromkeys(
-            [(s, a) for s, a in zip(ref["strategy"], ref["attention"])]
-            + ([(s, a) for s, a in zip(ok["strategy"], ok["attention"])] if not ok.empty else [])
-        )
-    )
-    colour = {c: f"C{i % 10}" for i, c in enumerate(combos)}
+    ok = drawn_runs(ok, fams)
     pub_hw = list(dict.fromkeys(ref["accelerator"]))
-    pub_marker = {h: PUBLISHED_MARKERS[i % len(PUBLISHED_MARKERS)] for i, h in enumerate(pub_hw)}
-    ours_keys = list(dict.fromkeys(zip(ok["origin"], ok["device"], ok["scale"]))) if not ok.empty else []
-    our_marker = {k: measured_marker(i) for i, k in enumerate(ours_keys)}
+    colours = iter(SERIES_COLOURS)
+    colour = {("published", h): next(colours) for h in pub_hw}
+    ours_keys = list(dict.fromkeys(zip(ok["origin"], ok["device"], ok["scale"], ok["series"]))) if not ok.empty else []
+    colour.update({k: next(colours) for k in ours_keys})
     per_tok_any = not ok.empty and ok["projected_epoch_min"].isna().any()
     ncols = 2 if per_tok_any else 1
     fig, axes = plt.subplots(
-        max(1, len(fams)), ncols, figsize=(5.6 * ncols, 2.9 * max(1, len(fams)) + 1.6), squeeze=False
+        max(1, len(fams)), ncols, figsize=(5.6 * ncols, 2.6 * max(1, len(fams)) + 1.6), squeeze=False
     )
-    used_combos, used_pub, used_ours, used_series = set(), set(), set(), set()
-    variants = set(ok["series"].dropna()) if not ok.empty and "series" in ok else set()
+    labels = {
+        ("published", h): series_label(published("Study B, Fig. 2, read off"), h.capitalize(), "paper") for h in pub_hw
+    }
+    labels.update({k: series_label(k[0], k[1], k[2], f"best {_kind(k[3])}: {k[3]}") for k in ours_keys})
     for row, fam in enumerate(fams):
         mine = ok[ok["family"] == fam] if not ok.empty else ok
         ax_e = axes[row, 0]
-        pub = ref[ref["model"] == fam]
         xs_e: set = set()
-        for _, g in pub.groupby("series", sort=False):
+        for _, g in ref[ref["model"] == fam].groupby("series", sort=False):
             g = g.sort_values("devices")
-            key = (g["strategy"].iloc[0], g["attention"].iloc[0])
-            hw = g["accelerator"].iloc[0]
-            ax_e.plot(g["devices"], g["minutes"], "--", marker=pub_marker[hw], ms=4, color=colour[key], alpha=0.8)
-            used_combos.add(key)
-            used_pub.add(hw)
+            key = ("published", g["accelerator"].iloc[0])
+            ax_e.plot(
+                g["devices"],
+                g["minutes"],
+                ls=STRATEGY_STYLES.get(g["strategy"].iloc[0], "-"),
+                marker="o",
+                ms=4,
+                color=colour[key],
+                markerfacecolor="none" if g["attention"].iloc[0] == "eager" else colour[key],
+                label=labels[key],
+            )
             xs_e |= set(g["devices"])
         epoch = mine[mine["projected_epoch_min"].notna()] if not mine.empty else mine
         per_tok = mine[mine["projected_epoch_min"].isna()] if not mine.empty else mine
@@ -97,26 +122,28 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
         ):
             if ax is None or d.empty:
                 continue
-            d = d.assign(series=d["series"].fillna("faithful")) if "series" in d else d.assign(series="faithful")
-            for (strat, att, origin, hw, scale, ser), g in d.groupby(
-                ["strategy", "attention", "origin", "device", "scale", "series"]
+            for (origin, hw, scale, ser, strat, att), g in d.groupby(
+                ["origin", "device", "scale", "series", "strategy", "attention"]
             ):
                 g = g.sort_values("devices")
+                key = (origin, hw, scale, ser)
                 ax.plot(
                     g["devices"],
                     g[col],
-                    ls=_series_style(ser, variants),
-                    **our_marker[(origin, hw, scale)],
+                    ls=STRATEGY_STYLES.get(strat, "-"),
+                    marker="s",
                     ms=6,
                     lw=1.8,
-                    color=colour[(strat, att)],
+                    color=colour[key],
+                    markerfacecolor="none" if att == "eager" else colour[key],
+                    label=labels[key],
                 )
-                used_series.add(ser)
-                used_combos.add((strat, att))
-                used_ours.add((origin, hw, scale))
                 xs |= set(g["devices"])
             if ax is not ax_e:
-                ax.set_title(f"{fam}: ours, per million tokens (epoch size unknown)", fontsize=FONT["label"])
+                ax.set_title(
+                    f"{fam}: ours, minutes per million tokens\n(epoch size unknown: not the published epoch minutes)",
+                    fontsize=FONT["label"],
+                )
                 ax.set_ylabel("time per 1M training tokens\n(min, projected)")
                 ax.set_xlabel("devices (count)")
                 ax.set_xticks(sorted(xs))
@@ -132,62 +159,33 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     for ax in list(axes.flat):  # no empty panel
         if not ax.get_lines():
             ax.remove()
-    handles = [
-        Line2D([], [], color=colour[c], lw=2, label=f"{c[0]}, {c[1]} attention") for c in combos if c in used_combos
-    ]
-    src = "Study B, Fig. 2, read off"
-    handles += [
-        Line2D(
-            [],
-            [],
-            color="k",
-            ls="--",
-            marker=pub_marker[h],
-            ms=5,
-            label=series_label(published(src), h.capitalize(), "paper"),
-        )
-        for h in pub_hw
-        if h in used_pub
-    ]
-    handles += [
-        Line2D(
-            [],
-            [],
-            color="k",
-            ls="-",
-            **our_marker[k],
-            ms=6,
-            label=series_label(k[0], k[1], k[2], "projected from the median step"),
-        )
-        for k in ours_keys
-        if k in used_ours
-    ]
-    if len(used_series) > 1:  # ours in two series: the line style tells them apart
-        handles += [
-            Line2D([], [], color="0.4", ls=_series_style(ser, variants), lw=1.8, label=f"our runs, series: {ser}")
-            for ser in sorted(used_series)
-        ]
-    # two legend columns only where the longest label fits half the figure's width (about 0.55 em per character,
-    # plus the handle): long reference-run labels otherwise run off the canvas
-    longest = max((len(h.get_label()) for h in handles), default=0)
-    two = ncols > 1 and 2 * ((longest + 6) * 0.55 * (FONT["legend"] + 1) / 72) < 0.97 * fig.get_figwidth()
+    handles: dict = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
     if handles:
-        fig.legend(
-            handles=handles,
-            fontsize=FONT["legend"] + 1,
-            loc="lower left",
-            bbox_to_anchor=(0.01, 0.01),
-            ncol=2 if two else 1,
-        )
-    rows = (len(handles) + 1) // 2 if two else len(handles)
+        from matplotlib.lines import Line2D
+
+        # the entry shows the series' colour with a plain solid line (the line style is the strategy)
+        proxies = [
+            Line2D([], [], color=h.get_color(), marker=h.get_marker(), ms=5, label=lab) for lab, h in handles.items()
+        ]
+        fig.legend(handles=proxies, fontsize=FONT["legend"] + 1, loc="lower left", bbox_to_anchor=(0.01, 0.01))
+    rows = len(handles)
+    styles = ", ".join(
+        f"{k}: {'dotted' if v == ':' else 'solid' if v == '-' else 'dashed' if v == '--' else 'dash-dot'}"
+        for k, v in STRATEGY_STYLES.items()
+    )
     title = wrap(
-        f"Study B LoRA fine-tuning runtime vs. devices. Published series: {ref_source.rstrip(':')}",
+        f"Study B LoRA fine-tuning runtime vs. devices; ours: per hardware the best faithful and the best ours series "
+        f"(every run: runs.csv). Line: strategy ({styles}); hollow markers: eager attention, filled: flash. "
+        f"Published series: {ref_source.rstrip(':')}",
         fig,
         FONT["title"],
     )
     fig.suptitle(title, fontsize=FONT["title"])
     legend_in = 0.2 * rows + 0.3  # the legend's height (inches) below the panels, which keep theirs
     title_in = text_height_in(title.count("\n") + 1, FONT["title"]) + 0.1  # the title's lines above them
-    fig.set_figheight(2.9 * max(1, len(fams)) + 1.3 + legend_in + title_in)
+    fig.set_figheight(2.4 * max(1, len(fams)) + 0.6 + legend_in + title_in)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - title_in / fig.get_figheight()))
-    return save_figure(fig, path, dpi=130)
+    return save_figure(fig, path, dpi=120)

@@ -7,71 +7,99 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from accelbench.aggregate.figures import FONT, published, save_figure, series_label, text_height_in, wrap
+from accelbench.aggregate.figures import (
+    FONT,
+    SERIES_COLOURS,
+    best_per_hardware,
+    device_of,
+    published,
+    save_figure,
+    series_label,
+    text_height_in,
+    wrap,
+)
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
 
 LEGEND_WRAP = 72  # characters per legend line: two columns fit the 13-inch figure
-MEASURED_COLOURS = [matplotlib.colormaps["tab20"](k) for k in range(20)]
+
+
+def _kind(series: str) -> str:
+    """``faithful`` for the Study B-faithful and paper-text series (the studies' settings), ``ours`` otherwise."""
+    return "faithful" if series in ("faithful", "paper_text") else "ours"
+
+
+def _rank(g: pd.DataFrame) -> tuple:
+    """Smaller is better: paper scale first, then the least time for Study B's 40,000 iterations at any device count
+    (small scale: median iteration / devices, the same ordering), then more device counts."""
+    paper = (g["scale"] == "paper").all()
+    t = g["study_b_40k_minutes_projection"] if paper else g["iteration_ms"] / g["devices"]
+    return (not paper, float(pd.to_numeric(t, errors="coerce").min()), -g["devices"].nunique())
+
+
+def drawn_series(df: pd.DataFrame) -> pd.DataFrame:
+    """The measured rows :func:`fig_scaling` draws: finished runs; per hardware (:func:`figures.device_of`) the
+    best faithful curve and the best ours curve (:func:`_rank`; a curve: one origin, device, configuration and scale
+    over device counts). Every other run is in ``scaling.csv``."""
+    ok = df[df["status"] == "ok"] if "status" in df else df
+    if ok.empty:
+        return ok
+    hw_col = "device" if "device" in ok else "hardware"
+    ok = ok.assign(_hardware=ok[hw_col].map(device_of), _kind=ok["series"].map(_kind))
+    ok = ok[pd.to_numeric(ok["iteration_ms"], errors="coerce").notna()]
+    return best_per_hardware(ok, [hw_col, "configuration", "scale", "origin"], _rank)
 
 
 def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Path) -> list[str]:
     """Two panels. Left: wall time (minutes) of Study B's 40,000-iteration workload vs. devices for the published
     series and for measured series at *paper* scale only (a small-scale projection is not the same workload and
     never shares this time axis). Right: speedup over 1 device, T(1)/T(N), for every series of any scale (the
-    normalised comparison), with ideal linear scaling dotted. Returns the figure's problems."""
+    normalised comparison), with ideal linear scaling dotted grey. Measured: per hardware the best faithful and the
+    best ours curve (:func:`drawn_series`), the others in the tables. One colour per series
+    (:data:`figures.SERIES_COLOURS`), published circles dashed, measured squares solid. Returns the figure's
+    problems."""
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 6))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    ok = df[df["status"] == "ok"] if "status" in df else df
+    ok = drawn_series(df)
     all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
-    for i, (system, g) in enumerate(ref.groupby("system", sort=False)):
+    colours = iter(SERIES_COLOURS)
+    for system, g in ref.groupby("system", sort=False):
         g = g.sort_values("devices")
-        label = series_label(published("Study B"), REFERENCE_LABELS.get(system, system), "paper", "fp32")
-        ax_t.plot(
-            g["devices"], g["minutes"], "--o", color=colors[i % len(colors)], alpha=0.8, markersize=4, label=label
-        )
         per = REFERENCE_DEVICES_PER_NODE.get(system)
         multi_ref = g[g["devices"] > per] if per else g.iloc[:0]
-        if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes)
+        nodes = (
+            (int(multi_ref["devices"].min()) // per, int(multi_ref["devices"].max()) // per) if len(multi_ref) else ()
+        )
+        circled = [f"circled: {nodes[0]}-{nodes[1]} nodes of {per}"] if nodes else []
+        label = series_label(published("Study B"), REFERENCE_LABELS.get(system, system), "paper", "fp32", *circled)
+        color = next(colours)
+        ax_t.plot(g["devices"], g["minutes"], "--o", color=color, alpha=0.8, markersize=4, label=label)
+        if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes), said in its label
             ax_t.scatter(
                 multi_ref["devices"],
                 multi_ref["minutes"],
                 s=90,
                 facecolors="none",
-                edgecolors="grey",
+                edgecolors=color,
                 linewidths=1.2,
                 zorder=4,
-                label=f"multi-node points ({per} devices per node)",
+                label="_multi-node",
             )
         t1 = g.loc[g["devices"] == 1, "minutes"]
         if len(t1):
-            ax_s.plot(
-                g["devices"],
-                float(t1.iloc[0]) / g["minutes"],
-                "--o",
-                color=colors[i % len(colors)],
-                alpha=0.8,
-                markersize=4,
-                label=label,
-            )
+            ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=color, alpha=0.8, markersize=4)
     small, with_totals = [], False
-    for j, ((hw, prec, scale, origin), g) in enumerate(
+    hw_col = "device" if "device" in ok else "hardware"
+    for (hw, prec, scale, origin), g in (
         # one curve per device type: the label without a count (each point's count is its x)
-        ok.groupby(["device" if "device" in ok else "hardware", "configuration", "scale", "origin"], sort=True)
-        if not ok.empty
-        else []
+        ok.groupby([hw_col, "configuration", "scale", "origin"], sort=True) if not ok.empty else []
     ):
         g = g.sort_values("devices")
-        # measured series: black, then tab20's 20 colours (published series draw circles, these squares, so the
-        # two never look alike); past 21 series the marker changes too, so no two entries look the same
-        color = "black" if j == 0 else MEASURED_COLOURS[(j - 1) % len(MEASURED_COLOURS)]
-        mark = "s" if j <= len(MEASURED_COLOURS) else "D"
-        label = series_label(origin, hw, scale, prec)
+        color = next(colours)
+        label = series_label(origin, hw, scale, f"best {_kind(g['series'].iloc[0])}: {prec}")
         multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
         if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
             ax_m = ax_t if scale == "paper" else ax_s
@@ -97,9 +125,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                     xytext=(6, 6),
                 )
         if scale == "paper":
-            ax_t.plot(
-                g["devices"], g["study_b_40k_minutes_projection"], f"-{mark}", color=color, linewidth=2, label=label
-            )
+            ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2, label=label)
             total = (
                 g.dropna(subset=["study_b_40k_minutes_measured_plus_projected"])
                 if "study_b_40k_minutes_measured_plus_projected" in g
@@ -114,31 +140,14 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
                     markerfacecolor="none",
                     linewidth=1.2,
                     label="_total",
-                )  # one legend entry for all: below
+                )  # said in the panel's title
                 with_totals = True
         else:
             small.append(label)
-        t1 = g.loc[g["devices"] == 1, "iteration_ms"]
-        if len(t1):  # strong scaling: speedup = T(1) / T(N) = t_iter(1) * iters(1) / (t_iter(N) * iters(N))
-            ax_s.plot(g["devices"], g["speedup_vs_1"], f"-{mark}", color=color, linewidth=2, label=label)
+        if len(g["devices"].unique()) > 1 and (g["devices"] == 1).any():  # T(1) / T(N): needs 1 and N devices
+            ax_s.plot(g["devices"], g["speedup_vs_1"], "-s", color=color, linewidth=2, label=label)
     n = np.array(sorted(all_n)) if all_n else np.array([1])
-    ax_s.plot(n, n, ":", color="grey", linewidth=1, label="ideal linear speedup")
-    if with_totals:  # one entry for every series' dotted total (its colour is the series')
-        from matplotlib.lines import Line2D
-
-        ax_t.add_line(
-            Line2D(
-                [],
-                [],
-                ls=":",
-                marker="s",
-                color="0.35",
-                markerfacecolor="none",
-                linewidth=1.2,
-                label="dotted, open squares (colour of the series): the iterations run, compilation "
-                "included, + the median for the rest",
-            )
-        )
+    ax_s.plot(n, n, ":", color="grey", linewidth=1, label="_ideal")  # said in the panel's title
     # small-scale series: under the axis, not in a box over the curves; their labels are in the legend
     note = f"\n{len(small)} small-scale series not on this time axis (another workload): see the speedup panel"
     ax_t.set_xlabel("devices (count)" + (wrap(note, fig, FONT["label"], 0.45) if small else ""))
@@ -146,19 +155,27 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     ax_t.set_xscale("log", base=2)
     ax_t.set_yscale("log")
     ax_t.set_title(
-        "wall time at paper scale (log-log;\nmeasured: projected from the median iteration)", fontsize=FONT["label"]
-    )  # dotted: with the iterations run (its legend entry says so)
+        "wall time at paper scale (log-log); measured: projected from\nthe median iteration"
+        + (
+            "; dotted, open squares: the iterations run\n(compilation included) + the median for the rest"
+            if with_totals
+            else ""
+        ),
+        fontsize=FONT["label"],
+    )
     ax_s.set_xlabel("devices (count)")
     ax_s.set_ylabel("speedup over 1 device, T(1) / T(N) (x)")
-    ax_s.set_title("speedup over 1 device, every scale (log-log)", fontsize=FONT["label"])
+    ax_s.set_title(
+        "speedup over 1 device, every scale (log-log);\ndotted grey: ideal linear speedup", fontsize=FONT["label"]
+    )
     ax_s.set_xscale("log", base=2)
     ax_s.set_yscale("log", base=2)
     for ax in (ax_t, ax_s):
         ax.set_xticks(n, [str(int(v)) for v in n])
         ax.grid(True, which="both", alpha=0.3)
-    handles, labels = ax_s.get_legend_handles_labels()
     th, tl = ax_t.get_legend_handles_labels()
-    uniq = dict(zip(labels + tl, handles + th))
+    handles, labels = ax_s.get_legend_handles_labels()
+    uniq = dict(zip(tl + labels, th + handles))
     # two columns of labels wrapped to half the figure's width (a reference run's label names its hardware)
     shown = [textwrap.fill(label, LEGEND_WRAP) for label in uniq]
     fig.legend(
@@ -171,7 +188,12 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     )
     lines = sum(max(s.count("\n") + 1 for s in shown[i : i + 2]) for i in range(0, len(shown), 2))
     fig.suptitle(
-        wrap(f"Study B SR3 strong scaling (iterations x devices constant). Published: {source}", fig, FONT["title"]),
+        wrap(
+            f"Study B SR3 strong scaling (iterations x devices constant); measured: per hardware the best faithful and "
+            f"the best ours run (every run: scaling.csv). Published: {source}",
+            fig,
+            FONT["title"],
+        ),
         fontsize=FONT["title"],
     )
     # the legend's height (inches: its lines at 1.45 x the font size, padding, the note under the time axis) goes

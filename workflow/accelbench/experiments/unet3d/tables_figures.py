@@ -17,7 +17,10 @@ import pandas as pd
 from accelbench.aggregate.common import status_cell
 from accelbench.aggregate.figures import (
     FONT,
-    MAX_HEIGHT_PX,
+    MAX_LEGEND_ENTRIES,
+    SERIES_COLOURS,
+    best_per_hardware,
+    device_of,
     published,
     save_figure,
     series_label,
@@ -78,46 +81,79 @@ def published_speedups(claims: pd.DataFrame | None) -> pd.DataFrame:
     )
 
 
+FAITHFUL = ("baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d")  # Study A's four, autotuning off
+RUN = [*KEY, "hardware"]  # one run of one network on one device (two systems may share a hardware label)
+
+
+def drawn_rows(df: pd.DataFrame, speedups: bool = False) -> pd.DataFrame:
+    """The rows Study A's figures draw: per hardware (:func:`figures.device_of`), the best faithful run's bars of
+    Study A's four configurations (:data:`FAITHFUL`: the run with most of them finished, Med-DDPM's own network
+    first, then the fewest noisy) and the best ours configuration (the fastest finished training step of every other
+    configuration, Med-DDPM's network first). ``speedups``: only rows with a speedup (a run without its baseline has
+    none). Columns ``_hardware`` and ``_kind`` (``faithful`` / ``ours``) added. Every other row is in the table."""
+    ok = df[df["status"] == "ok"]
+    if speedups:
+        ok = ok[pd.to_numeric(ok["speedup_vs_baseline"], errors="coerce").notna()]
+    if ok.empty:
+        return ok.assign(_hardware=[], _kind=[])
+    ok = ok.assign(
+        _hardware=ok["hardware"].map(device_of),
+        _kind=["faithful" if c in FAITHFUL else "ours" for c in ok["configuration"]],
+    )
+    other_net = ok.get("network", pd.Series("med_ddpm", index=ok.index)) != "med_ddpm"
+    ok = ok.assign(_other_net=other_net, _noisy=ok.get("noise", pd.Series(index=ok.index)) == "noisy")
+    faithful = best_per_hardware(
+        ok[ok["_kind"] == "faithful"],
+        RUN,
+        lambda g: (-len(g), bool(g["_other_net"].iloc[0]), int(g["_noisy"].sum())),
+    )
+    ours = best_per_hardware(
+        ok[ok["_kind"] == "ours"],
+        [*RUN, "configuration"],
+        lambda g: (bool(g["_other_net"].iloc[0]), bool(g["_noisy"].iloc[0]), float(g["train_step_ms"].iloc[0])),
+    )
+    return pd.concat([faithful, ours]).drop(columns=["_other_net", "_noisy"])
+
+
 def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None = None) -> list[str]:
-    """Horizontal grouped bars: speedup over baseline per configuration (rows), one colour per (hardware, model)
-    series; whiskers span the speedups implied by the p90 and p10 step times; results flagged noisy are hatched
-    (a legend entry says so, nothing is written over a bar); published speedup ranges (``claims``, metric
-    ``speedup_x``) as black range markers on their configuration's row. Returns the figure's problems."""
+    """Horizontal grouped bars: speedup over baseline per configuration (rows); per hardware two series
+    (:func:`drawn_rows`): the best faithful run's four Study A configurations and the best ours configuration, each
+    over its own run's baseline (``baseline``, or ``baseline_autotuned`` for an autotuned configuration), one colour
+    each; whiskers span the speedups implied by the p90 and p10 step times; results flagged noisy are hatched (a
+    legend entry says so, nothing is written over a bar); published speedup ranges (``claims``, metric
+    ``speedup_x``) as shaded bands on their configuration's row. Returns the figure's problems."""
     from matplotlib.patches import Patch
 
-    confs = [c for c in ORDER if c in set(df["configuration"])]
-    groups = list(df.groupby([*KEY, "hardware"]))  # two systems may share a hardware label
+    shown = drawn_rows(df, speedups=True)
+    confs = [c for c in ORDER if c in set(shown["configuration"]) or (c in FAITHFUL and c in set(df["configuration"]))]
+    groups = list(shown.groupby(["_hardware", "_kind"], sort=True))
     pub = published_speedups(claims)
     pub = pub[pub["configuration"].isin(confs)]
     height = 0.8 / max(1, len(groups))
-    fig, ax = plt.subplots(figsize=(10, 2.4 + 0.32 * len(confs) * max(1, len(groups)) ** 0.5))
+    fig, ax = plt.subplots(figsize=(10, 2.6 + 0.3 * len(confs) * max(1, len(groups)) ** 0.5))
     y0 = np.arange(len(confs))[::-1]  # first configuration on top
     row = dict(zip(confs, y0))
     any_noisy = False
-    missing: dict[str, list[str]] = {}
-    for gi, (gkey, g) in enumerate(groups):
-        hw = gkey[-1]
-        label = _series(g)
-        g = g.set_index("configuration")
-        for c in confs:
-            if c not in g.index:
-                continue
-            r = g.loc[c]
+    colours = iter(SERIES_COLOURS)
+    for gi, (_, g) in enumerate(groups):
+        label = _series(g) + f", best {g['_kind'].iloc[0]}"
+        colour = next(colours)
+        for _, r in g.iterrows():
+            c = r["configuration"]
             y = row[c] - gi * height
-            if r["status"] != "ok":  # said in the row's label, never written over a bar
-                missing.setdefault(c, []).append(f"{_short(hw)}: {status_cell({'status': r['status']})}")
-                continue
             s = r["speedup_vs_baseline"]
-            base = "baseline" + AUTOTUNED if c.endswith(AUTOTUNED) else "baseline"  # each series' own baseline
-            lo = s - g.loc[base, "train_step_ms"] / r["train_step_p90_ms"] if base in g.index else 0
-            hi = g.loc[base, "train_step_ms"] / r["train_step_p10_ms"] - s if base in g.index else 0
+            base = "baseline" + AUTOTUNED if c.endswith(AUTOTUNED) else "baseline"  # each run's own baseline
+            b = df[(df[RUN] == r[RUN]).all(axis=1) & (df["configuration"] == base) & (df["status"] == "ok")]
+            base_ms = float(b["train_step_ms"].iloc[0]) if len(b) else None
+            lo = s - base_ms / r["train_step_p90_ms"] if base_ms else 0
+            hi = base_ms / r["train_step_p10_ms"] - s if base_ms else 0
             noisy = r.get("noise") == "noisy"  # measurements.noise: other load on the host or a wide spread
             any_noisy |= noisy
             ax.barh(
                 y,
                 s,
                 height,
-                color=f"C{gi}",
+                color=colour,
                 xerr=[[max(lo, 0)], [max(hi, 0)]],
                 capsize=2,
                 label=label,
@@ -142,9 +178,10 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
             ),
         )
     ax.axvline(1.0, color="k", lw=0.8, ls="--")
+    not_run = _not_run(df, confs)  # said in the row's label, never written over a bar
     ax.set_yticks(
         y0 - height * (len(groups) - 1) / 2,
-        [f"{c} ({'; '.join(missing[c])})" if c in missing else c for c in confs],
+        [f"{c} ({status_cell(not_run[c].to_dict())})" if c in not_run else c for c in confs],
         fontsize=FONT["tick"],
     )
     ax.set_ylabel("configuration")
@@ -153,8 +190,9 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
         wrap(
             _title(
                 df,
-                "training-step speedup over each system's baseline (bar: median step time; "
-                "whiskers: speedup at the p90 and p10 step times)",
+                "training-step speedup over each run's baseline (bar: median step time; whiskers: speedup at the "
+                "p90 and p10 step times); per hardware the best faithful run and the best ours configuration "
+                "(every run: table.csv)",
             ),
             fig,
             FONT["label"],
@@ -177,8 +215,20 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
             loc="lower left",
             bbox_to_anchor=(0.01, 0.01),
         )
-    fig.tight_layout(rect=(0, min(0.5, (0.25 * len(uniq) + 0.2) / fig.get_figheight()), 1, 1))
+    fig.set_figheight(fig.get_figheight() + 0.16 * len(uniq))
+    fig.tight_layout(rect=(0, min(0.5, (0.16 * len(uniq) + 0.2) / fig.get_figheight()), 1, 1))
     return save_figure(fig, path)
+
+
+def _not_run(df: pd.DataFrame, confs: list[str]) -> dict:
+    """Per configuration of the figure, one row of it that did not finish where none of it did (its status said
+    below the axis instead of an empty row)."""
+    out = {}
+    for c in confs:
+        rows = df[df["configuration"] == c]
+        if len(rows) and not (rows["status"] == "ok").any():
+            out[c] = rows.iloc[0]
+    return out
 
 
 def _short(hardware: str) -> str:
@@ -250,10 +300,14 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
 
 
-def _page_dpi(fig, dpi: int = 150) -> int:
-    """``dpi``, or less where the figure would be taller than a page at it (:data:`MAX_HEIGHT_PX`: every reference
-    run's bars in one figure); the text keeps its size in points."""
-    return max(72, min(dpi, int(MAX_HEIGHT_PX / fig.get_figheight())))
+def _drawn_bars(df: pd.DataFrame) -> pd.DataFrame:
+    """The bars of the kernel figures: :func:`drawn_rows`, per hardware faithful then ours, configurations in
+    :data:`ORDER`."""
+    rows = drawn_rows(df)
+    if rows.empty:
+        return rows
+    order = {c: i for i, c in enumerate(ORDER)}
+    return rows.assign(_order=rows["configuration"].map(order)).sort_values(["_hardware", "_kind", "_order"])
 
 
 def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
@@ -269,41 +323,53 @@ def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
 
 
 def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
-    """Stacked horizontal bars: share of device time per kernel class (one colour each, :data:`CLASS_COLOURS`),
-    one bar per (hardware, configuration)."""
-    ok = df[df["status"] == "ok"]
+    """Stacked horizontal bars: share of device time per kernel class (one colour each, :data:`CLASS_COLOURS`; a
+    class with no time in any bar is left out of the legend, past :data:`figures.MAX_LEGEND_ENTRIES` classes the
+    smallest are counted in ``other`` and named there), one bar per configuration of the runs
+    :func:`drawn_rows` picks (per hardware the best faithful run and the best ours configuration)."""
+    ok = _drawn_bars(df)
     if ok.empty:
         return _nothing_ran(df, path, "kernel-time breakdown of one training step")
     fig, ax, y = _hbar_figure(ok)
     left = np.zeros(len(ok))
-    for cls in CLASSES:
-        vals = ok[f"share_{cls}"].to_numpy(dtype=float)
-        ax.barh(y, vals, left=left, color=CLASS_COLOURS[cls], label=cls.replace("_", " "))
+    shares = {c: np.nan_to_num(ok[f"share_{c}"].to_numpy(dtype=float)) for c in CLASSES}
+    # at most MAX_LEGEND_ENTRIES classes: the largest (by their largest share) apart, the rest counted in "other"
+    named = sorted((c for c in CLASSES if c != "other" and shares[c].any()), key=lambda c: -shares[c].max())
+    folded = named[MAX_LEGEND_ENTRIES - 1 :]
+    for c in folded:
+        shares["other"] = shares["other"] + shares.pop(c)
+    for cls in [c for c in CLASSES if c in shares and shares[c].any()]:
+        vals = shares[cls]
+        label = cls.replace("_", " ") + (f" (with {', '.join(folded)})" if cls == "other" and folded else "")
+        ax.barh(y, vals, left=left, color=CLASS_COLOURS[cls], label=label.replace("_", " "))
         left += vals
     ax.set_xlabel("share of device time (fraction)")
     ax.set_xlim(0, 1)
     _hbar_finish(fig, ax, ok, y, df, "kernel-time breakdown of one training step")
     ax.get_legend().set_title("kernel class")
-    return save_figure(fig, path, dpi=_page_dpi(fig))
+    return save_figure(fig, path)
 
 
 def fig_counts(df: pd.DataFrame, path: str | Path) -> list[str]:
-    """Horizontal bars: kernel launches per training step, with the layout-conversion and cast/copy parts hatched."""
-    ok = df[df["status"] == "ok"]
+    """Horizontal bars: kernel launches per training step, with the layout-conversion and cast/copy parts hatched; the
+    bars of :func:`fig_breakdown`."""
+    ok = _drawn_bars(df)
     if ok.empty:
         return _nothing_ran(df, path, "kernel launches per training step")
     fig, ax, y = _hbar_figure(ok)
     ax.barh(y, ok["kernel_count"], color="C0", label="all kernels")
-    ax.barh(y, ok["layout_conversion_kernels"], color="C3", hatch="//", label="layout-conversion kernels")
-    if "cast_copy_kernels" in ok:
+    layout = ok["layout_conversion_kernels"].fillna(0)
+    if layout.any():  # no legend entry without a bar
+        ax.barh(y, layout, color="C3", hatch="//", label="layout-conversion kernels")
+    if "cast_copy_kernels" in ok and ok["cast_copy_kernels"].fillna(0).any():
         ax.barh(
             y,
             ok["cast_copy_kernels"].fillna(0),
-            left=ok["layout_conversion_kernels"],
+            left=layout,
             color="C1",
             hatch="..",
             label="cast / copy kernels",
         )
     ax.set_xlabel("kernels per training step (count)")
     _hbar_finish(fig, ax, ok, y, df, "kernel launches per training step")
-    return save_figure(fig, path, dpi=_page_dpi(fig))
+    return save_figure(fig, path)

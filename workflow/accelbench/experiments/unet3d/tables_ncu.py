@@ -269,6 +269,8 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list
     handles = [Patch(facecolor="C1", hatch="//", label=series_label(published_origin(src), f"NVIDIA {gpus}", "paper"))]
     for o in origins:
         mine = ok[ok["origin"] == o]
+        if mine[list(RATIOS)].isna().all(axis=None):  # no bar of this origin: no legend entry
+            continue
         scale = "/".join(sorted(set(mine["scale"].dropna()))) if "scale" in mine else None
         handles.append(
             Patch(facecolor=colour[o], label=series_label(o, "; ".join(sorted(set(mine["hardware"]))), scale or None))
