@@ -596,7 +596,20 @@ def test_merged_results_keep_their_origin(tmp_path):
     b13 = shown[shown["claim_id"] == "b13"].set_index("system")
     assert b13.loc["h100", "origin"] == "copied in (host gpu-node-17)" and b13.loc["cpu", "origin"] == "measured here"
     assert verdict(df, "b13", "h100")["verdict"] == "partly measured (1 of 2)"  # still judged, as an H100
-    assert copied_in({"environment": {"host": "a"}}, host="a") is None and copied_in({}, host="a") is None
+    assert copied_in({"environment": {"host": "a"}}, host="a", system="") is None
+    assert copied_in({}, host="a", system="") is None
+
+
+def test_origin_inside_a_run_follows_the_runs_system_not_the_host(monkeypatch):
+    """On a cluster every job records its own node: inside a run (the Snakefile names its system) a result of the
+    run's own system is measured here whatever host it names; another system's result was copied in."""
+    from accelbench.aggregate.common import RUN_SYSTEM_ENV, copied_in
+
+    own, merged = fr.sr3("h100", 1, 100.0), fr.sr3("h200", 1, 90.0)
+    own["environment"]["host"], merged["environment"]["host"] = "compute-03", "gpu-node-17"
+    monkeypatch.setenv(RUN_SYSTEM_ENV, "h100")
+    assert copied_in(own, host="login-1") is None
+    assert copied_in(merged, host="login-1") == "copied in (h200, host gpu-node-17)"
 
 
 def test_the_floor_rule_applies_outside_the_claims_hardware_too(tmp_path):

@@ -67,6 +67,8 @@ wildcard_constraints:
     scale="small|paper",
 
 
+# the system this run measures: an aggregation labels results of other systems "copied in" (accelbench.aggregate.common)
+os.environ["ACCELBENCH_RUN_SYSTEM"] = SYSTEM.name
 RC = RuleContext(config, SYSTEM, RESULTS, REPO)  # what the experiments' rule functions read (experiments/*/rules.py)
 
 

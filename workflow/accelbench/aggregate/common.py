@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -47,11 +48,25 @@ def load_results(paths: list[str | Path]) -> list[dict]:
 COPIED_IN = "copied in"  # the origin of a result measured on another machine and merged into this checkout
 
 
-def copied_in(result: dict, host: str | None = None) -> str | None:
-    """``copied in (host gpu-node)`` for a result whose provenance names another machine than this one (``host``:
-    this machine's name, by default ``socket.gethostname()``), None for one measured here (or naming no host): a
-    merged result keeps its origin instead of reading ``measured here``."""
+RUN_SYSTEM_ENV = "ACCELBENCH_RUN_SYSTEM"  # the system this checkout's run measures (set by workflow/rules/common.smk)
+
+
+def copied_in(result: dict, host: str | None = None, system: str | None = None) -> str | None:
+    """``copied in (h100, host gpu-node)`` for a result merged into this checkout from another machine, None for one
+    this run's system measured: a merged result keeps its origin instead of reading ``measured here``.
+
+    Inside a Snakemake run the run's own system (``system``, default the ``ACCELBENCH_RUN_SYSTEM`` variable the
+    Snakefile sets) decides: a result of another system (``config.system.name``) was copied in, whatever host it
+    names (the jobs of a Slurm or Kubernetes run each record their own node, which is no sign of a merge). Outside a
+    run (no system known), a result naming another host than this one (``host``, default ``socket.gethostname()``)
+    counts as copied in."""
     recorded = str((result.get("environment") or {}).get("host") or "").strip()
+    run_system = system if system is not None else os.environ.get(RUN_SYSTEM_ENV, "")
+    if run_system:
+        name = str(((result.get("config") or {}).get("system") or {}).get("name") or "")
+        if not name or name == run_system:
+            return None
+        return f"{COPIED_IN} ({name}" + (f", host {recorded})" if recorded else ")")
     here = host if host is not None else socket.gethostname()
     return f"{COPIED_IN} (host {recorded})" if recorded and recorded != here else None
 
