@@ -103,13 +103,13 @@ def job_limit_reason(system, plan: NodePlan) -> str | None:
 # --------------------------------------------------------------------------- Slurm request (rules)
 def load_site(path: str | Path | None = None) -> dict:
     """The Slurm site file (``slurm/site.yaml``, or ``$ACCELBENCH_SLURM_SITE``); {} when absent. Read as config
-    files are (:func:`accelbench.core.config.read_yaml`): a plain file of bounded size (a FIFO or ``/dev/zero`` is
+    files are (:func:`accelbench.core.files.read_yaml`): a plain file of bounded size (a FIFO or ``/dev/zero`` is
     refused, never opened: every DAG build reads it), no key given twice, no alias bomb.
 
     Raises:
         ConfigError: unreadable, not YAML, a duplicate key, or not a mapping; one line naming the file.
     """
-    from accelbench.core.config import read_yaml
+    from accelbench.core.files import read_yaml
 
     path = Path(path or os.environ.get("ACCELBENCH_SLURM_SITE") or "slurm/site.yaml")
     if not os.path.lexists(path):
