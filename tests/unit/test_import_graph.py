@@ -140,7 +140,8 @@ def test_no_import_cycle_anywhere():
 # The rooms of the package from the bottom up; a module may import its own room and rooms below it, never above.
 # Experiments sit above the engines that run and aggregate them, and the CLI above everything.
 FLOORS = (
-    ("accelbench.errors", "accelbench.quiet", "accelbench.terminal_fd"),
+    # core.files: the one bounded read of a user's file (imports only errors), used on every floor
+    ("accelbench.errors", "accelbench.quiet", "accelbench.terminal_fd", "accelbench.core.files"),
     ("accelbench.backends",),
     ("accelbench.measure",),
     ("accelbench.cluster", "accelbench.data", "accelbench.models"),

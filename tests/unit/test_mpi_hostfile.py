@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import subprocess
 import sys
 import textwrap
 
@@ -67,8 +68,64 @@ def test_hostfile_parsing_and_bad_lines(tmp_path):
         with pytest.raises(ConfigError, match="MPI hostfile .*hostfile" + why.replace("(", r"\(")) as err:
             mh.parse_hostfile(f)
         assert "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match="MPI hostfile .*missing: unreadable"):
+    with pytest.raises(ConfigError, match="MPI hostfile not found: .*missing"):
         mh.parse_hostfile(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["a;touch${IFS}x", "$(id)", "--mca", "-np", "b,c", "h\x1b[2J"],
+)
+def test_hostfile_refuses_hosts_that_are_not_names(tmp_path, host):
+    """Issue 56 (WEAK): `a;...`, `$(...)`, `--mca` and `b,c` went verbatim into mpirun's argv (an option, or two hosts
+    of its `--host` list); now one line naming the file, the line and the host."""
+    f = tmp_path / "hostfile"
+    f.write_text(f"good slots=2\n{host} slots=2\n")
+    with pytest.raises(ConfigError, match=r"MPI hostfile .*hostfile line 2: .* is not a host name or address") as err:
+        mh.parse_hostfile(f)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("slots", ["\u00b2", "\u0663", "1234567"])
+def test_hostfile_slots_are_ascii_digits(tmp_path, slots):
+    """Issue 56 (WEAK): `slots=²` passed str.isdigit and ended in a bare ValueError from int()."""
+    f = tmp_path / "hostfile"
+    f.write_text(f"h1 slots={slots}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="line 1: .*slots must be a whole number"):
+        mh.parse_hostfile(f)
+
+
+@pytest.mark.timeout(20)
+def test_hostfile_fifo_is_one_line_not_a_hang(tmp_path):
+    """Issue 56 cause C: a hostfile at a FIFO blocked the launcher for ever (Path.read_text waits for a writer)."""
+    import os
+
+    f = tmp_path / "hostfile"
+    os.mkfifo(f)
+    code = "import sys; from accelbench.cluster import mpi_hostfile as mh; mh.parse_hostfile(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, timeout=15)
+    assert proc.returncode != 0
+    assert "not a plain file" in proc.stderr and str(f) in proc.stderr
+    alloc = mh.allocation({mh.OPEN_MPI_VAR: str(f)})  # the launcher's view: the reason, not a hang
+    assert alloc["error"] and "not a plain file" in alloc["error"]
+
+
+def test_hostfile_parsing_is_linear_and_size_capped(tmp_path):
+    """Issue 56 cause C: each line was checked against every earlier host (20k lines 9 s, 40k 40 s, 10 MB > 120 s).
+    Now 50k distinct hosts parse in well under a second, and a 10 MB file is refused by its size at once."""
+    import time
+
+    f = tmp_path / "hostfile"
+    f.write_text("".join(f"worker-{i}.job.ns.svc slots=8\n" for i in range(50_000)))  # ~1.5 MB
+    t0 = time.perf_counter()
+    assert len(mh.parse_hostfile(f)) == 50_000
+    assert time.perf_counter() - t0 < 1.0
+    big = tmp_path / "big"
+    big.write_text("".join(f"w{i} slots=1\n" for i in range(1_000_000)))  # ~11 MB
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"MPI hostfile .*big: \d+ bytes, more than such a file has"):
+        mh.parse_hostfile(big)
+    assert time.perf_counter() - t0 < 1.0
 
 
 def test_detects_an_mpijob_launcher(tmp_path):

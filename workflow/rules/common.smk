@@ -215,7 +215,9 @@ def get_final_output(results=True):
 # --------------------------------------------------------------------------- superseded results
 def stale_results():
     """Finished results of this system (the final targets) that are not current: their recorded settings
-    (`spec_sha256`, the sha256 of the job's spec file) differ from the config's now, the contents of the input
+    (`spec_sha256`, the sha256 of the job's spec file, which holds the digests of the experiment's own data files:
+    SR3's maps, Study A's scans, LoRA's instruction file and local model) differ from the config's now or are not
+    recorded, the contents of the input
     files they were made from (`inputs_sha256`) differ from the files' now (accelbench.core.digests: Snakemake's
     restore of a result after a failed job gives it a new time), or a redo of them was killed
     (the journal `.redo.json` beside them, accelbench.core.results.redo_journal). Each is marked not current
@@ -243,10 +245,12 @@ def stale_results():
                 try:
                     made = read_json(target)  # a plain file of bounded size
                     recorded, inputs = made.get("spec_sha256"), made.get("inputs_sha256")
-                except (ResultError, AttributeError):
-                    recorded, inputs = None, None
+                except (ResultError, AttributeError):  # unreadable: validate_results names it (one line)
+                    made, recorded, inputs = None, None, None
                 current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
-                is_current = (not recorded or current == recorded) and not redo_journal(target).exists() \
+                # a result that records no settings (no `spec_sha256`) is not current: nothing shows it was made
+                # with the config's settings now (Snakemake's own record, .snakemake/metadata, may be gone)
+                is_current = (made is None or current == recorded) and not redo_journal(target).exists() \
                     and not input_digests_changed(inputs)  # contents, not times (accelbench.core.digests)
                 if not is_current:
                     stale.append(target)

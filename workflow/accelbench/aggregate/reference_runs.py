@@ -27,7 +27,7 @@ import textwrap
 from pathlib import Path
 
 from accelbench.aggregate.run_folder import META, REQUIRED, ROOT_NAME, _run_of_folder, load_run, run_for, series_label  # noqa: F401
-from accelbench.core import registry
+from accelbench.core import files, registry
 from accelbench.core.results import read_json
 from accelbench.errors import DataError
 
@@ -119,10 +119,25 @@ def readme_section(runs: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _text_or_none(path: Path) -> str | None:
+    """The text of generated file ``path`` (a run's README.md, the claims page) read through
+    :func:`accelbench.core.files.read_text` (a FIFO or device there: one line naming it); None where it is missing.
+
+    Raises:
+        DataError: not a plain UTF-8 file of bounded size.
+    """
+    try:
+        return files.read_text(path, "generated file", error=DataError)
+    except DataError as exc:
+        if exc.missing:
+            return None
+        raise
+
+
 def _block(path: Path, begin: str, end: str, text: str, check: bool, changed: list[Path]) -> None:
     """Replace the generated block between ``begin`` and ``end`` of ``path`` with ``text`` (with ``check``: only
     note that it would change)."""
-    main = path.read_text()
+    main = files.read_text(path, "generated file", error=DataError)  # a plain file: a FIFO is one line
     if begin not in main or end not in main:
         raise DataError(f"{path}: no generated block ({begin} ... {end})")
     head, rest = main.split(begin, 1)
@@ -156,7 +171,7 @@ def update(
     changed: list[Path] = []
     for run in runs:
         target, text = run["path"] / "README.md", run_readme(run)
-        if not target.exists() or target.read_text() != text:
+        if _text_or_none(target) != text:
             changed.append(target)
             if not check:
                 from accelbench.core import tree
@@ -175,7 +190,7 @@ def update(
         if claims_doc is not None:
             page = claims_report.claims_page(ref, tables)
             doc = Path(claims_doc)
-            if not doc.exists() or doc.read_text() != page:
+            if _text_or_none(doc) != page:
                 changed.append(doc)
                 if not check:
                     doc.write_text(page)

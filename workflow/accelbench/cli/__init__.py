@@ -22,7 +22,7 @@ import sys
 
 from accelbench.cli import failure, inputs, k8s
 from accelbench.core import config_reference, registry
-from accelbench.core.files import read_text
+from accelbench.core.files import check_nodes, read_text
 from accelbench.errors import AccelbenchError, DataError
 
 log = logging.getLogger("accelbench")
@@ -41,7 +41,9 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
     paths = [p for p in (args.results or []) if p]
     for listing in args.results_file or []:
         try:
-            data = json.loads(read_text(listing, "--results-file", error=DataError))  # bounded, a plain file
+            text = read_text(listing, "--results-file", error=DataError)  # bounded, a plain file
+            check_nodes(text, listing, "--results-file", DataError)  # and in values: memory, not only bytes
+            data = json.loads(text)
         except DataError as exc:
             raise DataError(f"--results-file {listing}: unreadable list of result files: {exc.why}") from None
         except (ValueError, RecursionError) as exc:

@@ -48,20 +48,29 @@ FORWARD = re.compile(
     r"VECLIB_MAXIMUM_THREADS|NUMEXPR_NUM_THREADS|GLOO_\w+)$"
 )
 _SLOTS = re.compile(r"^(slots|max_slots|max-slots)=(\S*)$")
+# a host as mpirun takes it: a DNS name or IPv4 address (letters, digits, `-`, `.`, `_`), never starting with `-`
+# (it would be read as an option, e.g. `--mca`); nothing a shell or mpirun's `--host a:1,b:1` list would split
+_HOST = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})", re.ASCII)
+_COUNT = re.compile(r"[0-9]{1,6}", re.ASCII)  # slots: ASCII digits (str.isdigit takes `²`), at most 999,999
+MAX_HOSTFILE_BYTES = 4 * 2**20  # an MPIJob's hostfile: one ~60-byte line per pod (65,536 pods: ~4 MB)
 
 
 def parse_hostfile(path: str | Path) -> list[tuple[str, int]]:
     """``[(host, slots), ...]`` of an MPI hostfile: Open MPI's ``host slots=N [max_slots=M]``, Hydra's ``host:N``
-    or a bare ``host`` (1 slot); ``#`` starts a comment.
+    or a bare ``host`` (1 slot); ``#`` starts a comment. Linear in the file's size; read through
+    :func:`accelbench.core.files.read_text` (a plain file of at most :data:`MAX_HOSTFILE_BYTES`: a FIFO is refused,
+    never waited on).
 
     Raises:
-        ConfigError: unreadable, empty, or a bad line (one line naming the file and the line number).
+        ConfigError: unreadable, too big, empty, or a bad line: a host that is not a DNS name or address
+            (:data:`_HOST`: no `;`, `$`, `,`, no leading `-`), slots not ASCII digits >= 1, a host listed twice (one
+            line naming the file and the line number).
     """
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"MPI hostfile {path}: unreadable: {exc.strerror or exc}") from None
+    from accelbench.core.files import read_text
+
+    text = read_text(path, "MPI hostfile", MAX_HOSTFILE_BYTES, ConfigError)
     hosts: list[tuple[str, int]] = []
+    seen: dict[str, int] = {}
     for n, raw in enumerate(text.splitlines(), 1):
         words = raw.split("#", 1)[0].split()
         if not words:
@@ -71,17 +80,29 @@ def parse_hostfile(path: str | Path) -> list[tuple[str, int]]:
         for word in words[1:]:
             m = _SLOTS.match(word)
             if not m or count:
-                raise ConfigError(f"MPI hostfile {path} line {n}: {raw.strip()!r}: expected 'host slots=N' or 'host:N'")
+                raise ConfigError(f"MPI hostfile {path} line {n}: {_shown(raw)}: expected 'host slots=N' or 'host:N'")
             if m.group(1) == "slots":
                 slots = m.group(2)
-        if not host or not slots.isdigit() or int(slots) < 1:
-            raise ConfigError(f"MPI hostfile {path} line {n}: {raw.strip()!r}: slots must be a whole number >= 1")
-        if host in (h for h, _ in hosts):
-            raise ConfigError(f"MPI hostfile {path} line {n}: host {host!r} listed twice")
+        if not _HOST.fullmatch(host):
+            raise ConfigError(
+                f"MPI hostfile {path} line {n}: {_shown(raw)}: host {_shown(host)} is not a host name or address "
+                f"(letters, digits, '-', '.', '_'; not starting with '-')"
+            )
+        if not _COUNT.fullmatch(slots) or int(slots) < 1:
+            raise ConfigError(f"MPI hostfile {path} line {n}: {_shown(raw)}: slots must be a whole number >= 1")
+        if host in seen:
+            raise ConfigError(f"MPI hostfile {path} line {n}: host {host!r} listed twice (first on line {seen[host]})")
+        seen[host] = n
         hosts.append((host, int(slots)))
     if not hosts:
         raise ConfigError(f"MPI hostfile {path}: lists no host")
     return hosts
+
+
+def _shown(text: str, width: int = 80) -> str:
+    """``text`` stripped, quoted with control characters escaped (``repr``), cut to ``width`` characters."""
+    text = text.strip()
+    return repr(text if len(text) <= width else text[:width] + "...")
 
 
 def allocation(env: dict | None = None) -> dict | None:

@@ -102,16 +102,22 @@ def job_limit_reason(system, plan: NodePlan) -> str | None:
 
 # --------------------------------------------------------------------------- Slurm request (rules)
 def load_site(path: str | Path | None = None) -> dict:
-    """The Slurm site file (``slurm/site.yaml``, or ``$ACCELBENCH_SLURM_SITE``); {} when absent."""
-    import yaml
+    """The Slurm site file (``slurm/site.yaml``, or ``$ACCELBENCH_SLURM_SITE``); {} when absent. Read as config
+    files are (:func:`accelbench.core.files.read_yaml`): a plain file of bounded size (a FIFO or ``/dev/zero`` is
+    refused, never opened: every DAG build reads it), no key given twice, no alias bomb.
+
+    Raises:
+        ConfigError: unreadable, not YAML, a duplicate key, or not a mapping; one line naming the file.
+    """
+    from accelbench.core.files import read_yaml
 
     path = Path(path or os.environ.get("ACCELBENCH_SLURM_SITE") or "slurm/site.yaml")
-    if not path.exists():
+    if not os.path.lexists(path):
         return {}
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Slurm site file {path} is not valid YAML: {exc}") from None
+    site = read_yaml(path, "Slurm site file") or {}
+    if not isinstance(site, dict):
+        raise ConfigError(f"Slurm site file {path}: expected a mapping (multinode: ...), not {type(site).__name__}")
+    return site
 
 
 def slurm_resources(system, devices: int, site: dict | None = None, key: str = "devices") -> dict:

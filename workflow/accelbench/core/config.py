@@ -29,82 +29,14 @@ CONFIG_SCHEMA = Path("config/config.schema.yaml")
 SYSTEM_SCHEMA = Path("config/system.schema.yaml")
 
 
-MAX_EXPANDED_VALUES = 1_000_000  # values of a config with every YAML alias expanded (config/config.yaml: ~1,000)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader refusing a key given twice in one mapping (the last would win silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
-                raise ConfigError(
-                    f"{node.start_mark.name}: line {key_node.start_mark.line + 1}: key {key!r} is given "
-                    f"twice in one mapping (first on line {seen[key]}); keep one"
-                )
-            seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file (config, system) read safely: no tags that build objects, no key given twice in one mapping, no
-    alias bomb (at most :data:`MAX_EXPANDED_VALUES` values with every alias expanded), no nesting past Python's
-    limit.
-
-    Raises:
-        ConfigError: missing, not a plain file of at most :data:`accelbench.core.files.MAX_TEXT_BYTES`
-            (:func:`accelbench.core.files.read_text`), not YAML, a duplicate key (file and line), or an alias bomb /
-            too deep (file named).
-    """
-    import io
-
-    from accelbench.core.files import read_text
-
-    path = Path(path)
-    text = read_text(path, "YAML file", error=ConfigError)  # a plain file of bounded size (FIFO, /dev/zero refused)
-    stream = io.StringIO(text)
-    stream.name = str(path)  # the loader's marks name the file
-    try:
-        data = yaml.load(stream, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply") from None
-    problems = expansion_errors(data, str(path))
-    if problems:
-        raise ConfigError(problems[0])
-    return data
-
-
-def expansion_errors(data: Any, what: str = "config") -> list[str]:
-    """One line when ``data`` (a parsed YAML document, aliases shared) would have more than
-    :data:`MAX_EXPANDED_VALUES` values once written out (as spec files are): a YAML alias bomb."""
-    memo: dict[int, int] = {}
-
-    def size(obj) -> int:
-        if id(obj) in memo:
-            return memo[id(obj)]
-        children = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ()
-        n = 1
-        for child in children:
-            n += size(child)
-            if n > MAX_EXPANDED_VALUES:
-                break
-        memo[id(obj)] = n
-        return n
-
-    try:
-        n = size(data)
-    except RecursionError:
-        return [f"{what}: nested too deeply"]
-    if n > MAX_EXPANDED_VALUES:
-        return [
-            f"{what}: more than {MAX_EXPANDED_VALUES:,} values once its YAML aliases (*name) are expanded "
-            f"(an alias bomb?); write the values out or use fewer aliases"
-        ]
-    return []
+# YAML is read in core/files.py (the bottom floor: the Slurm site file and system files are read below the core)
+from accelbench.core.files import (  # noqa: E402, F401 (the names this module has always offered)
+    MAX_EXPANDED_VALUES,
+    MAX_YAML_NODES,
+    expansion_errors,
+    read_yaml,
+    yaml_node_count,
+)
 
 
 def key_path(error: jsonschema.ValidationError) -> str:

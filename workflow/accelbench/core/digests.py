@@ -6,7 +6,10 @@ clock skew all make times lie).
 :func:`digest` hashes a file's contents, or a folder's (every regular file below it, by relative path and content),
 reading regular files only: a FIFO, device or socket is recorded by its kind, never opened (a dry run never blocks).
 Each file is hashed once per process: the cache is keyed by (path, device, inode, size, mtime_ns, ctime_ns), so a
-file rewritten in place (which changes its ctime even when its size and mtime are put back) is hashed again.
+file rewritten in place (which changes its ctime even when its size and mtime are put back) is hashed again. The
+digests of big files (:data:`KEEP_BYTES` or more: a sky map, model weights, a data set linked in) are also kept
+across processes in :data:`STAMPS` under the same key, so that a DAG build (every ``snakemake -n``) does not read a
+20 GB file again while its stamp shows no change.
 """
 
 from __future__ import annotations
@@ -16,15 +19,67 @@ import os
 import stat
 from pathlib import Path
 
-from accelbench.errors import DataError
+from accelbench.errors import AccelbenchError, DataError
 
 CHUNK = 4 * 2**20
 MAX_FILES = 100_000  # a folder input with more entries is not a data set of these experiments: refused
 _CACHE: dict[tuple, str] = {}
+STAMPS = Path(".snakemake/accelbench/digests.json")  # relative to the working directory, as the spec files
+KEEP_BYTES = 16 * 2**20  # files this big have their digest kept in STAMPS (hashing 16 MiB: ~30 ms)
+MAX_STAMPS = 10_000  # entries kept in STAMPS (the newest)
+_kept: dict[str, str] | None = None
+
+
+def _stamp_key(key: tuple) -> str:
+    return "\0".join(map(str, key))
+
+
+def _kept_digests() -> dict[str, str]:
+    """The digests kept in :data:`STAMPS` (read once per process): {} when it is missing, not this user's (another
+    user's file could lie about contents) or not a JSON object of strings."""
+    global _kept
+    if _kept is None:
+        _kept = {}
+        try:
+            if os.lstat(STAMPS).st_uid == os.geteuid():
+                from accelbench.core.files import MAX_TEXT_BYTES, read_json
+
+                data = read_json(STAMPS, "digest stamps", MAX_TEXT_BYTES, follow=False)
+                if isinstance(data, dict):
+                    _kept = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+        except (OSError, ValueError, AccelbenchError):
+            pass  # no stamps: the files are hashed again
+    return _kept
+
+
+def _keep(key: tuple, sha: str) -> None:
+    """Add ``key -> sha`` to :data:`STAMPS` (written atomically through a private temporary file beside it; a
+    folder that cannot be written: kept for this process only)."""
+    import json
+    import tempfile
+
+    kept = _kept_digests()
+    kept[_stamp_key(key)] = sha
+    while len(kept) > MAX_STAMPS:
+        kept.pop(next(iter(kept)))
+    try:
+        STAMPS.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".digests.", dir=STAMPS.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(kept, fh)
+            os.replace(tmp, STAMPS)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        pass
 
 
 def _file_sha256(path: str, st: os.stat_result) -> str:
-    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = (os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _CACHE and st.st_size >= KEEP_BYTES and _stamp_key(key) in _kept_digests():
+        _CACHE[key] = _kept_digests()[_stamp_key(key)]
     if key not in _CACHE:
         h = hashlib.sha256()
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -36,6 +91,8 @@ def _file_sha256(path: str, st: os.stat_result) -> str:
         finally:
             os.close(fd)
         _CACHE[key] = h.hexdigest()
+        if st.st_size >= KEEP_BYTES:
+            _keep(key, _CACHE[key])
     return _CACHE[key]
 
 

@@ -135,9 +135,10 @@ def load_spec(value: str) -> tuple[dict, str | None]:
             return json.loads(value), None
         except (json.JSONDecodeError, RecursionError) as exc:
             raise AccelbenchError(f"--spec: the inline JSON object is not valid JSON ({exc})") from None
-    from accelbench.core.files import read_text
+    from accelbench.core.files import check_nodes, read_text
 
     text = read_text(value, "spec file")  # a plain file of bounded size: a FIFO or /dev/zero is one line
+    check_nodes(text, value, "spec file")  # and of bounded values (memory)
     try:
         spec = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:

@@ -139,17 +139,19 @@ def _unreadable(path: Path, why: str) -> ResultError:
 
 def read_json(path: str | Path) -> Any:
     """The JSON value of result file ``path``, read safely: a plain file (never a FIFO, which would block, nor a
-    device such as ``/dev/zero``, which never ends), at most :data:`MAX_RESULT_BYTES`, nested no deeper than Python's
+    device such as ``/dev/zero``, which never ends), at most :data:`MAX_RESULT_BYTES` and
+    :data:`accelbench.core.files.MAX_JSON_NODES` values (counted before parsing), nested no deeper than Python's
     parser allows.
 
     Raises:
-        ResultError: missing, not a plain file, too big, not UTF-8 JSON, or nested too deeply; names the file
-            (``.why``: the same without the file).
+        ResultError: missing, not a plain file, too big (bytes or values), not UTF-8 JSON, or nested too deeply;
+            names the file (``.why``: the same without the file).
     """
     path = Path(path)
     try:
-        text = files.read_bytes(path, "corrupt result file", MAX_RESULT_BYTES, ResultError).decode()
-        return json.loads(text)
+        data = files.read_bytes(path, "corrupt result file", MAX_RESULT_BYTES, ResultError)
+        files.check_nodes(data, path, "corrupt result file", ResultError)  # memory, not only bytes: [[],[],...]
+        return json.loads(data.decode())
     except ResultError as exc:
         if exc.missing:
             exc.args = (f"result file not found: {path}",)

@@ -28,9 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from accelbench.core import files
 from accelbench.errors import DataError
 
 IMAGE_SUFFIXES = (".npy", ".png", ".jpg", ".jpeg", ".tif", ".tiff", ".fits", ".fit", ".fts")
+MAX_IMAGE_BYTES = 4 * 2**30  # one sky map or picture (a 16k x 16k float64 map: 2 GiB)
+MAX_PATCH_SET_BYTES = 64 * 2**30  # a patch set written by prepare (paper scale: a few GiB)
 NOTICE_MIB = 64  # a patch set this large is announced before it is compressed (seconds to a minute)
 FITS_SUFFIXES = (".fits", ".fit", ".fts", ".fits.gz", ".fit.gz", ".fts.gz")  # astropy reads gzipped FITS too
 
@@ -52,7 +55,7 @@ def _fits_image(path: Path) -> np.ndarray:
     """
     from astropy.io import fits
 
-    with fits.open(path) as hdus:
+    with files.open_binary(path, "sky image", MAX_IMAGE_BYTES, DataError) as fh, fits.open(fh) as hdus:
         for hdu in hdus:
             if isinstance(hdu, (fits.PrimaryHDU, fits.ImageHDU, fits.CompImageHDU)) and hdu.data is not None:
                 return np.array(hdu.data)
@@ -129,8 +132,8 @@ def _read_image(path: Path) -> np.ndarray:
     """
     suffix = _kind(path)
     try:
-        if suffix == ".npy":
-            arr = np.load(path)
+        if suffix == ".npy":  # a plain file (never a FIFO or device), no pickled objects: one line naming it
+            arr = files.load_numpy(path, "sky image", MAX_IMAGE_BYTES, DataError)
         elif suffix == ".fits":
             try:
                 import astropy  # noqa: F401
@@ -140,7 +143,8 @@ def _read_image(path: Path) -> np.ndarray:
         else:
             from skimage.io import imread
 
-            arr = imread(path)
+            with files.open_binary(path, "sky image", MAX_IMAGE_BYTES, DataError) as fh:
+                arr = imread(fh)  # a checked plain file, never opened by name again
         arr = np.asarray(arr)
     except DataError:
         raise
@@ -312,8 +316,9 @@ def load(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     if not path.exists():
         raise DataError(f"sky patch set {path} not found; run its rule (sr3_prepare) first")
-    with np.load(path) as z:
-        data = {k: z[k] for k in z.files}
+    data = files.load_numpy(path, "sky patch set", MAX_PATCH_SET_BYTES, DataError)  # a plain file, no pickles
+    if not isinstance(data, dict):
+        raise DataError(f"sky patch set {path} is a .npy array, not an .npz archive; delete it and rerun sr3_prepare")
     missing = {"train_hr", "train_lr", "heldout_hr", "heldout_lr"} - set(data)
     if missing:
         raise DataError(f"sky patch set {path} lacks {sorted(missing)}; delete it and rerun sr3_prepare")

@@ -189,12 +189,21 @@ def class_totals(table: list[dict]) -> dict:
     }
 
 
-def read_kernel_table(path: str | Path) -> list[dict]:
-    """Rows of a ``kernels.csv`` written by :func:`write_kernel_table`, numbers as numbers (``tensor_core`` a bool)."""
-    import csv
+MAX_KERNEL_TABLE_BYTES = 64 * 2**20  # a kernels.csv: one row per kernel name (a U-Net step: ~100 kB)
 
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
+
+def read_kernel_table(path: str | Path) -> list[dict]:
+    """Rows of a ``kernels.csv`` written by :func:`write_kernel_table`, numbers as numbers (``tensor_core`` a bool).
+
+    Raises:
+        DataError: not a plain file of at most :data:`MAX_KERNEL_TABLE_BYTES` (a FIFO, a link to a huge file), a cell
+            past the field limit, bad CSV (:func:`accelbench.core.files.read_csv`); one line naming the file.
+        ValueError: a row that is not a kernel-table row (file and line named).
+    """
+    from accelbench.core.files import read_csv
+    from accelbench.errors import DataError
+
+    rows = read_csv(path, "kernel table", MAX_KERNEL_TABLE_BYTES, DataError)
     out = []
     for i, row in enumerate(rows, start=2):
         try:

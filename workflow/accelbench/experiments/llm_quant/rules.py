@@ -138,4 +138,17 @@ def spec(rc, wildcards) -> dict:
         "method": method,
         "bitset": wildcards.get("bitset", "none"),
         **settings,
+        **own_data_digests(data, settings),
     }
+
+
+def own_data_digests(data: dict, settings: dict) -> dict:
+    """``{"data_sha256": {name: digest}}`` of your own text and accuracy-task files or folders that exist
+    (``data.path``, ``accuracy.data.<task>``; :func:`accelbench.core.digests.digest`), ``{}`` without any (specs
+    stay as they were): a file replaced there (any time stamp) changes the spec, so the results are redone. (A
+    local-path model is an input file of the jobs: its digest is recorded in the result, ``inputs_sha256``.)"""
+    from accelbench.core.digests import digest
+
+    paths = {"data": data.get("path"), **(settings.get("accuracy", {}).get("data") or {})}
+    out = {name: digest(p) for name, p in paths.items() if isinstance(p, str) and p and Path(p).exists()}
+    return {"data_sha256": out} if out else {}

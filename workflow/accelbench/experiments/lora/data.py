@@ -35,14 +35,22 @@ def build_pairs(
         ]
     if source != "file":
         raise ConfigError(f"lora_finetune.data.source {source!r} unknown (pydoc | file)")
+    import io
+
     import pandas as pd
 
+    from accelbench.core import files
+
     p = Path(path or "")
-    if not p.is_file():
+    if not p.exists():
         raise DataError(f"lora_finetune.data.path: instruction file {p} not found")
+    if p.suffix not in (".parquet", ".json", ".jsonl"):
+        raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")
+    # a plain file of bounded size (a FIFO or device: one line naming it), read once
+    raw = files.read_bytes(p, "instruction file", files.MAX_BYTES, DataError)
     if p.suffix == ".parquet":
         try:
-            df = pd.read_parquet(p)
+            df = pd.read_parquet(io.BytesIO(raw))
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise DataError(f"instruction file {p} is not a readable parquet file: {why}") from None
@@ -50,7 +58,8 @@ def build_pairs(
         import json
 
         try:
-            rows = json.loads(p.read_text())
+            files.check_nodes(raw, p, "instruction file", DataError)  # memory, not only bytes
+            rows = json.loads(raw.decode())
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise DataError(f"instruction file {p} is not valid JSON: {exc}") from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -62,8 +71,8 @@ def build_pairs(
         df = pd.DataFrame(rows)
     elif p.suffix == ".jsonl":
         try:
-            df = pd.read_json(p, lines=True)
-        except ValueError as exc:
+            df = pd.read_json(io.StringIO(raw.decode()), lines=True)
+        except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"instruction file {p} is not valid JSON lines: {exc}") from None
     else:
         raise DataError(f"instruction file {p}: unsupported suffix {p.suffix!r} (.json, .jsonl, .parquet)")

@@ -5,7 +5,7 @@ it while it plans. Every function takes the run's
 :class:`~accelbench.core.rule_context.RuleContext` and returns plain paths and dicts:
 
 * :func:`results`: the result paths of config ``lora_finetune.runs`` on one system;
-* :func:`spec`: one job's spec (what its result records the sha256 of);
+* :func:`spec`: one job's spec (what its result records the sha256 of), with :func:`own_data_digests`;
 * :func:`model_spec`, :func:`model_input`: a preset's loader spec as the job reads it, and the files it depends on;
 * :func:`model_specs`: the presets that rule ``llm_export`` may export (``accelbench.models.rule_specs``);
 * :func:`check`: device counts that do not divide into nodes stop the run before any job;
@@ -105,12 +105,30 @@ def spec(rc, wildcards) -> dict:
         "devices": int(wildcards.devices),
         "settings": settings.to_dict(),
         "data": data,
+        **own_data_digests(rc, wildcards.model, data),
         "projection": u["projection"],
         "series": series,
         "series_options": options,
         **rc.emulated(settings.precision),
         **({"ddp": ddp} if ddp else {}),
     }
+
+
+def own_data_digests(rc, model: str, data: dict) -> dict:
+    """The digests of your own files a job reads (:func:`accelbench.core.digests.digest`), in its spec: ``data_sha256``
+    with ``data.source: file`` (the instruction file), ``model_sha256`` for a preset with ``source: path`` (its
+    weights folder or file); ``{}`` otherwise (bundled data and models: specs stay as they were). A file replaced
+    there (any time stamp) changes the spec, so the result is redone (its recorded ``spec_sha256`` differs); digests
+    of big files are kept across DAG builds by their stamp (``accelbench.core.digests.STAMPS``)."""
+    from accelbench.core.digests import digest
+
+    out = {}
+    if data.get("source") == "file" and data.get("path"):
+        out["data_sha256"] = digest(data["path"])
+    preset = rc.config["lora_finetune"]["presets"][model]
+    if preset.get("source") == "path" and preset.get("path"):
+        out["model_sha256"] = digest(rc.repo_path(preset["path"]))
+    return out
 
 
 def check(rc) -> None:

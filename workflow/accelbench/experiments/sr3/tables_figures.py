@@ -22,6 +22,8 @@ from accelbench.aggregate.figures import (
     text_height_in,
     wrap,
 )
+from accelbench.core import files
+from accelbench.errors import DataError
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
 
@@ -214,9 +216,9 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
     for _, r in ok.iterrows():
         name = (r["_artefacts"] or {}).get("samples")
         p = Path(r["_path"]).with_name(name) if name else None
-        if p is not None and p.exists():
-            with np.load(p) as z:
-                panels.append((r, {k: z[k] for k in z.files}))
+        if p is not None and p.exists():  # a plain file of bounded size without pickles (a copied-in FIFO: one line)
+            arrays = files.load_numpy(p, "SR3 samples file", error=DataError)
+            panels.append((r, arrays if isinstance(arrays, dict) else {}))
         if len(panels) >= max_rows:
             break
     notes = []

@@ -15,7 +15,6 @@ virtualised GPU without profiling permission), the result is ``unsupported`` wit
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import tempfile
@@ -23,21 +22,28 @@ import time
 from pathlib import Path
 
 from accelbench import backends
+from accelbench.core import files
 from accelbench.core.launcher import accelbench_command
 from accelbench.core.outcome import Outcome
+from accelbench.errors import DataError
 from accelbench.experiments.unet3d.configs import VARIANTS
 from accelbench.experiments.unet3d.settings import unsupported_reason
 from accelbench.measure import ncu
-from accelbench.measure.kernel_classes import classify_kernel
+from accelbench.measure.kernel_classes import MAX_KERNEL_TABLE_BYTES, classify_kernel
 
 EXPERIMENT = "unet3d_ncu"
+
+
+def _table_rows(kernel_table: str | Path) -> list[dict]:
+    """The rows of a ``kernels.csv`` as text (:func:`accelbench.core.files.read_csv`: a plain file of bounded size,
+    one line naming it otherwise)."""
+    return files.read_csv(kernel_table, "kernel table", MAX_KERNEL_TABLE_BYTES, DataError)
 
 
 def select_kernels(kernel_table: str | Path, coverage: float, max_kernels: int) -> tuple[list[str], float]:
     """Function base names of the top kernels (by device time) of a torch.profiler kernel table
     (``kernels.csv``) until ``coverage`` of the device time or ``max_kernels`` names; and the share covered."""
-    with open(kernel_table) as fh:
-        rows = sorted(csv.DictReader(fh), key=lambda r: -float(r["device_time_us"]))
+    rows = sorted(_table_rows(kernel_table), key=lambda r: -float(r["device_time_us"]))
     total = sum(float(r["device_time_us"]) for r in rows) or 1.0
     names: dict[str, None] = {}
     covered = 0.0
@@ -123,8 +129,7 @@ def profile_counters(
             str(warmup),
         ]
     )
-    with open(kernel_table) as fh:
-        table_rows = list(csv.DictReader(fh))
+    table_rows = _table_rows(kernel_table)
     passes, commands, errors = {}, {}, {}
     t_start = time.monotonic()
     pass_log: list[dict] = []

@@ -7,7 +7,7 @@ Torch-free: the Snakefile imports it while it plans. Every function takes the ru
 * :func:`profile_results`, :func:`ncu_results`: the result paths of one system as configured;
 * :func:`profile_spec`, :func:`ncu_spec`: one job's spec (what its result records the sha256 of);
 * :func:`mri_inputs`, :func:`mri_spec`: the MRI image/mask pair a job reads, and the spec of rule ``mri_prepare``
-  that makes it;
+  that makes it; :func:`own_data_digest`: the digest of your own scans' folder in these specs (freshness);
 * :func:`profile_config_errors`: every preset at every scale builds a U-Net (channels divisible by the norm groups
   and heads, volume sides by the levels' halvings);
 * :func:`profile_config_schema`, :func:`ncu_config_schema`: the configuration names of the config-schema blocks.
@@ -48,8 +48,23 @@ def profile_spec(rc, wildcards) -> dict:
         "presets": {wildcards.model: u["presets"][wildcards.model]},
         "scales": u.get("scales", {}),
         "data": rc.config["data"]["mri"],
+        **own_data_digest(rc),
         "run": {k: u[k] for k in RUN_KEYS},
     }
+
+
+def own_data_digest(rc) -> dict:
+    """``{"data_sha256": <digest of the folder's contents>}`` with your own scans (config ``data.mri.source:
+    folder``, :func:`accelbench.core.digests.digest`), else ``{}`` (the bundled template: specs stay as they were).
+    In the specs of the profile and Nsight jobs and of rule ``mri_prepare``: a scan replaced in the folder (any time
+    stamp) changes them, so the pair is made again and the results are redone (their recorded ``spec_sha256``
+    differs). Digests of big files are kept across DAG builds by their stamp (``accelbench.core.digests.STAMPS``)."""
+    from accelbench.core.digests import digest
+
+    data = rc.config["data"]["mri"]
+    if data.get("source") != "folder" or not data.get("folder"):
+        return {}
+    return {"data_sha256": digest(rc.repo_path(data["folder"]))}
 
 
 def ncu_results(rc, system: str) -> list[str]:
@@ -80,8 +95,9 @@ def mri_inputs(rc, wildcards) -> dict[str, str]:
 
 def mri_spec(rc, wildcards) -> dict:
     """The spec of rule ``mri_prepare`` for ``wildcards.model`` at ``wildcards.scale``: the volume (voxels per side)
-    and spacing (mm) of the model's settings at that scale, and config ``data.mri`` (a relative ``folder`` made
-    absolute in the repository, like every path setting)."""
+    and spacing (mm) of the model's settings at that scale, config ``data.mri`` (a relative ``folder`` made
+    absolute in the repository, like every path setting) and, with your own scans, ``data_sha256``
+    (:func:`own_data_digest`)."""
     u = rc.config["unet3d_profile"]
     s = resolve_settings(
         wildcards.model,
@@ -94,7 +110,7 @@ def mri_spec(rc, wildcards) -> dict:
     data = dict(rc.config["data"]["mri"])
     if data.get("folder"):
         data["folder"] = str(rc.repo_path(data["folder"]))
-    return {"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data}
+    return {"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data, **own_data_digest(rc)}
 
 
 def profile_config_errors(config: dict) -> list[str]:
