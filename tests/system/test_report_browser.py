@@ -121,7 +121,8 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
                                    headers: Array.from(t.querySelectorAll('th')).map(h => h.innerText.trim()),
                                    rows: t.querySelectorAll('tbody tr').length, text: t.innerText,
                                    row_bottom: Object.fromEntries(Array.from(t.querySelectorAll('tbody tr'))
-                                       .map(r => [r.cells[0].innerText.trim(), r.getBoundingClientRect().bottom]))}; }"""
+                                       .map(r => [r.cells[0].innerText.trim(),
+                                                  r.getBoundingClientRect().bottom]))}; }"""
             )
             if screenshot is not None:
                 page.screenshot(path=str(screenshot))
@@ -142,6 +143,11 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     write_config(tmp_path, tiny_config, EXPERIMENTS)
     run = snakemake(tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
+    # the run ends on what to read: claims.md, the verdict counts, the report command (onsuccess in the Snakefile)
+    last = [ln for ln in run.stderr.splitlines() if ln.strip()][-6:]
+    assert any("results/claims/claims.md" in ln for ln in last), last
+    assert any(ln.startswith("accelbench: one verdict per claim (") for ln in last), last
+    assert any(ln.endswith("snakemake --report report.html") for ln in last), last
 
     # the unified claims table: every claim of both studies, no blank verdict, a reason for each
     claims = pd.read_csv(tmp_path / "results/claims/claims.csv", keep_default_na=False)

@@ -559,3 +559,20 @@ def test_claims_file_without_a_short_text_is_named(tmp_path):
     bad.write_text(text.replace(f"b1,{short},", "b1," + "x" * 81 + ","))
     with pytest.raises(DataError, match=r"claim b1: column short must be 1-80 characters, not 81"):
         ct.read_claims(bad, "B")
+
+
+def test_the_end_of_a_run_names_claims_md_the_counts_and_the_report(tmp_path):
+    assert cr.closing_lines(tmp_path / "claims") == [
+        "accelbench: the HTML report of every table and figure: snakemake --report report.html"
+    ]  # no claims table made: the report command alone
+    table(
+        tmp_path, [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 55.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 200.0)]
+    )
+    lines = cr.closing_lines(tmp_path / "claims")
+    assert (
+        lines[0].startswith("accelbench: done. Read the claims first: ")
+        and str(tmp_path / "claims/claims.md") in lines[0]
+    )
+    n = len(pd.read_csv(tmp_path / "claims/claims_summary.csv"))
+    assert lines[1] == f"accelbench: one verdict per claim ({n} claims): 1 does not hold, {n - 1} not measured here"
+    assert lines[2].endswith("snakemake --report report.html")

@@ -513,3 +513,22 @@ def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:
                 for name, r in rows
             ]
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the end of a run
+def closing_lines(claims_dir: str | Path) -> list[str]:
+    """The last lines of a successful run (Snakemake's ``onsuccess``): where the claims are (``claims.md``, its
+    first table one line per claim), the one-verdict-per-claim counts (from ``claims_summary.csv``) and the report
+    command. Without a claims table in ``claims_dir`` (a run that did not make it): the report command alone."""
+    claims_dir = Path(claims_dir)
+    report = "accelbench: the HTML report of every table and figure: snakemake --report report.html"
+    summary = claims_dir / "claims_summary.csv"
+    if not summary.is_file():
+        return [report]
+    heads = pd.read_csv(summary, dtype=str, keep_default_na=False)["verdict"].map(head_category)
+    counts = ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS if (heads == v).any())
+    return [
+        f"accelbench: done. Read the claims first: {claims_dir / 'claims.md'} (one line per claim, then why)",
+        f"accelbench: one verdict per claim ({len(heads)} claims): {counts}",
+        report,
+    ]
