@@ -117,7 +117,7 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
                 """() => { const t = document.querySelector('table');
                            if (!t) return null;
                            const r = t.getBoundingClientRect();
-                           return {top: r.top, height: window.innerHeight,
+                           return {top: r.top, height: window.innerHeight, right: r.right, width: window.innerWidth,
                                    headers: Array.from(t.querySelectorAll('th')).map(h => h.innerText.trim()),
                                    rows: t.querySelectorAll('tbody tr').length, text: t.innerText,
                                    row_bottom: Object.fromEntries(Array.from(t.querySelectorAll('tbody tr'))
@@ -187,6 +187,7 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     # every claim's verdict on the first screen: the last claim's row ends within the viewport's height
     last = list(pd.read_csv(Path("resources/reference/study_b_claims.csv"), comment="#")["claim_id"])[-1]
     assert first["row_bottom"][last] <= first["height"] == VIEWPORT["height"], (last, first["row_bottom"])
+    assert first["right"] <= first["width"], first["right"]  # the verdict and judged-by columns too, no scrolling
     assert not re.search(r"\[\d+\]", first["text"]), "a footnote marker in the first table"
     assert shot.stat().st_size > 0
     assert not seen["page_errors"], seen["page_errors"]

@@ -362,7 +362,7 @@ FRONT_STYLE = (
     "<style>.accelbench-front table{border-collapse:collapse;font-size:12px;line-height:1.25}"
     ".accelbench-front th,.accelbench-front td{border:1px solid #ccc;padding:1px 5px;white-space:nowrap;"
     "text-align:left;vertical-align:top}"
-    ".accelbench-front td.cut{max-width:230px;overflow:hidden;text-overflow:ellipsis}"
+    ".accelbench-front td.cut{max-width:150px;overflow:hidden;text-overflow:ellipsis}"
     ".accelbench-front h3{margin:0 0 2px 0}.accelbench-front p{margin:0 0 4px 0;font-size:12px}"
     + "".join(f".accelbench-front td.v-{i}{{background:{c}}}" for i, c in enumerate(VERDICT_COLOUR.values()))
     + "</style>"
