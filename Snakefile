@@ -38,6 +38,16 @@ include: "workflow/rules/energy.smk"
 report: "workflow/report/workflow.rst"
 
 
+# The last lines of a successful run: what to read (claims.md), the verdict counts and the report command.
+onsuccess:
+    import sys
+
+    from accelbench.aggregate.claims_report import closing_lines
+
+    for line in closing_lines(f"{RESULTS}/claims"):
+        print(line, file=sys.stderr)
+
+
 rule all:
     input:
         get_final_output(results=False),

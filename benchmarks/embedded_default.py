@@ -32,7 +32,10 @@ from accelbench.core.estimate import LOG as JOB_TIMES  # the per-job times a run
 
 REPO = Path(__file__).resolve().parents[1]
 AVX2_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-ESTIMATE = re.compile(r"accelbench: (\d+) jobs? to run, about (.+?) on this machine \(calibration: ([\d.]+)x")
+ESTIMATE = re.compile(
+    r"accelbench: (\d+) jobs? to run, about (.+?) on this machine "
+    r"\(this CPU is (?:([\d.]+)x (slower|faster)|about as fast)"
+)
 # rule -> the experiment a row names (every other rule: data, aggregations, validation and claims)
 EXPERIMENT_OF = {
     "llm_quant_method": "quantization methods",
@@ -76,7 +79,9 @@ def estimate_of(output: str) -> dict:
     m = ESTIMATE.search(output)
     if not m:
         return {}
-    return {"jobs": int(m.group(1)), "estimate_s": parse_minutes(m.group(2)), "calibration": float(m.group(3))}
+    ratio = float(m.group(3)) if m.group(3) else 1.0  # the calibration: this CPU's time over the reference's
+    calibration = ratio if m.group(4) != "faster" else round(1 / ratio, 2)
+    return {"jobs": int(m.group(1)), "estimate_s": parse_minutes(m.group(2)), "calibration": calibration}
 
 
 def per_experiment(job_times: Path) -> dict[str, float]:

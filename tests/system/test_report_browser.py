@@ -71,10 +71,14 @@ def screenshot_path(default: Path) -> Path:
     return path
 
 
+VIEWPORT = {"width": 1400, "height": 1000}  # a reviewer's first screen
+
+
 def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None = None) -> dict:
-    """Load the report in headless Chromium (1280x800); return console errors, page errors, every figure's
-    naturalWidth, and where the first HTML table lies (``first_table``: its top in px, the viewport height, its
-    header cells). ``screenshot``: a PNG of the first screen is saved there."""
+    """Load the report in headless Chromium (:data:`VIEWPORT`, 1400x1000); return console errors, page errors, every
+    figure's naturalWidth, and where the first HTML table lies (``first_table``: its top in px, the viewport height,
+    its header cells, its text, and the bottom in px of each row by its first cell, ``row_bottom``).
+    ``screenshot``: a PNG of the first screen is saved there."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -e '.[test]')")
     exe = chromium_path()
     if exe is None:
@@ -89,7 +93,7 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
         )
         try:
             page = ctx.new_page()
-            page.set_viewport_size({"width": 1280, "height": 800})
+            page.set_viewport_size(VIEWPORT)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: page_errors.append(str(e)))
             page.goto(report.resolve().as_uri(), wait_until="load")
@@ -113,9 +117,12 @@ def open_in_browser(report: Path, user_data_dir: Path, screenshot: Path | None =
                 """() => { const t = document.querySelector('table');
                            if (!t) return null;
                            const r = t.getBoundingClientRect();
-                           return {top: r.top, height: window.innerHeight,
+                           return {top: r.top, height: window.innerHeight, right: r.right, width: window.innerWidth,
                                    headers: Array.from(t.querySelectorAll('th')).map(h => h.innerText.trim()),
-                                   rows: t.querySelectorAll('tbody tr').length}; }"""
+                                   rows: t.querySelectorAll('tbody tr').length, text: t.innerText,
+                                   row_bottom: Object.fromEntries(Array.from(t.querySelectorAll('tbody tr'))
+                                       .map(r => [r.cells[0].innerText.trim(),
+                                                  r.getBoundingClientRect().bottom]))}; }"""
             )
             if screenshot is not None:
                 page.screenshot(path=str(screenshot))
@@ -136,6 +143,11 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     write_config(tmp_path, tiny_config, EXPERIMENTS)
     run = snakemake(tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
+    # the run ends on what to read: claims.md, the verdict counts, the report command (onsuccess in the Snakefile)
+    last = [ln for ln in run.stderr.splitlines() if ln.strip()][-6:]
+    assert any("results/claims/claims.md" in ln for ln in last), last
+    assert any(ln.startswith("accelbench: one verdict per claim (") for ln in last), last
+    assert any(ln.endswith("snakemake --report report.html") for ln in last), last
 
     # the unified claims table: every claim of both studies, no blank verdict, a reason for each
     claims = pd.read_csv(tmp_path / "results/claims/claims.csv", keep_default_na=False)
@@ -170,8 +182,13 @@ def test_fresh_run_claims_table_and_report_in_a_browser(tmp_path, tiny_config):
     seen = open_in_browser(report, tmp_path / "chromium-profile", screenshot=shot)
     first = seen["first_table"]
     assert first is not None, "no HTML table in the report"
-    assert "claim_id" in first["headers"] and "verdict" in first["headers"] and "evidence" in first["headers"], first
+    assert first["headers"] == ["claim", "what it says", "published", "measured (on)", "verdict", "judged by"], first
     assert first["rows"] == len(ids_a | ids_b) and 0 <= first["top"] < first["height"], first
+    # every claim's verdict on the first screen: the last claim's row ends within the viewport's height
+    last = list(pd.read_csv(Path("resources/reference/study_b_claims.csv"), comment="#")["claim_id"])[-1]
+    assert first["row_bottom"][last] <= first["height"] == VIEWPORT["height"], (last, first["row_bottom"])
+    assert first["right"] <= first["width"], first["right"]  # the verdict and judged-by columns too, no scrolling
+    assert not re.search(r"\[\d+\]", first["text"]), "a footnote marker in the first table"
     assert shot.stat().st_size > 0
     assert not seen["page_errors"], seen["page_errors"]
     assert not seen["console_errors"], seen["console_errors"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,7 @@ import fake_results as fr
 from accelbench.aggregate import claims as cl
 from accelbench.aggregate import claims_report as cr
 from accelbench.aggregate import claims_table as ct
+from accelbench.errors import DataError
 
 REF = Path("resources/reference")
 CLAIMS = [REF / "study_a_claims.csv", REF / "study_b_claims.csv"]
@@ -688,3 +690,65 @@ def test_the_summaries_claims_have_rows_with_source_and_scope(tmp_path):
     assert verdict(df, "b22", "cpu")["verdict"] == "holds" and "0.50x" in verdict(df, "b22", "cpu")["measured"]
     a14 = verdict(df, "a14", "h100")
     assert a14["verdict"] == "holds" and "fastest: tf32" in a14["measured"]
+
+
+def front_rows(md: str) -> list[list[str]]:
+    """The rows (header first) of claims.md's first table."""
+    table = re.search(r"(?:^\|.*\n)+", md, flags=re.M).group(0)
+    return [[c.strip() for c in re.split(r"(?<!\\)\|", ln)[1:-1]] for ln in table.splitlines() if "---" not in ln]
+
+
+def test_claims_md_opens_with_one_line_per_claim(tmp_path):
+    """claims.md's first table: one line per claim of the claims files, in their order, the short text of each (at
+    most 80 characters, from the files' `short` column), a verdict word, no footnote marker; the counts are a small
+    table (origin x verdict), not a paragraph; the long form follows."""
+    table(
+        tmp_path, [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 55.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 200.0)]
+    )
+    md = (tmp_path / "claims" / "claims.md").read_text()
+    claims = pd.concat([ct.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
+    rows = front_rows(md)
+    assert rows[0] == cr.FRONT_COLUMNS
+    assert [r[0] for r in rows[1:]] == list(claims["claim_id"])  # one line each, the last claim last
+    assert [r[1] for r in rows[1:]] == list(claims["short"]) and all(0 < len(r[1]) <= 80 for r in rows[1:])
+    assert {r[4] for r in rows[1:]} <= set(cr.SUMMARY_VERDICTS)
+    assert not [r for r in rows if re.search(r"\[\d+\]", " ".join(r))], "a footnote marker in the first table"
+    b13 = next(r for r in rows if r[0] == "b13")
+    assert b13[4] == "does not hold" and "(NVIDIA H100" in b13[3] and b13[5] == "measured here", b13
+    counts = md[md.index("### Verdict counts") :]
+    assert re.search(r"^\| one verdict per claim \| \d+", counts, flags=re.M) and "| measured here |" in counts
+    assert (
+        md.index("## " + cr.FRONT_TITLE)
+        < md.index("one row per claim, its verdict")
+        < md.index("one row per claim and system")
+    )
+
+
+def test_claims_file_without_a_short_text_is_named(tmp_path):
+    text = CLAIMS[1].read_text()
+    short = '"[16,8,4] mixed precision compresses decoder weights 3.47x"'
+    assert f"b1,{short}," in text
+    bad = tmp_path / "study_b_claims.csv"
+    bad.write_text(text.replace(f"b1,{short},", "b1,,"))  # b1 without its short text
+    with pytest.raises(DataError, match=r"study_b_claims.csv: claim b1: column short"):
+        ct.read_claims(bad, "B")
+    bad.write_text(text.replace(f"b1,{short},", "b1," + "x" * 81 + ","))
+    with pytest.raises(DataError, match=r"claim b1: column short must be 1-80 characters, not 81"):
+        ct.read_claims(bad, "B")
+
+
+def test_the_end_of_a_run_names_claims_md_the_counts_and_the_report(tmp_path):
+    assert cr.closing_lines(tmp_path / "claims") == [
+        "accelbench: the HTML report of every table and figure: snakemake --report report.html"
+    ]  # no claims table made: the report command alone
+    table(
+        tmp_path, [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 55.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 200.0)]
+    )
+    lines = cr.closing_lines(tmp_path / "claims")
+    assert (
+        lines[0].startswith("accelbench: done. Read the claims first: ")
+        and str(tmp_path / "claims/claims.md") in lines[0]
+    )
+    n = len(pd.read_csv(tmp_path / "claims/claims_summary.csv"))
+    assert lines[1] == f"accelbench: one verdict per claim ({n} claims): 1 does not hold, {n - 1} not measured here"
+    assert lines[2].endswith("snakemake --report report.html")

@@ -24,11 +24,16 @@ def test_it_runs_the_readme_command_1_in_two_parts():
 
 def test_estimate_line_and_durations():
     out = (
-        "Building DAG of jobs...\naccelbench: 50 jobs to run, about 6 min 19 s on this machine (calibration: 0.73x "
-        "the reference CPU's time; per-job times: x)\naccelbench: 1 of 50 jobs done, about 6 min left\n"
+        "Building DAG of jobs...\naccelbench: 50 jobs to run, about 6 min 19 s on this machine (this CPU is 1.37x "
+        "faster than the reference; per-job times: x)\naccelbench: 1 of 50 jobs done, about 6 min left\n"
     )
     assert bench.estimate_of(out) == {"jobs": 50, "estimate_s": 379.0, "calibration": 0.73}
-    assert bench.estimate_of("accelbench: 1 job to run, about 2 s on this machine (calibration: 1.10x")["jobs"] == 1
+    assert (
+        bench.estimate_of("accelbench: 1 job to run, about 2 s on this machine (this CPU is 1.10x slower")[
+            "calibration"
+        ]
+        == 1.1
+    )
     assert bench.estimate_of("no estimate here") == {}
     assert bench.parse_minutes("1 h 2 min") == 3720.0
 

@@ -82,7 +82,7 @@ def test_line_before_the_first_job_and_refreshed_as_jobs_finish(tmp_path, monkey
     assert p.speed == pytest.approx(2.0) and p.total_s() == pytest.approx(total)
     assert p.first_line().startswith(
         f"accelbench: 3 jobs to run, about {estimate.fmt(total)} on this machine "
-        "(calibration: 2.00x the reference CPU's time"
+        "(this CPU is 2.00x slower than the reference"
     )
     dag._running.add(jobs[0])
     assert not p.poll()
@@ -150,3 +150,40 @@ def test_no_estimate_for_a_run_the_cost_models_do_not_fit(tmp_path, monkeypatch)
         "h200 (backend cuda, scale paper)"
     )
     assert p.line().startswith("accelbench: 0 of 2 jobs done (") and "left" not in p.line()
+
+
+def test_calibration_reads_as_faster_or_slower():
+    assert estimate.speed_words(1.2) == "this CPU is 1.20x slower than the reference"
+    assert estimate.speed_words(0.8) == "this CPU is 1.25x faster than the reference"
+    assert estimate.speed_words(1.01) == "this CPU is about as fast as the reference"
+
+
+def test_a_job_the_harness_records_unsupported_costs_start_up(tmp_path, systems, monkeypatch):
+    """A job whose torch-free verdict (the registry entry's `verdicts`, asked by the harness before the job module)
+    is `unsupported` counts at STARTUP_S, not at its full cost: here a torchao method job where torchao is not
+    installed (the cost model alone counts its evaluations)."""
+    import importlib.util
+
+    from accelbench.experiments.llm_quant import run as llm_quant_run
+    from accelbench.experiments.llm_quant import verdicts
+
+    spec = {
+        "system": systems["cpu"].to_dict(),
+        "method": "torchao",
+        "bitset": "16_8_8",
+        "model_spec": {"config": {"num_hidden_layers": 30, "hidden_size": 576}},
+        "eval_tokens": 4096,
+        "accuracy": {"tasks": ["boolq"], "documents": 100},
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    out = "results/cpu/llm_quant/smollm2_135m/torchao/16_8_8/result.json"
+    full = llm_quant_run.estimate_s(spec)
+    assert full > 3 * estimate.STARTUP_S
+    real = importlib.util.find_spec
+    monkeypatch.setattr(verdicts.importlib.util, "find_spec", lambda n, *a: None if n == "torchao" else real(n, *a))
+    assert estimate.known_unsupported("llm_quant", spec) == "torchao is not installed"
+    assert estimate.job_reference_s("llm_quant_method", out, str(path)) == estimate.STARTUP_S
+    monkeypatch.setattr(verdicts.importlib.util, "find_spec", real)  # installed: the full cost again
+    assert estimate.known_unsupported("llm_quant", spec) is None
+    assert estimate.job_reference_s("llm_quant_method", out, str(path)) == pytest.approx(full)

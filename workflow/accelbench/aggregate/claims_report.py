@@ -6,8 +6,12 @@
   runs give decisive verdicts that differ, the row reads ``runs disagree`` and says each run's verdict, what it
   measured and how the runs differ; otherwise the most complete evidence leads (``holds``/``does not hold``, then
   the ``partly measured`` row with most needs covered, then ``not measured here`` with its most specific reason);
-* :func:`aggregate`: ``claims.{csv,md,tex,html}`` (every claim x system row, with its origin), ``claims_summary.csv``
-  (one row per claim) and ``fig_claims.png``, the report's first table;
+* :func:`front_table`: the first screen, one line per claim (its ``short`` text from the claims files, published,
+  measured on which hardware, the verdict's category, the run that judged it), no footnotes; :func:`count_table`
+  beside it (origin x verdict);
+* :func:`aggregate`: ``claims.{csv,md,tex,html}`` (every claim x system row, with its origin; the Markdown and HTML
+  open with :func:`front_table` and :func:`count_table`), ``claims_summary.csv`` (one row per claim) and
+  ``fig_claims.png``;
 * :func:`claims_page`: ``docs/claims.md``, each claim with its quote and source, hardware scope, what would make
   it fail, the evidence it needs, and each committed reference run's verdict (written by ``accelbench reference-runs``).
 """
@@ -42,6 +46,12 @@ VERDICT_COLOUR = {
 NO_RESULTS = "no results"
 SUMMARY_COLUMNS = ["study", "claim_id", "claim", "published", "scope", "verdict", "evidence", "measured", "why", "runs"]
 TITLE = "Published claims of Study A (arXiv 2606.19365) and Study B (arXiv 2607.05400)"
+FRONT_COLUMNS = ["claim", "what it says", "published", "measured (on)", "verdict", "judged by"]
+FRONT_TITLE = "Claims: one line per claim"
+FRONT_NOTE = (
+    "verdict: holds / does not hold (complete, like-for-like evidence), partly measured, not measured here, runs "
+    "disagree; why, quotes and every run's row: below"
+)
 
 
 def origin_column(df: pd.DataFrame) -> pd.Series:
@@ -180,6 +190,85 @@ def summary_line(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> str:
     return line + "; " + "; ".join(f"{o}: " + ", ".join(f"{int(r[v])} {v}" for v in VERDICTS) for o, r in by.iterrows())
 
 
+def _device(hardware: str) -> str:
+    """``NVIDIA H200`` of ``reference run (...): NVIDIA H200 (1x, 139.8 GiB)``; ``CPU: AMD EPYC`` of
+    ``CPU: AMD EPYC (2 threads) [cpu: ...]``: the device without its counts and notes."""
+    return re.split(r" [(\[]", scope.device_part(str(hardware)), maxsplit=1)[0].strip()
+
+
+def front_table(shown: pd.DataFrame, summary: pd.DataFrame, shorts: dict[str, str]) -> pd.DataFrame:
+    """The first screen (:data:`FRONT_COLUMNS`), one line per claim of ``summary`` (:func:`summary_table` of
+    ``shown``, every claim x system row with ``origin``): the claim's ``short`` text (``shorts``: claim id -> text,
+    the claims files' column), its published value, what was measured and on which device, the verdict's category
+    (:func:`head_category`) and the run(s) that judged it. The reasons and the full verdicts are in ``summary``.
+
+    Raises:
+        DataError: a claim of ``summary`` without a short text.
+    """
+    rows = []
+    for _, s in summary.iterrows():
+        cid = s["claim_id"]
+        if not str(shorts.get(cid, "")).strip():
+            raise DataError(f"claim {cid}: no short text (column short of its claims file)")
+        mine = shown[(shown["claim_id"] == cid) & (shown["measured"].astype(str) == str(s["measured"]))]
+        measured = str(s["measured"]) if pd.notna(s["measured"]) else ""
+        device = _device(mine["hardware"].iloc[0]) if measured and not mine.empty else ""
+        verdict = head_category(str(s["verdict"]))
+        judged = "; ".join(dict.fromkeys(o for o in mine["origin"] if o != NO_RESULTS)) if not mine.empty else ""
+        rows.append(
+            {
+                "claim": cid,
+                "what it says": shorts[cid],
+                "published": s["published"],
+                "measured (on)": f"{measured} ({device})" if device and measured != "" else measured,
+                "verdict": verdict,
+                "judged by": judged or ("" if verdict != DISAGREE else str(s["evidence"])) or NO_RESULTS,
+            }
+        )
+    return pd.DataFrame(rows, columns=FRONT_COLUMNS)
+
+
+def count_table(df: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """Origin x verdict: first ``one verdict per claim`` (``summary``'s heads, :data:`SUMMARY_VERDICTS`), then each
+    origin's claim x system rows (:func:`verdict_counts` summed over the studies), as integers (``runs disagree``
+    only where some claim reads it)."""
+    heads = summary["verdict"].map(head_category)
+    rows = {"one verdict per claim": {v: int((heads == v).sum()) for v in SUMMARY_VERDICTS}}
+    by = verdict_counts(df).groupby(level="origin").sum() if not df.empty else pd.DataFrame()
+    for origin, r in by.iterrows():
+        rows[str(origin)] = {v: int(r[v]) for v in VERDICTS}
+    out = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=list(SUMMARY_VERDICTS)).fillna(0).astype(int)
+    out = out.loc[:, [c for c in out.columns if c != DISAGREE or out[c].sum() > 0]]
+    out.index.name = "origin"
+    return out
+
+
+def _md_row(cells) -> str:
+    return "| " + " | ".join(_md(c) for c in cells) + " |"
+
+
+def front_markdown(front: pd.DataFrame, counts: pd.DataFrame) -> str:
+    """:func:`front_table` and :func:`count_table` as Markdown (one line per claim, no footnotes), for claims.md."""
+    out = [
+        f"## {FRONT_TITLE}",
+        "",
+        f"{TITLE} ({FRONT_NOTE}).",
+        "",
+        _md_row(front.columns),
+        _md_row(["---"] * len(front.columns)),
+    ]
+    out += [_md_row(r) for r in front.itertuples(index=False)]
+    out += [
+        "",
+        "### Verdict counts",
+        "",
+        _md_row(["origin", *counts.columns]),
+        _md_row(["---"] * (len(counts.columns) + 1)),
+    ]
+    out += [_md_row([o, *r]) for o, r in zip(counts.index, counts.itertuples(index=False))]
+    return "\n".join(out) + "\n"
+
+
 def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None = None) -> list[str]:
     """Verdicts as stacked horizontal bars: per study one bar of one verdict per claim, then one bar per origin
     (measured here and each reference run apart, one count per claim and system). ``summary``: the
@@ -246,6 +335,8 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
     shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
     summary = summary_table(shown)
     line = summary_line(df, summary)
+    front = front_table(shown, summary, dict(zip(claims["claim_id"], claims["short"])))
+    counts = count_table(df, summary)
     write_table(
         summary,
         out / "claims_summary",
@@ -260,9 +351,9 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
         title="Claims: every run",
     )
     with tree.folder(tree.out_dir_root(out), (out.name,)) as d:
-        md = d.read_bytes("claims_summary.md", 2**28) + b"\n\n" + d.read_bytes("claims.md", 2**28)
-        d.write_bytes("claims.md", md)
-        d.write_text("claims.html", claims_html(shown, summary, line))
+        long_form = d.read_bytes("claims_summary.md", 2**28) + b"\n\n" + d.read_bytes("claims.md", 2**28)
+        d.write_bytes("claims.md", (front_markdown(front, counts) + "\n").encode() + long_form)
+        d.write_text("claims.html", claims_html(shown, summary, line, front, counts))
     fig_claims(df, out / "fig_claims.png", summary)
     return df
 
@@ -286,9 +377,62 @@ def _coloured(html: str) -> str:
     return html.replace("</style>", style + "</style>", 1)
 
 
-def claims_html(shown: pd.DataFrame, summary: pd.DataFrame, line: str) -> str:
-    """The report's claims page: one row per claim first (verdict cells coloured), every claim x system row behind
-    a ``<details>`` (the columns a reviewer reads first, :data:`BRIEF`; the rest is in claims.csv)."""
+FRONT_STYLE = (
+    "<style>.accelbench-front table{border-collapse:collapse;font-size:12px;line-height:1.25}"
+    ".accelbench-front th,.accelbench-front td{border:1px solid #ccc;padding:1px 5px;white-space:nowrap;"
+    "text-align:left;vertical-align:top}"
+    ".accelbench-front td.cut{max-width:150px;overflow:hidden;text-overflow:ellipsis}"
+    ".accelbench-front h3{margin:0 0 2px 0}.accelbench-front p{margin:0 0 4px 0;font-size:12px}"
+    + "".join(f".accelbench-front td.v-{i}{{background:{c}}}" for i, c in enumerate(VERDICT_COLOUR.values()))
+    + "</style>"
+)
+CUT = ("published", "measured (on)", "judged by")  # cut to one line on screen, whole in the cell's title
+
+
+def front_html(front: pd.DataFrame, counts: pd.DataFrame) -> str:
+    """:func:`front_table` as the report's first table: one line per claim (the long cells of :data:`CUT` end in
+    an ellipsis on screen, whole in their tooltip and in the tables below), verdict cells coloured, no footnotes;
+    then :func:`count_table`."""
+    import html
+
+    colour_of = {v: i for i, v in enumerate(VERDICT_COLOUR)}
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in front.columns)
+    body = []
+    for _, r in front.iterrows():
+        cells = []
+        for c in front.columns:
+            text = html.escape(str(r[c]))
+            if c == "verdict":
+                cells.append(f'<td class="v-{colour_of[r[c]]}">{text}</td>')
+            elif c in CUT:
+                cells.append(f'<td class="cut" title="{text}">{text}</td>')
+            else:
+                cells.append(f"<td>{text}</td>")
+        body.append(f'<tr data-claim="{html.escape(str(r["claim"]))}">' + "".join(cells) + "</tr>")
+    count_head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["origin", *counts.columns])
+    count_body = "".join(
+        "<tr>" + f"<td>{html.escape(str(o))}</td>" + "".join(f"<td>{int(v)}</td>" for v in r) + "</tr>"
+        for o, r in zip(counts.index, counts.itertuples(index=False))
+    )
+    return (
+        f'<div class="accelbench-front">{FRONT_STYLE}<h3>{html.escape(FRONT_TITLE)}</h3>'
+        f"<p>{html.escape(FRONT_NOTE)}.</p>"
+        f'<table class="front"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        f'<p style="margin-top:6px">Verdict counts (claims x systems per origin):</p>'
+        f'<table class="counts"><thead><tr>{count_head}</tr></thead><tbody>{count_body}</tbody></table></div>\n'
+    )
+
+
+def claims_html(
+    shown: pd.DataFrame,
+    summary: pd.DataFrame,
+    line: str,
+    front: pd.DataFrame | None = None,
+    counts: pd.DataFrame | None = None,
+) -> str:
+    """The report's claims page: :func:`front_html` first (given ``front`` and ``counts``), then one row per claim
+    with its full verdict, evidence and why (verdict cells coloured), then every claim x system row behind a
+    ``<details>`` (the columns a reviewer reads first, :data:`BRIEF`; the rest is in claims.csv)."""
 
     def one(df: pd.DataFrame, caption: str, title: str) -> str:
         cells = df.astype(object).where(df.notna(), "").map(str)
@@ -306,7 +450,10 @@ def claims_html(shown: pd.DataFrame, summary: pd.DataFrame, line: str) -> str:
         f"{TITLE}, one row per claim and system. Every column: results/claims/claims.csv.",
         "Claims: every run",
     )
-    return head + f"\n<details><summary>Every run's verdict ({len(shown)} rows)</summary>\n{every}\n</details>\n"
+    first = front_html(front, counts) if front is not None and counts is not None else ""
+    return (
+        first + head + f"\n<details><summary>Every run's verdict ({len(shown)} rows)</summary>\n{every}\n</details>\n"
+    )
 
 
 # --------------------------------------------------------------------------- docs/claims.md
@@ -396,3 +543,22 @@ def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:
                 for name, r in rows
             ]
     return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the end of a run
+def closing_lines(claims_dir: str | Path) -> list[str]:
+    """The last lines of a successful run (Snakemake's ``onsuccess``): where the claims are (``claims.md``, its
+    first table one line per claim), the one-verdict-per-claim counts (from ``claims_summary.csv``) and the report
+    command. Without a claims table in ``claims_dir`` (a run that did not make it): the report command alone."""
+    claims_dir = Path(claims_dir)
+    report = "accelbench: the HTML report of every table and figure: snakemake --report report.html"
+    summary = claims_dir / "claims_summary.csv"
+    if not summary.is_file():
+        return [report]
+    heads = pd.read_csv(summary, dtype=str, keep_default_na=False)["verdict"].map(head_category)
+    counts = ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS if (heads == v).any())
+    return [
+        f"accelbench: done. Read the claims first: {claims_dir / 'claims.md'} (one line per claim, then why)",
+        f"accelbench: one verdict per claim ({len(heads)} claims): {counts}",
+        report,
+    ]

@@ -30,6 +30,8 @@ from accelbench.aggregate.claims import ClaimInputs, category, not_run, setting_
 from accelbench.core import registry
 from accelbench.errors import DataError
 
+SHORT_CHARS = 80  # a claim's ``short`` text (the first table of the report and of claims.md): at most this long
+
 COLUMNS = [
     "study",
     "claim_id",
@@ -75,16 +77,24 @@ def claim_checks() -> dict[str, Callable]:
 
 # --------------------------------------------------------------------------- reading
 def read_claims(path: str | Path, study: str) -> pd.DataFrame:
-    """A claims CSV (``#`` lines are its source notes) in one shape: ``study, claim_id, claim, source, experiment,
-    quantity, selector, check, low, high, published, applies_to, note``.
+    """A claims CSV (``#`` lines are its source notes) in one shape: ``study, claim_id, short, claim, source,
+    experiment, quantity, selector, check, low, high, published, applies_to, note``.
 
     Raises:
-        DataError: the file is missing or lacks a ``check`` column.
+        DataError: the file is missing, lacks a ``check`` column, or a claim's ``short`` text is blank or longer than
+            :data:`SHORT_CHARS` characters (named with the file and the claim).
     """
     try:
         df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
     except FileNotFoundError:
         raise DataError(f"claims file not found: {path}") from None
+    if "short" not in df:
+        raise DataError(f"{path}: no 'short' column (each claim in at most {SHORT_CHARS} characters)")
+    for cid, short in zip(df.get("claim_id", []), df["short"]):
+        if not short.strip() or len(short) > SHORT_CHARS:
+            raise DataError(
+                f"{path}: claim {cid}: column short must be 1-{SHORT_CHARS} characters, not {len(short)}: {short!r}"
+            )
     return claims_frame(df, study, str(path))
 
 

@@ -2,7 +2,7 @@
 
 At the start of a local run (``onstart`` in ``workflow/rules/cluster.smk``; not in dry runs)::
 
-    accelbench: 50 jobs to run, about 9 min 10 s on this machine (calibration: 1.04x the reference CPU's time)
+    accelbench: 50 jobs to run, about 9 min 10 s on this machine (this CPU is 1.20x slower than the reference; ...)
     accelbench: 12 of 50 jobs done, about 6 min 5 s left (3 min 2 s so far)
 
 How: every job's cost on the reference machine (:data:`REFERENCE`) comes from the cost model kept with its
@@ -123,6 +123,17 @@ def fmt(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
+def speed_words(speed: float) -> str:
+    """``this CPU is 1.20x slower than the reference`` for a calibration that took ``speed`` x the reference
+    machine's time (:data:`REFERENCE`; 1.2), ``... 1.30x faster ...`` below 1 (0.77), ``... about as fast as ...``
+    within 5%."""
+    if speed >= 1.05:
+        return f"this CPU is {speed:.2f}x slower than the reference"
+    if speed <= 1 / 1.05:
+        return f"this CPU is {1 / speed:.2f}x faster than the reference"
+    return "this CPU is about as fast as the reference"
+
+
 def _experiment_of(output: str) -> str | None:
     """The registry name in a result path ``<results>/<system>/<experiment>/.../result.json``, else None."""
     from accelbench.core import registry
@@ -141,10 +152,36 @@ def job_reference_s(rule: str, output: str, spec_path: str | None) -> float:
 
     name = _experiment_of(output) if spec_path else None
     if name is not None:
+        spec = json.loads(Path(spec_path).read_text())
+        if known_unsupported(name, spec):
+            return STARTUP_S
         model = getattr(registry.get(name).load(), "estimate_s", None)
         if model is not None:
-            return float(model(json.loads(Path(spec_path).read_text())))
+            return float(model(spec))
     return rule_seconds().get(rule, DEFAULT_RULE_S)
+
+
+def known_unsupported(name: str, spec: dict) -> str | None:
+    """The reason a job of experiment ``name`` with settings ``spec`` will only write ``unsupported``, asked of the
+    same torch-free verdict the harness asks before the job module (the registry entry's ``verdicts`` module,
+    ``known_unsupported(ctx)``: e.g. Intel Neural Compressor FP8 off Gaudi, torchao not installed, FSDP on a CPU),
+    so that such a job counts at :data:`STARTUP_S`, not at a full run's cost; None where it may run or the verdict
+    cannot be asked here (the job's inputs do not exist yet). The experiments' cost models (``estimate_s``) add the
+    reasons their job modules know (TF32 on a CPU, bf16 that the probe measures emulated)."""
+    from types import SimpleNamespace
+
+    from accelbench.core import registry
+    from accelbench.core.harness import system_from
+
+    try:
+        verdicts = registry.get(name).load_verdicts()
+        if verdicts is None:
+            return None
+        ctx = SimpleNamespace(spec=spec, system=system_from(spec), inputs={}, artefacts={})
+        outcome = verdicts.known_unsupported(ctx)
+    except Exception:  # noqa: BLE001 (a verdict that needs the job's inputs or context: the cost model decides)
+        return None
+    return outcome.reason if outcome is not None and outcome.status == "unsupported" else None
 
 
 def _unfitted(jobs) -> str | None:
@@ -203,7 +240,7 @@ class Progress:
             return f"accelbench: {_jobs(len(self.jobs))} to run; no time estimate: {self.unfitted}"
         text = (
             f"accelbench: {_jobs(len(self.jobs))} to run, about {fmt(self.total_s())} on this machine "
-            f"(calibration: {self.speed:.2f}x the reference CPU's time; per-job times: {LOG})"
+            f"({speed_words(self.speed)}; per-job times: {LOG})"
         )
         longest = max(self.jobs, key=lambda j: self.estimates[j], default=None)
         if longest is not None and self.speed * self.estimates[longest] >= LONG_JOB_S:  # a setting far too large?
