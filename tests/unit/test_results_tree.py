@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -115,12 +116,191 @@ def test_marking_a_linked_result_not_current_re_times_nothing_outside(tmp_path, 
     assert out.with_name("samples.npz").stat().st_mtime == results.NOT_CURRENT_MTIME
 
 
-def test_dry_run_does_not_mark_results(tmp_path):
-    """A dry run changes nothing on disk: the DAG's stale_results marks only outside `snakemake -n`."""
-    text = (Path(__file__).parents[2] / "workflow/rules/common.smk").read_text()
-    call = text.index("mark_current(target, is_current, root=RESULTS)")
-    assert "if not DRY_RUN:" in text[call - 200 : call]
-    assert 'DRY_RUN = bool(getattr(workflow.output_settings, "dryrun", False))' in text
+SR3_RESULT = "results/cpu/sr3_scaling/faithful/devices_1/result.json"  # the one result of tiny.yaml's SR3 on cpu
+THEIR_TIME = 1_700_000_000
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink", "own"])
+def test_dry_run_re_times_nothing(tmp_path, tiny_config, link):
+    """A result.json symlinked or hard-linked to a file outside plus a .redo.json: `snakemake -n` re-timed the outside
+    file to 1970. On the real DAG (tiny config, SR3): a dry run re-times nothing, not even an own result; reading the
+    Snakefile for real (`--list-rules`, no job run) marks the own result not current and leaves the linked file's
+    time as it was."""
+    from dag import snakemake, write_config
+
+    write_config(tmp_path, tiny_config, ["sr3_scaling"])
+    out = tmp_path / SR3_RESULT
+    out.parent.mkdir(parents=True)
+    victim = out if link == "own" else tmp_path / "victim.json"
+    victim.write_text('{"v": "theirs"}')
+    os.utime(victim, (THEIR_TIME, THEIR_TIME))
+    if link != "own":
+        (out.symlink_to if link == "symlink" else out.hardlink_to)(victim)
+    (out.parent / results.REDO).write_text("{}")
+    dry = snakemake(tmp_path, "-n", timeout=120)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "not current" in dry.stderr and SR3_RESULT in dry.stderr  # seen as stale: the marking was reached
+    assert victim.stat().st_mtime == THEIR_TIME and victim.read_text() == '{"v": "theirs"}'
+    run = snakemake(tmp_path, "--list-rules", timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert victim.stat().st_mtime == (results.NOT_CURRENT_MTIME if link == "own" else THEIR_TIME)
+    assert victim.read_text() == '{"v": "theirs"}'
+
+
+@pytest.mark.parametrize(
+    "link", ["claims", "cpu/.superseded", "cpu/sr3_scaling/faithful", "cpu/sr3_scaling/.superseded"]
+)
+def test_link_on_the_way_of_an_output_stops_snakemake_in_one_line(tmp_path, tiny_config, link):
+    """Snakemake itself creates an output's folders and deletes old outputs before a job, through links, before our
+    code runs (`results/claims -> /etc`: 9 claims* files written into /etc). On the real DAG (tiny config, SR3), a
+    link one or two levels below the results tree, on the way of a final output, or a `.superseded` at any depth:
+    a dry run and a run stop while the Snakefile is read, rc != 0, one line naming the link; nothing outside."""
+    from dag import snakemake, write_config
+
+    write_config(tmp_path, tiny_config, ["sr3_scaling"])
+    outside = _outside(tmp_path)
+    at = tmp_path / "results" / link
+    at.parent.mkdir(parents=True)
+    at.symlink_to(outside)
+    for args in (("-n",), ()):
+        proc = snakemake(tmp_path, *args, timeout=120)
+        assert proc.returncode != 0, proc.stderr[-3000:]
+        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "is a link" in ln]
+        assert len(lines) == 1, (proc.stdout + proc.stderr)[-3000:]
+        assert re.fullmatch(  # the terminal shows paths below the working directory relative to it
+            rf"results/{link} is a link \(to ({tmp_path}/)?outside\) inside the results tree results; refused, "
+            r"nothing written, moved or deleted: replace the link by a folder or file of its own",
+            lines[0],
+        ), lines[0]
+        assert sorted(p.name for p in outside.rglob("*")) == ["claims.csv"] and _snapshot(outside) == {
+            "claims.csv": b"theirs\n"
+        }
+        assert not (tmp_path / "logs").exists()  # no job ran
+
+
+def test_link_off_the_way_of_every_output_is_left_alone(tmp_path, tiny_config):
+    """The control: a link three levels down in a copied-in system's folder, on no output's way, plans as before."""
+    from dag import snakemake, write_config
+
+    write_config(tmp_path, tiny_config, ["sr3_scaling"])
+    at = tmp_path / "results/lab/sr3_scaling/notes"
+    at.parent.mkdir(parents=True)
+    at.symlink_to(_outside(tmp_path))
+    dry = snakemake(tmp_path, "-n", timeout=120)
+    assert dry.returncode == 0 and "is a link" not in dry.stderr, dry.stderr[-3000:]
+
+
+def test_first_link_looks_two_levels_down_on_the_planned_way_and_for_superseded(tmp_path):
+    root = tmp_path / "results"
+    (root / "cpu/a/b/c").mkdir(parents=True)
+    planned = [root / "cpu/a/b/c/result.json", root / "claims/claims.csv"]
+    assert tree.first_link(root, planned) is None and tree.first_link(tmp_path / "absent", planned) is None
+    (root / "cpu/a/b/c/result.json").symlink_to("/dev/null")  # the output itself: the job's own write refuses it
+    (root / "cpu/a/b/other").symlink_to("/")  # three levels down, on no planned way
+    assert tree.first_link(root, planned) is None
+    (root / "cpu/a/b/c/.superseded").symlink_to("/")
+    assert tree.first_link(root, planned) == root / "cpu/a/b/c/.superseded"
+    assert tree.first_link(root, planned, max_entries=3) is None  # bounded: the walk stops after 3 entries
+    (root / "cpu/a/b/c/.superseded").unlink()
+    os.rename(root / "cpu/a/b/c", tmp_path / "c")
+    (root / "cpu/a/b/c").symlink_to(tmp_path / "c")  # on the way of a planned output
+    assert tree.first_link(root, planned) == root / "cpu/a/b/c"
+    (root / "cpu/x").symlink_to("/")  # two levels down
+    assert tree.first_link(root, planned) == root / "cpu/x"
+    with pytest.raises(tree.TreeError) as info:
+        tree.refuse_links(root, planned)
+    assert str(info.value).startswith(f"{root / 'cpu/x'} is a link (to /) inside the results tree {root}")
+
+
+# --------------------------------------------------------------------------- writers below the results tree
+AGGREGATIONS = [
+    ("accelbench.aggregate.energy", "energy"),
+    ("accelbench.experiments.llm_quant.tables", "study_b_quant"),
+    ("accelbench.experiments.lora.tables", "study_b_lora"),
+    ("accelbench.experiments.sr3.tables", "study_b_sr3"),
+    ("accelbench.experiments.unet3d.tables", "study_a"),
+    ("accelbench.experiments.unet3d.tables_ncu", "study_a"),
+]
+
+
+@pytest.mark.parametrize("module,name", AGGREGATIONS)
+def test_aggregation_output_folder_that_is_a_link_is_refused_first(tmp_path, module, name):
+    """`out_dir.mkdir(parents=True)` created folders through links (a dangling one: a bare FileExistsError)."""
+    import importlib
+
+    aggregate = importlib.import_module(module).aggregate
+    (tmp_path / "results").mkdir()
+    out_dir = tmp_path / "results" / name
+    out_dir.symlink_to(tmp_path / "outside/new")
+    with pytest.raises(tree.TreeError) as info:
+        aggregate([], tmp_path / "no_reference.csv", out_dir)
+    assert str(info.value).startswith(f"{out_dir} is a link (to {tmp_path / 'outside/new'})")
+    assert not (tmp_path / "outside").exists()
+
+
+def test_quantization_sensitivity_csv_linked_out_is_refused(tmp_path):
+    """`llm_quant/tables.py` wrote sensitivity_layers.csv with `to_csv(path)`, through a link at that name."""
+    from accelbench.experiments.llm_quant.tables import aggregate
+
+    outside = _outside(tmp_path)
+    out_dir = tmp_path / "results/study_b_quant"
+    out_dir.mkdir(parents=True)
+    (out_dir / "sensitivity_layers.csv").symlink_to(outside / "claims.csv")
+    reference = Path(__file__).parents[2] / "resources/reference/study_b_quantization.csv"
+    with pytest.raises(tree.TreeError, match="sensitivity_layers.csv is a link"):
+        aggregate([], reference, out_dir)
+    assert _snapshot(outside) == {"claims.csv": b"theirs\n"}
+    (out_dir / "sensitivity_layers.csv").unlink()
+    aggregate([], reference, out_dir)
+    assert (out_dir / "sensitivity_submodules.csv").is_file() and not list(out_dir.glob(".partial*"))
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_overhead_csv_linked_out_is_refused(tmp_path, link):
+    """`measure/overhead.py` appended rows (and rewrote an old header) through a link or a hard link."""
+    from accelbench.measure import overhead
+
+    outside = _outside(tmp_path)
+    path = tmp_path / "bench/h.csv"
+    path.parent.mkdir()
+    (path.symlink_to if link == "symlink" else path.hardlink_to)(outside / "claims.csv")
+    with pytest.raises(tree.TreeError, match=f"{path} is a "):
+        overhead.append(str(path), {"experiment": "x"}, ["experiment", "case"])
+    with pytest.raises(tree.TreeError, match=f"{path} is a "):
+        overhead.append(str(path), {"experiment": "x"}, ["theirs"])  # the header as it is: no upgrade first
+    assert _snapshot(outside) == {"claims.csv": b"theirs\n"}
+    path.unlink()
+    overhead.append(str(path), {"experiment": "x"}, ["experiment"])
+    overhead.append(str(path), {"experiment": "y", "case": "c"}, ["experiment", "case"])  # header upgraded
+    assert path.read_text() == "experiment,case\nx,\ny,c\n"
+    row = {"experiment": "sr3", "case": "fp32", "devices": 1, "harness_ms": 1.0, "bare_ms": 1.0, "when": "t"}
+    overhead.append(str(tmp_path / "bench/e.csv"), row)
+    (tmp_path / "bench/e_efficiency.csv").symlink_to(outside / "claims.csv")
+    with pytest.raises(tree.TreeError, match="e_efficiency.csv is a link"):
+        overhead.efficiency(str(tmp_path / "bench/e.csv"))
+    assert _snapshot(outside) == {"claims.csv": b"theirs\n"}
+
+
+def test_kernel_table_and_config_reference_at_a_link_are_refused(tmp_path):
+    """`measure/kernels.py` and `core/config_reference.py` wrote with `open(path, "w")`, through a link."""
+    from types import SimpleNamespace
+
+    from accelbench.core import config_reference
+    from accelbench.measure.kernels import write_kernel_table
+
+    outside = _outside(tmp_path)
+    row = {"name": "k", "class": "gemm", "tensor_core": True, "calls": 1, "device_time_us": 2.0, "share": 1.0}
+    summary = SimpleNamespace(table=[row])
+    for name in ("kernels.csv", "configuration.md"):
+        (tmp_path / name).symlink_to(outside / "claims.csv")
+    with pytest.raises(tree.TreeError, match="kernels.csv is a link"):
+        write_kernel_table(summary, tmp_path / "kernels.csv")
+    with pytest.raises(tree.TreeError, match="configuration.md is a link"):
+        config_reference.write(tmp_path / "configuration.md")
+    assert _snapshot(outside) == {"claims.csv": b"theirs\n"}
+    (tmp_path / "kernels.csv").unlink()
+    write_kernel_table(summary, tmp_path / "kernels.csv")
+    assert (tmp_path / "kernels.csv").read_text().splitlines()[1] == "k,gemm,True,1,2.0,1.0"
 
 
 CAUSE_B = {"moved_to": "../../../.superseded/20260101T000000Z/sr3_scaling/faithful/devices_1", "files": []}

@@ -14,6 +14,7 @@ from accelbench.core.files import read_text as bounded_text, sha256 as bounded_s
 from accelbench.core import registry
 from accelbench.core.config import read_yaml, validate_config
 from accelbench.core.harness import spec_path_of
+from accelbench.core.tree import refuse_links as _refuse_links
 from accelbench.core.rule_context import RuleContext
 from accelbench.core.locks import NOTICE_FD
 from accelbench.errors import ResultError
@@ -285,6 +286,14 @@ def force_stale_results():
             if each.input_modifier is None:  # no `input` section in that one (Snakemake sets it with the section)
                 each.input_modifier = each.output_modifier
             each.set_input(unpack(_redo_stale))
+
+
+# The results tree is untrusted ground (a results folder may be copied in from elsewhere): Snakemake itself creates an
+# output's folders and deletes an old output before its job, following links, before any of our code runs. A link one
+# or two levels below it (`results/claims -> /etc`, `results/cpu -> elsewhere`), a `.superseded` link at any depth,
+# or a link on the way of a final output is refused here, in one line naming it, before anything is planned or
+# touched (accelbench.core.tree.refuse_links; each job's own writes are checked again at the moment of use).
+_refuse_links(RESULTS, get_final_output())
 
 
 if workflow.is_main_process:

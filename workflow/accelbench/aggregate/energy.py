@@ -32,6 +32,7 @@ import pandas as pd
 from accelbench.aggregate.common import joined_labels, load_results, model_display, write_table
 from accelbench.aggregate.figures import FONT, best_per_hardware, device_of, save_figure, series_label, wrap
 from accelbench.aggregate.figures import published as published_origin
+from accelbench.core import tree
 from accelbench.core.validate import power_limit_w, power_over_limit
 from accelbench.measure.energy import LABEL
 
@@ -330,8 +331,7 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path | None, 
     Raises:
         ResultError: a missing or corrupt result file.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = tree.make_output_dir(out_dir)  # below <results>, following no link
     results = load_results(result_paths)
     df = rows(results, read_board_power(Path(reference_dir) / BOARD_POWER if reference_dir else None))
     write_table(

@@ -180,7 +180,9 @@ def write(out: Path = DOC, schema_path: str | Path | None = None, check: bool = 
     text = render(load_schema(schema_path or CONFIG_SCHEMA))
     current = out.is_file() and out.read_text() == text
     if not check and not current:
-        out.write_text(text)
+        from accelbench.core import tree
+
+        tree.write_text(out.parent, out, text)  # atomic; a link or hard-linked file at `out` refused, not written
     return current
 
 

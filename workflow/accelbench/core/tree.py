@@ -19,6 +19,7 @@ Linux and other POSIX systems with ``dir_fd`` support (every system accelbench r
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import hashlib
@@ -207,6 +208,33 @@ class Folder:
                 os.unlink(tmp, dir_fd=self.fd)
             raise
 
+    @contextlib.contextmanager
+    def open_append(self, name: str, mode: str = "a", **kwargs) -> Iterator[IO]:
+        """A file object appending to file ``name`` (created when absent) in place: for a log or CSV that grows by
+        rows. Opened without following a link (``O_NOFOLLOW``, never blocking on a FIFO); a link, a hard-linked file
+        or anything but a plain file at ``name`` is refused (:class:`TreeError`, one line naming it), never written
+        through. Mode ``"a"``/``"ab"`` (``newline=`` etc. passed on)."""
+        name = self._name(name)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(name, flags, 0o666, dir_fd=self.fd)
+        except OSError:
+            st = self.lstat(name)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise _refuse_link(self.path / name, self.root) from None
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise TreeError(
+                    f"{self.path / name} is not a plain file; refused to append to it: move it away"
+                ) from None
+            raise
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            os.close(fd)
+            why = "not a plain file" if not stat.S_ISREG(st.st_mode) else f"a file with {st.st_nlink} hard links"
+            raise TreeError(f"{self.path / name} is {why}; refused to append to it: move it away")
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            yield fh
+
     def write_bytes(self, name: str, data: bytes) -> None:
         with self.open_write(name, "wb") as fh:
             fh.write(data)
@@ -325,6 +353,14 @@ def open_write(root: str | Path, path: str | Path, mode: str = "w", **kwargs) ->
         yield fh
 
 
+@contextlib.contextmanager
+def open_append(root: str | Path, path: str | Path, mode: str = "a", **kwargs) -> Iterator[IO]:
+    """:meth:`Folder.open_append` of file ``path`` below ``root`` (its folders created, no link followed)."""
+    d, name = file_folder(root, path, create=True)
+    with d, d.open_append(name, mode, **kwargs) as fh:
+        yield fh
+
+
 def out_dir_root(out_dir: str | Path) -> Path:
     """The results tree of an aggregation's ``--out-dir`` (``<results>/<name>``, the layout of every rule's output
     folder): its parent."""
@@ -346,6 +382,82 @@ def open_output(path: str | Path, mode: str = "w", **kwargs) -> Iterator[IO]:
         yield fh
 
 
+def make_output_dir(out_dir: str | Path) -> Path:
+    """Create an aggregation's ``--out-dir`` (``<results>/<name>``) below ``<results>`` (:func:`out_dir_root`) without
+    following a link, instead of ``Path.mkdir(parents=True)`` (which creates folders through one). Returns ``out_dir``.
+
+    Raises:
+        TreeError: ``<results>/<name>`` is a link or not a folder (one line naming it).
+    """
+    out_dir = Path(os.path.normpath(out_dir))
+    with folder(out_dir_root(out_dir), (out_dir.name,), create=True):
+        pass
+    return out_dir
+
+
+SCAN_ENTRIES = 100_000  # entries first_link looks at, at most, in its walk for `.superseded` (a results tree: ~10^3)
+
+
+def first_link(root: str | Path, planned=(), max_entries: int = SCAN_ENTRIES) -> Path | None:
+    """The first link below results tree ``root`` that would lead Snakemake's own writes out of it (it creates an
+    output's folders and deletes an old output before a job, following links), else None. Looked at, links not
+    followed (``os.scandir``, ``lstat``): every entry one and two levels below ``root`` (``root/<x>``,
+    ``root/<system>/<x>``); every folder on the path of each ``planned`` output below ``root`` (the output file
+    itself not: the job's own write refuses it); and every entry named ``.superseded`` at any depth, in a walk of at
+    most ``max_entries`` entries (breadth first; a ``.superseded`` folder is not entered, an unreadable folder is
+    skipped). ``root`` itself may be a link (checked when the config is read); an absent ``root`` has none.
+    Cost: one ``scandir`` per folder up to ``max_entries`` entries, one ``lstat`` per distinct planned folder."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    seen, queue, depth_of = 0, collections.deque([root]), {root: 0}
+    while queue and seen < max_entries:
+        here = queue.popleft()
+        try:
+            with os.scandir(here) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            path, depth = Path(entry.path), depth_of[here] + 1
+            if entry.is_symlink():
+                if depth <= 2 or entry.name == ".superseded":
+                    return path
+            elif entry.is_dir(follow_symlinks=False) and entry.name != ".superseded":
+                depth_of[path] = depth
+                queue.append(path)
+    checked: set[tuple[str, ...]] = set()
+    for target in planned:
+        try:
+            parts = split(root, target)
+        except TreeError:
+            continue  # not below the results tree
+        for k in range(1, len(parts)):
+            if parts[:k] in checked:
+                continue
+            checked.add(parts[:k])
+            try:
+                st = os.lstat(root.joinpath(*parts[:k]))
+            except OSError:
+                break  # absent: nothing deeper exists
+            if stat.S_ISLNK(st.st_mode):
+                return root.joinpath(*parts[:k])
+    return None
+
+
+def refuse_links(root: str | Path, planned=()) -> None:
+    """Raise :class:`TreeError` (one line naming the link and where it leads) when :func:`first_link` finds one: what
+    the Snakefile checks before Snakemake plans any job (workflow/rules/common.smk).
+
+    Raises:
+        TreeError: a link below ``root`` on the way of an output.
+    """
+    link = first_link(root, planned)
+    if link is not None:
+        raise _refuse_link(link, Path(root))
+
+
 def rmtree_in(root: str | Path, path: str | Path) -> None:
     """Delete ``path`` below ``root`` (:meth:`Folder.remove`)."""
     d, name = file_folder(root, path)
@@ -357,10 +469,14 @@ __all__ = [
     "Folder",
     "TreeError",
     "file_folder",
+    "first_link",
     "folder",
+    "make_output_dir",
+    "open_append",
     "open_output",
     "open_write",
     "out_dir_root",
+    "refuse_links",
     "rmtree_in",
     "split",
     "write_bytes",

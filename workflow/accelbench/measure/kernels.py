@@ -185,10 +185,18 @@ def summarize_kernels(
 
 
 def write_kernel_table(summary: KernelSummary, path: str | Path) -> None:
-    """Write the full per-kernel table as CSV (name, class, tensor_core, calls, device_time_us, share)."""
+    """Write the full per-kernel table as CSV (name, class, tensor_core, calls, device_time_us, share) to ``path``,
+    atomically and without following a link at it (:func:`accelbench.core.tree.open_write` in its folder).
+
+    Raises:
+        TreeError: ``path`` is a link or a hard-linked file (one line naming it); nothing is written.
+    """
     import csv
 
-    with open(path, "w", newline="") as fh:
+    from accelbench.core import tree
+
+    path = Path(path)
+    with tree.open_write(path.parent, path, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=["name", "class", "tensor_core", "calls", "device_time_us", "share"])
         writer.writeheader()
         writer.writerows(summary.table)

@@ -32,34 +32,47 @@ FIELDS = [
 EFFICIENCY_GOAL = 0.95  # time at 1 device / time at N, per-device batch fixed
 
 
+MAX_CSV_BYTES = 64 * 2**20  # a benchmark CSV gains a row of ~1 kB per run: far below
+
+
 def upgrade_header(path: Path, fields: list[str]) -> None:
     """Rewrite an existing CSV whose header is not ``fields`` (written before a column was added) with ``fields``, its
     rows' new cells empty, so that appended rows line up with the header (a column no longer in ``fields`` would be
-    dropped; none has been removed)."""
-    if not path.exists():
+    dropped; none has been removed). Read and rewritten in its folder without following a link
+    (:mod:`accelbench.core.tree`: a link, a hard-linked file or a FIFO at ``path`` is refused in one line, untouched).
+    """
+    import io
+
+    from accelbench.core import tree
+
+    path = Path(path)
+    if not path.parent.is_dir():
         return
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(fh)
+    with tree.folder(path.parent) as d:
+        if d.lstat(path.name) is None:
+            return
+        reader = csv.DictReader(io.StringIO(d.read_bytes(path.name, MAX_CSV_BYTES).decode(), newline=""))
         if reader.fieldnames == fields:
             return
         rows = list(reader)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+        with d.open_write(path.name, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
 
 
 def append(csv_path: str, row: dict, fields: list[str] = FIELDS) -> None:
-    """Append ``row`` (its ``fields``) to ``csv_path``, writing the header first for a new file (an older header is
-    upgraded first: :func:`upgrade_header`); echo it as JSON."""
-    upgrade_header(Path(csv_path), fields)
-    new = not Path(csv_path).exists()
-    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "a", newline="") as fh:
+    """Append ``row`` (its ``fields``) to ``csv_path`` (its folder created), writing the header first for a new or
+    empty file (an older header is upgraded first: :func:`upgrade_header`); echo it as JSON. The file is opened in its
+    folder without following a link (:func:`accelbench.core.tree.open_append`: a link or hard-linked file refused).
+    """
+    from accelbench.core import tree
+
+    path = Path(csv_path)
+    upgrade_header(path, fields)
+    with tree.open_append(path.parent, path, "a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields, lineterminator="\n")
-        if new:
+        if os.fstat(fh.fileno()).st_size == 0:
             w.writeheader()
         w.writerow({k: row.get(k) for k in fields})
     print(json.dumps({k: row.get(k) for k in fields}), flush=True)
@@ -176,5 +189,8 @@ def efficiency(csv_path: str) -> Path:
         )
         print(json.dumps(rows[-1]))
     out = Path(csv_path).with_name(Path(csv_path).stem + "_efficiency.csv")
-    pd.DataFrame(rows).to_csv(out, index=False)
+    from accelbench.core import tree
+
+    with tree.open_write(out.parent, out, "w", newline="") as fh:  # no link followed at `out`
+        pd.DataFrame(rows).to_csv(fh, index=False)
     return out

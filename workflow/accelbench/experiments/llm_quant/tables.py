@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.common import csv_frame, load_results, write_table
+from accelbench.core import tree
 from accelbench.experiments.llm_quant.tables_cells import (
     COLUMNS,
     MODEL_CARDS,
@@ -53,8 +54,7 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     Raises:
         ResultError: a missing or corrupt result or reference file (named).
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = tree.make_output_dir(out_dir)  # below <results>, following no link
     results = load_results(result_paths)
     published, source = read_reference(reference_path)
     cards = read_model_cards(Path(reference_path).parent / MODEL_CARDS)
@@ -95,9 +95,11 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     )
     write_table(table, out_dir / "table", caption)
     sens = sensitivity_rows(results)
-    csv_frame(sens).to_csv(out_dir / "sensitivity_layers.csv", index=False)
+    with tree.open_output(out_dir / "sensitivity_layers.csv", "w", newline="") as fh:  # no link followed
+        csv_frame(sens).to_csv(fh, index=False)
     sub = submodule_rows(results)
-    csv_frame(sub).to_csv(out_dir / "sensitivity_submodules.csv", index=False)
+    with tree.open_output(out_dir / "sensitivity_submodules.csv", "w", newline="") as fh:
+        csv_frame(sub).to_csv(fh, index=False)
     fig_layers(sens, out_dir / "fig_sensitivity_layers.png")
     fig_submodules(sub, out_dir / "fig_sensitivity_submodules.png")
     return {"table": out_dir / "table.csv", "sensitivity": out_dir / "sensitivity_layers.csv"}

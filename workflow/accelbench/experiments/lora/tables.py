@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.common import load_results, status_cell, write_table
+from accelbench.core import tree
 from accelbench.experiments.lora.tables_claims import CLAIM_CHECKS, claim_series
 from accelbench.experiments.lora.tables_figures import runtime_figure
 from accelbench.experiments.lora.tables_rows import read_reference, result_rows, source_line
@@ -199,8 +200,7 @@ def aggregate(result_paths: list[str], reference_path: str, out_dir: str | Path)
     Raises:
         ResultError: a corrupt result file (named); DataError: a bad reference file.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = tree.make_output_dir(out_dir)  # below <results>, following no link
     results = [r for r in load_results(result_paths) if r["experiment"] == "lora_finetune"]
     df = result_rows(results)
     ref = read_reference(reference_path)

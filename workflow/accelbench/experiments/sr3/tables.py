@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.common import load_results, status_cell, write_table
+from accelbench.core import tree
 from accelbench.experiments.sr3 import configs as sr3_configs
 from accelbench.experiments.sr3.tables_claims import CLAIM_CHECKS
 from accelbench.experiments.sr3.tables_figures import fig_samples, fig_scaling
@@ -177,8 +178,7 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
     Raises:
         ResultError: a missing or corrupt result file. DataError: a missing reference file.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = tree.make_output_dir(out_dir)  # below <results>, following no link
     results = [r for r in load_results(result_paths) if r["experiment"] == "sr3_scaling"]
     ref, source = read_reference(reference_path)
     df = result_rows(results)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.common import joined_labels, load_results, write_table
+from accelbench.core import tree
 from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
 from accelbench.experiments.unet3d.configs import AUTOTUNED, VARIANTS  # noqa: F401  (re-exported)
 from accelbench.experiments.unet3d.tables_claims import (  # noqa: F401  (re-exported: the claims engine reads them)
@@ -67,8 +68,7 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     Raises:
         ResultError: a result file is missing or corrupt.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = tree.make_output_dir(out_dir)  # below <results>, following no link
     loaded = load_results(result_paths)
     results = [r for r in loaded if r.get("experiment") != "unet3d_ncu"]  # the counters feed the claims only
     df = result_rows(results)

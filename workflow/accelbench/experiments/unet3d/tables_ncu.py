@@ -36,6 +36,7 @@ import pandas as pd
 from accelbench.aggregate.common import joined_labels, load_results, write_table
 from accelbench.aggregate.figures import FONT, origin_of, save_figure, series_label, wrap
 from accelbench.aggregate.figures import published as published_origin
+from accelbench.core import tree
 from accelbench.core.results import read_result
 from accelbench.experiments.unet3d.configs import BEFORE_THE_KEYS, VARIANTS
 from accelbench.experiments.unet3d.tables_ncu_claims import (  # noqa: F401  (re-exported: the counter claims)
@@ -293,8 +294,7 @@ def aggregate(result_paths: list[str | Path], claims_path: str | Path, out_dir: 
     Raises:
         ResultError: a result file is missing or corrupt.
     """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = tree.make_output_dir(out_dir)  # below <results>, following no link
     # the counters only: the unet3d_profile results (given with them by reference_runs.TABLES) are read beside each
     # counter result by profile_for
     results = [r for r in load_results(result_paths) if r.get("experiment") != "unet3d_profile"]
