@@ -1,6 +1,7 @@
 """accelbench.backends: the one table of backends, the whole protocol per backend, and no name comparisons left in
 the modules that were converted to it."""
 
+import contextlib
 import inspect
 import re
 import subprocess
@@ -34,36 +35,79 @@ FORBIDDEN = [
 ]
 
 
-def test_table_maps_exactly_cpu_cuda_hpu():
-    assert set(backends.BACKENDS) == {"cpu", "cuda", "hpu"}
+def test_table_is_every_backend_module():
+    """The table is whatever backends exist: every module of backends/ that defines ``BACKEND`` (cpu, cuda and hpu
+    among them), by the name its class states; one shared instance each."""
+    modules = sorted(
+        p.stem for p in (PKG / "backends").glob("*.py") if re.search(r"^BACKEND = ", p.read_text(), flags=re.M)
+    )
+    assert sorted(cls.__module__.rsplit(".", 1)[1] for cls in backends.BACKENDS.values()) == modules
+    assert {"cpu", "cuda", "hpu"} <= set(backends.BACKENDS)
     for name, cls in backends.BACKENDS.items():
         assert cls.name == name and isinstance(backends.get(name), cls)
         assert backends.get(name) is backends.get(name)  # one shared instance
     assert [b.name for b in backends.all_backends()] == list(backends.BACKENDS)
 
 
+def probe_problems(backend: Backend, answer) -> list[str]:
+    """What is wrong with ``answer``, ``backend.probe()``'s: None, or ``{"backend": its own name, "count": >= 1,
+    "names": one string per device}`` (the host: at most one, its model name where /proc/cpuinfo has it)."""
+    if answer is None:
+        return []
+    if not isinstance(answer, dict) or set(answer) != {"backend", "count", "names"}:
+        return [f"{backend.name}: not a probe answer: {answer!r}"]
+    out = []
+    if answer["backend"] != backend.name:
+        out.append(f"{backend.name}: answers as {answer['backend']!r}")
+    count, names = answer["count"], answer["names"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        out.append(f"{backend.name}: count {count!r}")
+    elif not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        out.append(f"{backend.name}: names {names!r}")
+    elif len(names) != count and not (not backend.accelerator and len(names) <= 1):
+        out.append(f"{backend.name}: {count} devices, {len(names)} names")
+    return out
+
+
 @pytest.mark.parametrize("cls", list(backends.BACKENDS.values()), ids=list(backends.BACKENDS))
-def test_every_backend_implements_the_whole_protocol(cls):
-    assert issubclass(cls, Backend)
+def test_every_backend_implements_the_whole_protocol(cls, monkeypatch):
+    """Every backend, whatever its module states and inherits: a name of its own, a device type torch knows, the
+    protocol's attributes and method signatures, and device calls on its device type (not its name)."""
+    assert issubclass(cls, Backend) and "name" in vars(cls), f"{cls.__name__} states no name of its own"
     assert not inspect.isabstract(cls) and not cls.__abstractmethods__
-    cls()  # instantiable: no abstract method left
-    for attr in Backend.ATTRIBUTES:  # every class attribute of the protocol set on the class itself or its bases
-        assert any(attr in vars(k) for k in cls.__mro__ if k is not Backend), f"{cls.__name__} lacks {attr}"
+    backend = cls()  # instantiable: no abstract method left
+    for attr in Backend.ATTRIBUTES:
+        assert hasattr(cls, attr), f"{cls.__name__} lacks {attr}"
+    torch.device(cls.device_type)  # a device type torch knows (raises for e.g. "rocm")
     assert cls.collective in ("gloo", "nccl", "hccl")
     assert isinstance(cls.accelerator, bool) and isinstance(cls.slurm_gpu_resource, bool)
+    assert isinstance(cls.probe_rank, int) and (cls.probe_rank == 1000) == (not cls.accelerator)  # the host last
     assert cls.vendor_tool is None or (isinstance(cls.vendor_tool, tuple) and cls.vendor_tool)
-    # every abstract method of the protocol is overridden with the same parameters
-    for meth in Backend.__abstractmethods__ if hasattr(Backend, "__abstractmethods__") else ():
-        assert getattr(cls, meth) is not getattr(Backend, meth)
-        assert list(inspect.signature(getattr(cls, meth)).parameters) == list(
-            inspect.signature(getattr(Backend, meth)).parameters
-        )
+    assert not cls.uses_device_events or cls.device_type == "cuda"  # measure.timing records torch.cuda.Event
+    assert backend.rank_env({"NCCL_DEBUG": "WARN"})["NCCL_DEBUG"] == "WARN"  # the user's setting wins
+    assert backend.rank_env({}) == dict(cls.rank_env_defaults)
+    # every method of the protocol that it overrides keeps the protocol's parameters
+    for meth, base in vars(Backend).items():
+        if callable(base) and not meth.startswith("__") and getattr(cls, meth) is not base:
+            assert list(inspect.signature(getattr(cls, meth)).parameters) == list(inspect.signature(base).parameters), (
+                f"{cls.__name__}.{meth}"
+            )
+    # device calls take the device type: torch.device and autocast (recorded, so no device is needed)
+    assert backend.torch_device(0).type == cls.device_type
+    calls = []
+    monkeypatch.setattr(torch, "autocast", lambda device_type, dtype=None, **kw: calls.append(device_type))
+    backend.autocast(torch.bfloat16)
+    assert calls == [cls.device_type] and isinstance(backend.autocast(None), contextlib.nullcontext)
+    assert torch.profiler.ProfilerActivity.CPU in backend.profiler_activities()
+    # its probe here: nothing, or its own devices, well formed
+    assert probe_problems(backend, backend.probe()) == []
 
 
 def test_unknown_backend_fails_naming_the_known_ones():
-    with pytest.raises(ConfigError, match=r"unknown backend 'rocm'; known backends: cpu, cuda, hpu"):
-        backends.get("rocm")
-    assert backends.lookup("rocm") is None and backends.lookup(None) is None
+    known = ", ".join(backends.BACKENDS)
+    with pytest.raises(ConfigError, match=rf"^unknown backend 'no-such'; known backends: {re.escape(known)}$"):
+        backends.get("no-such")
+    assert "cpu, cuda" in known and backends.lookup("no-such") is None and backends.lookup(None) is None
 
 
 def test_schema_enums_are_the_table():
@@ -82,11 +126,11 @@ def test_schema_enums_are_the_table():
     assert result["system"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
     assert result["environment"]["properties"]["hardware"]["properties"]["backend"]["enum"] == list(backends.BACKENDS)
     bad = schema_errors(
-        {"name": "x", "backend": "rocm", "devices": 1, "precisions": ["fp32"], "image": "cuda", "scale": "small"},
+        {"name": "x", "backend": "no-such", "devices": 1, "precisions": ["fp32"], "image": "cuda", "scale": "small"},
         SYSTEM_SCHEMA,
         "system file x.yaml",
     )
-    assert any("rocm" in e and "cuda" in e for e in bad), bad
+    assert any("no-such" in e and "cuda" in e for e in bad), bad
 
 
 def test_cpu_device_ops():
@@ -132,16 +176,53 @@ def test_per_backend_facts_as_before():
     assert backends.get("hpu").visible_devices_var == "HABANA_VISIBLE_MODULES"
     assert backends.get("cpu").visible_devices_var is None
     assert locks.device_set("hpu", {"HABANA_VISIBLE_MODULES": "2"}) == "hpu-2"
-    assert [b.name for b in backends.all_backends() if b.slurm_gpu_resource] == ["cuda"]
-    assert [b.name for b in backends.all_backends() if b.uses_device_events] == ["cuda"]
+    assert [backends.get(n).slurm_gpu_resource for n in ("cpu", "cuda", "hpu")] == [False, True, False]
+    assert [backends.get(n).uses_device_events for n in ("cpu", "cuda", "hpu")] == [False, True, False]
     assert StepClock(Device("cpu")).method == "synchronize+perf_counter"
     assert backends.for_image("cuda") is backends.get("cuda") and backends.for_image("habana") is backends.get("hpu")
-    assert backends.for_image("rocm") is None
+    assert backends.for_image("no-such-image") is None
 
 
-def test_detect_finds_a_backend_of_the_table():
-    found = backends.detect()
-    assert found["backend"] in backends.BACKENDS and found["count"] >= 1
+def _answer(backend: Backend) -> dict:
+    return {"backend": backend.name, "count": 2, "names": [f"{backend.name} device"] * 2}
+
+
+@pytest.mark.parametrize("name", list(backends.BACKENDS))
+def test_detect_returns_the_first_backend_by_probe_rank_that_answers(name, monkeypatch):
+    """Each backend in turn answers, and so does every backend probed after it (cpu, the fallback, always does):
+    detect() returns its answer, not a later one's; with none answering, it fails. Then, with the real probes, it
+    returns the first real answer by probe_rank, which every probe gives well formed or not at all."""
+    chosen = backends.get(name)
+    for b in backends.all_backends():
+        later = b.probe_rank > chosen.probe_rank
+        monkeypatch.setattr(b, "probe", (lambda b=b: _answer(b)) if b is chosen or later else (lambda: None))
+    assert backends.detect() == _answer(chosen)
+    for b in backends.all_backends():
+        monkeypatch.setattr(b, "probe", lambda: None)
+    with pytest.raises(RuntimeError, match="no backend answered"):
+        backends.detect()
+    monkeypatch.undo()
+    ranks = [b.probe_rank for b in backends.all_backends()]
+    assert len(set(ranks)) == len(ranks), "two backends share a probe_rank: detect()'s order would be arbitrary"
+    answers = [(b, b.probe()) for b in sorted(backends.all_backends(), key=lambda b: b.probe_rank)]
+    assert [p for b, a in answers for p in probe_problems(b, a)] == []
+    assert backends.detect() == next(a for b, a in answers if a is not None)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"backend": "cuda", "count": 1, "names": ["Some CPU"]},  # answers as another backend
+        {"backend": "cpu", "count": 0, "names": []},  # sees nothing but answers
+        {"backend": "cpu", "count": 1},  # a key missing
+        {"backend": "cpu", "count": "1", "names": []},
+    ],
+)
+def test_the_probe_check_catches_a_broken_answer(answer):
+    assert probe_problems(backends.get("cpu"), answer)
+    cuda = backends.get("cuda")
+    assert probe_problems(cuda, {"backend": "cuda", "count": 2, "names": ["GPU"]})  # 2 devices, 1 name
+    assert probe_problems(cuda, {"backend": "cuda", "count": 2, "names": ["GPU", "GPU"]}) == []
 
 
 def test_software_label_keeps_its_field_order():

@@ -1,9 +1,11 @@
-"""Backends: one module per torch device type, behind ``base.Backend``. To add one (e.g. ROCm), write one file,
-``backends/rocm.py``, defining ``class RocmBackend(Backend)`` with every attribute and method of the protocol and
-``BACKEND = RocmBackend``; give it a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and its
-``container_image``. The table below finds it (every module of this package with a ``BACKEND``), and the system and
-result schemas take their backend names from the table when loaded. ``pytest tests/unit/test_backends.py`` checks
-the whole protocol. A system file (``config/systems/``) and an image (``containers/``) complete the port."""
+"""Backends: one module per backend (a vendor's way of driving a torch device type), behind ``base.Backend``. A new
+one states only what differs from its nearest sibling (CONTRIBUTING.md, "Add a backend"): e.g. ``backends/rocm.py``
+defining ``class RocmBackend(CudaBackend)`` (device type ``cuda``, inherited) with its own ``name``, ``probe``,
+``provenance``, a ``probe_rank`` below cuda's (a ROCm torch answers ``torch.cuda`` too) and what it lacks, and
+``BACKEND = RocmBackend``. The table below finds it (every module of this package with a ``BACKEND``), and the system
+and result schemas take their backend names from the table when loaded. ``python -m pytest tests/unit/test_backends.py``
+checks every backend that exists. A system file (``config/systems/``), and an image (``containers/``) where it has its
+own, complete the port."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ def _discover() -> dict[str, type[Backend]]:
     return {cls.name: cls for cls in sorted(found, key=lambda c: c.name)}
 
 
-# The one table: backend name (system files' `backend`, torch's device type) -> class (detect() probes by probe_rank).
+# The one table: backend name (system files' `backend`; torch's device type is the class's `device_type`) -> class
+# (detect() probes by probe_rank).
 BACKENDS: dict[str, type[Backend]] = _discover()
 
 _instances: dict[str, Backend] = {}

@@ -182,47 +182,18 @@ class RaplCounter(Counter):
 class CpuBackend(Backend):
     name = "cpu"
     accelerator = False
-    collective = "gloo"
-    visible_devices_var = None
-    job_env_vars = ()
-    vendor_tool = None
-    container_image = None  # runs in the cuda image (config/systems/cpu.yaml), whose flags that image's backend gives
-    slurm_gpu_resource = False
-    uses_device_events = False
-    rank_env_defaults: dict[str, str] = {}
-    software_fields = ()
     probe_rank = 1000  # the fallback: always present
-    bridge = None
-    lazy_mode = False
-    optimum_habana = False
-    fp8_inc = False
-    nsight_compute = False
-    torchao_int4_tinygemm = False
-    fused_adamw = False
-    non_blocking_copies = False
-    device_weight_init = False
-    ddp_device_ids = False
-    float64 = True
-    sync_debug_mode = False
-
-    def prepare(self) -> None:
-        pass
+    # container_image None (the default): runs in the cuda image (config/systems/cpu.yaml)
 
     def torch_device(self, index: int = 0):
         import torch
 
         return torch.device("cpu")
 
-    def device_index(self, local_rank: int) -> int:
-        return 0
-
     def set_device(self, local_rank: int) -> None:
         pass
 
     def synchronize(self, index: int = 0) -> None:
-        pass
-
-    def mark_step(self) -> None:
         pass
 
     def reset_peak_memory(self, index: int = 0) -> None:
@@ -234,19 +205,8 @@ class CpuBackend(Backend):
     def empty_cache(self, index: int = 0) -> None:
         pass
 
-    def profiler_activities(self) -> list:
-        import torch
-
-        return [torch.profiler.ProfilerActivity.CPU]
-
     def energy_counter(self, index: int = 0):
         return RaplCounter()  # RAPL package zones under /sys/class/powercap (the whole host's CPUs)
-
-    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
-        return "sdpa"
-
-    def prepare_collective(self) -> None:
-        pass
 
     def probe(self) -> dict | None:
         """The host CPU, named by its model (``/proc/cpuinfo``) where readable: what a cpu system's ``match`` reads."""
@@ -256,9 +216,6 @@ class CpuBackend(Backend):
             lines = []
         names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name") and ":" in ln][:1]
         return {"backend": self.name, "count": 1, "names": names}
-
-    def absence_note(self) -> str | None:
-        return None
 
     def provenance(self, info: dict) -> dict:
         out = self.host_as_device(info)
@@ -307,9 +264,6 @@ class CpuBackend(Backend):
                 json.dumps(support.get("isa_caps") or {}, sort_keys=True),
             ]
         )
-
-    def apptainer_env(self, workdir: str | Path, environ: dict) -> dict[str, str]:
-        return {}
 
 
 BACKEND = CpuBackend

@@ -163,7 +163,6 @@ def nvml_device_load(ours: set[int]) -> list[dict] | None:
 
 class CudaBackend(Backend):
     name = "cuda"
-    accelerator = True
     collective = "nccl"
     visible_devices_var = "CUDA_VISIBLE_DEVICES"
     job_env_vars = ("CUDA_VISIBLE_DEVICES",)
@@ -175,62 +174,13 @@ class CudaBackend(Backend):
     rank_env_defaults = {"NCCL_DEBUG": "INFO"}
     software_fields = (("cuda", "CUDA"), ("cudnn", "cuDNN"))
     probe_rank = 100
-    bridge = None
-    lazy_mode = False
-    optimum_habana = False
-    fp8_inc = False
     nsight_compute = True
     torchao_int4_tinygemm = True
     fused_adamw = True
     non_blocking_copies = True
     device_weight_init = True
     ddp_device_ids = True
-    float64 = True
     sync_debug_mode = True
-
-    def prepare(self) -> None:
-        pass
-
-    def torch_device(self, index: int = 0):
-        import torch
-
-        return torch.device(self.name, index)
-
-    def device_index(self, local_rank: int) -> int:
-        return local_rank
-
-    def set_device(self, local_rank: int) -> None:
-        import torch
-
-        torch.cuda.set_device(local_rank)
-
-    def synchronize(self, index: int = 0) -> None:
-        import torch
-
-        torch.cuda.synchronize(index)
-
-    def mark_step(self) -> None:
-        pass
-
-    def reset_peak_memory(self, index: int = 0) -> None:
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(index)
-
-    def peak_memory_bytes(self, index: int = 0) -> int | None:
-        import torch
-
-        return int(torch.cuda.max_memory_allocated(index))
-
-    def empty_cache(self, index: int = 0) -> None:
-        import torch
-
-        torch.cuda.empty_cache()
-
-    def profiler_activities(self) -> list:
-        import torch
-
-        return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
 
     def free_memory_bytes(self, index: int = 0) -> int | None:
         import torch
@@ -252,9 +202,6 @@ class CudaBackend(Backend):
         import importlib.util
 
         return "flash_attention_2" if importlib.util.find_spec("flash_attn") is not None else "sdpa"
-
-    def prepare_collective(self) -> None:
-        pass
 
     def probe(self) -> dict | None:
         if no_gpu_device_file():

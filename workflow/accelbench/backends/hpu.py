@@ -66,38 +66,23 @@ class HlmlCounter(Counter):
 
 class HpuBackend(Backend):
     name = "hpu"
-    accelerator = True
     collective = "hccl"
     visible_devices_var = "HABANA_VISIBLE_MODULES"
     job_env_vars = ("HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES")
     vendor_tool = ("hl-smi", "-Q", "index,name,bus_id", "-f", "csv,noheader")  # one CSV line per card
     container_image = "habana"
     slurm_gpu_resource = False  # Gaudi sites request cards through their GRES (slurm/site.yaml multinode.gres)
-    uses_device_events = False
-    rank_env_defaults: dict[str, str] = {}
     software_fields = (("synapseai", "SynapseAI"),)
     probe_rank = 10
     bridge = "habana_frameworks"
     lazy_mode = True
     optimum_habana = True
     fp8_inc = True  # with habana_frameworks installed (the experiment checks that too)
-    nsight_compute = False
-    torchao_int4_tinygemm = False
-    fused_adamw = False
-    non_blocking_copies = False
-    device_weight_init = False
-    ddp_device_ids = False
     float64 = False  # no float64 on Gaudi: schedulers compute in float32
-    sync_debug_mode = False
 
     def prepare(self) -> None:
         os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
         import habana_frameworks.torch.core  # noqa: F401  (registers the hpu device)
-
-    def torch_device(self, index: int = 0):
-        import torch
-
-        return torch.device(self.name, index)
 
     def device_index(self, local_rank: int) -> int:
         return 0
@@ -127,11 +112,6 @@ class HpuBackend(Backend):
 
     def empty_cache(self, index: int = 0) -> None:
         pass
-
-    def profiler_activities(self) -> list:
-        import torch
-
-        return [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.HPU]
 
     def energy_counter(self, index: int = 0):
         return HlmlCounter(int(os.environ.get("LOCAL_RANK", 0)))  # pyhlml: hlmlDeviceGetTotalEnergyConsumption (mJ)

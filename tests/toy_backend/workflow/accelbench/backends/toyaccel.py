@@ -1,18 +1,17 @@
 """A toy accelerator: the worked example of CONTRIBUTING.md, "Add a backend" (``tests/unit/test_toy_backend.py``).
 
-Every attribute and method of :class:`accelbench.backends.base.Backend` for a pretend device whose work runs on the
-host CPU (``torch.device("cpu")``). A process sees ``TOYACCEL_DEVICES`` toy devices (unset or 0: none, so the probe
-finds nothing on a real machine and ``system: auto`` goes on to the real backends). No image of its own: its system
-files name an existing one.
+A pretend device whose work runs on the host CPU, so its nearest sibling is the cpu backend: it states only what
+differs from it (a name, an accelerator with its own visible-devices variable, how it is found and recorded). A process
+sees ``TOYACCEL_DEVICES`` toy devices (unset or 0: none, so the probe finds nothing on a real machine and
+``system: auto`` goes on to the real backends). No image of its own: its system files name an existing one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
-from accelbench.backends.base import Backend
+from accelbench.backends.cpu import CpuBackend
 
 COUNT_VAR = "TOYACCEL_DEVICES"  # how many toy devices this process sees
 DEVICE_NAME = "Toy Accelerator T1"  # what its probe and provenance report (system files match it)
@@ -25,77 +24,12 @@ def _count() -> int:
         return 0
 
 
-class ToyaccelBackend(Backend):
-    name = "toyaccel"
+class ToyaccelBackend(CpuBackend):
+    name = "toyaccel"  # device_type "cpu", inherited: its tensors, autocast and timing are the host's
     accelerator = True
-    collective = "gloo"
     visible_devices_var = "TOYACCEL_VISIBLE_DEVICES"
     job_env_vars = (COUNT_VAR, "TOYACCEL_VISIBLE_DEVICES")
-    vendor_tool = None
-    container_image = None  # runs in another backend's image (its system file names it)
-    slurm_gpu_resource = False
-    uses_device_events = False
-    rank_env_defaults: dict[str, str] = {}
-    software_fields = ()
     probe_rank = 50  # before cuda (100) and the cpu fallback (1000): found only where TOYACCEL_DEVICES is set
-    bridge = None
-    lazy_mode = False
-    optimum_habana = False
-    fp8_inc = False
-    nsight_compute = False
-    torchao_int4_tinygemm = False
-    fused_adamw = False
-    non_blocking_copies = False
-    device_weight_init = False
-    ddp_device_ids = False
-    float64 = True
-    sync_debug_mode = False
-
-    def prepare(self) -> None:
-        pass
-
-    def torch_device(self, index: int = 0):
-        import torch
-
-        return torch.device("cpu")  # the toy's work runs on the host
-
-    def device_index(self, local_rank: int) -> int:
-        return 0
-
-    def set_device(self, local_rank: int) -> None:
-        pass
-
-    def synchronize(self, index: int = 0) -> None:
-        pass  # host work is synchronous
-
-    def mark_step(self) -> None:
-        pass
-
-    def reset_peak_memory(self, index: int = 0) -> None:
-        pass
-
-    def peak_memory_bytes(self, index: int = 0) -> int | None:
-        return None
-
-    def empty_cache(self, index: int = 0) -> None:
-        pass
-
-    def profiler_activities(self) -> list:
-        import torch
-
-        return [torch.profiler.ProfilerActivity.CPU]
-
-    def flash_attention(self, optimum_habana_version: str | None = None) -> str | None:
-        return "sdpa"
-
-    def autocast(self, dtype):
-        """Host autocast (torch knows no ``toyaccel`` device type)."""
-        import torch
-
-        return contextlib.nullcontext() if dtype is None else torch.autocast(device_type="cpu", dtype=dtype)
-
-    def prepare_collective(self) -> None:
-        pass
 
     def probe(self) -> dict | None:
         n = _count()
