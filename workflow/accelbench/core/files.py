@@ -36,6 +36,20 @@ def _refuse(error: type[AccelbenchError], what: str, path: Path, why: str, missi
     return err
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a plain one is, for the message (``a FIFO``, ``a character device``)."""
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file of a known kind"
+
+
 def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError], follow: bool) -> int:
     """An open descriptor of plain file ``path`` of at most ``limit`` bytes (see :func:`read_bytes`)."""
     try:
@@ -47,7 +61,7 @@ def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError
     if stat.S_ISLNK(st.st_mode):
         raise _refuse(error, what, path, "a link; such a file is never followed out of its folder (copy the file in)")
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(error, what, path, "not a plain file (a FIFO, device, socket or folder); move it away")
+        raise _refuse(error, what, path, f"not a plain file ({_kind(st.st_mode)}); move it away")
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: replaced by a FIFO since, the open does not wait for a writer
@@ -56,7 +70,7 @@ def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(error, what, path, "not a plain file (a FIFO, device, socket or folder); move it away")
+            raise _refuse(error, what, path, f"not a plain file ({_kind(st.st_mode)}); move it away")
         if st.st_size > limit:
             raise _refuse(error, what, path, f"{st.st_size} bytes, more than such a file has ({limit}); move it away")
     except BaseException:
