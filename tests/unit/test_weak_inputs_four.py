@@ -139,3 +139,83 @@ def test_campaign_file_that_is_no_plain_file_says_what_it_is(tmp_path, kind, sai
     assert str(info.value) == f"campaign file {path}: not a plain file ({said}); move it away"
     with pytest.raises(CampaignError, match="no such file"):
         campaign.load(tmp_path / "missing.yaml")
+
+
+# --------------------------------------------------------------------------- reads routed through core/files.py
+_REF = "resources/reference"
+ROUTED_READS = {  # name: (file planted as a FIFO, code calling the reader with it as sys.argv[1], what the line says)
+    "claims_table.read_claims": (
+        "study_b_claims.csv",
+        "from accelbench.aggregate.claims_table import read_claims; read_claims(p, 'study_b')",
+        "claims file",
+    ),
+    "energy.read_board_power": (
+        "board_power.csv",
+        "from accelbench.aggregate.energy import read_board_power; read_board_power(p)",
+        "board power table",
+    ),
+    "llm_quant.read_model_cards": (
+        "model_cards.csv",
+        "from accelbench.experiments.llm_quant.tables_cells import read_model_cards; read_model_cards(p)",
+        "model cards table",
+    ),
+    "llm_quant.read_reference": (
+        "study_b_quantization.csv",
+        "from accelbench.experiments.llm_quant.tables_rows import read_reference; read_reference(p)",
+        "reference file",
+    ),
+    "lora.read_reference": (
+        "study_b_finetune_runtime.csv",
+        "from accelbench.experiments.lora.tables_rows import read_reference; read_reference(p)",
+        "published LoRA runtimes",
+    ),
+    "sr3.read_reference": (
+        "study_b_sr3_scaling.csv",
+        "from accelbench.experiments.sr3.tables_rows import read_reference; read_reference(p)",
+        "reference file",
+    ),
+    "unet3d.read_claims": (
+        "study_a_claims.csv",
+        "from accelbench.experiments.unet3d.tables_ncu_claims import read_claims; read_claims(p)",
+        "claims file",
+    ),
+    "unet3d.overhead": (
+        "result.json",
+        "from accelbench.experiments.unet3d.overhead import study_a; study_a(SimpleNamespace(result=p))",
+        "result file",
+    ),
+    "lora.overhead": (
+        "result.json",
+        "from accelbench.experiments.lora.overhead import lora; lora(SimpleNamespace(result=p))",
+        "result file",
+    ),
+    "sr3.overhead": (
+        "result.json",
+        "from accelbench.experiments.sr3.overhead import sr3; sr3(SimpleNamespace(result=p))",
+        "result file",
+    ),
+    "models.export.exported_info": (
+        "accelbench.json",
+        "from accelbench.models.export import exported_info; import os; exported_info(os.path.dirname(p))",
+        "exported model info",
+    ),
+    "llm_quant.accuracy._task_config": (
+        "task.yaml",
+        "from accelbench.experiments.llm_quant.accuracy import _task_config; _task_config(p)",
+        "lm-eval task file",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROUTED_READS))
+def test_fifo_at_a_routed_read_is_one_line(tmp_path, name):
+    """A FIFO at each read routed through core/files.py since 327e108: one line naming the file, within 30 s (the
+    old reads blocked in open(); the reference readers guarded by is_file() said "no table" for a FIFO)."""
+    file, call, what = ROUTED_READS[name]
+    fifo = tmp_path / file
+    os.mkfifo(fifo)
+    code = "import sys; from types import SimpleNamespace\np = sys.argv[1]\n" + call
+    proc = _python(code, str(fifo), timeout=30)
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert f"{what} {fifo}: not a plain file (a FIFO); move it away" in last, proc.stderr[-3000:]

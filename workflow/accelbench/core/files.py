@@ -7,7 +7,8 @@ that grows past it while read is refused too). Every refusal is one line naming 
 (:class:`~accelbench.errors.AccelbenchError` or the caller's subclass), with ``.why`` (the same without the file)
 and ``.missing`` (True when the file does not exist).
 
-The same checks open NumPy files (:func:`open_binary`, :func:`load_numpy`), CSV tables (:func:`read_csv`) and JSON
+The same checks open NumPy files (:func:`open_binary`, :func:`load_numpy`), CSV tables (:func:`read_csv`; as a
+DataFrame: :func:`read_frame`) and JSON
 (:func:`read_json`); a JSON or YAML document is also bounded in values, not only bytes (:func:`check_nodes`), since
 ``[[],[],...]`` takes about 25 times its size once parsed.
 """
@@ -255,6 +256,33 @@ def read_csv(
         raise _refuse(error, what, Path(path), f"line {reader.line_num}: not CSV ({exc})") from None
     finally:
         csv.field_size_limit(old)
+
+
+def read_frame(
+    path: str | Path,
+    what: str = "CSV file",
+    limit: int = MAX_TEXT_BYTES,
+    error: type[AccelbenchError] = AccelbenchError,
+    **read_csv_kwargs: Any,
+):
+    """A ``pandas.DataFrame`` of CSV file ``path`` (``pandas.read_csv(..., **read_csv_kwargs)``, e.g.
+    ``comment="#"``) read through :func:`read_text`: a plain UTF-8 file of at most ``limit`` bytes (reference tables
+    under ``resources/reference/`` and claims tables are kilobytes), so a FIFO, device or huge file there is one
+    line naming it, never a blocked or unbounded read.
+
+    Raises:
+        AccelbenchError: (``error``) as :func:`read_text`, or not CSV (pandas' reason); one line naming the file.
+    """
+    import io
+
+    import pandas as pd
+
+    text = read_text(path, what, limit, error)
+    try:
+        return pd.read_csv(io.StringIO(text), **read_csv_kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _refuse(error, what, Path(path), f"not a CSV table ({why})") from None
 
 
 def read_text(
