@@ -31,7 +31,7 @@ from accelbench.aggregate.claims import VERDICTS, category, fails_if, needs_of, 
 from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
 from accelbench.aggregate.figures import FONT, save_figure, wrap
-from accelbench.core import registry
+from accelbench.core import files, registry
 from accelbench.errors import DataError
 
 DISAGREE = "runs disagree"
@@ -555,7 +555,8 @@ def closing_lines(claims_dir: str | Path) -> list[str]:
     summary = claims_dir / "claims_summary.csv"
     if not summary.is_file():
         return [report]
-    heads = pd.read_csv(summary, dtype=str, keep_default_na=False)["verdict"].map(head_category)
+    summary_table = files.read_frame(summary, "claims summary", error=DataError, dtype=str, keep_default_na=False)
+    heads = summary_table["verdict"].map(head_category)
     counts = ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS if (heads == v).any())
     return [
         f"accelbench: done. Read the claims first: {claims_dir / 'claims.md'} (one line per claim, then why)",

@@ -27,7 +27,7 @@ import pandas as pd
 
 from accelbench.aggregate import scope
 from accelbench.aggregate.claims import ClaimInputs, category, not_run, setting_of
-from accelbench.core import registry
+from accelbench.core import files, registry
 from accelbench.errors import DataError
 
 SHORT_CHARS = 80  # a claim's ``short`` text (the first table of the report and of claims.md): at most this long
@@ -84,10 +84,7 @@ def read_claims(path: str | Path, study: str) -> pd.DataFrame:
         DataError: the file is missing, lacks a ``check`` column, or a claim's ``short`` text is blank or longer than
             :data:`SHORT_CHARS` characters (named with the file and the claim).
     """
-    try:
-        df = pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise DataError(f"claims file not found: {path}") from None
+    df = files.read_frame(path, "claims file", error=DataError, comment="#", dtype=str, keep_default_na=False)
     if "short" not in df:
         raise DataError(f"{path}: no 'short' column (each claim in at most {SHORT_CHARS} characters)")
     for cid, short in zip(df.get("claim_id", []), df["short"]):

@@ -32,8 +32,9 @@ import pandas as pd
 from accelbench.aggregate.common import joined_labels, load_results, model_display, write_table
 from accelbench.aggregate.figures import FONT, best_per_hardware, device_of, save_figure, series_label, wrap
 from accelbench.aggregate.figures import published as published_origin
-from accelbench.core import tree
+from accelbench.core import files, tree
 from accelbench.core.validate import power_limit_w, power_over_limit
+from accelbench.errors import DataError
 from accelbench.measure.energy import LABEL
 
 # the case of a result: these config values, where present, in this order (no experiment is named)
@@ -84,9 +85,9 @@ BOARD_POWER = "board_power.csv"  # beside the SR3 reference (resources/reference
 def read_board_power(path: str | Path | None) -> pd.DataFrame:
     """Board power limits (``device_match``, ``power_limit_w`` in W per device, ``source``); empty without the file."""
     cols = ["device_match", "power_limit_w", "source"]
-    if not path or not Path(path).is_file():
+    if not path or not (Path(path).exists() or Path(path).is_symlink()):  # a FIFO there: one line, not "no table"
         return pd.DataFrame(columns=cols)
-    return pd.read_csv(path, comment="#").reindex(columns=cols)
+    return files.read_frame(path, "board power table", error=DataError, comment="#").reindex(columns=cols)
 
 
 def board_limit(result: dict, boards: pd.DataFrame | None = None) -> tuple[float | None, str]:

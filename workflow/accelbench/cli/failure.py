@@ -21,6 +21,7 @@ import sys
 import tempfile
 import traceback
 
+from accelbench.cli.terminal import cap_text
 from accelbench.errors import AccelbenchError
 
 VERBOSE_ENV = "ACCELBENCH_VERBOSE"
@@ -105,5 +106,5 @@ def report(command: str, exc: BaseException, verbose_flag: bool = False) -> int:
     elif not isinstance(exc, AccelbenchError):
         saved = _saved_traceback(command, exc)
         line += f" (traceback: {saved or f'--verbose or {VERBOSE_ENV}=1'})"
-    print(line, file=sys.stderr)
+    print(cap_text(line), file=sys.stderr)  # a line built from user data (90,000 unexpected keys) stays readable
     return 2 if isinstance(exc, AccelbenchError) else 1

@@ -4,8 +4,9 @@ lines of the default run otherwise reach several hundred).
 :func:`short_line` shortens one line: paths of the working directory or the repository become relative, a list
 of paths after ``input:``/``output:``/``log:`` names their common folder once (``results/study_a/{table.csv,
 table.md, ...}``), and what is still too long is cut with ``... (N more characters)``. :func:`shorten_snakemake`
-applies it to what Snakemake's terminal handler writes (the Snakefile calls it), errors excepted (printed whole:
-one raised while the Snakefile is read has no log file to fall back on); the complete lines stay in Snakemake's log
+applies it to what Snakemake's terminal handler writes (the Snakefile calls it), errors excepted (printed whole up
+to :data:`MAX_ERROR_CHARS` a line, :func:`cap_line`: one raised while the Snakefile is read has no log file to fall
+back on); the complete lines stay in Snakemake's log
 file (``.snakemake/log/``) and in each job's log. Torch-free.
 
 Example::
@@ -73,6 +74,29 @@ def short_text(text: str, limit: int = MAX_CHARS) -> str:
     return "\n".join(short_line(line, limit) for line in text.split("\n"))
 
 
+MAX_ERROR_CHARS = 2000  # the longest line of an error printed on the terminal (the point and the file stay in it)
+
+
+def cap_line(line: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``line`` in at most ``limit`` characters: its head (where an error names its file or key) and its tail
+    (where it says what to do) kept, the middle replaced by ``... (N characters left out) ...``. An error built
+    from user data (90,000 unexpected config keys: one line of 1 MB) stays a line a terminal can show."""
+    if len(line) <= limit:
+        return line
+    mark = " ... (0000000 characters left out) ... "
+    for _ in range(2):  # the count's digits change the mark's length
+        left_out = len(line) - (limit - len(mark))
+        mark = f" ... ({left_out} characters left out) ... "
+    head = (limit - len(mark)) * 2 // 3
+    tail = limit - len(mark) - head
+    return line[:head] + mark + line[len(line) - tail :]
+
+
+def cap_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Every line of ``text`` through :func:`cap_line`."""
+    return "\n".join(cap_line(line, limit) for line in text.split("\n"))
+
+
 def _short_or_whole(text: str) -> str:
     """:func:`short_text`, or ``text`` unchanged should shortening fail: a message is never lost to it."""
     try:
@@ -82,11 +106,12 @@ def _short_or_whole(text: str) -> str:
 
 
 def _for_terminal(record: logging.LogRecord, format_record) -> str:
-    """A record as the terminal shows it: an error (level ERROR and up) whole, every other one through
-    :func:`short_text`. An error raised while the Snakefile is read reaches no ``.snakemake/log`` file (none exists
-    yet): cutting it lost its point, e.g. "is a folder of the operating system" after a 180-character path."""
+    """A record as the terminal shows it: an error (level ERROR and up) whole up to :data:`MAX_ERROR_CHARS` a line
+    (:func:`cap_text`: head and tail kept), every other one through :func:`short_text`. An error raised while the
+    Snakefile is read reaches no ``.snakemake/log`` file (none exists yet): cutting it at 200 lost its point, e.g.
+    "is a folder of the operating system" after a 180-character path."""
     text = format_record(record)
-    return text if record.levelno >= logging.ERROR else _short_or_whole(text)
+    return cap_text(text) if record.levelno >= logging.ERROR else _short_or_whole(text)
 
 
 def shorten_snakemake(logger: logging.Logger | None = None) -> int:

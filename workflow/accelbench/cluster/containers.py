@@ -40,17 +40,24 @@ def image_uri(system, uri_template: str, containers_dir: str | Path) -> str:
             f"runs in that image. Fix: set `image:` in the system file to one of {have}, or add "
             f"{folder}/Dockerfile and {folder}/accelbench-{system.image}.def (see containers/README.md)"
         )
-    if "{image}" not in uri_template:
-        raise ConfigError(f"container_uri {uri_template!r} must contain '{{image}}' (the system's image name)")
     try:
-        fields = [field for _, field, _, _ in string.Formatter().parse(uri_template) if field is not None]
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(uri_template) if f is not None]
     except ValueError as exc:  # a lone brace
         raise ConfigError(f"container_uri {uri_template!r}: {exc} (write a literal brace as {{{{ or }}}})") from None
-    other = [field for field in fields if field != "image"]
+    other = [field for field, _, _ in fields if field != "image"]
     if other:
         raise ConfigError(
             f"container_uri {uri_template!r} has the placeholder {{{other[0]}}}: only {{image}} is filled in"
         )
+    dressed = [f"{{image{'!' + conv if conv else ''}{':' + spec if spec else ''}}}" for _, spec, conv in fields]
+    dressed = [d for d in dressed if d != "{image}"]
+    if dressed:  # checked before formatting: {image:>1500000000} would build a 1.5 GB string first
+        raise ConfigError(
+            f"container_uri {uri_template[:200]!r}: {dressed[0][:60]} has a format spec or conversion; write plain "
+            "{image} (the image name is filled in as it is)"
+        )
+    if "{image}" not in uri_template:
+        raise ConfigError(f"container_uri {uri_template!r} must contain '{{image}}' (the system's image name)")
     return uri_template.format(image=system.image)
 
 

@@ -128,11 +128,13 @@ def load(file: str | Path) -> dict:
             first one, naming the file and key).
     """
     path = Path(file)
-    if not path.is_file():
-        raise CampaignError(f"{file}: no such file")
-    try:
-        data = read_yaml(path)  # as configs are read: no object tags, no key given twice, no alias bomb
+    try:  # through core/files.py: a FIFO, device (a link to /dev/zero) or folder is named as what it is
+        data = read_yaml(path, "campaign file")  # as configs are: no object tags, no key given twice, no alias bomb
     except ConfigError as exc:
+        if getattr(exc, "missing", False):
+            raise CampaignError(f"{file}: no such file") from None
+        if getattr(exc, "why", None):  # refused by core/files.py before parsing: its line names the file already
+            raise CampaignError(str(exc)) from None
         raise CampaignError(f"{file}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise CampaignError(f"{file}: expected a mapping with the key 'parts'")

@@ -74,6 +74,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"config key '{where}': {error.instance!r} is not allowed; allowed values: {allowed}"
     if error.validator == "additionalProperties":
         allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        known = error.schema.get("properties", {})
+        extra = [k for k in error.instance if k not in known] if isinstance(error.instance, dict) else []
+        if len(extra) > 5:  # 90,000 unknown keys: a few named, the rest counted (not a line of 1 MB)
+            named = ", ".join(repr(k)[:80] for k in extra[:5])
+            return f"config key '{where}': {len(extra):,} keys are not allowed ({named}, ...); allowed keys: {allowed}"
         return f"config key '{where}': {error.message}; allowed keys: {allowed}"
     return f"config key '{where}': {error.message}"
 
@@ -173,17 +178,33 @@ def results_dir_errors(value) -> list[str]:
     """``results_dir`` must not be ``/`` nor lie in a folder of the operating system
     (:data:`accelbench.core.files.SYSTEM_DIRS`: results would be written among its files, as root), judged after
     following every link (``results -> /etc``) from the working directory, relative folders included; a ``~`` that
-    names no home here is refused (:func:`validate_config` expands ``~/x`` first)."""
+    names no home here, or a home that is no folder (``~nobody`` is ``/nonexistent``), is refused
+    (:func:`validate_config` checks it before it expands ``~/x``), and so is a path whose top folder does not exist
+    (``/nonexistent/x``: it would be created at the filesystem's root, as root)."""
     import os
 
     from accelbench.core.files import os_folder
 
     if not isinstance(value, str) or not value.strip():
         return []
-    if value.startswith("~") and os.path.expanduser(value).startswith("~"):
+    if value.startswith("~"):
+        user = value.split("/")[0]
+        home = os.path.expanduser(user)
+        if home.startswith("~"):
+            return [
+                f"config key 'results_dir': {value!r}: {user} is no home folder here; "
+                f"give the full path (default: results)"
+            ]
+        if not os.path.isdir(home):  # nobody's home is /nonexistent: a new top folder would be made as root
+            return [
+                f"config key 'results_dir': {value!r}: the home folder of {user} ({home}) does not exist or is not a"
+                f" folder; give the full path of a folder of your own (default: results)"
+            ]
+    top = os.path.join("/", *os.path.abspath(os.path.expanduser(value)).split("/")[1:2])
+    if not os.path.isdir(top):  # `/nonexistent/x`: never a new folder at the filesystem's root
         return [
-            f"config key 'results_dir': {value!r}: {value.split('/')[0]} is no home folder here; "
-            f"give the full path (default: results)"
+            f"config key 'results_dir': {value!r}: its top folder {top} does not exist (it would be created at the"
+            f" filesystem's root); give a folder inside an existing one (default: results)"
         ]
     resolved = os_folder(os.path.expanduser(value))
     if resolved:
@@ -248,6 +269,9 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
     if isinstance(config.get("results_dir"), str) and config["results_dir"].startswith("~"):
         import os
 
+        problems = results_dir_errors(config["results_dir"])  # the `~user` said as given, before it is expanded
+        if problems:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
         config["results_dir"] = os.path.expanduser(config["results_dir"])  # the home's x, not a folder named `~`
     problems = cross_field_errors(config)
     if problems:

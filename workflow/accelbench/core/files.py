@@ -7,7 +7,8 @@ that grows past it while read is refused too). Every refusal is one line naming 
 (:class:`~accelbench.errors.AccelbenchError` or the caller's subclass), with ``.why`` (the same without the file)
 and ``.missing`` (True when the file does not exist).
 
-The same checks open NumPy files (:func:`open_binary`, :func:`load_numpy`), CSV tables (:func:`read_csv`) and JSON
+The same checks open NumPy files (:func:`open_binary`, :func:`load_numpy`), CSV tables (:func:`read_csv`; as a
+DataFrame: :func:`read_frame`) and JSON
 (:func:`read_json`); a JSON or YAML document is also bounded in values, not only bytes (:func:`check_nodes`), since
 ``[[],[],...]`` takes about 25 times its size once parsed.
 """
@@ -36,6 +37,20 @@ def _refuse(error: type[AccelbenchError], what: str, path: Path, why: str, missi
     return err
 
 
+def _kind(mode: int) -> str:
+    """What a file that is not a plain one is, for the message (``a FIFO``, ``a character device``)."""
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file of a known kind"
+
+
 def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError], follow: bool) -> int:
     """An open descriptor of plain file ``path`` of at most ``limit`` bytes (see :func:`read_bytes`)."""
     try:
@@ -47,7 +62,7 @@ def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError
     if stat.S_ISLNK(st.st_mode):
         raise _refuse(error, what, path, "a link; such a file is never followed out of its folder (copy the file in)")
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(error, what, path, "not a plain file (a FIFO, device, socket or folder); move it away")
+        raise _refuse(error, what, path, f"not a plain file ({_kind(st.st_mode)}); move it away")
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: replaced by a FIFO since, the open does not wait for a writer
@@ -56,7 +71,7 @@ def _open_regular(path: Path, what: str, limit: int, error: type[AccelbenchError
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise _refuse(error, what, path, "not a plain file (a FIFO, device, socket or folder); move it away")
+            raise _refuse(error, what, path, f"not a plain file ({_kind(st.st_mode)}); move it away")
         if st.st_size > limit:
             raise _refuse(error, what, path, f"{st.st_size} bytes, more than such a file has ({limit}); move it away")
     except BaseException:
@@ -241,6 +256,33 @@ def read_csv(
         raise _refuse(error, what, Path(path), f"line {reader.line_num}: not CSV ({exc})") from None
     finally:
         csv.field_size_limit(old)
+
+
+def read_frame(
+    path: str | Path,
+    what: str = "CSV file",
+    limit: int = MAX_TEXT_BYTES,
+    error: type[AccelbenchError] = AccelbenchError,
+    **read_csv_kwargs: Any,
+):
+    """A ``pandas.DataFrame`` of CSV file ``path`` (``pandas.read_csv(..., **read_csv_kwargs)``, e.g.
+    ``comment="#"``) read through :func:`read_text`: a plain UTF-8 file of at most ``limit`` bytes (reference tables
+    under ``resources/reference/`` and claims tables are kilobytes), so a FIFO, device or huge file there is one
+    line naming it, never a blocked or unbounded read.
+
+    Raises:
+        AccelbenchError: (``error``) as :func:`read_text`, or not CSV (pandas' reason); one line naming the file.
+    """
+    import io
+
+    import pandas as pd
+
+    text = read_text(path, what, limit, error)
+    try:
+        return pd.read_csv(io.StringIO(text), **read_csv_kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise _refuse(error, what, Path(path), f"not a CSV table ({why})") from None
 
 
 def read_text(

@@ -98,5 +98,12 @@ def export_tokenizer(name: str, folder: str | Path) -> dict:
 
 def exported_info(folder: str | Path) -> dict | None:
     """The ``info`` saved by :func:`export_hf_folder` (None for a folder it did not write)."""
-    p = Path(folder) / INFO_FILE
-    return json.loads(p.read_text()) if p.exists() else None
+    from accelbench.core import files
+    from accelbench.errors import DataError
+
+    p = Path(folder) / INFO_FILE  # a FIFO or device there: one line naming it (core/files.py), never a blocked read
+    return (
+        files.read_json(p, "exported model info", files.MAX_TEXT_BYTES, DataError)
+        if p.exists() or p.is_symlink()
+        else None
+    )

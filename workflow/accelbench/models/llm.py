@@ -144,10 +144,10 @@ def load_tokenizer(src: str):
         )
         raise DataError(f"tokenizer {src!r} not available offline{hint}: {exc}") from None
     info_file = Path(src) / "accelbench.json"
-    if info_file.is_file():
-        import json
+    if info_file.exists() or info_file.is_symlink():  # a FIFO or device there: one line (core/files.py), no hang
+        from accelbench.core import files
 
-        saved = json.loads(info_file.read_text())
+        saved = files.read_json(info_file, "tokenizer info file", files.MAX_TEXT_BYTES, DataError)
         if saved.get("kind") == "tokenizer":
             return tok, {"description": saved["description"], "source": str(src)}
     return tok, {"description": str(src), "source": str(src)}

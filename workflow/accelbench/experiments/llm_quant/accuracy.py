@@ -11,7 +11,8 @@ import contextlib
 import functools
 
 from accelbench.backends.device import Device
-from accelbench.errors import DataError
+from accelbench.core import files
+from accelbench.errors import AccelbenchError, DataError
 from accelbench.experiments.llm_quant.task_data import bundled_folder, load_task_data, sample_baselines
 from accelbench.measure.timing import StepClock
 
@@ -56,8 +57,8 @@ def _task_files() -> dict:
     pattern = re.compile(r"^task:\s*['\"]?([^\s'\"]+)['\"]?\s*$", re.M)
     found: dict = {}
     for path in sorted(Path(lm_eval.tasks.__file__).parent.rglob("*.yaml")):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            for m in pattern.finditer(path.read_text()):
+        with contextlib.suppress(AccelbenchError):  # a FIFO, device or huge file there is skipped, never waited on
+            for m in pattern.finditer(files.read_text(path, "lm-eval task file")):
                 found.setdefault(m.group(1), path)
     return found
 
@@ -73,7 +74,8 @@ def _task_config(path) -> dict:
 
     Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
     path = Path(path)
-    cfg = yaml.load(path.read_text(), Loader=Loader) or {}  # noqa: S506 (SafeLoader subclass)
+    text = files.read_text(path, "lm-eval task file", error=DataError)  # bounded: a FIFO `include` is one line
+    cfg = yaml.load(text, Loader=Loader) or {}  # noqa: S506 (SafeLoader subclass)
     includes = cfg.pop("include", None) or []
     merged: dict = {}
     for inc in includes if isinstance(includes, list) else [includes]:

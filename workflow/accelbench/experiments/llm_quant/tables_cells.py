@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.common import STATUS_LABEL, model_display
+from accelbench.core import files
 from accelbench.errors import ResultError
 from accelbench.experiments.llm_quant.task_data import bundled_baselines
 from accelbench.measure.flops import PEAK_KEY, eval_peak
@@ -137,9 +138,9 @@ def read_model_cards(path: str | Path) -> pd.DataFrame:
         ResultError: the file lacks those columns.
     """
     cols = ["model", "task", "metric", "shots", "value_pct", "source"]
-    if not Path(path).is_file():
+    if not (Path(path).exists() or Path(path).is_symlink()):  # a FIFO or folder there: one line, not "no table"
         return pd.DataFrame(columns=cols)
-    cards = pd.read_csv(path, comment="#")
+    cards = files.read_frame(path, "model cards table", error=ResultError, comment="#")
     if not set(cols) <= set(cards.columns):
         raise ResultError(f"{path}: expected columns {cols}, found {list(cards.columns)}")
     return cards

@@ -12,6 +12,7 @@ import pandas as pd
 
 from accelbench.aggregate.common import model_display, noise_cell, status_cell
 from accelbench.aggregate.figures import origin_of
+from accelbench.core import files
 from accelbench.errors import ResultError
 from accelbench.experiments.llm_quant.tables_cells import (
     ACCURACY_TASKS,
@@ -32,12 +33,9 @@ from accelbench.experiments.llm_quant.tables_cells import (
 def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     """``(published rows in the table's columns, source text from the header lines)`` (WikiText-2 only)."""
     path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise ResultError(f"reference file not found: {path}") from None
+    lines = files.read_text(path, "reference file", error=ResultError).splitlines()  # missing: "... not found: path"
     source = " ".join(line.lstrip("# ").strip() for line in lines if line.startswith("#"))
-    ref = pd.read_csv(path, comment="#")
+    ref = files.read_frame(path, "reference file", error=ResultError, comment="#")
     wt = ref[ref["dataset"] == "wikitext2"].set_index("metric")
     acc = {t: ref[(ref["dataset"] == t) & (ref["metric"] == "accuracy_pct")] for t in ACCURACY_TASKS}
     rows = []

@@ -9,11 +9,11 @@ time of the Trainer step on the CPU is :mod:`.host_overhead`."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
 from accelbench.cluster import torchrun_call
+from accelbench.core import files
+from accelbench.errors import ResultError
 from accelbench.measure import overhead
 from accelbench.measure.ddp_profile import Case, profile_rank
 
@@ -41,7 +41,7 @@ def _rank_device(system, local: int):
 def lora(args) -> None:
     """:func:`lora_rank` in this process for one device (the rule runs ``single`` without torchrun), else on the
     result's device count of torchrun ranks."""
-    n = int(json.loads(Path(args.result).read_text())["config"]["devices"])
+    n = int(files.read_json(args.result, "result file", error=ResultError)["config"]["devices"])
     if n == 1:
         lora_rank(args)
         return
@@ -60,7 +60,7 @@ def lora_rank(args) -> None:
     from accelbench.experiments.lora.trainer import ddp_options_for
 
     placement = launch.place_this_rank()
-    result = json.loads(Path(args.result).read_text())
+    result = files.read_json(args.result, "result file", error=ResultError)
     spec, system, s, plan = case_of(result)
     if plan.strategy not in ("single", "ddp"):
         raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
@@ -123,7 +123,7 @@ def ddp_profile_rank(args) -> None:
     from accelbench.experiments.lora.bare import bare_settings, lora_bare
 
     placement = launch.place_this_rank()
-    result = json.loads(Path(args.result).read_text())
+    result = files.read_json(args.result, "result file", error=ResultError)
     spec, system, s, plan = case_of(result)
     mirror = bare_settings(result, s, plan, system) if getattr(args, "mirror", False) else None
     rank, world, local = overhead.ranks()

@@ -14,6 +14,7 @@ import pandas as pd
 
 from accelbench.aggregate.common import model_display, noise_cell
 from accelbench.aggregate.figures import origin_of
+from accelbench.core import files
 from accelbench.errors import DataError
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
@@ -32,10 +33,7 @@ def read_reference(path: str | Path) -> pd.DataFrame:
     Raises:
         DataError: the file is missing or lacks the expected columns.
     """
-    try:
-        wide = pd.read_csv(path, comment="#")
-    except FileNotFoundError:
-        raise DataError(f"published LoRA runtimes not found: {path}") from None
+    wide = files.read_frame(path, "published LoRA runtimes", error=DataError, comment="#")  # missing: "... not found"
     need = {"series", "model", "accelerator", "strategy", "flash_attention", *DEVICE_COLUMNS}
     if not need <= set(wide.columns):
         raise DataError(f"{path}: expected columns {sorted(need)}, found {list(wide.columns)}")

@@ -23,12 +23,12 @@ from before the configurations existed name theirs through :func:`.configs.of_re
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
 
 from accelbench.cluster import torchrun_call
+from accelbench.core import files
+from accelbench.errors import ResultError
 from accelbench.measure import overhead
 from accelbench.measure.ddp_profile import Case, profile_rank
 
@@ -73,7 +73,7 @@ def _rank_device(system, local: int):
 
 def sr3(args) -> None:
     """:func:`sr3_rank` on the result's device count of ranks."""
-    job = case_of(json.loads(Path(args.result).read_text()))[2]
+    job = case_of(files.read_json(args.result, "result file", error=ResultError))[2]
     torchrun_call.run(job.devices, sr3_rank, args, args.threads)
 
 
@@ -91,7 +91,7 @@ def sr3_rank(args) -> None:
     from accelbench.measure import timing as measure
 
     placement = launch.place_this_rank()
-    result = json.loads(Path(args.result).read_text())
+    result = files.read_json(args.result, "result file", error=ResultError)
     spec, system, job = case_of(result)
     conf, s, n, seed = job.conf, job.sr3, job.devices, job.params["seed"]
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
@@ -174,7 +174,7 @@ def ddp_profile_rank(args) -> None:
     from accelbench.experiments.sr3.bare import sr3_bare
 
     placement = launch.place_this_rank()
-    spec, system, job = case_of(json.loads(Path(args.result).read_text()))
+    spec, system, job = case_of(files.read_json(args.result, "result file", error=ResultError))
     rank, world, local = overhead.ranks()
     conf, s = job.conf, job.sr3
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
@@ -208,7 +208,7 @@ def sr3_host_bound(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     for path in args.result:
-        result = json.loads(Path(path).read_text())
+        result = files.read_json(path, "result file", error=ResultError)
         spec, system, job = case_of(result)
         conf, s, seed = job.conf, job.sr3, job.params["seed"]
         device = Device(system.backend)

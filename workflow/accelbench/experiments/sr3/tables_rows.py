@@ -12,6 +12,7 @@ import pandas as pd
 
 from accelbench.aggregate.common import noise_cell, status_cell
 from accelbench.aggregate.figures import origin_of
+from accelbench.core import files
 from accelbench.errors import DataError
 from accelbench.experiments.sr3 import configs as sr3_configs
 
@@ -43,8 +44,9 @@ def read_reference(path: str | Path) -> tuple[pd.DataFrame, str]:
     path = Path(path)
     if not path.exists():
         raise DataError(f"reference file {path} not found")
-    header = [ln[1:].strip() for ln in path.read_text().splitlines() if ln.startswith("#")]
-    wide = pd.read_csv(path, comment="#")
+    text = files.read_text(path, "reference file", error=DataError)
+    header = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("#")]
+    wide = files.read_frame(path, "reference file", error=DataError, comment="#")
     if "devices" not in wide:
         raise DataError(f"reference file {path} has no 'devices' column")
     long = wide.melt(id_vars="devices", var_name="system", value_name="minutes").dropna()

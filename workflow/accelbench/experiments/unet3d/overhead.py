@@ -6,10 +6,10 @@ exact spec) resolved by the job's :meth:`.settings.Settings.from_spec` on the sy
 
 from __future__ import annotations
 
-import json
 import statistics
-from pathlib import Path
 
+from accelbench.core import files
+from accelbench.errors import ResultError
 from accelbench.measure import overhead
 
 
@@ -34,7 +34,7 @@ def study_a(args) -> None:
     from accelbench.experiments.unet3d.bare import bare_samples
     from accelbench.measure import timing as measure
 
-    result = json.loads(Path(args.result).read_text())
+    result = files.read_json(args.result, "result file", error=ResultError)
     spec, system, job = case_of(result)
     settings, variant = job.model, job.variant
     image, mask = load_case(args.image, args.mask, settings.image_channels, settings.mask_channels)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate.claims import NotMeasured, Observation
+from accelbench.core import files
 from accelbench.errors import DataError
 
 # the quantities of study_a_claims.csv measured by Nsight Compute (experiment unet3d_ncu)
@@ -43,7 +44,7 @@ _CONF = {"tf32+channels_last_3d": "tf32_channels_last_3d"}
 
 def read_claims(path: str | Path) -> pd.DataFrame:
     """The published claims CSV (``#`` lines are its source notes)."""
-    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False)
+    return files.read_frame(path, "claims file", error=DataError, comment="#", dtype=str, keep_default_na=False)
 
 
 def claim_configuration(selector: str) -> str:
