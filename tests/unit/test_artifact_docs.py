@@ -1,7 +1,8 @@
 """The evaluator's documents say what the repository holds: every third-party input has a licence line in
-THIRD_PARTY.md, ARTIFACT.md opens with one table covering every claim (digest claims marked, tolerances as in the
-claims files), each reference run records its OS and image, and constraints.txt locks every package the project
-needs. Each list checked here is derived from the repository (schemas, registry, folders, metadata), not typed."""
+THIRD_PARTY.md, ARTIFACT.md opens with one line per claim (generated from the reference runs, digest claims marked)
+and then the commands and their times, each reference run records its OS and image, and constraints.txt locks every
+package the project needs. Each list checked here is derived from the repository (schemas, registry, folders,
+metadata), not typed."""
 
 from __future__ import annotations
 
@@ -132,30 +133,52 @@ def opening_table() -> tuple[list[str], list[list[str]]]:
 
 
 def test_artifact_opens_with_one_table_of_every_claim():
-    head, rows = opening_table()
+    """ARTIFACT.md's first table is the compact one-line-per-claim table (issue 55 item 1): every claim of the claims
+    files once, in their order, short cells, no footnote markers, digest claims marked, and exactly what
+    `accelbench reference-runs` generates from the committed reference runs' claims tables; the commands, their
+    times and the tolerances follow below it."""
+    from accelbench.aggregate import claims_report as cr
+    from accelbench.aggregate import reference_runs as rr
+
+    head, _ = opening_table()
     tables = re.findall(r"(?:^\|.*\n)+", head, flags=re.M)
-    assert len(tables) == 1, f"ARTIFACT.md opens with {len(tables)} tables, not one"
-    header = [c.lower() for c in md_rows(tables[0].splitlines()[0] + "\n")[0]]
-    for column in ("claims", "hardware", "command", "measured time", "expected", "tolerance"):
-        assert any(column in c for c in header), f"no {column!r} column in {header}"
+    assert tables, "ARTIFACT.md opens with no table"
+    first = md_rows(tables[0])
+    header = [c.lower() for c in first[0]]
+    assert header == [c.lower() for c in cr.FRONT_COLUMNS], header
     known = claims()
-    seen: dict[str, int] = {}
-    for cells in rows[1:]:
-        for cid in re.findall(r"\b([ab]\d+b?)\b", cells[0]):
-            seen[cid] = seen.get(cid, 0) + 1
-            row = " | ".join(cells)
-            marked = re.search(rf"\b{cid} \(digest\)", cells[0]) is not None
-            assert marked == known[cid]["digest"], (
-                f"{cid}: digest mark {marked}, claims file says {known[cid]['digest']}"
-            )
-            for bound in (known[cid]["low"], known[cid]["high"]):
-                assert not bound or re.search(rf"(?<![\d.]){re.escape(bound)}(?![\d])", row), (
-                    f"{cid}: tolerance bound {bound} of the claims file not in its row: {row}"
-                )
-    assert seen == {c: 1 for c in known}, f"claims not in exactly one row: {set(known) ^ set(seen)} {seen}"
-    totals = [c for c in rows if c[0].lower().startswith("**total")]
-    classes = {c[1] for c in rows[1:] if not c[0].lower().startswith("**total")}
-    assert {t[1] for t in totals} == classes, f"a total per hardware class: {[t[1] for t in totals]} vs {classes}"
+    assert [r[0] for r in first[1:]] == list(known), "the first table is not one line per claim in the files' order"
+    for cells in first[1:]:
+        assert len(cells) == len(header), cells
+        long = [c for c in cells if len(c) > cr.FRONT_CELL_CHARS]
+        assert not long, f"{cells[0]}: cells over {cr.FRONT_CELL_CHARS} characters: {long}"
+        assert not re.search(r"\[\d+\]", " ".join(cells)), f"{cells[0]}: a footnote marker in the first table"
+        digest = "digest (unverified)" in cells[2]
+        assert digest == known[cells[0]]["digest"], f"{cells[0]}: digest mark {digest}, claims file disagrees"
+    # regenerate and compare: the block is what the command writes from the committed runs
+    runs = rr.find_runs(REPO / "reference_runs")
+    tables_csv = {r["name"]: r["path"] / "tables/claims/claims.csv" for r in runs}
+    block = cr.reference_front(REPO / "resources/reference", cr.read_run_tables(tables_csv))
+    text = (REPO / "ARTIFACT.md").read_text()
+    assert f"{rr.FRONT_BEGIN}\n{block}\n{rr.FRONT_END}" in head, "run `accelbench reference-runs`"
+    assert text.index(rr.FRONT_BEGIN) < text.index("\n## 1. ")
+    # the commands and their claims follow the first table: every claim named there, every tolerance in section 4
+    commands = md_rows(tables[1])
+    named = set()
+    for cells in commands[1:]:
+        for a, b in re.findall(r"\b([ab]\d+b?)(?:-([ab]?\d+))?\b", cells[1]):
+            if b:
+                lo, hi = int(a[1:]), int(b.lstrip("ab"))
+                named |= {f"{a[0]}{n}" for n in range(lo, hi + 1)}
+            else:
+                named.add(a)
+    assert set(known) <= named | {c for c in known if c.endswith("b")} and "a4b" in named, set(known) - named
+    assert re.search(r"<!-- time:command1\.native\.run -->", head) and "10 min 1 s" not in head
+    section4 = text.split("\n## 4. ", 1)[1].split("\n## 5. ", 1)[0]
+    ids = {c for cells in commands[1:] for c in re.findall(r"\b[AB]-\d\b", cells[0])}
+    assert len(ids) >= 10, ids
+    missing = [c for c in sorted(ids) if not re.search(rf"\bcommand {c}:", section4, flags=re.I)]
+    assert not missing, f"commands of the opening table without their block in section 4: {missing}"
 
 
 def _platforms(run: Path) -> tuple[set[str], set]:

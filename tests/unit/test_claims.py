@@ -752,3 +752,55 @@ def test_the_end_of_a_run_names_claims_md_the_counts_and_the_report(tmp_path):
     n = len(pd.read_csv(tmp_path / "claims/claims_summary.csv"))
     assert lines[1] == f"accelbench: one verdict per claim ({n} claims): 1 does not hold, {n - 1} not measured here"
     assert lines[2].endswith("snakemake --report report.html")
+
+
+# --------------------------------------------------------------------------- b25: accuracy kept (issue 55 item 6)
+def _with_accuracy(obj: dict, hellaswag: float, boolq: float, n: int = 1000, boolq_majority: float = 0.62) -> dict:
+    """``obj`` (a :func:`fake_results.quant` result) with HellaSwag acc_norm and BoolQ acc over ``n`` documents,
+    each with the baselines lm-eval's samples give (chance 1 / choices; the majority class of the gold labels)."""
+
+    def task(value: float, metric: str, chance: float, majority: float, label: str) -> dict:
+        baselines = {"chance": chance, "majority": majority, "majority_label": label, "n": n}
+        return {"status": "ok", "metric": metric, "value": value, "samples": n, "baselines": baselines}
+
+    obj["measurements"]["accuracy"] = {
+        "hellaswag": task(hellaswag, "acc_norm", 0.25, 0.257, "ending 0"),
+        "boolq": task(boolq, "acc", 0.5, boolq_majority, "yes"),
+    }
+    return obj
+
+
+def test_b25_accuracy_drop_is_judged_only_where_the_task_carries_signal(tmp_path):
+    """b25 (a summary's claim: quantized models stay nearly as accurate on HellaSwag/BoolQ) is judged on FP32 -
+    quantized accuracy per task, shown beside chance and the majority class; a task whose FP32 accuracy is at chance
+    or under the majority class (read from the result, not typed) cannot show a loss: shown, not judged."""
+    q = lambda s, m, b, **kw: fr.quant(s, m, b, text="pydoc")  # noqa: E731
+    objs = [
+        # h100: HellaSwag 45% (signal), BoolQ 40% under its majority 62%: only HellaSwag judges -> 1 of 2
+        _with_accuracy(q("h100", "fp32", "none"), 0.45, 0.40),
+        _with_accuracy(q("h100", "fake", "16_8_4"), 0.44, 0.30),
+        _with_accuracy(q("h100", "torchao", "16_8_8"), 0.448, 0.41),
+        # a100: both tasks carry signal, the simulated model loses 5 pts of HellaSwag -> does not hold
+        _with_accuracy(q("a100", "fp32", "none"), 0.45, 0.70),
+        _with_accuracy(q("a100", "fake", "8_4_4"), 0.40, 0.69),
+        # h200: BoolQ 70% but its majority class recorded at 72%: no signal there (majority from the data)
+        _with_accuracy(q("h200", "fp32", "none"), 0.45, 0.70, boolq_majority=0.72),
+        _with_accuracy(q("h200", "fake", "8_4_4"), 0.445, 0.40, boolq_majority=0.72),
+        # cpu: the embedded default's 2 documents per task carry no signal at all
+        _with_accuracy(q("cpu", "fp32", "none"), 0.5, 1.0, n=2),
+        _with_accuracy(q("cpu", "fake", "16_8_4"), 0.0, 0.5, n=2),
+    ]
+    df = table(tmp_path, objs)
+    h100 = verdict(df, "b25", "h100")
+    assert h100["verdict"] == "partly measured (1 of 2)", h100
+    assert "HellaSwag fake/16_8_4 45.0 -> 44.0% (-1.0 pts; chance 25.0%, majority 25.7%; n=1,000)" in h100["measured"]
+    assert "BoolQ fake/16_8_4 40.0 -> 30.0%" in h100["measured"] and "majority 62.0%" in h100["measured"]
+    assert "missing boolq:*" in h100["why"] and "cannot show an accuracy loss" in h100["why"], h100["why"]
+    assert "digest (unverified)" in h100["published"] and h100["scope"] == "any hardware"
+    a100 = verdict(df, "b25", "a100")
+    assert a100["verdict"] == "does not hold" and "HellaSwag fake/8_4_4 45.0 -> 40.0% (-5.0 pts" in a100["why"], a100
+    h200 = verdict(df, "b25", "h200")
+    assert h200["verdict"] == "partly measured (1 of 2)" and "majority class 72.0%" in h200["why"], h200["why"]
+    cpu = verdict(df, "b25", "cpu")
+    assert cpu["verdict"] == "not measured here (no signal)" and "over 2 documents" in cpu["why"], cpu
+    assert "HellaSwag fake/16_8_4 50.0 -> 0.0%" in cpu["measured"]  # shown, not judged

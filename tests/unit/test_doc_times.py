@@ -1,6 +1,7 @@
 """Docs from one source of times (issue 55): every time or test count a document states as the current measurement is
 marked ``<!-- time:KEY -->VALUE`` or ``<!-- count:KEY -->VALUE`` and equals its record: README command 1's times come
-from ``benchmarks/embedded_default_cpu.csv`` (the newest row held to AVX2 and the newest native one), everything else
+from ``benchmarks/embedded_default_cpu.csv`` (the newest row held to AVX2 and the newest native one; its per-experiment
+job times as ``command1.<mode>.part.<experiment>``), everything else
 from ``docs/times.csv`` (where, when and how each was measured). Two documents stating one measurement differently,
 a stated value that differs from its record, an unknown key, or an unmarked time in README.md or in ARTIFACT.md's
 section 2 (the first things a reviewer runs) fail here.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -48,6 +50,9 @@ def records() -> dict[str, tuple[float, str, str]]:
         for part in ("install", "run", "total", "estimate"):
             out[f"command1.{mode}.{part}"] = (float(newest[f"{part}_s"]), "s", where)
         out[f"command1.{mode}.jobs"] = (float(newest["jobs"]), "count", where)
+        for name, part in json.loads(newest["per_experiment_s"] or "{}").items():  # "SR3" -> command1.native.part.sr3
+            slug = re.sub(r"\W+", "_", name.lower()).strip("_")
+            out[f"command1.{mode}.part.{slug}"] = (float(part), "s", where)
     body = "".join(ln for ln in TIMES.read_text().splitlines(keepends=True) if not ln.startswith("#"))
     for row in csv.DictReader(io.StringIO(body)):
         assert row["key"] not in out, f"{TIMES.name}: {row['key']} twice"

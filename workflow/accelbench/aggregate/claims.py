@@ -26,8 +26,9 @@ Verdicts (:data:`VERDICTS` are their categories; the text may add a parenthesis)
 * ``not measured here (...)``: the claim is about other hardware (``(A100 claim)``, the value measured here still
   shown), the experiment was not run, the case was ``unsupported``/``OOM`` (with the result's reason), the
   observations could not be made (:class:`NotMeasured`), every observation is within its timing spread, at a
-  counter's noise floor, made on another setting (``not like for like``) or through a proxy (``(numerics proxy
-  passes)``: what the proxy gave, never a verdict on the claim), or the result was flagged noisy.
+  counter's noise floor, without signal (``(no signal)``: e.g. an accuracy at chance, which cannot show a loss),
+  made on another setting (``not like for like``) or through a proxy (``(numerics proxy passes)``: what the proxy
+  gave, never a verdict on the claim), or the result was flagged noisy.
 
 Hardware labels come from each result's provenance. Every quantity has a plausible range
 (``claim_quantities.csv``); a tolerance that covers it could not fail, and ``tests/unit/test_claims.py`` refuses it.
@@ -87,6 +88,7 @@ class Observation:
     key: str = ""  # which needed observation this is (matched against the claim's ``needs``)
     setting: dict = field(default_factory=dict)  # what it was measured on (matched against the claim's ``setting``)
     floor: str = ""  # why the value sits at a counter's noise floor (shown, not judged)
+    no_signal: str = ""  # why this measurement cannot show the effect (e.g. an accuracy at chance): shown, not judged
 
 
 @dataclass
@@ -258,10 +260,11 @@ def verdict_row(
     (A100 claim)`` with the value measured here still shown; a result flagged noisy makes it ``not measured here``
     (not measured reliably) unless its quantity is in ``timing_free`` (sizes, perplexity, sensitivity ranks, OOM...).
     Then only observations that are like for like (the claim's ``setting``), no proxy, not at a counter's floor,
-    outside their timing spread and among the claim's ``needs`` judge it: one failing gives ``does not hold``; all
-    passing give ``holds`` when every need is covered, else ``partly measured (k of n)``; none gives ``not measured
-    here`` naming why. A quantity in ``direction_only`` is judged on its direction only (the why says the published
-    magnitude is not judged). The claim's ``caveat`` ends every row's why (:func:`with_caveat`)."""
+    with signal (:attr:`Observation.no_signal` empty), outside their timing spread and among the claim's ``needs``
+    judge it: one failing gives ``does not hold``; all passing give ``holds`` when every need is covered, else
+    ``partly measured (k of n)``; none gives ``not measured here`` naming why. A quantity in ``direction_only`` is
+    judged on its direction only (the why says the published magnitude is not judged). The claim's ``caveat`` ends
+    every row's why (:func:`with_caveat`)."""
     return with_caveat(claim, _verdict_row(claim, system, hardware, evaluate, timing_free, direction_only))
 
 
@@ -307,6 +310,8 @@ def _verdict_row(claim, system, hardware, evaluate, timing_free, direction_only)
             if unlike
             else "at the counter's noise floor"
             if o.floor
+            else o.no_signal
+            if o.no_signal
             else "within its timing spread"
             if o.unresolved
             else ""
@@ -368,6 +373,9 @@ def _aside_row(claim: pd.Series, row: dict, aside: dict[str, list[Observation]],
         }
     if "within its timing spread" in aside:
         return {**row, "verdict": "not measured here", "why": "every pair within its timing spread (p10-p90 overlap)"}
+    no_signal = [k for k in aside if k not in ("not needed",)]  # an observation's own no_signal reasons
+    if no_signal:
+        return {**row, "verdict": "not measured here (no signal)", "why": "; ".join(no_signal)}
     return {
         **row,
         "verdict": "not measured here",

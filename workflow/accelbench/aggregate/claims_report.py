@@ -196,15 +196,58 @@ def _device(hardware: str) -> str:
     return re.split(r" [(\[]", scope.device_part(str(hardware)), maxsplit=1)[0].strip()
 
 
-def front_table(shown: pd.DataFrame, summary: pd.DataFrame, shorts: dict[str, str]) -> pd.DataFrame:
+CUT_MARK = " …"  # ends a cell cut by :func:`brief` (the whole text: the long tables below it)
+
+
+def _clause_ends(text: str) -> list[int]:
+    """Where each top-level clause of ``text`` ends: before ``; ``, `` | `` or a ``. `` that opens a capitalised
+    sentence, outside parentheses and brackets (``4.80x (README; the log agrees). Erratum: ...`` has its first
+    clause end after ``agrees)``; ``rel. L2`` is no end)."""
+    ends, depth = [], 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]" and depth:
+            depth -= 1
+        elif depth == 0 and (
+            text.startswith("; ", i)
+            or text.startswith(" | ", i)
+            or (text.startswith(". ", i) and text[i + 2 : i + 3].isupper())
+        ):
+            ends.append(i)
+    return [*ends, len(text)]
+
+
+def brief(text, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: its leading clauses (:func:`_clause_ends`) that fit, then
+    :data:`CUT_MARK`; a first clause longer than that cut at a word. A trailing ``digest (unverified)`` mark
+    (:data:`accelbench.aggregate.claims.DIGEST`) is kept."""
+    from accelbench.aggregate.claims import DIGEST
+
+    text = "" if text is None or (isinstance(text, float) and pd.isna(text)) else str(text)
+    if len(text) <= limit:
+        return text
+    tail = f"; {DIGEST}" if text.endswith(f"; {DIGEST}") else ""
+    body = text[: len(text) - len(tail)]
+    room = limit - len(tail) - len(CUT_MARK)
+    fits = [e for e in _clause_ends(body) if e <= room]
+    kept = body[: fits[-1]] if fits else body[:room].rsplit(" ", 1)[0]
+    return f"{kept.rstrip(' ,;:(')}{CUT_MARK}{tail}"
+
+
+def front_table(
+    shown: pd.DataFrame, summary: pd.DataFrame, shorts: dict[str, str], limit: int | None = None
+) -> pd.DataFrame:
     """The first screen (:data:`FRONT_COLUMNS`), one line per claim of ``summary`` (:func:`summary_table` of
     ``shown``, every claim x system row with ``origin``): the claim's ``short`` text (``shorts``: claim id -> text,
     the claims files' column), its published value, what was measured and on which device, the verdict's category
     (:func:`head_category`) and the run(s) that judged it. The reasons and the full verdicts are in ``summary``.
+    ``limit``: each cell in at most that many characters (:func:`brief`; the measured value cut before its device).
 
     Raises:
         DataError: a claim of ``summary`` without a short text.
     """
+    cut = (lambda t, room=0: brief(t, limit - room)) if limit else (lambda t, room=0: t)  # noqa: E731
     rows = []
     for _, s in summary.iterrows():
         cid = s["claim_id"]
@@ -215,14 +258,15 @@ def front_table(shown: pd.DataFrame, summary: pd.DataFrame, shorts: dict[str, st
         device = _device(mine["hardware"].iloc[0]) if measured and not mine.empty else ""
         verdict = head_category(str(s["verdict"]))
         judged = "; ".join(dict.fromkeys(o for o in mine["origin"] if o != NO_RESULTS)) if not mine.empty else ""
+        measured = cut(measured, len(device) + 3 if device else 0)
         rows.append(
             {
                 "claim": cid,
                 "what it says": shorts[cid],
-                "published": s["published"],
+                "published": cut(s["published"]),
                 "measured (on)": f"{measured} ({device})" if device and measured != "" else measured,
                 "verdict": verdict,
-                "judged by": judged or ("" if verdict != DISAGREE else str(s["evidence"])) or NO_RESULTS,
+                "judged by": cut(judged or ("" if verdict != DISAGREE else str(s["evidence"])) or NO_RESULTS),
             }
         )
     return pd.DataFrame(rows, columns=FRONT_COLUMNS)
@@ -490,6 +534,35 @@ def verdict_table(runs: dict[str, pd.DataFrame]) -> str:
         for _, r in summary.iterrows()
     ]
     return "\n".join(out)
+
+
+FRONT_CELL_CHARS = 120  # ARTIFACT.md's opening table: each cell at most this long (:func:`brief`)
+
+
+def reference_front(reference_dir: str | Path, runs: dict[str, pd.DataFrame]) -> str:
+    """ARTIFACT.md's opening table: :func:`front_table` of every committed reference run together (``runs``:
+    :func:`read_run_tables`), one line per claim in the claims files' order, each cell cut to
+    :data:`FRONT_CELL_CHARS` (:func:`brief`), no footnotes; then the one-verdict-per-claim counts in one line.
+    The claims files: every study's, as the registry names them, under ``reference_dir``."""
+    if not runs:
+        return "No reference run has a claims table yet."
+    shown = pd.concat(list(runs.values()), ignore_index=True)
+    if "origin" not in shown:
+        shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(shown))
+    summary = summary_table(shown)
+    files = registry.claims_files()
+    claims = pd.concat([read_claims(Path(reference_dir) / f, s) for s, f in files], ignore_index=True)
+    order = {cid: i for i, cid in enumerate(claims["claim_id"])}
+    summary = summary.sort_values("claim_id", key=lambda c: c.map(order), kind="stable")
+    front = front_table(shown, summary, dict(zip(claims["claim_id"], claims["short"])), FRONT_CELL_CHARS)
+    heads = summary["verdict"].map(head_category)
+    counts = ", ".join(f"{int((heads == v).sum())} {v}" for v in SUMMARY_VERDICTS if (heads == v).any())
+    out = [_md_row(front.columns), _md_row(["---"] * len(front.columns))]
+    out += [_md_row(r) for r in front.itertuples(index=False)]
+    return (
+        "\n".join(out)
+        + f"\n\nOne verdict per claim over the {len(runs)} reference runs ({len(front)} claims): {counts}."
+    )
 
 
 def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:

@@ -1,6 +1,6 @@
 """The claim checks of Study B's quantization (the claims table, :mod:`accelbench.aggregate.claims`), torch-free:
-compression, perplexity increase and layer sensitivity per (system, model); the quality claims need pretrained
-weights. :data:`CLAIM_CHECKS` is read through :mod:`.tables`.
+compression, perplexity increase, accuracy drop (beside chance and the majority class) and layer sensitivity per
+(system, model); the quality claims need pretrained weights. :data:`CLAIM_CHECKS` is read through :mod:`.tables`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,17 @@ import pandas as pd
 
 from accelbench.aggregate.claims import ClaimInputs, NotMeasured, Observation, not_run, verdict_row
 from accelbench.errors import DataError
+from accelbench.experiments.llm_quant.tables_cells import ACCURACY_TASKS, TASK_NAME
 from accelbench.experiments.llm_quant.tables_rows import measured_rows, sensitivity_rows
 
+ACCURACY_DROP = "accuracy_drop_pts"  # FP32 accuracy - quantized accuracy, percentage points, per task
 # quantities that measure model quality (meaningless for random-init weights)
-QUALITY_QUANTITIES = ("sensitivity_max_over_median", "first_last_layer_top_share", "perplexity_increase_pct")
+QUALITY_QUANTITIES = (
+    "sensitivity_max_over_median",
+    "first_last_layer_top_share",
+    "perplexity_increase_pct",
+    ACCURACY_DROP,
+)
 
 
 def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res: dict) -> list[Observation]:
@@ -29,7 +36,7 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
             weights |= {str(w) for w in rows["weights"].dropna()}
         if any("random" in w for w in weights):
             raise NotMeasured(
-                "random-init weights (a throughput-only model): perplexity and sensitivity "
+                "random-init weights (a throughput-only model): perplexity, accuracy and sensitivity "
                 "claims need pretrained weights"
             )
     if q in ("sensitivity_max_over_median", "first_last_layer_top_share"):
@@ -65,6 +72,8 @@ def _observations(claim: pd.Series, rows: pd.DataFrame, sens: pd.DataFrame, res:
         ]
     if q in REAL_QUANT_RATIOS:
         return _real_quant_ratios(claim, rows, res, setting)
+    if q == ACCURACY_DROP:
+        return _accuracy_drops(claim, rows, res, setting)
     method, _, bitset = sel.partition("/")
     mine = rows[rows["method"] == method]
     if bitset != "*":
@@ -147,6 +156,93 @@ def _real_quant_ratios(claim: pd.Series, rows: pd.DataFrame, res: dict, setting:
     return obs
 
 
+def _number(value) -> float | None:
+    """A table cell as a float; None for a label (``unsupported``), a blank or NaN."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+SIGNAL_SE = 2  # FP32 must lie this many binomial standard errors above max(chance, majority) to show a loss
+
+
+def _signal(task: str, acc: float, row: pd.Series) -> str:
+    """Why ``task``'s FP32 accuracy ``acc`` (%) of table row ``row`` cannot show an accuracy loss, "" where it can:
+    it must lie more than :data:`SIGNAL_SE` binomial standard errors (at the baseline's rate, over the ``<task>_n``
+    documents scored) above the larger of chance (1 / choices) and the majority-class rate, both from the task's
+    gold labels (:func:`.tables_cells.baseline_cells`, never typed). A model at chance, or under the majority class,
+    cannot lose accuracy to quantization."""
+    name = TASK_NAME.get(task, task)
+    chance, major, n = (_number(row.get(f"{task}_{k}")) for k in ("chance_pct", "majority_pct", "n"))
+    if chance is None or major is None or not n:
+        return f"{name}: no chance / majority-class baseline of the documents scored (shown, not judged)"
+    floor = max(chance, major)
+    p = floor / 100.0
+    margin = SIGNAL_SE * 100.0 * math.sqrt(p * (1.0 - p) / n)
+    if acc > floor + margin:
+        return ""
+    return (
+        f"{name}: FP32 {acc:.1f}% is not above chance {chance:.1f}% / majority class {major:.1f}% by "
+        f"{SIGNAL_SE} standard errors ({margin:.1f} pts over {int(n):,} documents): a model at chance or under "
+        "the majority class cannot show an accuracy loss"
+    )
+
+
+def _accuracy_drops(claim: pd.Series, rows: pd.DataFrame, res: dict, setting: dict) -> list[Observation]:
+    """FP32 accuracy minus each quantized method's (the claim's ``selector``, ``fake|torchao|...``), in percentage
+    points, per accuracy task (HellaSwag acc_norm, BoolQ acc) scored on the same documents, same system and model;
+    each observation keyed ``<task>:<method>/<bitset>`` and shown beside the task's chance and majority-class rates.
+    A task whose FP32 accuracy carries no signal (:func:`_signal`) is shown, not judged.
+
+    Raises:
+        NotMeasured: no FP32 accuracy, or no quantized accuracy on the same documents.
+    """
+    base = rows[(rows["method"] == "fp32") & (rows["status"] == "ok")] if not rows.empty else rows
+    if base.empty:
+        raise NotMeasured("no FP32 baseline result (method fp32)")
+    b = base.iloc[0]
+    methods = {m.strip() for m in str(claim["selector"]).split("|")}
+    quantized = rows[rows["method"].isin(methods) & (rows["status"] == "ok")]
+    model = setting.get("model", "(model not recorded)")
+    obs, why = [], []
+    for task in ACCURACY_TASKS:
+        name = TASK_NAME.get(task, task)
+        a0, n0 = _number(b.get(f"{task}_acc_pct")), _number(b.get(f"{task}_n"))
+        if a0 is None:
+            cell = b.get(f"{task}_acc_pct")
+            why.append(f"{name}: FP32 {cell if isinstance(cell, str) else 'not scored'}")
+            continue
+        no_signal = _signal(task, a0, b)
+        chance, major = _number(b.get(f"{task}_chance_pct")), _number(b.get(f"{task}_majority_pct"))
+        known = chance is not None and major is not None
+        beside = f"chance {chance:.1f}%, majority {major:.1f}%" if known else "no baseline"
+        for _, r in quantized.sort_values(["method", "bitset"]).iterrows():
+            a = _number(r.get(f"{task}_acc_pct"))
+            if a is None or _number(r.get(f"{task}_n")) != n0:  # not scored, or on other documents
+                continue
+            key = (r["method"], str(r["bitset"]))
+            obs.append(
+                Observation(
+                    a0 - a,
+                    f"{model}: {name} {key[0]}/{key[1]} {a0:.1f} -> {a:.1f}% ({a - a0:+.1f} pts; {beside}; "
+                    f"n={int(n0):,})",
+                    [x for x in (res.get(key), res.get(("fp32", "none"))) if x],
+                    key=f"{task}:{key[0]}/{key[1]}",
+                    setting=setting,
+                    no_signal=no_signal,
+                )
+            )
+    if not obs:
+        raise NotMeasured(
+            f"no accuracy of FP32 and of {claim['selector']} on the same documents"
+            + (f" ({'; '.join(why)})" if why else "")
+            + " (config llm_quant.accuracy)"
+        )
+    return obs
+
+
 def _allocation(result: dict | None, setting: dict) -> str:
     """How a method result allocated its bit widths, for a compression claim's ``setting``: ``buckets`` (percentile
     buckets: the bucket sizes alone fix the compression), ``kmeans`` (clusters of the measured sensitivities), and
@@ -179,7 +275,13 @@ def _setting(res: dict) -> dict[str, str]:
 
 
 # quantities that do not depend on timing (sizes, perplexity, sensitivity ranks): still judged on a noisy result
-TIMING_FREE = {"compression_x", "perplexity_increase_pct", "sensitivity_max_over_median", "first_last_layer_top_share"}
+TIMING_FREE = {
+    "compression_x",
+    "perplexity_increase_pct",
+    "sensitivity_max_over_median",
+    "first_last_layer_top_share",
+    ACCURACY_DROP,
+}
 
 
 def _claim_key(r: dict) -> tuple:
