@@ -41,7 +41,6 @@ report: "workflow/report/workflow.rst"
 # The last lines of a successful run: what to read (claims.md), the verdict counts and the report command.
 onsuccess:
     import sys
-
     from accelbench.aggregate.claims_report import closing_lines
 
     for line in closing_lines(f"{RESULTS}/claims"):
@@ -49,6 +48,6 @@ onsuccess:
 
 
 rule all:
+    default_target: True
     input:
         get_final_output(results=False),
-    default_target: True

@@ -3,6 +3,7 @@
 # installs the carried wheels (.whl/, prepared by benchmarks/node_wheels.sh on a machine with internet) into
 # /tmp/site, puts an `accelbench` command on PATH, then runs the arguments (e.g. a snakemake command line).
 #   ACCELBENCH_GIT_COMMIT=$(git rev-parse HEAD) benchmarks/device_run.sh snakemake --cores all --configfile ...
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 # .whl/ and any .whl_<name>/ (wheels split over several transfers where a transfer is capped)

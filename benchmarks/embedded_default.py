@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""README command 1 from a fresh clone, timed (issue 42's budget: at most 10 minutes on 2 cores, install included).
+"""README command 1 from a fresh clone, timed (the budget: at most 10 minutes on 2 cores, install included).
 
 Clones the committed HEAD of ``--repo`` into ``--workdir``, then runs README command 1 there as a new user would, in
 two timed parts split at its ``snakemake`` (the install: venv, the pip steps; the run: ``snakemake --cores all``),
@@ -11,7 +11,7 @@ idle: the run's own results record the host load (``measurements.noise``).
 
 Usage::
 
-    python benchmarks/embedded_default.py --avx2 --csv benchmarks/embedded_default_cpu.csv
+    python benchmarks/embedded_default.py --avx2 --csv docs/embedded_default_cpu.csv   # README command 1's rows
 """
 
 from __future__ import annotations
@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout to clone (its committed HEAD)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to clone (default: a new temporary folder)")
     ap.add_argument("--avx2", action="store_true", help="hold torch and oneDNN to AVX2 (an AVX2-only CPU's path)")
-    ap.add_argument("--csv", type=Path, default=REPO / "benchmarks/embedded_default_cpu.csv", help="row appended here")
+    ap.add_argument(
+        "--csv",
+        type=Path,
+        default=Path("results/benchmarks/embedded_default.csv"),
+        help="row appended here (default %(default)s)",
+    )
     args = ap.parse_args(argv)
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="accelbench-cmd1-"))
@@ -158,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         **{"jobs": None, "estimate_s": None, "calibration": None, **estimate_of(log_path.read_text())},
         "per_experiment_s": json.dumps(per_experiment(clone / JOB_TIMES)),
     }
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
     new = not args.csv.exists()
     with args.csv.open("a", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(row))

@@ -176,7 +176,9 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeat", type=int, default=10, help="fewest timed steps per phase")
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--csv", default="benchmarks/energy_overhead_h200.csv")
+    p.add_argument(
+        "--csv", default="results/benchmarks/energy_overhead.csv", help="rows appended here; default %(default)s"
+    )
     args = p.parse_args(argv)
     import torch
 

@@ -19,7 +19,7 @@ numbers; it asserts nothing.
 Usage (on the accelerator node, after the product's rules ran; paths of the rule's results and inputs)::
 
     python benchmarks/harness_overhead.py study-a --result R/unet3d_profile/whole_head/baseline_autotuned/result.json \\
-        --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv benchmarks/harness_overhead_h200.csv
+        --image resources/mri/..._image.nii.gz --mask ..._mask.nii.gz --csv results/benchmarks/harness_overhead.csv
     python benchmarks/harness_overhead.py sr3 --result R/sr3_scaling/fp32/devices_2/result.json \\
         --data resources/sky/sr3_paper.npz --csv ...
     python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
@@ -30,9 +30,10 @@ DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torc
 ``bucket_cap_mb``): step time (CUDA events, median of ``--repeat``), then ``--profiled`` steps under torch.profiler
 (CUDA kernels) giving device busy time (union of kernels/copies), NCCL kernel time, exposed communication (NCCL time
 not overlapped by compute kernels), device idle time in the step, kernels per step and host time per step; one CSV
-row per (rank count, variant, rank) in ``benchmarks/ddp_profile_h200.csv`` with settings, device, threads per rank
-and UTC time. The LoRA bare loop is eager unless ``--mirror`` builds it as the result's Trainer runs it (the rule's own
-step: compile, bf16 adapters, fused AdamW). On the 2-GPU node, after the product's rules wrote these results::
+row per (rank count, variant, rank) in ``--csv`` (default ``results/benchmarks/ddp_profile.csv``) with settings,
+device, threads per rank and UTC time. The LoRA bare loop is eager unless ``--mirror`` builds it as the result's Trainer
+runs it (the rule's own step: compile, bf16 adapters, fused AdamW). On the 2-GPU node, after the product's rules wrote
+these results::
 
     NCCL_NVLS_ENABLE=0 python benchmarks/harness_overhead.py ddp-profile --experiment lora \
         --result results/h200/lora_finetune/llama31_8b/flash/ddp/n2/result.json --nprocs 1,2 --warmup 3 --repeat 10
@@ -46,8 +47,8 @@ decoder layers of width 64 (vocabulary 256, word-level tokenizer of the pydoc pa
 both sides) through the product's ``train_rank`` (Trainer, step-timer window and step-to-step loop time; also with
 ``LossCurveMixin.fast_host_step`` off, i.e. Trainer's own per-step module walks) and through
 :func:`accelbench.experiments.lora.bare.lora_bare` (same spec, grad_accum 2, micro-batch 2), alternated
-``--rounds`` times; median, p10, p90 per optimizer step and the differences go to
-``benchmarks/harness_overhead_host_cpu.csv``; the thread CPU time of the timed Trainer steps, split into the
+``--rounds`` times; median, p10, p90 per optimizer step and the differences go to ``--csv`` (default
+``results/benchmarks/harness_overhead_host_cpu.csv``); the thread CPU time of the timed Trainer steps, split into the
 Trainer's parts (:func:`accelbench.experiments.lora.host_attribution.step_parts`) against the bare loop's, to
 ``..._attribution.csv``::
 
@@ -93,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name)
         s.add_argument(
             "--csv",
-            required=name != "ddp-profile",
-            default="benchmarks/ddp_profile_h200.csv" if name == "ddp-profile" else None,
+            default=f"results/benchmarks/{'ddp_profile' if name == 'ddp-profile' else 'harness_overhead'}.csv",
+            help="rows appended here (efficiency: read and extended); default %(default)s",
         )
         if name == "efficiency":
             continue
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser(
         "host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, CPU, 1 thread"
     )
-    h.add_argument("--csv", default="benchmarks/harness_overhead_host_cpu.csv")
+    h.add_argument("--csv", default="results/benchmarks/harness_overhead_host_cpu.csv", help="default %(default)s")
     h.add_argument("--layers", type=int, default=2)
     h.add_argument("--hidden", type=int, default=64)
     h.add_argument("--vocab", type=int, default=256)
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--result", nargs="+", required=True, help="the SR3 rule's result.json files (their configuration)")
     b.add_argument("--data", required=True, help="the rule's sky data (.npz)")
-    b.add_argument("--csv", default="benchmarks/sr3_host_bound_h200.csv")
+    b.add_argument("--csv", default="results/benchmarks/sr3_host_bound.csv", help="default %(default)s")
     b.add_argument("--workers", type=int, default=2, help="DataLoader workers of the third variant")
     b.add_argument("--threads", type=int, default=0, help="intra-op threads (0 = torch's default)")
     b.add_argument("--warmup", type=int, default=5)

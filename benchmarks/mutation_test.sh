@@ -6,6 +6,7 @@
 #   pip install 'mutmut>=3.8,<4' && nice benchmarks/mutation_test.sh [WORKDIR]
 # mutmut expects the code under ./src: the script stages a copy (src/accelbench, tests, config, resources) in
 # WORKDIR (default: a new temporary folder) and never touches the checkout.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 command -v mutmut >/dev/null || { echo "mutmut not found: pip install -e '.[mutation]'" >&2; exit 2; }

@@ -8,6 +8,7 @@
 # `pip list --format=freeze` run on the node); those are never downloaded. Everything else in the
 # dependency closure is fetched as a wheel for the node's Python (NODE_PYTHON, default 3.12) on x86_64 into
 # DEST. Step 2 (on the node): benchmarks/device_run.sh installs them into /tmp/site and runs the DAG.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dest=${1:-"$here/../.whl"}; [ $# -gt 0 ] && shift

@@ -6,6 +6,7 @@
 #   benchmarks/device_run.sh benchmarks/parity_run.sh OUT_DIR [extra --configfile] [seconds]
 # Writes OUT_DIR/harness_overhead_h200.csv, OUT_DIR/ddp_profile_h200.csv (harness_overhead.py ddp-profile),
 # OUT_DIR/log.txt and OUT_DIR/results.tgz (result.json files and logs).
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -uo pipefail
 out=${1:?usage: parity_run.sh OUT_DIR [extra_configfile] [seconds]}
 extra=${2:-}

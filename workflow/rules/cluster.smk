@@ -8,12 +8,12 @@ rule gpu_smoke:
         f"{RESULTS}/{{system}}/gpu_smoke/devices.json",
     log:
         "logs/{system}/gpu_smoke.log",
+    container:
+        CONTAINER
     threads: 1
     resources:
         gpu=devices_per_node(SYSTEM) if backends.get(SYSTEM.backend).slurm_gpu_resource else 0,  # one node
         runtime=10,
-    container:
-        CONTAINER
     shell:
         "accelbench gpu-smoke --expect {resources.gpu} --out {output:q} > {log:q} 2>&1 && cat {log:q}"
 
@@ -37,7 +37,6 @@ onstart:
 # then one line per failed job (local or on a Slurm node): its rule and the error its log ends with.
 onerror:
     import sys
-
     from accelbench.cluster.node_report import failed_job_summaries, slurm_submission_hints
 
     logs = [log] if isinstance(log, str) else list(log or [])  # Snakemake's run log(s) of this invocation

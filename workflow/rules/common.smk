@@ -11,7 +11,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from accelbench import backends
 from accelbench.core import precisions
 from accelbench.core.files import read_text as bounded_text, sha256 as bounded_sha256
-from accelbench.core import registry
+from accelbench.core import registry, snakemake_hooks  # snakemake_hooks: the only non-public Snakemake API
 from accelbench.core.config import read_yaml, validate_config
 from accelbench.core.harness import spec_path_of
 from accelbench.core.tree import refuse_links as _refuse_links
@@ -47,8 +47,11 @@ REFERENCE_DIR = REPO / "resources/reference"  # published numbers and the studie
 
 def reference_files():
     """The studies' claims files and every aggregated experiment's published file (the registry names them)."""
-    files = [REFERENCE_DIR / f for _, f in registry.claims_files()] + list(registry.published_files(REFERENCE_DIR).values())
+    files = [REFERENCE_DIR / f for _, f in registry.claims_files()] + list(
+        registry.published_files(REFERENCE_DIR).values()
+    )
     return list(dict.fromkeys(files))
+
 
 # Rules run in the system's image under --software-deployment-method apptainer (see containers/).
 CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # fails naming the fix if absent
@@ -56,8 +59,7 @@ CONTAINER = image_uri(SYSTEM, config["container_uri"], REPO / "containers")  # f
 
 if DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method:
     # checked when Snakemake asks, once it knows whether this is a dry run: a dry run plans on any host
-    workflow.deployment_settings.deployment_method = ApptainerWhenRun(
-        workflow.deployment_settings.deployment_method, workflow, CONTAINER)
+    snakemake_hooks.replace_deployment_methods(workflow, lambda methods: ApptainerWhenRun(methods, workflow, CONTAINER))
     os.environ.update(apptainer_environment(SYSTEM, Path.cwd()))  # --nv (CUDA); /dev/accel, HABANA_* (Gaudi)
 
 
@@ -68,8 +70,10 @@ wildcard_constraints:
     scale="small|paper",
 
 
-# the system this run measures: an aggregation labels results of other systems "copied in" (accelbench.aggregate.common)
-os.environ["ACCELBENCH_RUN_SYSTEM"] = SYSTEM.name
+# the system this run measures: an aggregation labels results of other systems "copied in" (accelbench.aggregate.common).
+# Set here, never read from the user's environment, so `snakemake --lint`'s envvars rule (for variables a workflow
+# needs the user to define) does not apply; written as update() because the lint takes any `os.environ[...]` for a read.
+os.environ.update(ACCELBENCH_RUN_SYSTEM=SYSTEM.name)
 RC = RuleContext(config, SYSTEM, RESULTS, REPO)  # what the experiments' rule functions read (experiments/*/rules.py)
 
 
@@ -84,7 +88,7 @@ def spec_file(spec):
 def all_cores(wildcards):
     """Threads of a measurement job: every core of the run (`--cores`), so that no other job shares the machine
     while it is timed; 1 where no core count is given (dry runs, `--report`)."""
-    return workflow.cores if workflow._cores is not None else 1
+    return snakemake_hooks.cores_or(workflow, 1)
 
 
 # Multi-node jobs (accelbench.cluster.multinode): device counts above the system's devices_per_node span nodes; a count that
@@ -101,8 +105,10 @@ def node_resources(key):
     """Resources of a job on `{devices}` ranks: `gpu` on one node; `nodes`, `tasks`, `mpi`, `slurm_extra` (and the
     site's `gres`) across nodes (accelbench.cluster.multinode.slurm_resources; None = not set)."""
     names = ("gpu", "nodes", "tasks", "tasks_per_gpu", "mpi", "slurm_extra", "gres")
-    return {name: (lambda wildcards, name=name: slurm_resources(SYSTEM, int(wildcards.devices), SLURM_SITE, key).get(name))
-            for name in names}
+    return {
+        name: (lambda wildcards, name=name: slurm_resources(SYSTEM, int(wildcards.devices), SLURM_SITE, key).get(name))
+        for name in names
+    }
 
 
 def device_resources():
@@ -122,8 +128,12 @@ def other_systems_results(experiment):
     made_here = experiment in config["experiments"]
     found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
     refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
-    return [str(p) for p in found if not (made_here and p.relative_to(RESULTS).parts[0] == SYSTEM.name)
-            and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)] + refs
+    return [
+        str(p)
+        for p in found
+        if not (made_here and p.relative_to(RESULTS).parts[0] == SYSTEM.name)
+        and not any(part.startswith(".") for part in p.relative_to(RESULTS).parts)
+    ] + refs
 
 
 _MANIFESTS = {}
@@ -138,8 +148,9 @@ def copied_results(experiment):
         paths = other_systems_results(experiment)
         # bounded reads (accelbench.core.files): a FIFO or a link to /dev/zero there is one line, even on a dry run
         digests = {p: bounded_sha256(p, "copied-in result file", error=ResultError) for p in paths}
-        _MANIFESTS[experiment] = [spec_file({"manifest_of": experiment, "results": paths, "sha256": digests})] \
-            if paths else []
+        _MANIFESTS[experiment] = (
+            [spec_file({"manifest_of": experiment, "results": paths, "sha256": digests})] if paths else []
+        )
     return _MANIFESTS[experiment]
 
 
@@ -234,8 +245,11 @@ def stale_results():
     class Wildcards(dict):  # what the spec functions read: `w.model` and `w.get("method", ...)` (any Snakemake 9)
         __getattr__ = dict.__getitem__
 
-    patterns = [(pattern, spec_of(name)) for name in EXPERIMENTS
-                for pattern in registry.get(name).result_patterns(RESULTS, SYSTEM.name)]
+    patterns = [
+        (pattern, spec_of(name))
+        for name in EXPERIMENTS
+        for pattern in registry.get(name).result_patterns(RESULTS, SYSTEM.name)
+    ]
     stale = []
     for target in get_final_output():
         if not Path(target).is_file():
@@ -251,8 +265,11 @@ def stale_results():
                 current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
                 # a result that records no settings (no `spec_sha256`) is not current: nothing shows it was made
                 # with the config's settings now (Snakemake's own record, .snakemake/metadata, may be gone)
-                is_current = (made is None or current == recorded) and not redo_journal(target).exists() \
-                    and not input_digests_changed(inputs)  # contents, not times (accelbench.core.digests)
+                is_current = (
+                    (made is None or current == recorded)
+                    and not redo_journal(target).exists()
+                    and not input_digests_changed(inputs)
+                )  # contents, not times (accelbench.core.digests)
                 if not is_current:
                     stale.append(target)
                 if not DRY_RUN:  # a dry run changes nothing on disk (the DAG redoes `stale` either way)
@@ -263,7 +280,7 @@ def stale_results():
 
 # `snakemake -n`: the Snakefile is read before Snakemake sets up its dry-run executor, so workflow.dryrun is not yet
 # True; the command line's setting is
-DRY_RUN = bool(getattr(workflow.output_settings, "dryrun", False)) or workflow.dryrun
+DRY_RUN = snakemake_hooks.command_line_dry_run(workflow)
 _STALE = []  # the not-current results this invocation found (stale_results), which its DAG redoes (_redo_stale)
 
 
@@ -273,8 +290,8 @@ def _redo_stale(wildcards):
     `--forcerun <file>` gives). The 1970 time alone reruns only a job with input files, and Snakemake keeps no record
     of a job it saw fail (Ctrl-C), so a job without inputs (a LoRA preset with `source: path`) would stay as it is.
     Only jobs of this run's DAG are affected: no target is added."""
-    if _STALE and workflow.dag is not None:
-        workflow.dag.forcefiles.update(_STALE)
+    if _STALE:
+        snakemake_hooks.force_files(workflow, _STALE)
     return {}
 
 
@@ -283,9 +300,7 @@ def force_stale_results():
     called by the Snakefile once every experiment's rules are included."""
     for each in workflow.rules:
         if any(str(o).startswith(f"{RESULTS}/{{system") and Path(str(o)).name == "result.json" for o in each.output):
-            if each.input_modifier is None:  # no `input` section in that one (Snakemake sets it with the section)
-                each.input_modifier = each.output_modifier
-            each.set_input(unpack(_redo_stale))
+            snakemake_hooks.add_input_function(each, _redo_stale)
 
 
 # The results tree is untrusted ground (a results folder may be copied in from elsewhere): Snakemake itself creates an
@@ -301,9 +316,11 @@ if workflow.is_main_process:
     if _stale:
         import sys
 
-        print(f"accelbench: {len(_stale)} finished result(s) are not current (made with other settings than the "
-              f"config's now or from other input files, or a redo of them was killed); "
-              f"a run redoes them and first moves each (with its side files) to "
-              f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  "
-              + "\n  ".join(_stale), file=sys.stderr)
+        print(
+            f"accelbench: {len(_stale)} finished result(s) are not current (made with other settings than the "
+            f"config's now or from other input files, or a redo of them was killed); "
+            f"a run redoes them and first moves each (with its side files) to "
+            f"{RESULTS}/{SYSTEM.name}/.superseded/<UTC time>/ (superseded, never deleted):\n  " + "\n  ".join(_stale),
+            file=sys.stderr,
+        )
     _STALE += _stale

@@ -25,11 +25,11 @@ rule energy_aggregate:
         ),
     log:
         "logs/energy_aggregate.log",
+    container:
+        CONTAINER
     params:
         out_dir=lambda wildcards, output: Path(output.table).parent,
         reference_dir=REFERENCE_DIR,
-    container:
-        CONTAINER
     shell:
         "accelbench energy-aggregate --results-file {input.validated:q} --reference-dir {params.reference_dir:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

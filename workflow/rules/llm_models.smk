@@ -14,10 +14,10 @@ rule llm_export:
         directory("resources/llm/{model}"),
     log:
         "logs/llm_export/{model}.log",
-    params:
-        spec=lambda wildcards: spec_file(export_model(RC, wildcards.model, registry.EXPERIMENTS.values())),
     container:
         CONTAINER
+    params:
+        spec=lambda wildcards: spec_file(export_model(RC, wildcards.model, registry.EXPERIMENTS.values())),
     shell:
         "accelbench llm-export --spec {params.spec:q} --out {output:q} > {log:q} 2>&1"
 

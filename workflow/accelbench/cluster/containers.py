@@ -125,7 +125,9 @@ class ApptainerWhenRun(set):
 
         if method is not DeploymentMethod.APPTAINER or not set.__contains__(self, method):
             return set.__contains__(self, method)
-        if self.workflow.executor_plugin is None:  # still parsing the workflow
+        from accelbench.core.snakemake_hooks import executor_known
+
+        if not executor_known(self.workflow):  # still parsing the workflow
             return True
         if self.workflow.dryrun and not shutil.which("singularity"):
             if not self.noted:

@@ -13,15 +13,15 @@ rule llm_quant_sensitivity:
         submodules=update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/sensitivity/sensitivity_submodules.csv"),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/sensitivity.log",
-    params:
-        spec=spec_of("llm_quant"),
-        model_dir=llm_quant_rules.model_dir_option,
+    container:
+        CONTAINER
     threads: all_cores
     resources:
         **device_resources(),
         runtime=120,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("llm_quant"),
+        model_dir=llm_quant_rules.model_dir_option,
     shell:
         "accelbench llm-quant --stage sensitivity --spec {params.spec:q} {params.model_dir:q}"
         " --out {output.result:q} --threads {threads} 3>&2 > {log:q} 2>&1"
@@ -35,18 +35,18 @@ rule llm_quant_method:
         protected(update(f"{RESULTS}/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}/result.json")),
     log:
         f"logs/{{system}}/llm_quant/{{model}}/{{method}}/{{bitset}}.log",
-    params:
-        spec=spec_of("llm_quant"),
-        model_dir=llm_quant_rules.model_dir_option,
     wildcard_constraints:
         method="fp32|fake|torchao|int8_dq|inc_fp8",
         bitset="none|bf16_fp8|[0-9]+(_[0-9]+)+",
+    container:
+        CONTAINER
     threads: all_cores
     resources:
         **device_resources(),
         runtime=60,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("llm_quant"),
+        model_dir=llm_quant_rules.model_dir_option,
     shell:
         "accelbench llm-quant --stage method --spec {params.spec:q} {params.model_dir:q}"
         " --sensitivity {input.sensitivity:q} --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
@@ -81,11 +81,11 @@ rule study_b_quant_aggregate:
         ),
     log:
         "logs/study_b_quant_aggregate.log",
+    container:
+        CONTAINER
     params:
         results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
-    container:
-        CONTAINER
     shell:
         "accelbench study-b-quant-aggregate --results-file {params.results_file:q} --reference {input.reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

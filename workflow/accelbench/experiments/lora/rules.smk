@@ -9,22 +9,24 @@ rule lora_finetune:
     input:
         unpack(lambda wildcards: lora_rules.model_input(RC, wildcards)),
     output:
-        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
+        protected(
+            update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")
+        ),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{attention}}/{{strategy}}/n{{devices}}.log",
-    params:
-        spec=spec_of("lora_finetune"),
     wildcard_constraints:
         model="[a-z0-9_]+",  # one folder: a series level (`faithful/`, `ours_<variant>/`) is never a model
         attention="eager|flash",
         strategy="single|ddp|fsdp|zero3",
         devices="[0-9]+",
+    container:
+        CONTAINER
     threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
         **node_resources("lora_finetune.runs devices"),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (cluster/multinode.py)
         runtime=120,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("lora_finetune"),
     shell:
         "accelbench lora-finetune --spec {params.spec:q} --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
 
@@ -33,7 +35,11 @@ rule lora_finetune:
 # (lora_finetune.ours_variants): the same job under <model>/<series>/
 use rule lora_finetune as lora_finetune_series with:
     output:
-        protected(update(f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}/result.json")),
+        protected(
+            update(
+                f"{RESULTS}/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}/result.json"
+            )
+        ),
     log:
         f"logs/{{system}}/lora_finetune/{{model}}/{{series}}/{{attention}}/{{strategy}}/n{{devices}}.log",
     wildcard_constraints:  # params: rules.spec reads the series from the path
@@ -73,11 +79,11 @@ rule study_b_lora_aggregate:
         ),
     log:
         "logs/study_b_lora_aggregate.log",
+    container:
+        CONTAINER
     params:
         results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.runs).parent,
-    container:
-        CONTAINER
     shell:
         "accelbench study-b-lora-aggregate --results-file {params.results_file:q} --reference {input.reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -8,15 +8,15 @@ rule net_smoke:
         table=f"{RESULTS}/{{system}}/net_smoke/devices_{{devices}}/allreduce.csv",
     log:
         "logs/{system}/net_smoke/devices_{devices}.log",
-    params:
-        spec=spec_of("net_smoke"),
     wildcard_constraints:
         devices="[0-9]+",
+    container:
+        CONTAINER
     threads: all_cores
     resources:
         **node_resources("net_smoke devices"),
         runtime=20,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("net_smoke"),
     shell:
         "accelbench net-smoke --spec {params.spec:q} --out {output.json:q} > {log:q} 2>&1 && cat {output.table:q}"

@@ -8,10 +8,10 @@ rule sr3_prepare:
         "resources/sky/sr3_{scale}.npz",
     log:
         "logs/sr3_prepare/{scale}.log",
-    params:
-        spec=lambda wildcards: spec_file(sr3_rules.prepare_spec(RC, wildcards)),
     container:
         CONTAINER
+    params:
+        spec=lambda wildcards: spec_file(sr3_rules.prepare_spec(RC, wildcards)),
     shell:
         "accelbench sr3-prepare --spec {params.spec:q} --out {output:q} 3>&2 > {log:q} 2>&1"
 
@@ -23,17 +23,17 @@ rule sr3_train:
         protected(update(f"{RESULTS}/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}/result.json")),
     log:
         f"logs/{{system}}/sr3_scaling/{{configuration}}/devices_{{devices}}.log",
-    params:
-        spec=spec_of("sr3_scaling"),
     wildcard_constraints:
         configuration="[a-z0-9_]+",
         devices="[0-9]+",
+    container:
+        CONTAINER
     threads: all_cores  # the whole node: ranks of other jobs would distort the timing
     resources:
         **node_resources(sr3_rules.DEVICES_KEY),  # one node: gpu; more: nodes, tasks, mpi, slurm_extra (cluster/multinode.py)
         runtime=120,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("sr3_scaling"),
     shell:
         "accelbench sr3-train --spec {params.spec:q} --data {input.data:q} --out {output:q} --threads {threads}"
         " 3>&2 > {log:q} 2>&1"
@@ -72,11 +72,11 @@ rule study_b_sr3_aggregate:
         ),
     log:
         "logs/study_b_sr3_aggregate.log",
+    container:
+        CONTAINER
     params:
         results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
-    container:
-        CONTAINER
     shell:
         "accelbench study-b-sr3-aggregate --results-file {params.results_file:q} --reference {input.reference:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

@@ -9,10 +9,10 @@ rule mri_prepare:
         mask="resources/mri/{model}_{scale}/mask.nii.gz",
     log:
         "logs/mri_prepare/{model}_{scale}.log",
-    params:
-        spec=lambda wildcards: spec_file(unet3d_rules.mri_spec(RC, wildcards)),
     container:
         CONTAINER
+    params:
+        spec=lambda wildcards: spec_file(unet3d_rules.mri_spec(RC, wildcards)),
     shell:
         "accelbench mri-prepare --spec {params.spec:q} --image {output.image:q} --mask {output.mask:q} > {log:q} 2>&1"
 
@@ -25,14 +25,14 @@ rule unet3d_profile:
         protected(update(f"{RESULTS}/{{system}}/unet3d_profile/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_profile/{{model}}/{{configuration}}.log",
-    params:
-        spec=spec_of("unet3d_profile"),
+    container:
+        CONTAINER
     threads: all_cores  # one measurement at a time: the job owns the machine
     resources:
         **device_resources(),
         runtime=60,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("unet3d_profile"),
     shell:
         "accelbench unet3d-profile --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
         " --out {output:q} --threads {threads} 3>&2 > {log:q} 2>&1"
@@ -47,14 +47,14 @@ rule unet3d_ncu:
         protected(update(f"{RESULTS}/{{system}}/unet3d_ncu/{{model}}/{{configuration}}/result.json")),
     log:
         f"logs/{{system}}/unet3d_ncu/{{model}}/{{configuration}}.log",
-    params:
-        spec=spec_of("unet3d_ncu"),
+    container:
+        CONTAINER
     threads: all_cores  # counters need the GPU to itself
     resources:
         **device_resources(),
         runtime=120,
-    container:
-        CONTAINER
+    params:
+        spec=spec_of("unet3d_ncu"),
     shell:
         "accelbench unet3d-ncu --spec {params.spec:q} --image {input.image:q} --mask {input.mask:q}"
         " --profile-result {input.profile:q} --out {output:q} 3>&2 > {log:q} 2>&1"
@@ -105,11 +105,11 @@ rule study_a_aggregate:
         ),
     log:
         "logs/study_a_aggregate.log",
+    container:
+        CONTAINER
     params:
         results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
-    container:
-        CONTAINER
     shell:
         "accelbench study-a-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"
@@ -138,11 +138,11 @@ rule study_a_ncu_aggregate:
         ),
     log:
         "logs/study_a_ncu_aggregate.log",
+    container:
+        CONTAINER
     params:
         results_file=results_file,
         out_dir=lambda wildcards, output: Path(output.table).parent,
-    container:
-        CONTAINER
     shell:
         "accelbench study-a-ncu-aggregate --results-file {params.results_file:q} --claims {input.claims:q}"
         " --out-dir {params.out_dir:q} > {log:q} 2>&1"

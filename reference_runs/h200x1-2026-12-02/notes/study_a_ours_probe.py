@@ -37,8 +37,8 @@ graph, which operator launched each ATen same-dtype copy kernel.
 Outputs (``--out``, default ``$OUT``): ``study_a_ours_h200.csv`` (one row per variant), ``study_a_ours_kernels.csv``
 (top kernels per variant), ``study_a_ours_copies.csv`` (copy kernels by launching operator), ``study_a_ours.json``.
 
-    PYTHONPATH=workflow python3 benchmarks/study_a_ours_probe.py --variants ref_ncdhw_cg,cl_fix_cg
-    PYTHONPATH=workflow python3 benchmarks/study_a_ours_probe.py --device cpu --tiny --variants ...   # smoke test
+    PYTHONPATH=workflow python3 reference_runs/h200x1-2026-12-02/notes/study_a_ours_probe.py --variants ref_ncdhw_cg,cl_fix_cg
+    PYTHONPATH=workflow python3 reference_runs/h200x1-2026-12-02/notes/study_a_ours_probe.py --device cpu --tiny --variants ...   # smoke test
 """
 
 from __future__ import annotations

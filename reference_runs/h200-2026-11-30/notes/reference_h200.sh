@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The committed H200 reference run, in parts that each fit one 10-minute call of a lent 2x H200 node (run through
 # device_run.sh, which installs the carried wheels):
-#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh benchmarks/reference_h200.sh PART OUT_DIR SECONDS
+#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh reference_runs/h200-2026-11-30/notes/reference_h200.sh PART OUT_DIR SECONDS
 # Settings: config/examples/gpu_paper.yaml + config/examples/reference_h200.yaml. Single-GPU work runs as two
 # streams, one per GPU (CUDA_VISIBLE_DEVICES=0 / =1, half the cores each, two `snakemake --nolock` runs on disjoint
 # targets; a job's noise check counts only its own GPU), and each stream takes its targets in priority order inside

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The faithful and ours series of every experiment on a lent 2x H200 node, in three parts that each fit one 10-minute
 # call, the node kept warm between them (run through device_run.sh, which installs the carried wheels):
-#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh bash benchmarks/series_h200x2.sh PART OUT_DIR SECONDS
+#   ACCELBENCH_GIT_COMMIT=<sha> benchmarks/device_run.sh bash reference_runs/h200x2-2026-12-01/notes/series_h200x2.sh PART OUT_DIR SECONDS
 # Settings: gpu_paper.yaml + reference_h200_study_a_faithful.yaml + h200_quant_faithful.yaml + series_h200x2.yaml
 # (one settings set for all parts). Single-GPU work runs as two streams, one per GPU (CUDA_VISIBLE_DEVICES=0 / =1,
 # half the cores each, `snakemake --nolock` on disjoint targets, each stream in priority order inside the window);
@@ -63,7 +63,7 @@
 # Parts 18-19 are for the next one-GPU lease (part 18 on a fresh node: carries .whl/, builds the inputs, starts from
 # reference_runs/h200x1b-2026-12-01, then h200x1): where the CUDA-graph step's 22 ms of layout conversions come from
 #   18: bf16_compile_channels_last_cudagraphs with the fixed rule, then its profile (kernel time by class, the top
-#       kernels by name: benchmarks/ddp_profile_h200.csv; the compiled graph is then in the cache)
+#       kernels by name: reference_runs/h200x1-2026-12-03/notes/ddp_profile_h200.csv; the compiled graph is then in the cache)
 #   19: the profile of bf16_compile_cudagraphs (compiles afresh), then the overhead benchmark of the channels_last one
 #   (Parts 18-19 ran on 2026-12-01 at d406c1c, 371 and 297 s: the 22 ms are cuDNN's nchwToNhwc/nhwcToNchw transposes
 #   around each bf16 convolution, 910 kernels; channels_last removes them but adds 154 eager copies, 10.8 ms)
