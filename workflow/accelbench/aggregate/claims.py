@@ -270,7 +270,7 @@ def verdict_row(
 
 def _verdict_row(claim, system, hardware, evaluate, timing_free, direction_only) -> dict:
     row = {**claim_cells(claim), "system": system, "hardware": hardware, "measured": ""}
-    ok_scope, scope_why = scope.in_scope(claim.get("hardware", ""), hardware)
+    ok_scope, scope_why = scope.in_scope(claim.get("hardware", ""), hardware, claim.get("quantity"))
     try:
         obs = evaluate()
     except NotMeasured as exc:

@@ -373,6 +373,7 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
     tree.folder(tree.out_dir_root(out), (out.name,), create=True).close()  # `<results>/claims` a link: one line
     results = load_results(result_paths)
     reference_dir = Path(reference_dir)
+    scope.use_reference_dir(reference_dir)  # the H100/H200 evidence of the scope policy, beside the claims files
     claims = pd.concat([read_claims(reference_dir / f, s) for s, f in registry.claims_files()], ignore_index=True)
     df = claims_table(results, claims, registry.published_files(reference_dir))
     shown = df.copy()

@@ -6,18 +6,62 @@ the accelerator, e.g. a compression ratio or the numerics of simulated quantizat
 a claim only when its class (:func:`class_of`, from :data:`POLICY`) is one the claim names; otherwise the claim reads
 ``not measured here (A100 claim)`` with the value measured here shown beside it.
 
-The H200 decision (the one judgement in this table): an H200 counts as the H100 class. Evidence: both are the GH100
-chip (compute capability 9.0, the same SM, tensor cores, ISA and cuDNN/cuBLAS kernels; 132 SMs and a 1,980 MHz boost
-clock on SXM boards); the H200 differs in memory only (141 GB HBM3e at 4.8 TB/s against 80 GB HBM3 at 3.35 TB/s).
-Study A's quantities are per-kernel counter ratios (instructions, SM cycles, tensor-pipe use, IPC) and step-time
-ratios: instructions are a property of the sm_90 kernels run, identical on both; cycle and time ratios can differ
-where a kernel is bound by DRAM bandwidth, which the claims' rows say beside the value. So an H100 claim is judged
-on an H200 (and may fail there); a claim about any other GPU is not.
+The H200 decision, from evidence: an H200 is the GH100 chip of an H100 (compute capability 9.0, 132 SMs, the same
+sm_90 kernels) with other memory (141 GB HBM3e at 4.8 TB/s against 80 GB HBM3 at 3.35 TB/s), so it counts as the
+H100 class only for the quantities where a like-for-like H100 run and H200 run agree:
+``resources/reference/h100_h200_evidence.csv`` holds, per quantity, both runs' values (recomputed from the committed
+results by ``tests/unit/test_scope_evidence.py``) and ``h200_judges``. Counter ratios (instructions, SM cycles) and
+step-time ratios of Study A agree within 0.02 or 10%: an H200 may judge those H100 claims (a1, a8, a10, a11, a12,
+a14) where no H100 result does; absolute times and their orders differ with the memory (SR3's faithful iteration is
+12% faster on the H200): an H200 never judges those (b14's and b19's H100 points). A quantity the file does not
+name is not judged on an H200. A real H100 result always leads (:func:`accelbench.aggregate.claims_report`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from pathlib import Path
+
+EVIDENCE_FILE = "h100_h200_evidence.csv"  # per quantity: the H100 and H200 values, and whether an H200 may judge it
+_evidence_dir = Path(__file__).resolve().parents[3] / "resources" / "reference"
+
+
+def use_reference_dir(path: str | Path) -> None:
+    """Read the H100/H200 evidence from ``path`` (the claims aggregation's ``--reference-dir``) from now on."""
+    global _evidence_dir
+    _evidence_dir = Path(path)
+    evidence.cache_clear()
+
+
+@functools.lru_cache(maxsize=1)
+def evidence() -> dict[str, tuple[bool, str]]:
+    """``{quantity: (whether an H200 may judge it, why)}`` from :data:`EVIDENCE_FILE`.
+
+    Raises:
+        DataError: the file is missing, unreadable or lacks a column (named).
+    """
+    from accelbench.core import files
+    from accelbench.errors import DataError
+
+    path = _evidence_dir / EVIDENCE_FILE
+    df = files.read_frame(path, "the H100/H200 evidence table", error=DataError, comment="#", keep_default_na=False)
+    missing = {"quantity", "h200_judges", "why"} - set(df.columns)
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
+    bad = sorted(set(df["h200_judges"]) - {"yes", "no"})
+    if bad:
+        raise DataError(f"{path}: h200_judges must be yes or no, not {bad[0]!r}")
+    return {str(r["quantity"]): (r["h200_judges"] == "yes", str(r["why"])) for _, r in df.iterrows()}
+
+
+def h200_judges(quantity: str) -> tuple[bool, str]:
+    """(whether an H200 counts as H100 for ``quantity``, why) by the evidence table; a quantity it does not name: no."""
+    judged = evidence().get(str(quantity))
+    if judged is None:
+        return False, f"no H100-beside-H200 evidence for {quantity} ({EVIDENCE_FILE})"
+    return judged
+
 
 # (pattern in the hardware label, class, why): the first match wins; matched against the device part of the label
 # (after any "reference run (...): " prefix). Classes: the hardware names the claims CSVs use.
@@ -57,12 +101,17 @@ def device_part(hardware: str) -> str:
     return hw
 
 
-def class_of(hardware: str) -> tuple[str, str]:
+def class_of(hardware: str, quantity: str | None = None) -> tuple[str, str]:
     """(class, why) of a measured system's hardware label by :data:`POLICY`; (``other``, "") for anything else
-    (a CPU, another GPU)."""
+    (a CPU, another GPU). With ``quantity``, a class given by policy (an H200 as H100) holds only where the evidence
+    allows it for that quantity (:func:`h200_judges`); else (``other``, why not)."""
     hw = device_part(hardware)
     for pattern, cls, why in POLICY:
         if pattern.search(hw):
+            if why and quantity is not None:
+                ok, because = h200_judges(quantity)
+                if not ok:
+                    return OTHER, f"not counted as {_NAMES[cls]} for {quantity}: {because}"
             return cls, why
     return OTHER, ""
 
@@ -85,11 +134,12 @@ def label(claim_hardware: str) -> str:
     return "/".join(_NAMES[c] for c in claim_classes(claim_hardware))
 
 
-def in_scope(claim_hardware: str, hardware: str) -> tuple[bool, str]:
+def in_scope(claim_hardware: str, hardware: str, quantity: str | None = None) -> tuple[bool, str]:
     """(whether a system with this hardware label is judged on a claim published on ``claim_hardware``, the
-    sentence that says why, e.g. ``an A100 claim; this is NVIDIA H200 (H100 class: ...)``)."""
+    sentence that says why, e.g. ``an A100 claim; this is NVIDIA H200 (H100 class: ...)``). ``quantity``: the claim's
+    quantity, for the policy's per-quantity evidence (:func:`class_of`)."""
     classes = claim_classes(claim_hardware)
-    cls, why = class_of(hardware)
+    cls, why = class_of(hardware, None if ANY in classes else quantity)
     ok = ANY in classes or cls in classes
     shown = device_part(hardware)
     name = _NAMES.get(cls, "no class of the studies' hardware")

@@ -41,7 +41,8 @@ network in which Inductor's layout optimization is forced (``force_layout_optimi
 convolution activations NHWC between the convolutions. Its heuristic, ``GraphLowering.decide_layout_opt``, declines
 for this U-Net (decoder convolutions with twice as many input as output channels), so cuDNN transposed NCHW <-> NHWC
 around each bf16 convolution: 910 ``nchwToNhwc``/``nhwcToNchw`` kernels, 21.9 of 78.2 ms per iteration on an H200,
-``reference_runs/h200x1-2026-12-03/notes/ddp_profile_h200.csv``; channels_last removed those but added 154 eager copies, 10.8 ms), and
+``reference_runs/h200x1-2026-12-03/notes/ddp_profile_h200.csv``; channels_last removed those but added 154 eager
+copies, 10.8 ms), and
 ``bf16_compile_layout_opt_channel_sums_cudagraphs`` (the same, with every GroupNorm computed from per-channel sums:
 :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm`, same parameters and arithmetic; GroupNorm's kernels were
 18.2 of 62.5 ms of device time in the layout-optimized step, against 13.3 in NCHW);

@@ -79,7 +79,7 @@ def throughput_order_row(claim: pd.Series, sr3: pd.DataFrame, sr3_reference: pd.
     ok = sr3[(sr3["status"] == "ok") & (sr3["devices"] == 1)] if not sr3.empty else sr3
     for _, g in ok.groupby("system") if not ok.empty else []:
         for _, r in select_configuration(g, claim["selector"]).iterrows():
-            cls, by_policy = scope.class_of(r["hardware"])
+            cls, by_policy = scope.class_of(r["hardware"], claim["quantity"])
             if cls not in tokens or (by_policy and cls in measured and not measured[cls][3]):
                 continue  # a device of the class itself (an H100) outranks one counted by policy (an H200)
             measured[cls] = (
@@ -184,7 +184,8 @@ def generation_row(claim: pd.Series, sr3: pd.DataFrame) -> dict:
     for _, g in ok.groupby("system") if not ok.empty else []:
         for _, r in select_configuration(g, "faithful|fp32").iterrows():
             if r["status"] == "ok" and str(r.get("scale")) == "paper":
-                points.append((scope.class_of(r["hardware"])[0], r["hardware"], "1 device", float(r["iteration_ms"])))
+                cls = scope.class_of(r["hardware"], claim["quantity"])[0]
+                points.append((cls, r["hardware"], "1 device", float(r["iteration_ms"])))
     return class_ratio_row(claim, points, ", ".join(sorted(set(sr3["system"]))) if not sr3.empty else "(none)")
 
 

@@ -170,10 +170,12 @@ def _noisy(row: pd.Series) -> bool:
     return row.get("noise") == "noisy"
 
 
-def same_gpu(claim_gpu: str, hardware: str) -> bool:
+def same_gpu(claim_gpu: str, hardware: str, quantity: str | None = None) -> bool:
     """Whether ``hardware`` (a provenance label) is in the hardware class a claim was made on (``all`` = Study A's
-    V100/A100/H100), by the one scope policy (:func:`accelbench.aggregate.scope.in_scope`: an H200 is H100 class)."""
-    return scope.in_scope("v100/a100/h100" if claim_gpu.strip().lower() == "all" else claim_gpu, hardware)[0]
+    V100/A100/H100), by the one scope policy (:func:`accelbench.aggregate.scope.in_scope`: an H200 is H100 class for
+    the quantities its evidence allows)."""
+    gpus = "v100/a100/h100" if claim_gpu.strip().lower() == "all" else claim_gpu
+    return scope.in_scope(gpus, hardware, quantity)[0]
 
 
 def _measured_for_claim(claim: pd.Series, sysdf: pd.DataFrame) -> tuple[str, str]:
@@ -279,7 +281,7 @@ def claims_table(claims: pd.DataFrame, df: pd.DataFrame, results: list[dict] | N
                 "measured": value,
                 "how": how + "; Study A-faithful series (cuDNN autotuning off)",
                 "measured_autotuned": None,
-                "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0]),
+                "same_gpu": same_gpu(str(claim["gpu"]), sysdf["hardware"].iloc[0], claim.get("metric")),
             }
             if tuned.any() and not counters:  # our series beside it, same claim on the _autotuned configurations
                 auto = sysdf[tuned].assign(configuration=sysdf.loc[tuned, "configuration"].str.removesuffix(AUTOTUNED))
