@@ -248,8 +248,8 @@ def test_dry_run_prints_the_steps_and_runs_nothing(tmp_path, capsys):
 
 
 def test_the_example_campaign_validates_and_keeps_the_scripts_commands():
-    """campaigns/h200_one_gpu.yaml: parts 11-13 of reference_runs/h200x2-2026-12-01/notes/series_h200x2.sh (which stays, the record that
-    reference_runs/h200x1-2026-12-01 cites): argv lists only, the same budgets."""
+    """campaigns/h200_one_gpu.yaml: parts 11-13 of reference_runs/h200x2-2026-12-01/notes/series_h200x2.sh (which
+    stays, the record that reference_runs/h200x1-2026-12-01 cites): argv lists only, the same budgets."""
     path = REPO / "campaigns/h200_one_gpu.yaml"
     parts = campaign.load(path)["parts"]
     assert list(parts) == ["sr3", "sr3_overhead", "lora_energy"]

@@ -2,14 +2,15 @@
 their arithmetic but stay in the channels-last (NDHWC) memory format, so that a ``torch.channels_last_3d`` network
 runs cuDNN's bf16 NDHWC convolutions without layout transposes or same-dtype copies around them.
 
-Measured on one H200 (``reference_runs/h200x1-2026-12-02/notes/study_a_ours_probe.py``, variant ``cl_gnsum_nockpt_sdpa_fused_cg``): with the
-model and inputs in ``channels_last_3d``, bf16 autocast, ``torch.compile(mode="reduce-overhead")``, cuDNN autotuning
-and fused Adam, the 2-micro-batch step of the whole-head network took 123.4 ms against 156.9 ms for
-``bf16_compile_cudagraphs_autotuned``, same weights (relative L2 of the predicted noise against fp32 eager 0.0162,
-that configuration 0.0165). Through the product's rule (``reference_runs/h200x1-2026-12-02``, all four rewrites):
-116.38 ms against 153.96 ms on the same node, 14.83x ``baseline_autotuned``, MFU 0.288; the rule against its bare
-loop 0.98 (``reference_runs/h200x1-2026-12-03/notes/harness_overhead_h200.csv``). Without them, channels_last_3d made the compiled step slower
-(188.6 ms): the attention's (B, C, N) reshapes and Conv1d projections, the NDHWC backward of
+Measured on one H200 (``reference_runs/h200x1-2026-12-02/notes/study_a_ours_probe.py``, variant
+``cl_gnsum_nockpt_sdpa_fused_cg``): with the model and inputs in ``channels_last_3d``, bf16 autocast,
+``torch.compile(mode="reduce-overhead")``, cuDNN autotuning and fused Adam, the 2-micro-batch step of the whole-head
+network took 123.4 ms against 156.9 ms for ``bf16_compile_cudagraphs_autotuned``, same weights (relative L2 of the
+predicted noise against fp32 eager 0.0162, that configuration 0.0165). Through the product's rule
+(``reference_runs/h200x1-2026-12-02``, all four rewrites): 116.38 ms against 153.96 ms on the same node, 14.83x
+``baseline_autotuned``, MFU 0.288; the rule against its bare loop 0.98
+(``reference_runs/h200x1-2026-12-03/notes/harness_overhead_h200.csv``). Without them, channels_last_3d made the compiled
+step slower (188.6 ms): the attention's (B, C, N) reshapes and Conv1d projections, the NDHWC backward of
 ``F.interpolate(trilinear)`` (an ``index_put``) and ``native_group_norm`` (which returns NCDHW) forced copies back and
 forth.
 
