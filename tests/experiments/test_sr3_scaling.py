@@ -414,7 +414,7 @@ def _job(tmp_path, monkeypatch, default_config, systems, devices):
     monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(tmp_path / "locks"))
     spec = tmp_path / f"spec{devices}.json"
     spec.write_text(json.dumps(_spec(default_config, systems, devices)))
-    out = tmp_path / f"d{devices}" / "result.json"
+    out = tmp_path / "results" / "cpu" / "sr3_scaling" / "faithful" / f"devices_{devices}" / "result.json"
     return ["sr3-train", "--spec", str(spec), "--data", "d.npz", "--out", str(out)], out
 
 

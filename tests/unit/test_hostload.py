@@ -79,14 +79,14 @@ def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monk
     monkeypatch.setenv(hostload.START_ENV, "")  # restored after the test: no snapshot leaks into later tests
     hostload.start_job()
     system = systems["cpu"]
-    out = tmp_path / "ok" / "result.json"
+    out = tmp_path / "results" / "cpu" / "unet3d_profile" / "ok" / "result.json"
     harness.write_outcome(
         harness.JobContext(registry.get("unet3d_profile"), {"noise": {"spread_max": 2.0}}, "s.json", None, system, out),
         Outcome("ok", {"step": _timing(10.0, 30.0)}),
     )
     noise = json.loads(out.read_text())["measurements"]["noise"]
     assert noise["noisy"] and noise["thresholds"]["spread_max"] == 2.0 and noise["host"]["cpus"] >= 1
-    out2 = tmp_path / "unsupported" / "result.json"
+    out2 = tmp_path / "results" / "cpu" / "unet3d_profile" / "unsupported" / "result.json"
     harness.write_outcome(
         harness.JobContext(registry.get("unet3d_profile"), {}, "s.json", None, system, out2), Outcome.unsupported("no")
     )

@@ -189,6 +189,7 @@ def test_every_40k_minutes_cell_says_its_kind():
         .assign(
             study_b_40k_minutes_projection=[128.6, 129.0, 52.2],
             study_b_40k_minutes_measured_plus_projected=[128.6, 129.1, 55.3],
+            first_iteration_s=[0.3, None, 181.0],  # the cold start: a compiled configuration's first iteration
             efficiency_vs_1=1.0,
         )
     )
@@ -199,6 +200,7 @@ def test_every_40k_minutes_cell_says_its_kind():
     assert measured["minutes_kind"].str.startswith("projected").all() and len(measured) == 3
     assert published["minutes_kind"].str.startswith("published").all()
     assert measured["minutes_40k_measured_plus_projected"].tolist() == [128.6, 129.1, 55.3]
+    assert measured["cold_start_s"].fillna(-1).tolist() == [0.3, -1, 181.0]  # beside the projection, None unrecorded
     assert not eff["series"].str.startswith("measured reference run").any()
     assert eff["series"].str.contains("fastest honest run").sum() == 1
     total = {"seconds": 2804.5, "workload_iterations": 40000}

@@ -56,7 +56,7 @@ def test_cli_writer_results_are_valid(tmp_path, experiment):
         "devices": 2,
         "precision": "fp32",
     }
-    out = tmp_path / "result.json"
+    out = tmp_path / "results" / system.name / experiment / "v" / "result.json"  # a job's place: <system>/<experiment>/
     ctx = harness.JobContext(registry.get(experiment), config, "spec.json", None, system, out)
     harness.write_outcome(ctx, Outcome.unsupported("not on a CPU"))
     assert validate_files([out])[0]["status"] == "unsupported"

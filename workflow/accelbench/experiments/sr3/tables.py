@@ -128,7 +128,8 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     """Scaling efficiency per series and device count: this run's results beside published. ``minutes_40k``: a
     measured row's projection from its median iteration, a published row's wall time (``minutes_kind`` says which);
     ``minutes_40k_measured_plus_projected``: a measured row's total with the iterations it ran (compilation
-    included), beside its projection."""
+    included), beside its projection; ``cold_start_s``: the first iteration alone (torch.compile, autotuning and
+    CUDA-graph recording on the node's compile cache as found), s, where the result records it."""
     rows = []
     for _, r in df.iterrows():
         ok = r["status"] == "ok"
@@ -147,6 +148,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
                 "minutes_40k_measured_plus_projected": r.get("study_b_40k_minutes_measured_plus_projected")
                 if ok
                 else None,
+                "cold_start_s": r.get("first_iteration_s") if ok else None,
                 "efficiency": r.get("efficiency_vs_1") if ok else None,
                 "label": "projection" if ok else status_cell(r.to_dict()),
                 "noise": r.get("noise"),
@@ -162,6 +164,7 @@ def efficiency_table(df: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
         "minutes_40k",
         "minutes_kind",
         "minutes_40k_measured_plus_projected",
+        "cold_start_s",
         "efficiency",
         "label",
         "noise",
@@ -196,7 +199,8 @@ def aggregate(result_paths: list[str | Path], reference_path: str | Path, out_di
         out_dir / "efficiency",
         "Strong-scaling efficiency T(1) / (N T(N)): this run's results (minutes_40k projected from the median "
         "iteration; minutes_40k_measured_plus_projected: the iterations run, compilation included, + the "
-        f"median for the rest; minutes_kind says which) and published wall times ({source})",
+        "median for the rest; minutes_kind says which; cold_start_s: the first iteration alone, compilation and "
+        f"CUDA-graph recording included, s) and published wall times ({source})",
     )
     fig_scaling(df, ref, source, out_dir / "fig_scaling.png")
     fig_samples(df, out_dir / "fig_samples.png")

@@ -140,6 +140,7 @@ def result_rows(results: list[dict]) -> pd.DataFrame:
                     "iterations_per_device": m["iterations_per_device"],
                     "iterations_run": m["iterations_run"],
                     "wall_s": m["measured_wall_s"],
+                    "first_iteration_s": m.get("first_iteration_s"),  # the cold start (compile, CUDA graphs)
                     "strong_total_s": m["strong_scaling_total"]["seconds"],
                     "strong_total_label": m["strong_scaling_total"]["label"],
                     "study_b_40k_minutes_projection": m["study_b_projection"]["minutes"],
