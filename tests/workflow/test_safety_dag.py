@@ -90,7 +90,9 @@ def test_hostile_paths_run_no_command_and_settings_change_loses_no_result(tmp_pa
     assert agg.returncode == 0, agg.stderr[-3000:]
     assert not marker.exists()
     table = pd.read_csv(work / "results/study_a/table.csv")
-    assert len(table) == 2 and table["hardware"].str.startswith("CPU: lab CPU").sum() == 1  # read, as data
+    # read, as data, and labelled as copied in (another system's folder merged into this run)
+    assert len(table) == 2 and table["hardware"].str.startswith("copied in (lab, host ").sum() == 1
+    assert table["hardware"].str.contains("CPU: lab CPU").sum() == 1
 
     # a settings change: the dry run says what would be superseded; the rerun fails (unreadable input)
     config["unet3d_profile"]["repeat"] = 3
@@ -186,8 +188,8 @@ def test_shell_lines_do_not_grow_with_copied_in_and_reference_results(tmp_path, 
 
 def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny_config):
     """A result whose recorded settings differ from the config's (e.g. put back by an interrupted
-    redo after Snakemake recorded the new settings), or whose redo was killed (journal beside it), is redone; one
-    without a recorded spec is left alone (the control)."""
+    redo after Snakemake recorded the new settings), whose redo was killed (journal beside it), or that records no
+    spec at all (nothing shows which settings made it), is redone; the dry run changes none of them."""
     _write_config(tmp_path, _study_a_one_job(tiny_config), ["unet3d_profile"])
     for name in ("image", "mask"):  # inputs in place, older than the result: Snakemake alone would see nothing to do
         f = tmp_path / f"resources/mri/whole_head_small/{name}.nii.gz"
@@ -198,10 +200,9 @@ def test_result_not_current_is_redone_whatever_snakemake_recorded(tmp_path, tiny
     result.parent.mkdir(parents=True)
     target = str(result.relative_to(tmp_path))
     for content, journal, redone in (
-        ({}, False, False),
+        ({}, False, True),
         ({"spec_sha256": "0" * 64}, False, True),
         ({}, True, True),
-        ({}, False, False),
     ):
         result.write_text(json.dumps(content))
         (result.parent / ".redo.json").unlink(missing_ok=True)

@@ -87,7 +87,6 @@ def load_site(path: str | Path | None = None) -> dict:
     def key_path(error: jsonschema.ValidationError) -> str:  # the key as the site file writes it
         return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
 
-
     path = Path(path or os.environ.get("ACCELBENCH_K8S_SITE") or "kubernetes/site.yaml")
     try:
         site = read_yaml(path)
@@ -99,7 +98,9 @@ def load_site(path: str | Path | None = None) -> dict:
     unknown = sorted(set(site) - SITE_KEYS)
     if unknown:
         raise ConfigError(f"Kubernetes site file {path}: unknown key(s) {unknown} (known: {sorted(SITE_KEYS)})")
-    errors = sorted(jsonschema.Draft202012Validator(SITE_SCHEMA).iter_errors(site), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(
+        jsonschema.Draft202012Validator(SITE_SCHEMA).iter_errors(site), key=lambda e: list(map(str, e.absolute_path))
+    )
     if errors:
         e = errors[0]
         hint = f" (a DNS-1123 name: {DNS1123})" if e.validator == "pattern" else ""
