@@ -32,6 +32,7 @@ rule claims:
             category="Claims",
         ),
         summary=f"{RESULTS}/claims/claims_summary.csv",
+        h100=f"{RESULTS}/claims/h100_vs_published.csv",
         table_md=f"{RESULTS}/claims/claims.md",
         table_html=f"{RESULTS}/claims/claims.html",
         table_tex=f"{RESULTS}/claims/claims.tex",

@@ -31,6 +31,7 @@ from accelbench.aggregate.claims import VERDICTS, category, fails_if, needs_of, 
 from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
 from accelbench.aggregate.figures import FONT, save_figure, wrap
+from accelbench.aggregate.h100_table import h100_table, read_published_minutes
 from accelbench.core import files, registry
 from accelbench.errors import DataError
 
@@ -395,6 +396,15 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
         f"system): holds / does not hold / partly measured (k of n) / not measured here (why). {line}.",
         title="Claims: every run",
     )
+    sr3_published = registry.published_files(reference_dir).get("sr3_scaling")
+    write_table(
+        h100_table(results, shown, read_published_minutes(sr3_published) if sr3_published else None),
+        out / "h100_vs_published",
+        "Every number the studies published for an H100 beside what a real NVIDIA H100 measured (an H200 counted as "
+        "H100 by the scope policy is not one here); difference_pct: (measured - published) / published, where both "
+        "are one number; what_differs: the settings that differ between the two",
+        title="Published vs measured on the studies' own GPU (H100)",
+    )
     with tree.folder(tree.out_dir_root(out), (out.name,)) as d:
         long_form = d.read_bytes("claims_summary.md", 2**28) + b"\n\n" + d.read_bytes("claims.md", 2**28)
         d.write_bytes("claims.md", (front_markdown(front, counts) + "\n").encode() + long_form)
@@ -582,11 +592,16 @@ def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:
         + ", ".join(f"`resources/reference/{f}`" for _, f in files)
         + " and each reference run's `tables/claims/claims.csv` "
         "(do not edit). How a verdict is reached: `workflow/accelbench/aggregate/claims.py`; which hardware "
-        "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class).",
+        "counts as which: `workflow/accelbench/aggregate/scope.py` (an H200 counts as H100 class only for the "
+        "quantities its evidence allows, below).",
         "",
         "## One verdict per claim, over every reference run",
         "",
         verdict_table(runs),
+        "",
+        "## The H200 as an H100: the evidence, per quantity",
+        "",
+        scope.evidence_markdown(),
     ]
     for _, c in claims.iterrows():
         cid = c["claim_id"]

@@ -55,6 +55,27 @@ def evidence() -> dict[str, tuple[bool, str]]:
     return {str(r["quantity"]): (r["h200_judges"] == "yes", str(r["why"])) for _, r in df.iterrows()}
 
 
+def evidence_markdown() -> str:
+    """The evidence table as Markdown (docs/claims.md): per quantity, the claims, the H100 and H200 values side by
+    side, whether an H200 may judge it, and why."""
+    from accelbench.core import files
+    from accelbench.errors import DataError
+
+    path = _evidence_dir / EVIDENCE_FILE
+    df = files.read_frame(path, "the H100/H200 evidence table", error=DataError, comment="#", dtype=str)
+    head = "| quantity | claims | H100 | H200 | an H200 may judge it | why |\n| --- | --- | --- | --- | --- | --- |"
+    rows = [
+        f"| {r['quantity']} | {r['claims']} | {r['h100']} | {r['h200']} | {r['h200_judges']} | {r['why']} |"
+        for _, r in df.iterrows()
+    ]
+    note = (
+        f"From `resources/reference/{EVIDENCE_FILE}` (H100: reference_runs/h100x1-2026-12-05, H200: the 1-GPU results "
+        "of reference_runs/h200x2-2026-12-01; the same network, settings and harness). A real H100 result always "
+        "leads; an H200 judges an H100 claim only where the H100 is absent and the row says yes."
+    )
+    return "\n".join([note, "", head, *rows])
+
+
 def h200_judges(quantity: str) -> tuple[bool, str]:
     """(whether an H200 counts as H100 for ``quantity``, why) by the evidence table; a quantity it does not name: no."""
     judged = evidence().get(str(quantity))
@@ -139,7 +160,12 @@ def in_scope(claim_hardware: str, hardware: str, quantity: str | None = None) ->
     sentence that says why, e.g. ``an A100 claim; this is NVIDIA H200 (H100 class: ...)``). ``quantity``: the claim's
     quantity, for the policy's per-quantity evidence (:func:`class_of`)."""
     classes = claim_classes(claim_hardware)
-    cls, why = class_of(hardware, None if ANY in classes else quantity)
+    cls, why = class_of(hardware)
+    if why and cls in classes and quantity is not None:  # a class by policy: only where the evidence allows it
+        allowed, because = h200_judges(quantity)
+        if not allowed:
+            shown = device_part(hardware)
+            return False, f"{label(claim_hardware)} claim; this is {shown} (not counted as {_NAMES[cls]}: {because})"
     ok = ANY in classes or cls in classes
     shown = device_part(hardware)
     name = _NAMES.get(cls, "no class of the studies' hardware")
