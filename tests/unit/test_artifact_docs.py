@@ -137,7 +137,8 @@ def test_artifact_opens_with_one_table_of_every_claim():
     files once, in their order, short cells, no footnote markers, digest claims marked, and exactly what
     `accelbench reference-runs` generates from the committed reference runs' claims tables; the commands, their
     times and the tolerances follow below it."""
-    from accelbench.aggregate import claims_report as cr
+    from accelbench.aggregate import claims_docs as cd
+    from accelbench.aggregate import claims_front as cf
     from accelbench.aggregate import reference_runs as rr
 
     head, _ = opening_table()
@@ -145,20 +146,20 @@ def test_artifact_opens_with_one_table_of_every_claim():
     assert tables, "ARTIFACT.md opens with no table"
     first = md_rows(tables[0])
     header = [c.lower() for c in first[0]]
-    assert header == [c.lower() for c in cr.FRONT_COLUMNS], header
+    assert header == [c.lower() for c in cf.FRONT_COLUMNS], header
     known = claims()
     assert [r[0] for r in first[1:]] == list(known), "the first table is not one line per claim in the files' order"
     for cells in first[1:]:
         assert len(cells) == len(header), cells
-        long = [c for c in cells if len(c) > cr.FRONT_CELL_CHARS]
-        assert not long, f"{cells[0]}: cells over {cr.FRONT_CELL_CHARS} characters: {long}"
+        long = [c for c in cells if len(c) > cd.FRONT_CELL_CHARS]
+        assert not long, f"{cells[0]}: cells over {cd.FRONT_CELL_CHARS} characters: {long}"
         assert not re.search(r"\[\d+\]", " ".join(cells)), f"{cells[0]}: a footnote marker in the first table"
         digest = "digest (unverified)" in cells[2]
         assert digest == known[cells[0]]["digest"], f"{cells[0]}: digest mark {digest}, claims file disagrees"
     # regenerate and compare: the block is what the command writes from the committed runs
     runs = rr.find_runs(REPO / "reference_runs")
     tables_csv = {r["name"]: r["path"] / "tables/claims/claims.csv" for r in runs}
-    block = cr.reference_front(REPO / "resources/reference", cr.read_run_tables(tables_csv))
+    block = cd.reference_front(REPO / "resources/reference", cd.read_run_tables(tables_csv))
     text = (REPO / "ARTIFACT.md").read_text()
     assert f"{rr.FRONT_BEGIN}\n{block}\n{rr.FRONT_END}" in head, "run `accelbench reference-runs`"
     assert text.index(rr.FRONT_BEGIN) < text.index("\n## 1. ")

@@ -9,8 +9,11 @@ import pandas as pd
 import pytest
 
 import fake_results as fr
+from accelbench.aggregate import claim_spec as spec
 from accelbench.aggregate import claims as cl
+from accelbench.aggregate import claims_front as cf
 from accelbench.aggregate import claims_report as cr
+from accelbench.aggregate import claims_summary as cs
 from accelbench.aggregate import claims_table as ct
 from accelbench.errors import DataError
 
@@ -429,8 +432,8 @@ def test_every_tolerance_can_fail():
         lo, hi = float(q.loc[c["quantity"], "plausible_low"]), float(q.loc[c["quantity"], "plausible_high"])
         t_lo = float(c["low"]) if str(c["low"]).strip() else -float("inf")
         t_hi = float(c["high"]) if str(c["high"]).strip() else float("inf")
-        assert not (t_lo <= lo and t_hi >= hi), f"{c['claim_id']}: {cl.tolerance_text(c)} covers {lo}..{hi}"
-        assert cl.fails_if(c).startswith("x ")
+        assert not (t_lo <= lo and t_hi >= hi), f"{c['claim_id']}: {spec.tolerance_text(c)} covers {lo}..{hi}"
+        assert spec.fails_if(c).startswith("x ")
     # the old a2/a3 tolerance (1 <= x <= 100: any reduction) is what this test exists to refuse
     old = pd.Series({"claim_id": "a3", "check": "range", "low": "1", "high": "100"})
     lo, hi = (float(q.loc["dynamic_instructions_reduction_x", k]) for k in ("plausible_low", "plausible_high"))
@@ -516,8 +519,8 @@ def test_one_row_per_claim_names_its_evidence_and_disagreements(tmp_path):
             ("does not hold", "reference run (Y, 2026-01-02): NVIDIA H100", "0.5"),
         )
     ]
-    s = cr.summary_table(pd.DataFrame(rows)).iloc[0]
-    assert s["verdict"] == cr.DISAGREE and "holds on 0.9" in s["why"] and "does not hold on 0.5" in s["why"]
+    s = cs.summary_table(pd.DataFrame(rows)).iloc[0]
+    assert s["verdict"] == cs.DISAGREE and "holds on 0.9" in s["why"] and "does not hold on 0.5" in s["why"]
     assert "Why they differ" in s["why"]
 
 
@@ -709,17 +712,17 @@ def test_claims_md_opens_with_one_line_per_claim(tmp_path):
     md = (tmp_path / "claims" / "claims.md").read_text()
     claims = pd.concat([ct.read_claims(p, s) for p, s in zip(CLAIMS, "AB")], ignore_index=True)
     rows = front_rows(md)
-    assert rows[0] == cr.FRONT_COLUMNS
+    assert rows[0] == cf.FRONT_COLUMNS
     assert [r[0] for r in rows[1:]] == list(claims["claim_id"])  # one line each, the last claim last
     assert [r[1] for r in rows[1:]] == list(claims["short"]) and all(0 < len(r[1]) <= 80 for r in rows[1:])
-    assert {r[4] for r in rows[1:]} <= set(cr.SUMMARY_VERDICTS)
+    assert {r[4] for r in rows[1:]} <= set(cs.SUMMARY_VERDICTS)
     assert not [r for r in rows if re.search(r"\[\d+\]", " ".join(r))], "a footnote marker in the first table"
     b13 = next(r for r in rows if r[0] == "b13")
     assert b13[4] == "does not hold" and "(NVIDIA H100" in b13[3] and b13[5] == "measured here", b13
     counts = md[md.index("### Verdict counts") :]
     assert re.search(r"^\| one verdict per claim \| \d+", counts, flags=re.M) and "| measured here |" in counts
     assert (
-        md.index("## " + cr.FRONT_TITLE)
+        md.index("## " + cf.FRONT_TITLE)
         < md.index("one row per claim, its verdict")
         < md.index("one row per claim and system")
     )

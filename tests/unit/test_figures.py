@@ -1,6 +1,6 @@
-"""Every figure, rendered from small fixture results, passes the one figure checker (figures.figure_problems): no text
-outside the canvas, no overlapping titles/labels/legends, no legend over a bar, every numeric axis labelled with a
-unit, a size that fits a page, one colour per class, no annotation over data, each legend entry once, and series
+"""Every figure, rendered from small fixture results, passes the one figure checker (figure_check.figure_problems):
+no text outside the canvas, no overlapping titles/labels/legends, no legend over a bar, every numeric axis labelled
+with a unit, a size that fits a page, one colour per class, no annotation over data, each legend entry once, and series
 labels that start with exactly "measured here", "reference run (<hardware>)" or "published (<source>)"."""
 
 import matplotlib
@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from test_aggregate import CLAIMS, _fake  # noqa: E402
 
-from accelbench.aggregate import figures  # noqa: E402
+from accelbench.aggregate import figure_check, figures, legend_check  # noqa: E402
 from accelbench.experiments.unet3d import tables as study_a
 
 
@@ -21,7 +21,7 @@ def capture(monkeypatch):
     real = figures.save_figure
 
     def save(fig, path, dpi=150):
-        problems = figures.figure_problems(fig, dpi)
+        problems = figure_check.figure_problems(fig, dpi)
         fig.savefig(path, dpi=dpi)
         kept[str(path).rsplit("/", 1)[-1]] = (fig, problems)
         return problems
@@ -61,7 +61,7 @@ def assert_readable(kept, name, series_in_legend=True):
     if series_in_legend:
         texts = _legend_texts(fig)
         assert texts, f"{name}: no legend"
-        series = [t for t in texts if figures.SERIES_LABEL.match(t)]
+        series = [t for t in texts if legend_check.SERIES_LABEL.match(t)]
         assert series, f"{name}: no series label names its origin: {texts}"
         for t in series:
             assert "scale" in t, f"{name}: series label without its scale: {t!r}"
@@ -78,7 +78,7 @@ def test_checker_finds_overflow_overlap_missing_unit_and_covered_bar(tmp_path):
     b.set_xlabel("devices (count)")
     fig.suptitle("a very long title " * 10)  # wider than the canvas
     fig.text(0.9, 0.5, "outside the canvas, to the right")
-    problems = " | ".join(figures.figure_problems(fig))
+    problems = " | ".join(figure_check.figure_problems(fig))
     for expected in ("outside the canvas", "legend covers a bar", "states no unit", "x axis without a label"):
         assert expected in problems
     plt.close(fig)
@@ -87,7 +87,7 @@ def test_checker_finds_overflow_overlap_missing_unit_and_covered_bar(tmp_path):
     ax.set_xlabel("devices (count)")
     ax.set_ylabel("time (ms)")
     fig.tight_layout()
-    assert figures.figure_problems(fig) == []
+    assert figure_check.figure_problems(fig) == []
     plt.close(fig)
 
 
@@ -109,7 +109,7 @@ def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_
     b.set_ylabel("time (min)")
     b.legend(loc="upper left", bbox_to_anchor=(1, 1))
     fig.tight_layout()
-    problems = " | ".join(figures.figure_problems(fig, dpi=150))
+    problems = " | ".join(figure_check.figure_problems(fig, dpi=150))
     for expected in (
         "larger than a page",
         "looks the same as 'convolution'",
@@ -132,7 +132,7 @@ def test_checker_finds_size_same_colour_duplicates_annotation_over_data_and_bad_
     ax.set_ylabel("speedup (x)")
     fig.legend(loc="lower left")
     fig.tight_layout(rect=(0, 0.3, 1, 1))
-    assert figures.figure_problems(fig, dpi=150) == []
+    assert figure_check.figure_problems(fig, dpi=150) == []
     plt.close(fig)
 
 
@@ -177,10 +177,10 @@ def test_checker_fails_a_planted_unreadable_figure(tmp_path, planted, expected):
     from accelbench.errors import DataError
 
     clean = _series_figure()
-    assert figures.figure_problems(clean, dpi=150) == []
+    assert figure_check.figure_problems(clean, dpi=150) == []
     plt.close(clean)
     fig = _series_figure(**planted)
-    problems = figures.figure_problems(fig, dpi=150)
+    problems = figure_check.figure_problems(fig, dpi=150)
     assert len(problems) == 1 and expected in problems[0], problems
     with pytest.raises(DataError, match=rf"^figure check failed: planted\.png: .*{expected[:20]}") as err:
         with figures.checked():
@@ -201,11 +201,11 @@ def test_proxy_legend_entries_count_as_data_by_their_colour_or_hatch():
     handles = [Patch(color="C0", label="attention"), Patch(facecolor="0.7", hatch="xx", label="noisy (hatched)")]
     fig.legend(handles=handles, loc="lower left")
     fig.tight_layout(rect=(0, 0.3, 1, 1))
-    assert figures.figure_problems(fig, dpi=150) == []
+    assert figure_check.figure_problems(fig, dpi=150) == []
     handles.append(Patch(color="C3", label="MLP"))
     fig.legends[0].remove()
     fig.legend(handles=handles, loc="lower left")
-    assert [p for p in figures.figure_problems(fig, dpi=150) if "no data" in p] == [
+    assert [p for p in figure_check.figure_problems(fig, dpi=150) if "no data" in p] == [
         "figure legend: legend entry 'MLP' has no data in the figure"
     ]
     plt.close(fig)
@@ -513,7 +513,7 @@ def test_lora_ours_variants_keep_their_own_line_style():
     ax.set(xlabel="devices", ylabel="time (min)")
     handles = [Line2D([], [], color="0.4", ls=s, label=f"our runs, series: {n}") for n, s in zip(names, styles)]
     ax.legend(handles=handles, fontsize=6)
-    assert not [p for p in figures.figure_problems(fig, 150) if "looks the same" in p]
+    assert not [p for p in figure_check.figure_problems(fig, 150) if "looks the same" in p]
     plt.close(fig)
 
 
@@ -614,7 +614,7 @@ def test_claims_figure_title_is_whole_with_few_or_many_bars(runs):
     real = figures.save_figure
 
     def keep(fig, path, dpi=150):
-        fig_problems.extend(figures.figure_problems(fig, dpi))
+        fig_problems.extend(figure_check.figure_problems(fig, dpi))
         plt.close(fig)
         return fig_problems
 

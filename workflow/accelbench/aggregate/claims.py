@@ -34,15 +34,15 @@ Hardware labels come from each result's provenance. Every quantity has a plausib
 (``claim_quantities.csv``); a tolerance that covers it could not fail, and ``tests/unit/test_claims.py`` refuses it.
 
 This module is the verdict engine: what a claim check builds its rows from (:class:`Observation`,
-:class:`NotMeasured`, :class:`ClaimInputs`, :func:`verdict_row`, :func:`per_system_rows`, :func:`not_run`) and how a
-claim's check, tolerance and needs read. It holds no study-specific code and imports no experiment; reading the
+:class:`NotMeasured`, :class:`ClaimInputs`, :func:`verdict_row`, :func:`per_system_rows`, :func:`not_run`). How a
+claim's check, tolerance, needs and setting read, and the cells that describe it, is
+:mod:`accelbench.aggregate.claim_spec`. It holds no study-specific code and imports no experiment; reading the
 claim files and building the whole table from the experiments' checks is :mod:`accelbench.aggregate.claims_table`.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +50,7 @@ from pathlib import Path
 import pandas as pd
 
 from accelbench.aggregate import scope
+from accelbench.aggregate.claim_spec import claim_cells, needs_of, passes, setting_of, tolerance_text, with_caveat
 from accelbench.aggregate.common import noise_why
 from accelbench.errors import DataError
 
@@ -113,99 +114,7 @@ class ClaimInputs:
         return self._rows[key]
 
 
-# --------------------------------------------------------------------------- reading a claim
-def setting_of(claim: pd.Series) -> dict[str, str]:
-    """The claim's ``setting`` (``model=tinyllama*;text=wikitext*``) as ``{key: pattern}``.
-
-    Raises:
-        DataError: an item without ``=``.
-    """
-    out = {}
-    for item in str(claim.get("setting", "") or "").split(";"):
-        if not item.strip():
-            continue
-        key, eq, pattern = item.partition("=")
-        if not eq or not key.strip() or not pattern.strip():
-            raise DataError(f"claim {claim['claim_id']}: setting {item.strip()!r} is not key=pattern")
-        out[key.strip().lower()] = pattern.strip().lower()
-    return out
-
-
-def needs_of(claim: pd.Series) -> list[str]:
-    """The observations the claim needs (``|``-separated keys of its ``needs`` column); empty = one observation."""
-    return [t.strip() for t in str(claim.get("needs", "") or "").split("|") if t.strip()]
-
-
-def tolerance_text(claim: pd.Series) -> str:
-    c, lo, hi = claim["check"], claim.get("low", ""), claim.get("high", "")
-    return {"range": f"{lo} <= x <= {hi}", "min": f"x >= {lo}", "max": f"x <= {hi}", "true": "property holds"}.get(c, c)
-
-
-def fails_if(claim: pd.Series) -> str:
-    """The result that would make the claim fail, from its check: ``x < 3 or x > 5``, ``x < 0.75``, ``false``."""
-    c, lo, hi = claim["check"], str(claim.get("low", "")).strip(), str(claim.get("high", "")).strip()
-    parts = ([f"x < {lo}"] if lo and c in ("range", "min") else []) + (
-        [f"x > {hi}"] if hi and c in ("range", "max") else []
-    )
-    return "the property is false" if c == "true" else " or ".join(parts) or "nothing (no bound)"
-
-
-def passes(claim: pd.Series, value: float | bool) -> bool:
-    """Whether ``value`` satisfies the claim's check. Raises DataError on an unknown check."""
-    c = claim["check"]
-    if c == "true":
-        return bool(value)
-    v = float(value)
-    lo = float(claim["low"]) if str(claim.get("low", "")).strip() else -math.inf
-    hi = float(claim["high"]) if str(claim.get("high", "")).strip() else math.inf
-    if c in ("range", "min", "max"):
-        return lo <= v <= hi
-    raise DataError(f"claim {claim['claim_id']}: unknown check {c!r} (range, min, max, true)")
-
-
-# --------------------------------------------------------------------------- the table
-DIGEST = "digest (unverified)"  # how a row marks a claim whose published side is a third-party summary
-
-
-def is_digest(claim: pd.Series) -> bool:
-    """Whether the claim's published side comes from a third-party summary, unverified against the paper: its
-    ``source`` starts with or names ``digest``, or its ``note`` starts with ``(digest)``."""
-    source = str(claim.get("source", "")).strip().lower()
-    return source.startswith("digest") or "(digest)" in source or str(claim.get("note", "")).startswith("(digest)")
-
-
-def claim_cells(claim: pd.Series) -> dict:
-    """The cells of a claims-table row that describe the claim (the same on every system). A digest claim
-    (:func:`is_digest`) says so in its source and published cells: :data:`DIGEST`."""
-    digest = is_digest(claim)
-    source = str(claim["source"])
-    if digest and DIGEST not in source:
-        source = DIGEST if source.strip().lower() == "digest" else f"{DIGEST}: {source}"
-    return {
-        "study": claim["study"],
-        "claim_id": claim["claim_id"],
-        "claim": claim["claim"],
-        "source": source,
-        "quote": claim.get("quote", ""),
-        "quote_source": claim.get("quote_source", ""),
-        "scope": scope.label(claim.get("hardware", "")),
-        "quantity": claim["quantity"],
-        "tolerance": tolerance_text(claim),
-        "fails_if": fails_if(claim),
-        "needs": " | ".join(needs_of(claim)),
-        "published": f"{claim['published']}; {DIGEST}" if digest else claim["published"],
-    }
-
-
-def with_caveat(claim: pd.Series, row: dict) -> dict:
-    """``row`` with the claim's ``caveat`` (data: what the comparison cannot tell, e.g. published whole-job wall
-    times against our projected medians) appended to its ``why``; unchanged without one."""
-    caveat = str(claim.get("caveat", "") or "").strip()
-    if caveat and caveat not in str(row.get("why", "")):
-        row = {**row, "why": f"{row['why']}. Caveat: {caveat}"}
-    return row
-
-
+# --------------------------------------------------------------------------- judging a claim
 def _measured_text(obs: list[Observation]) -> str:
     notes = list(dict.fromkeys(o.note.split(":")[0] for o in obs if o.note))
     return (f"({' / '.join(notes)}) " if notes else "") + "; ".join(o.text for o in obs)

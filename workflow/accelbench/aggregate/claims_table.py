@@ -26,7 +26,8 @@ from types import ModuleType
 import pandas as pd
 
 from accelbench.aggregate import scope
-from accelbench.aggregate.claims import ClaimInputs, category, not_run, setting_of
+from accelbench.aggregate.claim_spec import setting_of
+from accelbench.aggregate.claims import ClaimInputs, category, not_run
 from accelbench.core import files, registry
 from accelbench.errors import DataError
 

@@ -182,7 +182,7 @@ def update(
                 tree.write_text(root, target, text)  # below reference_runs/, no link followed (a README link: one line)
     _block(readme, BEGIN, END, readme_section(runs), check, changed)
     if reference_dir is not None:
-        from accelbench.aggregate import claims_report
+        from accelbench.aggregate import claims_docs
 
         tables = {
             r["name"]: r["path"] / "tables" / "claims" / "claims.csv"
@@ -191,16 +191,16 @@ def update(
         }
         ref = Path(reference_dir)
         if claims_doc is not None:
-            page = claims_report.claims_page(ref, tables)
+            page = claims_docs.claims_page(ref, tables)
             doc = Path(claims_doc)
             if _text_or_none(doc) != page:
                 changed.append(doc)
                 if not check:
                     doc.write_text(page)
         if artifact is not None:
-            read = claims_report.read_run_tables(tables)
-            _block(Path(artifact), FRONT_BEGIN, FRONT_END, claims_report.reference_front(ref, read), check, changed)
-            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END, claims_report.verdict_table(read), check, changed)
+            read = claims_docs.read_run_tables(tables)
+            _block(Path(artifact), FRONT_BEGIN, FRONT_END, claims_docs.reference_front(ref, read), check, changed)
+            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END, claims_docs.verdict_table(read), check, changed)
     return changed
 
 

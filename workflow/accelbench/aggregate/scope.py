@@ -14,7 +14,7 @@ results by ``tests/unit/test_scope_evidence.py``) and ``h200_judges``. Counter r
 step-time ratios of Study A agree within 0.02 or 10%: an H200 may judge those H100 claims (a1, a8, a10, a11, a12,
 a14) where no H100 result does; absolute times and their orders differ with the memory (SR3's faithful iteration is
 12% faster on the H200): an H200 never judges those (b14's and b19's H100 points). A quantity the file does not
-name is not judged on an H200. A real H100 result always leads (:func:`accelbench.aggregate.claims_report`).
+name is not judged on an H200. A real H100 result always leads (:mod:`accelbench.aggregate.claims_summary`).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     (another quantity: never on the epoch axis; the panel's title and the caption say so). Ours: per hardware the
     best faithful and the best ours series (:func:`drawn_runs`). Colour: the series (published: its Gaudi
     generation; ours: its run and series), one per legend entry; line style: the strategy, hollow markers: eager
-    attention (said in the figure's title). Returns the figure's problems (:func:`figures.figure_problems`)."""
+    attention (said in the figure's title). Returns the figure's problems (:func:`figure_check.figure_problems`)."""
     ok = ours[ours["status"] == "ok"] if not ours.empty else ours
     ref = ref.assign(attention=ref["flash_attention"].map(lambda f: "flash" if f else "eager"))
     fams = list(dict.fromkeys(list(ref["model"]) + (list(ok["family"]) if not ok.empty else [])))

@@ -17,7 +17,6 @@ import pandas as pd
 from accelbench.aggregate.common import status_cell
 from accelbench.aggregate.figures import (
     FONT,
-    MAX_LEGEND_ENTRIES,
     SERIES_COLOURS,
     best_per_hardware,
     device_of,
@@ -27,6 +26,7 @@ from accelbench.aggregate.figures import (
     text_height_in,
     wrap,
 )
+from accelbench.aggregate.legend_check import MAX_LEGEND_ENTRIES
 from accelbench.experiments.unet3d.configs import AUTOTUNED
 from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL
 from accelbench.experiments.unet3d.tables_ncu_claims import claim_configuration
@@ -324,7 +324,7 @@ def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
 
 def fig_breakdown(df: pd.DataFrame, path: str | Path) -> list[str]:
     """Stacked horizontal bars: share of device time per kernel class (one colour each, :data:`CLASS_COLOURS`; a
-    class with no time in any bar is left out of the legend, past :data:`figures.MAX_LEGEND_ENTRIES` classes the
+    class with no time in any bar is left out of the legend, past :data:`legend_check.MAX_LEGEND_ENTRIES` classes the
     smallest are counted in ``other`` and named there), one bar per configuration of the runs
     :func:`drawn_rows` picks (per hardware the best faithful run and the best ours configuration)."""
     ok = _drawn_bars(df)

@@ -229,7 +229,7 @@ def fig_ratios(df: pd.DataFrame, claims: pd.DataFrame, path: str | Path) -> list
     """Bars: measured SM-cycle and instruction ratios to baseline per configuration and system (solid); published
     ratios (Study A, per GPU) hatched beside them. Systems without counters are named in each panel with their
     reason below the panels (e.g. ``unsupported``: no ncu on a CPU). Returns the figure's problems
-    (:func:`figures.figure_problems`)."""
+    (:func:`figure_check.figure_problems`)."""
     ok = df[(df["status"] == "ok") & (df["configuration"] != "baseline")] if not df.empty else df
     published = claims[claims["metric"].isin(list(RATIOS))]
     missing = []
