@@ -1,10 +1,7 @@
 """Command-line entry points: one per Snakemake rule (rules call these with ``shell:``).
 
-Run ``accelbench --help`` for the list. Measurement commands are made from the registry of experiments
-(:mod:`accelbench.core.registry`): one per experiment, each taking its resolved settings as one JSON file (``--spec``:
-the rule writes it from the validated config under ``.snakemake/accelbench/spec/``; an inline JSON object is
-accepted by hand), the result to write (``--out``) and the experiment's named inputs, and running through the one
-job harness (:mod:`accelbench.core.harness`). Every output is written atomically.
+Run ``accelbench --help`` for the list. The measurement commands (one per experiment of the registry, each running
+through the one job harness) are in :mod:`accelbench.cli.measurements`. Every output is written atomically.
 Errors the user can act on (bad config, missing accelerator, missing or corrupt files) end with a one-line message
 and exit status 2.
 
@@ -20,7 +17,8 @@ import logging
 import os
 import sys
 
-from accelbench.cli import failure, inputs, k8s
+from accelbench.cli import failure, inputs, k8s, measurements
+from accelbench.cli.measurements import INPUT_HELP, cmd_measure, cmd_rank  # noqa: F401  (re-exported)
 from accelbench.core import config_reference, registry
 from accelbench.core.files import check_nodes, read_text
 from accelbench.errors import AccelbenchError, DataError
@@ -61,32 +59,6 @@ def _result_paths(args: argparse.Namespace, required: bool = True) -> list[str]:
     if required and not paths:
         raise DataError("no result files given: pass --results PATH... or --results-file LIST.json")
     return list(dict.fromkeys(paths))
-
-
-# --------------------------------------------------------------------------- measurements (registry + harness)
-def _inputs(args: argparse.Namespace, experiment: registry.Experiment) -> dict:
-    return {name: (getattr(args, name) or None) for name in experiment.inputs}
-
-
-def cmd_measure(args: argparse.Namespace) -> None:
-    """Any experiment's measurement command: the job harness around the experiment's ``run``."""
-    from accelbench.core import harness
-
-    experiment = registry.get(args.experiment)
-    ctx = harness.context(experiment, args.spec, args.out, _inputs(args, experiment), args.threads)
-    harness.run_job(ctx)
-
-
-def cmd_rank(args: argparse.Namespace) -> None:
-    """One rank of a multi-rank experiment (started by the launcher through torchrun)."""
-    from accelbench.core.harness import rank_main
-
-    inputs = dict(item.split("=", 1) for item in args.input)
-    code = rank_main(args.experiment, args.spec, args.out, args.rank_dir, args.threads, inputs)
-    if code:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)  # the other ranks may wait in a collective: torchrun stops them when this one is gone
 
 
 # --------------------------------------------------------------------------- aggregation, claims, reference runs
@@ -202,17 +174,6 @@ def cmd_gpu_smoke(args: argparse.Namespace) -> None:
 
 
 # --------------------------------------------------------------------------- parser
-INPUT_HELP = {
-    "image": "MRI image (NIfTI) from mri-prepare",
-    "mask": "MRI mask (NIfTI) from mri-prepare",
-    "profile_result": "the configuration's unet3d_profile result.json",
-    "data": "patch set from sr3-prepare",
-    "stage": "sensitivity (per-layer map + allocation) or method (one method and bit set)",
-    "model_dir": "model folder written by `accelbench llm-export` (empty or absent: load per spec)",
-    "sensitivity": "the model's sensitivity result.json (method stage)",
-}
-
-
 def _results_file_option(s) -> None:
     s.add_argument(
         "--results-file",
@@ -223,42 +184,6 @@ def _results_file_option(s) -> None:
         help='JSON lists of result.json files (or {"results": [...]}, or validate-results outputs); '
         "what the rules pass, so the shell line stays short; may be repeated, adds to --results",
     )
-
-
-def _measurement_parsers(sub) -> None:
-    """One command per experiment of the registry, plus the internal ``rank`` command."""
-    for e in registry.EXPERIMENTS.values():
-        s = sub.add_parser(
-            e.command,
-            help=f"{'Study ' + e.study if e.selectable else 'diagnostic'}: "
-            f"one {e.name} job ({e.module_path}.{e.job}), one {e.result}",
-        )
-        s.add_argument("--spec", required=True, help="JSON file of the job's resolved settings (or an inline object)")
-        s.add_argument(
-            "--out",
-            required=True,
-            help=f"{e.result} to write" + (f" ({', '.join(e.side_files)} beside it)" if e.side_files else ""),
-        )
-        for name in e.inputs:
-            s.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, help=INPUT_HELP.get(name))
-        s.add_argument(
-            "--threads", type=failure.cores, default=0, help="CPU cores of the job (split over its ranks; 0 = all)"
-        )
-        s.add_argument(
-            "--overwrite",
-            action="store_true",
-            help="accepted for old command lines: a finished result is always superseded (moved to "
-            "<system>/.superseded/), never overwritten",
-        )
-        s.set_defaults(func=cmd_measure, experiment=e.name)
-    s = sub.add_parser("rank", help="internal: one rank of a multi-rank experiment (started by the launcher)")
-    s.add_argument("--experiment", required=True, choices=[e.name for e in registry.EXPERIMENTS.values() if e.ranks])
-    s.add_argument("--spec", required=True)
-    s.add_argument("--out", required=True)
-    s.add_argument("--rank-dir", required=True)
-    s.add_argument("--threads", type=failure.cores, default=0)
-    s.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
-    s.set_defaults(func=cmd_rank)
 
 
 def _aggregate_parsers(sub) -> None:
@@ -286,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="accelbench", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="debug logs; a failure prints its traceback")
     sub = p.add_subparsers(dest="command", required=True)
-    _measurement_parsers(sub)
+    measurements.add_parsers(sub)
     _aggregate_parsers(sub)
     inputs.add_parsers(sub)
     k8s.add_parsers(sub)

@@ -2,8 +2,8 @@
 
 Study B runs SR3 strong scaling up to 64 Gaudi1 cards on 8 nodes (8 per node) and fine-tunes across nodes. Here a
 system file states ``devices_per_node``; a device count above it becomes ``nodes x devices_per_node``
-(:func:`node_plan`; a count that does not divide is a :class:`~accelbench.errors.ConfigError`). Launching uses the
-stack's own engine, no launcher of ours:
+(:func:`node_plan`, :mod:`accelbench.cluster.node_layout`; a count that does not divide is a
+:class:`~accelbench.errors.ConfigError`). Launching uses the stack's own engine, no launcher of ours:
 
 * one node, or outside Slurm: ``torchrun --standalone --nproc-per-node P`` (what every job did before);
 * N > 1 nodes inside a Slurm allocation: ``srun --nodes N --ntasks N --ntasks-per-node 1`` starts one torchrun agent
@@ -12,9 +12,10 @@ stack's own engine, no launcher of ours:
 * N > 1 nodes in a Kubeflow MPIJob's launcher: ``mpirun`` over its hostfile, one torchrun per node
   (:mod:`accelbench.cluster.mpi_hostfile`).
 
-Every result records the layout (:func:`launch_record`): nodes, ranks per node, rendezvous backend and endpoint, the
-collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose, parsed from ``NCCL_DEBUG=INFO`` lines
-(:func:`parse_nccl_transports`), so a reviewer sees whether inter-node traffic used InfiniBand, sockets or NVLink.
+Every result records the layout (:func:`launch_record`, :mod:`accelbench.cluster.launch_record`): nodes, ranks per
+node, rendezvous backend and endpoint, the collective backend (gloo/NCCL/HCCL) and, for NCCL, the transports it chose,
+parsed from ``NCCL_DEBUG=INFO`` lines (:func:`parse_nccl_transports`), so a reviewer sees whether inter-node traffic
+used InfiniBand, sockets or NVLink. The plan's and the record's names are importable from here too.
 
 Example::
 
@@ -31,73 +32,15 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from accelbench import backends
 from accelbench.cluster import processes as launch
+from accelbench.cluster.launch_record import collective_backend, launch_record, parse_nccl_transports  # noqa: F401
+from accelbench.cluster.node_layout import NodePlan, devices_per_node, job_limit_reason, node_plan  # noqa: F401
 from accelbench.errors import ConfigError
 
 RDZV_BACKEND = "c10d"
-
-
-# --------------------------------------------------------------------------- plan
-@dataclass(frozen=True)
-class NodePlan:
-    """How ``devices`` ranks are laid out: ``nodes`` x ``per_node`` (ranks per node)."""
-
-    devices: int
-    nodes: int
-    per_node: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def devices_per_node(system) -> int | None:
-    """Ranks one node of ``system`` runs: its ``devices_per_node`` (default: ``devices``); None on ``cpu`` with
-    ``devices_per_node: cores`` (one gloo rank per usable core of the one node that runs the job)."""
-    per = getattr(system, "devices_per_node", None)
-    if per is None:
-        return system.devices if backends.get(system.backend).accelerator else None
-    if per == "cores":
-        return None
-    return int(per)
-
-
-def node_plan(system, devices: int, key: str = "devices") -> NodePlan:
-    """Lay out ``devices`` ranks on ``system``: one node up to ``devices_per_node``, else ``devices / devices_per_node``
-    nodes of ``devices_per_node`` ranks each.
-
-    Raises:
-        ConfigError: ``devices`` is below 1, or above one node and not a multiple of ``devices_per_node``
-            (naming ``key``, the config key the count came from).
-    """
-    devices = int(devices)
-    if devices < 1:
-        raise ConfigError(f"{key}: {devices} devices requested; at least 1 is needed")
-    per = devices_per_node(system)
-    if per is None or devices <= per:
-        return NodePlan(devices, 1, devices)
-    if devices % per:
-        lower, upper = devices // per * per, (devices // per + 1) * per
-        raise ConfigError(
-            f"{key}: {devices} devices do not fill whole nodes of system {system.name!r} "
-            f"(devices_per_node: {per}); use at most {per} (one node) or a multiple of {per} "
-            f"(e.g. {lower or per} or {upper})"
-        )
-    return NodePlan(devices, devices // per, per)
-
-
-def job_limit_reason(system, plan: NodePlan) -> str | None:
-    """Why a multi-node ``plan`` exceeds what one job of ``system`` may use (its ``devices``); None if it fits."""
-    if plan.nodes > 1 and backends.get(system.backend).accelerator and plan.devices > system.devices:
-        return (
-            f"{plan.devices} devices ({plan.nodes} nodes x {plan.per_node}) requested; system {system.name} "
-            f"allows {system.devices} per job (`devices` in its system file: raise it to nodes x devices_per_node "
-            f"to span nodes)"
-        )
-    return None
 
 
 # --------------------------------------------------------------------------- Slurm request (rules)
@@ -265,11 +208,6 @@ def launch_command(plan: NodePlan, worker_args: list[str], alloc: dict | None = 
     return cmd, {"backend": RDZV_BACKEND, "endpoint": endpoint, "hosts": hosts, "slurm_job_id": alloc["job_id"]}
 
 
-def collective_backend(backend: str) -> str:
-    """torch.distributed backend of a torch device type: NCCL (cuda), HCCL (hpu), gloo (cpu)."""
-    return backends.get(backend).collective
-
-
 def join_process_group(backend: str) -> tuple[int, int, int, str]:
     """In a rank started by torchrun: bind this rank's device (CUDA: ``LOCAL_RANK``; Gaudi: register HCCL) and join
     the process group with :func:`collective_backend` when there is more than one rank.
@@ -326,77 +264,3 @@ def run_tee(cmd: list[str], env: dict | None = None, timeout: float | None = Non
         reader.join(timeout=10)
         sys.stderr.flush()
     return rc, "".join(lines)
-
-
-# --------------------------------------------------------------------------- what NCCL chose
-_VIA = re.compile(r"NCCL INFO Channel \d+/\d+ : \S+ -> \S+ (?:\[\w+\] )?via (\S+)")
-_NET = re.compile(r"NCCL INFO Using network (\S+)")
-_IFACE = re.compile(r"NCCL INFO NET/(\w+)\s*: Using (.+)$")
-_VERSION = re.compile(r"NCCL version (\S+)")
-
-
-def parse_nccl_transports(text: str) -> dict | None:
-    """The transports NCCL chose, from ``NCCL_DEBUG=INFO`` output (None when there is no NCCL line).
-
-    ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` lines give the peer-to-peer paths (``P2P/...`` NVLink or PCIe
-    inside a node, ``SHM`` host memory, ``NET/IB/...`` InfiniBand/RoCE, ``NET/Socket/...`` TCP between nodes), counted
-    per transport; ``Using network IB`` and ``NET/IB : Using [0]mlx5_0:1/IB`` the network plugin and its devices;
-    NVLS/CollNet lines whether NVLink SHARP was set up.
-
-    Returns:
-        ``{"version", "network": [..], "interfaces": {net: [..]}, "via": {transport: count}, "inter_node": [..],
-        "nvls": bool}``; ``inter_node`` lists the ``NET/...`` transports (empty inside one node).
-    """
-    if "NCCL" not in text:
-        return None
-    via: dict[str, int] = {}
-    nets, ifaces, version, nvls = [], {}, None, False
-    for line in text.splitlines():
-        if "NCCL" not in line:
-            continue
-        if m := _VIA.search(line):
-            via[m.group(1)] = via.get(m.group(1), 0) + 1
-        elif m := _NET.search(line):
-            if m.group(1) not in nets:
-                nets.append(m.group(1))
-        elif m := _IFACE.search(line):
-            ifaces.setdefault(m.group(1), [])
-            if m.group(2).strip() not in ifaces[m.group(1)]:
-                ifaces[m.group(1)].append(m.group(2).strip())
-        elif version is None and (m := _VERSION.search(line)):
-            version = m.group(1)
-        if "NVLS" in line and (
-            "Connected NVLS" in line or "NVLS comm" in line or "NVLS multicast support is available" in line
-        ):
-            nvls = True
-    if not (via or nets or ifaces or version):
-        return None
-    inter = sorted({"/".join(k.split("/")[:2]) for k in via if k.startswith("NET/")})
-    return {"version": version, "network": nets, "interfaces": ifaces, "via": via, "inter_node": inter, "nvls": nvls}
-
-
-def launch_record(plan: NodePlan, backend: str, rendezvous: dict | None, output: str = "") -> dict:
-    """What a result records about its launch: nodes, ranks per node, world size, launcher, rendezvous backend and
-    endpoint, hosts, Slurm job, collective backend, and (NCCL) the parsed transports."""
-    coll = collective_backend(backend)
-    rdzv = rendezvous or {}
-    return {
-        "nodes": plan.nodes,
-        "ranks_per_node": plan.per_node,
-        "world_size": plan.devices,
-        "launcher": rdzv.get("launcher")
-        or (
-            ("srun + torchrun" if plan.nodes > 1 else "torchrun --standalone")
-            if rendezvous
-            else "in-process"
-            if plan.devices == 1
-            else "not launched"
-        ),
-        "rendezvous_backend": rdzv.get("backend"),
-        "rendezvous_endpoint": rdzv.get("endpoint"),
-        "hosts": rdzv.get("hosts"),
-        "slurm_job_id": rdzv.get("slurm_job_id"),
-        "mpi_hostfile": rdzv.get("hostfile"),
-        "collective_backend": coll if plan.devices > 1 else None,
-        "nccl": parse_nccl_transports(output) if coll == "nccl" else None,
-    }
