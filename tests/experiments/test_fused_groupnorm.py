@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from accelbench.models import fused_groupnorm as fg
+from accelbench.models import group_norm_kernels as kernels
 
 CASES = [  # (shape, memory format, groups)
     ((2, 6, 3, 4, 2), torch.channels_last_3d, 3),
@@ -54,7 +55,7 @@ def test_operator_formulas_pass_fp64_gradcheck_and_match_group_norm_silu(
     """The custom operator's forward and hand-written backward as torch formulas (the Triton kernels compute the
     same in fp32: tested below), fp64: gradcheck on x, weight, bias and the residual; output and gradients equal to
     nn.GroupNorm + SiLU's to 1e-12 / 1e-10, in x's layout."""
-    monkeypatch.setattr(fg, "_triton_on", lambda x: False)
+    monkeypatch.setattr(kernels, "triton_on", lambda x: False)
     x, w, b, r = _inputs(shape, fmt, residual)
     ins = (x, w, b) + ((r,) if r is not None else ())
 
@@ -140,7 +141,7 @@ def interpreted():
 
         TRITON_INTERPRET=1 python -m pytest tests/experiments/test_fused_groupnorm.py
     """
-    if not (fg.has_triton() and fg._triton_on(torch.empty(0))):
+    if not (fg.has_triton() and kernels.triton_on(torch.empty(0))):
         pytest.skip("needs Triton and TRITON_INTERPRET=1 in the environment")
     return fg
 
@@ -157,9 +158,9 @@ TRITON_RTOL = 2e-5
 def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, shape, fmt, groups, residual):
     """Under TRITON_INTERPRET=1 (small shapes; channel counts not powers of two; several chunks, each of several
     tiles, through TARGET_PROGRAMS=2): output and every gradient within 2e-5 of the largest value of the reference's."""
-    monkeypatch.setattr(interpreted, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the Welford/Chan merges
+    monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the Welford/Chan merges
     x, w, b, r = _inputs(shape, fmt, residual, dtype=torch.float32)
-    assert interpreted._triton_on(x)
+    assert kernels.triton_on(x)
     ins = (x, w, b) + ((r,) if r is not None else ())
     out = {}
     for impl in ("fused", "reference"):

@@ -10,6 +10,7 @@ import torch
 
 from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
+from accelbench.experiments.sr3 import batches as sr3_batches
 from accelbench.experiments.sr3 import configs as sr3_configs
 from accelbench.experiments.sr3 import job as exp
 from accelbench.experiments.sr3 import model as sr3
@@ -591,7 +592,7 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
     monkeypatch.setattr(
         sr3, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(x, dev, fmt, blocking)
     )
-    monkeypatch.setattr(sr3, "rank_cores", lambda: 2)  # this rank's share of the job's cores
+    monkeypatch.setattr(sr3_batches, "rank_cores", lambda: 2)  # this rank's share (batch_loader's lookup)
     tr = _trainer("faithful")
     assert tr.loader.num_workers == 2 and tr.loader.pin_memory is False and tr.loader.persistent_workers is True
     d = tr.data_path
@@ -603,7 +604,7 @@ def test_faithful_batches_take_the_authors_data_path_capped_at_the_ranks_cores(m
     cond, target = tr.next_batch()
     assert copies == [True, True] and cond.shape == target.shape == (4, 1, 32, 32)
     tr.train_step()  # a step through the worker processes
-    monkeypatch.setattr(sr3, "rank_cores", lambda: 16)  # enough cores: the authors' 8, not capped
+    monkeypatch.setattr(sr3_batches, "rank_cores", lambda: 16)  # enough cores: the authors' 8, not capped
     monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says: pinned
     tr = _trainer("faithful")
     assert tr.loader.num_workers == 8 and tr.data_path["capped"] is None and tr.loader.pin_memory is True

@@ -160,6 +160,7 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     import torch
 
     from accelbench.experiments.sr3 import bare as bench
+    from accelbench.experiments.sr3 import batches as sr3_batches
     from accelbench.experiments.sr3 import configs as sr3_configs
     from accelbench.experiments.sr3 import model as exp
     from accelbench.experiments.sr3.settings import resolve_settings
@@ -191,7 +192,7 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     monkeypatch.setattr(
         exp, "to_device", lambda x, dev, fmt, blocking: copies.append(blocking) or to_device(x, dev, fmt, blocking)
     )
-    monkeypatch.setattr(exp, "rank_cores", lambda: 1)
+    monkeypatch.setattr(sr3_batches, "rank_cores", lambda: 1)  # where batch_loader looks it up
     faithful = sr3_configs.get("faithful")
     step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, faithful)
     for _ in range(3):  # 8 patches, batch 4: across an epoch boundary

@@ -140,15 +140,21 @@ def test_no_import_cycle_anywhere():
 # The rooms of the package from the bottom up; a module may import its own room and rooms below it, never above.
 # Experiments sit above the engines that run and aggregate them, and the CLI above everything.
 FLOORS = (
-    # core.files: the one bounded read of a user's file (imports only errors), used on every floor; core.tree: the
-    # one way to write under the results tree (imports only errors);
+    # core.files: the one bounded read of a user's file (imports only errors), used on every floor, with the parts
+    # split off it (plain_files, yaml_files, os_folders); core.tree: the one way to write under the results tree
+    # (imports only errors), with its parts (tree_folder, tree_links); these import only errors and each other;
     # core.snakemake_hooks: the non-public Snakemake API in one place (imports only snakemake)
     (
         "accelbench.errors",
         "accelbench.quiet",
         "accelbench.terminal_fd",
         "accelbench.core.files",
+        "accelbench.core.plain_files",
+        "accelbench.core.yaml_files",
+        "accelbench.core.os_folders",
         "accelbench.core.tree",
+        "accelbench.core.tree_folder",
+        "accelbench.core.tree_links",
         "accelbench.core.snakemake_hooks",
     ),
     ("accelbench.backends",),

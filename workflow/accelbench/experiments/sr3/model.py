@@ -1,264 +1,31 @@
-"""Study B SR3: the network, its noise schedule, the patch data, one rank's batches and its training loop
-(:class:`Trainer`), as the authors' code (javierhndev/Super-Resolution-SR3) builds them on MONAI. Settings:
-:mod:`.settings`; the quality check: :mod:`.quality`; the job that launches, times and merges the ranks: :mod:`.job`."""
+"""Study B SR3: one rank's training loop (:class:`Trainer`), as the authors' code
+(javierhndev/Super-Resolution-SR3) builds it on MONAI, with its DDP and ``torch.compile`` options. The network and
+its schedules are :mod:`.network`, the patch data and one rank's batches :mod:`.batches` (their names offered here
+too); settings: :mod:`.settings`; the quality check: :mod:`.quality`; the job that launches, times and merges the
+ranks: :mod:`.job`."""
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from accelbench.backends.device import Device
 from accelbench.errors import ConfigError
-from accelbench.experiments.sr3.settings import SR3Settings
-from accelbench.models.monai_import import import_monai
-
-
-# --------------------------------------------------------------------------- model, schedule, data
-def build_unet(s: SR3Settings) -> torch.nn.Module:
-    """MONAI ``DiffusionModelUNet(spatial_dims=2)`` mapped to SR3 (module docstring), fp32 on CPU.
-
-    SR3's dropout (before the second convolution of every resnet block) is added as a forward pre-hook
-    on each block's ``conv2``; it acts in training mode only. MONAI zero-initialises some output
-    convolutions (an untrained net predicts zero noise); those are re-initialised with PyTorch's default.
-    """
-    import_monai()
-    from monai.networks.nets import DiffusionModelUNet
-    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
-
-    model = DiffusionModelUNet(
-        spatial_dims=2,
-        in_channels=2,
-        out_channels=1,
-        num_res_blocks=[s.num_res_blocks] * len(s.channels),
-        channels=list(s.channels),
-        attention_levels=list(s.attention_levels),
-        norm_num_groups=s.norm_groups,
-        num_head_channels=[c // s.num_heads for c in s.channels],
-        resblock_updown=False,
-    )
-    for module in model.modules():
-        if (
-            isinstance(module, (torch.nn.Conv2d, torch.nn.Linear))
-            and not module.weight.is_meta
-            and not module.weight.detach().any()
-        ):
-            module.reset_parameters()
-        if isinstance(module, DiffusionUNetResnetBlock) and s.dropout > 0:
-            module.conv2.register_forward_pre_hook(
-                lambda mod, args, p=s.dropout: (F.dropout(args[0], p=p, training=mod.training),)
-            )
-    return model
-
-
-def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
-    """``model`` with every ``nn.GroupNorm`` computed as ``norm`` says, in place: ``group_norm`` (MONAI's, SR3's)
-    leaves it, ``channel_sums`` swaps each for :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding the
-    same weight and bias tensors (same state dict, same arithmetic: per-channel fp32 sums over (H, W) added per group,
-    one pointwise affine; fp64 checks in tests/experiments/test_ndhwc_ops.py); ``fused`` swaps each for
-    :class:`accelbench.models.fused_groupnorm.FusedGroupNorm` (same tensors) and each resnet block's
-    GroupNorm -> SiLU pairs, with the time-embedding add before the second, into that kernel family
-    (:func:`_fused_resnet_block`; fp64 checks in tests/experiments/test_fused_groupnorm.py). Call it before
-    ``torch.compile``.
-
-    Raises:
-        ConfigError: an unknown ``norm``."""
-    from accelbench.models import ndhwc_ops
-
-    if norm not in ndhwc_ops.NORM_IMPLS:
-        raise ConfigError(f"sr3 norm: {norm!r} is not one of {', '.join(ndhwc_ops.NORM_IMPLS)}")
-    fused_block = _fused_resnet_block()
-    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
-
-    ndhwc_ops.set_group_norms(model, norm)
-    for m in model.modules():  # fused: each resnet block's two GroupNorm + SiLU pairs in one kernel family
-        if isinstance(m, DiffusionUNetResnetBlock):
-            if norm == "fused":
-                m.norm1.activation = m.norm2.activation = "silu"
-            m.__class__ = fused_block if norm == "fused" else DiffusionUNetResnetBlock
-    return model
-
-
-@functools.cache
-def _fused_resnet_block() -> type:
-    """The class :func:`set_norm` gives MONAI's resnet blocks for ``norm="fused"`` (made once: MONAI loads lazily)."""
-    import_monai()
-    from monai.networks.nets.diffusion_model_unet import DiffusionUNetResnetBlock
-
-    class FusedNormResnetBlock(DiffusionUNetResnetBlock):
-        """MONAI's resnet block (same modules and parameters: :func:`set_norm` only changes an instance's class)
-        with ``norm1``/``norm2`` :class:`~accelbench.models.fused_groupnorm.FusedGroupNorm` s that apply the SiLU
-        after them, the second one also the time-embedding add before it; no up/downsampling inside the block
-        (SR3's: ``resblock_updown=False``). Shapes as MONAI's: x (B, C_in, H, W), emb (B, E) -> (B, C_out, H, W)."""
-
-        def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-            if self.upsample is not None or self.downsample is not None:
-                raise ValueError("FusedNormResnetBlock: up/downsampling inside a resnet block is not SR3's")
-            h = self.conv1(self.norm1(x))
-            temb = self.time_emb_proj(self.nonlinearity(emb))
-            return self.skip_connection(x) + self.conv2(self.norm2(h, temb.to(h.dtype)))
-
-    return FusedNormResnetBlock
-
-
-def _float64_schedule(sched, float64: bool):
-    """Recompute betas/alphas/alpha_bar in float64, as SR3's numpy code does. In float32, 1 - alpha_bar at
-    beta = 1e-6 keeps only ~2 significant digits, and MONAI's last reverse step then scales the image by
-    beta_0 / (1 - alpha_bar_0) = 1.013 instead of 1. (Gaudi has no float64: kept float32 there.)"""
-    if float64:
-        sched.betas = sched.betas.double()
-        sched.alphas = 1.0 - sched.betas
-        sched.alphas_cumprod = torch.cumprod(sched.alphas, dim=0)
-    return sched
-
-
-def build_scheduler(s: SR3Settings, float64: bool = True):
-    """MONAI ``DDPMScheduler``: SR3's linear beta schedule (``timesteps`` steps, beta_start .. beta_end).
-
-    ``add_noise`` casts the schedule to the samples' dtype (float32 in training); sampling keeps float64.
-    """
-    import_monai()
-    from monai.networks.schedulers import DDPMScheduler
-
-    return _float64_schedule(
-        DDPMScheduler(
-            num_train_timesteps=s.timesteps,
-            schedule="linear_beta",
-            beta_start=s.beta_start,
-            beta_end=s.beta_end,
-            clip_sample=True,
-        ),
-        float64,
-    )
-
-
-def build_ddim(s: SR3Settings, float64: bool = True):
-    """MONAI ``DDIMScheduler`` on the same betas (strided sampling for short quality checks; eta = 0)."""
-    import_monai()
-    from monai.networks.schedulers import DDIMScheduler
-
-    return _float64_schedule(
-        DDIMScheduler(
-            num_train_timesteps=s.timesteps,
-            schedule="linear_beta",
-            beta_start=s.beta_start,
-            beta_end=s.beta_end,
-            clip_sample=True,
-        ),
-        float64,
-    )
-
-
-def upsample(lr: torch.Tensor, size: int) -> torch.Tensor:
-    """Bicubic upsampling (B, 1, h, w) -> (B, 1, size, size), as SR3 builds its condition image."""
-    return F.interpolate(lr, size=(size, size), mode="bicubic", align_corners=False)
-
-
-class PatchSet(torch.utils.data.Dataset):
-    """(condition, target) pairs in [-1, 1], each (1, H, W); repeated cyclically up to ``min_len`` items so
-    that every rank gets full batches even when patches are few (paper scale on many devices)."""
-
-    def __init__(self, hr: np.ndarray, lr: np.ndarray, hr_size: int, min_len: int = 0):
-        hr_t = torch.from_numpy(np.ascontiguousarray(hr, dtype=np.float32))[:, None]
-        lr_t = torch.from_numpy(np.ascontiguousarray(lr, dtype=np.float32))[:, None]
-        if hr_t.shape[-1] != hr_size:
-            raise ConfigError(f"sky patches are {hr_t.shape[-1]} px but sr3_scaling hr_size is {hr_size}")
-        self.target = hr_t * 2 - 1
-        self.cond = upsample(lr_t, hr_size).clamp(0, 1) * 2 - 1
-        self.n = len(hr_t)
-        self.length = max(self.n, min_len)
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, i: int):
-        return self.cond[i % self.n], self.target[i % self.n]
-
-
-def rank_cores() -> int:
-    """The cores this rank has: its intra-op threads (``torch.get_num_threads()``: its share of the job's cores, set
-    by :func:`accelbench.cluster.processes.place_this_rank`), at most the CPUs it may run on (its affinity block)."""
-    import os
-
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else torch.get_num_threads()
-    return max(1, min(torch.get_num_threads(), cpus))
-
-
-PERSISTENT_WORKERS_WHY = (
-    "the authors' workers restart every epoch (persistent_workers=False), but their epoch is their "
-    "whole training set; ours is a few iterations at paper scale, so workers are kept for the run "
-    "to keep restarts out of the timed iterations, as the authors' long epochs do"
+from accelbench.experiments.sr3.batches import (  # noqa: F401 (offered here, as they always were)
+    PERSISTENT_WORKERS_WHY,
+    PatchSet,
+    batch_loader,
+    rank_cores,
+    to_device,
+    upsample,
 )
-
-
-def batch_loader(
-    data: PatchSet,
-    batch_size: int,
-    rank: int,
-    world: int,
-    seed: int,
-    *,
-    pin_memory: bool,
-    workers: int | None = None,
-    blocking: bool = False,
-):
-    """One rank's batches: a ``DistributedSampler`` (shuffled, full batches) and its ``DataLoader``.
-
-    ``workers`` (a configuration's ``loader_workers``; None: 0, batches made in this process) is capped at the cores
-    this rank has (:func:`rank_cores`). Workers are persistent (:data:`PERSISTENT_WORKERS_WHY`): the authors'
-    ``create_dataloader`` keeps DataLoader's default (``persistent_workers=False``, the workers start again every
-    epoch), but their epoch is their whole training set, while ours is a few iterations at paper scale (18 patches at
-    batch 4: a restart every 2-4 iterations, each 0.1 s or more, inside the timed loop). ``pin_memory``: whether the
-    device pins (the caller
-    says). ``blocking``: how the caller copies the batch (:func:`to_device`), recorded only.
-
-    Returns:
-        ``(sampler, loader, data_path)``: ``data_path`` is what ``measurements.data_path`` records (workers requested
-        and used, the cores that capped them, pinning, the copy, the source of these settings).
-    """
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    from accelbench.experiments.sr3.configs import AUTHORS_DATA_SOURCE, OURS_DATA_SOURCE
-
-    requested, cores = int(workers or 0), rank_cores()
-    used = min(requested, cores)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
-    loader = DataLoader(
-        data,
-        batch_size=batch_size,
-        sampler=sampler,
-        drop_last=True,
-        num_workers=used,
-        pin_memory=pin_memory,
-        persistent_workers=used > 0,
-    )
-    authors = workers is not None or blocking
-    record = {
-        "loader_workers_requested": requested,
-        "loader_workers": used,
-        "rank_cores": cores,
-        "capped": (
-            f"{requested} workers requested, {cores} core(s) on this rank (its threads, its share of "
-            "the job's cores; at most its CPU affinity)"
-        )
-        if used < requested
-        else None,
-        "pin_memory_requested": True if authors else pin_memory,
-        "pin_memory": pin_memory,
-        "persistent_workers": used > 0,
-        "persistent_workers_why": PERSISTENT_WORKERS_WHY if used > 0 else None,
-        "copy": "blocking" if blocking else "non_blocking",
-        "source": AUTHORS_DATA_SOURCE if authors else OURS_DATA_SOURCE,
-    }
-    return sampler, loader, record
-
-
-def to_device(x: torch.Tensor, dev: torch.device, memory_format: torch.memory_format, blocking: bool) -> torch.Tensor:
-    """``x`` on ``dev``: a blocking copy (the authors' ``set_device``: ``x.to(device)``) or ``non_blocking=True``."""
-    return x.to(dev, non_blocking=not blocking, memory_format=memory_format)
-
+from accelbench.experiments.sr3.network import (  # noqa: F401 (offered here, as they always were)
+    build_ddim,
+    build_scheduler,
+    build_unet,
+    set_norm,
+)
+from accelbench.experiments.sr3.settings import SR3Settings
 
 DDP_OPTIONS = ("static_graph", "gradient_as_bucket_view", "bucket_cap_mb")
 
