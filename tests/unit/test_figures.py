@@ -61,7 +61,7 @@ def assert_readable(kept, name, series_in_legend=True):
     if series_in_legend:
         texts = _legend_texts(fig)
         assert texts, f"{name}: no legend"
-        series = [t for t in texts if legend_check.SERIES_LABEL.match(t)]
+        series = [t for t in texts if legend_check.SERIES_LABEL.match(" ".join(t.split()))]  # wrapped labels too
         assert series, f"{name}: no series label names its origin: {texts}"
         for t in series:
             assert "scale" in t, f"{name}: series label without its scale: {t!r}"
@@ -657,5 +657,40 @@ def test_figures_of_every_committed_reference_run_at_once_pass_the_checker(tmp_p
         sorted(str(p) for p in runs.glob("*/results/**/result.json")), "resources/reference", tmp_path / "e"
     )
     assert_readable(capture, "fig_time_vs_energy.png", series_in_legend=False)
+    for name, (_fig, problems) in capture.items():
+        assert problems == [], (name, problems)
+
+
+def _written(tmp_path, obj: dict, rel: str) -> str:
+    """``obj`` as a result file at ``tmp_path/results/<rel>/result.json`` (where a job of this machine writes it)."""
+    import json
+
+    path = tmp_path / "results" / rel / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj))
+    return str(path)
+
+
+def test_the_embedded_defaults_figures_over_every_reference_run_and_this_cpu_pass(tmp_path, capture):
+    """README command 1 draws each figure over every committed reference run beside this CPU's own results: with the
+    H100 run committed its SR3 figure had 11 legend entries (6 published + best faithful and ours of H100, H200 and
+    the CPU), the claims figure 1,620 px and the quantization layers 1,950 px, and the main run failed. Every figure
+    holds at most 10 legend entries and a page, whatever the number of runs."""
+    import fake_results as fr
+    from accelbench.aggregate import claims_report
+    from accelbench.experiments.sr3 import tables as study_b_sr3
+
+    runs = figures.Path(__file__).resolve().parents[2] / "reference_runs"
+    repo_ref = figures.Path(__file__).resolve().parents[2] / "resources" / "reference"
+    sr3_ref = sorted(str(p) for p in runs.glob("*/results/*/sr3_scaling/**/result.json"))
+    cpu = [
+        _written(tmp_path, fr.sr3("cpu", n, ms, prec), f"cpu/sr3_scaling/{prec}/devices_{n}")
+        for n, ms, prec in ((1, 100.0, "fp32"), (2, 60.0, "fp32"), (1, 50.0, "bf16"), (2, 30.0, "bf16"))
+    ]
+    study_b_sr3.aggregate(sr3_ref + cpu, repo_ref / "study_b_sr3_scaling.csv", tmp_path / "s")
+    assert_readable(capture, "fig_scaling.png")
+    every = sorted(str(p) for p in runs.glob("*/results/**/result.json"))
+    claims_report.aggregate(every + cpu, repo_ref, tmp_path / "claims")
+    assert_readable(capture, "fig_claims.png", series_in_legend=False)
     for name, (_fig, problems) in capture.items():
         assert problems == [], (name, problems)

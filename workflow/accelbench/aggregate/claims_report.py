@@ -54,7 +54,8 @@ def fig_claims(df: pd.DataFrame, path: str | Path, summary: pd.DataFrame | None 
         for (s, o), r in counts.iterrows():
             if s == st:
                 bars.append((f"Study {st}: {o}", {v: int(r[v]) for v in VERDICTS}))
-    fig, ax = plt.subplots(figsize=(10, 1.8 + 0.45 * max(1, len(bars))))
+    # at most a page tall (the figure checker's 1,600 px at 150 dpi): bars get thinner past about 20 of them
+    fig, ax = plt.subplots(figsize=(10, min(10.4, 1.8 + 0.45 * max(1, len(bars)))))
     y = np.arange(len(bars))[::-1]
     left = np.zeros(len(bars))
     for v in SUMMARY_VERDICTS:

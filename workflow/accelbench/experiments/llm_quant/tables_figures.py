@@ -56,11 +56,18 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
     out (:func:`quality_only`), named below the panels. Returns the figure's problems."""
     sens, left_out = quality_only(sens)
     groups = list(sens.groupby(["model", "hardware"], sort=True)) if not sens.empty else []
+    # one panel per (model, hardware): two columns past two panels, each row at most 4.2 in, the figure at most a
+    # page tall (the figure checker's 1,600 px at 150 dpi) however many runs there are
+    ncols = 1 if len(groups) <= 2 else 2
+    nrows = max(1, -(-len(groups) // ncols))
+    row_in = min(4.2, 9.6 / nrows)
     fig, axes = plt.subplots(
-        max(1, len(groups)), 1, figsize=(11, 4.2 * max(1, len(groups)) + (0.4 if left_out else 0)), squeeze=False
+        nrows, ncols, figsize=(11 if ncols == 1 else 15.5, row_in * nrows + (0.4 if left_out else 0)), squeeze=False
     )
+    for ax in axes.flat[len(groups) :] if groups else []:
+        ax.set_visible(False)
     colours = plt.get_cmap("viridis")
-    for ax, ((model, hw), d) in zip(axes[:, 0], groups):
+    for ax, ((model, hw), d) in zip(axes.flat, groups):
         k = int(d["cluster"].max()) + 1
         metric = d["allocation"].iloc[0].split("/")[0]
         who = series_label(
@@ -87,7 +94,7 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
                 f"FP32 perplexity is on the test split)",
                 fig,
                 FONT["label"],
-                0.8,
+                0.8 / ncols,
             ),
             fontsize=FONT["label"],
         )

@@ -68,6 +68,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     ok = drawn_series(df)
     all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
     colours = iter(SERIES_COLOURS)
+    published_key: list[tuple[str, str]] = []  # (name, colour): the published series, keyed in the panel's corner
     for system, g in ref.groupby("system", sort=False):
         g = g.sort_values("devices")
         per = REFERENCE_DEVICES_PER_NODE.get(system)
@@ -78,7 +79,9 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         circled = [f"circled: {nodes[0]}-{nodes[1]} nodes of {per}"] if nodes else []
         label = series_label(published("Study B"), REFERENCE_LABELS.get(system, system), "paper", "fp32", *circled)
         color = next(colours)
-        ax_t.plot(g["devices"], g["minutes"], "--o", color=color, alpha=0.8, markersize=4, label=label)
+        # named at the line's end, not in the legend: the legend keeps to the measured series (at most 10 entries)
+        ax_t.plot(g["devices"], g["minutes"], "--o", color=color, alpha=0.8, markersize=4, label=f"_{label}")
+        published_key.append((REFERENCE_LABELS.get(system, system) + (f" ({circled[0]})" if circled else ""), color))
         if len(multi_ref):  # Study B's multi-node points (Gaudi1: 16, 32, 64 cards on 2, 4, 8 nodes), said in its label
             ax_t.scatter(
                 multi_ref["devices"],
@@ -172,6 +175,19 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     )
     ax_s.set_xscale("log", base=2)
     ax_s.set_yscale("log", base=2)
+    # the published series keyed in the time panel's upper right (long runs on many devices: no data there), each
+    # name in its line's colour: the legend keeps to the measured series (at most 10 entries however many hardware)
+    for i, (name, color) in enumerate([("published (Study B), dashed circles:", "black"), *published_key]):
+        ax_t.text(
+            0.98,
+            0.97 - 0.055 * i,
+            name,
+            transform=ax_t.transAxes,
+            ha="right",
+            va="top",
+            color=color,
+            fontsize=FONT["legend"],
+        )
     for ax in (ax_t, ax_s):
         ax.set_xticks(n, [str(int(v)) for v in n])
         ax.grid(True, which="both", alpha=0.3)
