@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from accelbench.aggregate import scope
 from accelbench.aggregate.claims import VERDICTS
+from accelbench.aggregate.claims_docs import FRONT_CELL_CHARS
 from accelbench.aggregate.claims_front import TITLE, VERDICT_COLOUR, front_html, front_markdown, front_table
 from accelbench.aggregate.claims_summary import (
     SUMMARY_VERDICTS,
@@ -109,7 +110,8 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
     shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
     summary = summary_table(shown)
     line = summary_line(df, summary)
-    front = front_table(shown, summary, dict(zip(claims["claim_id"], claims["short"])))
+    # the first screen: each cell cut as ARTIFACT.md's (the whole texts follow in the long form)
+    front = front_table(shown, summary, dict(zip(claims["claim_id"], claims["short"])), FRONT_CELL_CHARS)
     counts = count_table(df, summary)
     write_table(
         summary,
