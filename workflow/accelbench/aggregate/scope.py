@@ -90,7 +90,7 @@ POLICY: list[tuple[re.Pattern, str, str]] = [
     (
         re.compile(r"\bH200\b", re.I),
         "h100",
-        "an H200 counts as H100: the same GH100 SMs and kernels, only HBM3e memory differs",
+        "an H200 counts as H100 for the quantities of h100_h200_evidence.csv: the same GH100 SMs and kernels",
     ),
     (re.compile(r"\bH100\b", re.I), "h100", ""),
     (re.compile(r"\bA100\b", re.I), "a100", ""),
