@@ -133,7 +133,7 @@ def opening_table() -> tuple[list[str], list[list[str]]]:
 
 
 def test_artifact_opens_with_one_table_of_every_claim():
-    """ARTIFACT.md's first table is the compact one-line-per-claim table (issue 55 item 1): every claim of the claims
+    """ARTIFACT.md's first table is the compact one-line-per-claim table: every claim of the claims
     files once, in their order, short cells, no footnote markers, digest claims marked, and exactly what
     `accelbench reference-runs` generates from the committed reference runs' claims tables; the commands, their
     times and the tolerances follow below it."""

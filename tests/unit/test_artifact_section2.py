@@ -62,7 +62,7 @@ def test_section_2_installs_what_its_commands_run():
     cmds = commands(text)
     assert any(c.startswith("python -m pytest") for c in cmds) and any(c.startswith("snakemake") for c in cmds), cmds
     assert missing_programs(cmds, pyproject) == []
-    # the install line before issue 55: the package without its test extras
+    # the install line of old: the package without its test extras
     old = [c.replace("-e '.[test]'", "-e .") for c in cmds]
     assert old != cmds
     assert missing_programs(old, pyproject) == [

@@ -1,4 +1,4 @@
-"""Hostile inputs, round four (issue 56 causes C and D): reads outside core/files.py were unbounded. Each case ran
+"""Hostile inputs, round four (unbounded reads): reads outside core/files.py were unbounded. Each case ran
 in a fresh interpreter with a time limit (a read that blocks fails the test instead of hanging it) or in memory
 bounds; each fails on the old code (hang, MemoryError, bare traceback, advice to unpickle, or a parse that takes
 gigabytes)."""

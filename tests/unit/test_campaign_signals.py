@@ -1,4 +1,4 @@
-"""Issue 56 cause G: the campaign runner stops a step's whole process tree (``setsid`` grandchildren too) on a
+"""Faults: the campaign runner stops a step's whole process tree (``setsid`` grandchildren too) on a
 timeout and on SIGTERM/SIGINT, records ``interrupted`` with the time, exits non-zero, and rewrites campaign.json at
 most once per step."""
 

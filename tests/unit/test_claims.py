@@ -524,10 +524,10 @@ def test_one_row_per_claim_names_its_evidence_and_disagreements(tmp_path):
     assert "Why they differ" in s["why"]
 
 
-# --------------------------------------------------------------------------- verdicts round two (issue 55 item 2)
+# --------------------------------------------------------------------------- verdicts round two
 def test_a_small_cpu_run_never_judges_a_paper_scale_claim(tmp_path):
     """b13 once read "does not hold" from 2 ranks of a width-16 SR3 on a shared 2-core CPU (efficiency 0.67) and
-    outranked both paper-scale H200 runs (0.93, 0.96): a toy run is shown beside, not judged (issue 55 row 1)."""
+    outranked both paper-scale H200 runs (0.93, 0.96): a toy run is shown beside, not judged."""
     objs = [fr.sr3("cpu", 1, 100.0), fr.sr3("cpu", 2, 150.0), fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 105.0)]
     df = table(tmp_path, objs)
     cpu, gpu = verdict(df, "b13", "cpu"), verdict(df, "b13", "h100")
@@ -542,7 +542,7 @@ def test_a_small_cpu_run_never_judges_a_paper_scale_claim(tmp_path):
 
 def test_compression_from_kmeans_on_random_weights_is_not_judged(tmp_path):
     """b2 on h200x2-2026-12-01 held at 4.67x from k-means on a random-init TinyLlama: an allocation from noise
-    sensitivities (issue 55 row 2); the percentile buckets the claim's published value used are judged."""
+    sensitivities; the percentile buckets the claim's published value used are judged."""
     rnd = "random init"
     objs = [
         fr.quant("h100", "fp32", "none", ppl=5e4, compression=1.0, weights=rnd),
@@ -582,7 +582,7 @@ def test_digest_claims_say_so_on_every_row(tmp_path):
 
 
 def test_throughput_order_names_the_device_that_measured(tmp_path):
-    """b14 once showed the H200 reference run's value as "h100: 20 images/s" (issue 55 row 10)."""
+    """b14 once showed the H200 reference run's value as "h100: 20 images/s"."""
     b14 = verdict(table(tmp_path, [fr.sr3("h200", 1, 100.0)]), "b14")
     assert "h100" not in b14["measured"], b14["measured"]  # an H200's SR3 time never stands for an H100's
     df = table(tmp_path / "both", [fr.sr3("h200", 1, 100.0), fr.sr3("h100", 1, 120.0), fr.sr3("a100", 1, 200.0)])
@@ -591,7 +591,7 @@ def test_throughput_order_names_the_device_that_measured(tmp_path):
 
 
 def test_merged_results_keep_their_origin(tmp_path):
-    """Results copied in from another machine (ARTIFACT section 6) once read "measured here" (issue 55 row 12)."""
+    """Results copied in from another machine (ARTIFACT section 6) once read "measured here"."""
     from accelbench.aggregate.common import copied_in
 
     gpu = [fr.sr3("h100", 1, 100.0), fr.sr3("h100", 2, 105.0)]
@@ -620,7 +620,7 @@ def test_origin_inside_a_run_follows_the_runs_system_not_the_host(monkeypatch):
 
 def test_the_floor_rule_applies_outside_the_claims_hardware_too(tmp_path):
     """a4 on h200x2: the baseline's 0.78% under the counter's floor (1.35%) read "the check on the value measured
-    here fails" on the out-of-scope path (issue 55 row 7)."""
+    here fails" on the out-of-scope path."""
     objs = ncu_run("h100", every=True)
     objs[2]["measurements"]["by_class"]["elementwise"] = {"kernels": 10, "tensor_pipe_pct": 2.5}
     a4 = verdict(table(tmp_path, objs), "a4")
@@ -629,7 +629,7 @@ def test_the_floor_rule_applies_outside_the_claims_hardware_too(tmp_path):
 
 
 def test_a_proxy_of_a_configuration_the_claim_does_not_need_is_no_proxy_verdict(tmp_path):
-    """a6 read "numerics proxy passes" from a bf16 configuration, none of its four (issue 55 row 9)."""
+    """a6 read "numerics proxy passes" from a bf16 configuration, none of its four."""
     objs = [fr.unet3d("h100", "baseline", 100.0), fr.unet3d("h100", "bf16_compile", 50.0)]
     for r in objs:
         r["measurements"]["quality"]["method"] = "proxy: predicted noise of network N vs. the baseline's"
@@ -651,7 +651,7 @@ def test_published_texts_of_round_two():
     assert float(b.loc["b4", "high"]) < 7.7 and "+3.05%" in b.loc["b4", "published"]
 
 
-# --------------------------------------------------------------------------- the summaries' claims (issue 55 item 6)
+# --------------------------------------------------------------------------- the summaries' claims
 NEW_CLAIMS = {  # id: (quantity, hardware scope as the table writes it)
     "a14": ("best_configuration", "A100/H100"),
     "b16": ("generation_speedup_x", "Gaudi1/Gaudi2"),
@@ -668,7 +668,7 @@ NEW_CLAIMS = {  # id: (quantity, hardware scope as the table writes it)
 
 def test_the_summaries_claims_have_rows_with_source_and_scope(tmp_path):
     """Each claim a summary of the papers states gets a row marked digest, with its hardware scope, and is judged
-    where the hardware allows (issue 55 item 6)."""
+    where the hardware allows."""
     objs = cpu_run() + [
         fr.sr3("a100", 1, 240.0),
         fr.sr3("h100", 1, 100.0),
@@ -758,7 +758,7 @@ def test_the_end_of_a_run_names_claims_md_the_counts_and_the_report(tmp_path):
     assert lines[2].endswith("snakemake --report report.html")
 
 
-# --------------------------------------------------------------------------- b25: accuracy kept (issue 55 item 6)
+# --------------------------------------------------------------------------- b25: accuracy kept
 def _with_accuracy(obj: dict, hellaswag: float, boolq: float, n: int = 1000, boolq_majority: float = 0.62) -> dict:
     """``obj`` (a :func:`fake_results.quant` result) with HellaSwag acc_norm and BoolQ acc over ``n`` documents,
     each with the baselines lm-eval's samples give (chance 1 / choices; the majority class of the gold labels)."""

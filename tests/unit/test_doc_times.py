@@ -1,4 +1,4 @@
-"""Docs from one source of times (issue 55): every time or test count a document states as the current measurement is
+"""Docs from one source of times: every time or test count a document states as the current measurement is
 marked ``<!-- time:KEY -->VALUE`` or ``<!-- count:KEY -->VALUE`` and equals its record: README command 1's times come
 from ``docs/embedded_default_cpu.csv`` (the newest row held to AVX2 and the newest native one; its per-experiment
 job times as ``command1.<mode>.part.<experiment>``), everything else
@@ -6,7 +6,7 @@ from ``docs/times.csv`` (where, when and how each was measured). Two documents s
 a stated value that differs from its record, an unknown key, or an unmarked time in README.md or in ARTIFACT.md's
 section 2 (the first things a reviewer runs) fail here.
 
-Older measurements (the history in docs/gpu-nodes.md and docs/testing.md) are other measurements, with their own
+Older measurements (the history in docs/gpu-nodes.md and in git) are other measurements, with their own
 dates, and stay unmarked.
 """
 

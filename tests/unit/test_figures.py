@@ -170,7 +170,7 @@ def _series_figure(n_series=3, colours=None, height_in=4.0, empty=None):
     ids=["too many legend entries", "a reused colour", "an empty legend entry", "too tall"],
 )
 def test_checker_fails_a_planted_unreadable_figure(tmp_path, planted, expected):
-    """Each defect of issue 55 alone in an otherwise clean figure: more than 10 legend entries, one colour on two
+    """Each defect alone in an otherwise clean figure: more than 10 legend entries, one colour on two
     series (SR3's measured faithful in published Gaudi1's blue), an entry whose bar or line has no finite point
     (Study A's series with no baseline), an image taller than 1,600 px (Study A's 2,613 px). The clean figure
     passes; the planted one fails its aggregation with one line naming the figure and the defect."""
@@ -504,7 +504,7 @@ def test_lora_ours_variants_keep_their_own_line_style():
 
     from accelbench.experiments.lora.tables_figures import _series_style
 
-    names = ["ours (before issue 25)", "ours_eager", "ours_liger_no_flce", "ours_cudagraphs"]
+    names = ["ours (until 2026-11-30)", "ours_eager", "ours_liger_no_flce", "ours_cudagraphs"]
     styles = [_series_style(n, names) for n in names]
     assert len({str(s) for s in styles}) == len(names) and _series_style("ours", names) == ":"
     assert (_series_style("ours_eager", ["ours_eager"]), _series_style(names[0], names[:2])) == ("-.", "--")
@@ -648,7 +648,7 @@ def test_figures_of_every_committed_reference_run_at_once_pass_the_checker(tmp_p
     sr3 = sorted(str(p) for p in runs.glob("*/results/*/sr3_scaling/**/result.json"))
     study_b_sr3.aggregate(sr3, "resources/reference/study_b_sr3_scaling.csv", tmp_path / "s")
     assert_readable(capture, "fig_scaling.png")
-    # issue 55: every figure of the committed runs (before: SR3 26 legend entries and a reused colour, Study A's
+    # every figure of the committed runs (before: SR3 26 legend entries and a reused colour, Study A's
     # speedup an entry without a bar and 2,376 px tall, LoRA 22 entries, energy 14)
     assert_readable(capture, "fig_speedup.png")
     from accelbench.aggregate import energy

@@ -1,4 +1,4 @@
-"""Issue 56 cause F: the Kubernetes profile. Site values are typed (``host_ipc: "false"`` rendered hostIPC true,
+"""Untrusted ground, the Kubernetes profile. Site values are typed (``host_ipc: "false"`` rendered hostIPC true,
 ``image_pull_secrets: abc`` became three secrets, ``namespace: a/b`` was rendered), a duplicate key is refused,
 ``status`` fails a job after repeated kubectl errors (it said ``running`` for ever on "Unauthorized"), and a working
 directory a double-quoted shell word would expand is refused when the profile is read."""

@@ -1,4 +1,4 @@
-"""Issue 56 cause H: the shared lock folder. A folder another user made (and so can swap lock files in) is refused
+"""Untrusted ground, the shared lock folder. A folder another user made (and so can swap lock files in) is refused
 in one line, a lock file swapped while being opened is refused, and the holder's text (anyone can write it) reaches
 the terminal and the log with its control characters escaped."""
 

@@ -77,7 +77,7 @@ def test_hostfile_parsing_and_bad_lines(tmp_path):
     ["a;touch${IFS}x", "$(id)", "--mca", "-np", "b,c", "h\x1b[2J"],
 )
 def test_hostfile_refuses_hosts_that_are_not_names(tmp_path, host):
-    """Issue 56 (WEAK): `a;...`, `$(...)`, `--mca` and `b,c` went verbatim into mpirun's argv (an option, or two hosts
+    """Weak input: `a;...`, `$(...)`, `--mca` and `b,c` went verbatim into mpirun's argv (an option, or two hosts
     of its `--host` list); now one line naming the file, the line and the host."""
     f = tmp_path / "hostfile"
     f.write_text(f"good slots=2\n{host} slots=2\n")
@@ -88,7 +88,7 @@ def test_hostfile_refuses_hosts_that_are_not_names(tmp_path, host):
 
 @pytest.mark.parametrize("slots", ["\u00b2", "\u0663", "1234567"])
 def test_hostfile_slots_are_ascii_digits(tmp_path, slots):
-    """Issue 56 (WEAK): `slots=²` passed str.isdigit and ended in a bare ValueError from int()."""
+    """Weak input: `slots=²` passed str.isdigit and ended in a bare ValueError from int()."""
     f = tmp_path / "hostfile"
     f.write_text(f"h1 slots={slots}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="line 1: .*slots must be a whole number"):
@@ -97,7 +97,7 @@ def test_hostfile_slots_are_ascii_digits(tmp_path, slots):
 
 @pytest.mark.timeout(20)
 def test_hostfile_fifo_is_one_line_not_a_hang(tmp_path):
-    """Issue 56 cause C: a hostfile at a FIFO blocked the launcher for ever (Path.read_text waits for a writer)."""
+    """Unbounded reads: a hostfile at a FIFO blocked the launcher for ever (Path.read_text waits for a writer)."""
     import os
 
     f = tmp_path / "hostfile"
@@ -111,7 +111,7 @@ def test_hostfile_fifo_is_one_line_not_a_hang(tmp_path):
 
 
 def test_hostfile_parsing_is_linear_and_size_capped(tmp_path):
-    """Issue 56 cause C: each line was checked against every earlier host (20k lines 9 s, 40k 40 s, 10 MB > 120 s).
+    """Unbounded work: each line was checked against every earlier host (20k lines 9 s, 40k 40 s, 10 MB > 120 s).
     Now 50k distinct hosts parse in well under a second, and a 10 MB file is refused by its size at once."""
     import time
 

@@ -1,4 +1,4 @@
-"""Issue 56 cause I: no predictable names in the shared temp folder. The traceback file of an unexpected error was
+"""Untrusted ground: no predictable names in the shared temp folder. The traceback file of an unexpected error was
 ``<tmp>/accelbench-<command>-<pid>.traceback.txt``: a link another user planted there (hosts with
 ``fs.protected_symlinks=0``) made root write through it. The merged config schema is built per call, in a private
 folder, and removed."""

@@ -1,4 +1,4 @@
-"""Issue 56, causes A and B: a link inside the results tree never leads a write, move, delete or re-timing out of it
+"""Untrusted ground: a link inside the results tree never leads a write, move, delete or re-timing out of it
 (accelbench.core.tree), and a redo journal is honoured only when it proves itself (accelbench.core.results)."""
 
 from __future__ import annotations

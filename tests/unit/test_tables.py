@@ -129,7 +129,7 @@ def test_gains_label_single_device_runs_as_single(tmp_path):
     paths = [_lora(tmp_path, "eager", "single", 1, 700.0), _lora(tmp_path, "flash", "single", 1, 650.0)]
     study_b_lora.aggregate(paths, "resources/reference/study_b_finetune_runtime.csv", tmp_path / "agg")
     g = pd.read_csv(tmp_path / "agg" / "gains.csv")
-    ours = g[g["source"].str.startswith("ours")]  # fake results without a series: "ours (before issue 25)"
+    ours = g[g["source"].str.startswith("ours")]  # fake results without a series: "ours (until 2026-11-30)"
     assert list(ours["strategy"]) == ["single"] and list(ours["metric"]) == ["flash_gain"]
     head = (tmp_path / "agg" / "gains.md").read_text().splitlines()[0]
     assert not head.endswith("):)") and not head.endswith(":")

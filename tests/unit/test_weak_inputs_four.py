@@ -1,4 +1,4 @@
-"""Issue 56, "Also WEAK": each case now ends in one line naming the key or file. Each test fails on 327e108 (the
+"""Weak inputs, round four: each case now ends in one line naming the key or file. Each test fails on 327e108 (the
 case's old behaviour is in its docstring); the reads routed through core/files.py since are checked at the end with
 a FIFO planted at each one's path (one line, within a time limit; the old reads blocked)."""
 

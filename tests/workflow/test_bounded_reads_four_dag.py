@@ -1,4 +1,4 @@
-"""Issue 56 cause C end to end: `ACCELBENCH_SLURM_SITE` at a FIFO hung even a local `snakemake -n` (the Slurm site
+"""Unbounded reads end to end: `ACCELBENCH_SLURM_SITE` at a FIFO hung even a local `snakemake -n` (the Slurm site
 file is read on every DAG build, unbounded). Now the plan stops in one line naming the file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 56 cause J: errors raised while the Snakefile is read (no ``.snakemake/log`` file exists then) were cut at
+"""Errors raised while the Snakefile is read (no ``.snakemake/log`` file exists then) were cut at
 200 characters on the terminal, losing their point. Now they are printed whole."""
 
 from __future__ import annotations

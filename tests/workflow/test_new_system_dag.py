@@ -79,7 +79,7 @@ def check_system(name: str, systems: Path) -> subprocess.CompletedProcess:
 
 def test_the_documented_new_system_recipe_works_as_written(tmp_path, tiny_config):
     """ARTIFACT section 5, followed literally: the copy with the documented edit passes `accelbench check-system` and
-    plans the embedded default's jobs under its own name; the copy without it (what the docs said before issue 55)
+    plans the embedded default's jobs under its own name; the copy without it (what the docs once said)
     stops with the one line naming `name:`."""
     copied, new, lines = recipe()
     assert copied == "cpu" and {ln.split(":", 1)[0] for ln in lines} >= {"name", "description", "match"}, lines
@@ -103,7 +103,7 @@ def test_the_documented_new_system_recipe_works_as_written(tmp_path, tiny_config
 
 def test_every_new_system_recipe_says_to_edit_name():
     """Each document that tells how to add a system file (README, ARTIFACT section 5, docs/running.md, CONTRIBUTING)
-    says to set `name:` to the file name: before issue 55 none did, and a copy of cpu.yaml stopped at once."""
+    says to set `name:` to the file name: once none did, and a copy of cpu.yaml stopped at once."""
     docs = [REPO / "README.md", REPO / "ARTIFACT.md", REPO / "CONTRIBUTING.md", *(REPO / "docs").glob("*.md")]
     recipes = []
     for doc in docs:

@@ -1,4 +1,4 @@
-"""Freshness covers every experiment's own data (issue 56 cause E), on the real DAG (dry runs): a file replaced in
+"""Freshness covers every experiment's own data, on the real DAG (dry runs): a file replaced in
 Study A's `data.mri.folder`, LoRA's `data.source: file` instruction file or a LoRA preset's `source: path` model
 made the dry run say "Nothing to be done" (only SR3's own folder was hashed). Now its digest is in the job's spec,
 so the finished result is not current and is redone. A result that records no `spec_sha256` is not current either

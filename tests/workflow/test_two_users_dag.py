@@ -1,4 +1,4 @@
-"""Issue 56 cause I: predictable names in the shared temp folder. The merged config schema lived at
+"""Two users, one machine: predictable names in the shared temp folder. The merged config schema lived at
 ``$TMPDIR/accelbench-schema-<hash>.json``: a file another user planted there steered (or broke) root's run, and root's
 0600 file blocked every other user (`PermissionError` in `snakemake -n`). Now it is built per run in a private folder:
 root and then `nobody` each run `snakemake -n` with one shared TMPDIR, after `nobody` planted a non-JSON file at the

@@ -18,9 +18,9 @@ from accelbench.core import files
 from accelbench.errors import DataError
 
 DEVICE_COLUMNS = ["1", "2", "4", "6", "8"]
-# results written before the series existed ran the no-sync runtime with a constant_with_warmup schedule (the label is
-# what their tables have always shown)
-OLD_SERIES = "ours (before issue 25)"
+# results written before the series existed (commit 73bf7c3, 2026-12-01; the last ones are reference run
+# h200-2026-11-30's) ran the no-sync runtime with a constant_with_warmup schedule: the label says until when
+OLD_SERIES = "ours (until 2026-11-30)"
 DEFAULT_LOSS_TOLERANCE = 0.02  # only for ours results that did not record theirs (lora_finetune.ours.loss_tolerance)
 # an ok result whose model.parameters is 0 or absent (e.g. counted after ZeRO-3 partitioned the weights, before
 # parameters were counted by ds_numel): its MFU-6N cell stays empty and the row says why
