@@ -80,12 +80,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         layer_cls = type(model.model.layers[0]).__name__ if hasattr(getattr(model, "model", None), "layers") else None
         model, lora_counts = add_adapters(model, plan, ctx)
         measurements["flop_counts"] = lora_flop_counts(model)
-        need = s.per_device_batch * s.grad_accum * world * max_steps
-        per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
-        n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
         with_mask = ops.optimum_habana
-        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
+        train_ds, eval_ds, data_summary = _datasets(tokenizer, spec["data"], ctx, max_steps, with_mask)
         kw = training_arguments_kwargs(
             plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), ctx.runtime, ctx.family
         )
@@ -106,18 +103,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         trained, after_training = _train(trainer, timer, ctx, phase_done)
         measurements.update(trained)
     except device.out_of_memory_errors() as exc:
-        peak = device.peak_memory_bytes()
-        msg = str(exc).splitlines()[0]
-        return {
-            "status": "oom",
-            "reason": f"out of device memory on rank {rank}: {msg}",
-            "rank": rank,
-            "measurements": {
-                **measurements,
-                "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
-                "requested": _requested_from_message(msg),
-            },
-        }
+        return _oom_result(exc, ctx, measurements)
     finally:
         scratch.cleanup()  # every way out (19 /tmp/accelbench_lora_* folders were left behind before)
     wrapped_as, distributed = measurements["wrapped_as"], measurements["distributed"]
@@ -145,6 +131,23 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     return {"status": "ok", "reason": None, "rank": rank, "measurements": measurements}
 
 
+def _oom_result(exc: BaseException, ctx: RankContext, measurements: dict) -> dict:
+    """The ``oom`` result of this rank: the measurements so far, the device's peak memory (GiB) before the error and
+    the allocation it failed on (from the message)."""
+    peak = ctx.device.peak_memory_bytes()
+    msg = str(exc).splitlines()[0]
+    return {
+        "status": "oom",
+        "reason": f"out of device memory on rank {ctx.rank}: {msg}",
+        "rank": ctx.rank,
+        "measurements": {
+            **measurements,
+            "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
+            "requested": _requested_from_message(msg),
+        },
+    }
+
+
 def _phase_done(phases: dict, rank: int, name: str, since: float, note: str = "") -> float:
     """Record (in ``phases``, seconds) and log the set-up phase ``name`` of ``rank`` begun at ``since``
     (``time.perf_counter``); returns now, the next phase's start."""
@@ -152,6 +155,16 @@ def _phase_done(phases: dict, rank: int, name: str, since: float, note: str = ""
     phases[name] = round(now - since, 3)
     logging.getLogger("accelbench").info("rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since)
     return now
+
+
+def _datasets(tokenizer, data_spec: dict, ctx: RankContext, max_steps: int, with_mask: bool):
+    """The (train, eval, summary) of :func:`.data.build_datasets`: blocks for ``max_steps`` optimizer steps of every
+    rank, and the held-out blocks rounded up to whole eval batches on every rank (``drop_last``)."""
+    s, world = ctx.settings, ctx.world
+    need = s.per_device_batch * s.grad_accum * world * max_steps
+    per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
+    n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
+    return build_datasets(tokenizer, data_spec, s.seq_len, need, n_eval, with_mask)
 
 
 def _series_record(plan: Plan, ctx: RankContext) -> dict:
