@@ -135,9 +135,7 @@ def sr3(result: dict, args):
     data = sky.load(args.data)
     device = Device(system.backend)
     ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
-    tr = exp.Trainer(
-        s, device, ds, conf.precision, job.params["seed"], 0, 1, distributed=False, ddp=None, **conf.trainer_options()
-    )
+    tr = exp.Trainer(s, device, ds, conf, job.params["seed"])
     steps = _steps(result["measurements"]["iteration"]["median"], args.seconds, args.repeat)
     return spec["configuration"], lambda on: _phase(tr.train_step, device, args.warmup, steps, on)
 

@@ -5,6 +5,8 @@ the operator's own forward and backward formulas in fp64 (``gradcheck``, and val
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -251,6 +253,6 @@ def test_sr3_fused_configurations_build_the_fused_module(monkeypatch):
         assert (fused(x, t) - ref).abs().max() <= 1e-5 * ref.abs().max()
     data = sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
     conf = sr3_configs.get("bf16_compile_channels_last_fused_gn_cudagraphs")
-    tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, **conf.trainer_options())
+    tr = sr3.Trainer(s, Device("cpu"), data, dataclasses.replace(conf, precision="fp32"), seed=0)
     assert _fused_count(tr.model) == n_gn
     tr.train_step()  # forward and backward through the fused blocks

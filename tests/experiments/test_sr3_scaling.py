@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import numpy as np
@@ -208,13 +209,13 @@ def _ddp_worker(rank: int, world: int, port: int, queue, compiled: bool = False)
     hr = rng.uniform(size=(16, 32, 32)).astype(np.float32)
     ds = sr3.PatchSet(hr, sky.downsample(hr, 4), 32)
     ddp = {"gradient_as_bucket_view": True, "static_graph": True, "bucket_cap_mb": None}  # sr3_scaling.ddp
-    options = {}
+    conf = sr3_configs.get("fp32")
     if compiled:  # the ours configuration's compiled DDP step; Dynamo's eager backend traces (DDPOptimizer splits
         # the graph at DDP's buckets) without generating code, so this stays fast on a CPU
         torch.compile = functools.partial(torch.compile, backend="eager")
         ddp = {"bucket_cap_mb": 1}  # several buckets: DDPOptimizer splits the graph
-        options = sr3_configs.get("bf16_compile").trainer_options()
-    tr = sr3.Trainer(s, Device("cpu"), ds, "fp32", seed=0, rank=rank, world=world, distributed=True, ddp=ddp, **options)
+        conf = dataclasses.replace(sr3_configs.get("bf16_compile"), precision="fp32")
+    tr = sr3.Trainer(s, Device("cpu"), ds, conf, seed=0, rank=rank, world=world, ddp=ddp)
     if not compiled:
         assert tr.net.gradient_as_bucket_view and tr.net.static_graph and tr.net.bucket_bytes_cap == 25 * 2**20
     before = torch.nn.utils.parameters_to_vector(tr.model.parameters()).detach().clone()
@@ -540,10 +541,10 @@ def test_batches_come_from_pinned_memory_where_copies_overlap(default_config, mo
     data = sr3.PatchSet(
         np.zeros((8, s.hr_size, s.hr_size), np.float32), np.zeros((8, s.lr_size, s.lr_size), np.float32), s.hr_size
     )
-    cpu = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    cpu = sr3.Trainer(s, Device("cpu"), data, sr3_configs.get("fp32"), seed=0)
     assert cpu.pin_memory is False and cpu.loader.pin_memory is False
     monkeypatch.setattr(backends.get("cpu"), "non_blocking_copies", True)  # as the cuda backend says
-    pinned = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0)
+    pinned = sr3.Trainer(s, Device("cpu"), data, sr3_configs.get("fp32"), seed=0)
     assert pinned.pin_memory is True and pinned.loader.pin_memory is True
     assert backends.get("cuda").non_blocking_copies and not backends.get("hpu").non_blocking_copies
 
@@ -563,11 +564,14 @@ def _trainer(conf_name: str, s=None, device=None) -> sr3.Trainer:
         s,
         device or Device("cpu"),
         data,
-        c.precision,
+        dataclasses.replace(
+            sr3_configs.get("fp32"),
+            precision=c.precision,
+            host_syncs=c.host_syncs,
+            loader_workers=c.loader_workers,
+            blocking_copies=c.blocking_copies,
+        ),
         seed=0,
-        host_syncs=c.host_syncs,
-        loader_workers=c.loader_workers,
-        blocking_copies=c.blocking_copies,
     )
 
 
@@ -720,7 +724,6 @@ def test_configurations_record_what_each_series_runs():
         "reduce-overhead",
         True,
     )
-    assert both.trainer_options()["channels_last"] and both.trainer_options()["compile_mode"] == "reduce-overhead"
     opt = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")  # NCHW network, Inductor's layout optimization forced
     assert (opt.series, opt.channels_last, opt.layout_optimization, opt.compile_mode) == (
         "ours",
@@ -766,7 +769,8 @@ def test_flop_count_leaves_the_compiled_step_compiled(monkeypatch):
     data = sr3.PatchSet(np.random.rand(16, 32, 32).astype(np.float32), np.random.rand(16, 8, 8).astype(np.float32), 32)
     from accelbench.backends.device import Device
 
-    tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, **sr3_configs.get("bf16_compile").trainer_options())
+    conf = dataclasses.replace(sr3_configs.get("bf16_compile"), precision="fp32")
+    tr = sr3.Trainer(s, Device("cpu"), data, conf, seed=0)
     before = [p.detach().clone() for p in tr.model.parameters()]
     f = sr3_rank.count_step_flops(tr)
     assert f["per_device_step"] > 0 and "plain" in f["method"]
@@ -827,12 +831,12 @@ def test_faithful_step_makes_the_authors_host_syncs_and_ours_none(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(self.numel()) or item(self))
     counts = {}
     for syncs in (True, False):  # the difference: the authors' loss read (Adam reads its step counts either way)
-        tr = sr3.Trainer(s, Device("cpu"), data, "fp32", seed=0, host_syncs=syncs)
+        tr = sr3.Trainer(s, Device("cpu"), data, dataclasses.replace(sr3_configs.get("fp32"), host_syncs=syncs), seed=0)
         reads.clear()
         tr.train_step()
         counts[syncs] = len(reads)
     assert counts[True] == counts[False] + 1
-    tr = sr3.Trainer(s, Device("cpu"), data, "bf16", seed=0, channels_last=True)
+    tr = sr3.Trainer(s, Device("cpu"), data, dataclasses.replace(sr3_configs.get("bf16"), channels_last=True), seed=0)
     reads.clear()
     tr.train_step()
     assert len(reads) == counts[False]
@@ -864,7 +868,8 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
     device = Device("cuda", 0)
     for conf, expect_syncs in (("bf16", False), ("faithful", True)):
         c = sr3_configs.get(conf)
-        tr = sr3.Trainer(s, device, data, c.precision, seed=0, host_syncs=c.host_syncs)
+        only_syncs = dataclasses.replace(sr3_configs.get("fp32"), precision=c.precision, host_syncs=c.host_syncs)
+        tr = sr3.Trainer(s, device, data, only_syncs, seed=0)
         assert tr.loader.pin_memory
         with sr3_rank.count_host_syncs(device) as syncs:
             measure.time_steps(tr.train_step, device, 2, 5)
@@ -908,9 +913,8 @@ def test_channel_sums_configuration_swaps_every_group_norm_in_the_trainer_and_th
         s,
         __import__("accelbench.backends.device", fromlist=["Device"]).Device("cpu"),
         sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32),
-        "fp32",
+        dataclasses.replace(conf, precision="fp32"),
         seed=0,
-        **conf.trainer_options(),
     )
     assert sum(isinstance(m, ChannelSumGroupNorm) for m in tr.model.modules()) == n_gn
     ds = sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)

@@ -516,6 +516,6 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda net, **kw: calls.append(kw) or net)  # record, do not compile
     conf = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")
     bench.sr3_bare(s, ds, torch.device("cpu"), "bf16", 0, 0, 1, None, None, conf)
-    exp.Trainer(s, Device("cpu"), ds, "bf16", seed=0, **conf.trainer_options())
+    exp.Trainer(s, Device("cpu"), ds, conf, seed=0)  # the configuration's own precision: bf16
     forced = {"triton.cudagraphs": True, "layout_optimization": True, "force_layout_optimization": True}
     assert calls[0] == calls[1] == {"options": forced}

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import math
-import os
 import resource
 import time
 
-from accelbench.errors import DataError
 from accelbench.experiments.lora.data import build_datasets
-from accelbench.experiments.lora.model import (
-    apply_lora,
-    count_parameters,
-    random_init_place,
-    set_attention,
-    weights_gib,
-)
-from accelbench.experiments.lora.series import (
-    SOURCE,
-    gaudi_mode,
-    job_flash_flags,
-    runtime_for,
-    settings_of,
-    train_runtime,
-)
-from accelbench.experiments.lora.settings import Plan, hpu_lazy_mode
+from accelbench.experiments.lora.model import set_attention
+from accelbench.experiments.lora.rank_setup import RankContext, add_adapters, join, load_model, name_and_pad
+from accelbench.experiments.lora.series import SOURCE, job_flash_flags, train_runtime
+from accelbench.experiments.lora.settings import Plan
 from accelbench.experiments.lora.timer import make_step_timer
 from accelbench.experiments.lora.trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
 from accelbench.measure.flops import lora_flop_counts
@@ -44,6 +30,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     Called once per process; under torchrun the ranks come from ``RANK``/``WORLD_SIZE`` and ``placement`` is the
     rank's thread/CPU placement (already applied; recorded). Without it, ``threads`` (0 = torch's default) is set.
+    The steps: :func:`.rank_setup.join` (the rank and its device), :func:`.rank_setup.load_model`,
+    :func:`.rank_setup.add_adapters`, the data
+    (:func:`.data.build_datasets`), :func:`_training_arguments`, :func:`_make_trainer`, :func:`_train`.
 
     Returns:
         ``{"status", "reason", "rank", "measurements"}`` of this rank: step times (ms), loss curve, held-out loss
@@ -53,33 +42,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
 
     import torch
 
-    from accelbench import backends
-    from accelbench.backends.device import Device
-    from accelbench.models.llm import load_causal_lm
-
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    s = settings_of(spec)
-    series = spec.get("series", "ours")
-    family = spec.get("family", "")
-    if placement is None and threads:
-        torch.set_num_threads(max(1, threads // world))
-    ops = backends.get(system.backend)
-    runtime = runtime_for(
-        series,
-        spec.get("series_options"),
-        ops.accelerator,
-        backend_has_compile=ops.accelerator and not ops.optimum_habana,
-    )
-    gmode = gaudi_mode(family, plan.strategy, plan.devices, runtime.job_set) if series == "faithful" else None
-    if ops.lazy_mode:
-        if gmode:
-            for k, v in {"PT_HPU_LAZY_MODE": "1", **gmode["env"]}.items():
-                os.environ.setdefault(k, v)
-        os.environ.setdefault("PT_HPU_LAZY_MODE", hpu_lazy_mode(plan.strategy))
-    device = Device(system.backend, index=ops.device_index(local))
-    ops.set_device(local)
-    m: dict = {
+    ctx = join(spec, system, plan, threads, placement)
+    s, ops, device, rank, world = ctx.settings, ctx.ops, ctx.device, ctx.rank, ctx.world
+    measurements: dict = {
         "rank": rank,
         "world_size": world,
         "threads": torch.get_num_threads(),
@@ -89,232 +54,262 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
     scratch = tempfile.TemporaryDirectory(prefix="accelbench_lora_")  # the Trainer's output_dir; removed below
     tmp = scratch.name
     max_steps = s.warmup_steps + s.timed_steps
-    phases = m["setup_s"] = {}  # wall seconds of each set-up phase of this rank, logged as it ends
-
-    def phase_done(name: str, since: float, note: str = "") -> float:
-        now = time.perf_counter()
-        phases[name] = round(now - since, 3)
-        logging.getLogger("accelbench").info(
-            "rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since
-        )
-        return now
-
+    phases = measurements["setup_s"] = {}  # wall seconds of each set-up phase of this rank, logged as it ends
+    phase_done = functools.partial(_phase_done, phases, rank)
     t_phase = time.perf_counter()
     try:
-        gaudi = ops.optimum_habana
-        if gaudi:  # gated: only on Gaudi systems
-            from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
+        if ops.optimum_habana:  # gated: only on Gaudi systems
             from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
 
             adapt_transformers_to_gaudi()
-        from transformers import Trainer, TrainingArguments, default_data_collator
+        from transformers import TrainingArguments
 
-        model_spec = dict(spec["model"])
-        weight_dtype = "bfloat16" if plan.precision == "bf16" and ops.accelerator else "float32"
         # ZeRO-3 must see its config before the model is built (zero.Init partitions at load time)
         pre_args = None
         if plan.strategy == "zero3":
             pre_args = TrainingArguments(
                 **training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, None, s.eval_blocks)
             )
-        device.reset_peak_memory()
-        free = ops.free_memory_bytes(device.index)
-        free_gib = free / 2**30 if free is not None else None
-        n_config = (
-            count_parameters(model_spec) if model_spec.get("source") == "random" and plan.strategy == "fsdp" else None
-        )
-        place = random_init_place(
-            model_spec,
-            system.backend,
-            plan.strategy,
-            weights_gib(n_config, plan.precision) if n_config else None,
-            free_gib,
-            rank=rank,
-        )
-        build_on = {"device": device.torch_device, "device_then_host": device.torch_device, "meta": "meta"}.get(place)
-        with torch.device(build_on) if build_on else contextlib.nullcontext():
-            by_module = {"init_device": device.torch_device} if place == "device_by_module" else {}
-            lm = load_causal_lm(model_spec, dtype=weight_dtype, **by_module)
-        if place == "device_then_host":  # FSDP shards from the host copy, as with loaded weights
-            lm.model.to("cpu")
-            device.empty_cache()
+        lm, place = load_model(spec, system, plan, ctx)
         t_phase = phase_done("model_build", t_phase, f" ({place.replace('_', ' ')})")
-        m["model_built_on"] = place
-        if model_spec.get("source") == "path":  # a folder written by `accelbench lora-model-export` says its origin
-            from accelbench.models.export import exported_info
-
-            origin = exported_info(model_spec["path"])
-            if origin:
-                lm.info.update(name=origin["name"], origin=origin["source"], weights=origin["weights"])
+        measurements["model_built_on"] = place
+        name_and_pad(lm, spec["model"])
         model, tokenizer = lm.model, lm.tokenizer
-        if tokenizer is None:
-            raise DataError(f"model {lm.info['name']}: no tokenizer (set lora_finetune.models.<name>.tokenizer)")
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        m["attn_implementation"] = set_attention(model, plan)
+        measurements["attn_implementation"] = set_attention(model, plan)
         model.config.use_cache = False
         layer_cls = type(model.model.layers[0]).__name__ if hasattr(getattr(model, "model", None), "layers") else None
-        torch.manual_seed(s.seed)  # LoRA A matrices: the same initialisation on every rank
-        model, lora_counts = apply_lora(model, s)
-        if plan.precision == "bf16" and ops.accelerator and plan.strategy != "zero3":
-            model = model.to(torch.bfloat16)  # run_lora_clm.py: lora_model.to(torch.bfloat16) under --bf16 (ZeRO-3:
-            # DeepSpeed's bf16 section casts the partitioned model itself)
-        m["flop_counts"] = lora_flop_counts(model)
-        need = s.per_device_batch * s.grad_accum * world * max_steps
-        per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
-        n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
+        model, lora_counts = add_adapters(model, plan, ctx)
+        measurements["flop_counts"] = lora_flop_counts(model)
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
         with_mask = ops.optimum_habana
-        train_ds, eval_ds, data_summary = build_datasets(tokenizer, spec["data"], s.seq_len, need, n_eval, with_mask)
+        train_ds, eval_ds, data_summary = _datasets(tokenizer, spec["data"], ctx, max_steps, with_mask)
         kw = training_arguments_kwargs(
-            plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), runtime, family
+            plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), ctx.runtime, ctx.family
         )
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
-        m["series"] = {
-            **runtime.to_dict(),
-            "source": SOURCE,
-            # the job file's Gaudi mode (faithful; applied on Gaudi). Ours on Gaudi: lazy mode except FSDP
-            "gaudi_mode": gmode,
-            "job_flash_flags": job_flash_flags(family, plan.strategy, plan.devices),
-            # whether this run's attention is the one the job files ran (None: both exist, or none set)
-            "attention_as_job_files": _as_job_files(family, plan),
-            "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ops.accelerator else None,
-        }
-        m["trainer_settings"] = {
-            **{
-                k: kw.get(k)
-                for k in (
-                    "logging_strategy",
-                    "logging_steps",
-                    "logging_nan_inf_filter",
-                    "include_num_input_tokens_seen",
-                    "average_tokens_across_devices",
-                    "lr_scheduler_type",
-                    "torch_compile",
-                    "use_liger_kernel",
-                    "liger_kernel_config",
-                )
-            },
-            "fsdp": kw.get("fsdp"),
-            "fsdp_config": kw.get("fsdp_config"),
-            "deepspeed": kw.get("deepspeed"),
-            "optim": kw.get("optim", "TrainingArguments default"),
-            "batch_copy": (
-                "non_blocking, pinned"
-                if (kw.get("accelerator_config") or {}).get("non_blocking")
-                else "accelerate default (blocking)"
-            ),
-            "attention_mask_in_batch": with_mask,
-            "ddp_options": ddp_options,
-            "loss_curve": "LossCurveMixin (device tensors, read after training)",
-            "fast_host_step": runtime.fast_host_step,
-        }
-        if gaudi:
-            mode_args = dict(gmode["args"]) if gmode else {"use_lazy_mode": plan.strategy != "fsdp"}
-            fused_rope = mode_args.pop("use_fused_rope", None)
-            llama = getattr(model.config, "model_type", None) == "llama"  # run_lora_clm.py sets these for llama only
-            if mode_args.pop("attn_softmax_bf16", False) and llama:
-                model.generation_config.attn_softmax_bf16 = True
-            if fused_rope is False and llama:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
-                model.generation_config.use_fused_rope = False
-            args = GaudiTrainingArguments(**kw, **mode_args, use_habana=True, distribution_strategy="ddp")
-            gcfg = GaudiConfig(
-                use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16"
-            )
-            trainer_cls, extra = GaudiTrainer, {"gaudi_config": gcfg}
-        else:
-            args = pre_args or TrainingArguments(**kw)
-            trainer_cls, extra = Trainer, {}
-            if plan.strategy == "single" and args.n_gpu > 1:
-                # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
-                # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
-                args._n_gpu = 1
+        measurements["series"] = _series_record(plan, ctx)
+        measurements["trainer_settings"] = _trainer_settings(kw, with_mask, ddp_options, ctx.runtime)
+        args, trainer_cls, extra = _training_arguments(model, plan, ctx, kw, pre_args)
         # the values TrainingArguments holds (defaults included: the faithful series leaves most at Trainer's)
-        m["trainer_settings"].update({k: _plain(getattr(args, k, None)) for k in TRAINER_FIELDS})
+        measurements["trainer_settings"].update({k: _plain(getattr(args, k, None)) for k in TRAINER_FIELDS})
         t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
         timer.meter_energy(s.warmup_steps, s.timed_steps)
-        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, runtime.fast_host_step)
-        trainer = trainer_cls(
-            model=model,
-            args=args,
-            train_dataset=train_ds,
-            eval_dataset=eval_ds,
-            data_collator=default_data_collator,
-            callbacks=[timer],
-            **extra,
-        )
-        timer.trainer = trainer
-        fsdp_cfg = kw.get("fsdp_config") or {}
-        # TrainingArguments strips the "fsdp_" prefixes of the authors' keys in place
-        wrap = fsdp_cfg.get("fsdp_auto_wrap_policy", fsdp_cfg.get("auto_wrap_policy"))
-        if series == "faithful" and plan.strategy == "fsdp" and wrap == "TRANSFORMER_BASED_WRAP":
-            from peft.utils.other import fsdp_auto_wrap_policy  # run_lora_clm.py l. 959-960
-
-            trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
-            m["trainer_settings"]["fsdp_auto_wrap_policy"] = "peft.utils.other.fsdp_auto_wrap_policy"
+        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, ctx.runtime.fast_host_step)
+        trainer = _make_trainer(trainer_cls, model, args, (train_ds, eval_ds), timer, extra)
+        if _peft_wrap_policy(trainer, model, plan, ctx, kw):
+            measurements["trainer_settings"]["fsdp_auto_wrap_policy"] = "peft.utils.other.fsdp_auto_wrap_policy"
         phase_done("trainer_init", t_phase)
-        device.reset_peak_memory()
-        t0 = time.perf_counter()
-        trainer.train()
-        device.synchronize()
-        train_s = time.perf_counter() - t0
-        phase_done("train", t0, " (wrapping, evaluations and every step)")
-        samples, method = timer.finish()
-        m["train_runtime"] = train_runtime(
-            timer.step_end_s, timer.step_begin_s, s.warmup_steps, s.per_device_batch * s.grad_accum * world
-        )
-        m["energy"] = timer.clock.energy()  # this rank's device over the timed steps (accelbench.measure.energy)
-        losses = trainer.loss_curve()
-        peak = device.peak_memory_bytes()
-        evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
-        eval_before, eval_after = (evals[0], evals[-1]) if len(evals) >= 2 else (None, None)
-        m["wrapped_as"] = timer.wrapped_as
-        m["distributed"] = timer.distributed
-        timer.trainer = None
+        trained, after_training = _train(trainer, timer, ctx, phase_done)
+        measurements.update(trained)
     except device.out_of_memory_errors() as exc:
-        peak = device.peak_memory_bytes()
-        msg = str(exc).splitlines()[0]
-        return {
-            "status": "oom",
-            "reason": f"out of device memory on rank {rank}: {msg}",
-            "rank": rank,
-            "measurements": {
-                **m,
-                "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
-                "requested": _requested_from_message(msg),
-            },
-        }
+        return _oom_result(exc, ctx, measurements)
     finally:
         scratch.cleanup()  # every way out (19 /tmp/accelbench_lora_* folders were left behind before)
-    if plan.strategy in WRAPPER and WRAPPER[plan.strategy] not in (m["wrapped_as"] or ""):
+    wrapped_as, distributed = measurements["wrapped_as"], measurements["distributed"]
+    if plan.strategy in WRAPPER and WRAPPER[plan.strategy] not in (wrapped_as or ""):
         return {
             "status": "unsupported",
             "rank": rank,
-            "measurements": m,
-            "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {m['wrapped_as']} "
-            f"(distributed type {(m['distributed'] or {}).get('distributed_type')})",
+            "measurements": measurements,
+            "reason": f"{plan.strategy} requested, but Trainer trained the model wrapped as {wrapped_as} "
+            f"(distributed type {(distributed or {}).get('distributed_type')})",
         }
-    m.update(
+    peak = after_training.pop("peak_bytes")
+    measurements.update(
         {
             "model": lm.info,
             "lora_parameters": lora_counts,
             "data": data_summary,
-            "step_samples_ms": samples,
-            "timing_method": method,
-            "train_wall_s": train_s,
-            "loss_curve": losses,
-            "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
-            "device, mean over ranks, read after training",
-            "eval_loss_before": eval_before,
-            "eval_loss_after": eval_after,
+            **after_training,
             "peak_mem_gib": peak / 2**30 if peak is not None else None,
             "peak_mem_kind": "device max_memory_allocated" if peak is not None else "host peak RSS (CPU)",
             "host_peak_rss_gib": _host_peak_rss_gib(),
             "layer_cls": layer_cls,
         }
     )
-    return {"status": "ok", "reason": None, "rank": rank, "measurements": m}
+    return {"status": "ok", "reason": None, "rank": rank, "measurements": measurements}
+
+
+def _oom_result(exc: BaseException, ctx: RankContext, measurements: dict) -> dict:
+    """The ``oom`` result of this rank: the measurements so far, the device's peak memory (GiB) before the error and
+    the allocation it failed on (from the message)."""
+    peak = ctx.device.peak_memory_bytes()
+    msg = str(exc).splitlines()[0]
+    return {
+        "status": "oom",
+        "reason": f"out of device memory on rank {ctx.rank}: {msg}",
+        "rank": ctx.rank,
+        "measurements": {
+            **measurements,
+            "peak_mem_gib_before_oom": peak / 2**30 if peak else None,
+            "requested": _requested_from_message(msg),
+        },
+    }
+
+
+def _phase_done(phases: dict, rank: int, name: str, since: float, note: str = "") -> float:
+    """Record (in ``phases``, seconds) and log the set-up phase ``name`` of ``rank`` begun at ``since``
+    (``time.perf_counter``); returns now, the next phase's start."""
+    now = time.perf_counter()
+    phases[name] = round(now - since, 3)
+    logging.getLogger("accelbench").info("rank %d: %s%s took %.1f s", rank, name.replace("_", " "), note, now - since)
+    return now
+
+
+def _datasets(tokenizer, data_spec: dict, ctx: RankContext, max_steps: int, with_mask: bool):
+    """The (train, eval, summary) of :func:`.data.build_datasets`: blocks for ``max_steps`` optimizer steps of every
+    rank, and the held-out blocks rounded up to whole eval batches on every rank (``drop_last``)."""
+    s, world = ctx.settings, ctx.world
+    need = s.per_device_batch * s.grad_accum * world * max_steps
+    per_eval = s.per_device_batch * world  # whole eval batches on every rank (drop_last)
+    n_eval = math.ceil(s.eval_blocks / per_eval) * per_eval
+    return build_datasets(tokenizer, data_spec, s.seq_len, need, n_eval, with_mask)
+
+
+def _series_record(plan: Plan, ctx: RankContext) -> dict:
+    """The series this run reproduces, as the result records it (``measurements.series``)."""
+    return {
+        **ctx.runtime.to_dict(),
+        "source": SOURCE,
+        # the job file's Gaudi mode (faithful; applied on Gaudi). Ours on Gaudi: lazy mode except FSDP
+        "gaudi_mode": ctx.gaudi_mode,
+        "job_flash_flags": job_flash_flags(ctx.family, plan.strategy, plan.devices),
+        # whether this run's attention is the one the job files ran (None: both exist, or none set)
+        "attention_as_job_files": _as_job_files(ctx.family, plan),
+        "adapters_cast_to": "bfloat16" if plan.precision == "bf16" and ctx.ops.accelerator else None,
+    }
+
+
+def _trainer_settings(kw: dict, with_mask: bool, ddp_options: dict, runtime) -> dict:
+    """The Trainer settings this run asked for (``kw``: TrainingArguments' keyword arguments), as recorded in
+    ``measurements.trainer_settings``."""
+    return {
+        **{
+            k: kw.get(k)
+            for k in (
+                "logging_strategy",
+                "logging_steps",
+                "logging_nan_inf_filter",
+                "include_num_input_tokens_seen",
+                "average_tokens_across_devices",
+                "lr_scheduler_type",
+                "torch_compile",
+                "use_liger_kernel",
+                "liger_kernel_config",
+            )
+        },
+        "fsdp": kw.get("fsdp"),
+        "fsdp_config": kw.get("fsdp_config"),
+        "deepspeed": kw.get("deepspeed"),
+        "optim": kw.get("optim", "TrainingArguments default"),
+        "batch_copy": (
+            "non_blocking, pinned"
+            if (kw.get("accelerator_config") or {}).get("non_blocking")
+            else "accelerate default (blocking)"
+        ),
+        "attention_mask_in_batch": with_mask,
+        "ddp_options": ddp_options,
+        "loss_curve": "LossCurveMixin (device tensors, read after training)",
+        "fast_host_step": runtime.fast_host_step,
+    }
+
+
+def _training_arguments(model, plan: Plan, ctx: RankContext, kw: dict, pre_args):
+    """The training arguments, the Trainer class and its extra keyword arguments: Gaudi's (with the job file's
+    Gaudi mode, and the generation settings ``run_lora_clm.py`` sets for Llama) or transformers' (``pre_args`` where
+    ZeRO-3 made them before the model)."""
+    from transformers import Trainer, TrainingArguments
+
+    if ctx.ops.optimum_habana:
+        from optimum.habana import GaudiConfig, GaudiTrainer, GaudiTrainingArguments
+
+        gmode = ctx.gaudi_mode
+        mode_args = dict(gmode["args"]) if gmode else {"use_lazy_mode": plan.strategy != "fsdp"}
+        fused_rope = mode_args.pop("use_fused_rope", None)
+        llama = getattr(model.config, "model_type", None) == "llama"  # run_lora_clm.py sets these for llama only
+        if mode_args.pop("attn_softmax_bf16", False) and llama:
+            model.generation_config.attn_softmax_bf16 = True
+        if fused_rope is False and llama:  # run_lora_clm.py: model.generation_config.use_fused_rope = False
+            model.generation_config.use_fused_rope = False
+        args = GaudiTrainingArguments(**kw, **mode_args, use_habana=True, distribution_strategy="ddp")
+        gcfg = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=plan.precision == "bf16")
+        return args, GaudiTrainer, {"gaudi_config": gcfg}
+    args = pre_args or TrainingArguments(**kw)
+    if plan.strategy == "single" and args.n_gpu > 1:
+        # A non-distributed Trainer wraps the model in nn.DataParallel over every visible GPU; `single`
+        # means one device (seen on a 2-GPU H200 node: the "single" runs were DataParallel over 2 GPUs).
+        args._n_gpu = 1
+    return args, Trainer, {}
+
+
+def _make_trainer(trainer_cls, model, args, datasets: tuple, timer, extra: dict):
+    """``trainer_cls`` over ``model`` with the (train, eval) ``datasets`` and the step ``timer`` as its callback."""
+    from transformers import default_data_collator
+
+    train_ds, eval_ds = datasets
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        data_collator=default_data_collator,
+        callbacks=[timer],
+        **extra,
+    )
+    timer.trainer = trainer
+    return trainer
+
+
+def _peft_wrap_policy(trainer, model, plan: Plan, ctx: RankContext, kw: dict) -> bool:
+    """Give FSDP PEFT's auto-wrap policy as ``run_lora_clm.py`` does (faithful series, transformer-based wrapping);
+    whether it was given."""
+    fsdp_cfg = kw.get("fsdp_config") or {}
+    # TrainingArguments strips the "fsdp_" prefixes of the authors' keys in place
+    wrap = fsdp_cfg.get("fsdp_auto_wrap_policy", fsdp_cfg.get("auto_wrap_policy"))
+    if not (ctx.series == "faithful" and plan.strategy == "fsdp" and wrap == "TRANSFORMER_BASED_WRAP"):
+        return False
+    from peft.utils.other import fsdp_auto_wrap_policy  # run_lora_clm.py l. 959-960
+
+    trainer.accelerator.state.fsdp_plugin.auto_wrap_policy = fsdp_auto_wrap_policy(model)
+    return True
+
+
+def _train(trainer, timer, ctx: RankContext, phase_done) -> tuple[dict, dict]:
+    """Train; returns this rank's measurements of it in two parts: Trainer's runtime figures, energy and what the
+    model was wrapped in (recorded whatever the wrapping), then the step samples (ms) and how they were timed, the
+    loss curve, held-out losses before/after and ``peak_bytes``, the device's peak memory (None on CPU)."""
+    s, device = ctx.settings, ctx.device
+    device.reset_peak_memory()
+    t0 = time.perf_counter()
+    trainer.train()
+    device.synchronize()
+    train_s = time.perf_counter() - t0
+    phase_done("train", t0, " (wrapping, evaluations and every step)")
+    samples, method = timer.finish()
+    record = {
+        "train_runtime": train_runtime(
+            timer.step_end_s, timer.step_begin_s, s.warmup_steps, s.per_device_batch * s.grad_accum * ctx.world
+        ),
+        "energy": timer.clock.energy(),  # this rank's device over the timed steps (accelbench.measure.energy)
+    }
+    losses = trainer.loss_curve()
+    peak = device.peak_memory_bytes()
+    evals = [h["eval_loss"] for h in trainer.state.log_history if "eval_loss" in h]
+    eval_before, eval_after = (evals[0], evals[-1]) if len(evals) >= 2 else (None, None)
+    record.update(wrapped_as=timer.wrapped_as, distributed=timer.distributed)
+    timer.trainer = None
+    return record, {
+        "step_samples_ms": samples,
+        "timing_method": method,
+        "train_wall_s": train_s,
+        "loss_curve": losses,
+        "loss_curve_method": "per optimizer step: sum of the micro-batch losses kept on the "
+        "device, mean over ranks, read after training",
+        "eval_loss_before": eval_before,
+        "eval_loss_after": eval_after,
+        "peak_bytes": peak,
+    }
 
 
 TRAINER_FIELDS = (

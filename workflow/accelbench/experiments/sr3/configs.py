@@ -131,21 +131,6 @@ class Configuration:
         """``, Inductor layout optimization forced`` where it is, else empty: the suffix the benchmarks' rows add."""
         return ", Inductor layout optimization forced" if self.layout_optimization else ""
 
-    def trainer_options(self) -> dict:
-        """The keyword arguments of :class:`~accelbench.experiments.sr3.model.Trainer` this configuration sets (the
-        rule, the overhead and the energy benchmarks build their Trainer with the same ones)."""
-        return {
-            "compile": self.compile,
-            "fused_adam": self.fused_adam,
-            "channels_last": self.channels_last,
-            "layout_optimization": self.layout_optimization,
-            "norm": self.norm,
-            "host_syncs": self.host_syncs,
-            "compile_mode": self.compile_mode,
-            "loader_workers": self.loader_workers,
-            "blocking_copies": self.blocking_copies,
-        }
-
     def to_dict(self) -> dict:
         d = {**dataclasses.asdict(self), "series_label": SERIES[self.series]}
         if self.series == "faithful":  # recorded, not reproduced: this run's launch is in measurements.launch

@@ -19,6 +19,7 @@ from accelbench.experiments.sr3.batches import (  # noqa: F401 (offered here, as
     to_device,
     upsample,
 )
+from accelbench.experiments.sr3.configs import Configuration
 from accelbench.experiments.sr3.network import (  # noqa: F401 (offered here, as they always were)
     build_ddim,
     build_scheduler,
@@ -67,29 +68,29 @@ class Trainer:
         s: SR3Settings,
         device: Device,
         data: PatchSet,
-        precision: str,
+        conf: Configuration,
         seed: int,
+        *,
         rank: int = 0,
         world: int = 1,
-        distributed: bool = False,
         ddp: dict | None = None,
-        *,
-        compile: bool = False,
-        fused_adam: bool = False,
-        channels_last: bool = False,
-        host_syncs: bool = False,
-        compile_mode: str | None = None,
-        loader_workers: int | None = None,
-        blocking_copies: bool = False,
-        layout_optimization: bool = False,
-        norm: str = "group_norm",
     ):
+        """Build rank ``rank`` of ``world`` (DDP when ``world > 1``) in configuration ``conf``: its precision,
+        compilation (mode, Inductor layout optimization), fused Adam, channels-last layout, normalisation, host
+        synchronisations and data path (``loader_workers``, ``blocking_copies``). Its attention placement and cuDNN
+        autotuning are the caller's (:meth:`SR3Settings.for_configuration`, ``torch.backends.cudnn.benchmark``).
+
+        Raises:
+            ConfigError: an unknown ``ddp`` option, or no full batch per rank.
+        """
+        distributed = world > 1
+        precision, compile, compile_mode = conf.precision, conf.compile, conf.compile_mode
         self.s, self.device, self.rank, self.world = s, device, rank, world
-        self.distributed, self.host_syncs, self.blocking_copies = distributed, host_syncs, blocking_copies
+        self.distributed, self.host_syncs, self.blocking_copies = distributed, conf.host_syncs, conf.blocking_copies
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        self.model = set_norm(build_unet(s), norm).to(dev, memory_format=self.memory_format)
+        self.memory_format = torch.channels_last if conf.channels_last else torch.contiguous_format
+        self.model = set_norm(build_unet(s), conf.norm).to(dev, memory_format=self.memory_format)
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -99,10 +100,10 @@ class Trainer:
         else:
             self.net = self.model
         if compile:  # DDP-wrapped: TorchDynamo splits the graph at DDP's buckets (DDPOptimizer)
-            self.net = torch.compile(self.net, **compile_options(compile_mode, layout_optimization))
+            self.net = torch.compile(self.net, **compile_options(compile_mode, conf.layout_optimization))
         self.cudagraphs = compile and compile_mode == "reduce-overhead"
         self.scheduler = build_scheduler(s, float64=False)  # add_noise works in the samples' dtype anyway
-        self.fused_adam = bool(fused_adam and device.ops.fused_adamw)
+        self.fused_adam = bool(conf.fused_adam and device.ops.fused_adamw)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=s.lr, **({"fused": True} if self.fused_adam else {}))
         self.amp = torch.bfloat16 if precision == "bf16" else None
         self.gen = torch.Generator(device=dev).manual_seed(seed + 1000 * (rank + 1))
@@ -117,8 +118,8 @@ class Trainer:
             world,
             seed,
             pin_memory=self.pin_memory,
-            workers=loader_workers,
-            blocking=blocking_copies,
+            workers=conf.loader_workers,
+            blocking=conf.blocking_copies,
         )
         if len(self.loader) == 0:
             raise ConfigError(f"no full batch of {s.batch_size} per rank from {len(data)} patches over {world} ranks")

@@ -23,6 +23,7 @@ from before the configurations existed name theirs through :func:`.configs.of_re
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 
@@ -108,9 +109,7 @@ def sr3_rank(args) -> None:
         return statistics.median([max(r[i] for r in allv) for i in range(len(samples))])
 
     # harness: the rule's Trainer and timer
-    tr = exp.Trainer(
-        s, device, ds, conf.precision, seed, rank, world, distributed=world > 1, ddp=job.ddp, **conf.trainer_options()
-    )
+    tr = exp.Trainer(s, device, ds, conf, seed, rank=rank, world=world, ddp=job.ddp)
     if world > 1:
         dist.barrier()
     t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
@@ -216,9 +215,7 @@ def sr3_host_bound(args) -> None:
         ds = exp.PatchSet(data["train_hr"], data["train_lr"], s.hr_size, min_len=s.batch_size)
         own = conf.loader_workers or 0
         for i, workers in enumerate([conf.loader_workers] + ([args.workers] if args.workers != own else [])):
-            tr = exp.Trainer(
-                s, device, ds, conf.precision, seed, **{**conf.trainer_options(), "loader_workers": workers}
-            )
+            tr = exp.Trainer(s, device, ds, dataclasses.replace(conf, loader_workers=workers), seed)
             variants = [f"workers={tr.data_path['loader_workers']}"]
             if i == 0:  # the configuration's own data path, then the same Trainer's bare one
                 variants.append("device-resident")

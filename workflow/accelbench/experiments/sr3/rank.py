@@ -161,9 +161,7 @@ def train_rank(
     precision = conf.precision
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
     ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(
-        settings, device, ds, precision, seed, rank, world, distributed=world > 1, ddp=ddp, **conf.trainer_options()
-    )
+    tr = Trainer(settings, device, ds, conf, seed, rank=rank, world=world, ddp=ddp)
     step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
     device.reset_peak_memory()
     if world > 1:
