@@ -26,16 +26,12 @@ from accelbench.core import registry
 
 def read_run_tables(run_tables: dict[str, Path]) -> dict[str, pd.DataFrame]:
     """``{run folder name: its committed tables/claims/claims.csv}``, read, in name order, each through
-    :func:`accelbench.core.files.read_text` (a FIFO or huge file there: one line naming it, :class:`DataError`)."""
-    import io
-
-    from accelbench.core.files import MAX_TEXT_BYTES, read_text
+    :func:`accelbench.core.files.read_frame` (a FIFO or huge file there: one line naming it, :class:`DataError`)."""
+    from accelbench.core.files import MAX_TEXT_BYTES, read_frame
     from accelbench.errors import DataError
 
     return {
-        name: pd.read_csv(
-            io.StringIO(read_text(p, "claims table", MAX_TEXT_BYTES, DataError)), dtype=str, keep_default_na=False
-        )
+        name: read_frame(p, "claims table", MAX_TEXT_BYTES, DataError, dtype=str, keep_default_na=False)
         for name, p in sorted(run_tables.items())
     }
 

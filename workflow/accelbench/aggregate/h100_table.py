@@ -46,18 +46,21 @@ def real_h100(hardware: str) -> bool:
     return cls == "h100" and not by_policy
 
 
-def _one_number(text: str) -> float | None:
-    """The single number a cell states (``0.39 (H100, digest)`` -> 0.39), None for none or several."""
-    head = str(text).split(";")[0]
-    head = re.sub(r"\((?:[^()]*)\)", "", head)  # "(H100, digest)", "(1x, 79.18 GiB)"
-    found = _NUMBER.findall(head)
+def _single(text: str) -> float | None:
+    """The one number ``text`` states outside brackets (``(H100, digest)``, ``(1x, 79.18 GiB)``), None for none or
+    several."""
+    found = _NUMBER.findall(re.sub(r"\((?:[^()]*)\)", "", str(text)))
     return float(found[0]) if len(found) == 1 else None
+
+
+def _one_number(text: str) -> float | None:
+    """The single number a published cell states before any ``;`` note (``0.39 (H100, digest)`` -> 0.39)."""
+    return _single(str(text).split(";")[0])
 
 
 def _measured_number(text: str) -> float | None:
     """The value of a measured cell: ``tf32: sm cycles ratio 0.19`` -> 0.19; ``...: 3.36x training step`` -> 3.36."""
-    found = _NUMBER.findall(re.sub(r"\((?:[^()]*)\)", "", str(text)))
-    return float(found[0]) if len(found) == 1 else None
+    return _single(text)
 
 
 def claim_rows(claims_shown: pd.DataFrame) -> list[dict]:

@@ -31,42 +31,42 @@ def use_reference_dir(path: str | Path) -> None:
     """Read the H100/H200 evidence from ``path`` (the claims aggregation's ``--reference-dir``) from now on."""
     global _evidence_dir
     _evidence_dir = Path(path)
-    evidence.cache_clear()
+    evidence_table.cache_clear()
 
 
 @functools.lru_cache(maxsize=1)
-def evidence() -> dict[str, tuple[bool, str]]:
-    """``{quantity: (whether an H200 may judge it, why)}`` from :data:`EVIDENCE_FILE`.
+def evidence_table():
+    """:data:`EVIDENCE_FILE` as read (every cell a string), its columns and ``h200_judges`` values checked.
 
     Raises:
-        DataError: the file is missing, unreadable or lacks a column (named).
+        DataError: the file is missing, unreadable, lacks a column or says other than yes/no (named).
     """
     from accelbench.core import files
     from accelbench.errors import DataError
 
     path = _evidence_dir / EVIDENCE_FILE
-    df = files.read_frame(path, "the H100/H200 evidence table", error=DataError, comment="#", keep_default_na=False)
-    missing = {"quantity", "h200_judges", "why"} - set(df.columns)
+    df = files.read_frame(path, "the H100/H200 evidence table", error=DataError, comment="#", dtype=str)
+    missing = {"quantity", "claims", "h100", "h200", "h200_judges", "why"} - set(df.columns)
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
     bad = sorted(set(df["h200_judges"]) - {"yes", "no"})
     if bad:
         raise DataError(f"{path}: h200_judges must be yes or no, not {bad[0]!r}")
-    return {str(r["quantity"]): (r["h200_judges"] == "yes", str(r["why"])) for _, r in df.iterrows()}
+    return df
+
+
+def evidence() -> dict[str, tuple[bool, str]]:
+    """``{quantity: (whether an H200 may judge it, why)}`` from :func:`evidence_table`."""
+    return {r["quantity"]: (r["h200_judges"] == "yes", r["why"]) for _, r in evidence_table().iterrows()}
 
 
 def evidence_markdown() -> str:
     """The evidence table as Markdown (docs/claims.md): per quantity, the claims, the H100 and H200 values side by
     side, whether an H200 may judge it, and why."""
-    from accelbench.core import files
-    from accelbench.errors import DataError
-
-    path = _evidence_dir / EVIDENCE_FILE
-    df = files.read_frame(path, "the H100/H200 evidence table", error=DataError, comment="#", dtype=str)
     head = "| quantity | claims | H100 | H200 | an H200 may judge it | why |\n| --- | --- | --- | --- | --- | --- |"
     rows = [
         f"| {r['quantity']} | {r['claims']} | {r['h100']} | {r['h200']} | {r['h200_judges']} | {r['why']} |"
-        for _, r in df.iterrows()
+        for _, r in evidence_table().iterrows()
     ]
     note = (
         f"From `resources/reference/{EVIDENCE_FILE}` (H100: reference_runs/h100x1-2026-12-05, H200: the 1-GPU results "
@@ -161,13 +161,12 @@ def in_scope(claim_hardware: str, hardware: str, quantity: str | None = None) ->
     quantity, for the policy's per-quantity evidence (:func:`class_of`)."""
     classes = claim_classes(claim_hardware)
     cls, why = class_of(hardware)
+    shown = device_part(hardware)
     if why and cls in classes and quantity is not None:  # a class by policy: only where the evidence allows it
         allowed, because = h200_judges(quantity)
         if not allowed:
-            shown = device_part(hardware)
             return False, f"{label(claim_hardware)} claim; this is {shown} (not counted as {_NAMES[cls]}: {because})"
     ok = ANY in classes or cls in classes
-    shown = device_part(hardware)
     name = _NAMES.get(cls, "no class of the studies' hardware")
     measured_as = (f"{name} class" if cls in _NAMES else name) + (f": {why}" if why else "")
     return ok, f"{label(claim_hardware)} claim; this is {shown} ({measured_as})"
