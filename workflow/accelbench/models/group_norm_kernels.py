@@ -88,8 +88,8 @@ if triton is not None:
         X, R, Y, A, BSH, C, S, sxb, sxc, sxs, srb, src, srs,
         HAS_RES: tl.constexpr, SILU: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(0).to(tl.int64)
-        offs_s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+        b = tl.program_id(1).to(tl.int64)  # the grid's y dimension (at most 65,535): the batch
+        offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)  # x (2^31 - 1): 128^3 x 128 needs 65,536
         offs_c = tl.arange(0, BLOCK_C)
         mc = offs_c < C
         mask = (offs_s < S)[:, None] & mc[None, :]
@@ -141,8 +141,8 @@ if triton is not None:
         X, R, DY, DX, RSTD, NMR, W, BIAS, P, Q, T, C, S, sxb, sxc, sxs, srb, src, srs,
         HAS_RES: tl.constexpr, SILU: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(0).to(tl.int64)
-        offs_s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+        b = tl.program_id(1).to(tl.int64)  # the grid's y dimension (at most 65,535): the batch
+        offs_s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)  # x (2^31 - 1): 128^3 x 128 needs 65,536
         offs_c = tl.arange(0, BLOCK_C)
         mc = offs_c < C
         mask = (offs_s < S)[:, None] & mc[None, :]

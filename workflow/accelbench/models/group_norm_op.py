@@ -172,7 +172,7 @@ def _forward(x, weight, bias, residual, num_groups, eps, silu):
         y = torch.empty_like(x)
         sx, r, sr = _views(x, residual)
         block_c, block_s, _, _ = kernels.blocks(c, s, b)
-        kernels._apply_kernel[(b, kernels.triton.cdiv(s, block_s))](
+        kernels._apply_kernel[(kernels.triton.cdiv(s, block_s), b)](
             x, r, y, a, sh, c, s, *sx, *sr,
             HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
         )  # fmt: skip
@@ -221,7 +221,7 @@ def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     t = (rstd_c * _per_channel(b_g, c)).contiguous()
     if on:
         dx = torch.empty_like(x)
-        kernels._bwd_apply_kernel[(b, kernels.triton.cdiv(s, block_s))](
+        kernels._bwd_apply_kernel[(kernels.triton.cdiv(s, block_s), b)](
             x, r, dy, dx, rstd_c, nmr, w, bi, p, q, t, c, s, *sx, *sr,
             HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
         )  # fmt: skip
