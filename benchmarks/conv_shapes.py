@@ -48,6 +48,9 @@ total time), and which setting wins per shape ("keep what wins"). A benchmark wr
 Usage (on the GPU node; ``--limit N`` times only the first N distinct shapes of each network)::
 
     python benchmarks/conv_shapes.py --device cuda --csv results/benchmarks/conv_shapes.csv
+    # within a 10-minute window: one network per call, the CSV rewritten after every setting
+    python benchmarks/conv_shapes.py --networks study_a --csv results/benchmarks/conv_shapes_study_a.csv
+    python benchmarks/conv_shapes.py --networks sr3 --layouts channels_last --cudnn heuristic,benchmark_limit10
     python benchmarks/conv_shapes.py --device cpu --scale small --limit 2 --repeat 3   # smoke run on a CPU
 """
 
@@ -291,13 +294,15 @@ def distinct_shapes(network: str, calls: list[dict]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- settings and the timing worker
-def settings_grid(dtypes: list[str], device: str) -> list[dict]:
-    """The settings to time: dtype x memory format x cuDNN's algorithm choice (CUDA); on a CPU, dtype x memory
-    format only (cuDNN's switches act on CUDA alone; their columns stay empty)."""
+def settings_grid(dtypes: list[str], device: str, layouts=LAYOUTS, cudnn=None) -> list[dict]:
+    """The settings to time: dtype x memory format (``layouts``) x cuDNN's algorithm choice (CUDA; ``cudnn``: the
+    names of :data:`CUDNN_CHOICES` to keep, None: all); on a CPU, dtype x memory format only (cuDNN's switches act
+    on CUDA alone; their columns stay empty)."""
     out = []
     for dtype in dtypes:
-        for layout in LAYOUTS:
-            choices = CUDNN_CHOICES if device == "cuda" else ((None, None, None, None),)
+        for layout in layouts:
+            choices = [c for c in CUDNN_CHOICES if cudnn is None or c[0] in cudnn]
+            choices = choices if device == "cuda" else ((None, None, None, None),)
             for name, bench, limit, mode_b in choices:
                 out.append(
                     {
@@ -404,6 +409,7 @@ def run_setting(setting: dict, shapes: list[dict], args) -> list[dict]:
         env["TORCH_CUDNN_USE_HEURISTIC_MODE_B"] = "1"
     with tempfile.TemporaryDirectory(prefix="conv_shapes_") as tmp:
         plan, out = Path(tmp) / "plan.json", Path(tmp) / "rows.jsonl"
+        shapes_in = [{k: v for k, v in s.items() if k != "modules"} for s in shapes]
         plan.write_text(
             json.dumps(
                 {
@@ -411,21 +417,27 @@ def run_setting(setting: dict, shapes: list[dict], args) -> list[dict]:
                     "device": args.device,
                     "warmup": args.warmup,
                     "repeat": args.repeat,
-                    "shapes": [{k: v for k, v in s.items() if k != "modules"} for s in shapes],
+                    "shapes": shapes_in,
                 }
             )
         )
         out.touch()
-        done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(plan), str(out)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            done = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--worker", str(plan), str(out)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=args.setting_timeout,
+            )
+            returncode, stderr = done.returncode, done.stderr
+        except subprocess.TimeoutExpired:  # run() killed the worker; the rows it wrote are kept
+            returncode = "timeout"
+            stderr = f"killed after --setting-timeout {args.setting_timeout} s"
         rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     got = {(r["network"], r["shape_key"], r["op"]) for r in rows}
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no message"])[-1][:300]
+    if returncode != 0:
+        tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
         for s in shapes:
             for op in OPS:
                 if (s["network"], s["shape_key"], op) not in got:
@@ -435,7 +447,7 @@ def run_setting(setting: dict, shapes: list[dict], args) -> list[dict]:
                             "shape_key": s["shape_key"],
                             "op": op,
                             "status": "error",
-                            "reason": f"worker exited rc {done.returncode}: {tail}",
+                            "reason": f"worker exited rc {returncode}: {tail}",
                         }
                     )
     return rows
@@ -571,6 +583,17 @@ def main(argv=None) -> None:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where to time; default %(default)s")
     p.add_argument("--dtypes", default="bf16", help="comma-separated of bf16,fp32 (fp32: TF32 on); default %(default)s")
     p.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated of study_a,sr3; default all")
+    p.add_argument(
+        "--layouts", default=",".join(LAYOUTS), help="comma-separated of channels_last,contiguous; default all"
+    )
+    p.add_argument(
+        "--cudnn",
+        default=",".join(c[0] for c in CUDNN_CHOICES),
+        help="comma-separated cuDNN algorithm choices (CUDA); default all: %(default)s",
+    )
+    p.add_argument(
+        "--setting-timeout", type=float, default=420, help="seconds one setting's process may run; default %(default)s"
+    )
     p.add_argument("--scale", choices=("paper", "small"), default="paper", help="the config's scale; default paper")
     p.add_argument("--limit", type=int, default=None, help="time only the first N distinct shapes of each network")
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per op after the first; default 3")
@@ -593,13 +616,25 @@ def main(argv=None) -> None:
         return worker(*args.worker)
     dtypes = [d for d in args.dtypes.split(",") if d]
     networks = [n for n in args.networks.split(",") if n]
-    for what, given, allowed in (("--dtypes", dtypes, DTYPES), ("--networks", networks, NETWORKS)):
+    layouts = [n for n in args.layouts.split(",") if n]
+    cudnn = [n for n in args.cudnn.split(",") if n]
+    for what, given, allowed in (
+        ("--dtypes", dtypes, DTYPES),
+        ("--networks", networks, NETWORKS),
+        ("--layouts", layouts, LAYOUTS),
+        ("--cudnn", cudnn, [c[0] for c in CUDNN_CHOICES]),
+    ):
         bad = [g for g in given if g not in allowed] or ([] if given else ["(empty)"])
         if bad:
             p.error(f"{what}: {', '.join(bad)} not one of {', '.join(allowed)}")
-    for what, v in (("--limit", args.limit), ("--repeat", args.repeat), ("--warmup", args.warmup + 1)):
-        if v is not None and v < 1:
-            p.error(f"{what} must be at least {1 if what != '--warmup' else 0}")
+    for what, v, least in (
+        ("--limit", args.limit, 1),
+        ("--repeat", args.repeat, 1),
+        ("--warmup", args.warmup, 0),
+        ("--setting-timeout", args.setting_timeout, 0.01),
+    ):
+        if v is not None and v < least:
+            p.error(f"{what} must be at least {least}")
     if args.device == "cuda":
         import torch
 
@@ -628,12 +663,12 @@ def main(argv=None) -> None:
         return peaks[name]
 
     rows = []
-    for setting in settings_grid(dtypes, args.device):
+    for setting in settings_grid(dtypes, args.device, layouts, cudnn):
         t0 = time.perf_counter()
         timed = run_setting(setting, shapes, args)
         rows += full_rows(shapes, setting, timed, args, utc, peaks_of)
+        write_csv(rows, args.csv)  # after every setting: a run stopped from outside keeps what it measured
         print(f"  {setting['setting']}: {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s", flush=True)
-    write_csv(rows, args.csv)
     for line in summary(rows, shapes):
         print(line)
     print(f"{len(rows)} rows -> {args.csv}")

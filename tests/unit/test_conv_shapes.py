@@ -127,3 +127,35 @@ def test_cpu_smoke_run_writes_every_column(tmp_path):
         assert float(r["ms_median"]) > 0 and float(r["ms_p10"]) <= float(r["ms_median"]) <= float(r["ms_p90"])
         assert float(r["tflop_per_s"]) > 0 and r["torch"] and r["utc"] and r["device"] == "cpu"
     assert "keep what wins" in done.stdout and "sr3:" in done.stdout
+
+
+def test_a_killed_setting_keeps_its_rows_as_errors_and_bad_input_is_one_line(tmp_path):
+    """A setting whose process runs past ``--setting-timeout`` leaves one ``error`` row per shape and op, with the
+    reason; an unknown dtype is refused in one line naming the option, before anything runs."""
+    out = tmp_path / "conv.csv"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    argv = [sys.executable, str(TOOL), "--device", "cpu", "--scale", "small", "--networks", "sr3", "--limit", "1"]
+    done = subprocess.run(
+        [*argv, "--layouts", "contiguous", "--setting-timeout", "0.05", "--csv", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["op"], r["status"]) for r in rows] == [("fwd", "error"), ("dgrad", "error"), ("wgrad", "error")]
+    assert all("setting-timeout" in r["reason"] for r in rows)
+    assert "incomplete" in done.stdout
+
+    bad = subprocess.run(
+        [*argv, "--dtypes", "fp16", "--csv", str(tmp_path / "bad.csv")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("--dtypes: fp16 not one of bf16, fp32")
+    assert not (tmp_path / "bad.csv").exists()
