@@ -16,14 +16,16 @@ Layout of the work, for x as (B, C, S) with S the flattened spatial positions (c
 contiguous: spatial stride 1; both read through strides, no copy):
 
 1. ``_stats_kernel``, grid (B, chunks): per chunk of S and per channel the count, mean and sum of squared deviations
-   (Welford/Chan merges of [BLOCK_S, C] tiles, fp32) -> (B, chunks, C); combined per group with Chan's formula by a
-   few small torch ops (no host synchronisation, shapes fixed by x's shape: CUDA-graph safe).
+   (Welford/Chan merges of [BLOCK_S, C] tiles, fp32) -> (B, chunks, C); ``_stats_combine_kernel``, grid (B, G):
+   Chan's formula per group -> mean, rstd (B, G) and the per-channel ``a``, ``b`` below (no host synchronisation, no
+   torch operation between the launches: CUDA-graph safe).
 2. ``_apply_kernel``, grid (B, S / BLOCK_S): ``y = act(x * a + b)`` with per-(sample, channel) ``a = rstd w``,
    ``b = bias - mean rstd w``.
 3. backward ``_bwd_reduce_kernel``: per chunk and channel the sums of ``dz`` and ``dz xhat`` (``dz``: the gradient
-   at the affine output, through SiLU's derivative recomputed from x) -> ``dweight``, ``dbias`` and the per-group
-   terms; ``_bwd_apply_kernel``: ``dx = rstd (w dz - mean_g(w dz) - xhat mean_g(w dz xhat))``; the residual's
-   gradient is ``dx`` summed to its shape.
+   at the affine output, through SiLU's derivative recomputed from x); ``_bwd_combine_kernel``, grid (G,): summed over
+   chunks and samples -> ``dweight``, ``dbias`` and the per-group terms; ``_bwd_apply_kernel``: ``dx = rstd (w dz - mean_g(w dz) - xhat mean_g(w dz xhat))``; the residual's
+   gradient is ``dx`` summed to its shape. One forward + backward: 6 launches and no other device work
+   (``tests/experiments/test_fused_groupnorm_graph.py``).
 
 Where it runs: :func:`group_norm_act` with ``impl="auto"`` uses the Triton kernels on CUDA when Triton imports, and
 elsewhere (CPU: the embedded default; Gaudi) the plain ``F.group_norm`` + ``F.silu`` composition
