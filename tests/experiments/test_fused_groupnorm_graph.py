@@ -1,7 +1,6 @@
 """The fused GroupNorm operator of accelbench.models.fused_groupnorm as the device sees it, checked on the CPU: how
 many launches one forward + backward costs (the Triton kernels mocked, the torch operations around them counted by
-``torch.profiler``), and what Inductor puts around it in a compiled conv -> fused GroupNorm -> conv graph with
-layout optimisation (no layout copies)."""
+``torch.profiler``); and the benchmark's CSV."""
 
 from __future__ import annotations
 
@@ -91,3 +90,30 @@ def test_a_per_channel_residual_adds_only_its_own_gradient_sum(monkeypatch):
 def test_the_launch_count_does_not_depend_on_the_shape(monkeypatch, shape):
     log, torch_ops = device_work(monkeypatch, shape=shape, groups=16)
     assert len(log) == 6 and not torch_ops
+
+
+# --------------------------------------------------------------------------- the benchmark's CSV
+def test_bench_csv_has_the_environment_columns_and_every_rows_keys(tmp_path, monkeypatch):
+    """``--bench --csv PATH`` writes one row per shape with device, torch and triton first, then the eager-loop and
+    CUDA-graph columns; a row lacking a key (out of memory, a failed capture) leaves its cells empty."""
+    import csv
+
+    rows = [
+        {"shape": "a", "dims": "1x8x4x4", "fused_ms": 1.5, "fused_graph_ms": 0.2},
+        {"shape": "b", "dims": "1x8x2x2", "error": "out of memory: x"},
+    ]
+    monkeypatch.setattr(fg.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fg, "has_triton", lambda: True)
+    monkeypatch.setattr(fg, "bench", lambda residual=False: rows)
+    monkeypatch.setattr(fg, "environment", lambda: {"device": "NVIDIA H100", "torch": "2.x", "triton": "3.x"})
+    path = tmp_path / "bench.csv"
+    assert fg.main(["--bench", "--csv", str(path)]) == 0
+    got = list(csv.DictReader(path.open()))
+    assert list(got[0]) == ["device", "torch", "triton", "shape", "dims", "fused_ms", "fused_graph_ms", "error"]
+    assert got[0]["device"] == "NVIDIA H100" and got[0]["fused_graph_ms"] == "0.2" and got[0]["error"] == ""
+    assert got[1]["shape"] == "b" and got[1]["fused_ms"] == "" and got[1]["error"] == "out of memory: x"
+
+
+def test_environment_names_the_device_and_versions():
+    env = fg.environment()
+    assert set(env) == {"device", "torch", "triton"} and env["torch"] == torch.__version__
