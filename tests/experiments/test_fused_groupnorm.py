@@ -152,6 +152,20 @@ def interpreted():
 TRITON_RTOL = 2e-5
 
 
+def _fused_matches_reference(fg_module, shape, fmt, groups, residual):
+    x, w, b, r = _inputs(shape, fmt, residual, dtype=torch.float32)
+    assert kernels.triton_on(x)
+    ins = (x, w, b) + ((r,) if r is not None else ())
+    out = {}
+    for impl in ("fused", "reference"):
+        y = fg_module.group_norm_act(x, groups, w, b, 1e-5, "silu", r, impl)
+        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+        out[impl] = (y, *torch.autograd.grad(y, ins, gy))
+    assert out["fused"][0].stride() == x.stride()
+    for a, e in zip(out["fused"], out["reference"]):
+        assert (a - e).abs().max() <= TRITON_RTOL * e.abs().max()
+
+
 @pytest.mark.parametrize("residual", RESIDUALS)
 @pytest.mark.parametrize(
     "shape,fmt,groups",
@@ -159,19 +173,34 @@ TRITON_RTOL = 2e-5
 )
 def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, shape, fmt, groups, residual):
     """Under TRITON_INTERPRET=1 (small shapes; channel counts not powers of two; several chunks, each of several
-    tiles, through TARGET_PROGRAMS=2): output and every gradient within 2e-5 of the largest value of the reference's."""
+    tiles, through TARGET_PROGRAMS=2; the combine kernels over several [BLOCK_K, BLOCK_CPG] tiles, through
+    COMBINE_TILE=2): output and every gradient within 2e-5 of the largest value of the reference's."""
     monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the Welford/Chan merges
-    x, w, b, r = _inputs(shape, fmt, residual, dtype=torch.float32)
-    assert kernels.triton_on(x)
-    ins = (x, w, b) + ((r,) if r is not None else ())
-    out = {}
-    for impl in ("fused", "reference"):
-        y = interpreted.group_norm_act(x, groups, w, b, 1e-5, "silu", r, impl)
-        gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
-        out[impl] = (y, *torch.autograd.grad(y, ins, gy))
-    assert out["fused"][0].stride() == x.stride()
-    for a, e in zip(out["fused"], out["reference"]):
-        assert (a - e).abs().max() <= TRITON_RTOL * e.abs().max()
+    monkeypatch.setattr(kernels, "COMBINE_TILE", 2)  # one chunk per combine tile: the loops over K
+    _fused_matches_reference(interpreted, shape, fmt, groups, residual)
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_triton_kernels_skip_the_fully_masked_tiles_of_the_last_chunk(interpreted, monkeypatch, residual):
+    """Chunks are whole numbers of tiles (a constexpr trip count); the last chunk's tiles past S are fully masked and
+    must add nothing (no 0/0 in the Welford merge): S = 40 positions in tiles of 4, chunks of 4 tiles, the last
+    chunk with 2 tiles of data and 2 empty."""
+    monkeypatch.setattr(kernels, "TILE", 32)
+    monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 3)
+    assert kernels.blocks(8, 40, 1) == (8, 4, 4, 3)  # BLOCK_C, BLOCK_S, tiles per chunk, chunks: 3 x 16 > 40 + 4
+    _fused_matches_reference(interpreted, (1, 8, 5, 8), torch.channels_last, 2, residual)
+
+
+def test_launch_geometry_needs_no_triton():
+    """The launch geometry is plain Python (CI has no Triton: these and the torch-formula tests above run there;
+    the interpreted kernels need ``pip install triton`` and ``TRITON_INTERPRET=1``)."""
+    assert kernels.next_power_of_2(1) == 1 and kernels.next_power_of_2(12) == 16 and kernels.next_power_of_2(16) == 16
+    assert kernels.cdiv(7, 2) == 4
+    # Study A 64 x 128^3, batch 1: 64-channel tiles of 64 positions, 1,024 chunks of 32 tiles
+    assert kernels.blocks(64, 128**3, 1) == (64, 64, 32, 1024)
+    # 1,024 chunks of 2 channels per group: tiles of 1,024 x 2, one per chunk
+    assert kernels.combine_blocks(1024, 2) == (1024, 2, 1)
+    assert kernels.combine_blocks(1024, 6) == (256, 8, 4)
 
 
 # --------------------------------------------------------------------------- the configurations build it

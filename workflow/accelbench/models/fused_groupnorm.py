@@ -16,14 +16,17 @@ Layout of the work, for x as (B, C, S) with S the flattened spatial positions (c
 contiguous: spatial stride 1; both read through strides, no copy):
 
 1. ``_stats_kernel``, grid (B, chunks): per chunk of S and per channel the count, mean and sum of squared deviations
-   (Welford/Chan merges of [BLOCK_S, C] tiles, fp32) -> (B, chunks, C); combined per group with Chan's formula by a
-   few small torch ops (no host synchronisation, shapes fixed by x's shape: CUDA-graph safe).
+   (Welford/Chan merges of [BLOCK_S, C] tiles, fp32) -> (B, chunks, C); ``_stats_combine_kernel``, grid (B, G):
+   Chan's formula per group -> mean, rstd (B, G) and the per-channel ``a``, ``b`` below (no host synchronisation, no
+   torch operation between the launches: CUDA-graph safe).
 2. ``_apply_kernel``, grid (B, S / BLOCK_S): ``y = act(x * a + b)`` with per-(sample, channel) ``a = rstd w``,
    ``b = bias - mean rstd w``.
 3. backward ``_bwd_reduce_kernel``: per chunk and channel the sums of ``dz`` and ``dz xhat`` (``dz``: the gradient
-   at the affine output, through SiLU's derivative recomputed from x) -> ``dweight``, ``dbias`` and the per-group
-   terms; ``_bwd_apply_kernel``: ``dx = rstd (w dz - mean_g(w dz) - xhat mean_g(w dz xhat))``; the residual's
-   gradient is ``dx`` summed to its shape.
+   at the affine output, through SiLU's derivative recomputed from x); ``_bwd_combine_kernel``, grid (G,): summed over
+   chunks and samples -> ``dweight``, ``dbias`` and the per-group terms; ``_bwd_apply_kernel``:
+   ``dx = rstd (w dz - mean_g(w dz) - xhat mean_g(w dz xhat))``; the residual's gradient is ``dx`` summed to its
+   shape. One forward + backward: 6 launches and no other device work
+   (``tests/experiments/test_fused_groupnorm_graph.py``).
 
 Where it runs: :func:`group_norm_act` with ``impl="auto"`` uses the Triton kernels on CUDA when Triton imports, and
 elsewhere (CPU: the embedded default; Gaudi) the plain ``F.group_norm`` + ``F.silu`` composition
@@ -41,7 +44,10 @@ benchmark.
 Benchmark on a GPU node (fused vs eager vs ``torch.compile``'d reference, forward + backward, bf16, the SR3 and Study A
 shapes)::
 
-    python -m accelbench.models.fused_groupnorm --bench
+    python -m accelbench.models.fused_groupnorm --bench --csv fused_groupnorm_bench.csv
+
+Each row has the eager loop's ms (host + device: the Python dispatch and launches included) and, per function, the ms
+of one replay of it captured in a CUDA graph (device only), so host overhead and device time separate.
 """
 
 from __future__ import annotations
@@ -147,6 +153,7 @@ BENCH_SHAPES = (
 
 
 def _time_ms(fn, iters: int = 20) -> float:
+    """Mean ms of ``fn()`` called ``iters`` times from Python after 3 warm-up calls (device and host time)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -159,8 +166,23 @@ def _time_ms(fn, iters: int = 20) -> float:
     return start.elapsed_time(end) / iters
 
 
+def _graph_ms(fn, iters: int = 20) -> float:
+    """Mean ms of one replay of ``fn`` captured in a CUDA graph (after 3 warm-up calls on a side stream): the device
+    time without the host's Python and launch overhead."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _time_ms(graph.replay, iters)
+
+
 def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool) -> dict:
-    """One row of :func:`bench`."""
+    """One row of :func:`bench`: ``<impl>_ms`` from the eager loop, ``<impl>_graph_ms`` from CUDA-graph replays."""
     dev = torch.device("cuda")
     fmt = torch.channels_last_3d if len(shape) == 5 else torch.channels_last
     x = torch.randn(shape, device=dev, dtype=torch.bfloat16).contiguous(memory_format=fmt).requires_grad_()
@@ -178,8 +200,14 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool)
 
     row = {"shape": name, "dims": "x".join(map(str, shape)), "residual": residual}
     try:
-        for label, f in (("fused_ms", fused), ("eager_ms", ref), ("compiled_ms", torch.compile(ref))):
-            row[label] = round(_time_ms(lambda f=f: torch.autograd.backward(f(x, w, bi, r), dy)), 3)
+        for label, f in (("fused", fused), ("eager", ref), ("compiled", torch.compile(ref))):
+            row[f"{label}_ms"] = round(_time_ms(lambda f=f: torch.autograd.backward(f(x, w, bi, r), dy)), 3)
+            try:  # torch.autograd.grad: fresh gradients from the graph's pool, no .grad accumulated in the capture
+                step = lambda f=f: torch.autograd.grad(f(x, w, bi, r), (x, w, bi), dy)  # noqa: E731
+                row[f"{label}_graph_ms"] = round(_graph_ms(step), 3)
+            except RuntimeError as e:  # a capture that fails is recorded with its reason, the row goes on
+                row[f"{label}_graph_ms"] = None
+                row[f"{label}_graph_error"] = str(e).splitlines()[0]
         with torch.no_grad():
             exact = group_norm_act_reference(x.float(), groups, w, bi, 1e-5, "silu", r)
             row["max_abs_diff_vs_fp32"] = float((fused(x, w, bi, r).float() - exact).abs().max())
@@ -191,7 +219,8 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool)
 def bench(shapes=BENCH_SHAPES, residual: bool = False) -> list[dict]:
     """Forward + backward ms of ``SiLU(GroupNorm(x))`` in bf16 channels-last on the CUDA device, per shape: the fused
     operator, the eager reference under bf16 autocast (``nn.GroupNorm`` then ``F.silu``: what the networks run), and
-    that reference through ``torch.compile``; also the fused output's largest difference from the fp32 reference.
+    that reference through ``torch.compile``, each from an eager loop (``*_ms``: host + device) and from CUDA-graph
+    replays (``*_graph_ms``: device only); also the fused output's largest difference from the fp32 reference.
     Prints one dict per shape as it goes."""
     rows = []
     for name, shape, groups in shapes:
@@ -201,10 +230,36 @@ def bench(shapes=BENCH_SHAPES, residual: bool = False) -> list[dict]:
     return rows
 
 
+def environment() -> dict:
+    """The columns every CSV row carries: device name, torch and Triton versions."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:  # pragma: no cover - the bench needs Triton; the columns say so where it is absent
+        triton_version = "none"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"device": device, "torch": torch.__version__, "triton": triton_version}
+
+
+def write_csv(rows: list[dict], path, env: dict) -> None:
+    """``rows`` (:func:`bench`'s) with ``env``'s columns first, to ``path``: one header, the union of the rows'
+    keys in first-seen order, empty cells where a row lacks a key (an out-of-memory row, a failed capture)."""
+    import csv
+
+    rows = [{**env, **r} for r in rows]
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as fh:
+        out = csv.DictWriter(fh, fieldnames=fields)
+        out.writeheader()
+        out.writerows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m accelbench.models.fused_groupnorm", description=__doc__.split("\n")[0])
     p.add_argument("--bench", action="store_true", help="time fused vs eager vs compiled on the CUDA device")
     p.add_argument("--residual", action="store_true", help="with a (B, C) residual (the time-embedding add)")
+    p.add_argument("--csv", metavar="PATH", help="also write the rows (device, torch, triton, shape, ms) to PATH")
     a = p.parse_args(argv)
     if not a.bench:
         p.print_help()
@@ -212,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     if not (torch.cuda.is_available() and has_triton()):
         print("fused_groupnorm --bench: needs a CUDA device and Triton")
         return 2
-    bench(residual=a.residual)
+    rows = bench(residual=a.residual)
+    if a.csv:
+        write_csv(rows, a.csv, environment())
     return 0
 
 

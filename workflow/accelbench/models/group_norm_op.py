@@ -132,20 +132,79 @@ def _views(x, residual):
 
 
 # --------------------------------------------------------------------------- the operator (forward, backward)
-def _stats(x, residual, num_groups, eps):
-    """(mean, rstd) per (sample, group), fp32 (B, G)."""
+def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
+    """The Triton forward: three launches (``_stats_kernel``, ``_stats_combine_kernel``, ``_apply_kernel``), no torch
+    operation on the device (only allocations), no host synchronisation."""
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
-    if kernels.triton_on(x):
-        sx, r, sr = _views(x, residual)
-        block_c, block_s, chunk, k = kernels.blocks(c, s, b)
-        mean_p = torch.empty(b, k, c, device=x.device, dtype=_cdt(x))
-        m2_p = torch.empty_like(mean_p)
-        kernels._stats_kernel[(b, k)](
-            x, r, mean_p, m2_p, c, s, chunk, k, *sx, *sr,
-            HAS_RES=residual is not None, BLOCK_S=block_s, BLOCK_C=block_c,
-        )  # fmt: skip
-        return _combine(mean_p, m2_p, kernels.chunk_counts(s, chunk, k, x.device), num_groups, eps)
+    cpg = c // num_groups
+    sx, r, sr = _views(x, residual)
+    block_c, block_s, tiles, k = kernels.blocks(c, s, b)
+    mean_p = torch.empty(b, k, c, device=x.device, dtype=_cdt(x))
+    m2_p = torch.empty_like(mean_p)
+    kernels._stats_kernel[(b, k)](
+        x, r, mean_p, m2_p, c, s, k, *sx, *sr,
+        HAS_RES=residual is not None, BLOCK_S=block_s, BLOCK_C=block_c, CHUNK_TILES=tiles,
+    )  # fmt: skip
+    mean = torch.empty(b, num_groups, device=x.device, dtype=_cdt(x))
+    rstd = torch.empty_like(mean)
+    a = torch.empty(b, c, device=x.device, dtype=_cdt(x))
+    sh = torch.empty_like(a)
+    block_k, block_cpg, k_tiles = kernels.combine_blocks(k, cpg)
+    kernels._stats_combine_kernel[(b, num_groups)](
+        mean_p, m2_p, _or(weight, x), _or(bias, x), mean, rstd, a, sh, c, s, k, tiles * block_s, num_groups, cpg, eps,
+        HAS_W=weight is not None, HAS_B=bias is not None, BLOCK_K=block_k, BLOCK_CPG=block_cpg, K_TILES=k_tiles,
+    )  # fmt: skip
+    y = torch.empty_like(x)
+    kernels._apply_kernel[(kernels.cdiv(s, block_s), b)](
+        x, r, y, a, sh, c, s, *sx, *sr,
+        HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
+    )  # fmt: skip
+    return y, mean, rstd
+
+
+def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
+    """The Triton backward: three launches (``_bwd_reduce_kernel``, ``_bwd_combine_kernel``, ``_bwd_apply_kernel``),
+    no host synchronisation. ``dy`` in x's strides, ``stats`` the forward's (mean, rstd) (B, G)."""
+    mean, rstd = stats
+    b, c = x.shape[:2]
+    s = x.numel() // (b * c)
+    cpg = c // num_groups
+    sx, r, sr = _views(x, residual)
+    block_c, block_s, tiles, k = kernels.blocks(c, s, b)
+    sdz_p = torch.empty(b, k, c, device=x.device, dtype=_cdt(x))
+    sdzx_p = torch.empty_like(sdz_p)
+    w, bi = _or(weight, x), _or(bias, x)
+    affine = dict(HAS_W=weight is not None, HAS_B=bias is not None)
+    kernels._bwd_reduce_kernel[(b, k)](
+        x, r, dy, mean, rstd, w, bi, sdz_p, sdzx_p, c, s, k, num_groups, cpg, *sx, *sr,
+        HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c, CHUNK_TILES=tiles, **affine,
+    )  # fmt: skip
+    a_g, b_g = torch.empty_like(mean), torch.empty_like(mean)
+    dweight = torch.empty(c, device=x.device, dtype=_cdt(x))
+    dbias = torch.empty_like(dweight)
+    block_k, block_cpg, k_tiles = kernels.combine_blocks(k, cpg)
+    kernels._bwd_combine_kernel[(num_groups,)](
+        sdz_p, sdzx_p, w, a_g, b_g, dweight, dbias, c, s, k, num_groups, cpg,
+        HAS_W=weight is not None, BLOCK_K=block_k, BLOCK_CPG=block_cpg, K_TILES=k_tiles, B=b,
+    )  # fmt: skip
+    dx = torch.empty_like(x)
+    kernels._bwd_apply_kernel[(kernels.cdiv(s, block_s), b)](
+        x, r, dy, dx, mean, rstd, w, bi, a_g, b_g, c, s, num_groups, cpg, *sx, *sr,
+        HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c, **affine,
+    )  # fmt: skip
+    return dx, dweight, dbias
+
+
+def _or(t, x):
+    """``t``, or ``x`` as a placeholder pointer where ``t`` is None (the kernel's HAS_* flag is then off)."""
+    return t if t is not None else x
+
+
+def _stats(x, residual, num_groups, eps):
+    """(mean, rstd) per (sample, group), fp32 (B, G): the torch formulas."""
+    b, c = x.shape[:2]
+    s = x.numel() // (b * c)
     xf = _input(x, residual)
     dims = tuple(range(2, x.dim()))
     mean_c = xf.mean(dims)
@@ -161,22 +220,14 @@ def _input(x, residual):
 
 
 def _forward(x, weight, bias, residual, num_groups, eps, silu):
+    if kernels.triton_on(x):
+        return _launch_forward(x, weight, bias, residual, num_groups, eps, silu)
     b, c = x.shape[:2]
     mean, rstd = _stats(x, residual, num_groups, eps)
     w, bi = _affine(weight, bias, c, x)
     rstd_c, mean_c = _per_channel(rstd, c), _per_channel(mean, c)
     a = (rstd_c * w).contiguous()
     sh = (bi - mean_c * a).contiguous()
-    if kernels.triton_on(x):
-        s = x.numel() // (b * c)
-        y = torch.empty_like(x)
-        sx, r, sr = _views(x, residual)
-        block_c, block_s, _, _ = kernels.blocks(c, s, b)
-        kernels._apply_kernel[(kernels.triton.cdiv(s, block_s), b)](
-            x, r, y, a, sh, c, s, *sx, *sr,
-            HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
-        )  # fmt: skip
-        return y, mean, rstd
     shape = (b, c) + (1,) * (x.dim() - 2)
     z = _input(x, residual) * a.view(shape) + sh.view(shape)
     y = F.silu(z) if silu else z
@@ -185,33 +236,23 @@ def _forward(x, weight, bias, residual, num_groups, eps, silu):
 
 def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     """(dx, dweight, dbias): dx in x's dtype and layout, dweight/dbias fp32 (C,)."""
+    dy = dy if dy.stride() == x.stride() else torch.empty_like(x, dtype=dy.dtype).copy_(dy)
+    if kernels.triton_on(x):
+        return _launch_backward(dy, x, weight, bias, residual, (mean, rstd), num_groups, silu)
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     w, bi = _affine(weight, bias, c, x)
     rstd_c = _per_channel(rstd, c).contiguous()
     nmr = (-_per_channel(mean, c) * rstd_c).contiguous()
-    dy = dy if dy.stride() == x.stride() else torch.empty_like(x, dtype=dy.dtype).copy_(dy)
-    on = kernels.triton_on(x)
-    if on:
-        sx, r, sr = _views(x, residual)
-        block_c, block_s, chunk, k = kernels.blocks(c, s, b)
-        sdz_p = torch.empty(b, k, c, device=x.device, dtype=_cdt(x))
-        sdzx_p = torch.empty_like(sdz_p)
-        kernels._bwd_reduce_kernel[(b, k)](
-            x, r, dy, rstd_c, nmr, w, bi, sdz_p, sdzx_p, c, s, chunk, k, *sx, *sr,
-            HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
-        )  # fmt: skip
-        sdz, sdzx = sdz_p.sum(1), sdzx_p.sum(1)
-    else:
-        shape = (b, c) + (1,) * (x.dim() - 2)
-        xhat = _input(x, residual) * rstd_c.view(shape) + nmr.view(shape)
-        dz = dy.to(xhat.dtype)
-        if silu:
-            z = xhat * w.view(1, c, *shape[2:]) + bi.view(1, c, *shape[2:])
-            sig = torch.sigmoid(z)
-            dz = dz * sig * (1 + z * (1 - sig))
-        dims = tuple(range(2, x.dim()))
-        sdz, sdzx = dz.sum(dims), (dz * xhat).sum(dims)
+    shape = (b, c) + (1,) * (x.dim() - 2)
+    xhat = _input(x, residual) * rstd_c.view(shape) + nmr.view(shape)
+    dz = dy.to(xhat.dtype)
+    if silu:
+        z = xhat * w.view(1, c, *shape[2:]) + bi.view(1, c, *shape[2:])
+        sig = torch.sigmoid(z)
+        dz = dz * sig * (1 + z * (1 - sig))
+    dims = tuple(range(2, x.dim()))
+    sdz, sdzx = dz.sum(dims), (dz * xhat).sum(dims)
     dweight, dbias = sdzx.sum(0), sdz.sum(0)
     n = s * (c // num_groups)
     a_g = (sdz * w).view(b, num_groups, -1).sum(-1) / n  # mean over the group of w dz
@@ -219,13 +260,6 @@ def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     p = (rstd_c * w).contiguous()
     q = (rstd_c * _per_channel(a_g, c)).contiguous()
     t = (rstd_c * _per_channel(b_g, c)).contiguous()
-    if on:
-        dx = torch.empty_like(x)
-        kernels._bwd_apply_kernel[(kernels.triton.cdiv(s, block_s), b)](
-            x, r, dy, dx, rstd_c, nmr, w, bi, p, q, t, c, s, *sx, *sr,
-            HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
-        )  # fmt: skip
-        return dx, dweight, dbias
     dx = p.view(shape) * dz - q.view(shape) - xhat * t.view(shape)
     return torch.empty_like(x).copy_(dx), dweight, dbias
 
@@ -277,10 +311,13 @@ def _setup_context(ctx, inputs, output):
     _, mean, rstd = output
     ctx.save_for_backward(x, weight, bias, residual, mean, rstd)
     ctx.num_groups, ctx.silu = num_groups, silu
+    ctx.set_materialize_grads(False)  # mean and rstd get no gradient: no zeros launched for them
 
 
 def _autograd(ctx, dy, _dmean, _drstd):
     x, weight, bias, residual, mean, rstd = ctx.saved_tensors
+    if dy is None:  # no gradient reached y (grads are not materialised)
+        return None, None, None, None, None, None, None
     dx, dweight, dbias = _group_norm_act_backward_op(
         dy, x, weight, bias, residual, mean, rstd, ctx.num_groups, ctx.silu
     )
