@@ -122,9 +122,8 @@ from accelbench.experiments.unet3d.settings import (  # noqa: F401  (the job's s
     unsupported_reason,
 )
 from accelbench.experiments.unet3d.workload import Workload, nvtx_step  # noqa: F401
-from accelbench.measure import energy, flops
+from accelbench.measure import energy, flops, phase
 from accelbench.measure import kernels as kernel_traces
-from accelbench.measure import timing as measure
 
 EXPERIMENT = "unet3d_profile"
 
@@ -214,15 +213,20 @@ def profile(
             flops_fwd = flops.count_flops(eager.sample_step)
             del eager
             # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps
-            device.reset_peak_memory()
-            first = measure.StepClock(device, wall=True)
-            first.start()
-            w.train_step()
-            first.stop()
-            m["first_train_step_ms"] = first.samples()[0]
-            train = measure.time_steps(w.train_step, device, warmup, repeat, desc=f"{variant.name} train")
-            peak = device.peak_memory_bytes()
-            sample = measure.time_steps(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample")
+            #    (the one timed phase, accelbench.measure.phase: the first step is its first warm-up step; peak
+            #    memory over all training steps)
+            trained = phase.train_phase(
+                w.train_step,
+                device,
+                1 + warmup,
+                repeat,
+                extra=(phase.PeakMemory(device),),
+                desc=f"{variant.name} train",
+            )
+            m["first_train_step_ms"] = trained.first_iteration_s * 1e3
+            train, peak = trained.timing, trained.values["peak_memory_bytes"]
+            train.warmup = warmup  # the untimed steps after the first one, as the result has always counted them
+            sample = phase.train_phase(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample").timing
             # 4. kernel breakdown of one training step
             kernels = kernel_traces.profile_steps(w.train_step, device, profile_steps, trace_path)
     except device.out_of_memory_errors() as exc:
