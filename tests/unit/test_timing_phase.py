@@ -150,9 +150,17 @@ def test_peak_memory_spans_the_warm_up(clock):
     assert r.values["peak_memory_bytes"] == 300 and dev.resets == 1
 
 
+class WarningDevice(FakeDevice):
+    """A device whose synchronize warns as CUDA's sync debug mode does (the warning counts only while it is on)."""
+
+    def synchronize(self):
+        super().synchronize()
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+
 @pytest.mark.filterwarnings("ignore:called a synchronizing:UserWarning", "ignore:something else:UserWarning")
 def test_host_syncs_counts_the_timed_steps_only_and_restores_the_mode(clock):
-    dev = FakeDevice(sync_debug=True)
+    dev = WarningDevice(sync_debug=True)
     modes = []
 
     def step():
@@ -162,17 +170,35 @@ def test_host_syncs_counts_the_timed_steps_only_and_restores_the_mode(clock):
 
     syncs = phase.HostSyncs(dev, set_mode=modes.append)
     r = phase.timed_phase(step, dev, 3, 4, (syncs,)).values["host_syncs"]
-    assert r["count"] == 8 and sum(r["where"].values()) == 8 and modes == ["warn", "default"]
+    # 2 per timed step, and the phase's own synchronize before the first timed step (counted, as on CUDA)
+    assert r["count"] == 9 and sum(r["where"].values()) == 9 and modes == ["warn", "default"]
     assert r["method"] == phase.SYNC_METHOD
     quiet = phase.timed_phase(step, FakeDevice(), 0, 2, (phase.HostSyncs(FakeDevice()),))
     assert quiet.values["host_syncs"] == {}  # a backend that cannot count: not counted, not 0
 
 
-def test_wall_clock_spans_warm_up_and_timed_steps(clock):
-    dev = FakeDevice()
-    step = planted(clock, [3.0, 0.5])
-    r = phase.timed_phase(step, dev, 2, 4, (phase.WallClock(dev), phase.Latency(dev)))
-    assert r.values["wall_s"] == pytest.approx(3.0 + 5 * 0.5)
+class QueuedDevice(FakeDevice):
+    """A device whose steps queue work: the host clock reaches it only at a synchronize (as CUDA's queue)."""
+
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.pending = clock, 0.0
+
+    def synchronize(self):
+        super().synchronize()
+        self.clock.t += self.pending
+        self.pending = 0.0
+
+
+def test_wall_clock_spans_warm_up_and_timed_steps_and_waits_for_the_device(clock):
+    dev = QueuedDevice(clock)
+    work = iter([3.0] + [0.5] * 5)
+
+    def step():
+        dev.pending += next(work)
+
+    r = phase.timed_phase(step, dev, 2, 4, (phase.WallClock(dev),))
+    assert r.values["wall_s"] == pytest.approx(3.0 + 5 * 0.5) and r.first_iteration_s == pytest.approx(3.0)
 
 
 class Recorder(phase._Tracker):
@@ -229,3 +255,41 @@ def test_train_phase_is_what_time_steps_and_step_clock_run(clock):
     clock.t += 0.007
     c.stop()
     assert c.samples() == pytest.approx([7.0])
+
+
+def test_sr3s_checks_time_the_step_through_the_one_phase(monkeypatch):
+    """The energy-overhead check and SR3's host-bound check (the rule's Trainer: sr3.rank also calls train_phase)
+    run their steps through phase.timed_phase: a change of how a step is timed reaches them all."""
+    import importlib.util
+
+    from accelbench.experiments.sr3 import overhead as sr3_overhead
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("energy_overhead", REPO / "benchmarks/energy_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    seen, real = [], phase.timed_phase
+    monkeypatch.setattr(phase, "timed_phase", lambda step, *a, **k: seen.append(step) or real(step, *a, **k))
+    monkeypatch.setattr(energy, "_settings", energy.Settings())
+    dev = Device("cpu")
+    steps = []
+    t, _ = bench._phase(lambda: steps.append("energy"), dev, 1, 3, False)
+    assert t.count == 3 and len(seen) == 1
+    tr = SimpleNamespace(train_step=lambda: steps.append("sr3"), next_batch=lambda: None)
+    row = sr3_overhead._host_bound_times(tr, dev, 1, 3)
+    assert len(seen) == 2 and seen[1] is tr.train_step and row["median_ms"] >= 0
+
+
+def test_untimed_work_around_each_step_stays_out_of_its_time(clock):
+    """measure.overhead.time_loop (the bare loops' timer): ``before``/``after`` run around every call, warm-up ones
+    included, outside the step's timing window."""
+    from accelbench.measure import overhead
+
+    dev, calls = FakeDevice(), []
+
+    def hook(name, seconds):
+        return lambda: calls.append(name) or setattr(clock, "t", clock.t + seconds)
+
+    samples = overhead.time_loop(planted(clock, [0.01]), dev, 2, 3, before=hook("b", 1.0), after=hook("a", 2.0))
+    assert samples == pytest.approx([10.0] * 3) and calls == ["b", "a"] * 5
+    assert overhead.time_loop(planted(clock, [0.004]), dev, 1, 2) == pytest.approx([4.0] * 2)

@@ -185,6 +185,24 @@ class WallClock(_Tracker):
         return {"wall_s": time.perf_counter() - self._t0}
 
 
+class Untimed(_Tracker):
+    """Work around each timed step but outside its timing window (entered outermost): ``before()`` at step begin,
+    ``after()`` at step end (e.g. the Trainer's batch fetch and logging reads that the product's timer leaves out).
+    ``{}`` at stop."""
+
+    def __init__(self, before: Callable[[], object] | None = None, after: Callable[[], object] | None = None):
+        self.before, self.after = before or (lambda: None), after or (lambda: None)
+
+    def step_begin(self) -> None:
+        self.before()
+
+    def step_end(self) -> None:
+        self.after()
+
+    def stop(self) -> dict:
+        return {}
+
+
 SYNC_METHOD = (
     "torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
     "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
