@@ -5,7 +5,7 @@ its ``config`` is the rule's spec), this rebuilds the product's own step once (S
 ``experiments.unet3d.workload.Workload``; SR3: ``experiments.sr3.model.Trainer``; LoRA:
 ``experiments.lora.train.train_rank``, the whole Trainer run) and times it ``--rounds`` times with the meter off and
 on, alternated (off, on, off, on, ...: drift in clocks and temperature hits both), through the product's clock
-(``measure.timing.time_steps`` / the Trainer's StepClock; :mod:`accelbench.measure.energy`). Each phase runs at least
+(``measure.phase.train_phase`` / the Trainer's StepClock; :mod:`accelbench.measure.energy`). Each phase runs at least
 ``--seconds`` (steps from the product's median, never fewer than ``--repeat``; LoRA: the result's own timed steps,
 which the training data bounds), so that it holds several windows.
 
@@ -84,13 +84,13 @@ def _steps(median_ms: float | None, seconds: float, repeat: int) -> int:
 
 
 def _phase(step, device, warmup: int, steps: int, on: bool):
-    """(step times in ms, energy) of one phase through the product's clock, the meter on or off."""
-    from accelbench.measure import energy
-    from accelbench.measure import timing as measure
+    """(step times: a :class:`~accelbench.measure.timing.Timing` in ms, energy) of one phase through the product's
+    timed phase (:func:`accelbench.measure.phase.train_phase`), the meter on or off."""
+    from accelbench.measure import energy, phase
 
     energy.configure(energy.Settings(enabled=on, window_s=energy.settings().window_s))
-    t = measure.time_steps(step, device, warmup, steps, desc="on" if on else "off")
-    return t.samples, t.energy
+    t = phase.train_phase(step, device, warmup, steps, desc="on" if on else "off").timing
+    return t, t.energy
 
 
 def study_a(result: dict, args):
@@ -145,6 +145,7 @@ def lora(result: dict, args):
     from accelbench.experiments.lora.job import Settings
     from accelbench.experiments.lora.train import train_rank
     from accelbench.measure import energy
+    from accelbench.measure.timing import Timing
 
     spec = dict(result["config"])
     system = system_from(spec)
@@ -158,7 +159,8 @@ def lora(result: dict, args):
         out = train_rank(spec, system, s.plan, args.threads)
         if out["status"] != "ok":
             raise SystemExit(f"energy_overhead: Trainer run {out['status']}: {out['reason']}")
-        return out["measurements"]["step_samples_ms"][warm:], out["measurements"]["energy"]
+        samples = out["measurements"]["step_samples_ms"][warm:]
+        return Timing.from_samples(samples, warm, "LoRA Trainer step timer"), out["measurements"]["energy"]
 
     return f"{spec['attention']}/{spec['strategy']}", phase
 
@@ -192,10 +194,8 @@ def main(argv=None) -> None:
     joules = []
     for r in range(args.rounds):
         for on in (False, True):
-            samples, e = phase(on)
-            s = sorted(samples)
-            q = statistics.quantiles(s, n=10, method="inclusive") if len(s) > 1 else [s[0]] * 9
-            medians[on].append(statistics.median(s))
+            t, e = phase(on)
+            medians[on].append(t.median)
             ok = bool(e) and e.get("status") == "ok"
             if ok:
                 joules.append(e["per_step"]["median"])
@@ -206,10 +206,10 @@ def main(argv=None) -> None:
                     "case": case,
                     "round": r + 1,
                     "meter": "on" if on else "off",
-                    "steps": len(s),
-                    "step_ms": round(medians[on][-1], 4),
-                    "step_p10_ms": round(q[0], 4),
-                    "step_p90_ms": round(q[-1], 4),
+                    "steps": t.count,
+                    "step_ms": round(t.median, 4),
+                    "step_p10_ms": round(t.p10, 4),
+                    "step_p90_ms": round(t.p90, 4),
                     "j_per_step": round(e["per_step"]["median"], 4) if ok else (e or {}).get("status"),
                     "power_w": round(e["power_w"]["median"], 2) if ok else None,
                     "windows": e.get("windows_used") if ok else None,

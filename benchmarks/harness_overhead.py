@@ -5,11 +5,12 @@ runs, in one process run (under torchrun for multi-device cases, with the produc
 :mod:`accelbench.cluster.processes`):
 
 * ``harness``: the step the rule times, built and timed by the experiment's own code (Study A:
-  ``unet3d.workload.Workload.train_step`` + ``measure.timing.time_steps``; SR3: ``sr3.model.Trainer.train_step`` +
-  ``measure.timing.time_steps``, per-iteration max over ranks; LoRA: ``lora.train.train_rank``, i.e. the HF Trainer
-  with the step-timer callback);
-* ``bare``: a plain PyTorch loop written here (model from the same builder, same shapes, dtype, math mode, cuDNN
-  autotuning, optimizer; CUDA events per step; DDP where the rule uses DDP),
+  ``unet3d.workload.Workload.train_step``; SR3: ``sr3.model.Trainer.train_step``, per-iteration max over ranks; both
+  through the rule's one timed phase, ``measure.phase.train_phase``; LoRA: ``lora.train.train_rank``, i.e. the HF
+  Trainer with the step-timer callback);
+* ``bare``: a plain PyTorch loop (each experiment's ``bare.py``: model from the same builder, same shapes, dtype, math
+  mode, cuDNN autotuning, optimizer; DDP where the rule uses DDP), timed per step by the same phase (Study A, SR3)
+  or the same step clock (LoRA),
 
 and appends one CSV row per case: ``harness_ms``, ``bare_ms`` and ``harness_over_bare`` (goal <= 1.03), with the
 device count, settings and rank thread placement. Efficiency rows (time at 1 device / time at N, weak scaling at a

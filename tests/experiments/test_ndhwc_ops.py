@@ -239,20 +239,17 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
 
     monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
     image, mask = _case()
-    out = exp.profile(
-        _tiny(tiny_config, micro_batches=1),
-        dataclasses.replace(exp.VARIANTS[NDHWC + "_autotuned"], autocast=None),
-        systems["cpu"],
-        image,
-        mask,
+    params = dict(
         warmup=1,
         repeat=1,
         profile_steps=1,
         quality_sample_steps=1,
         quality_rel_l2_max=0.05,
         seed=0,
-        trace_path=tmp_path / "trace.json.gz",
     )
+    variant = dataclasses.replace(exp.VARIANTS[NDHWC + "_autotuned"], autocast=None)
+    job = exp.Settings(_tiny(tiny_config, micro_batches=1), variant, params)
+    out = exp.profile(job, systems["cpu"], image, mask, tmp_path / "trace.json.gz")
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
     rec = m["variant"]
@@ -277,10 +274,8 @@ def test_ndhwc_configuration_is_unsupported_on_the_monai_stand_in(tiny_config, s
     reason = exp.network_reason(v, s)
     assert reason.startswith("network monai: ") and "\n" not in reason
     assert exp.network_reason(v, _tiny(tiny_config)) is None and exp.network_reason(exp.VARIANTS["bf16"], s) is None
-    out = exp.profile(
-        s, v, systems["cpu"], image, mask, warmup=1, repeat=1, profile_steps=1, quality_sample_steps=1,
-        quality_rel_l2_max=0.05, seed=0, trace_path=tmp_path / "t.json.gz",
-    )  # fmt: skip
+    params = dict(warmup=1, repeat=1, profile_steps=1, quality_sample_steps=1, quality_rel_l2_max=0.05, seed=0)
+    out = exp.profile(exp.Settings(s, v, params), systems["cpu"], image, mask, tmp_path / "t.json.gz")
     assert out == {"status": "unsupported", "reason": reason, "measurements": {}}
     with pytest.raises(ValueError, match="Med-DDPM's network"):
         networks.set_implementations(nn.Conv3d(1, 1, 1), v)

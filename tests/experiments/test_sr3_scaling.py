@@ -857,7 +857,7 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
     """On a GPU: the host synchronisations inside the timed loop are counted (torch.cuda.set_sync_debug_mode):
     none for ours, at least one per iteration for the faithful series (its loss.item())."""
     from accelbench.backends.device import Device
-    from accelbench.measure import timing as measure
+    from accelbench.measure import phase
 
     s = tiny_settings()
     data = sr3.PatchSet(
@@ -871,13 +871,13 @@ def test_timed_loop_of_ours_makes_no_host_sync_on_cuda():
         only_syncs = dataclasses.replace(sr3_configs.get("fp32"), precision=c.precision, host_syncs=c.host_syncs)
         tr = sr3.Trainer(s, device, data, only_syncs, seed=0)
         assert tr.loader.pin_memory
-        with sr3_rank.count_host_syncs(device) as syncs:
-            measure.time_steps(tr.train_step, device, 2, 5)
+        got = phase.train_phase(tr.train_step, device, 2, 5, extra=(phase.HostSyncs(device),))
+        syncs = got.values["host_syncs"]
         # not the measurement's own explicit torch.cuda.synchronize after the warm-up (seen on the H200: 1 per run)
         ours = sum(
             n
             for where, n in syncs["where"].items()
-            if "measure/timing.py" not in where and "torch/cuda/__init__.py" not in where
+            if not any(m in where for m in ("measure/phase.py", "backends/", "torch/cuda/__init__.py"))
         )
         assert (ours >= 7) if expect_syncs else ours == 0, (conf, syncs)
 
@@ -918,7 +918,7 @@ def test_channel_sums_configuration_swaps_every_group_norm_in_the_trainer_and_th
     )
     assert sum(isinstance(m, ChannelSumGroupNorm) for m in tr.model.modules()) == n_gn
     ds = sr3.PatchSet(np.random.rand(8, 32, 32).astype(np.float32), np.random.rand(8, 8, 8).astype(np.float32), 32)
-    _, model = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, conf)
+    _, model = bench.sr3_bare(s, ds, bench.BareRank(torch.device("cpu")), "fp32", 0, conf)
     assert sum(isinstance(m, ChannelSumGroupNorm) for m in model.modules()) == n_gn
     with pytest.raises(ConfigError, match="sr3 norm: 'layer_norm' is not one of group_norm, channel_sums"):
         sr3.set_norm(sr3.build_unet(s), "layer_norm")

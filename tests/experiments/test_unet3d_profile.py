@@ -128,17 +128,10 @@ def _run(settings, name, system, tmp_path, **kw):
     image = torch.rand(1, 1, 16, 16, 16) * 2 - 1
     mask = torch.zeros(1, 2, 16, 16, 16)
     mask[:, 0, 4:12, 4:12, 4:12] = 1
-    args = dict(
-        warmup=1,
-        repeat=2,
-        profile_steps=1,
-        quality_sample_steps=2,
-        quality_rel_l2_max=0.05,
-        seed=0,
-        trace_path=tmp_path / f"{name}.json.gz",
-    )
-    args.update(kw)
-    return exp.profile(settings, exp.VARIANTS[name], system, image, mask, **args)
+    params = dict(warmup=1, repeat=2, profile_steps=1, quality_sample_steps=2, quality_rel_l2_max=0.05, seed=0)
+    params.update(kw)
+    job = exp.Settings(settings, exp.VARIANTS[name], params)
+    return exp.profile(job, system, image, mask, tmp_path / f"{name}.json.gz")
 
 
 def test_run_baseline_and_bf16(tiny_settings, systems, tmp_path):

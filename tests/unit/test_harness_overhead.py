@@ -194,12 +194,12 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
     )
     monkeypatch.setattr(sr3_batches, "rank_cores", lambda: 1)  # where batch_loader looks it up
     faithful = sr3_configs.get("faithful")
-    step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "fp32", 0, 0, 1, None, None, faithful)
+    step, _ = bench.sr3_bare(s, ds, bench.BareRank(torch.device("cpu")), "fp32", 0, faithful)
     for _ in range(3):  # 8 patches, batch 4: across an epoch boundary
         step()
     assert loaders == [{"pin_memory": False, "workers": 8, "blocking": True}] and copies == [True] * 6
     loaders.clear(), copies.clear()
-    step, _ = bench.sr3_bare(s, ds, torch.device("cpu"), "bf16", 0, 0, 1, None, None, sr3_configs.get("bf16"))
+    step, _ = bench.sr3_bare(s, ds, bench.BareRank(torch.device("cpu")), "bf16", 0, sr3_configs.get("bf16"))
     step()
     assert loaders == [] and copies == []  # ours: batches already on the device
     _, _, d = batch_loader(ds, 4, 0, 1, 0, pin_memory=False, workers=8, blocking=True)
@@ -515,7 +515,7 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "compile", lambda net, **kw: calls.append(kw) or net)  # record, do not compile
     conf = sr3_configs.get("bf16_compile_layout_opt_cudagraphs")
-    bench.sr3_bare(s, ds, torch.device("cpu"), "bf16", 0, 0, 1, None, None, conf)
+    bench.sr3_bare(s, ds, bench.BareRank(torch.device("cpu")), "bf16", 0, conf)
     exp.Trainer(s, Device("cpu"), ds, conf, seed=0)  # the configuration's own precision: bf16
     forced = {"triton.cudagraphs": True, "layout_optimization": True, "force_layout_optimization": True}
     assert calls[0] == calls[1] == {"options": forced}

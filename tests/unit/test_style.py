@@ -82,13 +82,10 @@ LONG_FUNCTIONS_ALLOWED = {
     "experiments/lora/host_overhead.py::host_overhead": "171 lines: not reached yet",
     "experiments/lora/tables_claims.py::_observations": "125 lines: not reached yet",
     "experiments/lora/trainer.py::training_arguments_kwargs": "9 parameters: not reached yet",
-    "experiments/sr3/bare.py::sr3_bare": "11 parameters: not reached yet (could take a Trainer's Configuration)",
     "experiments/sr3/job.py::merge": "9 parameters: not reached yet",
     "experiments/sr3/quality.py::quality": "9 parameters: not reached yet",
-    "experiments/sr3/rank.py::train_rank": "13 parameters, 139 lines: not reached yet",
     "experiments/sr3/tables_figures.py::fig_scaling": "164 lines: not reached yet",
     "experiments/unet3d/ncu.py::profile_counters": "15 parameters, 180 lines: not reached yet",
-    "experiments/unet3d/profile.py::profile": "12 parameters, 147 lines: not reached yet",
     "measure/overhead.py::row": "11 parameters: one CSV row's columns, not reached yet",
 }
 

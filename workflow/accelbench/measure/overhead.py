@@ -87,24 +87,18 @@ def empty_cache(device=None) -> None:
 
 
 def time_loop(step, device, warmup: int, repeat: int, before=None, after=None) -> list[float]:
-    """Time (ms) of each of ``repeat`` calls of ``step`` after ``warmup`` untimed calls, through the product's step
-    clock (:class:`accelbench.measure.timing.StepClock`: device events where the backend has them, else synchronize
-    and the host clock). ``before``/``after``: called untimed around each call (work the product's timer leaves
-    outside its window, e.g. Trainer's batch fetch and its logging reads)."""
-    from accelbench.measure.timing import StepClock
+    """Time (ms) of each of ``repeat`` calls of ``step`` after ``warmup`` untimed calls, through the one timed phase
+    (:func:`accelbench.measure.phase.timed_phase` with a :class:`~accelbench.measure.phase.Latency` tracker: device
+    events where the backend has them, else synchronize and the host clock). ``before``/``after``: called untimed
+    around each call, warm-up ones included (:class:`~accelbench.measure.phase.Untimed`: work the product's timer
+    leaves outside its window, e.g. Trainer's batch fetch and its logging reads)."""
+    from accelbench.measure import phase
 
-    before, after = before or (lambda: None), after or (lambda: None)
-    for _ in range(warmup):
-        before(), step(), after()
-    device.synchronize()
-    clock = StepClock(device)
-    for _ in range(repeat):
-        before()
-        clock.start()
-        step()
-        clock.stop()
-        after()
-    return clock.samples()
+    hooks = phase.Untimed(before, after)
+    if before is not None or after is not None:  # the warm-up calls with their hooks, then the timed ones
+        phase.timed_phase(lambda: (hooks.before(), step(), hooks.after()), device, warmup, 0)
+        warmup = 0
+    return phase.timed_phase(step, device, warmup, repeat, (hooks, phase.Latency(device))).timing.samples
 
 
 def device_label(device) -> str:

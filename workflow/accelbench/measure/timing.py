@@ -14,10 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from tqdm.auto import tqdm
-
 from accelbench.backends.device import Device
-from accelbench.measure import energy as _energy
 from accelbench.terminal_fd import terminal
 
 
@@ -61,6 +58,11 @@ class Timing:
             samples=list(samples),
         )
 
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: the relative spread of the samples (0 for a median of 0)."""
+        return (self.p90 - self.p10) / self.median if self.median else 0.0
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("energy")
@@ -93,58 +95,32 @@ class StepClock:
     """
 
     def __init__(self, device: Device, wall: bool = False, energy_steps: int | None = None, energy_skip: int = 0):
+        from accelbench.measure.phase import Energy, Latency  # the trackers of the one timed phase
+
         self.device = device
-        self.events = device.ops.uses_device_events and not wall
-        self.method = "cuda_events" if self.events else "synchronize+perf_counter"
-        self._pairs: list = []
-        self._samples: list[float] = []
-        self._t0: float | None = None
-        on = energy_steps is not None and _energy.settings().enabled
-        self.meter = _energy.EnergyMeter(device, energy_steps, energy_skip) if on else None
-        self._energy_asked = energy_steps is not None
+        self.latency = Latency(device, wall=wall)
+        self.events, self.method = self.latency.events, self.latency.method
+        self._energy = Energy(device, energy_steps, skip=energy_skip) if energy_steps is not None else None
+        self.meter = self._energy.meter if self._energy is not None else None
 
     def start(self) -> None:
-        if self.meter is not None:
-            self.meter.before_step()
-        if self.events:
-            import torch
-
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._pairs.append([ev, None])
-        else:
-            self.device.synchronize()
-            self._t0 = time.perf_counter()
+        if self._energy is not None:
+            self._energy.step_begin()
+        self.latency.step_begin()
 
     def stop(self) -> None:
-        if self.events:
-            import torch
-
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._pairs[-1][1] = ev
-        else:
-            self.device.mark_step()
-            self.device.synchronize()
-            self._samples.append((time.perf_counter() - self._t0) * 1e3)
-        if self.meter is not None:
-            self.meter.after_step()
+        self.latency.step_end()
+        if self._energy is not None:
+            self._energy.step_end()
 
     def samples(self) -> list[float]:
         """The steps timed so far, in ms (CUDA: waits for the device once)."""
-        if self.events:
-            import torch
-
-            torch.cuda.synchronize()
-            return [a.elapsed_time(b) for a, b in self._pairs if b is not None]
-        return list(self._samples)
+        return self.latency.samples()
 
     def energy(self) -> dict | None:
         """``measurements.energy`` of the metered steps (:meth:`accelbench.measure.energy.EnergyMeter.result`);
         ``off`` when ``energy.enabled`` is false; None when this clock was not asked to meter (no ``energy_steps``)."""
-        if self.meter is not None:
-            return self.meter.result()
-        return _energy.off() if self._energy_asked else None
+        return self._energy.stop()["energy"] if self._energy is not None else None
 
     def seconds(self) -> float:
         """The last timed step, in seconds."""
@@ -181,23 +157,15 @@ def progress(bar, total: int, what: str, every_s: float = PROGRESS_S):
 def time_steps(
     step: Callable[[], object], device: Device, warmup: int, repeat: int, desc: str = "", energy: bool = True
 ) -> Timing:
-    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed with a :class:`StepClock` (``energy``:
-    metering the timed steps too, see :class:`StepClock`).
+    """Run ``step`` ``warmup`` times untimed, then ``repeat`` times timed: the one timed phase
+    (:func:`accelbench.measure.phase.train_phase`: per-step latency and, with ``energy``, the energy meter).
 
     Returns:
         :class:`Timing` in milliseconds; its ``energy`` holds ``measurements.energy`` of the timed steps.
     """
-    for _ in progress(
-        tqdm(range(warmup), desc=f"{desc} warm-up", leave=False, disable=warmup == 0), warmup, f"{desc} warm-up"
-    ):
-        step()
-    device.synchronize()
-    clock = StepClock(device, energy_steps=repeat if energy else None)
-    for _ in progress(tqdm(range(repeat), desc=f"{desc} timed", leave=False), repeat, f"{desc} timed"):
-        clock.start()
-        step()
-        clock.stop()
-    return clock.timing(warmup)
+    from accelbench.measure.phase import train_phase
+
+    return train_phase(step, device, warmup, repeat, energy=energy, desc=desc).timing
 
 
 def merge_ranks(samples_per_rank: list[list[float]], warmup: int, method: str) -> Timing:

@@ -14,6 +14,9 @@ Torch is imported inside the functions that build the loop.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 
 def result_data_path_differs(result: dict, here: dict) -> str:
     """``""`` where the result ran the data path this run takes (workers used, copy), else a note for the row's
@@ -54,20 +57,23 @@ def device_batches(ds, batch: int, dev, fmt, generator):
     return next_batch
 
 
-def sr3_bare(
-    s,
-    ds,
-    dev,
-    precision: str,
-    seed: int,
-    rank: int,
-    world: int,
-    device_id: int | None,
-    ddp_kwargs: dict | None = None,
-    conf=None,
-    pin_memory: bool | None = None,
-):
-    """The bare SR3 training step: U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
+@dataclass(frozen=True)
+class BareRank:
+    """Where one rank's bare loop runs: ``dev`` (its ``torch.device``), ``rank`` of ``world`` (DDP when
+    ``world > 1``), ``device_id`` (DDP's ``device_ids`` entry; None where the backend takes none), ``ddp_kwargs``
+    (DDP's options) and ``pin_memory`` of the authors' DataLoader (None: on CUDA)."""
+
+    dev: Any
+    rank: int = 0
+    world: int = 1
+    device_id: int | None = None
+    ddp_kwargs: dict | None = None
+    pin_memory: bool | None = None
+
+
+def sr3_bare(s, ds, where: BareRank, precision: str, seed: int, conf=None):
+    """The bare SR3 training step of settings ``s`` (:class:`.settings.SR3Settings`) on the patch set ``ds``, on
+    ``where`` (:class:`BareRank`): U-Net (DDP when ``world > 1``, with ``ddp_kwargs``), Adam, batches drawn from the
     patches already on the device; with ``conf`` (an :class:`~accelbench.experiments.sr3.configs.Configuration`) its
     compilation, fused Adam, channels_last and host syncs, and where it takes the authors' data path, batches through
     the same kind of DataLoader as the Trainer's (:func:`.model.batch_loader`: the workers capped at the rank's
@@ -77,11 +83,13 @@ def sr3_bare(
 
     from accelbench.experiments.sr3 import model as exp
 
+    dev, rank, world, pin_memory = where.dev, where.rank, where.world, where.pin_memory
     torch.manual_seed(seed)
     fmt = torch.channels_last if conf is not None and conf.channels_last else torch.contiguous_format
     model = exp.set_norm(exp.build_unet(s), conf.norm if conf is not None else "group_norm").to(dev, memory_format=fmt)
-    ids = [device_id] if device_id is not None else None
-    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **(ddp_kwargs or {})) if world > 1 else model
+    ids = [where.device_id] if where.device_id is not None else None
+    ddp = where.ddp_kwargs or {}
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **ddp) if world > 1 else model
     if conf is not None and conf.compile:
         # the result's mode ("reduce-overhead": CUDA graphs) and Inductor options, as the rule's Trainer compiles
         net = torch.compile(net, **exp.compile_options(conf.compile_mode, conf.layout_optimization))

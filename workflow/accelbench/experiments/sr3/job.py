@@ -317,16 +317,7 @@ def run_rank(s: Settings, ctx) -> dict:
     rank's record."""
     from accelbench.data import sky
 
-    record, panel = train_rank(
-        s.sr3,
-        ctx.system,
-        s.devices,
-        s.conf,
-        sky.load(ctx.inputs["data"]),
-        placement=ctx.placement,
-        ddp=s.ddp,
-        **s.params,
-    )
+    record, panel = train_rank(s, ctx.system, sky.load(ctx.inputs["data"]), placement=ctx.placement)
     if panel is not None:
         with ctx.side_file("samples.npz", "samples") as tmp:  # numpy keeps the .npz suffix of ".partial.samples.npz"
             save_panel(panel, tmp)

@@ -10,7 +10,7 @@ from before the configurations existed name theirs through :func:`.configs.of_re
 * ``ddp-profile``: the bare loop under each DDP variant (:mod:`accelbench.measure.ddp_profile`).
 * ``sr3-host-bound``: does the data path cost anything, and what does the step look like when the host, not the
   device, sets the pace? One process, one device; for each result the rule's ``Trainer`` and timer
-  (``measure.timing.time_steps``; threads: ``--threads`` or torch's default, no rank placement) in three data paths:
+  (``measure.phase.train_phase``; threads: ``--threads`` or torch's default, no rank placement) in three data paths:
   ``workers=K`` (the configuration's own: ours makes batches in the process, K = 0, pinned, ``non_blocking`` copy;
   faithful: its DataLoader workers and blocking copy), ``device-resident`` (the same Trainer, its batches drawn on the
   device from patches already there: the bare loop's data path) and ``workers=N`` (``--workers``, when it differs
@@ -30,7 +30,7 @@ import time
 from accelbench.cluster import torchrun_call
 from accelbench.core import files
 from accelbench.errors import ResultError
-from accelbench.measure import overhead
+from accelbench.measure import overhead, phase
 from accelbench.measure.ddp_profile import Case, profile_rank
 
 HOST_BOUND_FIELDS = [
@@ -88,8 +88,7 @@ def sr3_rank(args) -> None:
     from accelbench.cluster import processes as launch
     from accelbench.data import sky
     from accelbench.experiments.sr3 import model as exp
-    from accelbench.experiments.sr3.bare import data_path_text, result_data_path_differs, sr3_bare
-    from accelbench.measure import timing as measure
+    from accelbench.experiments.sr3.bare import BareRank, data_path_text, result_data_path_differs, sr3_bare
 
     placement = launch.place_this_rank()
     result = files.read_json(args.result, "result file", error=ResultError)
@@ -112,7 +111,7 @@ def sr3_rank(args) -> None:
     tr = exp.Trainer(s, device, ds, conf, seed, rank=rank, world=world, ddp=job.ddp)
     if world > 1:
         dist.barrier()
-    t = measure.time_steps(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness")
+    t = phase.train_phase(tr.train_step, device, args.warmup, args.repeat, desc=f"rank {rank} harness").timing
     harness = gathered_max(t.samples)
     data_path = data_path_text(tr.data_path, conf.authors_data_path) + result_data_path_differs(result, tr.data_path)
     del tr
@@ -120,22 +119,14 @@ def sr3_rank(args) -> None:
 
     # bare: DDP U-Net, Adam, batches from the same patches already on the device (the authors' data path: through
     # the same kind of DataLoader and copy as the Trainer's)
-    step, _ = sr3_bare(
-        s,
-        ds,
-        device.torch_device,
-        conf.precision,
-        seed,
-        rank,
-        world,
-        device_id,
-        exp.ddp_kwargs(job.ddp),
-        conf,
-        pin_memory=device.ops.non_blocking_copies,
+    where = BareRank(
+        device.torch_device, rank, world, device_id, exp.ddp_kwargs(job.ddp), device.ops.non_blocking_copies
     )
+    step, _ = sr3_bare(s, ds, where, conf.precision, seed, conf)
     if world > 1:
         dist.barrier()
-    bare = gathered_max(overhead.time_loop(step, device, args.warmup, args.repeat))
+    bare_t = phase.train_phase(step, device, args.warmup, args.repeat, energy=False, desc=f"rank {rank} bare").timing
+    bare = gathered_max(bare_t.samples)
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -170,7 +161,7 @@ def ddp_profile_rank(args) -> None:
     from accelbench.cluster import processes as launch
     from accelbench.data import sky
     from accelbench.experiments.sr3 import model as exp
-    from accelbench.experiments.sr3.bare import sr3_bare
+    from accelbench.experiments.sr3.bare import BareRank, sr3_bare
 
     placement = launch.place_this_rank()
     spec, system, job = case_of(files.read_json(args.result, "result file", error=ResultError))
@@ -188,7 +179,7 @@ def ddp_profile_rank(args) -> None:
         grad_accum=1,
         device=device,
         make_step=lambda kw: sr3_bare(
-            s, ds, device.torch_device, conf.precision, seed, rank, world, device_id, kw, conf
+            s, ds, BareRank(device.torch_device, rank, world, device_id, kw), conf.precision, seed, conf
         ),
     )
     profile_rank(args, case, placement)
@@ -252,9 +243,7 @@ def sr3_host_bound(args) -> None:
 
 def _host_bound_times(tr, device, warmup: int, repeat: int) -> dict:
     """Device time per step (the rule's timer), host time to queue a step (no sync) and of one batch fetch, in ms."""
-    from accelbench.measure import timing as measure
-
-    t = measure.time_steps(tr.train_step, device, warmup, repeat, energy=False)
+    t = phase.train_phase(tr.train_step, device, warmup, repeat, energy=False).timing
     device.synchronize()
     t0 = time.perf_counter()
     for _ in range(repeat):

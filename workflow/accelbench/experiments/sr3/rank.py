@@ -5,17 +5,12 @@ TorchDynamo compiled, the replicas compared, and on rank 0 the quality check and
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
-import warnings
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from accelbench import backends
 from accelbench.backends.device import Device
@@ -24,9 +19,7 @@ from accelbench.experiments.sr3.configs import Configuration
 from accelbench.experiments.sr3.model import PatchSet, Trainer, replica_spread
 from accelbench.experiments.sr3.plan import iteration_plan
 from accelbench.experiments.sr3.quality import quality
-from accelbench.experiments.sr3.settings import SR3Settings
-from accelbench.measure import flops
-from accelbench.measure import timing as measure
+from accelbench.measure import flops, phase
 
 
 def _peak_rss_gib() -> float:
@@ -84,61 +77,23 @@ def compiled_graphs() -> dict:
     }
 
 
-@contextlib.contextmanager
-def count_host_syncs(device: Device) -> Iterator[dict]:
-    """Count the host synchronisations of the code inside: CUDA's sync debug mode ``warn`` (each synchronising call
-    warns; the warnings are recorded, not shown), on a backend with the ``sync_debug_mode`` capability; elsewhere the
-    dict stays ``{}`` (not counted). Yields a dict filled on exit: ``count``, ``where`` and ``method``."""
-    result: dict = {}
-    if not device.ops.sync_debug_mode:
-        yield result
-        return
-    with warnings.catch_warnings(record=True) as log:
-        warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            yield result
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-    syncs = Counter(f"{w.filename}:{w.lineno}" for w in log if "synchronizing" in str(w.message))
-    result.update(
-        count=sum(syncs.values()),
-        where=dict(syncs.most_common(5)),
-        method="torch.cuda.set_sync_debug_mode('warn') over the code it wraps (the rule: the timed "
-        "iterations, after the warm-up ones, which compile; the measurement's own reads of its "
-        "events included); where: file:line -> count",
-    )
+def train_rank(job, system, data: dict[str, np.ndarray], placement: dict | None = None) -> tuple[dict, dict | None]:
+    """Train SR3 on this DDP rank (one of ``job.devices`` processes started by torchrun) as ``job`` says (a
+    :class:`.job.Settings`: the SR3 settings, the configuration (:mod:`.configs`: precision, autotuning, compilation,
+    layout, the authors' host synchronisations), the run parameters ``workload_iterations``, ``max_iterations``,
+    ``warmup``, ``quality_images``, ``quality_sample_steps``, ``seed`` and the DDP options) on ``data`` (the patch set)
+    and measure it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host
+    synchronisations they make are counted and recorded with where they happen (``host_syncs_timed``,
+    ``host_syncs_where``; the faithful series makes its loss read and its blocking batch copies per iteration, ours
+    none beyond the measurement's own). How batches reach the device (the configuration's ``loader_workers`` capped at
+    this rank's cores, pinning, the copy) is recorded as ``data_path``.
 
-
-def train_rank(
-    settings: SR3Settings,
-    system,
-    devices: int,
-    conf: Configuration,
-    data: dict[str, np.ndarray],
-    *,
-    workload_iterations: int,
-    max_iterations: int,
-    warmup: int,
-    quality_images: int,
-    quality_sample_steps: int,
-    seed: int,
-    placement: dict | None = None,
-    ddp: dict | None = None,
-    **_,
-) -> tuple[dict, dict[str, np.ndarray] | None]:
-    """Train SR3 on this DDP rank (one of ``devices`` processes started by torchrun) in configuration ``conf``
-    (:mod:`.configs`: precision, autotuning, compilation, layout, the authors' host synchronisations) and measure
-    it. On CUDA the timed iterations run under ``torch.cuda.set_sync_debug_mode("warn")``: the host synchronisations
-    they make are counted and recorded with where they happen (``host_syncs_timed``, ``host_syncs_where``; the faithful
-    series makes its loss read and its blocking batch copies per iteration, ours none beyond the measurement's own).
-    How batches reach the device (the configuration's ``loader_workers`` capped at this rank's cores, pinning, the
-    copy) is recorded as ``data_path``.
-
-    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations: ``warmup`` untimed, the rest
-    timed one by one (:func:`accelbench.measure.timing.time_steps`; the warm-up ones, which compile, are not counted for
-    host synchronisations). Rank 0 then samples the held-out patches for PSNR/SSIM (after the process group is gone:
-    the other ranks do not wait for it).
+    Every rank runs ``min(workload_iterations / devices, max_iterations)`` iterations in the one timed phase
+    (:func:`accelbench.measure.phase.timed_phase`): ``warmup`` untimed (the first alone timed as
+    ``first_iteration_s``; they compile and are not counted for host synchronisations), the rest timed one by one
+    with the latency, energy and host-synchronisation trackers, peak memory and wall time over all of them. Rank 0
+    then samples the held-out patches for PSNR/SSIM (after the process group is gone: the other ranks do not wait for
+    it).
 
     Returns:
         ``(record, panel)``: this rank's record (times in ms, wall time in s, memory in GiB; rank 0's also holds
@@ -153,62 +108,74 @@ def train_rank(
 
     from accelbench.cluster.multinode import join_process_group
 
+    p, conf = job.params, job.conf
     rank, world, local, pg = join_process_group(system.backend)
-    if world != devices:
-        raise ConfigError(f"launched with {world} processes but {devices} devices were requested")
+    if world != job.devices:
+        raise ConfigError(f"launched with {world} processes but {job.devices} devices were requested")
     device = Device(system.backend, backends.get(system.backend).device_index(local))
-    _, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
-    precision = conf.precision
+    _, run_iters, warm = iteration_plan(job.devices, p["workload_iterations"], p["max_iterations"], p["warmup"])
     torch.backends.cudnn.benchmark = conf.cudnn_benchmark
-    ds = PatchSet(data["train_hr"], data["train_lr"], settings.hr_size, min_len=devices * settings.batch_size)
-    tr = Trainer(settings, device, ds, conf, seed, rank=rank, world=world, ddp=ddp)
+    ds = PatchSet(data["train_hr"], data["train_lr"], job.sr3.hr_size, min_len=job.devices * job.sr3.batch_size)
+    tr = Trainer(job.sr3, device, ds, conf, p["seed"], rank=rank, world=world, ddp=job.ddp)
     step_flops = count_step_flops(tr)  # one extra untimed forward/backward of the plain module, before the clock
-    device.reset_peak_memory()
+    timed = _timed_iterations(tr, device, warm, run_iters - warm, conf, world, rank)
+    record = _rank_record(tr, device, timed, conf, rank=rank, world=world, placement=placement)
+    record.update(collective_backend=pg if world > 1 else None, flops=step_flops)
     if world > 1:
         dist.barrier()
-    whole = measure.StepClock(device, wall=True)  # the whole run, warm-up included (strong-scaling total)
-    whole.start()
-    first = measure.StepClock(device, wall=True)  # the first iteration alone: the cold start (compile, graphs)
-    for i in tqdm(range(warm), desc=f"rank {rank} SR3 train warm-up", leave=False, disable=warm == 0):
-        if i == 0:
-            first.start()
-        tr.losses.append(tr.train_step())  # compilation and CUDA-graph recording happen here, outside the count
-        if i == 0:
-            first.stop()
-    if warm:  # fail before the timed iterations where the warm-up compiled nothing
-        check_compiled(conf)
-    with count_host_syncs(device) as syncs:  # time_steps' synchronize after its (zero) warm-up and the timed steps
-        timing = measure.time_steps(
-            lambda: tr.losses.append(tr.train_step()), device, 0, run_iters - warm, desc=f"rank {rank} SR3 train"
-        )
-    whole.stop()
-    wall = whole.seconds()
-    compiled = check_compiled(conf)
-    spread = replica_spread(tr.model) if world > 1 else 0.0
-    peak = device.peak_memory_bytes()
-    record = {
+        dist.destroy_process_group()
+    if rank != 0:
+        return record, None
+    return _quality_record(record, tr, job, data, device)
+
+
+def _timed_iterations(tr: Trainer, device: Device, warm: int, timed: int, conf: Configuration, world: int, rank: int):
+    """The rank's iterations through the one timed phase (:func:`accelbench.measure.phase.train_phase`): compilation
+    and CUDA-graph recording happen in the warm-up (checked before the timed ones: :func:`check_compiled`), peak
+    memory and wall time span everything, host synchronisations the timed iterations."""
+    import torch.distributed as dist
+
+    if world > 1:
+        dist.barrier()
+    return phase.train_phase(
+        lambda: tr.losses.append(tr.train_step()),
+        device,
+        warm,
+        timed,
+        extra=(phase.WallClock(device), phase.PeakMemory(device), phase.HostSyncs(device)),
+        after_warmup=(lambda: check_compiled(conf)) if warm else None,
+        desc=f"rank {rank} SR3 train",
+    )
+
+
+def _rank_record(
+    tr: Trainer, device: Device, result, conf: Configuration, *, rank: int, world: int, placement: dict | None
+) -> dict:
+    """This rank's record from the timed phase's :class:`~accelbench.measure.phase.PhaseResult` (times in ms, wall
+    time in s, memory in GiB) and the Trainer's settings."""
+    timing, v = result.timing, result.values
+    peak, syncs = v["peak_memory_bytes"], v["host_syncs"]
+    return {
         "rank": rank,
         "samples_ms": timing.samples,
         "median_ms": timing.median,
         "method": timing.method,
         "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
-        "warmup": warm,
-        "wall_s": wall,
-        "first_iteration_s": first.seconds() if warm else None,
+        "warmup": result.warmup,
+        "wall_s": v["wall_s"],
+        "first_iteration_s": result.first_iteration_s,
         "peak_mem_gib": peak / 2**30 if peak is not None else None,
         "peak_rss_gib": _peak_rss_gib(),
         "threads": torch.get_num_threads(),
         "node": os.environ.get("SLURMD_NODENAME") or platform.node(),
         "placement": placement,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "replica_max_abs_diff": spread,
+        "replica_max_abs_diff": replica_spread(tr.model) if world > 1 else 0.0,
         "host_syncs_timed": syncs.get("count"),
         "host_syncs_method": syncs.get("method"),
         "host_syncs_where": syncs.get("where"),
         "fused_adam": tr.fused_adam,
-        "compiled": compiled,
-        "collective_backend": pg if world > 1 else None,
-        "flops": step_flops,
+        "compiled": check_compiled(conf),
         "data_path": tr.data_path,  # workers (requested, used, the cores that capped them), pinning, copy
         # FP32 convolutions run in TF32 where cuDNN is (PyTorch's default, which Study B's code kept)
         "math_flags": {
@@ -216,25 +183,26 @@ def train_rank(
             "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
         },
     }
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if rank != 0:
-        return record, None
+
+
+def _quality_record(record: dict, tr: Trainer, job, data: dict[str, np.ndarray], device: Device):
+    """Rank 0's record completed with the held-out quality (:func:`.quality.quality`), the loss curve, the parameter
+    and patch counts; returns ``(record, panel)``."""
+    p = job.params
     q, panel = quality(
         tr.model,
-        settings,
+        job.sr3,
         data["heldout_hr"],
         data["heldout_lr"],
-        quality_images,
-        quality_sample_steps,
+        p["quality_images"],
+        p["quality_sample_steps"],
         device,
-        precision,
-        seed,
+        job.conf.precision,
+        p["seed"],
     )
     curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
     record.update(
-        parameters=sum(p.numel() for p in tr.model.parameters()),
+        parameters=sum(x.numel() for x in tr.model.parameters()),
         loss={
             "first": curve[0],
             "last10_mean": float(np.mean(curve[-10:])),

@@ -1,5 +1,5 @@
 """Study A's bare reference loop: the plain PyTorch training step that the profiled step
-(:meth:`.workload.Workload.train_step`, timed by :func:`accelbench.measure.timing.time_steps`) is checked against, and
+(:meth:`.workload.Workload.train_step`, timed by :func:`accelbench.measure.phase.train_phase`) is checked against, and
 the settings it takes from the result it is compared with.
 
 ``benchmarks/harness_overhead.py study-a`` (driver: :mod:`.overhead`) times both on the same

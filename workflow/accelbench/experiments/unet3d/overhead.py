@@ -24,7 +24,7 @@ def case_of(result: dict):
 
 
 def study_a(args) -> None:
-    """Time the rule's step (``Workload.train_step`` through ``measure.timing.time_steps``) and the bare loop
+    """Time the rule's step (``Workload.train_step`` through ``measure.phase.train_phase``) and the bare loop
     (:func:`.bare.bare_samples`) of ``args.result`` on ``args.image``/``args.mask``; append one row to ``args.csv``."""
     import torch
 
@@ -32,7 +32,7 @@ def study_a(args) -> None:
     from accelbench.data.mri import load_case
     from accelbench.experiments.unet3d import profile as exp
     from accelbench.experiments.unet3d.bare import bare_samples
-    from accelbench.measure import timing as measure
+    from accelbench.measure import phase
 
     result = files.read_json(args.result, "result file", error=ResultError)
     spec, system, job = case_of(result)
@@ -46,7 +46,7 @@ def study_a(args) -> None:
         torch.manual_seed(seed)
         with exp.math_mode(variant.tf32, variant.cudnn_benchmark):
             w = exp.Workload(exp.build_network(settings), settings, variant, device, image, mask, seed)
-            t = measure.time_steps(w.train_step, device, warmup, repeat, desc="harness")
+            t = phase.train_phase(w.train_step, device, warmup, repeat, desc="harness").timing
         del w
         return t.median
 
@@ -58,7 +58,7 @@ def study_a(args) -> None:
             mask,
             seed,
             device.torch_device.type,
-            lambda step: overhead.time_loop(step, device, warmup, repeat),
+            lambda step: phase.train_phase(step, device, warmup, repeat, energy=False, desc="bare").timing.samples,
         )
         return statistics.median(samples)
 

@@ -122,34 +122,20 @@ from accelbench.experiments.unet3d.settings import (  # noqa: F401  (the job's s
     unsupported_reason,
 )
 from accelbench.experiments.unet3d.workload import Workload, nvtx_step  # noqa: F401
-from accelbench.measure import energy, flops
+from accelbench.measure import energy, flops, phase
 from accelbench.measure import kernels as kernel_traces
-from accelbench.measure import timing as measure
 
 EXPERIMENT = "unet3d_profile"
 
 
-def profile(
-    settings: ModelSettings,
-    variant: Variant,
-    system,
-    image: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    warmup: int,
-    repeat: int,
-    profile_steps: int,
-    quality_sample_steps: int,
-    quality_rel_l2_max: float,
-    seed: int,
-    trace_path: str | Path,
-) -> dict:
+def profile(job: Settings, system, image: torch.Tensor, mask: torch.Tensor, trace_path: str | Path) -> dict:
     """Profile one configuration: quality probe vs. baseline, timed training and sampling steps,
     peak memory, FLOPs/MFU, and a torch.profiler kernel breakdown of one training step.
 
     Args:
-        settings: resolved model settings (:func:`resolve_settings`).
-        variant: one of :data:`VARIANTS`.
+        job: the job's :class:`~.settings.Settings`: ``model`` (resolved model settings: :func:`resolve_settings`),
+            ``variant`` (one of :data:`VARIANTS`) and ``params`` (``warmup``, ``repeat``, ``profile_steps``,
+            ``quality_sample_steps``, ``quality_rel_l2_max``, ``seed``).
         system: the :class:`accelbench.core.systems.System` to run on (its backend must be present).
         image, mask: (1, C, X, Y, Z) tensors from :func:`accelbench.data.mri.load_case`.
         trace_path: where the Chrome trace (``.json.gz``) of the profiled step is written.
@@ -158,15 +144,32 @@ def profile(
         ``{"status", "reason", "measurements"}``; status ``unsupported`` or ``oom`` with a reason
         instead of raising for those cases. Times in ms, memory in GiB.
     """
+    settings, variant, seed = job.model, job.variant, job.params["seed"]
     reason = unsupported_reason(variant, system) or network_reason(variant, settings)
     if reason:
         return {"status": "unsupported", "reason": reason, "measurements": {}}
     device = Device(system.backend)
     torch.manual_seed(seed)
     model = build_network(settings)
-    n_params = sum(p.numel() for p in model.parameters())
-    m: dict = {
-        "parameters": n_params,
+    m = _configuration_record(model, settings, variant)
+    try:
+        measured = _measure(job, model, device, image, mask, trace_path, m)
+    except device.out_of_memory_errors() as exc:
+        peak = device.peak_memory_bytes()
+        device.empty_cache()
+        return {
+            "status": "oom",
+            "reason": f"out of device memory: {str(exc).splitlines()[0]}",
+            "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None},
+        }
+    m.update(_step_measurements(settings, system.peak_tflops.get(variant.precision), **measured))
+    return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": measured["kernels"]}
+
+
+def _configuration_record(model, settings: ModelSettings, variant: Variant) -> dict:
+    """The measurements that state what ran: parameters, network, shapes, configuration, math and buffers."""
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
         "network": settings.network,
         "micro_batches": settings.micro_batches,
         "tensor_shape": list(settings.tensor_shape),
@@ -177,105 +180,92 @@ def profile(
         "cudnn_benchmark": variant.cudnn_benchmark,
         "grad_buffers": GRAD_BUFFERS["stable" if keeps_grad_buffers(variant, settings) else "per_step"],
     }
-    try:
-        # 1. quality: same weights, seed and input; the baseline's outputs are the reference
-        with math_mode(False):
-            ref = quality_probe(
-                Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
-                quality_sample_steps,
-                seed,
-            )
-        with math_mode(variant.tf32, variant.cudnn_benchmark):
-            m["math_flags"] = math_flags()
-            if not variant.tf32:  # every FP32 number of this configuration rests on IEEE FP32 math
-                m["ieee_fp32_check"] = ieee_fp32_check(device, seed)
-                if not m["ieee_fp32_check"]["holds"]:
-                    raise RuntimeError(
-                        f"configuration {variant.name} must run in IEEE FP32 but does not: {m['ieee_fp32_check']}"
-                    )
-            w = Workload(model, settings, variant, device, image, mask, seed)
-            m["quality"] = compare_quality(quality_probe(w, quality_sample_steps, seed), ref, quality_rel_l2_max)
-            del ref
-            # 2. FLOPs (eager model: torch.compile does not change the arithmetic)
-            eager = (
-                Workload(
-                    copy.deepcopy(model),
-                    settings,
-                    dataclasses.replace(variant, compile=False, compile_mode=None),
-                    device,
-                    image,
-                    mask,
-                    seed,
+
+
+def _measure(job: Settings, model, device: Device, image, mask, trace_path, m: dict) -> dict:
+    """Quality (into ``m``), FLOPs, the timed training and sampling steps and the kernel breakdown, in the
+    configuration's math mode. Returns the numbers :func:`_step_measurements` turns into measurements. Raises the
+    device's out-of-memory errors."""
+    settings, variant, p = job.model, job.variant, job.params
+    seed, warmup, repeat = p["seed"], p["warmup"], p["repeat"]
+    # 1. quality: same weights, seed and input; the baseline's outputs are the reference
+    with math_mode(False):
+        ref = quality_probe(
+            Workload(copy.deepcopy(model), settings, VARIANTS["baseline"], device, image, mask, seed),
+            p["quality_sample_steps"],
+            seed,
+        )
+    with math_mode(variant.tf32, variant.cudnn_benchmark):
+        m["math_flags"] = math_flags()
+        if not variant.tf32:  # every FP32 number of this configuration rests on IEEE FP32 math
+            m["ieee_fp32_check"] = ieee_fp32_check(device, seed)
+            if not m["ieee_fp32_check"]["holds"]:
+                raise RuntimeError(
+                    f"configuration {variant.name} must run in IEEE FP32 but does not: {m['ieee_fp32_check']}"
                 )
-                if variant.compile
-                else w
-            )
-            flops_train = flops.count_flops(eager.train_step)
-            flops_fwd = flops.count_flops(eager.sample_step)
-            del eager
-            # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps
-            device.reset_peak_memory()
-            first = measure.StepClock(device, wall=True)
-            first.start()
-            w.train_step()
-            first.stop()
-            m["first_train_step_ms"] = first.samples()[0]
-            train = measure.time_steps(w.train_step, device, warmup, repeat, desc=f"{variant.name} train")
-            peak = device.peak_memory_bytes()
-            sample = measure.time_steps(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample")
-            # 4. kernel breakdown of one training step
-            kernels = kernel_traces.profile_steps(w.train_step, device, profile_steps, trace_path)
-    except device.out_of_memory_errors() as exc:
-        peak = device.peak_memory_bytes()
-        device.empty_cache()
-        return {
-            "status": "oom",
-            "reason": f"out of device memory: {str(exc).splitlines()[0]}",
-            "measurements": {**m, "peak_mem_gib_before_oom": peak / 2**30 if peak else None},
-        }
-    peak_tflops = system.peak_tflops.get(variant.precision)
-    m.update(
-        {
-            "train_step": train.to_dict(),
-            "sample_step": sample.to_dict(),
-            "sample_projection": {
-                "label": "projection",
-                "steps": settings.timesteps,
-                "seconds": sample.median * settings.timesteps / 1e3,
-                "method": f"median reverse step x {settings.timesteps} steps",
+        w = Workload(model, settings, variant, device, image, mask, seed)
+        probe = quality_probe(w, p["quality_sample_steps"], seed)
+        m["quality"] = compare_quality(probe, ref, p["quality_rel_l2_max"])
+        del ref
+        # 2. FLOPs (eager model: torch.compile does not change the arithmetic)
+        eager = w
+        if variant.compile:
+            eager_variant = dataclasses.replace(variant, compile=False, compile_mode=None)
+            eager = Workload(copy.deepcopy(model), settings, eager_variant, device, image, mask, seed)
+        flops_train, flops_fwd = flops.count_flops(eager.train_step), flops.count_flops(eager.sample_step)
+        del eager
+        # 3. first step (includes cuDNN heuristics / torch.compile), then timed steps (the one timed phase,
+        #    accelbench.measure.phase: the first step is its first warm-up step; peak memory over all training steps)
+        trained = phase.train_phase(
+            w.train_step, device, 1 + warmup, repeat, extra=(phase.PeakMemory(device),), desc=f"{variant.name} train"
+        )
+        m["first_train_step_ms"] = trained.first_iteration_s * 1e3
+        train = trained.timing
+        train.warmup = warmup  # the untimed steps after the first one, as the result has always counted them
+        sample = phase.train_phase(w.sample_step, device, warmup, repeat, desc=f"{variant.name} sample").timing
+        # 4. kernel breakdown of one training step
+        kernels = kernel_traces.profile_steps(w.train_step, device, p["profile_steps"], trace_path)
+    return {
+        "train": train,
+        "sample": sample,
+        "peak": trained.values["peak_memory_bytes"],
+        "flops_train": flops_train,
+        "flops_fwd": flops_fwd,
+        "kernels": kernels,
+    }
+
+
+def _step_measurements(settings: ModelSettings, peak_tflops, *, train, sample, peak, flops_train, flops_fwd, kernels):
+    """The timed steps' measurements: step times, the 250-step sample projection, peak memory, FLOPs and MFU,
+    volumes/s, the kernel table's top rows and the board energy of the timed steps."""
+    volumes_per_s = settings.batch_size * settings.micro_batches / (train.median / 1e3)
+    return {
+        "train_step": train.to_dict(),
+        "sample_step": sample.to_dict(),
+        "sample_projection": {
+            "label": "projection",
+            "steps": settings.timesteps,
+            "seconds": sample.median * settings.timesteps / 1e3,
+            "method": f"median reverse step x {settings.timesteps} steps",
+        },
+        "peak_mem_gib": peak / 2**30 if peak is not None else None,
+        "flops": {"train_step": flops_train, "forward": flops_fwd},
+        "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
+        "train_volumes_per_s": volumes_per_s,
+        "kernels": kernels.to_dict(top=25),
+        # board energy of the timed steps (accelbench.measure.energy): J per training step, a 250-step sample
+        # projected
+        "energy": energy.report(
+            {"train_step": train.energy, "sample_step": sample.energy},
+            "train_step",
+            {
+                "training_step": ("train_step", 1, "J/training step", 1, "measured"),
+                "sample": ("sample_step", 1, f"J/{settings.timesteps}-step sample", settings.timesteps, "projection"),
             },
-            "peak_mem_gib": peak / 2**30 if peak is not None else None,
-            "flops": {"train_step": flops_train, "forward": flops_fwd},
-            "train_throughput": flops.throughput_and_mfu(flops_train, train.median, peak_tflops),
-            "train_volumes_per_s": settings.batch_size * settings.micro_batches / (train.median / 1e3),
-            "kernels": kernels.to_dict(top=25),
-            # board energy of the timed steps (accelbench.measure.energy): J per training step, a 250-step sample
-            # projected
-            "energy": energy.report(
-                {"train_step": train.energy, "sample_step": sample.energy},
-                "train_step",
-                {
-                    "training_step": ("train_step", 1, "J/training step", 1, "measured"),
-                    "sample": (
-                        "sample_step",
-                        1,
-                        f"J/{settings.timesteps}-step sample",
-                        settings.timesteps,
-                        "projection",
-                    ),
-                },
-                {
-                    "volumes_per_s_per_w": (
-                        settings.batch_size * settings.micro_batches / (train.median / 1e3),
-                        "train_step",
-                        "volumes/s/W",
-                    )
-                },
-                step_ms=train.median,
-            ),
-        }
-    )
-    return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": kernels}
+            {"volumes_per_s_per_w": (volumes_per_s, "train_step", "volumes/s/W")},
+            step_ms=train.median,
+        ),
+    }
 
 
 # --------------------------------------------------------------------------- the job (accelbench.core.harness)
@@ -296,7 +286,7 @@ def run(s: Settings, ctx) -> Outcome:
         s.variant.name,
     )
     with ctx.side_file("trace.json.gz", "trace") as trace:
-        out = profile(s.model, s.variant, ctx.system, image, mask, trace_path=trace, **s.params)
+        out = profile(s, ctx.system, image, mask, trace)
         if out["status"] != "ok":
             trace.unlink(missing_ok=True)  # no trace beside an oom/unsupported result
     if out["status"] == "ok":
