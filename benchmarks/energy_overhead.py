@@ -99,7 +99,7 @@ def study_a(result: dict, args):
     from accelbench.backends.device import Device
     from accelbench.core.harness import system_from
     from accelbench.data.mri import load_case
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d.settings import Settings
 
     spec = result["config"]

@@ -10,7 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accelbench.backends.device import Device
-from accelbench.experiments.unet3d import profile as exp
+from accelbench.experiments.unet3d import job as exp
 from accelbench.models.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 
 REFERENCE = Path(__file__).resolve().parents[2] / "resources/reference/med_ddpm_network.csv"

@@ -1,7 +1,7 @@
 """The networks and the noise scheduler of Study A's workload (imports torch; their settings, torch-free, are in
 :mod:`accelbench.experiments.unet3d.configs`): Med-DDPM's own U-Net or the MONAI stand-in (:func:`build_network`),
 and Med-DDPM's cosine DDPM schedule (:func:`build_scheduler`). The module docstring of
-:mod:`~accelbench.experiments.unet3d.profile` maps Med-DDPM's settings onto the stand-in."""
+:mod:`~accelbench.experiments.unet3d.job` maps Med-DDPM's settings onto the stand-in."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def study_a(args) -> None:
 
     from accelbench.backends.device import Device
     from accelbench.data.mri import load_case
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d.bare import bare_samples
     from accelbench.measure import timing as measure
 

@@ -1,7 +1,8 @@
 """The training and sampling step Study A times (imports torch): :class:`Workload` (model, optimizer, noise scheduler
 and inputs of one configuration on one device; :meth:`Workload.train_step` is Med-DDPM's optimizer step of
 ``micro_batches`` forward/backward passes, :meth:`Workload.sample_step` one reverse-diffusion step) and
-:func:`nvtx_step`, the one step in an NVTX range that Nsight Compute replays (:mod:`accelbench.experiments.unet3d.ncu`).
+:func:`nvtx_step`, the one step in an NVTX range that Nsight Compute replays
+(:mod:`accelbench.experiments.unet3d_ncu.job`).
 """
 
 from __future__ import annotations
@@ -122,9 +123,9 @@ def nvtx_step(
     seed: int,
     nvtx_range: str = "accelbench_step",
 ) -> None:
-    """Build the workload as :func:`~accelbench.experiments.unet3d.profile.profile` does, run ``warmup`` training
+    """Build the workload as :func:`~accelbench.experiments.unet3d.job.profile` does, run ``warmup`` training
     steps, then exactly one training step inside the NVTX range ``nvtx_range``: the program Nsight Compute profiles
-    (:mod:`accelbench.experiments.unet3d.ncu`)."""
+    (:mod:`accelbench.experiments.unet3d_ncu.job`)."""
     device = Device(system.backend)
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):
