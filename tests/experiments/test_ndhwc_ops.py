@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accelbench.experiments.unet3d.network import MedDDPMUNet, SpatialAttention, Upsample
 from accelbench.models import ndhwc_ops
-from accelbench.models.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 
 CL = torch.channels_last_3d
 TOL = 1e-12

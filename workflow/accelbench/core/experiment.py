@@ -113,6 +113,14 @@ class Experiment:
         ``unsupported`` result known from the spec, the system and what is installed (no probe, no device)."""
         return self._room("verdicts")
 
+    def load_data(self) -> ModuleType:
+        """Import its data module, ``data.py`` (the inputs its preparation command makes: the CLI reaches it here, not
+        by name). Raises ValueError when the folder has none."""
+        module = self._room("data")
+        if module is None:
+            raise ValueError(f"experiment {self.name} has no data module (no data.py in {self.module_path})")
+        return module
+
     def load_tables(self) -> ModuleType:
         """Import its tables module (``tables.py`` or the package ``tables/``; torch-free), which turns its results
         into tables, figures and claim checks. Raises ValueError when the folder has none."""

@@ -33,7 +33,7 @@ class Workload:
     has run), which lets the graphs overwrite every output of the previous one, and accumulating into ``.grad`` in
     that micro-batch's backward fails with "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been
     overwritten by a subsequent run" (H200, torch 2.11, ``bf16_compile_cudagraphs_autotuned`` on Med-DDPM's
-    network; the stack trace it names, ``emb = self.time_mlp(...)`` in ``med_ddpm_unet.py``, is that of the first
+    network; the stack trace it names, ``emb = self.time_mlp(...)`` in ``network.py``, is that of the first
     parameter's gradient, the time embedding's ``Linear``). ``torch.compiler.cudagraph_mark_step_begin()`` does not
     help: it starts a new generation where one starts anyway (pytorch/pytorch#169545 fails with it; torch's own
     message since pytorch/pytorch#184003 advises ``.grad`` buffers allocated outside the capture). The network
