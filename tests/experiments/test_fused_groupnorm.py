@@ -175,7 +175,8 @@ def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, sh
 
 
 # --------------------------------------------------------------------------- the configurations build it
-SR3_TINY = dict(  # a 32 px SR3 U-Net with attention on its 8 px level (tests/experiments/test_sr3_scaling.py's)
+# a 32 px SR3 U-Net with attention on its 8 px level (workflow/accelbench/experiments/sr3/tests/test_sr3_scaling.py's)
+SR3_TINY = dict(
     hr_size=32,
     factor=4,
     inner_channels=8,

@@ -28,8 +28,12 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the package, by dotted name."""
-    return {module_name(p): p for p in sorted(ROOT.rglob("*.py")) if "__pycache__" not in p.parts}
+    """Every module of the package, by dotted name (an experiment folder's ``tests/`` are tests, not modules)."""
+    return {
+        module_name(p): p
+        for p in sorted(ROOT.rglob("*.py"))
+        if not {"__pycache__", "tests"} & set(p.relative_to(ROOT).parts)
+    }
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
