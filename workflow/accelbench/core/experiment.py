@@ -30,6 +30,9 @@ from pathlib import Path
 from types import ModuleType
 
 EXPERIMENTS_PACKAGE = "accelbench.experiments"
+# the modules of an experiment folder that the registry imports by their fixed names (docs/design.md, "The rooms of an
+# experiment folder"; ``tables`` may be a package)
+ROOMS = ("job", "verdicts", "rules", "tables", "data")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +102,9 @@ class Experiment:
         return Path(importlib.import_module(self.module_path).__file__).parent
 
     def _room(self, room: str) -> ModuleType | None:
-        """Its module ``accelbench.experiments.<package>.<room>``, or None when the folder has no such room."""
+        """Its module ``accelbench.experiments.<package>.<room>`` (one of :data:`ROOMS`), or None when the folder has
+        no such room."""
+        assert room in ROOMS, room
         name = f"{self.module_path}.{room}"
         return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
 
