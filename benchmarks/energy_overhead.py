@@ -98,8 +98,8 @@ def study_a(result: dict, args):
 
     from accelbench.backends.device import Device
     from accelbench.core.harness import system_from
-    from accelbench.data.mri import load_case
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
+    from accelbench.experiments.unet3d.data import load_case
     from accelbench.experiments.unet3d.settings import Settings
 
     spec = result["config"]
@@ -121,7 +121,7 @@ def sr3(result: dict, args):
 
     from accelbench.backends.device import Device
     from accelbench.core.harness import system_from
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
     from accelbench.experiments.sr3 import model as exp
     from accelbench.experiments.sr3.job import Settings
 

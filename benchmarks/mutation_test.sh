@@ -4,7 +4,7 @@
 # also experiments/unet3d/numerics.py (math mode, IEEE-FP32 check, quality check; slow: its tests build U-Nets), and runs
 # only the tests that exercise them. Prints mutmut's results and the surviving count.
 #   pip install 'mutmut>=3.8,<4' && nice benchmarks/mutation_test.sh [WORKDIR]
-# mutmut expects the code under ./src: the script stages a copy (src/accelbench, tests, config, resources) in
+# mutmut expects the code under ./src: the script stages a copy (src/accelbench, tests, conftest.py, config, resources) in
 # WORKDIR (default: a new temporary folder) and never touches the checkout.
 case ${1:-} in -h | --help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac  # the header above
 set -euo pipefail
@@ -14,12 +14,12 @@ work=${1:-$(mktemp -d -t accelbench-mutmut.XXXXXX)}
 mkdir -p "$work/src"
 rm -rf "$work/src/accelbench" "$work/tests" "$work/mutants"
 cp -r "$here/workflow/accelbench" "$work/src/accelbench"
-cp -r "$here/tests" "$here/config" "$here/resources" "$work/"
+cp -r "$here/tests" "$here/conftest.py" "$here/config" "$here/resources" "$work/"
 only='src/accelbench/measure/timing.py","src/accelbench/measure/kernels.py","src/accelbench/measure/kernel_classes.py","src/accelbench/measure/ncu.py'
 tests='"tests/unit/test_measure.py","tests/unit/test_ncu.py"'
 if [ "${MUTATE_QUALITY:-0}" = 1 ]; then
   only="$only\",\"src/accelbench/experiments/unet3d/numerics.py"
-  tests="$tests,\"tests/experiments/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
+  tests="$tests,\"src/accelbench/experiments/unet3d/tests/test_unet3d_profile.py\",\"-k\",\"math or ieee or rejects or tolerance or variants\""
 fi
 cat > "$work/pyproject.toml" <<TOML
 [project]

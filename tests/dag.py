@@ -36,7 +36,7 @@ SMOLLM2 = "resources/llm/smollm2_135m"
 def export_smollm2(workdir: Path, config: dict) -> Path:
     """``<workdir>/resources/llm/smollm2_135m`` made by the real DAG (rule ``llm_export``: the bundled GGUF exported
     to float32 safetensors, about 30-60 s on 2 cores). Returns the folder; AssertionError with the DAG's output when
-    the export fails. The ``smollm2_export`` fixture (tests/conftest.py) runs it once per session."""
+    the export fails. The ``smollm2_export`` fixture (conftest.py) runs it once per session."""
     write_config(workdir, config, ["llm_quant", "lora_finetune"])
     proc = snakemake(workdir, SMOLLM2)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

@@ -204,7 +204,8 @@ def test_launch_geometry_needs_no_triton():
 
 
 # --------------------------------------------------------------------------- the configurations build it
-SR3_TINY = dict(  # a 32 px SR3 U-Net with attention on its 8 px level (tests/experiments/test_sr3_scaling.py's)
+# a 32 px SR3 U-Net with attention on its 8 px level (workflow/accelbench/experiments/sr3/tests/test_sr3_scaling.py's)
+SR3_TINY = dict(
     hr_size=32,
     factor=4,
     inner_channels=8,
@@ -231,8 +232,8 @@ def test_study_a_fused_configuration_builds_the_fused_module():
     network (every GroupNorm swapped, same state dict, SiLU in the blocks' and the head's norms), the output equals
     the plain network's, and the existing configurations keep their norm."""
     from accelbench.experiments.unet3d.configs import VARIANTS
+    from accelbench.experiments.unet3d.network import MedDDPMUNet, ResidualBlock
     from accelbench.experiments.unet3d.networks import set_implementations
-    from accelbench.models.med_ddpm_unet import MedDDPMUNet, ResidualBlock
 
     v = VARIANTS["bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs_autotuned"]
     assert v.norm == "fused" and v.rewrites_network and v.series.startswith("ours")

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from accelbench.experiments.unet3d.network import MedDDPMUNet, SpatialAttention, Upsample
 from accelbench.models import ndhwc_ops
-from accelbench.models.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 
 CL = torch.channels_last_3d
 TOL = 1e-12
@@ -190,7 +190,7 @@ NDHWC = "bf16_channels_last_3d_ndhwc_compile_cudagraphs"
 
 
 def _tiny(tiny_config, network="med_ddpm", micro_batches=2):
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
 
     u = tiny_config["unet3d_profile"]
     return exp.resolve_settings(
@@ -235,7 +235,7 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
     """The configuration through Study A's profile on the CPU (torch.compile the identity: no compiler here; fp32:
     bf16 convolutions are emulated, minutes, on this CPU): the rewrites run, the result records which implementation
     ran, and the quality check against the baseline holds."""
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
 
     monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
     image, mask = _case()
@@ -265,8 +265,8 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
 
 
 def test_ndhwc_configuration_is_unsupported_on_the_monai_stand_in(tiny_config, systems, tmp_path):
+    from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d import networks
-    from accelbench.experiments.unet3d import profile as exp
 
     image, mask = _case()
     s = _tiny(tiny_config, network="monai")

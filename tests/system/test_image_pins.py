@@ -21,11 +21,11 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 STUDY_B_TESTS = [
     *(
-        f"tests/experiments/test_llm_quant_{m}.py"
+        f"workflow/accelbench/experiments/llm_quant/tests/test_llm_quant_{m}.py"
         for m in ("quantize", "evaluate", "accuracy", "sensitivity", "methods", "table")
     ),
     *(
-        f"tests/experiments/test_lora_{m}.py"
+        f"workflow/accelbench/experiments/lora/tests/test_lora_{m}.py"
         for m in ("data", "settings", "model", "trainer", "train", "summary", "job")
     ),
     "tests/unit/test_flops.py",

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from accelbench.core.config import coerce_to_schema, cross_field_errors, validate_config
-from accelbench.data import mri, sky
 from accelbench.errors import ConfigError, DataError
+from accelbench.experiments.sr3 import data as sky
+from accelbench.experiments.unet3d import data as mri
 from conftest import REPO
 from dag import snakemake, write_config
 

@@ -55,7 +55,10 @@ def test_own_npy_map_fifo_or_dev_zero_is_one_line(tmp_path, kind):
     with advice to load it with allow_pickle."""
     p = tmp_path / "map.npy"
     os.mkfifo(p) if kind == "fifo" else p.symlink_to("/dev/zero")
-    code = "import sys; from pathlib import Path; from accelbench.data import sky; sky._read_image(Path(sys.argv[1]))"
+    code = (
+        "import sys; from pathlib import Path; from accelbench.experiments.sr3 import data as sky; "
+        "sky._read_image(Path(sys.argv[1]))"
+    )
     last = _one_line_error(_python(code, str(p)), "DataError", "sky image", "map.npy: not a plain file")
     assert "allow_pickle" not in last
 

@@ -18,7 +18,7 @@ def test_fmt():
 
 
 def test_cost_models_follow_the_settings_and_unsupported_jobs_cost_start_up(default_config, systems, monkeypatch):
-    from accelbench.experiments.unet3d import profile as unet3d_profile
+    from accelbench.experiments.unet3d import job as unet3d_profile
 
     cpu_system = systems["cpu"]
     base = unet3d_profile.estimate_s(unet3d_spec(default_config, cpu_system, "baseline"))
@@ -41,7 +41,7 @@ def test_job_reference_s_reads_the_spec_of_measurement_jobs(tmp_path, default_co
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(unet3d_spec(default_config, systems["cpu"], "baseline")))
     out = "results/cpu/unet3d_profile/whole_head/baseline/result.json"
-    from accelbench.experiments.unet3d import profile as unet3d_profile
+    from accelbench.experiments.unet3d import job as unet3d_profile
 
     assert estimate.job_reference_s("unet3d_profile", out, str(spec)) == pytest.approx(
         unet3d_profile.estimate_s(json.loads(spec.read_text()))
@@ -176,7 +176,7 @@ def test_a_job_the_harness_records_unsupported_costs_start_up(tmp_path, systems,
     installed (the cost model alone counts its evaluations)."""
     import importlib.util
 
-    from accelbench.experiments.llm_quant import run as llm_quant_run
+    from accelbench.experiments.llm_quant import job as llm_quant_run
     from accelbench.experiments.llm_quant import verdicts
 
     spec = {

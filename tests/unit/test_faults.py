@@ -256,7 +256,7 @@ def _mri(folder: Path, image=None, mask=None, mask_affine=None) -> Path:
 
 
 def _prepare_mri(tmp_path, folder, volume=16):
-    from accelbench.data import mri
+    from accelbench.experiments.unet3d import data as mri
 
     return mri.prepare(
         tmp_path / "i.nii.gz", tmp_path / "m.nii.gz", [volume] * 3, [1] * 3, source="folder", folder=str(folder)
@@ -266,8 +266,8 @@ def _prepare_mri(tmp_path, folder, volume=16):
 def test_sky_map_with_a_nan_or_inf_pixel_stops_at_prepare(tmp_path):
     import numpy as np
 
-    from accelbench.data import sky
     from accelbench.errors import DataError
+    from accelbench.experiments.sr3 import data as sky
 
     arr = np.random.default_rng(0).random((64, 64))
     arr[3, 4] = np.nan

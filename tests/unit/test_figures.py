@@ -286,7 +286,7 @@ def _ncu(tmp_path, system, conf, status="ok", cycles=1e9, hw="NVIDIA H200", back
 
 
 def test_counter_figure_names_unsupported_systems_and_their_reason(tmp_path, capture):
-    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+    from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
 
     paths = [_ncu(tmp_path, "cpu", c, status="unsupported", hw="AMD EPYC", backend="cpu") for c in ("baseline", "tf32")]
     study_a_ncu.aggregate(paths, CLAIMS, tmp_path / "agg")

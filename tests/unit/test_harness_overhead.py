@@ -104,7 +104,7 @@ def test_sr3_host_bound_rows(tmp_path, default_config, systems):
     already on the device and with 1 DataLoader worker; one row each, positive times, the variants named."""
     import subprocess
 
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
 
     u = default_config["sr3_scaling"]
     run = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelbench.experiments.unet3d import ncu as unet3d_ncu
+from accelbench.experiments.unet3d_ncu import job as unet3d_ncu
 from accelbench.measure import ncu
 from accelbench.measure.kernel_classes import classify_kernel
 
@@ -287,7 +287,7 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
 
     import torch
 
-    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+    from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
 
     fake = tmp_path / "ncu"
     fake.write_text(
@@ -383,7 +383,7 @@ def test_extrapolation_states_that_its_two_sides_differ(tmp_path):
     """The coverage share divides ncu replay time by torch.profiler step time: the table says so and gives the
     share with both sides from torch.profiler beside it."""
     from accelbench.core import provenance, results
-    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+    from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
 
     env = provenance.collect("cpu")
     paths = []
@@ -514,7 +514,7 @@ def test_rate_coverage_of_partial_coverage_passes():
     """A rate the coverage passes measured covers what they covered: all of the step, or less where one failed."""
     import pandas as pd
 
-    from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+    from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
 
     full = pd.Series({"rates_over_every_kernel": "ipc, tensor_pipe_pct", "coverage_time_share": 1.0})
     part = pd.Series({"rates_over_every_kernel": "ipc, tensor_pipe_pct", "coverage_time_share": 0.6})

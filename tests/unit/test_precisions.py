@@ -137,7 +137,7 @@ def test_study_a_bf16_is_unsupported_with_the_reason_and_tabled(avx2_cpu, defaul
     """The hook (written by the harness without the device lock), then Study A's table and claims read it."""
     from test_aggregate import CLAIMS, _fake
 
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d import tables as study_a
 
     cpu_system = systems["cpu"]

@@ -56,6 +56,45 @@ def test_every_experiment_module_keeps_the_contract(name):
     assert (REPO / "resources/reference" / e.reference).exists() if e.reference else True
 
 
+ROOMS = ("__init__.py", "job.py", "rules.py", "rules.smk")  # every experiment folder's rooms (docs/design.md)
+
+
+def room_problems(experiments) -> list[str]:
+    """Entries that share a folder, and folders without a fixed room (``tables.py`` or ``tables/`` too where the entry
+    aggregates): one line each."""
+    out, seen = [], {}
+    for e in experiments:
+        if e.folder in seen:
+            out.append(f"{e.name} shares the folder {e.folder.name}/ with {seen[e.folder]}")
+        seen[e.folder] = e.name
+        rooms = ROOMS + (("tables.py", "tables/__init__.py"),) if e.aggregate else ROOMS
+        for room in rooms:
+            options = room if isinstance(room, tuple) else (room,)
+            if not any((e.folder / r).is_file() for r in options):
+                out.append(f"{e.name}: no {' or '.join(options)} in {e.folder.name}/")
+    return out
+
+
+def test_each_entry_has_its_own_folder_and_its_rooms_by_their_fixed_names():
+    """The registry finds a folder's modules by their file names: every entry has its own folder holding
+    ``job.py``, ``rules.py``, ``rules.smk`` (and ``tables.py`` where it aggregates); the entry names no module and
+    takes keyword arguments only."""
+    import dataclasses
+
+    from accelbench.core.experiment import Experiment
+
+    assert room_problems(registry.EXPERIMENTS.values()) == []
+    assert not {"job", "verdicts", "rules", "tables"} & {f.name for f in dataclasses.fields(Experiment)}
+    with pytest.raises(TypeError):
+        Experiment("x", "A", "x", "x", ("v",))  # keyword-only: no entry depends on the order of the fields
+    # the check can fail: a second entry in a folder (the old unet3d), a folder without a room its entry needs
+    unet3d = registry.get("unet3d_profile")
+    twin = dataclasses.replace(registry.get("unet3d_ncu"), package=unet3d.package)
+    assert room_problems([unet3d, twin]) == ["unet3d_ncu shares the folder unet3d/ with unet3d_profile"]
+    problems = room_problems([dataclasses.replace(unet3d, package="net_smoke", aggregate="x")])
+    assert problems == ["unet3d_profile: no tables.py or tables/__init__.py in net_smoke/"], problems
+
+
 def test_every_experiment_has_a_command_rule_inputs_and_spec():
     from accelbench.cli import build_parser
 
@@ -117,7 +156,9 @@ def _name_lists_in_text(path: Path) -> list[str]:
 
 
 def test_no_list_of_experiment_names_outside_the_registry():
-    sources = [p for p in PACKAGE.rglob("*.py") if p.name != "registry.py"]
+    sources = [
+        p for p in PACKAGE.rglob("*.py") if p.name != "registry.py" and "tests" not in p.relative_to(PACKAGE).parts
+    ]
     found = list(itertools.chain.from_iterable(_name_lists_in_python(p) for p in sources))
     rules = [*(REPO / "workflow/rules").glob("*.smk"), REPO / "Snakefile"]
     found += itertools.chain.from_iterable(_name_lists_in_text(p) for p in rules)

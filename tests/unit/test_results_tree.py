@@ -219,7 +219,7 @@ AGGREGATIONS = [
     ("accelbench.experiments.lora.tables", "study_b_lora"),
     ("accelbench.experiments.sr3.tables", "study_b_sr3"),
     ("accelbench.experiments.unet3d.tables", "study_a"),
-    ("accelbench.experiments.unet3d.tables_ncu", "study_a"),
+    ("accelbench.experiments.unet3d_ncu.tables", "study_a"),
 ]
 
 

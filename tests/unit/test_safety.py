@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import stat
 import time
-from pathlib import Path
 
 import pytest
 
@@ -248,7 +247,7 @@ def test_measurement_command_supersedes_on_success_and_restores_on_failure(
     when its torchrun fails): the guard of every measurement command, with the device lock in a private folder."""
     import importlib.util
 
-    where = Path(__file__).parents[1] / "experiments/test_sr3_scaling.py"  # the SR3 tests' spec builder
+    where = REPO / "workflow/accelbench/experiments/sr3/tests/test_sr3_scaling.py"  # the SR3 tests' spec builder
     module_spec = importlib.util.spec_from_file_location("sr3_scaling_tests", where)
     sr3_tests = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(sr3_tests)

@@ -40,11 +40,17 @@ def test_the_lint_can_fail(tmp_path):
 MAX_MODULE_LINES = 400  # a module past it is split by what it does (CONTRIBUTING.md)
 
 
+def package_sources(root) -> list:
+    """The package's ``.py`` files under ``root``, without the tests that sit in its experiment folders
+    (``experiments/<folder>/tests/``: tests, held to the tests' rules)."""
+    return [p for p in sorted(root.rglob("*.py")) if "tests" not in p.relative_to(root).parts]
+
+
 def long_modules(root) -> list[str]:
     """Modules under ``root`` longer than :data:`MAX_MODULE_LINES`, as ``path: lines``."""
     return [
         f"{p.relative_to(root)}: {n}"
-        for p in sorted(root.rglob("*.py"))
+        for p in package_sources(root)
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     ]
 
@@ -74,7 +80,7 @@ LONG_FUNCTIONS_ALLOWED = {
     "models/group_norm_op.py::_group_norm_act_backward_op": "torch.library custom op: schema of flat arguments",
     "models/group_norm_op.py::_": "the op's fake (meta) kernel, registered as `_`: the op's own signature",
     # the published network's constructor, argument for argument as Med-DDPM's code has it
-    "models/med_ddpm_unet.py::MedDDPMUNet.__init__": "mirrors the upstream Med-DDPM UNet's keyword arguments",
+    "experiments/unet3d/network.py::MedDDPMUNet.__init__": "mirrors the upstream Med-DDPM UNet's keyword arguments",
     # not reached yet: each is a long measurement procedure still in one piece (to become named steps)
     "experiments/llm_quant/accuracy.py::accuracy_tasks": "123 lines: not reached yet",
     "experiments/llm_quant/methods.py::run_method": "9 parameters, 137 lines: not reached yet",
@@ -85,7 +91,7 @@ LONG_FUNCTIONS_ALLOWED = {
     "experiments/sr3/job.py::merge": "9 parameters: not reached yet",
     "experiments/sr3/quality.py::quality": "9 parameters: not reached yet",
     "experiments/sr3/tables_figures.py::fig_scaling": "164 lines: not reached yet",
-    "experiments/unet3d/ncu.py::profile_counters": "15 parameters, 180 lines: not reached yet",
+    "experiments/unet3d_ncu/job.py::profile_counters": "15 parameters, 180 lines: not reached yet",
     "measure/overhead.py::row": "11 parameters: one CSV row's columns, not reached yet",
 }
 
@@ -112,7 +118,7 @@ def long_functions(root) -> dict[str, str]:
             else:
                 visit(child, path, prefix)
 
-    for p in sorted(root.rglob("*.py")):
+    for p in package_sources(root):
         visit(ast.parse(p.read_text(), filename=str(p)), p.relative_to(root).as_posix(), "")
     return found
 

@@ -11,7 +11,7 @@ from test_figures import _lora, _ncu, capture  # noqa: F401 (fixture)
 from accelbench.aggregate.common import column_format, write_table
 from accelbench.experiments.lora import tables as study_b_lora
 from accelbench.experiments.unet3d import tables as study_a
-from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
+from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
 
 
 def _mark_noisy(path, noisy=True):

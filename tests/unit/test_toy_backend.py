@@ -25,7 +25,7 @@ from conftest import REPO
 
 TOY = REPO / "tests/toy_backend"  # the files a contributor adds, at their repository paths
 TOY_ROCM = REPO / "tests/toy_rocm_backend"
-COPIED = ("workflow", "config", "pyproject.toml", "tests/conftest.py", "tests/unit/test_backends.py")
+COPIED = ("workflow", "config", "pyproject.toml", "conftest.py", "tests/unit/test_backends.py")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 CHECK = """

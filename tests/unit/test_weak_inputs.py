@@ -28,7 +28,7 @@ def _err_lines(capsys) -> list[str]:
 
 
 def test_nan_in_a_mask_is_one_line_naming_the_mask(tmp_path):
-    from accelbench.data import mri
+    from accelbench.experiments.unet3d import data as mri
 
     folder = tmp_path / "d"
     (folder / "image").mkdir(parents=True)
@@ -185,7 +185,7 @@ def test_ctrl_c_stops_the_command_with_one_line_and_sigint(tmp_path):
 def test_sky_tiling_of_a_large_map_is_fast_and_announced(tmp_path, monkeypatch):
     import time
 
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
 
     def windows(shape, patch, every, overlap):  # the definition, one window at a time
         h, w = shape

@@ -176,7 +176,7 @@ ROUTED_READS = {  # name: (file planted as a FIFO, code calling the reader with 
     ),
     "unet3d.read_claims": (
         "study_a_claims.csv",
-        "from accelbench.experiments.unet3d.tables_ncu_claims import read_claims; read_claims(p)",
+        "from accelbench.experiments.unet3d_ncu.tables_claims import read_claims; read_claims(p)",
         "claims file",
     ),
     "unet3d.overhead": (

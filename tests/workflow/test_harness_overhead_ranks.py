@@ -89,7 +89,7 @@ def test_ddp_profile_sr3_two_gloo_ranks(tmp_path, default_config, systems):
     """`ddp-profile --experiment sr3` on the small SR3 U-Net (2 gloo ranks): every variant runs (no accumulation)."""
     import subprocess
 
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
 
     u = default_config["sr3_scaling"]
     run = {

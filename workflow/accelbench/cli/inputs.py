@@ -15,9 +15,10 @@ log = logging.getLogger("accelbench")
 
 
 def cmd_mri_prepare(args: argparse.Namespace) -> None:
+    from accelbench.core import registry
     from accelbench.core.harness import load_spec
-    from accelbench.data import mri
 
+    mri = registry.get("unet3d_profile").load_data()  # Study A's data module, through the registry
     spec, _ = load_spec(args.spec)
     summary = mri.prepare(args.image, args.mask, volume=spec["volume"], spacing_mm=spec["spacing_mm"], **spec["data"])
     log.info("prepared MRI pair: %s", json.dumps(summary))
@@ -26,9 +27,9 @@ def cmd_mri_prepare(args: argparse.Namespace) -> None:
 def cmd_unet3d_step(args: argparse.Namespace) -> None:
     from accelbench.core import registry
     from accelbench.core.harness import load_spec, system_from
-    from accelbench.data.mri import load_case
 
     exp = registry.get("unet3d_profile").load()  # its job module, through the registry (imports torch)
+    load_case = registry.get("unet3d_profile").load_data().load_case
     spec, _ = load_spec(args.spec)
     system = system_from(spec)
     s = exp.Settings.from_spec(spec, system)
@@ -37,10 +38,11 @@ def cmd_unet3d_step(args: argparse.Namespace) -> None:
 
 
 def cmd_sr3_prepare(args: argparse.Namespace) -> None:
+    from accelbench.core import registry
     from accelbench.core.harness import load_spec
     from accelbench.core.locks import notice
-    from accelbench.data import sky
 
+    sky = registry.get("sr3_scaling").load_data()  # SR3's data module, through the registry
     spec, _ = load_spec(args.spec)
     summary = sky.prepare(args.out, patch=spec["hr_size"], factor=spec["factor"], notify=notice, **spec["data"])
     log.info("prepared sky patches: %s", json.dumps(summary))

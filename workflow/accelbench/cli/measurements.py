@@ -60,7 +60,7 @@ def add_parsers(sub) -> None:
         s = sub.add_parser(
             e.command,
             help=f"{'Study ' + e.study if e.selectable else 'diagnostic'}: "
-            f"one {e.name} job ({e.module_path}.{e.job}), one {e.result}",
+            f"one {e.name} job ({e.module_path}.job), one {e.result}",
         )
         s.add_argument("--spec", required=True, help="JSON file of the job's resolved settings (or an inline object)")
         s.add_argument(

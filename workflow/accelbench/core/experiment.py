@@ -1,19 +1,24 @@
 """What an experiment declares about itself: :class:`Experiment`, one entry of the registry.
 
 Each experiment is one folder, ``accelbench/experiments/<package>/``, whose ``__init__.py`` holds ``ENTRIES`` (one
-:class:`Experiment` per result kind it makes) and imports nothing heavy: the registry, the config checks, the rule
-files and the tables read the entries without importing torch. The entry names the folder's modules:
+:class:`Experiment`, keyword arguments only) and imports nothing heavy: the registry, the config checks, the rule
+files and the tables read the entries without importing torch. Every folder has the same rooms, found by their file
+names (the entry names none of them):
 
-========================  =========================================================================================
-``job`` (``job.py``)      ``Settings.from_spec``, ``run`` (``run_rank`` where ranks run), ``estimate_s``: the job
-``verdicts`` (optional)   torch-free: ``known_unsupported(ctx)``, an ``unsupported`` outcome known without measuring
-``rules`` (``rules.py``)  torch-free: ``results(rc, system)`` the result paths as configured, ``spec(rc, wildcards)``
-                          a job's settings, optional ``check(rc)`` (stops a bad config before any job) and
-                          ``model_specs(rc)`` (models to export, by name)
-``tables``                torch-free: ``aggregate(results, reference, out_dir)`` and ``CLAIM_CHECKS``
-``schema``                the JSON schema of its results (``<name>.schema.json``)
-``rules.smk``             its Snakemake rules, included by the Snakefile through the registry
-========================  =========================================================================================
+=========================  ========================================================================================
+``job.py``                 ``Settings.from_spec``, ``run`` (``run_rank`` where ranks run), ``estimate_s``: the job
+``verdicts.py`` (optional) torch-free: ``known_unsupported(ctx)``, an ``unsupported`` outcome known without measuring
+``rules.py``               torch-free: ``results(rc, system)`` the result paths as configured, ``spec(rc, wildcards)``
+                           a job's settings, optional ``check(rc)`` (stops a bad config before any job),
+                           ``model_specs(rc)`` (models to export, by name), ``config_errors(config)`` and
+                           ``config_schema(block)``
+``rules.smk``              its Snakemake rules, included by the Snakefile through the registry
+``tables.py``/``tables/``  torch-free: ``aggregate(results, reference, out_dir)`` and ``CLAIM_CHECKS``
+``<name>.schema.json``     the JSON schema of its results (``schema``); ``<name>.config.schema.yaml`` its config block
+``bare.py``, ``data.py``,  where it has them: its bare reference loop, the data and the network it owns
+``network.py``
+``tests/``                 its tests (tier ``experiments``: the root ``conftest.py`` marks them)
+=========================  ========================================================================================
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from pathlib import Path
 from types import ModuleType
 
 EXPERIMENTS_PACKAGE = "accelbench.experiments"
+# the modules of an experiment folder that the registry imports by their fixed names (docs/design.md, "The rooms of an
+# experiment folder"; ``tables`` may be a package)
+ROOMS = ("job", "verdicts", "rules", "tables", "data")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Experiment:
     """One experiment of the studies (or a diagnostic).
 
@@ -40,13 +48,6 @@ class Experiment:
         command: the ``accelbench`` command its rule calls.
         variants: the result folders below ``<system>/<name>/``, as Snakemake wildcard patterns (one per rule).
         order: its place in registry order (tables, reports and the claims page follow it).
-        job: the module of the folder holding ``Settings``/``run`` (and ``run_rank``/``merge``).
-        verdicts: the torch-free module of the folder whose ``known_unsupported(ctx) -> Outcome | None`` the harness
-            asks before it imports ``job``: an ``unsupported`` result known from the spec, the system and what is
-            installed (no probe, no device), written without importing torch (or None: no such module).
-        rules: the torch-free module of the folder with ``results``/``spec`` (and optional ``check``/``model_specs``)
-            functions for this experiment, as ``"module:prefix"`` (functions ``<prefix>results``, ``<prefix>spec``...).
-        tables: the module of the folder that turns its results into tables, figures and claim checks (or None).
         aggregate: the stem of its aggregation command, ``accelbench <aggregate>-aggregate`` (or None).
         schema: the JSON schema of its results, a file of the folder (None: no schema, diagnostics).
         result: the file the job writes in the variant folder.
@@ -72,10 +73,6 @@ class Experiment:
     command: str
     variants: tuple[str, ...]
     order: int = 0
-    job: str = "job"
-    verdicts: str | None = None
-    rules: str = "rules:"
-    tables: str | None = None
     aggregate: str | None = None
     schema: str | None = None
     result: str = "result.json"
@@ -104,27 +101,44 @@ class Experiment:
         """The experiment's folder (its rule file, schema and captions are there)."""
         return Path(importlib.import_module(self.module_path).__file__).parent
 
+    def _room(self, room: str) -> ModuleType | None:
+        """Its module ``accelbench.experiments.<package>.<room>`` (one of :data:`ROOMS`), or None when the folder has
+        no such room."""
+        assert room in ROOMS, room
+        name = f"{self.module_path}.{room}"
+        return importlib.import_module(name) if importlib.util.find_spec(name) is not None else None
+
     def load(self) -> ModuleType:
-        """Import its job module (``accelbench.experiments.<package>.<job>``; imports torch)."""
-        return importlib.import_module(f"{self.module_path}.{self.job}")
+        """Import its job module, ``job.py`` (``Settings``/``run``, and ``run_rank``/``merge``; imports torch)."""
+        return importlib.import_module(f"{self.module_path}.job")
 
     def load_verdicts(self) -> ModuleType | None:
-        """Import its torch-free verdicts module (``verdicts``), or None when it has none."""
-        return importlib.import_module(f"{self.module_path}.{self.verdicts}") if self.verdicts else None
+        """Import its torch-free verdicts module, ``verdicts.py``, or None when the folder has none: its
+        ``known_unsupported(ctx) -> Outcome | None``, asked by the harness before it imports ``job``, is an
+        ``unsupported`` result known from the spec, the system and what is installed (no probe, no device)."""
+        return self._room("verdicts")
+
+    def load_data(self) -> ModuleType:
+        """Import its data module, ``data.py`` (the inputs its preparation command makes: the CLI reaches it here, not
+        by name). Raises ValueError when the folder has none."""
+        module = self._room("data")
+        if module is None:
+            raise ValueError(f"experiment {self.name} has no data module (no data.py in {self.module_path})")
+        return module
 
     def load_tables(self) -> ModuleType:
-        """Import its tables module (torch-free). Raises ValueError when it has none."""
-        if not self.tables:
-            raise ValueError(f"experiment {self.name} has no tables")
-        return importlib.import_module(f"{self.module_path}.{self.tables}")
+        """Import its tables module (``tables.py`` or the package ``tables/``; torch-free), which turns its results
+        into tables, figures and claim checks. Raises ValueError when the folder has none."""
+        module = self._room("tables")
+        if module is None:
+            raise ValueError(f"experiment {self.name} has no tables (no tables.py in {self.module_path})")
+        return module
 
     def rule_function(self, what: str):
-        """Its ``what`` function (``results``, ``spec``, ``check``, ``model_specs``) from its rules module, or None."""
-        module, _, prefix = self.rules.partition(":")
-        name = f"{self.module_path}.{module}"
-        if importlib.util.find_spec(name) is None:
-            return None
-        return getattr(importlib.import_module(name), f"{prefix}{what}", None)
+        """Its ``what`` function (``results``, ``spec``, ``check``, ``model_specs``, ``config_errors``,
+        ``config_schema``) from its torch-free ``rules.py``, or None."""
+        module = self._room("rules")
+        return getattr(module, what, None) if module is not None else None
 
     def schema_path(self) -> Path | None:
         """Its result schema file, or None."""

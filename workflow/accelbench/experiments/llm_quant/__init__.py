@@ -42,7 +42,7 @@ Reproduces Study B's quantization study (TinyLlama-1.1B there; SmolLM2-135M in t
    ``measurements.settings``.
 
 Kept in high precision as in Study B: embeddings, ``lm_head``, norms. The job harness (:mod:`accelbench.core.harness`,
-``accelbench llm-quant``) writes the result; :func:`.run.run` writes the sensitivity tables through it.
+``accelbench llm-quant``) writes the result; :func:`.job.run` writes the sensitivity tables through it.
 
 Modules of the job (each imports only those above it; this file imports none of them):
 
@@ -57,7 +57,7 @@ Modules of the job (each imports only those above it; this file imports none of 
   (:func:`~.methods.run_method`);
 - :mod:`.stages`: model loading and the two stages, :func:`~.stages.run_sensitivity_job` and
   :func:`~.stages.run_method_job`;
-- :mod:`.run`: the job for the harness (``Settings``, ``run``, the cost model ``estimate_s``).
+- :mod:`.job`: the job for the harness (``Settings``, ``run``, the cost model ``estimate_s``).
 
 Torch-free, beside them: :mod:`.rules` (the rule functions: result paths, job specs, model specs; ``rules.smk`` holds
 the rules) and :mod:`.tables` (the aggregation: :mod:`.tables_cells`, :mod:`.tables_rows`, :mod:`.tables_figures`,
@@ -68,15 +68,12 @@ from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "llm_quant",
-        "B",
-        "llm_quant",
-        "llm-quant",
-        ("{model}/sensitivity", "{model}/{method}/{bitset}"),
+        name="llm_quant",
+        study="B",
+        package="llm_quant",
+        command="llm-quant",
+        variants=("{model}/sensitivity", "{model}/{method}/{bitset}"),
         order=30,
-        job="run",
-        verdicts="verdicts",
-        tables="tables",
         aggregate="study_b_quant",
         schema="llm_quant.schema.json",
         reference="study_b_quantization.csv",

@@ -1,6 +1,6 @@
 """The two stages of a job (``accelbench llm-quant --stage sensitivity | method``): load the model
 (:func:`load_model`), cut the text into token chunks, run the sensitivity map (:func:`run_sensitivity_job`) or one
-(method, bit set) (:func:`run_method_job`) and return the outcome as a dict; :mod:`.run` hands it to the harness.
+(method, bit set) (:func:`run_method_job`) and return the outcome as a dict; :mod:`.job` hands it to the harness.
 """
 
 from __future__ import annotations

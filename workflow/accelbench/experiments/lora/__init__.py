@@ -62,14 +62,12 @@ from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "lora_finetune",
-        "B",
-        "lora",
-        "lora-finetune",
-        ("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
+        name="lora_finetune",
+        study="B",
+        package="lora",
+        command="lora-finetune",
+        variants=("{model}/{attention}/{strategy}/n{devices}", "{model}/{series}/{attention}/{strategy}/n{devices}"),
         order=40,
-        verdicts="verdicts",
-        tables="tables",
         aggregate="study_b_lora",
         schema="lora_finetune.schema.json",
         reference="study_b_finetune_runtime.csv",

@@ -4,11 +4,11 @@ from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "net_smoke",
-        "diagnostic",
-        "net_smoke",
-        "net-smoke",
-        ("devices_{devices}",),
+        name="net_smoke",
+        study="diagnostic",
+        package="net_smoke",
+        command="net-smoke",
+        variants=("devices_{devices}",),
         order=90,
         result="allreduce.json",
         side_files=("allreduce.csv",),

@@ -4,13 +4,12 @@ from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "sr3_scaling",
-        "B",
-        "sr3",
-        "sr3-train",
-        ("{configuration}/devices_{devices}",),
+        name="sr3_scaling",
+        study="B",
+        package="sr3",
+        command="sr3-train",
+        variants=("{configuration}/devices_{devices}",),
         order=20,
-        tables="tables",
         aggregate="study_b_sr3",
         schema="sr3_scaling.schema.json",
         reference="study_b_sr3_scaling.csv",

@@ -315,7 +315,7 @@ def run_rank(s: Settings, ctx) -> dict:
     """One DDP rank (in each process ``ctx.run_ranks`` started): :func:`train_rank` on the patch set
     ``ctx.inputs["data"]``; rank 0 writes the sample panel through ``ctx.side_file`` (``samples.npz``). Returns the
     rank's record."""
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
 
     record, panel = train_rank(s, ctx.system, sky.load(ctx.inputs["data"]), placement=ctx.placement)
     if panel is not None:

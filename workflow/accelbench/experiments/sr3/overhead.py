@@ -86,7 +86,7 @@ def sr3_rank(args) -> None:
 
     from accelbench.cluster import multinode
     from accelbench.cluster import processes as launch
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
     from accelbench.experiments.sr3 import model as exp
     from accelbench.experiments.sr3.bare import BareRank, data_path_text, result_data_path_differs, sr3_bare
 
@@ -159,7 +159,7 @@ def ddp_profile_rank(args) -> None:
     import torch
 
     from accelbench.cluster import processes as launch
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
     from accelbench.experiments.sr3 import model as exp
     from accelbench.experiments.sr3.bare import BareRank, sr3_bare
 
@@ -190,7 +190,7 @@ def sr3_host_bound(args) -> None:
     import torch
 
     from accelbench.backends.device import Device
-    from accelbench.data import sky
+    from accelbench.experiments.sr3 import data as sky
     from accelbench.experiments.sr3 import model as exp
     from accelbench.experiments.sr3.bare import device_batches
 

@@ -1,20 +1,18 @@
 """Study A (arXiv 2606.19365): Med-DDPM's 3D diffusion U-Net, one training step profiled per configuration (TF32,
-bf16, channels_last_3d, torch.compile, CUDA graphs), and its top kernels' hardware counters (Nsight Compute)."""
+bf16, channels_last_3d, torch.compile, CUDA graphs). Its own data (:mod:`.data`, the MRI pair) and network
+(:mod:`.network`, Med-DDPM's U-Net) live here; the top kernels' hardware counters (Nsight Compute) are the next
+experiment, :mod:`accelbench.experiments.unet3d_ncu`, which imports this folder's configurations and workload."""
 
 from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "unet3d_profile",
-        "A",
-        "unet3d",
-        "unet3d-profile",
-        ("{model}/{configuration}",),
+        name="unet3d_profile",
+        study="A",
+        package="unet3d",
+        command="unet3d-profile",
+        variants=("{model}/{configuration}",),
         order=10,
-        job="profile",
-        verdicts="settings",
-        rules="rules:profile_",
-        tables="tables",
         aggregate="study_a",
         schema="unet3d_profile.schema.json",
         reference="study_a_claims.csv",
@@ -25,26 +23,5 @@ ENTRIES = (
         targets=("study_a/table.csv", "study_a/claims_vs_measured.csv"),
         rule_seconds=(("mri_prepare", 7.0), ("study_a_aggregate", 6.0)),
         cluster_requests=(("unet3d_profile", 8, 64000),),
-    ),
-    Experiment(
-        "unet3d_ncu",
-        "A",
-        "unet3d",
-        "unet3d-ncu",
-        ("{model}/{configuration}",),
-        order=11,
-        job="ncu",
-        verdicts="ncu",
-        rules="rules:ncu_",
-        tables="tables_ncu",
-        aggregate="study_a_ncu",
-        schema="unet3d_ncu.schema.json",
-        reference="study_a_claims.csv",
-        claims="study_a_claims.csv",
-        reads=("unet3d_profile",),
-        inputs=("image", "mask", "profile_result"),
-        targets=("study_a/counters.csv",),
-        rule_seconds=(("study_a_ncu_aggregate", 4.0),),
-        cluster_requests=(("unet3d_ncu", 8, 64000),),
     ),
 )

@@ -1,9 +1,9 @@
-"""Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d.profile` measures them):
+"""Study A's configurations and network settings (:mod:`accelbench.experiments.unet3d.job` measures them):
 the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning) and
 the model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`, :func:`settings_of`).
 Torch-free (the rules and the tables read it while they plan and aggregate); the networks and the noise scheduler
 these settings build are in :mod:`accelbench.experiments.unet3d.networks`. The module docstring of
-:mod:`~accelbench.experiments.unet3d.profile` describes each configuration and its source."""
+:mod:`~accelbench.experiments.unet3d.job` describes each configuration and its source."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The networks and the noise scheduler of Study A's workload (imports torch; their settings, torch-free, are in
 :mod:`accelbench.experiments.unet3d.configs`): Med-DDPM's own U-Net or the MONAI stand-in (:func:`build_network`),
 and Med-DDPM's cosine DDPM schedule (:func:`build_scheduler`). The module docstring of
-:mod:`~accelbench.experiments.unet3d.profile` maps Med-DDPM's settings onto the stand-in."""
+:mod:`~accelbench.experiments.unet3d.job` maps Med-DDPM's settings onto the stand-in."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from accelbench.models.monai_import import import_monai
 
 
 def build_network(s: ModelSettings) -> torch.nn.Module:
-    """The U-Net ``s.network`` names: :class:`~accelbench.models.med_ddpm_unet.MedDDPMUNet` (``med_ddpm``) or the
+    """The U-Net ``s.network`` names: :class:`~accelbench.experiments.unet3d.network.MedDDPMUNet` (``med_ddpm``) or the
     MONAI stand-in (:func:`build_unet`). Parameters in fp32 on the current default device."""
     if s.network == "med_ddpm":
-        from accelbench.models.med_ddpm_unet import MedDDPMUNet
+        from accelbench.experiments.unet3d.network import MedDDPMUNet
 
         return MedDDPMUNet(
             s.image_channels + s.mask_channels,
@@ -32,13 +32,13 @@ def build_network(s: ModelSettings) -> torch.nn.Module:
 
 def set_implementations(model: torch.nn.Module, variant: Variant) -> torch.nn.Module:
     """``model`` with the module implementations ``variant`` asks for (:attr:`Variant.network_options`), in place:
-    Med-DDPM's network sets them (:meth:`~accelbench.models.med_ddpm_unet.MedDDPMUNet.set_implementations`; the
+    Med-DDPM's network sets them (:meth:`~accelbench.experiments.unet3d.network.MedDDPMUNet.set_implementations`; the
     parameters stay the same tensors); the MONAI stand-in has only its own.
 
     Raises:
         ValueError: a configuration that rewrites the network on the MONAI stand-in (the job records it as
             ``unsupported`` before it gets here: :func:`accelbench.experiments.unet3d.settings.network_reason`)."""
-    from accelbench.models.med_ddpm_unet import MedDDPMUNet
+    from accelbench.experiments.unet3d.network import MedDDPMUNet
 
     if isinstance(model, MedDDPMUNet):
         return model.set_implementations(**variant.network_options)

@@ -29,9 +29,9 @@ def study_a(args) -> None:
     import torch
 
     from accelbench.backends.device import Device
-    from accelbench.data.mri import load_case
-    from accelbench.experiments.unet3d import profile as exp
+    from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d.bare import bare_samples
+    from accelbench.experiments.unet3d.data import load_case
     from accelbench.measure import phase
 
     result = files.read_json(args.result, "result file", error=ResultError)

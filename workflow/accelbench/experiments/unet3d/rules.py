@@ -1,16 +1,17 @@
-"""Rule functions of Study A (``unet3d_profile``, prefix ``profile_``; ``unet3d_ncu``, prefix ``ncu_``; its rules in
-``rules.smk`` beside this file).
+"""Rule functions of Study A's profile experiment (``unet3d_profile``; its rules in ``rules.smk`` beside this file; the
+Nsight Compute experiment's are in :mod:`accelbench.experiments.unet3d_ncu.rules`, which reads :func:`spec` and
+:func:`mri_inputs` from here).
 
 Torch-free: the Snakefile imports it while it plans. Every function takes the run's
 :class:`~accelbench.core.rule_context.RuleContext` and returns plain paths and dicts:
 
-* :func:`profile_results`, :func:`ncu_results`: the result paths of one system as configured;
-* :func:`profile_spec`, :func:`ncu_spec`: one job's spec (what its result records the sha256 of);
+* :func:`results`: the result paths of one system as configured;
+* :func:`spec`: one job's spec (what its result records the sha256 of);
 * :func:`mri_inputs`, :func:`mri_spec`: the MRI image/mask pair a job reads, and the spec of rule ``mri_prepare``
   that makes it; :func:`own_data_digest`: the digest of your own scans' folder in these specs (freshness);
-* :func:`profile_config_errors`: every preset at every scale builds a U-Net (channels divisible by the norm groups
+* :func:`config_errors`: every preset at every scale builds a U-Net (channels divisible by the norm groups
   and heads, volume sides by the levels' halvings);
-* :func:`profile_config_schema`, :func:`ncu_config_schema`: the configuration names of the config-schema blocks.
+* :func:`config_schema`: the configuration names of the config-schema block.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from accelbench.models.unet_config import divisible_errors
 RUN_KEYS = ("warmup", "repeat", "profile_steps", "quality_sample_steps", "quality_rel_l2_max", "seed")
 
 
-def profile_results(rc, system: str) -> list[str]:
+def results(rc, system: str) -> list[str]:
     """One result path per (model, configuration) of config ``unet3d_profile``:
     ``<results>/<system>/unet3d_profile/<model>/<configuration>/result.json``, models first."""
     u = rc.config["unet3d_profile"]
@@ -32,7 +33,7 @@ def profile_results(rc, system: str) -> list[str]:
     ]
 
 
-def profile_spec(rc, wildcards) -> dict:
+def spec(rc, wildcards) -> dict:
     """The spec of one unet3d_profile job (``wildcards.model``, ``wildcards.configuration``): the system, noise and
     energy settings, the model and configuration (with ``run_emulated_precisions`` only where the configuration's
     autocast precision is asked to run emulated), the network and micro-batches, the model's preset, the scale
@@ -67,25 +68,6 @@ def own_data_digest(rc) -> dict:
     return {"data_sha256": digest(rc.repo_path(data["folder"]))}
 
 
-def ncu_results(rc, system: str) -> list[str]:
-    """One result path per (model of ``unet3d_profile.models``, configuration of ``unet3d_ncu.configurations``):
-    ``<results>/<system>/unet3d_ncu/<model>/<configuration>/result.json``, models first."""
-    return [
-        f"{rc.results_dir}/{system}/unet3d_ncu/{model}/{configuration}/result.json"
-        for model in rc.config["unet3d_profile"]["models"]
-        for configuration in rc.config["unet3d_ncu"]["configurations"]
-    ]
-
-
-def ncu_spec(rc, wildcards) -> dict:
-    """The spec of one unet3d_ncu job: its configuration's unet3d_profile spec (:func:`profile_spec`) plus ``ncu``,
-    config ``unet3d_ncu`` without its ``configurations``."""
-    return {
-        **profile_spec(rc, wildcards),
-        "ncu": {k: v for k, v in rc.config["unet3d_ncu"].items() if k != "configurations"},
-    }
-
-
 def mri_inputs(rc, wildcards) -> dict[str, str]:
     """The MRI pair of ``wildcards.model`` at the system's scale (rule ``mri_prepare`` makes it):
     ``{"image": resources/mri/<model>_<scale>/image.nii.gz, "mask": .../mask.nii.gz}``."""
@@ -113,7 +95,7 @@ def mri_spec(rc, wildcards) -> dict:
     return {"volume": list(s.volume), "spacing_mm": list(s.spacing_mm), "data": data, **own_data_digest(rc)}
 
 
-def profile_config_errors(config: dict) -> list[str]:
+def config_errors(config: dict) -> list[str]:
     """Every preset of ``unet3d_profile.presets`` at every scale (its own, and with ``unet3d_profile.scales.small``)
     builds a U-Net: channels (base_channels x channel_mult) divisible by norm_groups, and by num_heads at attention
     levels (:func:`accelbench.models.unet_config.divisible_errors`); each volume side divisible by 2**(levels - 1)
@@ -139,13 +121,7 @@ def profile_config_errors(config: dict) -> list[str]:
     return out
 
 
-def profile_config_schema(block: dict) -> None:
+def config_schema(block: dict) -> None:
     """Fill the names of :data:`~accelbench.experiments.unet3d.configs.VARIANTS` into the ``unet3d_profile`` block's
-    ``configurations`` items as their enum."""
-    block["properties"]["configurations"]["items"]["enum"] = list(VARIANTS)
-
-
-def ncu_config_schema(block: dict) -> None:
-    """Fill the names of :data:`~accelbench.experiments.unet3d.configs.VARIANTS` into the ``unet3d_ncu`` block's
     ``configurations`` items as their enum."""
     block["properties"]["configurations"]["items"]["enum"] = list(VARIANTS)

@@ -1,8 +1,9 @@
 """A unet3d_profile job before it measures (torch-free: the harness and the run-time estimate read it without the
 device): its :class:`Settings` from the rule's spec, why a configuration cannot run on a system
-(:func:`unsupported_reason`; :func:`known_unsupported`, :func:`unsupported_outcome`: known without measuring) and the
+(:func:`unsupported_reason`; :func:`unsupported_outcome`: known without measuring; the harness's early verdict is
+:func:`accelbench.experiments.unet3d.verdicts.known_unsupported`) and the
 job's wall time on the reference machine (:func:`estimate_s`). The job itself
-(:func:`accelbench.experiments.unet3d.profile.run`) re-exports them."""
+(:func:`accelbench.experiments.unet3d.job.run`) re-exports them."""
 
 from __future__ import annotations
 
@@ -28,15 +29,6 @@ class Settings:
         ``unet3d_profile``; the model settings at the system's scale: :func:`~accelbench.experiments.unet3d.configs.
         settings_of`)."""
         return cls(settings_of(spec, system.scale), VARIANTS[spec["configuration"]], dict(spec["run"]))
-
-
-def known_unsupported(ctx) -> Outcome | None:
-    """:func:`unsupported_outcome`'s reasons that need no probe (the system file lacks the configuration's precision,
-    the network lacks its rewrites): the harness asks this before it imports the job module (registry ``verdicts``),
-    so such a result imports no torch."""
-    s = Settings.from_spec(ctx.spec, ctx.system)
-    reason = unsupported_reason(s.variant, ctx.system) or network_reason(s.variant, s.model)
-    return None if reason is None else Outcome("unsupported", {}, reason, {"settings": s.model.to_dict()})
 
 
 def unsupported_outcome(s: Settings, ctx) -> Outcome | None:

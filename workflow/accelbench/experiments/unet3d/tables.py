@@ -8,7 +8,7 @@ Hardware labels in tables and figures come from each result's provenance. Rows t
 
 The parts, each torch-free: the rows (:mod:`.tables_rows`), the claims (:mod:`.tables_claims`: :data:`CLAIM_CHECKS`
 for the claims table, :func:`claims_layout` of ``study_a_claims.csv``), the figures (:mod:`.tables_figures`); the
-counters' own table is :mod:`.tables_ncu`. Their public names are importable from here.
+counters' own table is :mod:`accelbench.experiments.unet3d_ncu.tables`. Their public names are importable from here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import pandas as pd
 
 from accelbench.aggregate.common import joined_labels, load_results, write_table
 from accelbench.core import tree
-from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
 from accelbench.experiments.unet3d.configs import AUTOTUNED, VARIANTS  # noqa: F401  (re-exported)
 from accelbench.experiments.unet3d.tables_claims import (  # noqa: F401  (re-exported: the claims engine reads them)
     CLAIM_CHECKS,
@@ -40,15 +39,6 @@ from accelbench.experiments.unet3d.tables_figures import (  # noqa: F401
     fig_speedup,
     published_speedups,
 )
-from accelbench.experiments.unet3d.tables_ncu import (  # noqa: F401
-    KEY,
-    NETWORK_LABEL,
-    claim_configuration,
-    counter_observations,
-    key_of,
-    ok_row,
-    read_claims,
-)
 from accelbench.experiments.unet3d.tables_rows import (  # noqa: F401
     CLASSES,
     COMPARED,
@@ -58,6 +48,16 @@ from accelbench.experiments.unet3d.tables_rows import (  # noqa: F401
     network_comparison,
     result_rows,
     table,
+)
+from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
+from accelbench.experiments.unet3d_ncu.tables import (  # noqa: F401
+    KEY,
+    NETWORK_LABEL,
+    claim_configuration,
+    counter_observations,
+    key_of,
+    ok_row,
+    read_claims,
 )
 
 

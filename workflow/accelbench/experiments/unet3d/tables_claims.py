@@ -1,6 +1,6 @@
 """Study A's claims (torch-free): the check of every Study A claim for the claims table (:data:`CLAIM_CHECKS`, both
 experiments: a claim is judged per profiled (system, model), its counter quantities observed by
-:func:`accelbench.experiments.unet3d.tables_ncu.counter_observations`), the layout of ``study_a_claims.csv``
+:func:`accelbench.experiments.unet3d_ncu.tables.counter_observations`), the layout of ``study_a_claims.csv``
 (:func:`claims_layout`), and ``claims_vs_measured`` (:func:`claims_table`: each published claim beside what each
 system measured, with the claims table's verdict).
 """
@@ -14,11 +14,11 @@ from accelbench.aggregate import scope
 from accelbench.aggregate.claims import NotMeasured, Observation, not_run, verdict_row
 from accelbench.aggregate.claims_table import claims_frame
 from accelbench.core.registry import EXPERIMENTS
-from accelbench.experiments.unet3d import tables_ncu as study_a_ncu
 from accelbench.experiments.unet3d.configs import AUTOTUNED
-from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL, key_of
-from accelbench.experiments.unet3d.tables_ncu_claims import claim_configuration, counter_observations, ok_row
 from accelbench.experiments.unet3d.tables_rows import CLASSES, result_rows
+from accelbench.experiments.unet3d_ncu import tables as study_a_ncu
+from accelbench.experiments.unet3d_ncu.tables import KEY, NETWORK_LABEL, key_of
+from accelbench.experiments.unet3d_ncu.tables_claims import claim_configuration, counter_observations, ok_row
 
 QUALITY_PROXY = (
     "numerics proxy: the predicted noise of one untrained network compared with the baseline "

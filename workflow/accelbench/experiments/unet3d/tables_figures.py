@@ -28,9 +28,9 @@ from accelbench.aggregate.figures import (
 )
 from accelbench.aggregate.legend_check import MAX_LEGEND_ENTRIES
 from accelbench.experiments.unet3d.configs import AUTOTUNED
-from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL
-from accelbench.experiments.unet3d.tables_ncu_claims import claim_configuration
 from accelbench.experiments.unet3d.tables_rows import CLASSES, ORDER
+from accelbench.experiments.unet3d_ncu.tables import KEY, NETWORK_LABEL
+from accelbench.experiments.unet3d_ncu.tables_claims import claim_configuration
 
 
 def _title(df: pd.DataFrame, what: str) -> str:

@@ -15,7 +15,7 @@ import pandas as pd
 from accelbench.aggregate.common import noise_cell, noise_why
 from accelbench.aggregate.figures import origin_of
 from accelbench.experiments.unet3d.configs import BEFORE_THE_KEYS, VARIANTS
-from accelbench.experiments.unet3d.tables_ncu import KEY, NETWORK_LABEL, key_of
+from accelbench.experiments.unet3d_ncu.tables import KEY, NETWORK_LABEL, key_of
 from accelbench.measure.kernel_classes import current_classes
 
 CLASSES = [

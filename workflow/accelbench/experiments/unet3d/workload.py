@@ -1,7 +1,8 @@
 """The training and sampling step Study A times (imports torch): :class:`Workload` (model, optimizer, noise scheduler
 and inputs of one configuration on one device; :meth:`Workload.train_step` is Med-DDPM's optimizer step of
 ``micro_batches`` forward/backward passes, :meth:`Workload.sample_step` one reverse-diffusion step) and
-:func:`nvtx_step`, the one step in an NVTX range that Nsight Compute replays (:mod:`accelbench.experiments.unet3d.ncu`).
+:func:`nvtx_step`, the one step in an NVTX range that Nsight Compute replays
+(:mod:`accelbench.experiments.unet3d_ncu.job`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class Workload:
     has run), which lets the graphs overwrite every output of the previous one, and accumulating into ``.grad`` in
     that micro-batch's backward fails with "RuntimeError: Error: accessing tensor output of CUDAGraphs that has been
     overwritten by a subsequent run" (H200, torch 2.11, ``bf16_compile_cudagraphs_autotuned`` on Med-DDPM's
-    network; the stack trace it names, ``emb = self.time_mlp(...)`` in ``med_ddpm_unet.py``, is that of the first
+    network; the stack trace it names, ``emb = self.time_mlp(...)`` in ``network.py``, is that of the first
     parameter's gradient, the time embedding's ``Linear``). ``torch.compiler.cudagraph_mark_step_begin()`` does not
     help: it starts a new generation where one starts anyway (pytorch/pytorch#169545 fails with it; torch's own
     message since pytorch/pytorch#184003 advises ``.grad`` buffers allocated outside the capture). The network
@@ -122,9 +123,9 @@ def nvtx_step(
     seed: int,
     nvtx_range: str = "accelbench_step",
 ) -> None:
-    """Build the workload as :func:`~accelbench.experiments.unet3d.profile.profile` does, run ``warmup`` training
+    """Build the workload as :func:`~accelbench.experiments.unet3d.job.profile` does, run ``warmup`` training
     steps, then exactly one training step inside the NVTX range ``nvtx_range``: the program Nsight Compute profiles
-    (:mod:`accelbench.experiments.unet3d.ncu`)."""
+    (:mod:`accelbench.experiments.unet3d_ncu.job`)."""
     device = Device(system.backend)
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):

@@ -15,13 +15,12 @@ from accelbench.core.experiment import Experiment
 
 ENTRIES = (
     Experiment(
-        "toy_matmul",
-        "toy",
-        "toy",
-        "toy-matmul",
-        ("n{size}",),
+        name="toy_matmul",
+        study="toy",
+        package="toy",
+        command="toy-matmul",
+        variants=("n{size}",),
         order=80,
-        tables="tables",
         aggregate="toy",
         schema="toy_matmul.schema.json",
         claims="toy_claims.csv",

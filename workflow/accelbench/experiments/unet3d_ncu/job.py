@@ -341,12 +341,6 @@ def unsupported_outcome(spec: Settings, ctx) -> Outcome | None:
     return Outcome("unsupported", {}, reason)
 
 
-def known_unsupported(ctx) -> Outcome | None:
-    """:func:`unsupported_outcome` before the job module is imported (this module imports no torch: the harness asks
-    it as the registry entry's ``verdicts``)."""
-    return unsupported_outcome(Settings.from_spec(ctx.spec, ctx.system), ctx)
-
-
 def run(spec: Settings, ctx) -> Outcome:
     """Counters of the configuration's step (:func:`profile_counters`), selected from the kernel table beside
     ``ctx.inputs["profile_result"]``."""

@@ -1,9 +1,12 @@
-"""Shared fixtures (repository paths, the tiny config, a CPU system) and the tier markers.
+"""Shared fixtures (repository paths, the tiny config, a CPU system) and the tier markers, for every test of the
+repository (this file sits at its root, so that the tests inside the experiment folders see them too).
 
-The tests live in tiers that mirror the package: tests/unit (single modules), tests/experiments (one experiment's
-code), tests/workflow (the real Snakemake DAG), tests/system (system packages or a second environment: Slurm,
-containers, a browser, image pins). Each test is marked with its folder's name (`pytest -m unit`, `-m workflow`, ...);
-`python -m pytest` runs them all. The shared helpers (dag.py, fake_results.py, *_helpers.py) stay here, in tests/.
+The tests live in tiers that mirror the package: tests/unit (single modules), experiments (one experiment's code:
+each experiment's own tests in ``workflow/accelbench/experiments/<folder>/tests/``, beside its code, and in
+tests/experiments the tests of code that several experiments share), tests/workflow (the real Snakemake DAG),
+tests/system (system packages or a second environment: Slurm, containers, a browser, image pins). Each test is marked
+with its tier's name (`pytest -m unit`, `-m experiments`, ...; :func:`tier_of`); `python -m pytest` runs them all
+(pyproject's ``testpaths``). The shared helpers (dag.py, fake_results.py, *_helpers.py) stay in tests/.
 """
 
 from __future__ import annotations
@@ -20,24 +23,38 @@ import yaml
 
 from accelbench.core.config import deep_merge, validate_config
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+REPO = Path(__file__).resolve().parent
+TESTS = REPO / "tests"
+EXPERIMENTS = REPO / "workflow/accelbench/experiments"  # each folder's own tests: <folder>/tests/
 TIERS = ("unit", "experiments", "workflow", "system")
 TINY = REPO / "config/examples/tiny.yaml"
+
+# the recipes' toy additions are fixture data at their repository paths (their tests run in the copies they are laid
+# over: tests/workflow/test_toy_experiment_dag.py, tests/unit/test_toy_backend.py), not tests of this tree
+collect_ignore = ["tests/toy_experiment", "tests/toy_backend", "tests/toy_rocm_backend"]
 
 if str(TESTS) not in sys.path:  # the helpers import as top-level modules from every tier's folder
     sys.path.insert(0, str(TESTS))
 
 
+def tier_of(path: Path) -> str:
+    """The tier of a test file: the folder under tests/ that holds it, ``experiments`` for a test in an experiment
+    folder's ``tests/``, else ``""``."""
+    path = path.resolve()
+    if path.is_relative_to(EXPERIMENTS):
+        return "experiments" if path.relative_to(EXPERIMENTS).parts[1:2] == ("tests",) else ""
+    parts = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else ""
+
+
 def pytest_collection_modifyitems(config, items):
-    """One marker per tier: the name of the folder under tests/ that holds the test. The tiers run longest first
+    """One marker per tier (:func:`tier_of`). The tiers run longest first
     (system, workflow, experiments, unit; each file's order kept), so that with pytest-xdist (README command 2 runs
     ``-n logical --dist worksteal``) the minutes-long DAG tests start at once and the last minutes are spread over
     many short unit tests instead of one worker finishing a DAG alone."""
     tiers = {}
     for item in items:
-        parts = Path(str(item.path)).resolve().relative_to(TESTS).parts
-        tiers[item] = parts[0] if len(parts) > 1 and parts[0] in TIERS else ""
+        tiers[item] = tier_of(Path(str(item.path)))
         if tiers[item]:
             item.add_marker(getattr(pytest.mark, tiers[item]))
     order = {name: i for i, name in enumerate(reversed(TIERS))}

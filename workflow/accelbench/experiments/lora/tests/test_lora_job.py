@@ -10,7 +10,7 @@ from accelbench.experiments.lora.model import host_memory_precheck, memory_prech
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from lora_helpers import run_job, system
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[5]
 
 # Llama-3.3-70B's architecture, random init (the shape that does not fit one device)
 LLAMA33_70B_RANDOM = {

@@ -7,7 +7,7 @@ epsilon, Adam lr 1e-5, batch 1.
 Two networks (config ``unet3d_profile.network``, recorded as ``measurements.network`` and labelled in the tables):
 
 - ``med_ddpm`` (the network of the Study A-faithful series):
-  :class:`accelbench.models.med_ddpm_unet.MedDDPMUNet`, written from Med-DDPM's code (mobaidoctor/med-ddpm at
+  :class:`accelbench.experiments.unet3d.network.MedDDPMUNet`, written from Med-DDPM's code (mobaidoctor/med-ddpm at
   2b14ee6): trilinear upsampling + conv, gradient-checkpointed attention with 1x1 Conv1d q/k/v and output
   projections, Med-DDPM's tensor layout (spatial axes as its data transforms leave them: BraTS (B, C, 144, 192, 192)).
   Med-DDPM's optimizer step has 2 micro-batches (``gradient_accumulate_every = 2``: two forward/backward passes of
@@ -137,7 +137,7 @@ def profile(job: Settings, system, image: torch.Tensor, mask: torch.Tensor, trac
             ``variant`` (one of :data:`VARIANTS`) and ``params`` (``warmup``, ``repeat``, ``profile_steps``,
             ``quality_sample_steps``, ``quality_rel_l2_max``, ``seed``).
         system: the :class:`accelbench.core.systems.System` to run on (its backend must be present).
-        image, mask: (1, C, X, Y, Z) tensors from :func:`accelbench.data.mri.load_case`.
+        image, mask: (1, C, X, Y, Z) tensors from :func:`accelbench.experiments.unet3d.data.load_case`.
         trace_path: where the Chrome trace (``.json.gz``) of the profiled step is written.
 
     Returns:
@@ -274,7 +274,7 @@ def run(s: Settings, ctx) -> Outcome:
     kernel table (``kernels.csv``) and the Chrome trace (``trace.json.gz``) go beside the result when it is ``ok``."""
     import logging
 
-    from accelbench.data.mri import load_case
+    from accelbench.experiments.unet3d.data import load_case
 
     image, mask = load_case(ctx.inputs["image"], ctx.inputs["mask"], s.model.image_channels, s.model.mask_channels)
     logging.getLogger("accelbench").info(

@@ -18,7 +18,7 @@ selected kernel names' share of the profiled step; it counts every launch of tho
 is the uncertainty of the extrapolation.
 
 Claims: the counter quantities (:data:`QUANTITIES`) of ``study_a_claims.csv`` are observed by
-:mod:`accelbench.experiments.unet3d.tables_ncu_claims` (:func:`counter_observations`, with the rate-coverage rule of
+:mod:`accelbench.experiments.unet3d_ncu.tables_claims` (:func:`counter_observations`, with the rate-coverage rule of
 :data:`RATE_COVERAGE_MIN`; its names are importable from here); they are judged per profiled (system, model) by the
 Study A check of :mod:`accelbench.experiments.unet3d.tables_claims` (so :data:`CLAIM_CHECKS` is empty here).
 
@@ -39,7 +39,7 @@ from accelbench.aggregate.figures import published as published_origin
 from accelbench.core import tree
 from accelbench.core.results import read_result
 from accelbench.experiments.unet3d.configs import BEFORE_THE_KEYS, VARIANTS
-from accelbench.experiments.unet3d.tables_ncu_claims import (  # noqa: F401  (re-exported: the counter claims)
+from accelbench.experiments.unet3d_ncu.tables_claims import (  # noqa: F401  (re-exported: the counter claims)
     CLAIM_CHECKS,
     NO_TENSOR_CORE_CLASSES,
     QUANTITIES,

@@ -1,4 +1,4 @@
-"""Med-DDPM's own U-Net (accelbench.models.med_ddpm_unet): counts equal Med-DDPM's, its distinguishing
+"""Med-DDPM's own U-Net (accelbench.experiments.unet3d.network): counts equal Med-DDPM's, its distinguishing
 kernels are there (trilinear upsampling, Conv1d projections, checkpointed attention), its layout, and one training step
 of 2 micro-batches runs on the CPU at the tiny size."""
 
@@ -10,10 +10,10 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from accelbench.backends.device import Device
-from accelbench.experiments.unet3d import profile as exp
-from accelbench.models.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
+from accelbench.experiments.unet3d import job as exp
+from accelbench.experiments.unet3d.network import MedDDPMUNet, SpatialAttention, Upsample
 
-REFERENCE = Path(__file__).resolve().parents[2] / "resources/reference/med_ddpm_network.csv"
+REFERENCE = Path(__file__).resolve().parents[5] / "resources/reference/med_ddpm_network.csv"
 
 
 def _reference() -> dict[str, dict]:
@@ -66,7 +66,7 @@ def test_default_config_runs_med_ddpms_network_and_step(default_config):
 
     u = default_config["unet3d_profile"]
     assert u["network"] == "med_ddpm" and u["micro_batches"] == 1
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[5]
     schema = yaml.safe_load(Path(exp.__file__).with_name("unet3d_profile.config.schema.yaml").read_text())
     assert schema["properties"]["micro_batches"]["default"] == 2
     for f in sorted((repo / "config/examples").glob("gpu_*.yaml")):

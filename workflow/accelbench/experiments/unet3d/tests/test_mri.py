@@ -2,8 +2,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from accelbench.data import mri
 from accelbench.errors import DataError
+from accelbench.experiments.unet3d import data as mri
 
 
 def test_prepare_mni152(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from accelbench.backends.device import Device
-from accelbench.experiments.unet3d import profile as exp
+from accelbench.experiments.unet3d import job as exp
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from accelbench.data import sky
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.sr3 import batches as sr3_batches
 from accelbench.experiments.sr3 import configs as sr3_configs
+from accelbench.experiments.sr3 import data as sky
 from accelbench.experiments.sr3 import job as exp
 from accelbench.experiments.sr3 import model as sr3
 from accelbench.experiments.sr3 import plan as sr3_plan

@@ -1,5 +1,5 @@
 """Study A's counter claims (torch-free): the quantities of ``study_a_claims.csv`` that Nsight Compute measures
-(:data:`QUANTITIES`), observed on the rows of :func:`accelbench.experiments.unet3d.tables_ncu.counter_rows`
+(:data:`QUANTITIES`), observed on the rows of :func:`accelbench.experiments.unet3d_ncu.tables.counter_rows`
 (:func:`counter_observations`, with the rate-coverage rule of :data:`RATE_COVERAGE_MIN` and the tensor pipe's noise
 floor, :func:`tensor_pipe_floor`); they are judged per profiled (system, model) by the Study A check of
 :mod:`accelbench.experiments.unet3d.tables_claims` (so :data:`CLAIM_CHECKS` is empty here). Also the claims file's

@@ -12,7 +12,7 @@ from accelbench.errors import ConfigError
 from accelbench.experiments.lora import rules
 from accelbench.experiments.net_smoke import rules as net_smoke_rules
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[5]
 
 
 class Wildcards(dict):

@@ -3,7 +3,7 @@ accuracy columns, the throughput column and the labelling of a quantized-file ba
 
 import pytest
 
-from accelbench.experiments.llm_quant.run import EXPERIMENT
+from accelbench.experiments.llm_quant.job import EXPERIMENT
 
 
 def test_reference_table_parses_published_numbers():
