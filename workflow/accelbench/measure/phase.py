@@ -46,7 +46,7 @@ from typing import Protocol
 from tqdm.auto import tqdm
 
 from accelbench.measure import energy as _energy
-from accelbench.measure.timing import Timing, progress
+from accelbench.measure.samples import Timing, progress
 
 
 class Tracker(Protocol):
