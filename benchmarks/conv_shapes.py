@@ -1,7 +1,7 @@
 """Convolution shapes of Study A's and SR3's networks, each timed alone on the device under cuDNN's switches.
 
 Both diffusion nets are bound by cuDNN convolutions. This tool takes every convolution one forward of each network
-calls (the product's own builders: Study A's ``unet3d.networks.build_network`` with the implementations of
+calls (the product's own builders: Study A's ``unet3d.network.build_network`` with the implementations of
 ``--study-a-configuration``, SR3's ``sr3.network.build_unet`` with the settings ``sr3.job.Settings.from_spec`` gives
 ``--sr3-configuration``; ``--scale paper``: 128^3 at width 64 batch 1, 256 px at width 128 batch 4 per device),
 captured on the **meta device** (no memory; a CPU does it in seconds): input, weight, stride, padding, dilation,
@@ -245,13 +245,13 @@ def network_calls(network: str, cfg: dict, scale: str, study_a_model: str, study
 
     system = types.SimpleNamespace(scale=scale)  # from_spec reads only the scale of the system
     if network == "study_a":
-        from accelbench.experiments.unet3d import networks
+        from accelbench.experiments.unet3d import network
         from accelbench.experiments.unet3d.settings import Settings
 
         spec = {**cfg["unet3d_profile"], "model": study_a_model, "configuration": study_a_conf, "run": {}}
         s = Settings.from_spec(spec, system)
         with torch.device("meta"):
-            model = networks.set_implementations(networks.build_network(s.model), s.variant)
+            model = network.set_implementations(network.build_network(s.model), s.variant)
             x = torch.empty(s.model.tensor_shape)
             t = torch.zeros(s.model.batch_size, dtype=torch.long)
         about = {"model": study_a_model, "configuration": study_a_conf, "tensor_shape": list(s.model.tensor_shape)}

@@ -232,8 +232,8 @@ def test_study_a_fused_configuration_builds_the_fused_module():
     network (every GroupNorm swapped, same state dict, SiLU in the blocks' and the head's norms), the output equals
     the plain network's, and the existing configurations keep their norm."""
     from accelbench.experiments.unet3d.configs import VARIANTS
-    from accelbench.experiments.unet3d.network import MedDDPMUNet, ResidualBlock
-    from accelbench.experiments.unet3d.networks import set_implementations
+    from accelbench.experiments.unet3d.med_ddpm_unet import MedDDPMUNet, ResidualBlock
+    from accelbench.experiments.unet3d.network import set_implementations
 
     v = VARIANTS["bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs_autotuned"]
     assert v.norm == "fused" and v.rewrites_network and v.series.startswith("ours")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from accelbench.experiments.unet3d.network import MedDDPMUNet, SpatialAttention, Upsample
+from accelbench.experiments.unet3d.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 from accelbench.models import ndhwc_ops
 
 CL = torch.channels_last_3d
@@ -266,7 +266,7 @@ def test_ndhwc_configuration_runs_its_rewrites_and_records_them(tiny_config, sys
 
 def test_ndhwc_configuration_is_unsupported_on_the_monai_stand_in(tiny_config, systems, tmp_path):
     from accelbench.experiments.unet3d import job as exp
-    from accelbench.experiments.unet3d import networks
+    from accelbench.experiments.unet3d import network
 
     image, mask = _case()
     s = _tiny(tiny_config, network="monai")
@@ -278,8 +278,8 @@ def test_ndhwc_configuration_is_unsupported_on_the_monai_stand_in(tiny_config, s
     out = exp.profile(exp.Settings(s, v, params), systems["cpu"], image, mask, tmp_path / "t.json.gz")
     assert out == {"status": "unsupported", "reason": reason, "measurements": {}}
     with pytest.raises(ValueError, match="Med-DDPM's network"):
-        networks.set_implementations(nn.Conv3d(1, 1, 1), v)
-    assert isinstance(networks.set_implementations(nn.Conv3d(1, 1, 1), exp.VARIANTS["bf16"]), nn.Conv3d)
+        network.set_implementations(nn.Conv3d(1, 1, 1), v)
+    assert isinstance(network.set_implementations(nn.Conv3d(1, 1, 1), exp.VARIANTS["bf16"]), nn.Conv3d)
 
 
 def test_bare_loop_runs_the_same_rewrites(tiny_config, monkeypatch, calls):

@@ -80,7 +80,7 @@ LONG_FUNCTIONS_ALLOWED = {
     "models/group_norm_op.py::_group_norm_act_backward_op": "torch.library custom op: schema of flat arguments",
     "models/group_norm_op.py::_": "the op's fake (meta) kernel, registered as `_`: the op's own signature",
     # the published network's constructor, argument for argument as Med-DDPM's code has it
-    "experiments/unet3d/network.py::MedDDPMUNet.__init__": "mirrors the upstream Med-DDPM UNet's keyword arguments",
+    "experiments/unet3d/med_ddpm_unet.py::MedDDPMUNet.__init__": "the upstream Med-DDPM UNet's keyword arguments",
     # not reached yet: each is a long measurement procedure still in one piece (to become named steps)
     "experiments/llm_quant/accuracy.py::accuracy_tasks": "123 lines: not reached yet",
     "experiments/llm_quant/methods.py::run_method": "9 parameters, 137 lines: not reached yet",

@@ -1,7 +1,8 @@
 """Study A (arXiv 2606.19365): Med-DDPM's 3D diffusion U-Net, one training step profiled per configuration (TF32,
 bf16, channels_last_3d, torch.compile, CUDA graphs). Its own data (:mod:`.data`, the MRI pair) and network
-(:mod:`.network`, Med-DDPM's U-Net) live here; the top kernels' hardware counters (Nsight Compute) are the next
-experiment, :mod:`accelbench.experiments.unet3d_ncu`, which imports this folder's configurations and workload."""
+(:mod:`.network` builds Med-DDPM's U-Net, :mod:`.med_ddpm_unet`, or the MONAI stand-in) live here; the top kernels'
+hardware counters (Nsight Compute) are the next experiment, :mod:`accelbench.experiments.unet3d_ncu`, which imports
+this folder's configurations and workload."""
 
 from accelbench.core.experiment import Experiment
 

@@ -8,7 +8,7 @@ network, shapes and settings and writes ``harness_ms``/``bare_ms``.
 The bare loop runs what the result ran (the driver resolves the network, preset, scale and micro-batches of its
 ``config`` through the job's own ``Settings.from_spec``): the same network builder and noise scheduler, the
 configuration's math mode and cuDNN autotuning (:func:`.numerics.math_mode`), the network's module implementations
-(:func:`.networks.set_implementations`: token-view SDPA attention without checkpointing, separable upsampling,
+(:func:`.network.set_implementations`: token-view SDPA attention without checkpointing, separable upsampling,
 GroupNorm from channel sums where the configuration asks for them), memory layout, autocast, ``torch.compile`` mode,
 fused Adam, Med-DDPM's gradient accumulation over ``micro_batches`` (loss / micro_batches) and, with CUDA graphs and
 accumulation, ``.grad`` buffers kept outside the graphs' pool as the Workload keeps them
@@ -36,7 +36,7 @@ def bare_samples(settings, variant, image, mask, seed: int, device: str, time_lo
     import torch.nn.functional as F
 
     from accelbench.experiments.unet3d.configs import keeps_grad_buffers
-    from accelbench.experiments.unet3d.networks import build_network, build_scheduler, set_implementations
+    from accelbench.experiments.unet3d.network import build_network, build_scheduler, set_implementations
     from accelbench.experiments.unet3d.numerics import math_mode
 
     torch.manual_seed(seed)

@@ -2,7 +2,7 @@
 the named configurations (:data:`VARIANTS`: math mode, memory layout, autocast, compilation, cuDNN autotuning) and
 the model settings of a preset at a scale (:class:`ModelSettings`, :func:`resolve_settings`, :func:`settings_of`).
 Torch-free (the rules and the tables read it while they plan and aggregate); the networks and the noise scheduler
-these settings build are in :mod:`accelbench.experiments.unet3d.networks`. The module docstring of
+these settings build are in :mod:`accelbench.experiments.unet3d.network`. The module docstring of
 :mod:`~accelbench.experiments.unet3d.job` describes each configuration and its source."""
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ epsilon, Adam lr 1e-5, batch 1.
 Two networks (config ``unet3d_profile.network``, recorded as ``measurements.network`` and labelled in the tables):
 
 - ``med_ddpm`` (the network of the Study A-faithful series):
-  :class:`accelbench.experiments.unet3d.network.MedDDPMUNet`, written from Med-DDPM's code (mobaidoctor/med-ddpm at
-  2b14ee6): trilinear upsampling + conv, gradient-checkpointed attention with 1x1 Conv1d q/k/v and output
-  projections, Med-DDPM's tensor layout (spatial axes as its data transforms leave them: BraTS (B, C, 144, 192, 192)).
+  :class:`~accelbench.experiments.unet3d.med_ddpm_unet.MedDDPMUNet`, written from Med-DDPM's code
+  (mobaidoctor/med-ddpm at 2b14ee6): trilinear upsampling + conv, gradient-checkpointed attention with 1x1 Conv1d
+  q/k/v and output projections, Med-DDPM's tensor layout (spatial axes as its data transforms leave them: BraTS (B, C, 144, 192, 192)).
   Med-DDPM's optimizer step has 2 micro-batches (``gradient_accumulate_every = 2``: two forward/backward passes of
   loss / 2, then one Adam step); config ``unet3d_profile.micro_batches`` sets the micro-batches per Adam step of
   either network (recorded as ``measurements.micro_batches``, a column of the Study A table). Med-DDPM's EMA
@@ -74,7 +74,7 @@ its speedups are against ``baseline_autotuned``.
 This module is the job (the registry's ``job``): one configuration profiled (:func:`profile`: quality probe, timed
 training and sampling steps, peak memory, FLOPs/MFU, kernel breakdown) and its run (:func:`run`). Its parts, whose
 names it re-exports: the configurations and model settings (:mod:`.configs`, torch-free), the networks
-(:mod:`.networks`), the math mode, IEEE-FP32 check and quality proxy (:mod:`.numerics`), the timed step
+(:mod:`.network`), the math mode, IEEE-FP32 check and quality proxy (:mod:`.numerics`), the timed step
 (:mod:`.workload`), and the job's settings, ``unsupported`` reasons and run-time estimate (:mod:`.settings`,
 torch-free).
 """
@@ -102,7 +102,7 @@ from accelbench.experiments.unet3d.configs import (  # noqa: F401  (re-exported:
     keeps_grad_buffers,
     resolve_settings,
 )
-from accelbench.experiments.unet3d.networks import build_network, build_scheduler, build_unet  # noqa: F401
+from accelbench.experiments.unet3d.network import build_network, build_scheduler, build_unet  # noqa: F401
 from accelbench.experiments.unet3d.numerics import (  # noqa: F401
     IEEE_FP32_REL_ERR_MAX,
     QUALITY_METHOD,

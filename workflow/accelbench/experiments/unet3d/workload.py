@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from accelbench.backends.device import Device
 from accelbench.experiments.unet3d.configs import ModelSettings, Variant, keeps_grad_buffers
-from accelbench.experiments.unet3d.networks import build_network, build_scheduler, set_implementations
+from accelbench.experiments.unet3d.network import build_network, build_scheduler, set_implementations
 from accelbench.experiments.unet3d.numerics import math_mode
 
 
@@ -22,7 +22,7 @@ class Workload:
     Inputs: ``image`` (B, C_img, X, Y, Z) in [-1, 1] and ``mask`` (B, C_mask, X, Y, Z) one-hot; their spatial axes
     are put in the network's layout (:attr:`ModelSettings.spatial_order`).
 
-    The model's module implementations are set to the variant's (:func:`.networks.set_implementations`, in place)
+    The model's module implementations are set to the variant's (:func:`.network.set_implementations`, in place)
     before it is compiled.
 
     Gradient buffers (``stable_grads``, :func:`keeps_grad_buffers`): with CUDA graphs (:attr:`Variant.cuda_graphs`)

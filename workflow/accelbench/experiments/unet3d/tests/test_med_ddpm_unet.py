@@ -1,4 +1,4 @@
-"""Med-DDPM's own U-Net (accelbench.experiments.unet3d.network): counts equal Med-DDPM's, its distinguishing
+"""Med-DDPM's own U-Net (accelbench.experiments.unet3d.med_ddpm_unet): counts equal Med-DDPM's, its distinguishing
 kernels are there (trilinear upsampling, Conv1d projections, checkpointed attention), its layout, and one training step
 of 2 micro-batches runs on the CPU at the tiny size."""
 
@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accelbench.backends.device import Device
 from accelbench.experiments.unet3d import job as exp
-from accelbench.experiments.unet3d.network import MedDDPMUNet, SpatialAttention, Upsample
+from accelbench.experiments.unet3d.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 
 REFERENCE = Path(__file__).resolve().parents[5] / "resources/reference/med_ddpm_network.csv"
 
