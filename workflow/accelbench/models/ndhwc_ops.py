@@ -1,6 +1,7 @@
 """Three rewrites of Med-DDPM's U-Net modules (:mod:`~accelbench.experiments.unet3d.med_ddpm_unet`) that keep their
 parameters and their arithmetic but stay in the channels-last (NDHWC) memory format, so that a
-``torch.channels_last_3d`` network runs cuDNN's bf16 NDHWC convolutions without layout transposes or same-dtype copies around them.
+``torch.channels_last_3d`` network runs cuDNN's bf16 NDHWC convolutions without layout transposes or same-dtype copies
+around them.
 
 Measured on one H200 (``reference_runs/h200x1-2026-12-02/notes/study_a_ours_probe.py``, variant
 ``cl_gnsum_nockpt_sdpa_fused_cg``): with the model and inputs in ``channels_last_3d``, bf16 autocast,

@@ -9,7 +9,8 @@ Two networks (config ``unet3d_profile.network``, recorded as ``measurements.netw
 - ``med_ddpm`` (the network of the Study A-faithful series):
   :class:`~accelbench.experiments.unet3d.med_ddpm_unet.MedDDPMUNet`, written from Med-DDPM's code
   (mobaidoctor/med-ddpm at 2b14ee6): trilinear upsampling + conv, gradient-checkpointed attention with 1x1 Conv1d
-  q/k/v and output projections, Med-DDPM's tensor layout (spatial axes as its data transforms leave them: BraTS (B, C, 144, 192, 192)).
+  q/k/v and output projections, Med-DDPM's tensor layout (spatial axes as its data transforms leave them: BraTS
+  (B, C, 144, 192, 192)).
   Med-DDPM's optimizer step has 2 micro-batches (``gradient_accumulate_every = 2``: two forward/backward passes of
   loss / 2, then one Adam step); config ``unet3d_profile.micro_batches`` sets the micro-batches per Adam step of
   either network (recorded as ``measurements.micro_batches``, a column of the Study A table). Med-DDPM's EMA
