@@ -88,7 +88,6 @@ LONG_FUNCTIONS_ALLOWED = {
     "experiments/lora/host_overhead.py::host_overhead": "171 lines: not reached yet",
     "experiments/lora/tables_claims.py::_observations": "125 lines: not reached yet",
     "experiments/lora/trainer.py::training_arguments_kwargs": "9 parameters: not reached yet",
-    "experiments/unet3d_ncu/job.py::profile_counters": "15 parameters, 180 lines: not reached yet",
 }
 
 
