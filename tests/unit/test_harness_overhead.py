@@ -3,6 +3,7 @@ accelbench.measure.overhead and accelbench.measure.ddp_profile): the interval ma
 CPU runs, which start torchrun, are in tests/workflow/test_harness_overhead_ranks.py)."""
 
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -218,6 +219,47 @@ def test_sr3_bare_loop_takes_the_faithful_data_path(monkeypatch):
         in bench.result_data_path_differs(old_result, here)
     )
     assert bench.result_data_path_differs({"measurements": {"data_path": here}}, here) == ""
+
+
+def test_row_cells_are_the_csv_columns(monkeypatch):
+    """overhead.Row: its cells are the CSV's columns in order, times to 3 decimals, ratios to 4; no product time
+    leaves both product cells empty."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(overhead, "now", lambda: "2026-01-01T00:00:00Z")
+    host = SimpleNamespace(ops=SimpleNamespace(accelerator=False), index=0)
+    measured = overhead.Row(
+        experiment="sr3",
+        case="bf16 (ours)",
+        devices=2,
+        harness_ms=10.12345,
+        bare_ms=9.87654,
+        product_ms=10.5,
+        steps=30,
+        threads_per_rank=4,
+        cudnn_benchmark=True,
+        settings="batch 4/device",
+    )
+    cells = measured.cells(host)
+    assert list(cells) == overhead.FIELDS
+    assert cells == {
+        "experiment": "sr3",
+        "case": "bf16 (ours)",
+        "devices": 2,
+        "harness_ms": 10.123,
+        "bare_ms": 9.877,
+        "harness_over_bare": round(10.12345 / 9.87654, 4),
+        "product_ms": 10.5,
+        "product_over_bare": round(10.5 / 9.87654, 4),
+        "steps": 30,
+        "threads_per_rank": 4,
+        "cudnn_benchmark": True,
+        "settings": "batch 4/device",
+        "device": "cpu",
+        "when": "2026-01-01T00:00:00Z",
+    }
+    none = dataclasses.replace(measured, product_ms=None).cells(host)
+    assert none["product_ms"] is None and none["product_over_bare"] is None
 
 
 def test_percentiles():

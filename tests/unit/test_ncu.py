@@ -2,6 +2,7 @@
 reduction, and the unsupported paths (Study A's counter-level analysis)."""
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -199,19 +200,27 @@ def test_select_kernels_by_device_time(tmp_path):
     assert unet3d_ncu.select_kernels(table, coverage=1.0, max_kernels=1)[0] == ["k1"]
 
 
+def test_ncu_settings_are_the_config_block(default_config):
+    """unet3d_ncu.run builds NcuSettings from the job spec's ``ncu`` (config ``unet3d_ncu`` without its
+    configurations, the schema's defaults filled in): every key of the block is a field and every field a key."""
+    block = {k: v for k, v in default_config["unet3d_ncu"].items() if k != "configurations"}
+    settings = unet3d_ncu.NcuSettings(**block)
+    assert {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)} == block
+
+
 def test_unsupported_paths(systems, monkeypatch, tmp_path):
-    kw = dict(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=60)
+    kw = unet3d_ncu.NcuSettings(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=60)
     spec = {"configuration": "baseline"}
-    out = unet3d_ncu.profile_counters(spec, systems["cpu"], "i", "m", None, **kw)
+    out = unet3d_ncu.profile_counters(spec, systems["cpu"], "i", "m", None, kw)
     assert out["status"] == "unsupported" and "NVIDIA GPUs" in out["reason"]
     assert (
-        unet3d_ncu.profile_counters({"configuration": "tf32"}, systems["v100"], "i", "m", None, **kw)["status"]
+        unet3d_ncu.profile_counters({"configuration": "tf32"}, systems["v100"], "i", "m", None, kw)["status"]
         == "unsupported"
     )
     table = tmp_path / "kernels.csv"
     table.write_text("name,class,tensor_core,calls,device_time_us,share\nk,convolution,False,1,1.0,1.0\n")
     monkeypatch.setattr(ncu, "ncu_path", lambda: None)
-    out = unet3d_ncu.profile_counters(spec, systems["h200"], "i", "m", str(table), **kw)
+    out = unet3d_ncu.profile_counters(spec, systems["h200"], "i", "m", str(table), kw)
     assert out["status"] == "unsupported" and "ncu (Nsight Compute) not found" in out["reason"]
     json.dumps(out)
 
@@ -313,17 +322,14 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     table = tmp_path / "kernels.csv"
     _profiler_table(_fixture_kernels(), table)
+    settings = unet3d_ncu.NcuSettings(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=120)
     out = unet3d_ncu.profile_counters(
         {"configuration": "baseline"},
         systems["h200"],
         "i",
         "m",
         str(table),
-        coverage=0.9,
-        max_kernels=4,
-        launch_count=10,
-        warmup=0,
-        timeout_s=120,
+        settings,
     )
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
@@ -353,12 +359,7 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
         "i",
         "m",
         str(table),
-        coverage=0.9,
-        max_kernels=4,
-        launch_count=10,
-        warmup=0,
-        timeout_s=120,
-        coverage_pass=False,
+        dataclasses.replace(settings, coverage_pass=False),
     )
     assert off["measurements"]["profiled_kernels"] == 3 and not off["measurements"]["coverage"]["meets_target"]
     monkeypatch.setenv("FAKE_NCU_FAIL_COVERAGE", "1")  # a failed coverage pass: detail only, the error recorded
@@ -368,11 +369,7 @@ def test_two_pass_run_reaches_the_counters_table(systems, monkeypatch, tmp_path)
         "i",
         "m",
         str(table),
-        coverage=0.9,
-        max_kernels=4,
-        launch_count=10,
-        warmup=0,
-        timeout_s=120,
+        settings,
     )
     fc = failed["measurements"]["coverage"]
     assert failed["status"] == "ok" and "simulated failure" in fc["coverage_error"] and not fc["meets_target"]
@@ -476,17 +473,15 @@ def test_bounded_coverage_passes_merge_to_the_single_pass(systems, monkeypatch, 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
     table = tmp_path / "kernels.csv"
     _profiler_table(_fixture_kernels(), table)
-    run = dict(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=300)
-    one = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), **run)
+    run = unet3d_ncu.NcuSettings(coverage=0.9, max_kernels=4, launch_count=10, warmup=0, timeout_s=300)
+    one = unet3d_ncu.profile_counters({"configuration": "baseline"}, systems["h200"], "i", "m", str(table), run)
     split = unet3d_ncu.profile_counters(
         {"configuration": "baseline"},
         systems["h200"],
         "i",
         "m",
         str(table),
-        coverage_pass_launches=4,
-        coverage_pass_timeout_s=60,
-        **run,
+        dataclasses.replace(run, coverage_pass_launches=4, coverage_pass_timeout_s=60),
     )
     assert one["status"] == split["status"] == "ok", (one["reason"], split["reason"])
     m1, m4 = one["measurements"], split["measurements"]
@@ -503,7 +498,12 @@ def test_bounded_coverage_passes_merge_to_the_single_pass(systems, monkeypatch, 
     assert m4["by_class"].keys() == m1["by_class"].keys()
     monkeypatch.setenv("FAKE_NCU_FAIL_SKIP", "4")
     failed = unet3d_ncu.profile_counters(
-        {"configuration": "baseline"}, systems["h200"], "i", "m", str(table), coverage_pass_launches=4, **run
+        {"configuration": "baseline"},
+        systems["h200"],
+        "i",
+        "m",
+        str(table),
+        dataclasses.replace(run, coverage_pass_launches=4),
     )["measurements"]
     fc = failed["coverage"]
     assert failed["profiled_kernels"] == 11 and "pass 1" in fc["coverage_error"] and "some failed" in fc["totals_from"]

@@ -88,11 +88,6 @@ LONG_FUNCTIONS_ALLOWED = {
     "experiments/lora/host_overhead.py::host_overhead": "171 lines: not reached yet",
     "experiments/lora/tables_claims.py::_observations": "125 lines: not reached yet",
     "experiments/lora/trainer.py::training_arguments_kwargs": "9 parameters: not reached yet",
-    "experiments/sr3/job.py::merge": "9 parameters: not reached yet",
-    "experiments/sr3/quality.py::quality": "9 parameters: not reached yet",
-    "experiments/sr3/tables_figures.py::fig_scaling": "164 lines: not reached yet",
-    "experiments/unet3d_ncu/job.py::profile_counters": "15 parameters, 180 lines: not reached yet",
-    "measure/overhead.py::row": "11 parameters: one CSV row's columns, not reached yet",
 }
 
 

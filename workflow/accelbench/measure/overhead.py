@@ -1,7 +1,7 @@
 """The generic parts of the harness-overhead benchmarks (``benchmarks/harness_overhead.py``): the CSV appender, the
-timer of a bare loop, the result row, per-step percentiles and the efficiency table. Each experiment's driver (the
-rule's step against its bare loop) lives in its own folder (``experiments/<name>/overhead.py``) and starts its ranks
-through :mod:`accelbench.cluster.torchrun_call`; this module names no experiment."""
+timer of a bare loop, the result row (:class:`Row`), per-step percentiles and the efficiency table. Each experiment's
+driver (the rule's step against its bare loop) lives in its own folder (``experiments/<name>/overhead.py``) and starts
+its ranks through :mod:`accelbench.cluster.torchrun_call`; this module names no experiment."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 FIELDS = [
@@ -112,24 +113,44 @@ def ranks() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
-def row(experiment, case, devices, harness, bare, product, steps, threads, benchmark, settings, device) -> dict:
-    """One harness-overhead row (:data:`FIELDS`): times in ms, their ratios, the settings and the device."""
-    return {
-        "experiment": experiment,
-        "case": case,
-        "devices": devices,
-        "harness_ms": round(harness, 3),
-        "bare_ms": round(bare, 3),
-        "harness_over_bare": round(harness / bare, 4),
-        "product_ms": round(product, 3) if product else None,
-        "product_over_bare": round(product / bare, 4) if product else None,
-        "steps": steps,
-        "threads_per_rank": threads,
-        "cudnn_benchmark": benchmark,
-        "settings": settings,
-        "device": device_label(device),
-        "when": now(),
-    }
+@dataclass(frozen=True)
+class Row:
+    """One harness-overhead row's measured columns (:data:`FIELDS`, named as the CSV names them): times in ms per
+    step (``product_ms`` None where the product gave no time); the ratios, ``device`` and ``when`` are filled in by
+    :meth:`cells`."""
+
+    experiment: str
+    case: str
+    devices: int  # ranks of the run
+    harness_ms: float
+    bare_ms: float
+    product_ms: float | None
+    steps: int  # timed steps of each loop
+    threads_per_rank: int
+    cudnn_benchmark: bool
+    settings: str  # what was run, in words
+
+    def cells(self, device) -> dict:
+        """The CSV row (:data:`FIELDS`): times rounded to 3 decimals, their ratios to 4, ``device`` the accelerator's
+        name (:func:`device_label` of ``device``, a :class:`~accelbench.backends.device.Device`), ``when`` now (UTC).
+        """
+        product = self.product_ms
+        return {
+            "experiment": self.experiment,
+            "case": self.case,
+            "devices": self.devices,
+            "harness_ms": round(self.harness_ms, 3),
+            "bare_ms": round(self.bare_ms, 3),
+            "harness_over_bare": round(self.harness_ms / self.bare_ms, 4),
+            "product_ms": round(product, 3) if product else None,
+            "product_over_bare": round(product / self.bare_ms, 4) if product else None,
+            "steps": self.steps,
+            "threads_per_rank": self.threads_per_rank,
+            "cudnn_benchmark": self.cudnn_benchmark,
+            "settings": self.settings,
+            "device": device_label(device),
+            "when": now(),
+        }
 
 
 def now() -> str:

@@ -96,21 +96,20 @@ def lora_rank(args) -> None:
         m = result["measurements"]
         overhead.append(
             args.csv,
-            overhead.row(
-                "lora",
-                f"{spec['model_name']} {spec['attention']} {spec['strategy']}",
-                world,
-                statistics.median(allh[0]),
-                statistics.median(allb[0]),
-                m["step"]["median"] if result["status"] == "ok" else None,
-                s.timed_steps,
-                placement["threads"],
-                torch.backends.cudnn.benchmark,
-                settings_text(s, plan, mirror, differs)
+            overhead.Row(
+                experiment="lora",
+                case=f"{spec['model_name']} {spec['attention']} {spec['strategy']}",
+                devices=world,
+                harness_ms=statistics.median(allh[0]),
+                bare_ms=statistics.median(allb[0]),
+                product_ms=m["step"]["median"] if result["status"] == "ok" else None,
+                steps=s.timed_steps,
+                threads_per_rank=placement["threads"],
+                cudnn_benchmark=torch.backends.cudnn.benchmark,
+                settings=settings_text(s, plan, mirror, differs)
                 + f"; slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
                 f"bare {max(statistics.median(x) for x in allb):.1f} ms",
-                device,
-            ),
+            ).cells(device),
         )
 
 

@@ -71,28 +71,24 @@ from accelbench.measure import timing as measure
 EXPERIMENT = "sr3_scaling"
 
 
-def merge(
-    settings: SR3Settings,
-    records: list[dict],
-    devices: int,
-    conf: Configuration,
-    *,
-    workload_iterations: int,
-    max_iterations: int,
-    warmup: int,
-    ddp: dict | None = None,
-    authors_iterations_per_device: dict | None = None,
-    **_,
-) -> dict:
-    """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first).
+def merge(s: Settings, records: list[dict]) -> dict:
+    """The job's measurements from every rank's record (:func:`train_rank`; rank order, rank 0 first), for the job
+    ``s`` (its SR3 settings, device count, configuration, run parameters ``workload_iterations``, ``max_iterations``,
+    ``warmup`` and ``authors_iterations_per_device``, and DDP options).
 
     The slowest rank sets the pace of a synchronous DDP step: the iteration time is the per-iteration maximum over
     ranks (:func:`accelbench.measure.timing.merge_ranks`). Times in ms (iterations) or s (totals), memory in GiB,
     throughput in images/s.
     """
+    settings, devices, conf, run_params = s.sr3, s.devices, s.conf, s.params
+    workload_iterations = run_params["workload_iterations"]
     first, precision = records[0], conf.precision
-    iters, run_iters, warm = iteration_plan(devices, workload_iterations, max_iterations, warmup)
-    study_b_iters = sr3_configs.study_b_iterations(conf, devices, STUDY_B_WORKLOAD, authors_iterations_per_device)
+    iters, run_iters, warm = iteration_plan(
+        devices, workload_iterations, run_params["max_iterations"], run_params["warmup"]
+    )
+    study_b_iters = sr3_configs.study_b_iterations(
+        conf, devices, STUDY_B_WORKLOAD, run_params.get("authors_iterations_per_device")
+    )
     it = measure.merge_ranks([r["samples_ms"] for r in records], warm, first["method"])
     wall_max = max(r["wall_s"] for r in records)
     it_s = it.median / 1e3
@@ -155,7 +151,7 @@ def merge(
         "threads_per_rank": [r["threads"] for r in records],
         "placement_per_rank": [r["placement"] for r in records],
         "cudnn_benchmark": first["cudnn_benchmark"],
-        "ddp_options": ddp_kwargs(ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
+        "ddp_options": ddp_kwargs(s.ddp) if devices > 1 else None,  # sr3_scaling.ddp (empty: DDP's defaults)
         "rank_median_ms": [r["median_ms"] for r in records],
         "data_path": first.get("data_path"),  # how batches reach the device (model.batch_loader)
         "math_flags": first.get("math_flags"),
@@ -303,7 +299,7 @@ def run(s: Settings, ctx) -> Outcome:
         ranks.measurements = {**case, **ranks.measurements}
         ranks.config = {**config, **ranks.config}
         return ranks
-    m = merge(s.sr3, ranks.records, s.devices, s.conf, ddp=s.ddp, **s.params)
+    m = merge(s, ranks.records)
     m["launch"] = ranks.launch
     m["flops"], m["train_throughput"] = job_mfu(
         ranks.records[0], s.precision, s.devices, m["iteration"]["median"], ctx.system.peak_tflops

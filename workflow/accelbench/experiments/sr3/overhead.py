@@ -134,22 +134,21 @@ def sr3_rank(args) -> None:
         m = result["measurements"]
         overhead.append(
             args.csv,
-            overhead.row(
-                "sr3",
-                f"{conf.name} ({conf.series})",
-                n,
-                harness,
-                bare,
-                m["iteration"]["median"] if result["status"] == "ok" else None,
-                args.repeat,
-                placement["threads"],
-                torch.backends.cudnn.benchmark,
-                f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
+            overhead.Row(
+                experiment="sr3",
+                case=f"{conf.name} ({conf.series})",
+                devices=n,
+                harness_ms=harness,
+                bare_ms=bare,
+                product_ms=m["iteration"]["median"] if result["status"] == "ok" else None,
+                steps=args.repeat,
+                threads_per_rank=placement["threads"],
+                cudnn_benchmark=torch.backends.cudnn.benchmark,
+                settings=f"{m.get('parameters')} params, batch {s.batch_size}/device, {s.hr_size} px, "
                 f"{conf.precision}, {conf.compile_label}, fused Adam "
                 f"{conf.fused_adam}, channels_last {conf.channels_last}, host syncs {conf.host_syncs}, "
                 f"{data_path}",
-                device,
-            ),
+            ).cells(device),
         )
 
 

@@ -1,8 +1,10 @@
 """Study B SR3: the quality check after training: SR3 samples of held-out patches (SR3's DDPM chain, or DDIM over
 fewer strided steps), their PSNR/SSIM against the ground truth beside plain bicubic upsampling, and the sample panel
-(:func:`quality`)."""
+(:func:`quality`, sampled as a :class:`QualityCheck` says)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -57,27 +59,38 @@ def image_metrics(pred: torch.Tensor, truth: torch.Tensor) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class QualityCheck:
+    """How the held-out patches are sampled: ``images`` patches (config ``sr3_scaling.run.quality_images``) over
+    ``sample_steps`` reverse steps (``quality_sample_steps``; the training steps: SR3's DDPM chain, fewer: DDIM), in
+    the configuration's ``precision`` (``bf16``: autocast), the noise drawn from ``seed``."""
+
+    images: int
+    sample_steps: int
+    precision: str
+    seed: int
+
+
 def quality(
     model: torch.nn.Module,
     s: SR3Settings,
     heldout_hr: np.ndarray,
     heldout_lr: np.ndarray,
-    n: int,
-    steps: int,
+    check: QualityCheck,
     device: Device,
-    precision: str,
-    seed: int,
 ) -> tuple[dict, dict[str, np.ndarray]]:
-    """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``n`` held-out patches.
+    """PSNR/SSIM of SR3 samples and of plain bicubic upsampling vs. the ground truth on ``check.images`` held-out
+    patches (``heldout_hr`` (N, H, W) and ``heldout_lr`` (N, h, w) in [0, 1]), sampled as ``check`` says.
 
     Returns ``(metrics, panel)`` where panel holds the first patch's ``lr``, ``bicubic``, ``sr3``, ``truth``.
     """
+    n, steps = check.images, check.sample_steps
     hr = torch.from_numpy(heldout_hr[:n])[:, None].float()
     lr = torch.from_numpy(heldout_lr[:n])[:, None].float()
     bicubic = upsample(lr, s.hr_size).clamp(0, 1)
     clock = StepClock(device, wall=True)
     clock.start()
-    sr = super_resolve(model, s, lr, steps, device, precision, seed)
+    sr = super_resolve(model, s, lr, steps, device, check.precision, check.seed)
     clock.stop()
     seconds = clock.seconds()
     m_sr, m_bi = image_metrics(sr, hr), image_metrics(bicubic, hr)

@@ -18,7 +18,7 @@ from accelbench.errors import ConfigError
 from accelbench.experiments.sr3.configs import Configuration
 from accelbench.experiments.sr3.model import PatchSet, Trainer, replica_spread
 from accelbench.experiments.sr3.plan import iteration_plan
-from accelbench.experiments.sr3.quality import quality
+from accelbench.experiments.sr3.quality import QualityCheck, quality
 from accelbench.measure import flops, phase
 
 
@@ -189,17 +189,8 @@ def _quality_record(record: dict, tr: Trainer, job, data: dict[str, np.ndarray],
     """Rank 0's record completed with the held-out quality (:func:`.quality.quality`), the loss curve, the parameter
     and patch counts; returns ``(record, panel)``."""
     p = job.params
-    q, panel = quality(
-        tr.model,
-        job.sr3,
-        data["heldout_hr"],
-        data["heldout_lr"],
-        p["quality_images"],
-        p["quality_sample_steps"],
-        device,
-        job.conf.precision,
-        p["seed"],
-    )
+    check = QualityCheck(p["quality_images"], p["quality_sample_steps"], job.conf.precision, p["seed"])
+    q, panel = quality(tr.model, job.sr3, data["heldout_hr"], data["heldout_lr"], check, device)
     curve = [float(v) for v in torch.stack(tr.losses).float().cpu()]
     record.update(
         parameters=sum(x.numel() for x in tr.model.parameters()),

@@ -68,7 +68,23 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     ok = drawn_series(df)
     all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
     colours = iter(SERIES_COLOURS)
-    published_key: list[tuple[str, str]] = []  # (name, colour): the published series, keyed in the panel's corner
+    published_key = _draw_published(ax_t, ax_s, ref, colours)
+    small, with_totals = _draw_measured(ax_t, ax_s, ok, colours)
+    n = np.array(sorted(all_n)) if all_n else np.array([1])
+    ax_s.plot(n, n, ":", color="grey", linewidth=1, label="_ideal")  # said in the panel's title
+    _label_axes(fig, ax_t, ax_s, small, with_totals)
+    _key_published(ax_t, published_key)
+    for ax in (ax_t, ax_s):
+        ax.set_xticks(n, [str(int(v)) for v in n])
+        ax.grid(True, which="both", alpha=0.3)
+    _legend_and_title(fig, ax_t, ax_s, source)
+    return save_figure(fig, path, dpi=120)
+
+
+def _draw_published(ax_t, ax_s, ref: pd.DataFrame, colours) -> list[tuple[str, str]]:
+    """Draw Study B's published series (dashed circles; its multi-node points circled); returns ``(name, colour)``
+    of each, to be keyed in the time panel's corner (:func:`_key_published`)."""
+    published_key: list[tuple[str, str]] = []
     for system, g in ref.groupby("system", sort=False):
         g = g.sort_values("devices")
         per = REFERENCE_DEVICES_PER_NODE.get(system)
@@ -96,6 +112,13 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         t1 = g.loc[g["devices"] == 1, "minutes"]
         if len(t1):
             ax_s.plot(g["devices"], float(t1.iloc[0]) / g["minutes"], "--o", color=color, alpha=0.8, markersize=4)
+    return published_key
+
+
+def _draw_measured(ax_t, ax_s, ok: pd.DataFrame, colours) -> tuple[list[str], bool]:
+    """Draw the measured curves (:func:`drawn_series`, one per device type, configuration, scale and origin): paper
+    scale on the time panel (with the measured-plus-projected totals), every scale on the speedup panel. Returns the
+    labels of the small-scale series (not on the time axis) and whether any total was drawn."""
     small, with_totals = [], False
     hw_col = "device" if "device" in ok else "hardware"
     for (hw, prec, scale, origin), g in (
@@ -107,52 +130,68 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
         label = series_label(origin, hw, scale, f"best {_kind(g['series'].iloc[0])}: {prec}")
         multi = g[g["nodes"] > 1] if "nodes" in g else g.iloc[:0]
         if len(multi):  # multi-node points beside the single-node ones, labelled with their layout
-            ax_m = ax_t if scale == "paper" else ax_s
-            y = "study_b_40k_minutes_projection" if scale == "paper" else "speedup_vs_1"
-            labelled = any(h.get_label().startswith("measured multi-node") for h in ax_m.collections)
-            ax_m.scatter(
-                multi["devices"],
-                multi[y],
-                s=140,
-                facecolors="none",
-                edgecolors="red",
-                linewidths=1.5,
-                zorder=5,
-                label="_" if labelled else "measured multi-node run (nodes x ranks per node)",
-            )
-            for _, mr in multi.iterrows():
-                ax_m.annotate(
-                    mr["layout"],
-                    (mr["devices"], mr[y]),
-                    fontsize=7,
-                    color="red",
-                    textcoords="offset points",
-                    xytext=(6, 6),
-                )
+            _circle_multi_node(ax_t if scale == "paper" else ax_s, multi, scale)
         if scale == "paper":
             ax_t.plot(g["devices"], g["study_b_40k_minutes_projection"], "-s", color=color, linewidth=2, label=label)
-            total = (
-                g.dropna(subset=["study_b_40k_minutes_measured_plus_projected"])
-                if "study_b_40k_minutes_measured_plus_projected" in g
-                else g.iloc[:0]
-            )
-            if len(total):  # beside the projection: the total with the iterations run (compilation included)
-                ax_t.plot(
-                    total["devices"],
-                    total["study_b_40k_minutes_measured_plus_projected"],
-                    ":s",
-                    color=color,
-                    markerfacecolor="none",
-                    linewidth=1.2,
-                    label="_total",
-                )  # said in the panel's title
-                with_totals = True
+            with_totals = _draw_total(ax_t, g, color) or with_totals
         else:
             small.append(label)
         if len(g["devices"].unique()) > 1 and (g["devices"] == 1).any():  # T(1) / T(N): needs 1 and N devices
             ax_s.plot(g["devices"], g["speedup_vs_1"], "-s", color=color, linewidth=2, label=label)
-    n = np.array(sorted(all_n)) if all_n else np.array([1])
-    ax_s.plot(n, n, ":", color="grey", linewidth=1, label="_ideal")  # said in the panel's title
+    return small, with_totals
+
+
+def _circle_multi_node(ax, multi: pd.DataFrame, scale: str) -> None:
+    """Circle a measured curve's multi-node points in red, each annotated with its layout (nodes x ranks per node);
+    the legend names them once."""
+    y = "study_b_40k_minutes_projection" if scale == "paper" else "speedup_vs_1"
+    labelled = any(h.get_label().startswith("measured multi-node") for h in ax.collections)
+    ax.scatter(
+        multi["devices"],
+        multi[y],
+        s=140,
+        facecolors="none",
+        edgecolors="red",
+        linewidths=1.5,
+        zorder=5,
+        label="_" if labelled else "measured multi-node run (nodes x ranks per node)",
+    )
+    for _, mr in multi.iterrows():
+        ax.annotate(
+            mr["layout"],
+            (mr["devices"], mr[y]),
+            fontsize=7,
+            color="red",
+            textcoords="offset points",
+            xytext=(6, 6),
+        )
+
+
+def _draw_total(ax_t, g: pd.DataFrame, color) -> bool:
+    """Beside a paper-scale projection, dotted open squares: the total with the iterations run (compilation
+    included) + the median for the rest; returns whether any was drawn."""
+    total = (
+        g.dropna(subset=["study_b_40k_minutes_measured_plus_projected"])
+        if "study_b_40k_minutes_measured_plus_projected" in g
+        else g.iloc[:0]
+    )
+    if not len(total):
+        return False
+    ax_t.plot(
+        total["devices"],
+        total["study_b_40k_minutes_measured_plus_projected"],
+        ":s",
+        color=color,
+        markerfacecolor="none",
+        linewidth=1.2,
+        label="_total",
+    )  # said in the panel's title
+    return True
+
+
+def _label_axes(fig, ax_t, ax_s, small: list[str], with_totals: bool) -> None:
+    """Axis labels, scales and titles of both panels; under the time axis, how many small-scale series it leaves
+    out."""
     # small-scale series: under the axis, not in a box over the curves; their labels are in the legend
     note = f"\n{len(small)} small-scale series not on this time axis (another workload): see the speedup panel"
     ax_t.set_xlabel("devices (count)" + (wrap(note, fig, FONT["label"], 0.45) if small else ""))
@@ -175,8 +214,12 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     )
     ax_s.set_xscale("log", base=2)
     ax_s.set_yscale("log", base=2)
-    # the published series keyed in the time panel's upper right (long runs on many devices: no data there), each
-    # name in its line's colour: the legend keeps to the measured series (at most 10 entries however many hardware)
+
+
+def _key_published(ax_t, published_key: list[tuple[str, str]]) -> None:
+    """Key the published series in the time panel's upper right, each name in its line's colour."""
+    # upper right: long runs on many devices, no data there; the legend keeps to the measured series (at most 10
+    # entries however many hardware)
     for i, (name, color) in enumerate([("published (Study B), dashed circles:", "black"), *published_key]):
         ax_t.text(
             0.98,
@@ -188,9 +231,11 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
             color=color,
             fontsize=FONT["legend"],
         )
-    for ax in (ax_t, ax_s):
-        ax.set_xticks(n, [str(int(v)) for v in n])
-        ax.grid(True, which="both", alpha=0.3)
+
+
+def _legend_and_title(fig, ax_t, ax_s, source: str) -> None:
+    """The measured series' legend under the plots (two wrapped columns), the figure's title naming the published
+    source, and the figure grown by the legend's height."""
     th, tl = ax_t.get_legend_handles_labels()
     handles, labels = ax_s.get_legend_handles_labels()
     uniq = dict(zip(tl + labels, th + handles))
@@ -219,7 +264,6 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     legend_in = text_height_in(lines, FONT["legend"], 1.45) + 0.65
     fig.set_figheight(6 + legend_in)
     fig.tight_layout(rect=(0, legend_in / (6 + legend_in), 1, 1))
-    return save_figure(fig, path, dpi=120)
 
 
 def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[str]:

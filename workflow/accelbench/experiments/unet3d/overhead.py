@@ -68,18 +68,18 @@ def study_a(args) -> None:
     product = result["measurements"]["train_step"]["median"] if result["status"] == "ok" else None
     overhead.append(
         args.csv,
-        overhead.row(
-            "study_a",
-            spec["configuration"],
-            1,
-            h,
-            b,
-            product,
-            repeat,
-            torch.get_num_threads(),
-            variant.cudnn_benchmark,
-            f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}"
+        overhead.Row(
+            experiment="study_a",
+            case=spec["configuration"],
+            devices=1,
+            harness_ms=h,
+            bare_ms=b,
+            product_ms=product,
+            steps=repeat,
+            threads_per_rank=torch.get_num_threads(),
+            cudnn_benchmark=variant.cudnn_benchmark,
+            settings=f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, "
+            f"compile={variant.compile}"
             + ("".join(f", {k}={v}" for k, v in variant.network_options.items()) if variant.rewrites_network else ""),
-            device,
-        ),
+        ).cells(device),
     )

@@ -19,6 +19,7 @@ import json
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from accelbench import backends
@@ -59,40 +60,51 @@ def select_kernels(kernel_table: str | Path, coverage: float, max_kernels: int) 
     return list(names), share
 
 
+@dataclass(frozen=True)
+class NcuSettings:
+    """How ncu profiles the step (config ``unet3d_ncu`` without its ``configurations``; the schema's defaults filled
+    in). The detail pass replays the top kernels covering ``coverage`` of the step's device time, at most
+    ``max_kernels`` names and ``launch_count`` launches; the step runs ``warmup`` untimed steps first; everything
+    gives up after ``timeout_s`` (s). The coverage pass (``coverage_pass``) goes over every kernel (at most
+    ``coverage_launch_count`` launches, None = all), split into passes of ``coverage_pass_launches`` launches (None:
+    one pass), each with at most ``coverage_pass_timeout_s`` (s; None: what is left of its budget)."""
+
+    coverage: float
+    max_kernels: int
+    launch_count: int
+    warmup: int
+    timeout_s: int
+    coverage_pass: bool = True
+    coverage_launch_count: int | None = None
+    coverage_pass_launches: int | None = None
+    coverage_pass_timeout_s: int | None = None
+
+
 def profile_counters(
     spec: dict,
     system,
     image: str,
     mask: str,
     kernel_table: str | None,
-    *,
-    coverage: float,
-    max_kernels: int,
-    launch_count: int,
-    warmup: int,
-    timeout_s: int,
-    coverage_pass: bool = True,
-    coverage_launch_count: int | None = None,
-    coverage_pass_launches: int | None = None,
-    coverage_pass_timeout_s: int | None = None,
+    s: NcuSettings,
     spec_file: str | None = None,
 ) -> dict:
-    """Profile one configuration under ncu. Returns ``{"status", "reason", "measurements"}``.
+    """Profile one configuration under ncu, as ``s`` says. Returns ``{"status", "reason", "measurements"}``.
 
     Two passes over the same step (each a fresh process: ``unet3d-step`` under ncu):
 
-    1. **coverage pass** (``coverage_pass``): the reduced metric set :data:`accelbench.measure.ncu.COVERAGE_COUNTERS`
+    1. **coverage pass** (``s.coverage_pass``): the reduced metric set :data:`accelbench.measure.ncu.COVERAGE_COUNTERS`
        (SM cycles, executed instructions, duration, IPC, tensor-pipe utilisation; a few replay passes per kernel)
        over *every* kernel launched
-       in the NVTX range (at most ``coverage_launch_count``, None = all). Step totals of SM cycles and
+       in the NVTX range (at most ``s.coverage_launch_count``, None = all). Step totals of SM cycles and
        instructions, the two rates, and so the ratios to baseline, are then measured over the whole step, not
-       extrapolated. With ``coverage_pass_launches`` the pass is split into bounded passes of that many launches
+       extrapolated. With ``s.coverage_pass_launches`` the pass is split into bounded passes of that many launches
        (``--launch-skip``/``--launch-count``, :func:`accelbench.measure.ncu.plan_coverage_passes`), each a fresh process
-       with at most ``coverage_pass_timeout_s``; their kernels are joined in launch order, and each pass's
+       with at most ``s.coverage_pass_timeout_s``; their kernels are joined in launch order, and each pass's
        launches, kernels, wall time and error are recorded (``coverage.coverage.passes``). A failed pass leaves
        the others: the share of the step's device time they cover says what the totals and rates hold.
     2. **detail pass**: every counter of :data:`accelbench.measure.ncu.COUNTERS` (stalls, hit rates, pipes: many
-       replay passes) on the top kernels only (``coverage``/``max_kernels``/``launch_count``).
+       replay passes) on the top kernels only (``s.coverage``/``s.max_kernels``/``s.launch_count``).
 
     ``measurements["coverage"]`` gives the share of the step's device time (torch.profiler's kernel table)
     each pass covers; the target for the counter table is at least 80%.
@@ -100,6 +112,7 @@ def profile_counters(
     Args:
         spec: the ``unet3d-step`` spec (system, model, configuration, presets, scales, run.seed).
         kernel_table: the configuration's ``kernels.csv`` from ``unet3d_profile`` (None: it did not run).
+        s: the ncu settings (:class:`NcuSettings`, config ``unet3d_ncu``).
         spec_file: the job's spec file, passed to the replayed ``unet3d-step`` (None: ``spec`` inline, for tests).
     """
     reason = known_unsupported_reason(spec, system, kernel_table)
@@ -115,105 +128,25 @@ def profile_counters(
     except (OSError, subprocess.SubprocessError) as exc:
         return _unsupported(f"ncu --query-metrics failed: {exc}")
     metrics = ncu.choose_metrics(arch, available)
-    names, share = select_kernels(kernel_table, coverage, max_kernels)
+    names, share = select_kernels(kernel_table, s.coverage, s.max_kernels)
     program = accelbench_command(
-        [
-            "unet3d-step",
-            "--spec",
-            spec_file or json.dumps(spec),
-            "--image",
-            image,
-            "--mask",
-            mask,
-            "--warmup",
-            str(warmup),
-        ]
+        ["unet3d-step", "--spec", spec_file or json.dumps(spec), "--image", image, "--mask", mask]
+        + ["--warmup", str(s.warmup)]
     )
     table_rows = _table_rows(kernel_table)
-    passes, commands, errors = {}, {}, {}
+    commands: dict[str, str] = {}
     t_start = time.monotonic()
-    pass_log: list[dict] = []
-    if coverage_pass:
-        cov_metrics = {c: metrics[c] for c in ncu.COVERAGE_COUNTERS if c in metrics}
-        launches = sum(int(float(r["calls"])) for r in table_rows if r.get("class") != "memory")
-        plan = ncu.plan_coverage_passes(launches, coverage_pass_launches)
-        budget = 0.6 * timeout_s  # the coverage passes get at most 60% of the time; the detail pass the rest
-        done: list[int | None] = []
-        got: list[list] = []
-        while (p := ncu.next_pass(plan, done)) is not None:
-            left = int(budget - (time.monotonic() - t_start))
-            if left < 1:
-                pass_log.append(
-                    {
-                        "index": p.index,
-                        "launch_skip": p.launch_skip,
-                        "launch_count": p.launch_count,
-                        "kernels": None,
-                        "error": f"not run: the coverage passes' {int(budget)} s were spent",
-                    }
-                )
-                break
-            limit = min(left, coverage_pass_timeout_s) if coverage_pass_timeout_s else left
-            count = p.launch_count if p.launch_count is not None else coverage_launch_count
-            t0 = time.monotonic()
-            cmd, kernels, err = _ncu_pass(exe, cov_metrics, program, None, count, limit, launch_skip=p.launch_skip)
-            commands.setdefault("coverage", " ".join(cmd[: cmd.index("--")]))
-            pass_log.append(
-                {
-                    "index": p.index,
-                    "launch_skip": p.launch_skip,
-                    "launch_count": count,
-                    "kernels": len(kernels) if kernels else None,
-                    "error": err,
-                    "wall_s": time.monotonic() - t0,
-                }
-            )
-            done.append(len(kernels) if kernels else None)
-            if kernels:
-                got.append(kernels)
-        failed = [f"pass {e['index']}: {e['error']}" for e in pass_log if e["error"]]
-        if failed:  # e.g. out of time: go on with the detail pass; the totals then cover what the passes measured
-            errors["coverage"] = "; ".join(failed)
-        if got:
-            passes["coverage"] = ncu.merge_passes(got)
-    left = int(timeout_s - (time.monotonic() - t_start))
-    cmd, detail, err = _ncu_pass(exe, metrics, program, names, launch_count, max(left, 1))
+    coverage = _coverage_passes(exe, metrics, program, table_rows, s, t_start, commands) if s.coverage_pass else None
+    left = int(s.timeout_s - (time.monotonic() - t_start))
+    cmd, detail, err = _ncu_pass(exe, metrics, program, names, s.launch_count, max(left, 1))
     commands["detail"] = " ".join(cmd[: cmd.index("--")])
     if err:
-        return _unsupported(f"detail pass: {err}" if coverage_pass else err)
+        return _unsupported(f"detail pass: {err}" if s.coverage_pass else err)
     reduced = ncu.reduce(detail, classify_kernel)
-    cov = {
-        "target": 0.8,
-        "detail": {
-            **ncu.time_coverage(table_rows, detail),
-            "pass": "detail",
-            "metrics": "all counters",
-            "kernel_selection_share": share,
-        },
-    }
-    covered = "coverage" in passes
-    if errors:
-        cov["coverage_error"] = errors["coverage"]
-    if covered:
-        reduced = ncu.merge_coverage(reduced, passes["coverage"], classify_kernel)
-        cov["coverage"] = {
-            **ncu.time_coverage(table_rows, passes["coverage"]),
-            "pass": "coverage",
-            "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics),
-            "passes": pass_log,
-        }
-    main = cov["coverage"] if covered else cov["detail"]
-    cov["totals_from"] = (
-        (
-            "coverage passes, some failed (coverage_error): the kernels the others measured, reduced metric set"
-            if errors
-            else "coverage pass: every kernel of the step, reduced metric set"
-        )
-        if covered
-        else "detail pass: the top kernels only (totals are partial)"
-    )
-    cov["device_time_share"] = main["device_time_share"]
-    cov["meets_target"] = main["device_time_share"] is not None and main["device_time_share"] >= cov["target"]
+    cov = _coverage_record(table_rows, detail, share, metrics, coverage)
+    every_kernel = coverage.kernels if coverage is not None else None  # the coverage passes' kernels, joined
+    if every_kernel is not None:
+        reduced = ncu.merge_coverage(reduced, every_kernel, classify_kernel)
     return {
         "status": "ok",
         "reason": None,
@@ -227,18 +160,112 @@ def profile_counters(
             "kernel_selection": {
                 "function_names": names,
                 "device_time_share": share,
-                "coverage_target": coverage,
-                "max_kernels": max_kernels,
-                "launch_count": launch_count,
+                "coverage_target": s.coverage,
+                "max_kernels": s.max_kernels,
+                "launch_count": s.launch_count,
             },
             "coverage": cov,
             "wall_s": time.monotonic() - t_start,
-            "profiled_kernels": len(passes.get("coverage", detail)),
+            "profiled_kernels": len(every_kernel if every_kernel is not None else detail),
             "detail_kernels": len(detail),
             **reduced,
             "per_kernel": [{"name": k.name, **k.values} for k in detail[:2000]],
         },
     }
+
+
+@dataclass(frozen=True)
+class _Coverage:
+    """What the coverage passes gave: their kernels joined in launch order (None: no pass measured any), each pass's
+    record and the failed passes' errors joined in one line (None: none failed)."""
+
+    kernels: list | None
+    passes: list[dict]
+    error: str | None
+
+
+def _coverage_passes(exe, metrics, program, table_rows, s: NcuSettings, t_start: float, commands: dict) -> _Coverage:
+    """Run the coverage passes (reduced metric set, every kernel of the step) within 60% of ``s.timeout_s`` from
+    ``t_start``; the first pass's command goes into ``commands["coverage"]``."""
+    cov_metrics = {c: metrics[c] for c in ncu.COVERAGE_COUNTERS if c in metrics}
+    launches = sum(int(float(r["calls"])) for r in table_rows if r.get("class") != "memory")
+    plan = ncu.plan_coverage_passes(launches, s.coverage_pass_launches)
+    budget = 0.6 * s.timeout_s  # the coverage passes get at most 60% of the time; the detail pass the rest
+    done: list[int | None] = []
+    got: list[list] = []
+    pass_log: list[dict] = []
+    while (p := ncu.next_pass(plan, done)) is not None:
+        left = int(budget - (time.monotonic() - t_start))
+        if left < 1:
+            pass_log.append(
+                {
+                    "index": p.index,
+                    "launch_skip": p.launch_skip,
+                    "launch_count": p.launch_count,
+                    "kernels": None,
+                    "error": f"not run: the coverage passes' {int(budget)} s were spent",
+                }
+            )
+            break
+        limit = min(left, s.coverage_pass_timeout_s) if s.coverage_pass_timeout_s else left
+        count = p.launch_count if p.launch_count is not None else s.coverage_launch_count
+        t0 = time.monotonic()
+        cmd, kernels, err = _ncu_pass(exe, cov_metrics, program, None, count, limit, launch_skip=p.launch_skip)
+        commands.setdefault("coverage", " ".join(cmd[: cmd.index("--")]))
+        pass_log.append(
+            {
+                "index": p.index,
+                "launch_skip": p.launch_skip,
+                "launch_count": count,
+                "kernels": len(kernels) if kernels else None,
+                "error": err,
+                "wall_s": time.monotonic() - t0,
+            }
+        )
+        done.append(len(kernels) if kernels else None)
+        if kernels:
+            got.append(kernels)
+    # e.g. out of time: the detail pass goes on; the totals then cover what the passes measured
+    failed = [f"pass {e['index']}: {e['error']}" for e in pass_log if e["error"]]
+    return _Coverage(ncu.merge_passes(got) if got else None, pass_log, "; ".join(failed) if failed else None)
+
+
+def _coverage_record(table_rows, detail, share: float, metrics, coverage: _Coverage | None) -> dict:
+    """``measurements["coverage"]``: the share of the step's device time each pass covers, where the totals come
+    from and whether they meet the 80% target."""
+    cov = {
+        "target": 0.8,
+        "detail": {
+            **ncu.time_coverage(table_rows, detail),
+            "pass": "detail",
+            "metrics": "all counters",
+            "kernel_selection_share": share,
+        },
+    }
+    errors = coverage.error if coverage is not None else None
+    covered = coverage is not None and coverage.kernels is not None
+    if errors:
+        cov["coverage_error"] = errors
+    if covered:
+        cov["coverage"] = {
+            **ncu.time_coverage(table_rows, coverage.kernels),
+            "pass": "coverage",
+            "metrics": sorted(c for c in ncu.COVERAGE_COUNTERS if c in metrics),
+            "passes": coverage.passes,
+        }
+    main = cov["coverage"] if covered else cov["detail"]
+    cov["totals_from"] = (
+        (
+            "coverage passes, some failed (coverage_error): the kernels the others measured, reduced metric set"
+            if errors
+            else "coverage pass: every kernel of the step, reduced metric set"
+        )
+        if covered
+        else "detail pass: the top kernels only (totals are partial)"
+    )
+    cov["device_time_share"] = main["device_time_share"]
+    cov["meets_target"] = main["device_time_share"] is not None and main["device_time_share"] >= cov["target"]
+    return cov
 
 
 def _ncu_pass(
@@ -352,8 +379,8 @@ def run(spec: Settings, ctx) -> Outcome:
         ctx.inputs["image"],
         ctx.inputs["mask"],
         _kernel_table(ctx),
+        NcuSettings(**spec["ncu"]),
         spec_file=ctx.spec_path,
-        **spec["ncu"],
     )
     ctx.artefacts["profile_result"] = str(profile)
     return Outcome(out["status"], out["measurements"], out["reason"])

@@ -179,6 +179,28 @@ def test_quality_metrics_rank_bicubic_above_noise():
     assert good["psnr_db"] > 35 > bad["psnr_db"] and good["ssim"] > bad["ssim"]
 
 
+def test_quality_check_samples_the_images_and_steps_it_names():
+    """quality() with a QualityCheck: ``images`` held-out patches over ``sample_steps`` DDIM steps (fewer than the
+    training steps), its seed making the samples repeat; the panel is the first patch at both sizes."""
+    from accelbench.backends.device import Device
+    from accelbench.experiments.sr3.quality import QualityCheck, quality
+
+    s = tiny_settings()
+    torch.manual_seed(0)
+    model = sr3.build_unet(s)
+    rng = np.random.default_rng(0)
+    hr = rng.uniform(size=(4, 32, 32)).astype(np.float32)
+    lr = sky.downsample(hr, 4)
+    check = QualityCheck(images=3, sample_steps=2, precision="fp32", seed=7)
+    metrics, panel = quality(model, s, hr, lr, check, Device("cpu"))
+    assert (metrics["images"], metrics["sample_steps"], metrics["sampler"]) == (3, 2, "ddim")
+    assert set(metrics["sr3"]) == set(metrics["bicubic"]) == {"psnr_db", "ssim"}
+    assert panel["truth"].shape == panel["sr3"].shape == (32, 32) and panel["lr"].shape == (8, 8)
+    assert np.array_equal(panel["truth"], hr[0])
+    again, twin = quality(model, s, hr, lr, check, Device("cpu"))
+    assert np.array_equal(twin["sr3"], panel["sr3"]) and again["sr3"] == metrics["sr3"]
+
+
 # --------------------------------------------------------------------------- DDP
 def test_ddp_options():
     assert sr3.ddp_kwargs(None) == {}
@@ -382,16 +404,8 @@ def test_merge_takes_the_slowest_rank_per_iteration(default_config):
         _record(0, [10.0, 30.0, 10.0], first_iteration_s=4.0),
         _record(1, [20.0, 10.0, 20.0], first_iteration_s=5.5),
     ]
-    m = exp.merge(
-        s,
-        records,
-        2,
-        sr3_configs.get("fp32"),
-        workload_iterations=8,
-        max_iterations=3,
-        warmup=1,
-        ddp={"bucket_cap_mb": 5},
-    )
+    run = {"workload_iterations": 8, "max_iterations": 3, "warmup": 1}
+    m = exp.merge(exp.Settings(s, 2, sr3_configs.get("fp32"), run, ddp={"bucket_cap_mb": 5}), records)
     assert m["iteration"]["samples"] == [20.0, 30.0, 20.0] and m["iteration"]["median"] == 20.0
     assert m["iteration"]["warmup"] == 1 and m["iteration"]["method"].endswith("max over 2 ranks")
     assert (m["iterations_per_device"], m["iterations_run"], m["complete"]) == (4, 3, False)
@@ -791,28 +805,15 @@ def test_the_authors_64_card_run_has_620_iterations_per_card(default_config):
     assert sr3_configs.study_b_iterations(faithful, 8, 40000, authors) == 5000
     s = tiny_settings()
     records = [_record(r, [10.0, 10.0]) for r in range(2)]
-    m = exp.merge(
-        s,
-        records,
-        2,
-        faithful,
-        workload_iterations=8,
-        max_iterations=2,
-        warmup=0,
-        authors_iterations_per_device={"2": 7},
-    )
+    run = {"workload_iterations": 8, "max_iterations": 2, "warmup": 0, "authors_iterations_per_device": {"2": 7}}
+    m = exp.merge(exp.Settings(s, 2, faithful, run), records)
     assert m["study_b_projection"]["iterations"] == 7 and "job file" in m["study_b_projection"]["method"]
     assert m["configuration"]["series"] == "faithful" and m["configuration"]["host_syncs"]
     assert (m["configuration"]["loader_workers"], m["configuration"]["blocking_copies"]) == (8, True)
     data_path = {"loader_workers_requested": 8, "loader_workers": 1, "copy": "blocking"}
     m = exp.merge(
-        s,
+        exp.Settings(s, 2, faithful, {"workload_iterations": 8, "max_iterations": 1, "warmup": 0}),
         [_record(0, [1.0], data_path=data_path), _record(1, [1.0], data_path=data_path)],
-        2,
-        faithful,
-        workload_iterations=8,
-        max_iterations=1,
-        warmup=0,
     )
     assert m["data_path"] == data_path  # rank 0's record (model.batch_loader)
 
