@@ -201,7 +201,7 @@ def host_overhead(args) -> None:
         overhead.empty_cache()
 
     def bare() -> None:
-        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        step, net = lora_bare(spec, system, plan, s, fused=fused)
         for clock, v in _bare_run(step, s.warmup_steps, s.timed_steps).items():
             samples.setdefault(("bare", clock), []).extend(v)
         del step, net
@@ -266,7 +266,7 @@ def host_overhead(args) -> None:
     try:
         trainer_clocks = _trainer_run(spec, system, plan, s, profiler=timers)
         t_ms, t_calls = dict(timers.ms), dict(timers.calls)
-        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        step, net = lora_bare(spec, system, plan, s, fused=fused)
         for _ in range(s.warmup_steps):
             step()
         timers.ms = {k: 0.0 for k in t_ms}
