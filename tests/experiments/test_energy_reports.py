@@ -35,7 +35,7 @@ def scripted(monkeypatch):
 def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks, scripted):
     import copy
 
-    from accelbench.experiments.llm_quant.methods import MethodRun, run_method
+    from accelbench.experiments.llm_quant.methods import MethodRun, MethodText, run_method
 
     model = copy.deepcopy(tiny_llama)
     run = MethodRun(
@@ -48,7 +48,9 @@ def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks,
         metric="prune",
         throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 3},
     )
-    m = run_method(model, 256, chunks, None, sensitivity_result(model, chunks), run, Device("cpu"))["measurements"]
+    m = run_method(model, MethodText(256, chunks), sensitivity_result(model, chunks), run, Device("cpu"))[
+        "measurements"
+    ]
     e = m["energy"]
     assert e["status"] == "ok" and e["main_phase"] == "evaluation" and e["source"] == "scripted"
     tokens = m["perplexity"]["tokens"]

@@ -479,7 +479,7 @@ def test_lora_bare_loop_applies_the_results_liger_kernels_and_compile_mode(lora,
     monkeypatch.setitem(sys.modules, "liger_kernel.transformers", fake)
     monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(kw) or model)
     spec, system, s, plan = lora_case(_lora_result({**OURS, "trainer_settings": ts}))
-    lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
+    lora.lora_bare(spec, system, plan, s, mirror=mirror)
     assert applied == [config]
     assert compiled == [{"backend": "inductor", "mode": "reduce-overhead"}]
 
@@ -501,7 +501,7 @@ def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurement
     result = _lora_result(measurements)
     spec, system, s, plan = lora_case(result)
     mirror = lora.bare_settings(result, s, plan, system)
-    step, net = lora.lora_bare(spec, system, plan, s, 0, 1, 0, mirror=mirror)
+    step, net = lora.lora_bare(spec, system, plan, s, mirror=mirror)
     assert [kw for _, kw in calls] == ([{"backend": "inductor"}] if compiled else [])
     assert not calls or calls[0][0] is net
     items = []

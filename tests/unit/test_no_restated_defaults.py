@@ -22,6 +22,7 @@ SCANNED = (
     EXPERIMENTS / "llm_quant/accuracy.py",
     EXPERIMENTS / "llm_quant/evaluate.py",
     EXPERIMENTS / "llm_quant/methods.py",
+    EXPERIMENTS / "llm_quant/measurements.py",
 )
 
 

@@ -81,13 +81,6 @@ LONG_FUNCTIONS_ALLOWED = {
     "models/group_norm_op.py::_": "the op's fake (meta) kernel, registered as `_`: the op's own signature",
     # the published network's constructor, argument for argument as Med-DDPM's code has it
     "experiments/unet3d/med_ddpm_unet.py::MedDDPMUNet.__init__": "the upstream Med-DDPM UNet's keyword arguments",
-    # not reached yet: each is a long measurement procedure still in one piece (to become named steps)
-    "experiments/llm_quant/accuracy.py::accuracy_tasks": "123 lines: not reached yet",
-    "experiments/llm_quant/methods.py::run_method": "9 parameters, 137 lines: not reached yet",
-    "experiments/lora/bare.py::lora_bare": "10 parameters, 140 lines: not reached yet",
-    "experiments/lora/host_overhead.py::host_overhead": "171 lines: not reached yet",
-    "experiments/lora/tables_claims.py::_observations": "125 lines: not reached yet",
-    "experiments/lora/trainer.py::training_arguments_kwargs": "9 parameters: not reached yet",
 }
 
 

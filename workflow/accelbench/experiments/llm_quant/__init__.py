@@ -53,6 +53,8 @@ Modules of the job (each imports only those above it; this file imports none of 
 - :mod:`.task_data`: the accuracy tasks' local data and their chance / majority baselines (torch-free);
 - :mod:`.accuracy`: lm-evaluation-harness tasks;
 - :mod:`.sensitivity`: sensitivity map, clustering, bit allocation;
+- :mod:`.measurements`: the measurements of a quantized model (:func:`~.measurements.measure_quantized`) and the
+  tokenized text they run on (:class:`~.measurements.MethodText`);
 - :mod:`.methods`: fp32 / fake / torchao / int8_dq / inc_fp8 and the measurement of one method
   (:func:`~.methods.run_method`);
 - :mod:`.stages`: model loading and the two stages, :func:`~.stages.run_sensitivity_job` and

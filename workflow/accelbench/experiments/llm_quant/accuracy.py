@@ -212,21 +212,15 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
     import logging
     import tempfile
 
-    out: dict = {}
-    tasks = list(acc.get("tasks") or [])
-    sb = acc.get("study_b_prompts")  # true: every task that has one; a list: those tasks
-    tasks += [STUDY_B_TASKS[t] for t in list(tasks) if t in STUDY_B_TASKS and (sb is True or t in (sb or []))]
+    tasks = _tasks_to_score(acc)
     if not tasks:
-        return out
+        return {}
     if acc.get("skip_reason"):
         return {
             task: {"status": "unsupported", "reason": f"{task}: not scored: {acc['skip_reason']}"} for task in tasks
         }
     try:
-        _offline_datasets()
-        from lm_eval import simple_evaluate
-        from lm_eval.models.huggingface import HFLM
-        from lm_eval.tasks import TaskManager
+        hflm = _harness_model_class()
     except ImportError as exc:  # an image without lm-eval or datasets: recorded per task, the perplexity still runs
         reason = (
             f"lm-evaluation-harness is not importable here ({type(exc).__name__}: {exc}); "
@@ -236,81 +230,123 @@ def accuracy_tasks(model, tokenizer, acc: dict, device: Device, seed: int = 0, w
 
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     try:
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=acc["batch_size"], device=str(device.torch_device))
+        lm = hflm(pretrained=model, tokenizer=tokenizer, batch_size=acc["batch_size"], device=str(device.torch_device))
     except (ValueError, TypeError, RuntimeError, AttributeError) as exc:  # e.g. a device lm-eval does not know
         first = str(exc).splitlines()[0] if str(exc) else ""
         reason = f"lm-evaluation-harness cannot wrap this model: {type(exc).__name__}: {first}"
         return {task: {"status": "unsupported", "reason": reason[:500]} for task in tasks}
-    folders = acc.get("data") or {}
+    out: dict = {}
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp, _without_environment_report():
         for task in tasks:
-            base = task.removesuffix("_study_b")
-            where = "no data"
-            try:
-                task_dir, where, split_rows = local_task_dir(task, folders.get(base), tmp, acc.get("limit"))
-                manager = TaskManager(include_path=task_dir, include_defaults=False)
-                clock = StepClock(device, wall=True)
-                clock.start()
-                res = simple_evaluate(
-                    model=lm,
-                    tasks=[task],
-                    task_manager=manager,
-                    num_fewshot=acc["num_fewshot"],
-                    limit=acc.get("limit"),
-                    batch_size=acc["batch_size"],
-                    log_samples=True,
-                    bootstrap_iters=acc.get("bootstrap_iters", 1000),
-                    random_seed=seed,
-                    numpy_random_seed=seed,
-                    torch_random_seed=seed,
-                    fewshot_random_seed=seed,
-                )
-                clock.stop()
-                wall = clock.seconds()
-            except (OSError, ValueError, KeyError, DataError, ConnectionError, RuntimeError) as exc:
-                if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
-                    raise
-                msg = str(exc).splitlines()[0] if str(exc) else ""
-                out[task] = {
-                    "status": "unsupported",
-                    "data": where,
-                    "reason": f"{task}: no local data ({where}): {type(exc).__name__}: {msg}"[:500],
-                }
-                continue
-            r = res["results"][task]
-            metrics = {k.split(",")[0]: v for k, v in r.items() if "," in k and not k.startswith("alias")}
-            metrics["acc_token_norm"] = token_normalised(res["samples"][task], lm._encode_pair)["value"]
-            study_b = task.endswith("_study_b")
-            metric = (
-                "acc_token_norm"
-                if study_b
-                else STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
-            )
-            if metric not in metrics:
-                metric = next(k for k in metrics if not k.endswith("_stderr"))
-            out[task] = {
-                "status": "ok",
-                "reason": None,
-                "metric": metric,
-                "value": float(metrics[metric]),
-                "stderr": metrics.get(f"{metric}_stderr"),
-                "unit": "fraction",
-                "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
-                "samples": int(res["n-samples"][task]["effective"]),
-                "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
-                "num_fewshot": res["n-shot"].get(task, acc["num_fewshot"]),
-                "data": where,
-                "time_s": wall,
-                "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
-                "scoring": (
-                    f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}"
-                    if study_b
-                    else f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"
-                ),
-                "harness": f"lm_eval {_lm_eval_version()}",
-                "baselines": sample_baselines(res["samples"][task]),
-            }
+            out[task] = _score_task(lm, task, acc, device, seed, tmp)
     return out
+
+
+def _harness_model_class():
+    """lm-eval's ``HFLM`` (the wrapper of an in-memory model), with Hugging Face downloads forbidden first and lm-eval's
+    evaluator and task manager imported beside it, so that a missing dependency of any is one ImportError before a
+    task runs."""
+    import importlib
+
+    _offline_datasets()
+    importlib.import_module("lm_eval.evaluator")
+    from lm_eval.models.huggingface import HFLM
+
+    importlib.import_module("lm_eval.tasks")
+    return HFLM
+
+
+def _tasks_to_score(acc: dict) -> list[str]:
+    """The configured tasks, then ``<task>_study_b`` for each task whose Study B prompt is asked for."""
+    tasks = list(acc.get("tasks") or [])
+    sb = acc.get("study_b_prompts")  # true: every task that has one; a list: those tasks
+    tasks += [STUDY_B_TASKS[t] for t in list(tasks) if t in STUDY_B_TASKS and (sb is True or t in (sb or []))]
+    return tasks
+
+
+def _score_task(lm, task: str, acc: dict, device: Device, seed: int, tmp) -> dict:
+    """One task's entry of :func:`accuracy_tasks`: evaluated on local data in ``tmp`` and timed, else
+    ``unsupported`` with the reason (an out-of-memory error is raised, never recorded as missing data)."""
+    from lm_eval.tasks import TaskManager
+
+    base = task.removesuffix("_study_b")
+    where = "no data"
+    try:
+        task_dir, where, split_rows = local_task_dir(task, (acc.get("data") or {}).get(base), tmp, acc.get("limit"))
+        manager = TaskManager(include_path=task_dir, include_defaults=False)
+        res, wall = _timed_evaluation(lm, task, manager, acc, device, seed)
+    except (OSError, ValueError, KeyError, DataError, ConnectionError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower():
+            raise
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        return {
+            "status": "unsupported",
+            "data": where,
+            "reason": f"{task}: no local data ({where}): {type(exc).__name__}: {msg}"[:500],
+        }
+    return _task_entry(task, res, lm, split_rows, where, wall, acc)
+
+
+def _timed_evaluation(lm, task: str, manager, acc: dict, device: Device, seed: int) -> tuple[dict, float]:
+    """``(lm-eval's results, seconds)``: ``simple_evaluate`` of one task with every seed set, timed on the wall clock
+    after the device's queued work."""
+    from lm_eval import simple_evaluate
+
+    clock = StepClock(device, wall=True)
+    clock.start()
+    res = simple_evaluate(
+        model=lm,
+        tasks=[task],
+        task_manager=manager,
+        num_fewshot=acc["num_fewshot"],
+        limit=acc.get("limit"),
+        batch_size=acc["batch_size"],
+        log_samples=True,
+        bootstrap_iters=acc.get("bootstrap_iters", 1000),
+        random_seed=seed,
+        numpy_random_seed=seed,
+        torch_random_seed=seed,
+        fewshot_random_seed=seed,
+    )
+    clock.stop()
+    return res, clock.seconds()
+
+
+def _task_entry(task: str, res: dict, lm, split_rows: dict, where: str, wall: float, acc: dict) -> dict:
+    """The ``ok`` entry of one evaluated task: lm-eval's metrics plus Study B's token-normalised score, the task's
+    headline metric (Study B's for its prompts), sample counts, throughput and how it was scored."""
+    base = task.removesuffix("_study_b")
+    r = res["results"][task]
+    metrics = {k.split(",")[0]: v for k, v in r.items() if "," in k and not k.startswith("alias")}
+    metrics["acc_token_norm"] = token_normalised(res["samples"][task], lm._encode_pair)["value"]
+    study_b = task.endswith("_study_b")
+    metric = (
+        "acc_token_norm" if study_b else STUDY_B_TASK_METRIC.get(task, "acc_norm" if "acc_norm" in metrics else "acc")
+    )
+    if metric not in metrics:
+        metric = next(k for k in metrics if not k.endswith("_stderr"))
+    return {
+        "status": "ok",
+        "reason": None,
+        "metric": metric,
+        "value": float(metrics[metric]),
+        "stderr": metrics.get(f"{metric}_stderr"),
+        "unit": "fraction",
+        "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))},
+        "samples": int(res["n-samples"][task]["effective"]),
+        "samples_in_split": int(split_rows.get("validation", res["n-samples"][task]["original"])),
+        "num_fewshot": res["n-shot"].get(task, acc["num_fewshot"]),
+        "data": where,
+        "time_s": wall,
+        "samples_per_s": int(res["n-samples"][task]["effective"]) / wall if wall else None,
+        "scoring": (
+            f"{STUDY_B_PROMPT[base]}; {TOKEN_NORM}"
+            if study_b
+            else f"lm-eval's prompt and {metric}; acc_token_norm = {TOKEN_NORM}"
+        ),
+        "harness": f"lm_eval {_lm_eval_version()}",
+        "baselines": sample_baselines(res["samples"][task]),
+    }
 
 
 @contextlib.contextmanager

@@ -13,12 +13,10 @@ from tqdm.auto import tqdm
 from accelbench import backends
 from accelbench.backends.device import Device
 from accelbench.errors import ConfigError, DataError
-from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
-from accelbench.experiments.llm_quant.evaluate import Evaluator, throughput
-from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears, model_sizes, tensor_nbytes
+from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears, tensor_nbytes
+from accelbench.experiments.llm_quant.measurements import MethodText, measure_quantized, unquantized_sizes
 from accelbench.experiments.llm_quant.quantize import SIXTEEN_BIT, quantize_
 from accelbench.experiments.llm_quant.sensitivity import assign_bits, fp8_modules, parse_bitset
-from accelbench.measure import energy
 
 METHODS = ("fp32", "fake", "torchao", "int8_dq", "inc_fp8")
 
@@ -225,15 +223,6 @@ def apply_inc_fp8(
     }
 
 
-def autocast_context(device: Device, dtype: str | None):
-    """``torch.autocast`` on the job's device in ``dtype`` (Study B's real INT8 run: FP16), or a no-op."""
-    import contextlib
-
-    if not dtype:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.torch_device.type, dtype=getattr(torch, dtype))
-
-
 @dataclass
 class MethodRun:
     """Settings of one method job (see config/config.schema.yaml, ``llm_quant``)."""
@@ -255,140 +244,80 @@ class MethodRun:
     inc: dict | None = None  # inc_fp8: config llm_quant.inc (scale method, backoffs, calibration split)
 
 
-def run_method(
-    model,
-    tokenizer_vocab: int,
-    test_chunks: torch.Tensor,
-    calib_chunks: torch.Tensor | None,
-    sens: dict,
-    run: MethodRun,
-    device: Device,
-    stats_dir: str = ".",
-    tokenizer=None,
-) -> dict:
-    """Quantize ``model`` (already on ``device``) per ``run`` and measure it: perplexity, throughput, sizes
-    and, with ``run.accuracy`` and a ``tokenizer``, the accuracy tasks (:func:`accuracy_tasks`) on the
-    quantized model in memory (``measurements["accuracy"][task]``).
+def run_method(model, text: MethodText, sens: dict, run: MethodRun, device: Device, stats_dir: str = ".") -> dict:
+    """Quantize ``model`` (already on ``device``) per ``run`` and measure it on ``text``
+    (:func:`.measurements.measure_quantized`): perplexity, throughput, sizes and, with ``run.accuracy`` and a
+    ``text.tokenizer``, the accuracy tasks (:func:`.accuracy.accuracy_tasks`) on the quantized model in memory
+    (``measurements["accuracy"][task]``). ``sens``: the sensitivity job's measurements; ``stats_dir``: where INC FP8
+    writes its calibration statistics.
 
     Returns:
         ``{"status", "reason", "measurements", "allocation"}``; status ``unsupported`` when the
         method's kernels are not available on this system (reason = the library's error).
+
+    Raises:
+        DataError: the sensitivity result has another number of layers than the model.
+        ConfigError: an unknown method.
     """
     n_layers = len(decoder_layers(model))
-    alloc = {}
-    if run.method in ("fake", "torchao", "int8_dq"):
-        bits = parse_bitset(run.bitset)
-        ranks = sens["allocation"][run.metric][run.clustering]
-        if len(ranks) != n_layers:
-            raise DataError(f"sensitivity result has {len(ranks)} layers, the model {n_layers}")
-        layer_bits = assign_bits(ranks, bits)
-        alloc = {
-            "bits": bits,
-            "metric": run.metric,
-            "clustering": run.clustering,
-            "cluster_rank": ranks,
-            "layer_bits": layer_bits,
-        }
-    size_before = model_sizes(model)
-    lin_fp32 = 4 * sum(m.weight.numel() for layer in decoder_layers(model) for m in layer_linears(layer).values())
-    all_fp32 = 4 * sum(p.numel() for p in model.parameters())
+    alloc, layer_bits = _allocation(sens, run, n_layers)
+    unquantized = unquantized_sizes(model)
     applied: dict = {}
     if run.method == "fake":
         applied = apply_fake(model, layer_bits, run.group_size, run.sixteen_bit)
     elif run.method == "int8_dq":
         applied = apply_int8_dq(model, layer_bits, run.group_size)
     elif run.method == "torchao":
-        dtype = next(model.parameters()).dtype
-        for b in sorted(set(layer_bits) - {16}):
-            reason = torchao_probe(b, device, dtype, run.group_size)
-            if reason:
-                return {"status": "unsupported", "reason": reason, "measurements": {}, "allocation": alloc}
-        try:
-            applied = apply_torchao(model, layer_bits, run.group_size, device.backend)
-        except Exception as exc:  # only a kernel/dtype/backend this torchao build lacks is "unsupported"
-            reason = torchao_unsupported_reason(exc, f"weight-only quantization on {device.backend}")
-            if reason is None:
-                raise
-            return {"status": "unsupported", "measurements": {}, "allocation": alloc, "reason": reason}
+        applied, unsupported = _torchao_or_unsupported(model, layer_bits, run.group_size, device, alloc)
+        if unsupported:
+            return unsupported
     elif run.method == "inc_fp8":
         names = fp8_modules(sens, n_layers)
         alloc = {"fp8_modules": names, "bf16_rest": True}
-        applied = apply_inc_fp8(model, names, calib_chunks, device, stats_dir, run.inc)
+        applied = apply_inc_fp8(model, names, text.calib_chunks, device, stats_dir, run.inc)
     elif run.method != "fp32":
         raise ConfigError(f"llm_quant method {run.method!r} unknown ({' | '.join(METHODS)})")
-    size_after = model_sizes(model)
-    ev = Evaluator(model, test_chunks, device, batch_size=run.eval_batch)
-    with autocast_context(device, run.autocast):
-        ppl, eval_s = ev.timed_perplexity()
-        tp = throughput(model, device, tokenizer_vocab, seed=run.seed, **run.throughput)
-        forward_energy = tp.pop("energy")
-        accuracy = (
-            accuracy_tasks(model, tokenizer, run.accuracy, device, seed=run.seed)
-            if run.accuracy and run.accuracy.get("tasks") and tokenizer is not None
-            else {}
-        )
-    lin_after = applied.get("decoder_linear_bytes_after", size_after["decoder_linear_bytes"])
-    if run.autocast:
-        applied["autocast"] = run.autocast
-    # simulated: stored size = unchanged parameters + packed decoder weights; real: bytes in memory
-    model_after = size_after["param_bytes"] - size_after["decoder_linear_bytes"] + lin_after
-    m = {
-        "perplexity": {
-            "value": ppl,
-            "unit": "ppl",
-            "tokens": ev.tokens,
-            "chunks": int(test_chunks.shape[0]),
-            "chunk_len": int(test_chunks.shape[1]),
-        },
-        "eval_time": {"value": eval_s, "unit": "s"},
-        "eval_tokens_per_s": {
-            "value": ev.tokens / eval_s if eval_s else None,
-            "unit": "tokens/s",
-            "of": "predicted tokens / evaluation wall time (Study B's throughput)",
-        },
-        "forward_benchmark": {
-            **tp,
-            "unit": "tokens/s",
-            "of": "forward passes on random token ids (batch x seq_len), not Study B's throughput",
-        },
-        "size": {
-            "unit": "bytes",
-            "before": size_before,
-            "after": size_after,
-            "decoder_linear_bytes_fp32": lin_fp32,
-            "decoder_linear_bytes_after": lin_after,
-            "how": (
-                "packed codes + FP16 scales (simulated storage)"
-                if run.method == "fake"
-                else "bytes of the quantized tensors in memory (tensor subclasses flattened)"
-            ),
-        },
-        "compression_x": {
-            "value": lin_fp32 / lin_after if lin_after else None,
-            "unit": "x",
-            "of": "decoder-layer linear weights vs. their FP32 bytes (Study B's compression)",
-        },
-        "model_compression_x": {
-            "value": all_fp32 / model_after,
-            "unit": "x",
-            "of": "all parameters vs. FP32 (embeddings, lm_head, norms kept in the model dtype)",
-        },
-        "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
-        "accuracy": accuracy,
-        # board energy (accelbench.measure.energy): J per 1k evaluated tokens (the evaluation: one window), forward
-        # benchmark
-        "energy": energy.report(
-            {"evaluation": ev.energy, "forward": forward_energy},
-            "evaluation",
-            {
-                "per_1k_eval_tokens": ("evaluation", ev.tokens, "J/1k evaluated tokens", 1000, "measured"),
-                "per_1k_forward_tokens": ("forward", tp["tokens_per_step"], "J/1k tokens (forward)", 1000, "measured"),
-            },
-            {"eval_tokens_per_s_per_w": (ev.tokens / eval_s if eval_s else None, "evaluation", "tokens/s/W")},
-            step_ms=eval_s * 1e3,
-        ),
-    }
-    device_peak = device.peak_memory_bytes()
-    if device_peak is not None:
-        m["peak_mem_gib"] = device_peak / 2**30
+    m = measure_quantized(model, text, run, device, unquantized, applied)
     return {"status": "ok", "reason": None, "measurements": m, "allocation": alloc}
+
+
+def _allocation(sens: dict, run: MethodRun, n_layers: int) -> tuple[dict, list[int] | None]:
+    """``(allocation, bits per decoder layer)`` of the methods that follow the sensitivity ranking (fake, torchao,
+    int8_dq); ``({}, None)`` for the others.
+
+    Raises:
+        DataError: the ranking has another number of layers than the model.
+    """
+    if run.method not in ("fake", "torchao", "int8_dq"):
+        return {}, None
+    bits = parse_bitset(run.bitset)
+    ranks = sens["allocation"][run.metric][run.clustering]
+    if len(ranks) != n_layers:
+        raise DataError(f"sensitivity result has {len(ranks)} layers, the model {n_layers}")
+    layer_bits = assign_bits(ranks, bits)
+    alloc = {
+        "bits": bits,
+        "metric": run.metric,
+        "clustering": run.clustering,
+        "cluster_rank": ranks,
+        "layer_bits": layer_bits,
+    }
+    return alloc, layer_bits
+
+
+def _torchao_or_unsupported(model, layer_bits: list[int], group_size: int, device: Device, alloc: dict):
+    """``(applied, None)`` after torchao's weight-only quantization of ``model``, or ``({}, the unsupported result)``
+    where a kernel, dtype or backend of this torchao build is missing (probed per bit width first); any other error
+    is raised."""
+    dtype = next(model.parameters()).dtype
+    for b in sorted(set(layer_bits) - {16}):
+        reason = torchao_probe(b, device, dtype, group_size)
+        if reason:
+            return {}, {"status": "unsupported", "reason": reason, "measurements": {}, "allocation": alloc}
+    try:
+        return apply_torchao(model, layer_bits, group_size, device.backend), None
+    except Exception as exc:  # only a kernel/dtype/backend this torchao build lacks is "unsupported"
+        reason = torchao_unsupported_reason(exc, f"weight-only quantization on {device.backend}")
+        if reason is None:
+            raise
+        return {}, {"status": "unsupported", "measurements": {}, "allocation": alloc, "reason": reason}

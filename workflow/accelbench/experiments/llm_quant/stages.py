@@ -11,7 +11,7 @@ from accelbench.core import precisions
 from accelbench.errors import ConfigError, DataError
 from accelbench.experiments.llm_quant.evaluate import Evaluator, load_text, token_chunks
 from accelbench.experiments.llm_quant.layers import decoder_layers
-from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe
+from accelbench.experiments.llm_quant.methods import MethodRun, MethodText, run_method, torchao_probe
 from accelbench.experiments.llm_quant.sensitivity import allocations, assign_bits, parse_bitset, sensitivity_map
 from accelbench.experiments.llm_quant.verdicts import method_reason
 from accelbench.measure.flops import PEAK_KEY, eval_peak
@@ -223,9 +223,8 @@ def run_method_job(spec: dict, system, sensitivity: dict, model_dir=None, stats_
     )
     device.reset_peak_memory()
     try:
-        out = run_method(
-            model, len(tok), test, calib, sensitivity["measurements"], run, device, stats_dir, tokenizer=tok
-        )
+        text = MethodText(vocab_size=len(tok), test_chunks=test, calib_chunks=calib, tokenizer=tok)
+        out = run_method(model, text, sensitivity["measurements"], run, device, stats_dir)
     except device.out_of_memory_errors() as exc:
         return {
             "status": "oom",

@@ -50,7 +50,8 @@ Modules (each imports only those above it; callers import what they use from the
   * :mod:`.train`: one rank's run (:func:`~.train.train_rank`); :mod:`.summary`: the result's measurements;
   * :mod:`.job`: the job on the harness: :class:`~.job.Settings`, :func:`~.job.run` (plan, pre-checks, ranks through
     :mod:`accelbench.core.launcher`, merge) and :func:`~.job.run_rank`;
-  * :mod:`.bare`: the bare reference loop that the Trainer step is checked against (``benchmarks/harness_overhead.py``).
+  * :mod:`.bare`: the bare reference loop that the Trainer step is checked against (``benchmarks/harness_overhead.py``);
+    :mod:`.bare_step`: its step, in the parts the product's step timer sees.
 
 Beside them, torch-free: :mod:`.rules` (the rule functions of ``rules.smk``: result paths, specs, model inputs, checks)
 and the aggregation, :mod:`.tables` (tables; rows in :mod:`.tables_rows`, the figure in :mod:`.tables_figures`, the

@@ -25,6 +25,7 @@ import contextlib
 from dataclasses import dataclass
 
 from accelbench import backends
+from accelbench.experiments.lora.bare_step import BareStep, batch_source
 
 # results older than series_options (committed reference runs' first LoRA results record neither series nor
 # series_options, which came together): the ours options their jobs ran with
@@ -204,22 +205,30 @@ def settings_text(s, plan, mirror: BareSettings, differs: list[str] | tuple = ()
     return text + (f"; harness run differs from the result: {'; '.join(differs)}" if differs else "")
 
 
+@dataclass(frozen=True)
+class ProcessRank:
+    """This process's place among the ranks of the run: global ``rank``, ``world`` size and ``local`` rank (the device
+    index on its node); the defaults are one process alone."""
+
+    rank: int = 0
+    world: int = 1
+    local: int = 0
+
+
 def lora_bare(
     spec: dict,
     system,
     plan,
     s,
-    rank: int,
-    world: int,
-    local: int,
+    place: ProcessRank | None = None,
     ddp_kwargs: dict | None = None,
     fused: bool | None = None,
     mirror: BareSettings | None = None,
 ):
     """The bare LoRA step of a rule's spec: same model (random init on the device for ``source: random``), attention,
-    LoRA, dtype and autocast; DDP when ``world > 1`` (``ddp_kwargs``); AdamW on the adapters; ``grad_accum``
+    LoRA, dtype and autocast; DDP when ``place.world > 1`` (``ddp_kwargs``); AdamW on the adapters; ``grad_accum``
     micro-batches of random token ids (``no_sync`` but the last); gradient clipping. The process group must exist
-    when ``world > 1``. Returns ``(step, model)``.
+    when ``place.world > 1``. ``place``: this process's ranks (None: one process alone). Returns ``(step, model)``.
 
     ``mirror`` (:func:`bare_settings` of the result compared with): its compilation, Liger kernels, bf16 adapters,
     fused AdamW (weight decay 0), clipping, batches drawn on the host and copied as the Trainer copies them (pinned on
@@ -227,16 +236,44 @@ def lora_bare(
     ``host-overhead``): eager, adapters as peft builds them (float32), token ids drawn on the device, no host reads;
     ``fused``: fused AdamW (None = on CUDA only)."""
     import torch
-    import torch.distributed as dist
+
+    place = place or ProcessRank()
+    ops = backends.get(system.backend)
+    cuda = direct_device(ops)
+    dev = ops.torch_device(place.local) if cuda else torch.device("cpu")
+    if cuda:
+        ops.set_device(place.local)
+    model = _lora_model(spec, plan, s, ops, dev, mirror)
+    net = _wrapped(model, ops, place, ddp_kwargs, mirror)
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
+    opt = torch.optim.AdamW(
+        params, lr=s.lr, **({"fused": True} if fused else {}), **({"weight_decay": 0.0} if mirror is not None else {})
+    )
+    step = BareStep(
+        net=net,
+        opt=opt,
+        params=params,
+        fetch=batch_source(s, min(model.config.vocab_size, 49152), dev, cuda, place.rank, mirror),
+        dev=dev,
+        dtype=torch.bfloat16 if plan.precision == "bf16" else None,
+        max_norm=mirror.max_grad_norm if mirror is not None else s.max_grad_norm,
+        world=place.world,
+        grad_accum=s.grad_accum,
+        mirror=mirror,
+    )
+    return step, net
+
+
+def _lora_model(spec: dict, plan, s, ops, dev, mirror: BareSettings | None):
+    """The spec's model with its LoRA adapters on ``dev``, in training mode: bf16 weights on a directly driven device
+    for ``bf16``, random init on the device where the backend can; the result's bf16 cast and Liger kernels."""
+    import torch
 
     from accelbench.experiments.lora.model import apply_lora, set_attention
     from accelbench.models.llm import load_causal_lm
 
-    ops = backends.get(system.backend)
     cuda = direct_device(ops)
-    dev = ops.torch_device(local) if cuda else torch.device("cpu")
-    if cuda:
-        ops.set_device(local)
     random_on_device = spec["model"].get("source") == "random" and ops.device_weight_init
     with torch.device(dev) if random_on_device else contextlib.nullcontext():
         lm = load_causal_lm(dict(spec["model"]), dtype="bfloat16" if plan.precision == "bf16" and cuda else "float32")
@@ -256,91 +293,22 @@ def lora_bare(
             model=model.get_base_model(), **(liger_kernel_config(mirror.liger_kernels) or {})
         )
     model.train()
+    return model
+
+
+def _wrapped(model, ops, place: ProcessRank, ddp_kwargs: dict | None, mirror: BareSettings | None):
+    """``model`` as the step runs it: in DDP when ``place.world > 1``, then compiled last as accelerate's
+    prepare_model does where the result compiled."""
+    import torch
+
     net = (
         torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[local] if ops.ddp_device_ids else None, **(ddp_kwargs or {})
+            model, device_ids=[place.local] if ops.ddp_device_ids else None, **(ddp_kwargs or {})
         )
-        if world > 1
+        if place.world > 1
         else model
     )
     if mirror is not None and mirror.compile:  # accelerate's prepare_model: torch.compile last, around the DDP model
         mode = {"mode": mirror.compile_mode} if mirror.compile_mode else {}
         net = torch.compile(net, backend=mirror.compile_backend, **mode)
-    params = [p for p in model.parameters() if p.requires_grad]
-    fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
-    opt = torch.optim.AdamW(
-        params, lr=s.lr, **({"fused": True} if fused else {}), **({"weight_decay": 0.0} if mirror is not None else {})
-    )
-    vocab = min(model.config.vocab_size, 49152)
-    g = torch.Generator(device=dev).manual_seed(s.seed + rank)
-    dtype = torch.bfloat16 if plan.precision == "bf16" else None
-    max_norm = mirror.max_grad_norm if mirror is not None else s.max_grad_norm
-    shape = (s.per_device_batch, s.seq_len)
-    pool = []
-    if mirror is not None:  # host batches (input_ids, labels: default_data_collator), pinned where Trainer pins
-        host_g = torch.Generator().manual_seed(s.seed + rank)
-        for _ in range(2 * s.grad_accum):
-            ids = torch.randint(0, vocab, shape, generator=host_g)
-            pool.append(tuple(t.pin_memory() if cuda else t for t in (ids, ids.clone())))
-    non_blocking = mirror is not None and mirror.batch_copy == "non_blocking"
-    count = {"steps": 0, "batches": 0}
-
-    def fetch():
-        """One micro-batch on the device: copied from the host pool (``mirror``), else drawn there."""
-        if not pool:
-            ids = torch.randint(0, vocab, shape, device=dev, generator=g)
-            return ids, ids
-        count["batches"] += 1
-        return tuple(t.to(dev, non_blocking=non_blocking) for t in pool[count["batches"] % len(pool)])
-
-    state = {"batches": None, "tr_loss": None, "norm": None}
-
-    def before():
-        """Trainer's get_batch_samples, before its step timer starts (on_step_begin): the step's micro-batches
-        fetched and copied, and the label-token count reduced across ranks."""
-        batches = [fetch() for _ in range(s.grad_accum)]  # Trainer fetches a step's micro-batches first
-        if mirror is not None and mirror.average_tokens and world > 1:  # accelerate gathers the count and sums it
-            dist.all_reduce(sum(lab[..., 1:].ne(-100).sum() for _, lab in batches))
-        state["batches"] = batches
-
-    def body():
-        """What the product's step timer sees: the micro-batches' forward/backward, clipping, the optimizer step."""
-        if state["batches"] is None:
-            before()
-        batches, state["batches"] = state["batches"], None
-        tr_loss = torch.zeros((), device=dev) if mirror is not None else None
-        for micro, (ids, labels) in enumerate(batches):
-            ctx = net.no_sync() if world > 1 and micro < s.grad_accum - 1 else contextlib.nullcontext()
-            with ctx, torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-                loss = net(input_ids=ids, labels=labels).loss / s.grad_accum
-            loss.backward()
-            if mirror is not None and mirror.nan_inf_filter:  # Trainer's logging_nan_inf_filter: host reads
-                bool(torch.isnan(loss.detach()) or torch.isinf(loss.detach()))
-            if mirror is not None:  # Trainer adds every micro-batch's loss to its device total
-                tr_loss += loss.detach()
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm) if max_norm > 0 else None
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        count["steps"] += 1
-        state["tr_loss"], state["norm"] = tr_loss, norm
-
-    def after():
-        """Trainer's logging, after its step timer stops (on_step_end): the faithful series' host reads."""
-        tr_loss, norm = state["tr_loss"], state["norm"]
-        if mirror is not None and mirror.log_every and count["steps"] % mirror.log_every == 0:
-            if world > 1:  # Trainer's log: the loss all-gathered over the ranks, its mean read, then the grad norm
-                parts = [torch.empty(1, device=dev) for _ in range(world)]
-                dist.all_gather(parts, tr_loss.reshape(1))
-                tr_loss = torch.cat(parts).mean()
-            tr_loss.item()
-            if norm is not None:
-                norm.item()
-
-    def step():
-        """One whole step (fetch, body, logging), for callers that time it as one."""
-        before()
-        body()
-        after()
-
-    step.before, step.body, step.after = before, body, after
-    return step, net
+    return net

@@ -1,9 +1,11 @@
-"""The timed parts of the LoRA Trainer step and the bare loop (the attribution table of :mod:`.host_overhead`), and
-the wrappers that time them."""
+"""The timed parts of the LoRA Trainer step and the bare loop (the attribution table of :mod:`.host_overhead`), the
+wrappers that time them and the table's rows (:func:`append_attribution`)."""
 
 from __future__ import annotations
 
 import time
+
+from accelbench.measure import overhead
 
 ATTRIBUTION_FIELDS = [
     "layers",
@@ -161,3 +163,24 @@ class PartTimers:
     def restore(self):
         for owner, attr, orig in reversed(self._saved):
             setattr(owner, attr, orig)
+
+
+def append_attribution(csv: str, layers: int, fast_host_step: bool, rows: list[tuple], steps: int) -> None:
+    """Append the attribution ``rows`` (``(part, trainer ms, bare ms, trainer calls, where, note)`` per step, of one run
+    of ``steps`` timed steps per side) to ``csv`` (:data:`ATTRIBUTION_FIELDS`)."""
+    for label, tm, bm, calls, where, note in rows:
+        overhead.append(
+            csv,
+            fields=ATTRIBUTION_FIELDS,
+            row={
+                "layers": layers,
+                "fast_host_step": fast_host_step,
+                "part": label,
+                "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
+                "bare_ms_per_step": round(bm, 3) if bm is not None else None,
+                "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
+                "trainer_calls_per_step": round(calls, 2) if calls is not None else None,
+                "where": where,
+                "note": "; ".join(x for x in (note, f"thread CPU ms per step, {steps} steps of one run") if x),
+            },
+        )

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from accelbench.experiments.lora.bare import lora_bare
-from accelbench.experiments.lora.host_attribution import ATTRIBUTION_FIELDS, PartTimers, step_parts
+from accelbench.experiments.lora.host_attribution import PartTimers, append_attribution, step_parts
 from accelbench.experiments.lora.overhead import case_of
 from accelbench.measure import overhead
 
@@ -168,13 +168,9 @@ def host_overhead(args) -> None:
     """Host time per optimizer step of the product's Trainer step (``train_rank``) vs the bare loop
     (:func:`lora_bare`), same tiny model and settings, on the CPU with 1 thread (device work negligible, so the step
     time is host time). Appends rows to ``--csv`` and the cProfile attribution to ``<csv stem>_attribution.csv``."""
-    import cProfile
-    import pstats
     import tempfile
 
-    import accelerate
     import torch
-    import transformers
 
     torch.set_num_threads(1)
     load_start = os.getloadavg()[0]
@@ -182,10 +178,28 @@ def host_overhead(args) -> None:
     spec = tiny_lora_spec(
         args.layers, args.hidden, args.vocab, args.seq_len, args.precision, args.warmup, args.repeat, tok_dir
     )
-    spec, system, s, plan = case_of({"config": spec})
-    fused = args.fused
+    case = case_of({"config": spec})
+    samples = _interleaved_samples(args, case)
+    spec, system, s, plan = case
+    settings = (
+        f"LoRA r{s.r} q/v, bare AdamW fused={args.fused}, Trainer optim {_trainer_optim(s, plan)}, "
+        f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
+        f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
+        + (f"; {args.note}" if args.note else "")
+    )
+    _append_percentiles(args, samples, _common_columns(args, s, plan), settings)
+    rows = _attribution_rows(args, case)
+    append_attribution(_attribution_csv(args.csv), args.layers, not args.before, rows, s.timed_steps)
+    if args.top:
+        _print_top(args, case)
+
+
+def _interleaved_samples(args, case: tuple) -> dict:
+    """``{(side, clock): [ms per step]}``: ``args.rounds`` rounds of the Trainer run (also with ``fast_host_step``
+    off when ``args.before``) and the bare loop, interleaved, the order reversed every other round."""
     from accelbench.experiments.lora.trainer import LossCurveMixin
 
+    spec, system, s, plan = case
     modes = [True, False] if args.before else [True]  # the product's fast host step, then Trainer's own walks
     samples: dict[str, list[float]] = {}
 
@@ -201,7 +215,7 @@ def host_overhead(args) -> None:
         overhead.empty_cache()
 
     def bare() -> None:
-        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        step, net = lora_bare(spec, system, plan, s, fused=args.fused)
         for clock, v in _bare_run(step, s.warmup_steps, s.timed_steps).items():
             samples.setdefault(("bare", clock), []).extend(v)
         del step, net
@@ -211,10 +225,20 @@ def host_overhead(args) -> None:
     for r in range(args.rounds):  # interleaved, order reversed every other round: drift and load hit all sides
         for run in runs if r % 2 == 0 else runs[::-1]:
             run()
+    return samples
+
+
+def _common_columns(args, s, plan) -> dict:
+    """The columns every row of the run shares: steps, rounds, the model's shape, precision, threads, device and the
+    library versions."""
+    import accelerate
+    import torch
+    import transformers
+
     versions = (
         f"torch {torch.__version__}, transformers {transformers.__version__}, accelerate {accelerate.__version__}"
     )
-    common = {
+    return {
         "steps": s.timed_steps,
         "rounds": args.rounds,
         "layers": args.layers,
@@ -227,12 +251,11 @@ def host_overhead(args) -> None:
         "device": f"cpu: {_cpu_name()}",
         "versions": versions,
     }
-    settings = (
-        f"LoRA r{s.r} q/v, bare AdamW fused={fused}, Trainer optim {_trainer_optim(s, plan)}, "
-        f"clip {s.max_grad_norm}, attention {plan.attn_implementation}; host load average "
-        f"{load_start:.2f} at start, {os.getloadavg()[0]:.2f} at end, {os.cpu_count()} cores"
-        + (f"; {args.note}" if args.note else "")
-    )
+
+
+def _append_percentiles(args, samples: dict, common: dict, settings: str) -> None:
+    """Append to ``args.csv`` (:data:`HOST_FIELDS`) the percentiles of each side and clock, then each Trainer side's
+    differences from the bare loop's."""
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     stats = {k: overhead.percentiles(v) for k, v in samples.items()}
     for (side, clock), v in stats.items():
@@ -258,15 +281,21 @@ def host_overhead(args) -> None:
             },
         )
 
-    # attribution: thread-CPU time of each part (host_attribution.step_parts) in one more run of each side (the
-    # Trainer with fast_host_step off when --before: the step as before the change), then optionally a cProfile listing
+
+def _attribution_rows(args, case: tuple) -> list[tuple]:
+    """``(part, trainer ms, bare ms, trainer calls, where, note)`` per step: thread-CPU time of each part
+    (:func:`.host_attribution.step_parts`) in one more run of each side (the Trainer with ``fast_host_step`` off when
+    ``args.before``: the step as before the change), after the whole step window and loop."""
+    from accelbench.experiments.lora.trainer import LossCurveMixin
+
+    spec, system, s, plan = case
     parts = step_parts()
     LossCurveMixin.fast_host_step = not args.before
     timers = PartTimers(parts)
     try:
         trainer_clocks = _trainer_run(spec, system, plan, s, profiler=timers)
         t_ms, t_calls = dict(timers.ms), dict(timers.calls)
-        step, net = lora_bare(spec, system, plan, s, 0, 1, 0, fused=fused)
+        step, net = lora_bare(spec, system, plan, s, fused=args.fused)
         for _ in range(s.warmup_steps):
             step()
         timers.ms = {k: 0.0 for k in t_ms}
@@ -309,32 +338,30 @@ def host_overhead(args) -> None:
                 note,
             )
         )
-    attr = Path(args.csv).with_name(Path(args.csv).stem + "_attribution.csv")
-    for label, tm, bm, calls, where, note in rows:
-        overhead.append(
-            str(attr),
-            fields=ATTRIBUTION_FIELDS,
-            row={
-                "layers": args.layers,
-                "fast_host_step": not args.before,
-                "part": label,
-                "trainer_ms_per_step": round(tm, 3) if tm is not None else None,
-                "bare_ms_per_step": round(bm, 3) if bm is not None else None,
-                "extra_ms_per_step": round((tm or 0.0) - (bm or 0.0), 3),
-                "trainer_calls_per_step": round(calls, 2) if calls is not None else None,
-                "where": where,
-                "note": "; ".join(x for x in (note, f"thread CPU ms per step, {n} steps of one run") if x),
-            },
-        )
-    if args.top:
-        prof = cProfile.Profile()
-        LossCurveMixin.fast_host_step = not args.before
-        try:
-            _trainer_run(spec, system, plan, s, profiler=prof)
-        finally:
-            LossCurveMixin.fast_host_step = True
-        print("--- Trainer, top cumulative (timed steps) ---")
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
+    return rows
+
+
+def _attribution_csv(csv: str) -> str:
+    """The attribution table's path beside ``csv``: ``<csv stem>_attribution.csv``."""
+    return str(Path(csv).with_name(Path(csv).stem + "_attribution.csv"))
+
+
+def _print_top(args, case: tuple) -> None:
+    """Print the top ``args.top`` cumulative cProfile entries of the Trainer's timed steps."""
+    import cProfile
+    import pstats
+
+    from accelbench.experiments.lora.trainer import LossCurveMixin
+
+    spec, system, s, plan = case
+    prof = cProfile.Profile()
+    LossCurveMixin.fast_host_step = not args.before
+    try:
+        _trainer_run(spec, system, plan, s, profiler=prof)
+    finally:
+        LossCurveMixin.fast_host_step = True
+    print("--- Trainer, top cumulative (timed steps) ---")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(args.top)
 
 
 def _cpu_name() -> str:

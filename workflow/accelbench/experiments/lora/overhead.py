@@ -55,7 +55,13 @@ def lora_rank(args) -> None:
     import torch.distributed as dist
 
     from accelbench.cluster import processes as launch
-    from accelbench.experiments.lora.bare import bare_settings, harness_differences, lora_bare, settings_text
+    from accelbench.experiments.lora.bare import (
+        ProcessRank,
+        bare_settings,
+        harness_differences,
+        lora_bare,
+        settings_text,
+    )
     from accelbench.experiments.lora.train import train_rank
     from accelbench.experiments.lora.trainer import ddp_options_for
 
@@ -81,7 +87,7 @@ def lora_rank(args) -> None:
         device.ops.prepare_collective()
         dist.init_process_group(device.ops.collective)
     ddp = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
-    step, _ = lora_bare(spec, system, plan, s, rank, world, local, ddp, mirror=mirror)
+    step, _ = lora_bare(spec, system, plan, s, ProcessRank(rank, world, local), ddp, mirror=mirror)
     # the window of the product's timer (on_step_begin to on_step_end): fetch and logging reads stay outside it
     bare_samples = overhead.time_loop(
         step.body, device, s.warmup_steps, s.timed_steps, before=step.before, after=step.after
@@ -119,7 +125,7 @@ def ddp_profile_rank(args) -> None:
     (:func:`.bare.bare_settings`: torch.compile, bf16 adapters, fused AdamW, how batches reach the device), the
     profile of the rule's own step."""
     from accelbench.cluster import processes as launch
-    from accelbench.experiments.lora.bare import bare_settings, lora_bare
+    from accelbench.experiments.lora.bare import ProcessRank, bare_settings, lora_bare
 
     placement = launch.place_this_rank()
     result = files.read_json(args.result, "result file", error=ResultError)
@@ -133,6 +139,6 @@ def ddp_profile_rank(args) -> None:
         settings=f"seq {s.seq_len}, batch {s.per_device_batch}x{s.grad_accum}/device, {plan.precision}",
         grad_accum=s.grad_accum,
         device=_rank_device(system, local),
-        make_step=lambda kw: lora_bare(spec, system, plan, s, rank, world, local, kw, mirror=mirror),
+        make_step=lambda kw: lora_bare(spec, system, plan, s, ProcessRank(rank, world, local), kw, mirror=mirror),
     )
     profile_rank(args, case, placement)

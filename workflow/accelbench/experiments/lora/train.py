@@ -14,7 +14,12 @@ from accelbench.experiments.lora.rank_setup import RankContext, add_adapters, jo
 from accelbench.experiments.lora.series import SOURCE, job_flash_flags, train_runtime
 from accelbench.experiments.lora.settings import Plan
 from accelbench.experiments.lora.timer import make_step_timer
-from accelbench.experiments.lora.trainer import ddp_options_for, loss_curve_trainer, training_arguments_kwargs
+from accelbench.experiments.lora.trainer import (
+    WrapTarget,
+    ddp_options_for,
+    loss_curve_trainer,
+    training_arguments_kwargs,
+)
 from accelbench.measure.flops import lora_flop_counts
 
 # What Trainer must have wrapped the model in for each multi-device strategy (checked after the first step)
@@ -83,9 +88,8 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         # Gaudi keeps the mask (optimum-habana's models build their causal mask from it; not tried without)
         with_mask = ops.optimum_habana
         train_ds, eval_ds, data_summary = _datasets(tokenizer, spec["data"], ctx, max_steps, with_mask)
-        kw = training_arguments_kwargs(
-            plan, s, system.backend, tmp, max_steps, layer_cls, len(eval_ds), ctx.runtime, ctx.family
-        )
+        wrap = WrapTarget(layer_cls, ctx.family)
+        kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, wrap, len(eval_ds), ctx.runtime)
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
         measurements["series"] = _series_record(plan, ctx)
         measurements["trainer_settings"] = _trainer_settings(kw, with_mask, ddp_options, ctx.runtime)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 from accelbench import backends
 from accelbench.errors import ConfigError
@@ -31,18 +32,27 @@ NO_STEP_SYNC_ARGS = {
 }
 
 
+@dataclass(frozen=True)
+class WrapTarget:
+    """What FSDP wraps: ``layer_cls``, the class name of the model's decoder layer (``transformer_layer_cls_to_wrap``;
+    None: not found), and the model ``family`` (which of the authors' FSDP configs the faithful series passes)."""
+
+    layer_cls: str | None = None
+    family: str = ""
+
+
 def training_arguments_kwargs(
     plan: Plan,
     s: LoraSettings,
     backend: str,
     out_dir: str,
     max_steps: int,
-    layer_cls: str | None,
+    wrap: WrapTarget | None = None,
     eval_blocks: int = 0,
     runtime: Runtime | None = None,
-    family: str = "",
 ) -> dict:
-    """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan and series.
+    """Keyword arguments of ``TrainingArguments`` (or ``GaudiTrainingArguments``) for the plan and series; ``wrap``:
+    what FSDP wraps (None: no decoder layer class, no family).
 
     ``runtime`` (:func:`.series.runtime_for`; None = ``ours`` with its defaults) decides the series' settings:
     ``faithful`` logs every step with Trainer's defaults, passes the authors' ZeRO-3 JSON unchanged and their FSDP
@@ -60,6 +70,7 @@ def training_arguments_kwargs(
         runtime_for,
     )
 
+    wrap = wrap or WrapTarget()
     ops = backends.get(backend)
     rt = runtime or runtime_for("ours", {"compile": False, "liger": False, "loss_tolerance": None}, ops.accelerator)
     fields = TrainingArguments.__dataclass_fields__
@@ -114,14 +125,14 @@ def training_arguments_kwargs(
         kw["ddp_find_unused_parameters"] = False
     if plan.strategy == "fsdp" and rt.series == "faithful":  # --fsdp auto_wrap --fsdp_config fsdp_config_*.json
         kw["fsdp"] = "auto_wrap"
-        kw["fsdp_config"] = faithful_fsdp_config(family, layer_cls)
+        kw["fsdp_config"] = faithful_fsdp_config(wrap.family, wrap.layer_cls)
     elif plan.strategy == "fsdp":
         kw["fsdp"] = "full_shard auto_wrap"
         # sync_module_states broadcasts rank 0's weights; accelerate supports it only on accelerators (every
         # rank loads the same weights and seeds LoRA identically, so it is not needed on CPU). BACKWARD_PRE:
         # the next unit's all-gather overlaps this unit's backward (FSDP1 without it: no prefetch at all)
         kw["fsdp_config"] = {
-            "transformer_layer_cls_to_wrap": [layer_cls] if layer_cls else None,
+            "transformer_layer_cls_to_wrap": [wrap.layer_cls] if wrap.layer_cls else None,
             "use_orig_params": True,
             "version": 1,
             "sync_module_states": ops.accelerator,

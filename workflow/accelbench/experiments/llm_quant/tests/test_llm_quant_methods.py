@@ -10,7 +10,13 @@ from accelbench.backends.device import Device
 from accelbench.experiments.llm_quant import methods
 from accelbench.experiments.llm_quant.evaluate import Evaluator, token_chunks
 from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears
-from accelbench.experiments.llm_quant.methods import MethodRun, run_method, torchao_probe, torchao_unsupported_reason
+from accelbench.experiments.llm_quant.methods import (
+    MethodRun,
+    MethodText,
+    run_method,
+    torchao_probe,
+    torchao_unsupported_reason,
+)
 from accelbench.experiments.llm_quant.quantize import expected_nbytes
 from accelbench.experiments.llm_quant.sensitivity import parse_bitset
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
@@ -34,7 +40,7 @@ def test_methods_on_tiny_llama(tiny_llama, chunks, method, bitset):
         metric="prune",
         throughput={"batch": 1, "seq_len": 16, "warmup": 1, "repeat": 2},
     )
-    out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    out = run_method(model, MethodText(256, chunks), sens, run, Device("cpu"))
     assert out["status"] == "ok", out["reason"]
     m = out["measurements"]
     assert m["perplexity"]["tokens"] == 3 * 31 and m["perplexity"]["value"] > 1
@@ -82,7 +88,7 @@ def test_study_b_int8_dequantize_then_matmul(tiny_llama, chunks):
         throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
         autocast="float16",
     )
-    out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    out = run_method(model, MethodText(256, chunks), sens, run, Device("cpu"))
     assert out["status"] == "ok", out["reason"]
     m, bits = out["measurements"], out["allocation"]["layer_bits"]
     assert m["applied"]["autocast"] == "float16" and m["applied"]["layer_bits_applied"] == [
@@ -120,7 +126,7 @@ def test_torchao_int4_reports_unsupported_on_cpu(tiny_llama, chunks):
         metric="prune",
         throughput={"batch": 1, "seq_len": 8, "warmup": 0, "repeat": 1},
     )
-    out = run_method(model, 256, chunks, None, sensitivity_result(model, chunks), run, Device("cpu"))
+    out = run_method(model, MethodText(256, chunks), sensitivity_result(model, chunks), run, Device("cpu"))
     assert out["status"] == "unsupported" and "int4" in out["reason"] and "torchao" in out["reason"]
 
 
@@ -168,7 +174,7 @@ def test_local_path_fp32_checkpoint_is_the_paper_faithful_route(tmp_path):
         metric="prune",
         throughput={"batch": 1, "seq_len": 16, "warmup": 0, "repeat": 1},
     )
-    out = run_method(lm.model, len(lm.tokenizer), chunks, None, {}, run, Device("cpu"))
+    out = run_method(lm.model, MethodText(len(lm.tokenizer), chunks), {}, run, Device("cpu"))
     m = out["measurements"]
     assert out["status"] == "ok" and m["compression_x"]["value"] == 1.0
     assert m["size"]["decoder_linear_bytes_fp32"] == m["size"]["decoder_linear_bytes_after"]  # real fp32 storage
@@ -219,13 +225,13 @@ def test_sabotage_bug_in_torchao_path_fails_the_job(tiny_llama, chunks, monkeypa
 
     monkeypatch.setattr(methods, "apply_torchao", bug)
     with pytest.raises(TypeError):
-        run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+        run_method(model, MethodText(256, chunks), sens, run, Device("cpu"))
 
     def missing(*a, **kw):
         raise ImportError("Requires mslk >= 1.0.0")
 
     monkeypatch.setattr(methods, "apply_torchao", missing)
-    out = run_method(model, 256, chunks, None, sens, run, Device("cpu"))
+    out = run_method(model, MethodText(256, chunks), sens, run, Device("cpu"))
     assert out["status"] == "unsupported" and "Requires mslk" in out["reason"]
     monkeypatch.setattr(methods, "torchao_config", bug)  # a bug inside the probe fails too
     with pytest.raises(TypeError):

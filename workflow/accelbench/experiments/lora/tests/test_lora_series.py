@@ -9,7 +9,7 @@ import pytest
 from accelbench.errors import ConfigError
 from accelbench.experiments.lora import series
 from accelbench.experiments.lora.settings import LoraSettings, Plan
-from accelbench.experiments.lora.trainer import training_arguments_kwargs
+from accelbench.experiments.lora.trainer import WrapTarget, training_arguments_kwargs
 
 
 @pytest.fixture
@@ -26,10 +26,9 @@ def _kw(strategy, opts, backend="cuda", name="faithful", family="llama-3.3-70b")
         backend,
         "/tmp/x",
         13,
-        "LlamaDecoderLayer",
+        WrapTarget("LlamaDecoderLayer", family),
         0,
         rt,
-        family,
     )
 
 

@@ -7,6 +7,7 @@ import torch
 from accelbench.errors import ConfigError
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.trainer import (
+    WrapTarget,
     check_ddp_options,
     ddp_options_for,
     loss_curve_trainer,
@@ -18,7 +19,7 @@ from lora_helpers import tiny_llama
 def test_training_arguments_per_strategy():
     s = LoraSettings()
     mk = lambda strat, backend="cpu": training_arguments_kwargs(  # noqa: E731
-        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, "LlamaDecoderLayer"
+        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, WrapTarget("LlamaDecoderLayer")
     )
     single = mk("single")
     assert single["learning_rate"] == 3e-4 and single["lr_scheduler_type"] == "constant"  # the job files
