@@ -63,18 +63,16 @@ def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks,
 
 
 def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
-    import test_lora_train as helpers  # the tiny Llama run of the LoRA tests (CRC tokenizer)
-
     import accelbench.models.llm as llm
     from accelbench.experiments.lora import train as lora_train
     from accelbench.experiments.lora.settings import LoraSettings, Plan
-    from lora_helpers import config_parts, system
+    from lora_helpers import CrcTokenizer, config_parts, system
 
     real_load = llm.load_causal_lm
 
     def load(spec, dtype):
         lm = real_load(spec, dtype)
-        lm.tokenizer = helpers.CrcTokenizer()
+        lm.tokenizer = CrcTokenizer()
         return lm
 
     monkeypatch.setattr(llm, "load_causal_lm", load)

@@ -561,3 +561,24 @@ def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     exp.Trainer(s, Device("cpu"), ds, conf, seed=0)  # the configuration's own precision: bf16
     forced = {"triton.cudagraphs": True, "layout_optimization": True, "force_layout_optimization": True}
     assert calls[0] == calls[1] == {"options": forced}
+
+
+def test_host_overhead_command_runs_end_to_end_on_a_one_layer_llama(tmp_path):
+    """The documented ``host-overhead`` command (benchmarks/harness_overhead.py's docstring), run as a user runs it
+    from the repository root on a 1-layer Llama with the fewest steps: it writes both sides' rows. It failed with
+    KeyError 'liger' while its spec lacked the rule's series options."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "host.csv"
+    argv = ["host-overhead", "--layers", "1", "--rounds", "1", "--warmup", "1", "--repeat", "2", "--no-before"]
+    run = subprocess.run(
+        [sys.executable, "benchmarks/harness_overhead.py", *argv, "--csv", str(out)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    sides = {r["side"] for r in csv.DictReader(out.open())}
+    assert {"trainer_window", "bare"} <= sides, sides

@@ -63,14 +63,22 @@ def tiny_lora_spec(
     """A ``lora_finetune`` rule spec (single, flash = SDPA, CPU system) for a random-init Llama of ``layers`` decoder
     layers of width ``hidden`` (4 heads, 2 KV heads, MLP 2 x hidden) with Study B's LoRA and trainer settings but
     ``seq_len``, ``precision`` and the step counts given."""
+    from accelbench.core.config import load_config
     from accelbench.core.systems import load_systems
+    from accelbench.experiments.lora.series import series_options
     from accelbench.experiments.lora.settings import LoraSettings
 
-    system = load_systems(Path(__file__).resolve().parents[4] / "config" / "systems")["cpu"]
+    config_dir = Path(__file__).resolve().parents[4] / "config"
+    system = load_systems(config_dir / "systems")["cpu"]
+    # the default config's LoRA section (schema defaults filled): its data block and the ours series' options, as the
+    # rule's spec carries them (lora.rules.spec)
+    section = load_config(config_dir / "config.yaml")["lora_finetune"]
     s = LoraSettings(seq_len=seq_len, precision=precision, warmup_steps=warmup, timed_steps=timed, eval_blocks=2)
     return {
         "settings": s.to_dict(),
-        "data": {"source": "pydoc"},
+        "data": {**section["data"], "source": "pydoc"},
+        "series": "ours",
+        "series_options": series_options("ours", section),
         "model_name": f"tiny_llama_{layers}x{hidden}",
         "attention": "flash",
         "strategy": "single",

@@ -7,7 +7,7 @@ import torch
 from accelbench.experiments.lora import train as lora_train
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.train import train_rank
-from lora_helpers import config_parts, system
+from lora_helpers import CrcTokenizer, config_parts, system
 
 
 def test_runtime_oom_becomes_a_result(monkeypatch):
@@ -24,19 +24,6 @@ def test_runtime_oom_becomes_a_result(monkeypatch):
 
 
 # --------------------------------------------------------------------------- no host sync inside the timed steps
-class CrcTokenizer:
-    """Whitespace tokenizer into a fixed vocabulary of 100 (crc32 of the word; 0 = EOS)."""
-
-    eos_token_id = 0
-    eos_token = "<eos>"
-    pad_token = None
-
-    def __call__(self, text, add_special_tokens=False):
-        import zlib
-
-        return {"input_ids": [zlib.crc32(w.encode()) % 99 + 1 for w in text.split()]}
-
-
 SYNC_METHODS = ("item", "__bool__", "__int__", "__float__", "tolist")  # what reads a device value on the host
 
 
