@@ -140,6 +140,9 @@ def kubectl(tmp_path, monkeypatch):
     """A recording stand-in for kubectl: argv and stdin of each call to calls.jsonl; answers from `answers`."""
     log, answers = tmp_path / "calls.jsonl", tmp_path / "answers.json"
     answers.write_text("{}")
+    # the status command counts consecutive kubectl errors under the working directory's .snakemake (each poll is a
+    # new process): a fresh one per test, else the counts of earlier runs in this checkout carry over
+    monkeypatch.chdir(tmp_path)
     exe = tmp_path / "kubectl"
     exe.write_text(
         f"#!{sys.executable}\nimport json, sys\nverb = sys.argv[1]\nstdin = sys.stdin.read() if '-' in sys.argv "
