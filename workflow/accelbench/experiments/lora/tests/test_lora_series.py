@@ -24,7 +24,7 @@ def _kw(strategy, opts, backend="cuda", name="faithful", family="llama-3.3-70b")
         Plan(strategy, 2 if strategy != "single" else 1, "flash", "sdpa", "bf16"),
         LoraSettings(),
         backend,
-        "/tmp/x",
+        "trainer-output",  # output_dir: passed through to the kwargs, never written
         13,
         WrapTarget("LlamaDecoderLayer", family),
         0,

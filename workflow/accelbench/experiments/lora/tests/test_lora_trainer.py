@@ -19,7 +19,7 @@ from lora_helpers import tiny_llama
 def test_training_arguments_per_strategy():
     s = LoraSettings()
     mk = lambda strat, backend="cpu": training_arguments_kwargs(  # noqa: E731
-        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "/tmp/x", 12, WrapTarget("LlamaDecoderLayer")
+        Plan(strat, 2, "flash", "sdpa", "bf16"), s, backend, "trainer-output", 12, WrapTarget("LlamaDecoderLayer")
     )
     single = mk("single")
     assert single["learning_rate"] == 3e-4 and single["lr_scheduler_type"] == "constant"  # the job files
