@@ -47,6 +47,14 @@ ADDED = {
     ("sr3_scaling", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
     ("lora_finetune", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
     ("llm_quant", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("unet3d_profile", "measurements.clocks"): "SM clock and clock-event reasons during the timed steps "
+    "(accelbench.measure.clocks)",
+    ("sr3_scaling", "measurements.clocks"): "SM clock and clock-event reasons during the timed steps "
+    "(accelbench.measure.clocks)",
+    ("lora_finetune", "measurements.clocks"): "SM clock and clock-event reasons during the timed steps "
+    "(accelbench.measure.clocks)",
+    ("llm_quant", "measurements.clocks"): "SM clock and clock-event reasons during the timed steps "
+    "(accelbench.measure.clocks)",
     ("llm_quant", "measurements.settings"): "the Study B-faithful settings of a method job (tokenisation, "
     "16-bit storage, clustering, autocast, INC scale method and calibration)",
     ("unet3d_profile", "measurements.network"): "which U-Net ran (med_ddpm, Med-DDPM's own; monai stand-in)",

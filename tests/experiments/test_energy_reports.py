@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from accelbench.backends.clock_reader import ClockReader, ClockSample
 from accelbench.backends.device import Device
 from accelbench.backends.energy_counter import Counter
-from accelbench.measure import energy
+from accelbench.measure import clocks, energy
 from llm_quant_helpers import chunks, sensitivity_result, tiny_llama  # noqa: F401 (module-scoped fixtures)
 
 
@@ -32,7 +33,29 @@ def scripted(monkeypatch):
     monkeypatch.setattr(energy, "_settings", energy.Settings(window_s=600.0))  # one window per phase
 
 
-def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks, scripted):
+class ScriptedClocks(ClockReader):
+    """A device at 1700 of 1980 MHz with its power capped; counts its reads."""
+
+    source, identity = "scripted", "scripted"
+
+    def __init__(self):
+        self.reads = 0
+
+    def read(self):
+        self.reads += 1
+        return ClockSample(1700.0, 1980.0, 70.0, ("sw_power_cap",))
+
+
+@pytest.fixture
+def clocked(monkeypatch):
+    """The cpu backend given a scripted clock reader, sampled after every step (interval 0)."""
+    from accelbench.backends.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "clock_reader", lambda self, index=0: ScriptedClocks())
+    monkeypatch.setattr(clocks, "SAMPLE_INTERVAL_S", 0.0)
+
+
+def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks, scripted, clocked):
     import copy
 
     from accelbench.experiments.llm_quant.methods import MethodRun, MethodText, run_method
@@ -60,9 +83,13 @@ def test_quantization_reports_joules_per_1k_evaluated_tokens(tiny_llama, chunks,
     assert e["step_ms"] == pytest.approx(m["eval_time"]["value"] * 1e3)
     assert not e["reliable"] and e["phases"]["forward"]["windows_used"] == 1  # one window < min_windows
     assert "energy" not in m["forward_benchmark"]
+    c = m["clocks"]  # the forward benchmark's 3 timed steps (not its warm-up), the evaluation's one
+    assert c["status"] == "ok" and c["main_phase"] == "forward" and c["sm_clock_mhz"] == 1700
+    assert c["phases"]["forward"]["samples"] == 3 and c["phases"]["evaluation"]["samples"] == 1
+    assert c["clock_event_reasons"] == {"sw_power_cap": 1.0} and "clocks" not in m["forward_benchmark"]
 
 
-def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
+def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted, clocked):
     import accelbench.models.llm as llm
     from accelbench.experiments.lora import train as lora_train
     from accelbench.experiments.lora.settings import LoraSettings, Plan
@@ -98,3 +125,5 @@ def test_lora_meters_the_timed_optimizer_steps_only(monkeypatch, scripted):
     e = out["measurements"]["energy"]
     assert e["status"] == "ok" and [w["steps"] for w in e["windows"]] == [3]  # warm-up steps and evaluation outside
     assert e["per_step"]["median"] == pytest.approx(2.0)
+    c = out["measurements"]["clocks"]  # the 3 timed optimizer steps, not the 2 warm-up ones
+    assert c["status"] == "ok" and c["samples"] == 3 and c["clock_event_reasons"] == {"sw_power_cap": 1.0}

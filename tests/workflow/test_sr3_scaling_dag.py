@@ -56,6 +56,15 @@ def test_sr3_scaling_dag(tmp_path, tiny_config):
             assert e["source"] == "rapl" and e["j_per_step"] > 0 and e["per_unit"]["image"]["unit"] == "J/image"
         else:
             assert e["status"] == "unsupported" and "RAPL" in e["reason"]
+    # the device clocks of the timed iterations: the cpu backend reports none (NVML on CUDA), said so with why
+    for r in (one, two):
+        assert r["measurements"]["clocks"] == {
+            "status": "unsupported",
+            "main_phase": "iteration",
+            "reason": "no clock reader for backend cpu",
+            "phases": {"iteration": {"status": "unsupported", "reason": "no clock reader for backend cpu"}},
+        }
+        assert r["measurements"]["noise"]["thresholds"]["clock_ratio_min"] == 0.9
     energy_table = pd.read_csv(tmp_path / "results" / "energy" / "energy.csv")
     assert sorted(c.split("/")[0] + "/" + c.split("/")[-1] for c in energy_table["case"]) == [
         "faithful/n1",

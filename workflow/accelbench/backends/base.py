@@ -209,6 +209,13 @@ class Backend(abc.ABC):
         read here."""
         return None
 
+    def clock_reader(self, index: int = 0):
+        """The clock reader of device ``index`` (an :class:`accelbench.backends.clock_reader.ClockReader`, defined in
+        the backend's module: SM clock and its maximum, MHz, temperature, clock-event reasons); None where this
+        backend reports no clocks (the default). Never raises: a reader that cannot read says why
+        (``ClockReader.reason``)."""
+        return None
+
     def device_load(self, ours: set[int]) -> list[dict] | None:
         """What else runs on this backend's devices that the job may use, for the host-load record
         (:mod:`accelbench.measure.hostload`): one dict per device with ``index``, ``other_processes`` (pids not in

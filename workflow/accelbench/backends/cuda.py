@@ -1,6 +1,7 @@
 """NVIDIA GPUs through torch.cuda: NCCL between ranks, CUDA events for timing, ``--nv`` in apptainer; NVML (through
-``nvidia-ml-py``, import ``pynvml``, imported only when used) for the board energy counter (:class:`NvmlCounter`) and
-the per-GPU host-load record (:meth:`CudaBackend.device_load`)."""
+``nvidia-ml-py``, import ``pynvml``, imported only when used) for the board energy counter (:class:`NvmlCounter`), the
+SM clock and its clock-event reasons during timed steps (:class:`NvmlClockReader`) and the per-GPU host-load record
+(:meth:`CudaBackend.device_load`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from pathlib import Path
 
 from accelbench.backends.base import Backend
+from accelbench.backends.clock_reader import ClockReader, ClockSample
 from accelbench.backends.energy_counter import Counter, CounterUnavailable
 
 # Device files through which torch.cuda reaches a GPU: NVIDIA's driver (/dev/nvidiactl, /dev/nvidia<N>), ROCm's
@@ -116,6 +118,113 @@ class NvmlCounter(Counter):
         return self._read(self.handle) * 1e-3
 
 
+# NVML's clock-event ("throttle") reasons of nvmlDeviceGetCurrentClocksEventReasons: (name, pynvml constants newest
+# first, the bit of nvml.h where this pynvml has neither constant).
+CLOCK_EVENT_REASONS = (
+    ("gpu_idle", ("nvmlClocksEventReasonGpuIdle", "nvmlClocksThrottleReasonGpuIdle"), 0x1),
+    (
+        "applications_clocks_setting",
+        ("nvmlClocksEventReasonApplicationsClocksSetting", "nvmlClocksThrottleReasonApplicationsClocksSetting"),
+        0x2,
+    ),
+    ("sw_power_cap", ("nvmlClocksEventReasonSwPowerCap", "nvmlClocksThrottleReasonSwPowerCap"), 0x4),
+    ("hw_slowdown", ("nvmlClocksEventReasonHwSlowdown", "nvmlClocksThrottleReasonHwSlowdown"), 0x8),
+    ("sync_boost", ("nvmlClocksEventReasonSyncBoost", "nvmlClocksThrottleReasonSyncBoost"), 0x10),
+    (
+        "sw_thermal_slowdown",
+        ("nvmlClocksEventReasonSwThermalSlowdown", "nvmlClocksThrottleReasonSwThermalSlowdown"),
+        0x20,
+    ),
+    (
+        "hw_thermal_slowdown",
+        ("nvmlClocksEventReasonHwThermalSlowdown", "nvmlClocksThrottleReasonHwThermalSlowdown"),
+        0x40,
+    ),
+    (
+        "hw_power_brake_slowdown",
+        ("nvmlClocksEventReasonHwPowerBrakeSlowdown", "nvmlClocksThrottleReasonHwPowerBrakeSlowdown"),
+        0x80,
+    ),
+    (
+        "display_clock_setting",
+        ("nvmlClocksEventReasonDisplayClockSetting", "nvmlClocksThrottleReasonDisplayClockSetting"),
+        0x100,
+    ),
+)
+
+
+def decode_clock_event_reasons(mask: int, nvml=None) -> tuple[str, ...]:
+    """The names of the reasons set in an NVML clock-event bit mask (:data:`CLOCK_EVENT_REASONS`; the bits of
+    ``nvml``, the pynvml module, where it has the constants), bits no name covers as one hex remainder (``0x200``).
+    ``(0x4 | 0x1000)`` -> ``("sw_power_cap", "0x1000")``."""
+    names, known = [], 0
+    for name, constants, default in CLOCK_EVENT_REASONS:
+        bit = next((getattr(nvml, c) for c in constants if hasattr(nvml, c)), default)
+        known |= bit
+        if mask & bit:
+            names.append(name)
+    rest = mask & ~known
+    return (*names, f"{rest:#x}") if rest else tuple(names)
+
+
+class NvmlClockReader(ClockReader):
+    """NVIDIA: the SM clock (``nvmlDeviceGetClockInfo(NVML_CLOCK_SM)``), its maximum (``nvmlDeviceGetMaxClockInfo``),
+    the GPU temperature (``nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)``, left None where it fails) and the
+    clock-event reasons (``nvmlDeviceGetCurrentClocksEventReasons``; ``...ClocksThrottleReasons`` of an older pynvml)
+    of the GPU that torch calls ``torch_index`` (:func:`visible_gpus`). NVML answers from the driver without waiting
+    for the GPU's queued work. Never raises: pynvml missing, no driver, or ``torch_index`` not visible leave
+    :attr:`reason` set and :meth:`read` None."""
+
+    source = "nvml"
+    api = (
+        "nvmlDeviceGetClockInfo(NVML_CLOCK_SM), nvmlDeviceGetMaxClockInfo, nvmlDeviceGetCurrentClocksEventReasons, "
+        "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)"
+    )
+
+    def __init__(self, torch_index: int = 0):
+        self.nvml = self.handle = None
+        try:
+            import pynvml
+        except ImportError:
+            self.reason = "nvidia-ml-py (pynvml) is not installed"
+            return
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+            visible = visible_gpus(count, uuids)
+            if torch_index >= len(visible):
+                self.reason = (
+                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
+                )
+                return
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
+            self.identity = uuids[visible[torch_index]]
+            self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+                pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+            )
+            self.nvml = pynvml
+        except Exception as exc:  # no driver, NVML_ERROR_*
+            self.reason = f"NVML clocks not readable: {type(exc).__name__}: {exc}"
+
+    def read(self) -> ClockSample | None:
+        if self.nvml is None:
+            return None
+        nvml, h = self.nvml, self.handle
+        try:
+            clock = nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)
+            max_clock = nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM)
+            reasons = decode_clock_event_reasons(int(self._reasons(h)), nvml) if self._reasons else ()
+        except Exception as exc:
+            self.reason = f"NVML clocks not readable: {type(exc).__name__}: {exc}"
+            return None
+        try:
+            temp = nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+        except Exception:  # not reported on this board: the clocks still are
+            temp = None
+        return ClockSample(clock, max_clock, temp, reasons)
+
+
 def nvml_device_load(ours: set[int]) -> list[dict] | None:
     """Per GPU the job may use (:func:`visible_gpus`): ``index``, ``other_processes`` (pids on it outside ``ours``,
     the job's process tree), ``sm_clock_mhz``/``sm_clock_max_mhz`` and ``utilization_pct``; None without NVML or
@@ -189,6 +298,9 @@ class CudaBackend(Backend):
 
     def energy_counter(self, index: int = 0):
         return NvmlCounter(index)  # NVML: nvmlDeviceGetTotalEnergyConsumption (mJ; Volta and later)
+
+    def clock_reader(self, index: int = 0):
+        return NvmlClockReader(index)  # NVML: SM clock, max, temperature, clock-event reasons
 
     def device_load(self, ours: set[int]) -> list[dict] | None:
         return nvml_device_load(ours)

@@ -12,7 +12,10 @@ Every measurement job therefore records what else ran while it ran, and flags it
   by processes outside the job's tree (0 = quiet, 1 = every core busy with something else).
 * :func:`assess` adds the spread of the job's timings (p90 / median, the largest over the result's timings) and
   compares both with the thresholds of the config (``noise:``; defaults: ``config/config.schema.yaml``); verdict:
-  ``measurements.noise.noisy`` with the reasons in ``measurements.noise.why``.
+  ``measurements.noise.noisy`` with the reasons in ``measurements.noise.why``. The GPU clocks DURING the timed steps
+  (``measurements.clocks``, :mod:`accelbench.measure.clocks`; the snapshots' ``sm_clock_mhz`` is taken after the work,
+  at idle) add a reason where their median is below ``clock_ratio_min`` x the maximum SM clock or a power/thermal
+  clock-event reason was active in more than ``clock_reason_fraction_max`` of the samples.
 
 The start snapshot is taken once per job by the first ``accelbench`` process (the job harness, which also writes the
 result) and handed to its children (torchrun ranks) in the environment variable ``ACCELBENCH_LOAD_START``, so that
@@ -25,9 +28,17 @@ import json
 import os
 import time
 
+from accelbench.measure import clocks
+
 START_ENV = "ACCELBENCH_LOAD_START"
 # Defaults of config `noise:` (config/config.schema.yaml documents them).
-DEFAULT_THRESHOLDS = {"cpu_other_max": 0.10, "spread_max": 1.5, "gpu_other_processes_max": 0}
+DEFAULT_THRESHOLDS = {
+    "cpu_other_max": 0.10,
+    "spread_max": 1.5,
+    "gpu_other_processes_max": 0,
+    "clock_ratio_min": 0.9,
+    "clock_reason_fraction_max": 0.5,
+}
 
 
 def _tree_cpu_seconds(root: int) -> float:
@@ -165,7 +176,9 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
         measurements: the result's measurements (timing summaries are found inside, see :class:`measure.Timing`).
         load: :func:`host_load` over the job, or None where it could not be taken.
         thresholds: ``cpu_other_max`` (fraction of all cores used by other processes), ``spread_max`` (p90 / median),
-            ``gpu_other_processes_max`` (processes of others on a GPU); missing keys take :data:`DEFAULT_THRESHOLDS`.
+            ``gpu_other_processes_max`` (processes of others on a GPU), ``clock_ratio_min`` (median SM clock over the
+            timed steps / its maximum), ``clock_reason_fraction_max`` (share of clock samples with a power or
+            thermal clock-event reason); missing keys take :data:`DEFAULT_THRESHOLDS`.
 
     Returns:
         ``{"noisy": bool, "why": [str], "spread_p90_over_median": float | None, "spread_of": str | None,
@@ -177,6 +190,7 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
     why = []
     if spread is not None and spread > th["spread_max"]:
         why.append(f"timing spread p90/median {spread:.2f} > {th['spread_max']} ({spread_of})")
+    why += clocks.cautions(measurements.get("clocks"), th["clock_ratio_min"], th["clock_reason_fraction_max"])
     if load is not None:
         if load["cpu_other_fraction"] > th["cpu_other_max"]:
             why.append(

@@ -15,6 +15,10 @@ includes the latency tracker's read of its events, as a ``with`` around the loop
   stdev, min, max and the raw samples; :attr:`~accelbench.measure.timing.Timing.spread`).
 * :class:`Energy`: the device's energy counter around windows of timed steps (:class:`accelbench.measure.energy.
   EnergyMeter`); ``{"energy": measurements.energy of the phase}`` (``off`` when ``energy.enabled`` is false).
+* :class:`Clocks`: the device's SM clock, temperature and clock-event reasons sampled between timed steps, at most
+  once per :data:`accelbench.measure.clocks.SAMPLE_INTERVAL_S` of host time and without synchronizing
+  (:class:`accelbench.measure.clocks.ClockSampler`); ``{"clocks": the phase's clock record}`` (``unsupported`` with
+  the reason where the backend reports no clocks).
 * :class:`PeakMemory`: the device's peak allocated memory, bytes, from ``start()`` (warm-up included);
   ``{"peak_memory_bytes": int | None}``.
 * :class:`HostSyncs`: host synchronisations of the timed loop where the backend reports them (CUDA's sync debug
@@ -45,6 +49,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
+from accelbench.measure import clocks as _clocks
 from accelbench.measure import energy as _energy
 from accelbench.measure.samples import Timing, progress
 
@@ -147,6 +152,22 @@ class Energy(_Tracker):
 
     def stop(self) -> dict:
         return {"energy": self.meter.result() if self.meter is not None else _energy.off()}
+
+
+class Clocks(_Tracker):
+    """The device's clocks over the timed steps (:class:`accelbench.measure.clocks.ClockSampler`; ``steps``/``skip``
+    as :class:`Energy`'s; ``reader``/``interval_s``: the sampler's, for tests). Samples after a step ends, never
+    synchronizing; entered inside :class:`Energy` and outside :class:`Latency` (:func:`train_phase`), so a sample
+    falls before an energy window's closing synchronize and outside a step's timing window."""
+
+    def __init__(self, device, steps: int | None = None, skip: int = 0, reader=None, interval_s: float | None = None):
+        self.sampler = _clocks.ClockSampler(device, steps, skip, reader=reader, interval_s=interval_s)
+
+    def step_end(self) -> None:
+        self.sampler.after_step()
+
+    def stop(self) -> dict:
+        return {"clocks": self.sampler.result()}
 
 
 class PeakMemory(_Tracker):
@@ -257,9 +278,9 @@ class HostSyncs(_Tracker):
 @dataclass
 class PhaseResult:
     """What :func:`timed_phase` measured: ``timing`` (the :class:`Latency` tracker's :class:`Timing`, ms, its
-    ``energy`` set from an :class:`Energy` tracker's), ``first_iteration_s`` (the first warm-up step alone, s,
-    synchronize + host clock; None with no warm-up), ``warmup`` (untimed steps) and ``values`` (every tracker's
-    ``stop()`` dict, merged)."""
+    ``energy`` and ``clocks`` set from an :class:`Energy` and a :class:`Clocks` tracker's), ``first_iteration_s``
+    (the first warm-up step alone, s, synchronize + host clock; None with no warm-up), ``warmup`` (untimed steps) and
+    ``values`` (every tracker's ``stop()`` dict, merged)."""
 
     timing: Timing | None
     first_iteration_s: float | None
@@ -332,6 +353,7 @@ def timed_phase(
     if timing is not None:
         timing.warmup = warmup
         timing.energy = values.get("energy")
+        timing.clocks = values.get("clocks")
     return PhaseResult(timing, first, warmup, values)
 
 
@@ -342,12 +364,15 @@ def train_phase(
     steps: int,
     *,
     energy: bool = True,
+    clocks: bool | None = None,
     extra: Sequence[Tracker] = (),
     after_warmup: Callable[[], object] | None = None,
     desc: str = "",
 ) -> PhaseResult:
-    """:func:`timed_phase` with the trackers of a training step: :class:`Latency` and (``energy``) :class:`Energy`
-    innermost, ``extra`` entered around them (e.g. :class:`HostSyncs`, :class:`PeakMemory`, :class:`WallClock`)."""
-    inner = (Energy(device, steps),) if energy else ()
+    """:func:`timed_phase` with the trackers of a training step: :class:`Latency`, (``clocks``, default: as
+    ``energy``) :class:`Clocks` and (``energy``) :class:`Energy` innermost, ``extra`` entered around them (e.g.
+    :class:`HostSyncs`, :class:`PeakMemory`, :class:`WallClock`)."""
+    clocks = energy if clocks is None else clocks
+    inner = ((Energy(device, steps),) if energy else ()) + ((Clocks(device, steps),) if clocks else ())
     trackers = (*extra, *inner, Latency(device))
     return timed_phase(step, device, warmup, steps, trackers, after_warmup=after_warmup, desc=desc)

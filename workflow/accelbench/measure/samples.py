@@ -28,6 +28,7 @@ class Timing:
     method: str
     samples: list[float] = field(default_factory=list)
     energy: dict | None = field(default=None, repr=False)  # measurements.energy of the phase (not in to_dict)
+    clocks: dict | None = field(default=None, repr=False)  # measurements.clocks of the phase (not in to_dict)
 
     @classmethod
     def from_samples(cls, samples: list[float], warmup: int, method: str, unit: str = "ms") -> Timing:
@@ -59,6 +60,7 @@ class Timing:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("energy")
+        d.pop("clocks")
         return d
 
 

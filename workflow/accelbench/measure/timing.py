@@ -29,7 +29,8 @@ class StepClock:
     ``energy_skip`` untimed-for-energy steps) and the process's ``energy.enabled``, an
     :class:`~accelbench.measure.energy.EnergyMeter` reads the device's energy counter around windows of >= ``window_s``
     of these steps (one synchronize and one read per window boundary, between steps; none inside a window);
-    :meth:`energy` gives ``measurements.energy``.
+    :meth:`energy` gives ``measurements.energy``. The same steps' SM clock, temperature and clock-event reasons
+    (:mod:`accelbench.measure.clocks`, sampled without synchronizing): :meth:`clocks`.
 
     Usage::
 
@@ -41,13 +42,14 @@ class StepClock:
     """
 
     def __init__(self, device: Device, wall: bool = False, energy_steps: int | None = None, energy_skip: int = 0):
-        from accelbench.measure.phase import Energy, Latency  # the trackers of the one timed phase
+        from accelbench.measure.phase import Clocks, Energy, Latency  # the trackers of the one timed phase
 
         self.device = device
         self.latency = Latency(device, wall=wall)
         self.events, self.method = self.latency.events, self.latency.method
         self._energy = Energy(device, energy_steps, skip=energy_skip) if energy_steps is not None else None
         self.meter = self._energy.meter if self._energy is not None else None
+        self._clocks = Clocks(device, energy_steps, skip=energy_skip) if energy_steps is not None else None
 
     def start(self) -> None:
         if self._energy is not None:
@@ -56,6 +58,8 @@ class StepClock:
 
     def stop(self) -> None:
         self.latency.step_end()
+        if self._clocks is not None:
+            self._clocks.step_end()
         if self._energy is not None:
             self._energy.step_end()
 
@@ -67,6 +71,11 @@ class StepClock:
         """``measurements.energy`` of the metered steps (:meth:`accelbench.measure.energy.EnergyMeter.result`);
         ``off`` when ``energy.enabled`` is false; None when this clock was not asked to meter (no ``energy_steps``)."""
         return self._energy.stop()["energy"] if self._energy is not None else None
+
+    def clocks(self) -> dict | None:
+        """``measurements.clocks`` of the metered steps (:meth:`accelbench.measure.clocks.ClockSampler.result`);
+        None when this clock was not asked to meter (no ``energy_steps``)."""
+        return self._clocks.stop()["clocks"] if self._clocks is not None else None
 
     def seconds(self) -> float:
         """The last timed step, in seconds."""
@@ -80,6 +89,7 @@ class StepClock:
         """
         t = Timing.from_samples(self.samples(), warmup=warmup, method=self.method)
         t.energy = self.energy()
+        t.clocks = self.clocks()
         return t
 
 

@@ -153,12 +153,13 @@ class Evaluator:
     def timed_perplexity(self) -> tuple[float, float]:
         """``(perplexity, wall seconds)`` of one full evaluation (:class:`accelbench.measure.timing.StepClock`, wall
         mode); its board energy (one window: the whole evaluation, :mod:`accelbench.measure.energy`) is kept in
-        ``self.energy``."""
+        ``self.energy``, its clocks (one sample, at its end: :mod:`accelbench.measure.clocks`) in ``self.clocks``."""
         clock = StepClock(self.device, wall=True, energy_steps=1)
         clock.start()
         ppl = self.perplexity()
         clock.stop()
         self.energy = clock.energy()
+        self.clocks = clock.clocks()
         return ppl, clock.seconds()
 
 
@@ -183,4 +184,5 @@ def throughput(
         "tokens_per_step": batch * seq_len,
         "tokens_per_s": batch * seq_len / (timing.median * 1e-3),
         "energy": timing.energy,
+        "clocks": timing.clocks,
     }

@@ -13,7 +13,7 @@ from accelbench.backends.device import Device
 from accelbench.experiments.llm_quant.accuracy import accuracy_tasks
 from accelbench.experiments.llm_quant.evaluate import Evaluator, throughput
 from accelbench.experiments.llm_quant.layers import decoder_layers, layer_linears, model_sizes
-from accelbench.measure import energy
+from accelbench.measure import clocks, energy
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def measure_quantized(model, text: MethodText, run, device: Device, unquantized:
     with autocast_context(device, run.autocast):
         ppl, eval_s = ev.timed_perplexity()
         tp = throughput(model, device, text.vocab_size, seed=run.seed, **run.throughput)
-        forward_energy = tp.pop("energy")
+        forward_energy, forward_clocks = tp.pop("energy"), tp.pop("clocks")
         accuracy = (
             accuracy_tasks(model, text.tokenizer, run.accuracy, device, seed=run.seed)
             if run.accuracy and run.accuracy.get("tasks") and text.tokenizer is not None
@@ -92,6 +92,8 @@ def measure_quantized(model, text: MethodText, run, device: Device, unquantized:
         "applied": {k: v for k, v in applied.items() if not k.startswith("decoder_linear_bytes")},
         "accuracy": accuracy,
         "energy": _energy(ev, eval_s, forward_energy, tp),
+        # SM clock, clock-event reasons: the forward benchmark's steps, the evaluation (accelbench.measure.clocks)
+        "clocks": clocks.report({"forward": forward_clocks, "evaluation": ev.clocks}, "forward"),
     }
     device_peak = device.peak_memory_bytes()
     if device_peak is not None:

@@ -14,7 +14,7 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
     :func:`accelbench.measure.timing.merge_ranks`; each rank's own Timing under ``per_rank``, the largest median
     beside it), throughput, MFU, memory per rank, loss curve, held-out loss, and the labelled projection of Study B's
     epoch."""
-    from accelbench.measure import energy
+    from accelbench.measure import clocks, energy
     from accelbench.measure import timing as measure
 
     ranks = sorted(ranks, key=lambda r: r["rank"])
@@ -107,6 +107,8 @@ def summarize(ranks: list[dict], plan: Plan, settings: LoraSettings, system, pro
         "loss_tolerance": (r0.get("series") or {}).get("loss_tolerance"),
         "projection": project_epoch(step_ms, tokens_per_step, settings.seq_len, projection_cfg),
         "notes": plan.notes,
+        # the SM clock, temperature and clock-event reasons of the timed optimizer steps (accelbench.measure.clocks)
+        "clocks": clocks.report({"step": clocks.merge_ranks([r["measurements"].get("clocks") for r in ranks])}, "step"),
         # board energy of the timed optimizer steps, summed over the job's devices (accelbench.measure.energy)
         "energy": energy.report(
             {"step": energy.merge_ranks([r["measurements"].get("energy") for r in ranks])},

@@ -296,6 +296,7 @@ def _train(trainer, timer, ctx: RankContext, phase_done) -> tuple[dict, dict]:
             timer.step_end_s, timer.step_begin_s, s.warmup_steps, s.per_device_batch * s.grad_accum * ctx.world
         ),
         "energy": timer.clock.energy(),  # this rank's device over the timed steps (accelbench.measure.energy)
+        "clocks": timer.clock.clocks(),  # its SM clock and clock-event reasons over them (accelbench.measure.clocks)
     }
     losses = trainer.loss_curve()
     peak = device.peak_memory_bytes()

@@ -65,7 +65,7 @@ from accelbench.experiments.sr3.model import ddp_kwargs
 from accelbench.experiments.sr3.plan import iteration_plan, unsupported_reason
 from accelbench.experiments.sr3.rank import save_panel, train_rank
 from accelbench.experiments.sr3.settings import SR3Settings, resolve_settings
-from accelbench.measure import energy, flops
+from accelbench.measure import clocks, energy, flops
 from accelbench.measure import timing as measure
 
 EXPERIMENT = "sr3_scaling"
@@ -162,6 +162,8 @@ def merge(s: Settings, records: list[dict]) -> dict:
         "train_patches": first["train_patches"],
         "heldout_patches": first["heldout_patches"],
         # board energy of the timed iterations, summed over the job's devices (accelbench.measure.energy)
+        # the SM clock, temperature and clock-event reasons of the timed iterations (accelbench.measure.clocks)
+        "clocks": clocks.report({"iteration": clocks.merge_ranks([r.get("clocks") for r in records])}, "iteration"),
         "energy": energy.report(
             {"iteration": energy.merge_ranks([r.get("energy") for r in records])},
             "iteration",

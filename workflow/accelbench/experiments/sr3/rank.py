@@ -161,6 +161,7 @@ def _rank_record(
         "median_ms": timing.median,
         "method": timing.method,
         "energy": timing.energy,  # this rank's device over the timed iterations (accelbench.measure.energy)
+        "clocks": timing.clocks,  # its SM clock and clock-event reasons over them (accelbench.measure.clocks)
         "warmup": result.warmup,
         "wall_s": v["wall_s"],
         "first_iteration_s": result.first_iteration_s,

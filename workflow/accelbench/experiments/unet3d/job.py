@@ -123,7 +123,7 @@ from accelbench.experiments.unet3d.settings import (  # noqa: F401  (the job's s
     unsupported_reason,
 )
 from accelbench.experiments.unet3d.workload import Workload, nvtx_step  # noqa: F401
-from accelbench.measure import energy, flops, phase
+from accelbench.measure import clocks, energy, flops, phase
 from accelbench.measure import kernels as kernel_traces
 
 EXPERIMENT = "unet3d_profile"
@@ -266,6 +266,8 @@ def _step_measurements(settings: ModelSettings, peak_tflops, *, train, sample, p
             {"volumes_per_s_per_w": (volumes_per_s, "train_step", "volumes/s/W")},
             step_ms=train.median,
         ),
+        # the SM clock, temperature and clock-event reasons during the timed steps (accelbench.measure.clocks)
+        "clocks": clocks.report({"train_step": train.clocks, "sample_step": sample.clocks}, "train_step"),
     }
 
 

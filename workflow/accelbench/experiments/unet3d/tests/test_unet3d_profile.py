@@ -144,6 +144,8 @@ def test_run_baseline_and_bf16(tiny_settings, systems, tmp_path):
     assert m["kernels"]["kernel_count"] > 0 and m["kernels"]["class_share"]["convolution"] > 0.2
     assert m["flops"]["train_step"] > 2 * m["flops"]["forward"] > 0
     assert m["sample_projection"]["label"] == "projection"
+    assert m["clocks"]["status"] == "unsupported" and m["clocks"]["main_phase"] == "train_step"  # cpu: no reader
+    assert set(m["clocks"]["phases"]) == {"train_step", "sample_step"}
     assert m["grad_buffers"] == exp.GRAD_BUFFERS["per_step"]  # no CUDA graphs: .grad set to None after each step
     assert (tmp_path / "baseline.json.gz").exists()
     bf16 = _run(tiny_settings, "bf16", systems["cpu"], tmp_path)
