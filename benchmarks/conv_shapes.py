@@ -22,6 +22,16 @@ CUDA events), median and p10/p90 in ms, for each setting of a small grid:
   default) or heuristics mode B (``TORCH_CUDNN_USE_HEURISTIC_MODE_B=1``, read once per process), or on with
   ``torch.backends.cudnn.benchmark_limit`` 10 (PyTorch's default) or 0 (every engine tried).
 
+Skinny shapes (fewer than 8 input or output channels, one group: Study A's stem 3 -> 64 and output convolution
+64 -> 1, SR3's stem 2 -> 128 and output 128 -> 3) are timed a second and third time, padded as
+``accelbench.models.padded_conv`` pads them in the network (``skinny_conv``): ``pad_cout8``/``pad_cout16`` (zero filters
+to 8/16 output channels; the forward's output sliced back to the real channels and copied to the layout, the incoming
+gradient zero-padded for dgrad and wgrad, wgrad's weight gradient sliced back), ``pad_cin8`` (zero input channels and
+weights to 8; the forward includes the input's padding copy, as the stem's input is made per step, dgrad the slice of
+the input gradient). Their rows name the padding at the end of ``setting`` (``bf16/channels_last/heuristic/pad_cout8``)
+and count the real convolution's FLOPs, so TFLOP/s compare with the unpadded row's. ``--only-skinny`` times only these
+shapes.
+
 Accumulation precision: PyTorch has no switch for a bf16 convolution's accumulator. ATen's cuDNN path
 (``aten/src/ATen/native/cudnn/Conv_v8.cpp``, ``getConvDescriptor``) sets the compute type to fp32 for bf16 and fp16
 inputs unconditionally and drops engines with the numerical note ``DOWN_CONVERT_INPUTS``;
@@ -51,6 +61,7 @@ Usage (on the GPU node; ``--limit N`` times only the first N distinct shapes of 
     # within a 10-minute window: one network per call, the CSV rewritten after every setting
     python benchmarks/conv_shapes.py --networks study_a --csv results/benchmarks/conv_shapes_study_a.csv
     python benchmarks/conv_shapes.py --networks sr3 --layouts channels_last --cudnn heuristic,benchmark_limit10
+    python benchmarks/conv_shapes.py --networks study_a --only-skinny --csv results/benchmarks/conv_shapes_skinny.csv
     python benchmarks/conv_shapes.py --device cpu --scale small --limit 2 --repeat 3   # smoke run on a CPU
 """
 
@@ -81,6 +92,10 @@ CUDNN_CHOICES = (
     ("benchmark_limit10", True, 10, False),
     ("benchmark_all", True, 0, False),
 )
+# the paddings of a skinny shape (benchmarks only those of its sides with fewer than 8 channels): name -> (input
+# channels padded to, output channels padded to)
+PADS = {"pad_cout8": (None, 8), "pad_cout16": (None, 16), "pad_cin8": (8, None)}
+SKINNY = 8  # accelbench.models.padded_conv.SKINNY
 PEAK_PRECISION = {"bf16": "bf16", "fp32": "tf32"}  # the math mode each dtype's rows run (fp32: TF32 on)
 ACCUMULATE = {
     "bf16": "fp32 (fixed by ATen's cuDNN descriptor; no switch)",
@@ -293,6 +308,19 @@ def distinct_shapes(network: str, calls: list[dict]) -> list[dict]:
     return shapes
 
 
+def shape_pads(shape: dict) -> list[str]:
+    """The paddings of :data:`PADS` that apply to ``shape`` (one group; ``pad_cout*`` where its output has fewer than
+    :data:`SKINNY` channels, ``pad_cin8`` where its input has): [] for a shape that is not skinny."""
+    cout, cin = shape["weight_shape"][:2]
+    if shape["groups"] != 1:
+        return []
+    return [
+        name
+        for name, (cin_to, cout_to) in PADS.items()
+        if (cout_to and cout < SKINNY and cout < cout_to) or (cin_to and cin < SKINNY and cin < cin_to)
+    ]
+
+
 # --------------------------------------------------------------------------- settings and the timing worker
 def settings_grid(dtypes: list[str], device: str, layouts=LAYOUTS, cudnn=None) -> list[dict]:
     """The settings to time: dtype x memory format (``layouts``) x cuDNN's algorithm choice (CUDA; ``cudnn``: the
@@ -327,16 +355,56 @@ def _layout(t, layout: str):
     return t.contiguous(memory_format=fmt)
 
 
-def time_shape(shape: dict, setting: dict, device, warmup: int, repeat: int) -> list[dict]:
-    """Rows (one per op) of one shape under the current process's setting: status, ms median/p10/p90, first call."""
+def conv_steps(x, w, gy, args, layout: str, pad: str | None = None) -> dict:
+    """The timed calls of one shape, op -> a callable returning the op's result: ``fwd`` the output (N, C_out, ...),
+    ``dgrad`` the input gradient (N, C_in, ...), ``wgrad`` the weight gradient (C_out, C_in, ...); ``x``, ``w``,
+    ``gy`` the real (unpadded) input, weight and output gradient, ``args`` ``aten.convolution``'s arguments after the
+    bias. With ``pad`` (a name of :data:`PADS`) each call does what the padded network does (see the module
+    docstring): the padding copies, the convolution on the padded tensors, the slice back to the real channels copied
+    to ``layout``. The padded input and weight the forward saves for the backward are made once, outside dgrad/wgrad."""
+    import torch
+    import torch.nn.functional as F
+
+    conv, back = torch.ops.aten.convolution, torch.ops.aten.convolution_backward
+    if pad is None:
+        return {
+            "fwd": lambda: conv(x, w, None, *args),
+            "dgrad": lambda: back(gy, x, w, None, *args, [True, False, False])[0],
+            "wgrad": lambda: back(gy, x, w, None, *args, [False, True, False])[1],
+        }
+    cin_to, cout_to = PADS[pad]
+    cout, cin = w.shape[:2]
+    keep = (0, 0) * (w.dim() - 2)
+    pin, pout = max((cin_to or 0) - cin, 0), max((cout_to or 0) - cout, 0)
+
+    def pad_in(t):  # input channels (dim 1) of x and w
+        return F.pad(t, (*keep, 0, pin)) if pin else t
+
+    def pad_w(t):
+        return F.pad(pad_in(t), (*keep, 0, 0, 0, pout)) if pout else pad_in(t)
+
+    def pad_gy():
+        return F.pad(gy, (*keep, 0, pout)) if pout else gy
+
+    xp, wp = pad_in(x), pad_w(w)
+    return {
+        "fwd": lambda: _layout(conv(pad_in(x), pad_w(w), None, *args)[:, :cout], layout),
+        "dgrad": lambda: _layout(back(pad_gy(), xp, wp, None, *args, [True, False, False])[0][:, :cin], layout),
+        "wgrad": lambda: _layout(back(pad_gy(), xp, wp, None, *args, [False, True, False])[1][:cout, :cin], layout),
+    }
+
+
+def time_shape(shape: dict, setting: dict, device, warmup: int, repeat: int, pad: str | None = None) -> list[dict]:
+    """Rows (one per op) of one shape under the current process's setting: status, ms median/p10/p90, first call;
+    ``pad``: timed padded (a name of :data:`PADS`, recorded in each row's ``pad``)."""
     import torch
 
     from accelbench.measure.timing import time_steps
 
-    base = {"status": "ok", "reason": ""}
+    base = {"status": "ok", "reason": "", "pad": pad or ""}
     if setting["memory_format"] == "channels_last" and len(shape["weight_shape"]) not in (4, 5):
         why = f"no channels-last layout for {len(shape['weight_shape']) - 2}-D convolutions"
-        return [{"op": op, "status": "unsupported", "reason": why} for op in OPS]
+        return [{"op": op, **base, "status": "unsupported", "reason": why} for op in OPS]
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[setting["dtype"]]
     dev = device.torch_device
     args = (shape["stride"], shape["padding"], shape["dilation"], False, [0] * len(shape["stride"]), shape["groups"])
@@ -347,13 +415,9 @@ def time_shape(shape: dict, setting: dict, device, warmup: int, repeat: int) -> 
         y = torch.ops.aten.convolution(x, w, None, *args)
         gy = _layout(torch.randn_like(y), setting["memory_format"])
         del y
+        steps = conv_steps(x, w, gy, args, setting["memory_format"], pad)
     except torch.OutOfMemoryError as e:
-        return [{"op": op, "status": "OOM", "reason": str(e).splitlines()[0]} for op in OPS]
-    steps = {
-        "fwd": lambda: torch.ops.aten.convolution(x, w, None, *args),
-        "dgrad": lambda: torch.ops.aten.convolution_backward(gy, x, w, None, *args, [True, False, False]),
-        "wgrad": lambda: torch.ops.aten.convolution_backward(gy, x, w, None, *args, [False, True, False]),
-    }
+        return [{"op": op, **base, "status": "OOM", "reason": str(e).splitlines()[0]} for op in OPS]
     for op, step in steps.items():
         row = {"op": op, **base}
         try:
@@ -361,7 +425,8 @@ def time_shape(shape: dict, setting: dict, device, warmup: int, repeat: int) -> 
             step()
             device.synchronize()
             row["first_call_ms"] = (time.perf_counter() - t0) * 1e3
-            t = time_steps(step, device, warmup, repeat, desc=f"{shape['shape_key']} {op}", energy=False)
+            desc = f"{shape['shape_key']}{'/' + pad if pad else ''} {op}"
+            t = time_steps(step, device, warmup, repeat, desc=desc, energy=False)
             row.update(ms_median=t.median, ms_p10=t.p10, ms_p90=t.p90, timing_method=t.method)
         except torch.OutOfMemoryError as e:
             row.update(status="OOM", reason=str(e).splitlines()[0])
@@ -395,10 +460,11 @@ def worker(plan_path: str, out_path: str) -> None:
     }
     with open(out_path, "a") as out:
         for shape in plan["shapes"]:
-            for row in time_shape(shape, setting, device, plan["warmup"], plan["repeat"]):
-                out.write(json.dumps({"network": shape["network"], "shape_key": shape["shape_key"], **row, **env}))
-                out.write("\n")
-                out.flush()
+            for pad in (None, *shape.get("pads", ())):
+                for row in time_shape(shape, setting, device, plan["warmup"], plan["repeat"], pad):
+                    out.write(json.dumps({"network": shape["network"], "shape_key": shape["shape_key"], **row, **env}))
+                    out.write("\n")
+                    out.flush()
 
 
 def run_setting(setting: dict, shapes: list[dict], args) -> list[dict]:
@@ -435,21 +501,23 @@ def run_setting(setting: dict, shapes: list[dict], args) -> list[dict]:
             returncode = "timeout"
             stderr = f"killed after --setting-timeout {args.setting_timeout} s"
         rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    got = {(r["network"], r["shape_key"], r["op"]) for r in rows}
+    got = {(r["network"], r["shape_key"], r.get("pad", ""), r["op"]) for r in rows}
     if returncode != 0:
         tail = (stderr.strip().splitlines() or ["no message"])[-1][:300]
         for s in shapes:
-            for op in OPS:
-                if (s["network"], s["shape_key"], op) not in got:
-                    rows.append(
-                        {
-                            "network": s["network"],
-                            "shape_key": s["shape_key"],
-                            "op": op,
-                            "status": "error",
-                            "reason": f"worker exited rc {returncode}: {tail}",
-                        }
-                    )
+            for pad in ("", *s.get("pads", ())):
+                for op in OPS:
+                    if (s["network"], s["shape_key"], pad, op) not in got:
+                        rows.append(
+                            {
+                                "network": s["network"],
+                                "shape_key": s["shape_key"],
+                                "pad": pad,
+                                "op": op,
+                                "status": "error",
+                                "reason": f"worker exited rc {returncode}: {tail}",
+                            }
+                        )
     return rows
 
 
@@ -465,54 +533,55 @@ def device_peaks(device_name: str, backend: str) -> dict:
 
 
 def full_rows(shapes: list[dict], setting: dict, timed: list[dict], args, utc: str, peaks_of) -> list[dict]:
-    """The CSV rows of one setting: each shape's columns joined with its timed rows and TFLOP/s."""
-    by = {(r["network"], r["shape_key"], r["op"]): r for r in timed}
+    """The CSV rows of one setting: each shape's columns joined with its timed rows and TFLOP/s (a padded variant's
+    rows: the setting's name ``/`` the padding, the real convolution's FLOPs)."""
+    by = {(r["network"], r["shape_key"], r.get("pad", ""), r["op"]): r for r in timed}
     out = []
-    for s in shapes:
-        for op in OPS:
-            r = by.get((s["network"], s["shape_key"], op), {"status": "error", "reason": "no row from the worker"})
-            peaks = peaks_of(r.get("device", ""))
-            precision = PEAK_PRECISION[setting["dtype"]] if args.device == "cuda" else setting["dtype"]
-            peak = peaks.get(precision)
-            tflops = s["flop"] / (r["ms_median"] * 1e-3) / 1e12 if r.get("ms_median") else None
-            out.append(
-                {
-                    "network": s["network"],
-                    "shape_key": s["shape_key"],
-                    "conv_dims": len(s["weight_shape"]) - 2,
-                    "input_shape": "x".join(map(str, s["input_shape"])),
-                    "weight_shape": "x".join(map(str, s["weight_shape"])),
-                    "stride": "x".join(map(str, s["stride"])),
-                    "padding": "x".join(map(str, s["padding"])),
-                    "dilation": "x".join(map(str, s["dilation"])),
-                    "groups": s["groups"],
-                    "calls_per_forward": s["calls"],
-                    "modules": ";".join(dict.fromkeys(s["modules"])),
-                    "input_needs_grad": s["input_needs_grad"],
-                    "gflop_per_call": s["flop"] / 1e9,
-                    "flop_share": s["flop_share"],
-                    **{k: setting[k] for k in ("setting", "dtype", "memory_format")},
-                    **{k: setting[k] for k in ("cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_heuristic_mode_b")},
-                    "allow_tf32": setting["allow_tf32"],
-                    "accumulate": ACCUMULATE[setting["dtype"]] if args.device == "cuda" else "",
-                    "op": op,
-                    "status": r["status"],
-                    "reason": r.get("reason", ""),
-                    "first_call_ms": r.get("first_call_ms"),
-                    "ms_median": r.get("ms_median"),
-                    "ms_p10": r.get("ms_p10"),
-                    "ms_p90": r.get("ms_p90"),
-                    "warmup": args.warmup,
-                    "repeat": args.repeat,
-                    "timing_method": r.get("timing_method", ""),
-                    "tflop_per_s": tflops,
-                    "peak_precision": precision if peak else "",
-                    "peak_tflops": peak,
-                    "fraction_of_peak": tflops / peak if tflops and peak else None,
-                    **{k: r.get(k, "") for k in ("device", "torch", "cudnn", "cuda")},
-                    "utc": utc,
-                }
-            )
+    for s, pad, op in ((d, pad, op) for d in shapes for pad in ("", *d.get("pads", ())) for op in OPS):
+        r = by.get((s["network"], s["shape_key"], pad, op), {"status": "error", "reason": "no row from the worker"})
+        peaks = peaks_of(r.get("device", ""))
+        precision = PEAK_PRECISION[setting["dtype"]] if args.device == "cuda" else setting["dtype"]
+        peak = peaks.get(precision)
+        tflops = s["flop"] / (r["ms_median"] * 1e-3) / 1e12 if r.get("ms_median") else None
+        out.append(
+            {
+                "network": s["network"],
+                "shape_key": s["shape_key"],
+                "conv_dims": len(s["weight_shape"]) - 2,
+                "input_shape": "x".join(map(str, s["input_shape"])),
+                "weight_shape": "x".join(map(str, s["weight_shape"])),
+                "stride": "x".join(map(str, s["stride"])),
+                "padding": "x".join(map(str, s["padding"])),
+                "dilation": "x".join(map(str, s["dilation"])),
+                "groups": s["groups"],
+                "calls_per_forward": s["calls"],
+                "modules": ";".join(dict.fromkeys(s["modules"])),
+                "input_needs_grad": s["input_needs_grad"],
+                "gflop_per_call": s["flop"] / 1e9,
+                "flop_share": s["flop_share"],
+                "setting": setting["setting"] + (f"/{pad}" if pad else ""),
+                **{k: setting[k] for k in ("dtype", "memory_format")},
+                **{k: setting[k] for k in ("cudnn_benchmark", "cudnn_benchmark_limit", "cudnn_heuristic_mode_b")},
+                "allow_tf32": setting["allow_tf32"],
+                "accumulate": ACCUMULATE[setting["dtype"]] if args.device == "cuda" else "",
+                "op": op,
+                "status": r["status"],
+                "reason": r.get("reason", ""),
+                "first_call_ms": r.get("first_call_ms"),
+                "ms_median": r.get("ms_median"),
+                "ms_p10": r.get("ms_p10"),
+                "ms_p90": r.get("ms_p90"),
+                "warmup": args.warmup,
+                "repeat": args.repeat,
+                "timing_method": r.get("timing_method", ""),
+                "tflop_per_s": tflops,
+                "peak_precision": precision if peak else "",
+                "peak_tflops": peak,
+                "fraction_of_peak": tflops / peak if tflops and peak else None,
+                **{k: r.get(k, "") for k in ("device", "torch", "cudnn", "cuda")},
+                "utc": utc,
+            }
+        )
     return out
 
 
@@ -531,8 +600,9 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def summary(rows: list[dict], shapes: list[dict]) -> list[str]:
     """Per network: each setting's convolution ms of one forward + backward (calls x (fwd + wgrad + dgrad where
-    needed)) and FLOP-weighted fraction of peak (total FLOPs / total time / peak); then the setting that wins each
-    shape (least fwd + bwd time) and the time if each shape kept its winner."""
+    needed)) and FLOP-weighted fraction of peak (total FLOPs / total time / peak); a padded variant (``.../pad_*``,
+    skinny shapes only): its ms against the same setting unpadded on those shapes; then the setting that wins each
+    shape (least fwd + bwd time, padded variants included) and the time if each shape kept its winner."""
     info = {(s["network"], s["shape_key"]): s for s in shapes}
     ms = defaultdict(dict)  # (network, shape) -> setting -> ms of one step's calls, or None if a row is not ok
     peak_of = {}
@@ -554,6 +624,18 @@ def summary(rows: list[dict], shapes: list[dict]) -> list[str]:
         settings = list(dict.fromkeys(st for k in keys for st in ms[k]))
         lines.append(f"{network}: {len(keys)} shapes timed, {step_flop / 1e12:.3f} TFLOP of convolutions per step")
         for st in settings:
+            if "/pad_" in st:
+                base = st.rsplit("/", 1)[0]
+                mine = [k for k in keys if st in ms[k]]
+                pairs = [(ms[k][st], ms[k].get(base)) for k in mine]
+                if any(a is None or b is None for a, b in pairs):
+                    lines.append(f"  {st:45s} incomplete: a row not ok on its {len(mine)} skinny shape(s)")
+                else:
+                    padded, plain = sum(a for a, _ in pairs), sum(b for _, b in pairs)
+                    lines.append(
+                        f"  {st:45s} {padded:10.3f} ms on its {len(mine)} skinny shape(s), {plain:.3f} ms unpadded"
+                    )
+                continue
             vals = [ms[k].get(st) for k in keys]
             if any(v is None for v in vals):
                 bad = sum(v is None for v in vals)
@@ -596,6 +678,11 @@ def main(argv=None) -> None:
     )
     p.add_argument("--scale", choices=("paper", "small"), default="paper", help="the config's scale; default paper")
     p.add_argument("--limit", type=int, default=None, help="time only the first N distinct shapes of each network")
+    p.add_argument(
+        "--only-skinny",
+        action="store_true",
+        help=f"time only the skinny shapes (fewer than {SKINNY} input or output channels), unpadded and padded",
+    )
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per op after the first; default 3")
     p.add_argument("--repeat", type=int, default=20, help="timed calls per op (median, p10, p90); default 20")
     p.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml", help="the product's config file")
@@ -651,6 +738,10 @@ def main(argv=None) -> None:
         except KeyError as e:
             raise SystemExit(f"conv_shapes: {network}: unknown name {e} (model or configuration)") from None
         distinct = distinct_shapes(network, calls)
+        for d in distinct:
+            d["pads"] = shape_pads(d)
+        if args.only_skinny:
+            distinct = [d for d in distinct if d["pads"]]
         sizes[network] = (len(calls), len(distinct))
         print(f"{network}: {about}: {len(calls)} convolution calls per forward, {len(distinct)} distinct shapes")
         shapes += distinct[: args.limit] if args.limit else distinct

@@ -214,9 +214,11 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
         "norm": "group_norm",
         "checkpoint_attention": True,
         "conv_grad": "as_computed",
+        "skinny_conv": "as_is",
     }
     fused = "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"  # the same with norm "fused"
-    ours = {NDHWC, NDHWC + "_autotuned", fused, fused + "_autotuned"}
+    padconv = "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs"  # and the skinny convolutions padded
+    ours = {NDHWC, NDHWC + "_autotuned", fused, fused + "_autotuned", padconv, padconv + "_autotuned"}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
     v = VARIANTS[NDHWC + "_autotuned"]
     assert v.cudnn_benchmark and v.channels_last_3d and v.autocast == "bf16" and v.cuda_graphs and v.fused_adam
@@ -226,6 +228,7 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
         "norm": "channel_sums",
         "checkpoint_attention": False,
         "conv_grad": "channels_last_3d",
+        "skinny_conv": "as_is",
     }
     assert v.attention in ndhwc_ops.ATTENTION_IMPLS and v.upsample in ndhwc_ops.UPSAMPLE_IMPLS
     assert v.norm in ndhwc_ops.NORM_IMPLS and v.conv_grad in ndhwc_ops.CONV_GRAD_LAYOUTS and v.rewrites_network

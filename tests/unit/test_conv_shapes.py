@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+OPS = ("fwd", "dgrad", "wgrad")
 TOOL = REPO / "benchmarks" / "conv_shapes.py"
 
 
@@ -97,7 +98,8 @@ def test_conv_flops_formula(tool):
 
 def test_cpu_smoke_run_writes_every_column(tmp_path):
     """``--device cpu --limit 2``: each of the first two shapes of SR3 (small scale) under bf16 in both layouts,
-    three ops each, every column in the header, every row ``ok`` with a time."""
+    three ops each, the first (the stem, 2 input channels) also padded to 8 input channels, every column in the
+    header, every row ``ok`` with a time."""
     out = tmp_path / "conv.csv"
     env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
     argv = [sys.executable, str(TOOL), "--device", "cpu", "--scale", "small", "--networks", "sr3", "--limit", "2"]
@@ -119,7 +121,13 @@ def test_cpu_smoke_run_writes_every_column(tmp_path):
     module = iu.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert tuple(reader.fieldnames) == module.COLUMNS
-    assert len(rows) == 2 * 2 * 3  # shapes x layouts x ops
+    assert len(rows) == (2 + 1) * 2 * 3  # (shapes + the stem padded) x layouts x ops
+    assert sorted({r["setting"] for r in rows}) == [
+        "bf16/channels_last",
+        "bf16/channels_last/pad_cin8",
+        "bf16/contiguous",
+        "bf16/contiguous/pad_cin8",
+    ]
     assert {r["op"] for r in rows} == {"fwd", "dgrad", "wgrad"}
     assert {r["memory_format"] for r in rows} == {"channels_last", "contiguous"}
     for r in rows:
@@ -146,7 +154,10 @@ def test_a_killed_setting_keeps_its_rows_as_errors_and_bad_input_is_one_line(tmp
     assert done.returncode == 0, done.stderr[-2000:]
     with out.open() as f:
         rows = list(csv.DictReader(f))
-    assert [(r["op"], r["status"]) for r in rows] == [("fwd", "error"), ("dgrad", "error"), ("wgrad", "error")]
+    # SR3's stem, unpadded and padded to 8 input channels
+    assert [(r["setting"], r["op"], r["status"]) for r in rows] == [
+        (setting, op, "error") for setting in ("bf16/contiguous", "bf16/contiguous/pad_cin8") for op in OPS
+    ]
     assert all("setting-timeout" in r["reason"] for r in rows)
     assert "incomplete" in done.stdout
 
@@ -159,3 +170,70 @@ def test_a_killed_setting_keeps_its_rows_as_errors_and_bad_input_is_one_line(tmp
     )
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("--dtypes: fp16 not one of bf16, fp32")
     assert not (tmp_path / "bad.csv").exists()
+
+
+def test_skinny_shapes_get_their_paddings(tool, cfg):
+    """Paper scale: Study A's skinny convolutions are its stem (3 -> 64: padded to 8 input channels) and its output
+    convolution (64 -> 1: padded to 8 and 16 output channels); SR3's its stem (2 input channels) and output (to 1
+    or 3 channels); no other shape is skinny."""
+    _, calls = tool.network_calls(
+        "study_a", cfg, "paper", "whole_head", "bf16_channels_last_3d_ndhwc_compile_cudagraphs", ""
+    )
+    skinny = {tuple(s["modules"]): tool.shape_pads(s) for s in tool.distinct_shapes("study_a", calls)}
+    skinny = {k: v for k, v in skinny.items() if v}
+    assert skinny == {("stem",): ["pad_cin8"], ("head.2",): ["pad_cout8", "pad_cout16"]}
+    _, sr3_calls = tool.network_calls("sr3", cfg, "paper", "", "", "faithful")
+    sr3 = [s for s in tool.distinct_shapes("sr3", sr3_calls) if tool.shape_pads(s)]
+    assert [(s["weight_shape"][1], tool.shape_pads(s)) for s in sr3][0] == (2, ["pad_cin8"])
+    assert len(sr3) == 2 and sr3[1]["weight_shape"][0] < 8 and tool.shape_pads(sr3[1]) == ["pad_cout8", "pad_cout16"]
+    assert tool.shape_pads({"weight_shape": (4, 1, 3, 3), "groups": 4}) == []  # grouped: never padded
+
+
+@pytest.mark.parametrize("pad", ["pad_cout8", "pad_cout16", "pad_cin8"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_padded_steps_equal_the_plain_convolution(tool, pad, layout):
+    """Each padded variant's timed calls (fp64, CPU) give the unpadded convolution's output, input gradient and
+    weight gradient, with the real shapes, in the row's layout."""
+    import torch
+
+    torch.manual_seed(0)
+    w_shape = (1, 6, 3, 3, 3) if pad.startswith("pad_cout") else (5, 3, 3, 3, 3)
+    x = tool._layout(torch.randn(2, w_shape[1], 5, 6, 7, dtype=torch.float64), layout)
+    w = tool._layout(torch.randn(w_shape, dtype=torch.float64), layout)
+    args = ((1, 1, 1), (1, 1, 1), (1, 1, 1), False, [0, 0, 0], 1)
+    gy = tool._layout(torch.randn(2, w_shape[0], 5, 6, 7, dtype=torch.float64), layout)
+    plain, padded = tool.conv_steps(x, w, gy, args, layout), tool.conv_steps(x, w, gy, args, layout, pad)
+    for op in OPS:
+        ref, got = plain[op](), padded[op]()
+        assert got.shape == ref.shape and (got - ref).abs().max() <= 1e-12 * ref.abs().max(), op
+        if layout == "channels_last":
+            assert got.is_contiguous(memory_format=torch.channels_last_3d), op
+
+
+def test_only_skinny_times_the_skinny_shapes_padded(tmp_path):
+    """``--only-skinny`` on Study A (small scale, a CPU): only the stem and the output convolution, each unpadded and
+    with its paddings, every row ``ok``; the summary compares each padding with the unpadded time."""
+    out = tmp_path / "skinny.csv"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "workflow")}
+    argv = [sys.executable, str(TOOL), "--device", "cpu", "--scale", "small", "--networks", "study_a"]
+    done = subprocess.run(
+        [*argv, "--only-skinny", "--layouts", "channels_last", "--repeat", "2", "--warmup", "0", "--csv", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    got = sorted({(r["modules"], r["setting"]) for r in rows})
+    assert got == [
+        ("head.2", "bf16/channels_last"),
+        ("head.2", "bf16/channels_last/pad_cout16"),
+        ("head.2", "bf16/channels_last/pad_cout8"),
+        ("stem", "bf16/channels_last"),
+        ("stem", "bf16/channels_last/pad_cin8"),
+    ]
+    assert len(rows) == 5 * 3 and all(r["status"] == "ok" and float(r["ms_median"]) > 0 for r in rows)
+    assert "pad_cout8" in done.stdout and "ms unpadded" in done.stdout

@@ -34,6 +34,7 @@ class Variant:
     upsample: str = "interpolate"  # or "separable": x2 trilinear as three 1-D passes in fp32
     norm: str = "group_norm"  # or "channel_sums": from per-channel sums; "fused": GroupNorm+SiLU(+add) in one kernel
     conv_grad: str = "as_computed"  # or "channels_last_3d": each Conv3d's incoming gradient made channels_last_3d
+    skinny_conv: str = "as_is"  # or "pad8"/"pad16": Conv3d sides of < 8 channels zero-padded (models.padded_conv)
 
     @property
     def cuda_graphs(self) -> bool:
@@ -49,6 +50,7 @@ class Variant:
             "norm": self.norm,
             "checkpoint_attention": self.checkpoint_attention,
             "conv_grad": self.conv_grad,
+            "skinny_conv": self.skinny_conv,
         }
 
     @property
@@ -141,6 +143,22 @@ VARIANTS: dict[str, Variant] = {
             upsample="separable",
             norm="fused",
             conv_grad="channels_last_3d",
+        ),
+        # the same with the stem's 3 input channels and the output convolution's one output channel zero-padded to 8
+        # (accelbench.models.padded_conv: same parameters and result; cuDNN is poor at Cout=1 / Cin=3)
+        Variant(
+            "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs",
+            autocast="bf16",
+            channels_last_3d=True,
+            compile=True,
+            compile_mode="reduce-overhead",
+            fused_adam=True,
+            attention="tokens_sdpa",
+            checkpoint_attention=False,
+            upsample="separable",
+            norm="fused",
+            conv_grad="channels_last_3d",
+            skinny_conv="pad8",
         ),
     )
 }

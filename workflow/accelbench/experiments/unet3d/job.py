@@ -62,7 +62,10 @@ upsampling as three separable 1-D passes (``separable``), GroupNorm from per-cha
 (``channel_sums``), each Conv3d's incoming gradient channels_last_3d (``conv_grad``); on the MONAI stand-in it is
 ``unsupported``; ``bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs``: the same with ``norm="fused"`` (every
 GroupNorm with the SiLU after it and the time-embedding add before it in one Triton kernel family, forward and
-backward: :mod:`accelbench.models.fused_groupnorm`). Inductor's search
+backward: :mod:`accelbench.models.fused_groupnorm`);
+``bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs``: the same with the stem's 3 input channels and the
+output convolution's 1 output channel zero-padded to 8 on the fly (``skinny_conv="pad8"``,
+:mod:`accelbench.models.padded_conv`: same parameters and state dict, same result). Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 

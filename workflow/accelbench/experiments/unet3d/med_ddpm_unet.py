@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
-from accelbench.models import ndhwc_ops
+from accelbench.models import ndhwc_ops, padded_conv
 from accelbench.models.fused_groupnorm import FusedGroupNorm
 
 
@@ -207,6 +207,7 @@ class MedDDPMUNet(nn.Module):
         upsample: str = "interpolate",
         norm: str = "group_norm",
         conv_grad: str = "as_computed",
+        skinny_conv: str = "as_is",
     ):
         super().__init__()
         self._conv_grad_hooks: list = []
@@ -264,6 +265,7 @@ class MedDDPMUNet(nn.Module):
             norm=norm,
             checkpoint_attention=checkpoint_attention,
             conv_grad=conv_grad,
+            skinny_conv=skinny_conv,
         )
 
     def set_implementations(
@@ -274,6 +276,7 @@ class MedDDPMUNet(nn.Module):
         norm: str = "group_norm",
         checkpoint_attention: bool = True,
         conv_grad: str = "as_computed",
+        skinny_conv: str = "as_is",
     ) -> MedDDPMUNet:
         """Choose, in place, how the attention blocks, the upsamplings and the GroupNorms compute (names:
         :mod:`accelbench.models.ndhwc_ops`; the defaults are Med-DDPM's), whether attention is checkpointed and the
@@ -281,12 +284,17 @@ class MedDDPMUNet(nn.Module):
         parameters stay the same tensors (``norm="channel_sums"`` swaps each ``nn.GroupNorm`` for a
         :class:`~accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding its weight and bias, and back;
         ``norm="fused"`` for a :class:`~accelbench.models.fused_groupnorm.FusedGroupNorm` that also applies the SiLU
-        after it in each residual block and the head, and the time-embedding add before the second one), so the
-        state dict, the optimizer's parameters and the arithmetic are unchanged. Call it before ``torch.compile``."""
+        after it in each residual block and the head, and the time-embedding add before the second one;
+        ``skinny_conv="pad8"``/``"pad16"`` the stem and the output convolution, whose input or output has fewer than 8
+        channels, for a :class:`~accelbench.models.padded_conv.PaddedConv3d` computing them zero-padded to 8/16
+        channels), so the state dict, the optimizer's parameters and the arithmetic are unchanged. Call it before
+        ``torch.compile``."""
         _check("attention", attention, ndhwc_ops.ATTENTION_IMPLS)
         _check("upsample", upsample, ndhwc_ops.UPSAMPLE_IMPLS)
         _check("norm", norm, ndhwc_ops.NORM_IMPLS)
         _check("conv_grad", conv_grad, ndhwc_ops.CONV_GRAD_LAYOUTS)
+        _check("skinny_conv", skinny_conv, padded_conv.SKINNY_CONV_IMPLS)
+        padded_conv.set_skinny_convs(self, skinny_conv)  # before the hooks: they go on the modules that run
         for handle in self._conv_grad_hooks:
             handle.remove()
         self._conv_grad_hooks = (

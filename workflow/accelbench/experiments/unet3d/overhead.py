@@ -23,6 +23,16 @@ def case_of(result: dict):
     return spec, system, Settings.from_spec(spec, system)
 
 
+def settings_text(settings, variant) -> str:
+    """The ``settings`` cell of a Study A row: preset, volume, math mode, compilation and, where the configuration
+    rewrites Med-DDPM's network, each module implementation it runs (``norm=fused, conv_grad=..., skinny_conv=...``:
+    :attr:`.configs.Variant.network_options`)."""
+    text = f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}"
+    if variant.rewrites_network:
+        text += "".join(f", {k}={v}" for k, v in variant.network_options.items())
+    return text
+
+
 def study_a(args) -> None:
     """Time the rule's step (``Workload.train_step`` through ``measure.phase.train_phase``) and the bare loop
     (:func:`.bare.bare_samples`) of ``args.result`` on ``args.image``/``args.mask``; append one row to ``args.csv``."""
@@ -78,8 +88,6 @@ def study_a(args) -> None:
             steps=repeat,
             threads_per_rank=torch.get_num_threads(),
             cudnn_benchmark=variant.cudnn_benchmark,
-            settings=f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, "
-            f"compile={variant.compile}"
-            + ("".join(f", {k}={v}" for k, v in variant.network_options.items()) if variant.rewrites_network else ""),
+            settings=settings_text(settings, variant),
         ).cells(device),
     )
