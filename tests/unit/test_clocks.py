@@ -135,14 +135,16 @@ def test_a_power_capped_phase_records_its_clocks_and_the_noise_names_the_cap(clo
     m = {"clocks": clocks.report({"iteration": c}, "iteration")}
     assert m["clocks"]["sm_clock_mhz"] == 1755 and m["clocks"]["main_phase"] == "iteration"
     noise = hostload.assess(m, None)
-    assert noise["noisy"] and noise["thresholds"]["clock_ratio_min"] == 0.9
+    # a clock limit is a caution beside the numbers, not "not measured reliably" (an H100 at full load may sit at
+    # its power cap)
+    assert not noise["noisy"] and noise["why"] == [] and noise["thresholds"]["clock_ratio_min"] == 0.9
     assert noise["thresholds"]["clock_reason_fraction_max"] == 0.5
-    assert noise["why"] == [
+    assert noise["cautions"] == [
         "SM clock median 1755 MHz over the timed steps of iteration is 0.89 of its max 1980 MHz (< 0.9; "
         "power/thermal reasons: sw_power_cap 67%)",
         "clock event reason sw_power_cap active in 67% of 3 clock samples of iteration (> 50%)",
     ]
-    assert not hostload.assess(m, None, {"clock_ratio_min": 0.85, "clock_reason_fraction_max": 0.7})["noisy"]
+    assert hostload.assess(m, None, {"clock_ratio_min": 0.85, "clock_reason_fraction_max": 0.7})["cautions"] == []
 
 
 def test_samples_at_most_once_per_interval_and_at_least_once(clock, nvml):

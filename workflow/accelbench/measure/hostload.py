@@ -182,7 +182,10 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
 
     Returns:
         ``{"noisy": bool, "why": [str], "spread_p90_over_median": float | None, "spread_of": str | None,
-        "host": load, "thresholds": {...}}``. ``noisy`` means "not measured reliably": a claims check treats it so.
+        "host": load, "thresholds": {...}, "cautions": [str]}``. ``noisy`` means "not measured reliably": a claims
+        check treats it so; ``cautions`` (the device's clocks held below ``clock_ratio_min`` of their maximum, or a power
+        or thermal limit active in more than ``clock_reason_fraction_max`` of the samples) are recorded beside the
+        numbers and do not make them noisy.
     """
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     spreads = [(t["p90"] / t["median"], name) for name, t in _timings(measurements) if t["median"] > 0]
@@ -190,7 +193,9 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
     why = []
     if spread is not None and spread > th["spread_max"]:
         why.append(f"timing spread p90/median {spread:.2f} > {th['spread_max']} ({spread_of})")
-    why += clocks.cautions(measurements.get("clocks"), th["clock_ratio_min"], th["clock_reason_fraction_max"])
+    # Clock limits are what the device does under this load (an H100 at full load may sit at its power cap), not
+    # interference from elsewhere: recorded as cautions beside the numbers, never as "not measured reliably".
+    cautions = clocks.cautions(measurements.get("clocks"), th["clock_ratio_min"], th["clock_reason_fraction_max"])
     if load is not None:
         if load["cpu_other_fraction"] > th["cpu_other_max"]:
             why.append(
@@ -205,6 +210,7 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
     return {
         "noisy": bool(why),
         "why": why,
+        "cautions": cautions,
         "spread_p90_over_median": spread,
         "spread_of": spread_of,
         "host": load,
