@@ -165,7 +165,8 @@ def _layout_copies_around_the_op(code: str) -> tuple[int, int]:
     return calls, copies
 
 
-def test_inductor_layout_optimization_passes_channels_last_through_the_op():
+@pytest.mark.parametrize("layout", ["layout_optimization", "channels_last"])
+def test_inductor_passes_channels_last_through_the_op(layout):
     """SR3's ``bf16_compile_layout_opt_fused_gn_cudagraphs`` compiles an NCHW network with Inductor's layout
     optimization forced (the options of ``sr3.model.compile_options``): the convolutions' activations are
     channels-last in the compiled graph. The operator is tagged ``flexible_layout`` and reads both layouts, so
@@ -174,7 +175,9 @@ def test_inductor_layout_optimization_passes_channels_last_through_the_op():
     eager graph's NCHW order) the CPU wrappers of this conv -> GroupNorm + SiLU (+ the time-embedding add) -> conv
     block had five: x before the forward, y after it, dy and x before the backward, dx after it (torch 2.13).
     Caches off: the FX graph cache key of torch 2.13 leaves out the custom operator's tags, so a cached compile of
-    the old operator would be replayed unchanged."""
+    the old operator would be replayed unchanged. ``channels_last``: Study A's way (channels-last tensors and
+    weights in eager, no layout optimization), no copy before or after the change (it fails on a fake that
+    allocates contiguous outputs)."""
     from torch._inductor.utils import run_and_get_code
 
     from accelbench.experiments.sr3.model import compile_options
@@ -192,8 +195,11 @@ def test_inductor_layout_optimization_passes_channels_last_through_the_op():
     torch.manual_seed(0)
     block = Block()
     x, temb = torch.randn(2, 64, 32, 32, requires_grad=True), torch.randn(2, 64)
-    options = compile_options(None, layout_optimization=True)["options"]
-    assert options["layout_optimization"] and options["force_layout_optimization"]
+    options = compile_options(None, layout_optimization=layout == "layout_optimization").get("options", {})
+    assert options.get("force_layout_optimization", False) == (layout == "layout_optimization")
+    if layout == "channels_last":
+        block = block.to(memory_format=torch.channels_last)
+        x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
     torch._dynamo.reset()
     compiled = torch.compile(block, options=options)
 
