@@ -6,6 +6,7 @@ the operator's own forward and backward formulas in fp64 (``gradcheck``, and val
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -135,6 +136,131 @@ def test_under_torch_compile_on_the_cpu_the_module_gives_the_same_output():
     assert torch.allclose(y, ye, atol=1e-5) and torch.allclose(xg.grad, xe.grad, atol=1e-5)
 
 
+# --------------------------------------------------------------------------- Inductor's layout copies around the op
+_OP_CALL = re.compile(r"^\s*(\w+) = torch\.ops\.accelbench\.(group_norm_act(?:_backward)?)\.default\((.*)\)\s*$")
+_KERNEL_CALL = re.compile(r"^\s*(?:cpp_fused_\w+|triton_\w+(?:\.run)?)\((.*)\)\s*$")
+# the activation-shaped arguments of each operator (x; dy and x), by position
+_OP_ACTIVATIONS = {"group_norm_act": 1, "group_norm_act_backward": 2}
+
+
+def _layout_copies_around_the_op(code: str) -> tuple[int, int]:
+    """(operator calls, activation tensors copied for them) in one Inductor wrapper: an activation argument of
+    ``accelbench::group_norm_act(_backward)`` that a generated kernel (``cpp_fused_*``, ``triton_*``) wrote before the
+    call, or its first output (y, dx) that one reads after it. In a conv -> op -> conv graph every such kernel is a
+    layout copy (nothing else computes between the convolutions and the op)."""
+    lines = code.splitlines()
+    calls, copies = 0, 0
+    for i, line in enumerate(lines):
+        m = _OP_CALL.match(line)
+        if not m:
+            continue
+        calls += 1
+        result, op, args = m.groups()
+        inputs = [a.strip() for a in args.split(",")[: _OP_ACTIVATIONS[op]]]
+        kernels_before = [set(map(str.strip, k.group(1).split(","))) for k in map(_KERNEL_CALL.match, lines[:i]) if k]
+        copies += sum(any(a in k for k in kernels_before) for a in inputs)
+        out = next((o.group(1) for o in (re.match(rf"^\s*(\w+) = {result}\[0\]$", x) for x in lines[i:]) if o), None)
+        kernels_after = [set(map(str.strip, k.group(1).split(","))) for k in map(_KERNEL_CALL.match, lines[i:]) if k]
+        copies += any(out in k for k in kernels_after)
+    return calls, copies
+
+
+@pytest.mark.parametrize("layout", ["layout_optimization", "channels_last"])
+def test_inductor_passes_channels_last_through_the_op(layout):
+    """SR3's ``bf16_compile_layout_opt_fused_gn_cudagraphs`` compiles an NCHW network with Inductor's layout
+    optimization forced (the options of ``sr3.model.compile_options``): the convolutions' activations are
+    channels-last in the compiled graph. The operator is tagged ``flexible_layout`` and reads both layouts, so
+    Inductor hands it the convolution's channels-last output and its output straight to the next convolution, forward
+    and backward: no layout copy around it. With torch's default for custom operators (needs_fixed_stride_order: the
+    eager graph's NCHW order) the CPU wrappers of this conv -> GroupNorm + SiLU (+ the time-embedding add) -> conv
+    block had five: x before the forward, y after it, dy and x before the backward, dx after it (torch 2.13).
+    Caches off: the FX graph cache key of torch 2.13 leaves out the custom operator's tags, so a cached compile of
+    the old operator would be replayed unchanged. ``channels_last``: Study A's way (channels-last tensors and
+    weights in eager, no layout optimization), no copy before or after the change (it fails on a fake that
+    allocates contiguous outputs)."""
+    from torch._inductor.utils import run_and_get_code
+
+    from accelbench.experiments.sr3.model import compile_options
+
+    class Block(nn.Module):
+        def __init__(self, c=64, groups=32):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+            self.norm = fg.FusedGroupNorm(groups, c, activation="silu")
+            self.norm.impl = "fused"  # the operator here (its torch formulas), not the CPU's reference
+
+        def forward(self, x, temb):
+            return self.conv2(self.norm(self.conv1(x), temb))
+
+    torch.manual_seed(0)
+    block = Block()
+    x, temb = torch.randn(2, 64, 32, 32, requires_grad=True), torch.randn(2, 64)
+    options = compile_options(None, layout_optimization=layout == "layout_optimization").get("options", {})
+    assert options.get("force_layout_optimization", False) == (layout == "layout_optimization")
+    if layout == "channels_last":
+        block = block.to(memory_format=torch.channels_last)
+        x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    torch._dynamo.reset()
+    compiled = torch.compile(block, options=options)
+
+    def step():
+        y = compiled(x, temb)
+        (gx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+        return y, gx
+
+    with torch.compiler.config.patch(force_disable_caches=True):
+        (y, gx), codes = run_and_get_code(step)
+    torch._dynamo.reset()
+    counts = [_layout_copies_around_the_op(code) for code in codes]
+    assert [calls for calls, _ in counts] == [1, 1]  # the forward and the backward operator, one wrapper each
+    assert sum(copies for _, copies in counts) == 0
+    block.norm.impl = "reference"
+    ye = block(x, temb)
+    (gxe,) = torch.autograd.grad(ye, x, torch.ones_like(ye))
+    assert torch.allclose(y, ye, atol=1e-4) and torch.allclose(gx, gxe, atol=1e-4)
+
+
+def _op_reads_any_layout(dtype, rtol):
+    """Under ``flexible_layout`` Inductor may pass the operator any strides: dense channels-last and contiguous x are
+    read in place and y, dx come back in their layout; anything else (a channel slice: each sample dense, a gap
+    between samples; a permuted dense layout) is copied contiguous first. Values against ``F.group_norm`` + SiLU and
+    its autograd gradient (within ``rtol`` of the largest value); the fake implementations give the real strides
+    (Inductor asserts them in the compiled code)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(3, 16, 5, 6, generator=g, dtype=dtype)
+    inputs = {
+        "contiguous": base[:, :8].contiguous(),
+        "channels_last": base[:, :8].contiguous(memory_format=torch.channels_last),
+        "channel_slice": base[:, 8:],
+        "channels_last_slice": base.contiguous(memory_format=torch.channels_last)[:, 8:],
+        "permuted": base[:, :8].permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3),
+    }
+    w, b = torch.randn(8, generator=g, dtype=dtype), torch.randn(8, generator=g, dtype=dtype)
+    for name, x in inputs.items():
+        want = x.stride() if name in ("contiguous", "channels_last") else x.contiguous().stride()
+        y, mean, rstd = torch.ops.accelbench.group_norm_act(x, w, b, None, 4, 1e-5, True)
+        xr = x.detach().clone().requires_grad_()
+        ref = F.silu(F.group_norm(xr, 4, w, b, 1e-5))
+        dy = torch.randn(x.shape, generator=g, dtype=dtype)
+        dx, _, _ = torch.ops.accelbench.group_norm_act_backward(dy, x, w, b, None, mean, rstd, 4, True)
+        (dx_ref,) = torch.autograd.grad(ref, xr, dy)
+        assert y.stride() == want and dx.stride() == want, name
+        assert (y - ref).abs().max() <= rtol * ref.abs().max(), name
+        assert (dx - dx_ref).abs().max() <= rtol * dx_ref.abs().max(), name
+        with FakeTensorMode() as mode:
+            fx, fw, fb, fdy = (mode.from_tensor(t) for t in (x, w, b, dy))
+            fy, fmean, frstd = torch.ops.accelbench.group_norm_act(fx, fw, fb, None, 4, 1e-5, True)
+            fdx, _, _ = torch.ops.accelbench.group_norm_act_backward(fdy, fx, fw, fb, None, fmean, frstd, 4, True)
+        assert fy.stride() == y.stride() and fdx.stride() == dx.stride(), name
+
+
+def test_the_op_formulas_read_any_layout_and_the_fake_allocates_like_them(monkeypatch):
+    monkeypatch.setattr(kernels, "triton_on", lambda x: False)
+    _op_reads_any_layout(torch.float64, 1e-12)
+
+
 # --------------------------------------------------------------------------- the Triton kernels, interpreted
 @pytest.fixture
 def interpreted():
@@ -189,6 +315,12 @@ def test_triton_kernels_skip_the_fully_masked_tiles_of_the_last_chunk(interprete
     monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 3)
     assert kernels.blocks(8, 40, 1) == (8, 4, 4, 3)  # BLOCK_C, BLOCK_S, tiles per chunk, chunks: 3 x 16 > 40 + 4
     _fused_matches_reference(interpreted, (1, 8, 5, 8), torch.channels_last, 2, residual)
+
+
+def test_triton_kernels_read_any_layout_and_the_fake_allocates_like_them(interpreted):
+    """The kernels read x and write y, dx through x's strides: a channel slice (each sample dense, a gap between
+    samples) reached them uncopied and y, allocated contiguous by ``empty_like``, was written at x's sample stride."""
+    _op_reads_any_layout(torch.float32, TRITON_RTOL)
 
 
 def test_launch_geometry_needs_no_triton():

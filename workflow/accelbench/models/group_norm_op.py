@@ -66,17 +66,22 @@ def _broadcastable(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- layout and small glue (torch)
 def dense(x: torch.Tensor) -> torch.Tensor:
-    """``x`` if it is channels-last or contiguous (read through strides), else a contiguous copy."""
+    """``x`` if it is dense channels-last or contiguous (read through strides), else a contiguous copy. The operator
+    applies it to its own inputs (Inductor may hand it any layout: the operator is tagged ``flexible_layout``) and its
+    fake implementations allocate their outputs like ``dense(x)``, so the real and fake strides agree."""
     return x if _strides(x) is not None else x.contiguous()
 
 
 def _strides(x: torch.Tensor) -> tuple[int, int, int] | None:
-    """(sample, channel, spatial) strides of x viewed as (B, C, S), or None when the spatial axes do not flatten."""
+    """(sample, channel, spatial) strides of x viewed as (B, C, S), or None unless x is dense channels-last
+    (B, *spatial, C) or dense contiguous (B, C, *spatial): the kernels write y and dx, allocated ``empty_like(x)``,
+    through x's strides, and ``empty_like`` keeps the strides of dense tensors only (a per-sample dense x with gaps
+    between samples, e.g. a channel slice, would get a contiguous y written at x's sample stride)."""
     b, c = x.shape[:2]
     s = x.numel() // max(b * c, 1)
     if x.permute(0, *range(2, x.dim()), 1).is_contiguous():  # channels-last: (B, *spatial, C) dense
         return x.stride(0), 1, c
-    if x[0].is_contiguous():  # (C, *spatial) dense per sample
+    if x.is_contiguous():  # (B, C, *spatial) dense
         return x.stride(0), s, 1
     return None
 
@@ -139,6 +144,7 @@ def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
     s = x.numel() // (b * c)
     cpg = c // num_groups
     sx, r, sr = _views(x, residual)
+    weight, bias = _flat(weight), _flat(bias)
     block_c, block_s, tiles, k = kernels.blocks(c, s, b)
     mean_p = torch.empty(b, k, c, device=x.device, dtype=_cdt(x))
     m2_p = torch.empty_like(mean_p)
@@ -166,7 +172,8 @@ def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
 def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
     """The Triton backward: three launches (``_bwd_reduce_kernel``, ``_bwd_combine_kernel``, ``_bwd_apply_kernel``),
     no host synchronisation. ``dy`` in x's strides, ``stats`` the forward's (mean, rstd) (B, G)."""
-    mean, rstd = stats
+    mean, rstd = stats[0].contiguous(), stats[1].contiguous()
+    weight, bias = _flat(weight), _flat(bias)
     b, c = x.shape[:2]
     s = x.numel() // (b * c)
     cpg = c // num_groups
@@ -196,6 +203,11 @@ def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
     return dx, dweight, dbias
 
 
+def _flat(t):
+    """``t`` contiguous (the kernels index weight and bias as (C,), mean and rstd as (B, G), with unit strides)."""
+    return t.contiguous() if t is not None else None
+
+
 def _or(t, x):
     """``t``, or ``x`` as a placeholder pointer where ``t`` is None (the kernel's HAS_* flag is then off)."""
     return t if t is not None else x
@@ -220,6 +232,7 @@ def _input(x, residual):
 
 
 def _forward(x, weight, bias, residual, num_groups, eps, silu):
+    x = dense(x)  # Inductor chooses the layout it passes (flexible_layout): other than the two dense ones, copied
     if kernels.triton_on(x):
         return _launch_forward(x, weight, bias, residual, num_groups, eps, silu)
     b, c = x.shape[:2]
@@ -236,6 +249,7 @@ def _forward(x, weight, bias, residual, num_groups, eps, silu):
 
 def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     """(dx, dweight, dbias): dx in x's dtype and layout, dweight/dbias fp32 (C,)."""
+    x = dense(x)
     dy = dy if dy.stride() == x.stride() else torch.empty_like(x, dtype=dy.dtype).copy_(dy)
     if kernels.triton_on(x):
         return _launch_backward(dy, x, weight, bias, residual, (mean, rstd), num_groups, silu)
@@ -264,7 +278,15 @@ def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     return torch.empty_like(x).copy_(dx), dweight, dbias
 
 
-@torch.library.custom_op("accelbench::group_norm_act", mutates_args=())
+# flexible_layout: Inductor passes the inputs in the layout it chose (its layout optimization keeps convolution
+# activations channels-last in an NCHW network); without the tag (the default for custom operators since torch 2.5,
+# needs_fixed_stride_order) it copies them to the eager graph's NCHW order and the outputs back: five
+# activation-sized copies per forward + backward (tests/experiments/test_fused_groupnorm.py counts them). The
+# operator reads any layout (dense() above); its fake implementations allocate like it.
+LAYOUT_TAGS = (torch.Tag.flexible_layout,)
+
+
+@torch.library.custom_op("accelbench::group_norm_act", mutates_args=(), tags=LAYOUT_TAGS)
 def group_norm_act_op(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -281,10 +303,10 @@ def group_norm_act_op(
 @group_norm_act_op.register_fake
 def _(x, weight, bias, residual, num_groups, eps, silu):
     stat = x.new_empty((x.shape[0], num_groups), dtype=_cdt(x))
-    return torch.empty_like(x), stat, torch.empty_like(stat)
+    return torch.empty_like(dense(x)), stat, torch.empty_like(stat)
 
 
-@torch.library.custom_op("accelbench::group_norm_act_backward", mutates_args=())
+@torch.library.custom_op("accelbench::group_norm_act_backward", mutates_args=(), tags=LAYOUT_TAGS)
 def _group_norm_act_backward_op(
     dy: torch.Tensor,
     x: torch.Tensor,
@@ -303,7 +325,7 @@ def _group_norm_act_backward_op(
 @_group_norm_act_backward_op.register_fake
 def _(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     c = x.new_empty((x.shape[1],), dtype=_cdt(x))
-    return torch.empty_like(x), c, torch.empty_like(c)
+    return torch.empty_like(dense(x)), c, torch.empty_like(c)
 
 
 def _setup_context(ctx, inputs, output):
