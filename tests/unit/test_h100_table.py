@@ -36,6 +36,28 @@ def test_sr3_minutes_of_a_real_h100_beside_study_bs_and_never_an_h200s(tmp_path)
     assert set(only_h200["h100"]) == {""}
 
 
+def test_two_h100_nodes_each_get_their_sr3_row_with_their_origin(tmp_path):
+    """Two H100 nodes measured the same work 17% apart (reference runs h100x1 and h100x1b, 2026-12-05): both rows
+    are shown, fastest first, each naming its origin; picking one would hide the node-to-node spread."""
+    slow, fast = fr.sr3("h100", 1, 219.9), fr.sr3("h100", 1, 188.1)
+    rows = ht.sr3_rows(
+        [
+            {**slow, "_hardware": "reference run (H100 1-GPU, 2026-12-05): NVIDIA H100 80GB HBM3 (1x, 79.18 GiB)"},
+            {**fast, "_hardware": "reference run (H100 1-GPU, node 2, 2026-12-05): NVIDIA H100 80GB HBM3 (1x, 79.18 GiB)"},
+        ],
+        pd.DataFrame({"system": ["h100", "h100"], "devices": [1, 2], "minutes": [132.0, 72.0]}),
+    )
+    one = [r for r in rows if r["what"].startswith("SR3 strong scaling, 1 device")]
+    assert [r["h100"] for r in one] == [
+        "NVIDIA H100 80GB HBM3 (1x, 79.18 GiB); reference run (H100 1-GPU, node 2, 2026-12-05)",
+        "NVIDIA H100 80GB HBM3 (1x, 79.18 GiB); reference run (H100 1-GPU, 2026-12-05)",
+    ]
+    minutes = [r["measurements"]["study_b_projection"]["minutes"] for r in (fast, slow)]
+    assert [r["difference_pct"] for r in one] == [round(100 * (m - 132) / 132, 1) for m in minutes]
+    two = [r for r in rows if r["what"].startswith("SR3 strong scaling, 2 device")]
+    assert len(two) == 1 and two[0]["measured_on_h100"] == ht.NOT_MEASURED
+
+
 def test_every_h100_claim_has_a_row_with_its_published_value():
     claims = pd.read_csv(REF / "study_a_claims.csv", comment="#", keep_default_na=False)
     h100_claims = claims[claims["gpu"].str.contains("h100") | (claims["gpu"] == "all")]["claim_id"]
