@@ -43,7 +43,10 @@ def test_two_h100_nodes_each_get_their_sr3_row_with_their_origin(tmp_path):
     rows = ht.sr3_rows(
         [
             {**slow, "_hardware": "reference run (H100 1-GPU, 2026-12-05): NVIDIA H100 80GB HBM3 (1x, 79.18 GiB)"},
-            {**fast, "_hardware": "reference run (H100 1-GPU, node 2, 2026-12-05): NVIDIA H100 80GB HBM3 (1x, 79.18 GiB)"},
+            {
+                **fast,
+                "_hardware": "reference run (H100 1-GPU, node 2, 2026-12-05): NVIDIA H100 80GB HBM3 (1x, 79.18 GiB)",
+            },
         ],
         pd.DataFrame({"system": ["h100", "h100"], "devices": [1, 2], "minutes": [132.0, 72.0]}),
     )

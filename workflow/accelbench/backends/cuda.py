@@ -78,6 +78,34 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def nvml_handle(torch_index: int, what: str):
+    """``(pynvml, handle, uuid)`` of the GPU that torch calls ``torch_index`` (:func:`visible_gpus`: NVML numbers
+    every GPU of the host, torch only the visible ones).
+
+    Raises:
+        CounterUnavailable: pynvml missing, no driver, or ``torch_index`` not visible; the message names ``what``
+            (``energy counter``, ``clocks``) where NVML failed.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
+        visible = visible_gpus(count, uuids)
+        if torch_index >= len(visible):
+            raise CounterUnavailable(
+                f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
+            )
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index]), uuids[visible[torch_index]]
+    except CounterUnavailable:
+        raise
+    except Exception as exc:  # no driver, NVML_ERROR_*
+        raise CounterUnavailable(f"NVML {what} not readable: {type(exc).__name__}: {exc}") from None
+
+
 class NvmlCounter(Counter):
     """NVIDIA: ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver loaded; Volta and later) of the GPU that
     torch calls ``torch_index`` (mapped through ``CUDA_VISIBLE_DEVICES`` by :func:`visible_gpus`). Needs
@@ -92,26 +120,11 @@ class NvmlCounter(Counter):
     covers = "GPU board (GPU, HBM, board power delivery)"
 
     def __init__(self, torch_index: int = 0):
+        pynvml, self.handle, self.identity = nvml_handle(torch_index, "energy counter")
         try:
-            import pynvml
-        except ImportError:
-            raise CounterUnavailable("nvidia-ml-py (pynvml) is not installed") from None
-        try:
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-            visible = visible_gpus(count, uuids)
-            if torch_index >= len(visible):
-                raise CounterUnavailable(
-                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
-                )
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
-            self.identity = uuids[visible[torch_index]]
             self._read = pynvml.nvmlDeviceGetTotalEnergyConsumption
             self._read(self.handle)
-        except CounterUnavailable:
-            raise
-        except Exception as exc:  # NVML_ERROR_NOT_SUPPORTED (pre-Volta), no driver, ...
+        except Exception as exc:  # NVML_ERROR_NOT_SUPPORTED (pre-Volta), ...
             raise CounterUnavailable(f"NVML energy counter not readable: {type(exc).__name__}: {exc}") from None
 
     def read_j(self) -> float:
@@ -184,28 +197,14 @@ class NvmlClockReader(ClockReader):
     def __init__(self, torch_index: int = 0):
         self.nvml = self.handle = None
         try:
-            import pynvml
-        except ImportError:
-            self.reason = "nvidia-ml-py (pynvml) is not installed"
+            pynvml, self.handle, self.identity = nvml_handle(torch_index, "clocks")
+        except CounterUnavailable as exc:
+            self.reason = str(exc)
             return
-        try:
-            pynvml.nvmlInit()
-            count = pynvml.nvmlDeviceGetCount()
-            uuids = [_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)]
-            visible = visible_gpus(count, uuids)
-            if torch_index >= len(visible):
-                self.reason = (
-                    f"NVML sees {count} GPU(s); torch device {torch_index} is not among the visible ones {visible}"
-                )
-                return
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(visible[torch_index])
-            self.identity = uuids[visible[torch_index]]
-            self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-                pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-            )
-            self.nvml = pynvml
-        except Exception as exc:  # no driver, NVML_ERROR_*
-            self.reason = f"NVML clocks not readable: {type(exc).__name__}: {exc}"
+        self._reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        self.nvml = pynvml
 
     def read(self) -> ClockSample | None:
         if self.nvml is None:

@@ -183,9 +183,9 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
     Returns:
         ``{"noisy": bool, "why": [str], "spread_p90_over_median": float | None, "spread_of": str | None,
         "host": load, "thresholds": {...}, "cautions": [str]}``. ``noisy`` means "not measured reliably": a claims
-        check treats it so; ``cautions`` (the device's clocks held below ``clock_ratio_min`` of their maximum, or a power
-        or thermal limit active in more than ``clock_reason_fraction_max`` of the samples) are recorded beside the
-        numbers and do not make them noisy.
+        check treats it so; ``cautions`` (the device's clocks held below ``clock_ratio_min`` of their maximum, or a
+        power or thermal limit active in more than ``clock_reason_fraction_max`` of the samples) are recorded beside
+        the numbers and do not make them noisy.
     """
     th = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
     spreads = [(t["p90"] / t["median"], name) for name, t in _timings(measurements) if t["median"] > 0]

@@ -115,19 +115,8 @@ class PaddedConv3d(nn.Conv3d):
             raise ValueError(
                 f"PaddedConv3d: groups {conv.groups}, padding_mode {conv.padding_mode!r}: only one group, zeros"
             )
-        new = cls(
-            conv.in_channels,
-            conv.out_channels,
-            conv.kernel_size,
-            stride=conv.stride,
-            padding=conv.padding,
-            dilation=conv.dilation,
-            bias=conv.bias is not None,
-            device="meta",
-        )
-        new.weight, new.bias = conv.weight, conv.bias
+        new = _holding(cls, conv)
         new.channels_to = int(channels_to)
-        new.train(conv.training)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -148,7 +137,13 @@ class PaddedConv3d(nn.Conv3d):
 
 def plain_conv3d(conv: PaddedConv3d) -> nn.Conv3d:
     """An ``nn.Conv3d`` holding ``conv``'s own parameter tensors (the way back from :class:`PaddedConv3d`)."""
-    new = nn.Conv3d(
+    return _holding(nn.Conv3d, conv)
+
+
+def _holding(kind: type[nn.Conv3d], conv: nn.Conv3d) -> nn.Conv3d:
+    """A ``kind`` module with ``conv``'s geometry holding ``conv``'s own parameter tensors (built on the meta device,
+    so nothing is allocated) in ``conv``'s training mode."""
+    new = kind(
         conv.in_channels,
         conv.out_channels,
         conv.kernel_size,

@@ -81,6 +81,24 @@ NOT_ON_MONAI = (
     "the MONAI stand-in's blocks are MONAI's own (nearest-neighbour upsampling, Linear projections)"
 )
 
+# Ours (round two and three): the NDHWC step and the same with the fused GroupNorm; VARIANTS lists them with
+# their comments
+NDHWC = Variant(
+    "bf16_channels_last_3d_ndhwc_compile_cudagraphs",
+    autocast="bf16",
+    channels_last_3d=True,
+    compile=True,
+    compile_mode="reduce-overhead",
+    fused_adam=True,
+    attention="tokens_sdpa",
+    checkpoint_attention=False,
+    upsample="separable",
+    norm="channel_sums",
+    conv_grad="channels_last_3d",
+)
+NDHWC_FUSED_GN = dataclasses.replace(
+    NDHWC, name="bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs", norm="fused"
+)
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
@@ -116,49 +134,14 @@ VARIANTS: dict[str, Variant] = {
         # channels_last_3d kept through the step (accelbench.models.ndhwc_ops): token-view SDPA attention, not
         # checkpointed; separable trilinear upsampling; GroupNorm from per-channel sums; each Conv3d's gradient
         # channels_last_3d; CUDA graphs; fused Adam
-        Variant(
-            "bf16_channels_last_3d_ndhwc_compile_cudagraphs",
-            autocast="bf16",
-            channels_last_3d=True,
-            compile=True,
-            compile_mode="reduce-overhead",
-            fused_adam=True,
-            attention="tokens_sdpa",
-            checkpoint_attention=False,
-            upsample="separable",
-            norm="channel_sums",
-            conv_grad="channels_last_3d",
-        ),
+        NDHWC,
         # the same with every GroupNorm, the SiLU after it and the time-embedding add before it in one Triton kernel
         # family (accelbench.models.fused_groupnorm; the plain composition where Triton or CUDA is missing)
-        Variant(
-            "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs",
-            autocast="bf16",
-            channels_last_3d=True,
-            compile=True,
-            compile_mode="reduce-overhead",
-            fused_adam=True,
-            attention="tokens_sdpa",
-            checkpoint_attention=False,
-            upsample="separable",
-            norm="fused",
-            conv_grad="channels_last_3d",
-        ),
+        NDHWC_FUSED_GN,
         # the same with the stem's 3 input channels and the output convolution's one output channel zero-padded to 8
         # (accelbench.models.padded_conv: same parameters and result; cuDNN is poor at Cout=1 / Cin=3)
-        Variant(
-            "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs",
-            autocast="bf16",
-            channels_last_3d=True,
-            compile=True,
-            compile_mode="reduce-overhead",
-            fused_adam=True,
-            attention="tokens_sdpa",
-            checkpoint_attention=False,
-            upsample="separable",
-            norm="fused",
-            conv_grad="channels_last_3d",
-            skinny_conv="pad8",
+        dataclasses.replace(
+            NDHWC_FUSED_GN, name="bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs", skinny_conv="pad8"
         ),
     )
 }

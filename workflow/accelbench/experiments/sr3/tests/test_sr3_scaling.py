@@ -320,6 +320,7 @@ def _spec(default_config, systems, devices):
 # what an ok result has measured since before the harness and the launcher, plus the launch and noise records
 OK_KEYS = {
     "parameters",
+    "clocks",
     "precision",
     "devices",
     "collective_backend",
