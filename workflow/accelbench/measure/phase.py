@@ -364,15 +364,13 @@ def train_phase(
     steps: int,
     *,
     energy: bool = True,
-    clocks: bool | None = None,
     extra: Sequence[Tracker] = (),
     after_warmup: Callable[[], object] | None = None,
     desc: str = "",
 ) -> PhaseResult:
-    """:func:`timed_phase` with the trackers of a training step: :class:`Latency`, (``clocks``, default: as
-    ``energy``) :class:`Clocks` and (``energy``) :class:`Energy` innermost, ``extra`` entered around them (e.g.
-    :class:`HostSyncs`, :class:`PeakMemory`, :class:`WallClock`)."""
-    clocks = energy if clocks is None else clocks
-    inner = ((Energy(device, steps),) if energy else ()) + ((Clocks(device, steps),) if clocks else ())
+    """:func:`timed_phase` with the trackers of a training step: :class:`Latency`, and with ``energy`` the device
+    meters :class:`Clocks` and :class:`Energy` innermost (a bare loop, ``energy=False``, runs neither); ``extra``
+    entered around them (e.g. :class:`HostSyncs`, :class:`PeakMemory`, :class:`WallClock`)."""
+    inner = (Energy(device, steps), Clocks(device, steps)) if energy else ()
     trackers = (*extra, *inner, Latency(device))
     return timed_phase(step, device, warmup, steps, trackers, after_warmup=after_warmup, desc=desc)
