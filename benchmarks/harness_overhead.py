@@ -25,6 +25,15 @@ Usage (on the accelerator node, after the product's rules ran; paths of the rule
         --data resources/sky/sr3_paper.npz --csv ...
     python benchmarks/harness_overhead.py lora --result R/lora_finetune/llama31_8b/flash/ddp/n2/result.json --csv ...
 
+The LoRA bare loop calls the model as the result's Trainer does: where the model accepts loss kwargs, with
+``num_items_in_batch`` (the step's label-token count; the loss then not divided by the accumulation).
+``--no-num-items-in-batch`` drops it (each micro-batch's mean loss / grad_accum): the two side by side isolate the
+Liger fused linear cross-entropy failure under the Trainer (campaign part ``liger_isolate``); ``--bare-only`` leaves
+the Trainer run out (one device; each step's loss and the median step printed, no row)::
+
+    python benchmarks/harness_overhead.py lora --bare-only --no-num-items-in-batch \\
+        --result R/lora_finetune/llama31_8b/ours_liger_flce/flash/single/n1/result.json
+
 DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torchrun job per rank count (default
 ``--nprocs 1,2``), per rank and DDP variant (default; ``gradient_as_bucket_view``; ``static_graph`` +
 ``gradient_as_bucket_view``, recorded as not run with gradient accumulation; one bucket via a huge
@@ -120,6 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--mask", required=True)
         if name == "sr3":
             s.add_argument("--data", required=True)
+        if name == "lora":
+            s.add_argument(
+                "--num-items-in-batch",
+                action=argparse.BooleanOptionalAction,
+                default=True,
+                help="bare loop: pass the step's label-token count into the forward as the result's Trainer does "
+                "(where the model accepts loss kwargs); --no-num-items-in-batch: each micro-batch's mean loss / "
+                "grad_accum instead (the isolation of the Liger fused linear cross-entropy failure: run both)",
+            )
+            s.add_argument(
+                "--bare-only",
+                action="store_true",
+                help="one device: the bare loop alone (no Trainer run, no CSV row): each step's loss and the median "
+                "step printed; for a result whose Trainer run fails",
+            )
     h = sub.add_parser(
         "host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, CPU, 1 thread"
     )

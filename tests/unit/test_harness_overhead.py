@@ -520,6 +520,100 @@ def test_lora_bare_loop_runs_the_results_settings(lora, monkeypatch, measurement
     assert f"compile {compiled}" in lora.settings_text(s, plan, mirror)
 
 
+def _padded_micro_batches(steps: int, grad_accum: int, batch: int, seq: int, vocab: int) -> list:
+    """``steps x grad_accum`` micro-batches ``(input_ids, labels)`` [batch, seq] whose label tails are -100 (padding),
+    of a length that differs from one micro-batch to the next: the label-token counts differ between them."""
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+    out = []
+    for i in range(steps * grad_accum):
+        ids = torch.randint(1, vocab, (batch, seq), generator=g)
+        labels = ids.clone()
+        labels[:, seq - (1 + 5 * (i % grad_accum)) - i % 3 :] = -100
+        out.append((ids, labels))
+    return out
+
+
+def test_lora_bare_loop_loss_is_the_trainers_with_num_items_in_batch(lora, tmp_path):
+    """The bare loop calls the model as the result's Trainer does (transformers 5.x ``compute_loss`` passes
+    ``num_items_in_batch``, the step's label-token count, into the forward of a model that accepts loss kwargs;
+    ``training_step`` then leaves the loss undivided by the accumulation): on micro-batches with -100 label tails of
+    different lengths and grad_accum 2, the bare loop's loss of every optimizer step equals the product's Trainer's
+    (``LossCurveMixin``) on the same model copy and batches. Turned off (``--no-num-items-in-batch``, the bare loop
+    before it mirrored the call: each micro-batch's mean / grad_accum), the first step's loss already differs."""
+    import copy
+
+    import torch
+    from transformers import Trainer
+
+    from accelbench.experiments.lora.trainer import loss_curve_trainer, training_arguments_kwargs
+
+    ts = {**OURS["trainer_settings"], "torch_compile": False}
+    result = _lora_result({**OURS, "trainer_settings": ts})
+    spec, system, s, plan = lora_case(result)
+    s = dataclasses.replace(s, dropout=0.0)  # LoRA dropout draws masks from each side's own generator state
+    mirror = lora.bare_settings(result, s, plan, system)
+    assert mirror.num_items_in_batch is None and "num_items_in_batch as the model accepts loss kwargs" in (
+        mirror.describe()
+    )
+    steps = 3
+    batches = _padded_micro_batches(steps, s.grad_accum, s.per_device_batch, s.seq_len, 100)
+
+    def bare_losses(settings):
+        step, net = lora.lora_bare(spec, system, plan, s, mirror=settings)
+        trainer_copy = copy.deepcopy(net)  # the Trainer's model: the same weights and adapters, before any step
+        step.fetch = iter(batches).__next__
+        losses = []
+        for _ in range(steps):
+            step()
+            losses.append(step.tr_loss.item())
+        return step, losses, trainer_copy
+
+    step, mirrored, model = bare_losses(mirror)
+    assert step.mirror.num_items_in_batch is True  # Llama's forward takes **kwargs: Trainer passes the count
+    assert "num_items_in_batch True" in lora.settings_text(s, plan, step.mirror)
+    off = lora.without_num_items_in_batch(mirror)
+    assert "num_items_in_batch False" in off.describe() and "--no-num-items-in-batch" in off.describe()
+    _, unmirrored, _ = bare_losses(off)
+
+    kw = training_arguments_kwargs(plan, s, "cpu", str(tmp_path), steps)
+    kw.update(optim="adamw_torch_fused" if mirror.fused_adamw else "adamw_torch", train_sampling_strategy="sequential")
+    kw.update(disable_tqdm=True, average_tokens_across_devices=mirror.average_tokens)
+    from transformers import TrainingArguments
+
+    samples = [{"input_ids": i, "labels": la} for ids, labels in batches for i, la in zip(ids, labels)]
+    trainer = loss_curve_trainer(Trainer)(model=model, args=TrainingArguments(**kw), train_dataset=samples)
+    assert trainer.model_accepts_loss_kwargs
+    trainer.train()
+    product = trainer.loss_curve()
+    assert len(product) == steps
+    torch.testing.assert_close(mirrored, product, rtol=1e-6, atol=1e-6)
+    assert abs(unmirrored[0] - product[0]) > 1e-3, (unmirrored, product)
+
+
+@pytest.mark.parametrize("flag,mirrored", [([], True), (["--no-num-items-in-batch"], False)])
+def test_lora_bare_only_command_runs_the_bare_loop_alone(tmp_path, monkeypatch, capsys, flag, mirrored):
+    """The documented ``lora --bare-only [--no-num-items-in-batch]`` command (the isolation experiment's two sides):
+    the bare loop of the result alone (no Trainer run: where it fails it would leave the device unusable), each
+    step's loss printed, the loss call as asked."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import harness_overhead
+
+    from accelbench.experiments.lora import train
+
+    monkeypatch.setattr(train, "train_rank", lambda *a, **k: pytest.fail("the Trainer ran"))
+    path = tmp_path / "result.json"
+    path.write_text(
+        json.dumps(_lora_result({**OURS, "trainer_settings": {**OURS["trainer_settings"], "torch_compile": False}}))
+    )
+    harness_overhead.main(["lora", "--bare-only", *flag, "--result", str(path), "--csv", str(tmp_path / "h.csv")])
+    out = capsys.readouterr().out
+    assert f"num_items_in_batch {mirrored}" in out.split("bare loop as run:")[1]
+    assert "bare step 3: loss " in out and "bare loop median step" in out
+    assert not (tmp_path / "h.csv").exists()
+
+
 def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):
     """The bare loop's ``torch.compile`` gets the configuration's mode and Inductor options (the forced layout
     optimization of ``bf16_compile_layout_opt_cudagraphs``), the same keyword arguments as the rule's Trainer: a bare

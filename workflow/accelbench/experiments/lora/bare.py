@@ -10,7 +10,9 @@ The bare loop runs the settings the result ran with (:func:`bare_settings`: the 
 ``inductor``), Liger kernels, the attention implementation, precision and the bf16 cast of the adapters, batch and
 accumulation, fused AdamW, gradient clipping, how batches reach the device (pinned and non-blocking for ``ours``,
 blocking for ``faithful``) and the faithful series' per-step host reads (``logging_steps 1``: loss and grad norm
-``.item()``; the NaN/Inf filter on every micro-batch; the label-token count across ranks). :func:`settings_text`
+``.item()``; the NaN/Inf filter on every micro-batch; the label-token count across ranks) and the Trainer's loss call
+where the model accepts loss kwargs (``num_items_in_batch``, the step's label-token count, into the forward; the loss
+then not divided by the accumulation). :func:`settings_text`
 states them for the CSV's ``settings`` column, with what the bare loop does not reproduce (Trainer's own host work)
 and any setting in which the harness run differs from the result (:func:`harness_differences`: a result from another
 node or software). The step is split as the product's step timer sees it (Trainer's on_step_begin to on_step_end):
@@ -22,6 +24,8 @@ Torch is imported inside the functions that build the loop.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 from dataclasses import dataclass
 
 from accelbench import backends
@@ -58,6 +62,12 @@ class BareSettings:
     not_reproduced: tuple[str, ...] = ()
     liger_kernels: tuple[str, ...] | None = None  # the Liger kernels applied (None: Liger's defaults)
     compile_mode: str | None = None  # TrainingArguments.torch_compile_mode (None: torch.compile's default)
+    # Trainer's num_items_in_batch (where it found the model accepts loss kwargs: Trainer.model_accepts_loss_kwargs):
+    # the step's label-token count passed into every micro-batch's forward (Liger's fused linear cross-entropy then
+    # sums and divides by it), the loss not divided by grad_accum. None: as the model built here accepts loss kwargs
+    # (:func:`accepts_loss_kwargs`, resolved by :func:`lora_bare`); False also where turned off
+    # (:func:`without_num_items_in_batch`)
+    num_items_in_batch: bool | None = None
 
     def describe(self) -> str:
         """The settings as the CSV's ``settings`` column states them."""
@@ -73,7 +83,10 @@ class BareSettings:
             )
             + f", adapters {'bf16' if self.adapters_bf16 else 'fp32'}, fused AdamW "
             f"{self.fused_adamw}, clip {self.max_grad_norm}, batch copy {self.batch_copy}, logging {logging}, "
-            f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}; "
+            f"NaN/Inf filter {self.nan_inf_filter}, token count across ranks {self.average_tokens}, "
+            f"num_items_in_batch "
+            + ("as the model accepts loss kwargs" if self.num_items_in_batch is None else str(self.num_items_in_batch))
+            + "; "
             f"from {self.source}"
         )
         return text + (f"; not reproduced: {'; '.join(self.not_reproduced)}" if self.not_reproduced else "")
@@ -157,7 +170,29 @@ def bare_settings(result: dict, s, plan, system) -> BareSettings:
         not_reproduced=tuple(notes),
         liger_kernels=tuple(kernels) if liger and kernels is not None else None,
         compile_mode=ts.get("torch_compile_mode", rt.compile_mode) or None,
+        # recorded by train_rank (Trainer.model_accepts_loss_kwargs); older results: decided from the model built
+        num_items_in_batch=ts.get("model_accepts_loss_kwargs"),
     )
+
+
+def without_num_items_in_batch(mirror: BareSettings) -> BareSettings:
+    """``mirror`` with the Trainer's ``num_items_in_batch`` turned off (``harness_overhead.py lora
+    --no-num-items-in-batch``): each micro-batch's mean loss divided by ``grad_accum``, as before the bare loop
+    mirrored it; the rest the result's. Beside the mirrored loop on the same node, the isolation of the Liger fused
+    linear cross-entropy failure under the Trainer (campaign part ``liger_isolate``)."""
+    note = "Trainer's num_items_in_batch (turned off: --no-num-items-in-batch; mean loss / grad_accum instead)"
+    return dataclasses.replace(mirror, num_items_in_batch=False, not_reproduced=(*mirror.not_reproduced, note))
+
+
+def accepts_loss_kwargs(model) -> bool:
+    """Whether the Trainer passes ``num_items_in_batch`` into ``model``'s forward, decided as transformers 5.x's
+    ``Trainer.__init__`` decides ``model_accepts_loss_kwargs`` (before Liger patches the forward, in ``train()``): the
+    PEFT-unwrapped model's ``accepts_loss_kwargs`` attribute where it has one, else whether its ``forward`` takes
+    ``**kwargs``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if hasattr(base, "accepts_loss_kwargs"):
+        return bool(base.accepts_loss_kwargs)
+    return any(p.kind == inspect.Parameter.VAR_KEYWORD for p in inspect.signature(base.forward).parameters.values())
 
 
 # settings of the harness run compared with the result's (trainer_settings keys, then series keys)
@@ -179,6 +214,7 @@ COMPARED = (
             "gradient_accumulation_steps",
             "per_device_train_batch_size",
             "fast_host_step",
+            "model_accepts_loss_kwargs",
         ),
     ),
     ("series", ("adapters_cast_to",)),
@@ -232,7 +268,9 @@ def lora_bare(
 
     ``mirror`` (:func:`bare_settings` of the result compared with): its compilation, Liger kernels, bf16 adapters,
     fused AdamW (weight decay 0), clipping, batches drawn on the host and copied as the Trainer copies them (pinned on
-    CUDA; a pool of ``2 x grad_accum`` drawn once), and its per-step host reads. Without it (``ddp-profile``,
+    CUDA; a pool of ``2 x grad_accum`` drawn once), its per-step host reads and its loss call (``num_items_in_batch``;
+    where ``mirror.num_items_in_batch`` is None, decided by :func:`accepts_loss_kwargs` of the model built: the
+    returned step's ``mirror`` holds the value used). Without it (``ddp-profile``,
     ``host-overhead``): eager, adapters as peft builds them (float32), token ids drawn on the device, no host reads;
     ``fused``: fused AdamW (None = on CUDA only)."""
     import torch
@@ -243,7 +281,9 @@ def lora_bare(
     dev = ops.torch_device(place.local) if cuda else torch.device("cpu")
     if cuda:
         ops.set_device(place.local)
-    model = _lora_model(spec, plan, s, ops, dev, mirror)
+    model, accepts = _lora_model(spec, plan, s, ops, dev, mirror)
+    if mirror is not None and mirror.num_items_in_batch is None:
+        mirror = dataclasses.replace(mirror, num_items_in_batch=accepts)
     net = _wrapped(model, ops, place, ddp_kwargs, mirror)
     params = [p for p in model.parameters() if p.requires_grad]
     fused = mirror.fused_adamw if mirror is not None else (cuda if fused is None else fused)
@@ -267,7 +307,8 @@ def lora_bare(
 
 def _lora_model(spec: dict, plan, s, ops, dev, mirror: BareSettings | None):
     """The spec's model with its LoRA adapters on ``dev``, in training mode: bf16 weights on a directly driven device
-    for ``bf16``, random init on the device where the backend can; the result's bf16 cast and Liger kernels."""
+    for ``bf16``, random init on the device where the backend can; the result's bf16 cast and Liger kernels. Returns
+    ``(model, accepts)``: ``accepts`` is :func:`accepts_loss_kwargs` of the model before Liger patched it."""
     import torch
 
     from accelbench.experiments.lora.model import apply_lora, set_attention
@@ -284,6 +325,7 @@ def _lora_model(spec: dict, plan, s, ops, dev, mirror: BareSettings | None):
     model, _ = apply_lora(model, s)
     if mirror is not None and mirror.adapters_bf16:
         model = model.to(torch.bfloat16)  # as train_rank: peft keeps the adapters in float32 otherwise
+    accepts = accepts_loss_kwargs(model)  # as Trainer.__init__, before use_liger_kernel patches (in train())
     if mirror is not None and mirror.liger:  # as Trainer (use_liger_kernel): on the base model, before wrapping
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -293,7 +335,7 @@ def _lora_model(spec: dict, plan, s, ops, dev, mirror: BareSettings | None):
             model=model.get_base_model(), **(liger_kernel_config(mirror.liger_kernels) or {})
         )
     model.train()
-    return model
+    return model, accepts
 
 
 def _wrapped(model, ops, place: ProcessRank, ddp_kwargs: dict | None, mirror: BareSettings | None):

@@ -55,34 +55,52 @@ class BareStep:
     grad_accum: int
     mirror: object  # the result's .bare.BareSettings (None: eager, no host reads)
     batches: list | None = None  # the step's micro-batches, fetched by before()
+    num_items: object = None  # the step's label-token count (float tensor on the device; mirror.num_items_in_batch)
     tr_loss: object = None  # the step's summed loss on the device (mirror only)
     norm: object = None  # the clipped gradients' norm (None: no clipping)
     steps: int = 0  # optimizer steps taken
 
     def before(self) -> None:
         """Trainer's get_batch_samples, before its step timer starts (on_step_begin): the step's micro-batches
-        fetched and copied, and the label-token count reduced across ranks."""
+        fetched and copied, and (``mirror.num_items_in_batch``) their label-token count, reduced across ranks where
+        the result averaged tokens: Trainer._get_num_items_in_batch, ``sum(labels[..., 1:].ne(-100).sum())`` over the
+        micro-batches (the causal LM shifts its labels), on the device, then divided by the tensor/context/sequence
+        parallel sizes (1 here), which makes it a float tensor."""
         import torch.distributed as dist
 
         batches = [self.fetch() for _ in range(self.grad_accum)]  # Trainer fetches a step's micro-batches first
-        if self.mirror is not None and self.mirror.average_tokens and self.world > 1:  # accelerate sums the count
-            dist.all_reduce(sum(lab[..., 1:].ne(-100).sum() for _, lab in batches))
+        self.num_items = None
+        if self.mirror is not None and self.mirror.num_items_in_batch:
+            count = sum(lab[..., 1:].ne(-100).sum() for _, lab in batches)
+            if self.mirror.average_tokens and self.world > 1:  # accelerate gathers the ranks' counts and sums them
+                dist.all_reduce(count)
+            self.num_items = count.to(self.dev) / 1  # Trainer: count / (tp * cp * sp sizes): a float tensor
         self.batches = batches
 
     def body(self) -> None:
-        """What the product's step timer sees: the micro-batches' forward/backward, clipping, the optimizer step."""
+        """What the product's step timer sees: the micro-batches' forward/backward, clipping, the optimizer step.
+
+        Each micro-batch's loss as Trainer's ``compute_loss``/``training_step`` make it: with ``num_items`` (the
+        model accepts loss kwargs), ``model(..., num_items_in_batch=num_items).loss`` (the sum over the micro-batch's
+        label tokens divided by the step's count), times the world size where tokens are averaged across ranks, not
+        divided by ``grad_accum``; without, the micro-batch's mean loss divided by ``grad_accum``."""
         import torch
 
         if self.batches is None:
             self.before()
         batches, self.batches = self.batches, None
-        mirror = self.mirror
+        mirror, num_items = self.mirror, self.num_items
+        loss_kwargs = {"num_items_in_batch": num_items} if num_items is not None else {}
         tr_loss = torch.zeros((), device=self.dev) if mirror is not None else None
         for micro, (ids, labels) in enumerate(batches):
             sync = self.world > 1 and micro < self.grad_accum - 1
             ctx = self.net.no_sync() if sync else contextlib.nullcontext()
             with ctx, torch.autocast(self.dev.type, dtype=self.dtype, enabled=self.dtype is not None):
-                loss = self.net(input_ids=ids, labels=labels).loss / self.grad_accum
+                loss = self.net(input_ids=ids, labels=labels, **loss_kwargs).loss
+            if num_items is None:  # training_step: a per-batch mean, divided over the accumulated micro-batches
+                loss = loss / self.grad_accum
+            elif mirror.average_tokens:  # compute_loss: the count was summed over ranks, DDP averages the gradients
+                loss = loss * self.world
             loss.backward()
             if mirror is not None and mirror.nan_inf_filter:  # Trainer's logging_nan_inf_filter: host reads
                 bool(torch.isnan(loss.detach()) or torch.isinf(loss.detach()))

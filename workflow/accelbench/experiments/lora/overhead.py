@@ -50,7 +50,11 @@ def lora(args) -> None:
 
 def lora_rank(args) -> None:
     """One rank: the rule's Trainer run, then the bare loop in the window of the product's step timer; rank 0 appends
-    the row (rank 0's medians, as the product reports, and the slowest rank's) to ``args.csv``."""
+    the row (rank 0's medians, as the product reports, and the slowest rank's) to ``args.csv``.
+
+    ``args.bare_only`` (``--bare-only``): the Trainer run left out (where it fails and would leave the device unusable:
+    the Liger fused linear cross-entropy under the Trainer), the bare loop alone, each step's loss and the median
+    step printed, no row (no harness time to compare)."""
     import torch
     import torch.distributed as dist
 
@@ -61,6 +65,7 @@ def lora_rank(args) -> None:
         harness_differences,
         lora_bare,
         settings_text,
+        without_num_items_in_batch,
     )
     from accelbench.experiments.lora.train import train_rank
     from accelbench.experiments.lora.trainer import ddp_options_for
@@ -71,10 +76,15 @@ def lora_rank(args) -> None:
     if plan.strategy not in ("single", "ddp"):
         raise SystemExit(f"bare loop written for single/ddp only, not {plan.strategy}")
     mirror = bare_settings(result, s, plan, system)
+    if not getattr(args, "num_items_in_batch", True):  # --no-num-items-in-batch: the isolation experiment's other side
+        mirror = without_num_items_in_batch(mirror)
     rank, world, local = overhead.ranks()
     device = _rank_device(system, local)
     if rank == 0:
         print(f"bare loop settings: {mirror.describe()}", flush=True)
+    if getattr(args, "bare_only", False):
+        _bare_only(spec, system, plan, s, ProcessRank(rank, world, local), mirror, device)
+        return
     out = train_rank(spec, system, plan, args.threads, placement)  # harness: the rule's Trainer run
     if out["status"] != "ok":
         raise SystemExit(f"harness run: {out['status']}: {out['reason']}")
@@ -112,11 +122,35 @@ def lora_rank(args) -> None:
                 steps=s.timed_steps,
                 threads_per_rank=placement["threads"],
                 cudnn_benchmark=torch.backends.cudnn.benchmark,
-                settings=settings_text(s, plan, mirror, differs)
+                settings=settings_text(s, plan, step.mirror, differs)
                 + f"; slowest-rank harness {max(statistics.median(x) for x in allh):.1f} ms, "
                 f"bare {max(statistics.median(x) for x in allb):.1f} ms",
             ).cells(device),
         )
+
+
+def _bare_only(spec, system, plan, s, place, mirror, device) -> None:
+    """``--bare-only``, one device: the bare loop of the result alone, ``s.warmup_steps + s.timed_steps`` optimizer
+    steps, each step's loss read after it (a host sync: a device fault surfaces at the step that made it), then the
+    median step (ms) of the timed ones, printed."""
+    import time
+
+    from accelbench.experiments.lora.bare import lora_bare
+
+    if place.world > 1:
+        raise SystemExit("--bare-only runs one device (the result's device count is 1)")
+    step, _ = lora_bare(spec, system, plan, s, place, mirror=mirror)
+    print(f"bare loop as run: {step.mirror.describe()}", flush=True)
+    times = []
+    for n in range(1, s.warmup_steps + s.timed_steps + 1):
+        step.before()
+        t0 = time.perf_counter()
+        step.body()
+        device.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        step.after()
+        print(f"bare step {n}: loss {step.tr_loss.item():.6f}, {times[-1]:.1f} ms", flush=True)
+    print(f"bare loop median step {statistics.median(times[s.warmup_steps :]):.1f} ms", flush=True)
 
 
 def ddp_profile_rank(args) -> None:

@@ -101,6 +101,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         timer.meter_energy(s.warmup_steps, s.timed_steps)
         trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, ctx.runtime.fast_host_step)
         trainer = _make_trainer(trainer_cls, model, args, (train_ds, eval_ds), timer, extra)
+        # whether Trainer passes num_items_in_batch into the forward (the bare loop mirrors it: lora.bare)
+        accepts = getattr(trainer, "model_accepts_loss_kwargs", None)
+        measurements["trainer_settings"]["model_accepts_loss_kwargs"] = accepts
         if _peft_wrap_policy(trainer, model, plan, ctx, kw):
             measurements["trainer_settings"]["fsdp_auto_wrap_policy"] = "peft.utils.other.fsdp_auto_wrap_policy"
         phase_done("trainer_init", t_phase)
