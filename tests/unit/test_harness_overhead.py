@@ -599,7 +599,6 @@ def test_lora_bare_only_command_runs_the_bare_loop_alone(tmp_path, monkeypatch, 
     step's loss printed, the loss call as asked."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     import harness_overhead
-
     from accelbench.experiments.lora import train
 
     monkeypatch.setattr(train, "train_rank", lambda *a, **k: pytest.fail("the Trainer ran"))
