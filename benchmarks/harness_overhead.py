@@ -29,10 +29,12 @@ The LoRA bare loop calls the model as the result's Trainer does: where the model
 ``num_items_in_batch`` (the step's label-token count; the loss then not divided by the accumulation).
 ``--no-num-items-in-batch`` drops it (each micro-batch's mean loss / grad_accum): the two side by side isolate the
 Liger fused linear cross-entropy failure under the Trainer (campaign part ``liger_isolate``); ``--bare-only`` leaves
-the Trainer run out (one device; each step's loss and the median step printed, no row)::
+the Trainer run out (one device; each step's loss and the median step printed, no row); ``--liger-kernels`` replaces
+the result's Liger kernels (the Trainer run of the fused linear cross-entropy alone leaves no result)::
 
     python benchmarks/harness_overhead.py lora --bare-only --no-num-items-in-batch \\
-        --result R/lora_finetune/llama31_8b/ours_liger_flce/flash/single/n1/result.json
+        --liger-kernels fused_linear_cross_entropy \\
+        --result R/lora_finetune/llama31_8b/ours_liger_no_flce/flash/single/n1/result.json
 
 DDP profile (``ddp-profile``): the bare loop of a LoRA or SR3 result in one torchrun job per rank count (default
 ``--nprocs 1,2``), per rank and DDP variant (default; ``gradient_as_bucket_view``; ``static_graph`` +
@@ -143,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="one device: the bare loop alone (no Trainer run, no CSV row): each step's loss and the median "
                 "step printed; for a result whose Trainer run fails",
+            )
+            s.add_argument(
+                "--liger-kernels",
+                help="bare loop: these Liger kernels (comma-separated: rope, rms_norm, swiglu, "
+                "fused_linear_cross_entropy, cross_entropy) instead of the result's (a kernel set whose Trainer run "
+                "left no result)",
             )
     h = sub.add_parser(
         "host-overhead", help="host ms per optimizer step: product Trainer vs bare loop, tiny Llama, CPU, 1 thread"

@@ -471,6 +471,8 @@ def test_lora_bare_loop_applies_the_results_liger_kernels_and_compile_mode(lora,
     mirror = lora.bare_settings(result, s, plan, system)
     assert mirror.liger and mirror.liger_kernels == ("rope", "swiglu") and mirror.compile_mode == "reduce-overhead"
     assert "compile True (inductor, reduce-overhead), liger True (rope, swiglu)" in lora.settings_text(s, plan, mirror)
+    flce = lora.with_liger_kernels(mirror, "fused_linear_cross_entropy")  # --liger-kernels: the isolation's kernel
+    assert flce.liger_kernels == ("fused_linear_cross_entropy",) and "--liger-kernels" in flce.describe()
     # the loop, built on the CPU: the kernels named reach Liger, the mode reaches torch.compile
     applied, compiled = [], []
     fake = types.ModuleType("liger_kernel.transformers")
@@ -611,6 +613,10 @@ def test_lora_bare_only_command_runs_the_bare_loop_alone(tmp_path, monkeypatch, 
     assert f"num_items_in_batch {mirrored}" in out.split("bare loop as run:")[1]
     assert "bare step 3: loss " in out and "bare loop median step" in out
     assert not (tmp_path / "h.csv").exists()
+    # --liger-kernels: one clear line for an unknown name, and for Liger off here (no liger_kernel, no CUDA device)
+    for kernels, match in (("fused_linear_cross_entropy,flce", "unknown kernel 'flce'"), ("rope", "Liger is off")):
+        with pytest.raises(SystemExit, match=match):
+            harness_overhead.main(["lora", "--bare-only", "--liger-kernels", kernels, "--result", str(path)])
 
 
 def test_sr3_bare_loop_compiles_as_the_trainer_does(monkeypatch):

@@ -184,6 +184,27 @@ def without_num_items_in_batch(mirror: BareSettings) -> BareSettings:
     return dataclasses.replace(mirror, num_items_in_batch=False, not_reproduced=(*mirror.not_reproduced, note))
 
 
+def with_liger_kernels(mirror: BareSettings, names: str) -> BareSettings:
+    """``mirror`` applying the Liger kernels ``names`` (comma-separated, of
+    :data:`~accelbench.experiments.lora.series.LIGER_KERNELS`) instead of the result's (``harness_overhead.py lora
+    --liger-kernels``: the bare loop of a kernel set whose Trainer run left no result, e.g. the fused linear
+    cross-entropy alone, from the result of another set).
+
+    Raises:
+        SystemExit: an unknown kernel name, or Liger off here (not installed, no CUDA device, or off in the result).
+    """
+    from accelbench.experiments.lora.series import LIGER_KERNELS
+
+    kernels = tuple(k for k in names.split(",") if k)
+    unknown = [k for k in kernels if k not in LIGER_KERNELS]
+    if unknown:
+        raise SystemExit(f"--liger-kernels: unknown kernel {unknown[0]!r} (known: {', '.join(LIGER_KERNELS)})")
+    if not mirror.liger:
+        raise SystemExit(f"--liger-kernels: Liger is off for this result here ({'; '.join(mirror.not_reproduced)})")
+    note = f"the result's Liger kernels (replaced: --liger-kernels {','.join(kernels)})"
+    return dataclasses.replace(mirror, liger_kernels=kernels, not_reproduced=(*mirror.not_reproduced, note))
+
+
 def accepts_loss_kwargs(model) -> bool:
     """Whether the Trainer passes ``num_items_in_batch`` into ``model``'s forward, decided as transformers 5.x's
     ``Trainer.__init__`` decides ``model_accepts_loss_kwargs`` (before Liger patches the forward, in ``train()``): the

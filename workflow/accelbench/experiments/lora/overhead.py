@@ -65,6 +65,7 @@ def lora_rank(args) -> None:
         harness_differences,
         lora_bare,
         settings_text,
+        with_liger_kernels,
         without_num_items_in_batch,
     )
     from accelbench.experiments.lora.train import train_rank
@@ -78,6 +79,8 @@ def lora_rank(args) -> None:
     mirror = bare_settings(result, s, plan, system)
     if not getattr(args, "num_items_in_batch", True):  # --no-num-items-in-batch: the isolation experiment's other side
         mirror = without_num_items_in_batch(mirror)
+    if getattr(args, "liger_kernels", None):
+        mirror = with_liger_kernels(mirror, args.liger_kernels)
     rank, world, local = overhead.ranks()
     device = _rank_device(system, local)
     if rank == 0:
