@@ -14,7 +14,8 @@ results by ``tests/unit/test_scope_evidence.py``) and ``h200_judges``. Counter r
 step-time ratios of Study A agree within 0.02 or 10%: an H200 may judge those H100 claims (a1, a8, a10, a11, a12,
 a14) where no H100 result does; absolute times and their orders do not carry over (SR3's faithful iteration: 192.9
 ms on the H200, 219.9 and 188.1 ms on two H100 nodes): an H200 never judges those (b14's and b19's H100 points).
-A quantity the file does not name is not judged on an H200. A real H100 result always leads (:mod:`accelbench.aggregate.claims_summary`).
+A quantity the file does not name is not judged on an H200. A real H100 result always leads
+(:mod:`accelbench.aggregate.claims_summary`).
 """
 
 from __future__ import annotations
