@@ -95,7 +95,6 @@ CUDNN_CHOICES = (
 # the paddings of a skinny shape (benchmarks only those of its sides with fewer than 8 channels): name -> (input
 # channels padded to, output channels padded to)
 PADS = {"pad_cout8": (None, 8), "pad_cout16": (None, 16), "pad_cin8": (8, None)}
-SKINNY = 8  # accelbench.models.padded_conv.SKINNY
 PEAK_PRECISION = {"bf16": "bf16", "fp32": "tf32"}  # the math mode each dtype's rows run (fp32: TF32 on)
 ACCUMULATE = {
     "bf16": "fp32 (fixed by ATen's cuDNN descriptor; no switch)",
@@ -309,10 +308,13 @@ def distinct_shapes(network: str, calls: list[dict]) -> list[dict]:
 
 
 def shape_pads(shape: dict) -> list[str]:
-    """The paddings of :data:`PADS` that apply to ``shape`` (one group; ``pad_cout*`` where its output has fewer than
-    :data:`SKINNY` channels, ``pad_cin8`` where its input has): [] for a shape that is not skinny."""
+    """The paddings of :data:`PADS` that apply to ``shape`` (skinny as the network's option decides it,
+    ``accelbench.models.padded_conv.is_skinny``: one group; ``pad_cout*`` where its output has fewer than ``SKINNY``
+    channels, ``pad_cin8`` where its input has): [] for a shape that is not skinny."""
+    from accelbench.models.padded_conv import SKINNY, is_skinny
+
     cout, cin = shape["weight_shape"][:2]
-    if shape["groups"] != 1:
+    if not is_skinny(cin, cout, shape["groups"]):
         return []
     return [
         name
@@ -681,7 +683,8 @@ def main(argv=None) -> None:
     p.add_argument(
         "--only-skinny",
         action="store_true",
-        help=f"time only the skinny shapes (fewer than {SKINNY} input or output channels), unpadded and padded",
+        help="time only the skinny shapes (accelbench.models.padded_conv.is_skinny: fewer than 8 input or output "
+        "channels), unpadded and padded",
     )
     p.add_argument("--warmup", type=int, default=3, help="untimed calls per op after the first; default 3")
     p.add_argument("--repeat", type=int, default=20, help="timed calls per op (median, p10, p90); default 20")

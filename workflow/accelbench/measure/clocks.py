@@ -17,9 +17,10 @@ reason seen with the fraction of samples it was active in (``gpu_idle`` apart, u
 Where the backend has no reader or nothing could be read: ``{"status": "unsupported", "reason": ...}``, every other
 number of the phase unchanged.
 
-:func:`cautions` turns a result's ``measurements.clocks`` into the reasons of the noise record
-(:func:`accelbench.measure.hostload.assess`): a median SM clock below ``clock_ratio_min`` x the maximum, or a power
-or thermal reason active in more than ``clock_reason_fraction_max`` of the samples.
+:func:`cautions` turns a result's ``measurements.clocks`` into the cautions of the noise record
+(:func:`accelbench.measure.hostload.assess`; beside the numbers, not "noisy"): a median SM clock below
+``clock_ratio_min`` x the maximum, or a power or thermal reason active in more than ``clock_reason_fraction_max`` of
+the samples.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def report(phases: dict[str, dict | None], main: str) -> dict:
 
 
 def cautions(clocks: dict | None, ratio_min: float, reason_fraction_max: float) -> list[str]:
-    """Reasons for the noise record from ``measurements.clocks`` (:func:`report`): per sampled phase, a median SM
+    """The noise record's cautions from ``measurements.clocks`` (:func:`report`): per sampled phase, a median SM
     clock below ``ratio_min`` x its maximum, and each power/thermal reason (:data:`POWER_THERMAL_REASONS`) active in
     more than ``reason_fraction_max`` of the samples. Empty where nothing was sampled."""
     out = []

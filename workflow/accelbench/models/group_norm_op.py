@@ -172,7 +172,7 @@ def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
 def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
     """The Triton backward: three launches (``_bwd_reduce_kernel``, ``_bwd_combine_kernel``, ``_bwd_apply_kernel``),
     no host synchronisation. ``dy`` in x's strides, ``stats`` the forward's (mean, rstd) (B, G)."""
-    mean, rstd = stats[0].contiguous(), stats[1].contiguous()
+    mean, rstd = map(_flat, stats)
     weight, bias = _flat(weight), _flat(bias)
     b, c = x.shape[:2]
     s = x.numel() // (b * c)

@@ -136,24 +136,22 @@ def _bare_only(spec, system, plan, s, place, mirror, device) -> None:
     """``--bare-only``, one device: the bare loop of the result alone, ``s.warmup_steps + s.timed_steps`` optimizer
     steps, each step's loss read after it (a host sync: a device fault surfaces at the step that made it), then the
     median step (ms) of the timed ones, printed."""
-    import time
-
     from accelbench.experiments.lora.bare import lora_bare
+    from accelbench.measure.phase import Latency
 
     if place.world > 1:
         raise SystemExit("--bare-only runs one device (the result's device count is 1)")
     step, _ = lora_bare(spec, system, plan, s, place, mirror=mirror)
     print(f"bare loop as run: {step.mirror.describe()}", flush=True)
-    times = []
+    clock = Latency(device, wall=True)  # synchronize + perf_counter around each body: the fault surfaces at its step
     for n in range(1, s.warmup_steps + s.timed_steps + 1):
         step.before()
-        t0 = time.perf_counter()
+        clock.step_begin()
         step.body()
-        device.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
+        clock.step_end()
         step.after()
-        print(f"bare step {n}: loss {step.tr_loss.item():.6f}, {times[-1]:.1f} ms", flush=True)
-    print(f"bare loop median step {statistics.median(times[s.warmup_steps :]):.1f} ms", flush=True)
+        print(f"bare step {n}: loss {step.tr_loss.item():.6f}, {clock.samples()[-1]:.1f} ms", flush=True)
+    print(f"bare loop median step {statistics.median(clock.samples()[s.warmup_steps :]):.1f} ms", flush=True)
 
 
 def ddp_profile_rank(args) -> None:
