@@ -444,6 +444,33 @@ def test_lora_bare_settings_are_the_results(lora):
         lora.bare_settings(bad, s, plan, system_from(bad["config"]))
 
 
+def test_lora_bare_loop_takes_the_folded_batch_of_a_fold_result(lora):
+    """A result of an ours variant with ``fold_grad_accum`` (the Trainer ran one micro-batch of 4 x 1 per optimizer
+    step for the setting's 2 x 2): the case the bare loop mirrors is read through the same settings (4 x 1), its
+    recorded Trainer batch agrees with them, the loop's step draws one [4, seq] micro-batch per optimizer step, and
+    the CSV's settings say 4x1; a result whose Trainer settings say 2 x 2 under that config is refused (not the same
+    work)."""
+    ts = {**OURS["trainer_settings"], "torch_compile": False}
+    ts.update(per_device_train_batch_size=4, gradient_accumulation_steps=1)
+    result = _lora_result({**OURS, "trainer_settings": ts})
+    result["measurements"]["series"] = {**OURS["series"], "series": "ours_fold", "fold_grad_accum": True}
+    result["config"]["series"] = "ours_fold"  # ours_variants.fold as the rules write its options
+    result["config"]["series_options"] = {**SERIES_OPTIONS["ours"], "liger": False, "fold_grad_accum": True}
+    spec, system, s, plan = lora_case(result)
+    assert (s.per_device_batch, s.grad_accum) == (4, 1)
+    mirror = lora.bare_settings(result, s, plan, system)
+    step, _ = lora.lora_bare(spec, system, plan, s, mirror=mirror)
+    assert step.grad_accum == 1
+    step.before()
+    assert [tuple(ids.shape) for ids, _ in step.batches] == [(4, s.seq_len)]
+    step.body()
+    assert step.steps == 1
+    assert "batch 4x1/device" in lora.settings_text(s, plan, mirror)
+    unfolded = {**result, "measurements": {**result["measurements"], "trainer_settings": OURS["trainer_settings"]}}
+    with pytest.raises(SystemExit, match="per_device_train_batch_size 2 differs from its config's 4"):
+        lora.bare_settings(unfolded, s, plan, system)
+
+
 def test_lora_bare_loop_applies_the_results_liger_kernels_and_compile_mode(lora, monkeypatch):
     """A result whose Trainer applied some of Liger's kernels (TrainingArguments.liger_kernel_config) and compiled in a
     mode (torch_compile_mode) gets a bare loop that applies those kernels, no others, and compiles in that mode; the

@@ -5,12 +5,13 @@ LoRA adapters (:func:`add_adapters`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 
 from accelbench.errors import DataError
 from accelbench.experiments.lora.model import apply_lora, count_parameters, random_init_place, weights_gib
-from accelbench.experiments.lora.series import gaudi_mode, runtime_for, settings_of
+from accelbench.experiments.lora.series import fold_note, gaudi_mode, runtime_for, settings_of
 from accelbench.experiments.lora.settings import Plan, hpu_lazy_mode
 
 
@@ -41,7 +42,8 @@ class RankContext:
 
 def join(spec: dict, system, plan: Plan, threads: int, placement: dict | None) -> RankContext:
     """This rank's context (:class:`RankContext`): its rank from torchrun's environment, its thread count (``threads``
-    over the ranks, where no placement set it), the series' runtime and Gaudi mode (the HPU lazy-mode environment set
+    over the ranks, where no placement set it), the series' runtime (with the folded batch's note where the series
+    folds its gradient accumulation, :func:`.series.fold_note`) and Gaudi mode (the HPU lazy-mode environment set
     where the backend has one), its device made current."""
     import torch
 
@@ -62,6 +64,9 @@ def join(spec: dict, system, plan: Plan, threads: int, placement: dict | None) -
         ops.accelerator,
         backend_has_compile=ops.accelerator and not ops.optimum_habana,
     )
+    folded = fold_note(spec)
+    if folded:  # the result says what ran: the folded micro-batch against the setting's
+        runtime = dataclasses.replace(runtime, notes=[*runtime.notes, folded])
     gmode = gaudi_mode(family, plan.strategy, plan.devices, runtime.job_set) if series == "faithful" else None
     if ops.lazy_mode:
         if gmode:

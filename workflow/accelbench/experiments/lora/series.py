@@ -22,7 +22,8 @@
 * ``ours``: the same model, data and hyper-parameters (the same ``constant`` schedule) with the fastest honest
   step: no per-step host syncs (:data:`.trainer.NO_STEP_SYNC_ARGS`), Trainer's host step trimmed, non-blocking
   batch copies, ``torch.compile`` (Liger kernels only where ``lora_finetune.ours.liger`` asks), FSDP with
-  ``BACKWARD_PRE`` and ZeRO-3 with overlapped communication. The aggregation keeps an ``ours`` number only where
+  ``BACKWARD_PRE`` and ZeRO-3 with overlapped communication; where ``fold_grad_accum`` asks, the optimizer step's
+  micro-batches folded into one (:func:`fold_grad_accum`). The aggregation keeps an ``ours`` number only where
   its loss curve stays within the recorded tolerance of the faithful series over the same steps.
 
 Two 70B ZeRO-3 job sets exist upstream: ``2026-03`` (``*_DSLikeFSDP.sh``, March 2026: batch 2 x 2, 512 tokens,
@@ -152,6 +153,7 @@ class Runtime:
     loss_tolerance: float | None = None  # ours: relative loss-curve tolerance against faithful (recorded)
     liger_kernels: list | None = None  # the Liger kernels applied (None: Liger's defaults for the model type)
     compile_mode: str | None = None  # torch.compile mode (TrainingArguments.torch_compile_mode; None: torch's default)
+    fold_grad_accum: bool = False  # ours: one micro-batch of batch x accumulation per optimizer step (fold_grad_accum)
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -220,7 +222,8 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
     ``ours`` options: ``compile`` (bool), ``liger`` (``auto`` = where ``liger_kernel`` is installed and the device is
     a CUDA accelerator, or bool), ``liger_kernels`` (the Liger kernels applied, :data:`LIGER_KERNELS`; absent: Liger's
     defaults), ``compile_mode`` (``torch.compile``'s mode, e.g. ``reduce-overhead``: CUDA graphs; absent: torch's
-    default), ``loss_tolerance``. ``faithful``: ``job_set`` (:data:`JOB_SETS`).
+    default), ``fold_grad_accum`` (bool, absent = false: the step's micro-batches folded into one,
+    :func:`fold_grad_accum`), ``loss_tolerance``. ``faithful``: ``job_set`` (:data:`JOB_SETS`).
 
     Raises:
         ConfigError: an unknown series, option, or ``liger: true`` without ``liger_kernel`` installed.
@@ -247,7 +250,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         )
     if not is_ours(series):
         raise ConfigError(f"lora_finetune series {series!r} unknown; allowed: {', '.join(SERIES)}, ours_<variant>")
-    allowed = ["compile", "compile_mode", "liger", "liger_kernels", "loss_tolerance"]
+    allowed = ["compile", "compile_mode", "fold_grad_accum", "liger", "liger_kernels", "loss_tolerance"]
     bad = sorted(set(cfg) - set(allowed))
     if bad:
         raise ConfigError(f"lora_finetune.ours: unknown key(s) {bad}; allowed: {allowed}")
@@ -280,6 +283,7 @@ def runtime_for(series: str, cfg: dict | None, accelerator: bool, backend_has_co
         loss_tolerance=None if cfg["loss_tolerance"] is None else float(cfg["loss_tolerance"]),
         liger_kernels=list(kernels) if liger and kernels is not None else None,
         compile_mode=cfg.get("compile_mode") if compile_ else None,  # optional: no schema default (torch's default)
+        fold_grad_accum=bool(cfg.get("fold_grad_accum", False)),  # optional: no schema default (specs stay unchanged)
         notes=notes,
     )
 
@@ -316,10 +320,50 @@ def train_runtime(step_end_s: list[float], step_start_s: list[float], warmup: in
     }
 
 
+def fold_grad_accum(s):
+    """``s`` (:class:`~.settings.LoraSettings`) with the optimizer step's ``grad_accum`` micro-batches of
+    ``per_device_batch`` samples folded into one micro-batch of ``per_device_batch x grad_accum`` samples, accumulation
+    1 (``lora_finetune.ours.fold_grad_accum``): the same samples per optimizer step in the same order (the sampler's
+    order does not depend on the batch size, and a run's blocks fill whole steps), and the same loss and gradients up
+    to float rounding. transformers 5.x's Trainer divides each micro-batch's summed token losses by the step's
+    label-token count (``num_items_in_batch``); without it (a model that takes no loss kwargs) it averages the
+    micro-batches' mean losses, which is the same where every micro-batch has the same label-token count, as the
+    concatenated full blocks here have. The GEMMs are ``grad_accum`` times taller, with ``1 / grad_accum`` of the
+    kernel launches per step, and the activations of the larger micro-batch held at once."""
+    from dataclasses import replace
+
+    return replace(s, per_device_batch=s.per_device_batch * s.grad_accum, grad_accum=1)
+
+
+def fold_note(spec: dict) -> str | None:
+    """The line a run of an ours series with ``fold_grad_accum`` records in its runtime's notes (what ran, against
+    the setting's batch); None where the series does not fold."""
+    from accelbench.experiments.lora.settings import LoraSettings
+
+    if not _folds(spec):
+        return None
+    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    f = fold_grad_accum(s)
+    return (
+        f"gradient accumulation folded (fold_grad_accum): micro-batch {f.per_device_batch} x {f.grad_accum} per "
+        f"optimizer step (the setting's {s.per_device_batch} x {s.grad_accum}): same samples and loss per "
+        "optimizer step"
+    )
+
+
+def _folds(spec: dict) -> bool:
+    """Whether the spec's series folds its gradient accumulation: an ours series whose options set
+    ``fold_grad_accum`` (faithful never folds)."""
+    series = spec.get("series", "ours")
+    return is_ours(series) and bool((spec.get("series_options") or {}).get("fold_grad_accum"))
+
+
 def settings_of(spec: dict):
     """The run's :class:`~.settings.LoraSettings`: the spec's, with the selected job set's hyper-parameters
     (:func:`hyperparameter_overrides`) and, for the faithful series, at least the job files' 3 throughput warm-up
-    steps before the timed window. Used by the job (summary) and by every rank alike."""
+    steps before the timed window; an ours series with ``fold_grad_accum``: the step's micro-batches folded into one
+    (:func:`fold_grad_accum`). Used by the job (summary), by every rank and by the bare loop that mirrors a result
+    alike."""
     from dataclasses import replace
 
     from accelbench.experiments.lora.settings import LoraSettings
@@ -327,7 +371,7 @@ def settings_of(spec: dict):
     s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
     series = spec.get("series", "ours")
     if series != "faithful":
-        return s
+        return fold_grad_accum(s) if _folds(spec) else s
     rt = runtime_for("faithful", spec.get("series_options"), True)
     over = hyperparameter_overrides(rt, spec.get("family", ""), spec.get("strategy", ""))
     return replace(s, **over, warmup_steps=max(s.warmup_steps, rt.throughput_warmup_steps))

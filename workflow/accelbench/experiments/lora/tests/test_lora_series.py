@@ -165,6 +165,87 @@ def test_older_70b_zero3_job_set_is_selectable(lora):
     assert series.settings_of({**spec, "series": "ours"}).warmup_steps == 1
 
 
+def _fold_specs(lora) -> dict:
+    """Specs (settings, series, series options as the rules write them) of faithful, ours and the variant
+    ``ours_fold`` (``fold_grad_accum: true``), Study B's 2 x 2 x 512 setting."""
+    section = {**lora, "ours_variants": {"fold": {"fold_grad_accum": True}}}
+    base = {"settings": LoraSettings().to_dict(), "family": "llama-3.1-8b", "strategy": "single", "devices": 1}
+    return {
+        name: {**base, "series": name, "series_options": series.series_options(name, section)}
+        for name in ("faithful", "ours", "ours_fold")
+    }
+
+
+def test_fold_grad_accum_folds_the_ours_variant_only(lora):
+    """``fold_grad_accum`` makes ``settings_of`` (what the job's summary, every rank, the plan and the bare loop take)
+    one micro-batch of 4 x 1 per optimizer step for the ours variant that sets it (the same 2,048 tokens per step);
+    ours without it and faithful keep the setting's 2 x 2. The runtime records it, and the rank's runtime notes say
+    what ran against the setting's batch."""
+    from accelbench.experiments.lora.job import Settings
+    from accelbench.experiments.lora.rank_setup import join
+    from lora_helpers import system
+
+    specs = _fold_specs(lora)
+    assert specs["ours_fold"]["series_options"]["fold_grad_accum"] is True
+    assert "fold_grad_accum" not in specs["ours"]["series_options"]  # no schema default: ours' spec is unchanged
+    folded = series.settings_of(specs["ours_fold"])
+    assert (folded.per_device_batch, folded.grad_accum, folded.seq_len) == (4, 1, 512)
+    for name in ("ours", "faithful"):
+        s = series.settings_of(specs[name])
+        assert (s.per_device_batch, s.grad_accum) == (2, 2), name
+    rt = series.runtime_for("ours_fold", specs["ours_fold"]["series_options"], True)
+    assert rt.fold_grad_accum is True and rt.to_dict()["fold_grad_accum"] is True
+    assert series.runtime_for("ours", specs["ours"]["series_options"], True).fold_grad_accum is False
+    assert series.fold_note(specs["ours_fold"]) == (
+        "gradient accumulation folded (fold_grad_accum): micro-batch 4 x 1 per optimizer step (the setting's 2 x 2): "
+        "same samples and loss per optimizer step"
+    )
+    assert series.fold_note(specs["ours"]) is None and series.fold_note(specs["faithful"]) is None
+    # faithful never folds: the option is not one of its keys
+    with pytest.raises(ConfigError, match=r"lora_finetune.faithful: unknown key\(s\) \['fold_grad_accum'\]"):
+        series.runtime_for("faithful", {**lora["faithful"], "fold_grad_accum": True}, True)
+    # downstream: the job's settings (summary: samples/tokens per step, MFU; the plan) and a rank's context
+    cpu = system()
+    spec = {**specs["ours_fold"], "attention": "flash", "system": cpu.to_dict()}
+    job = Settings.from_spec(spec, cpu)
+    assert (job.lora.per_device_batch, job.lora.grad_accum) == (4, 1)
+    plan = job.plan
+    ctx = join(spec, cpu, plan, 0, None)
+    assert (ctx.settings.per_device_batch, ctx.settings.grad_accum) == (4, 1) and ctx.runtime.fold_grad_accum
+    assert series.fold_note(spec) in ctx.runtime.notes
+    plain = join({**specs["ours"], "attention": "flash", "system": cpu.to_dict()}, cpu, plan, 0, None)
+    assert not any("folded" in n for n in plain.runtime.notes)
+
+
+def test_fold_grad_accum_typo_is_one_clear_config_error(lora):
+    """A misspelt option of a variant stops the run with one line naming the key, at config validation (the schema)
+    and where the rules and ranks resolve the series (``runtime_for``)."""
+    from pathlib import Path
+
+    import yaml
+
+    from accelbench.core.config import deep_merge, validate_config
+
+    repo = Path(__file__).resolve().parents[5]
+    config = yaml.safe_load((repo / "config/config.yaml").read_text())
+    config = deep_merge(config, {"lora_finetune": {"ours_variants": {"fold": {"fold_grad_acum": True}}}})
+    with pytest.raises(ConfigError) as err:
+        validate_config(config, repo / "config/config.schema.yaml")
+    lines = [line for line in str(err.value).splitlines() if "lora_finetune" in line]
+    assert len(lines) == 1 and "'lora_finetune.ours_variants.fold'" in lines[0] and "fold_grad_acum" in lines[0]
+    assert "fold_grad_accum" in lines[0]  # the allowed keys name the right spelling
+    with pytest.raises(ConfigError, match=r"lora_finetune.ours: unknown key\(s\) \['fold_grad_acum'\]"):
+        series.runtime_for("ours_fold", {**lora["ours"], "fold_grad_acum": True}, True)
+    # the valid spelling passes the schema
+    ok = deep_merge(
+        yaml.safe_load((repo / "config/config.yaml").read_text()),
+        {"lora_finetune": {"ours_variants": {"fold": {"fold_grad_accum": True}}}},
+    )
+    assert validate_config(ok, repo / "config/config.schema.yaml")["lora_finetune"]["ours_variants"]["fold"] == {
+        "fold_grad_accum": True
+    }
+
+
 def test_train_runtime_is_optimum_habanas_window():
     begin = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     end = [0.9, 1.9, 2.9, 3.9, 4.9, 6.5]

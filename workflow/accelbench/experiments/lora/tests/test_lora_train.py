@@ -27,10 +27,11 @@ def test_runtime_oom_becomes_a_result(monkeypatch):
 SYNC_METHODS = ("item", "__bool__", "__int__", "__float__", "tolist")  # what reads a device value on the host
 
 
-def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series: str = "ours"):
+def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series: str = "ours", options=None):
     """Run a tiny LoRA Llama through the product's ``train_rank`` (real Trainer, CPU) and list every call of a
     :data:`SYNC_METHODS` method (and of the ``(class, method)`` pairs in ``extra``) from the first timed step's
-    ``on_step_begin`` to the last step's ``on_step_end`` (``file:line method``), with the run's result."""
+    ``on_step_begin`` to the last step's ``on_step_end`` (``file:line method``), with the run's result. ``options``:
+    series options over the default config's (a variant's, e.g. ``{"fold_grad_accum": True}``)."""
     import sys
 
     import accelbench.models.llm as llm
@@ -74,7 +75,8 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
     monkeypatch.setattr(llm, "load_causal_lm", load)
     spec = {
         "settings": settings.to_dict(),
-        **config_parts(series),
+        **config_parts("ours" if series.startswith("ours_") else series),
+        "series": series,  # a variant ours_<name>: ours' options updated by ``options``
         "family": "tiny",
         "model": {
             "source": "random",
@@ -89,6 +91,7 @@ def _timed_syncs(monkeypatch, settings: LoraSettings, extra: tuple = (), series:
             },
         },
     }
+    spec["series_options"].update(options or {})
     out = train_rank(spec, system(), Plan("single", 1, "flash", "sdpa", "fp32"), threads=1)
     assert out["status"] == "ok", out
     return calls, out
@@ -204,3 +207,76 @@ def test_step_timer_sees_the_wrapper_under_torch_compile():
     timer.on_step_end(None, SimpleNamespace(global_step=1, max_steps=2), None)
     assert timer.wrapped_as == "OptimizedModule(DistributedDataParallel)" and WRAPPER["ddp"] in timer.wrapped_as
     assert timer.distributed["ddp"] == {"static_graph": False, "gradient_as_bucket_view": True, "bucket_cap_mb": 25.0}
+
+
+def _fold_run(monkeypatch, fold: bool):
+    """``train_rank`` of the tiny LoRA Llama (``TINY`` without LoRA dropout: each side would draw its masks in another
+    order), series ``ours_fold`` with ``fold_grad_accum`` ``fold``; returns the result's measurements, every optimizer
+    step's unclipped adapter gradients (as the Trainer hands them to clipping) and the adapter weights after the
+    last step."""
+    from accelerate import Accelerator
+
+    from accelbench.experiments.lora import rank_setup
+
+    grads, models = [], []
+    clip = Accelerator.clip_grad_norm_
+
+    def record(self, parameters, *a, **k):
+        parameters = list(parameters)
+        grads.append([p.grad.detach().clone() for p in parameters])
+        return clip(self, parameters, *a, **k)
+
+    def adapters(*a, **k):
+        model, counts = rank_setup.add_adapters(*a, **k)
+        models.append(model)
+        return model, counts
+
+    monkeypatch.setattr(Accelerator, "clip_grad_norm_", record)
+    monkeypatch.setattr(lora_train, "add_adapters", adapters)
+    no_dropout = LoraSettings(**{**TINY.to_dict(), "target_modules": TINY.target_modules, "dropout": 0.0})
+    _, out = _timed_syncs(monkeypatch, no_dropout, series="ours_fold", options={"fold_grad_accum": fold})
+    monkeypatch.undo()
+    weights = {n: p.detach().clone() for n, p in models[0].named_parameters() if "lora_" in n}
+    return out["measurements"], grads, weights
+
+
+def test_folded_grad_accum_trains_as_the_accumulated_step(monkeypatch):
+    """``fold_grad_accum`` (series ours_fold) runs the optimizer step's 2 x 2 micro-batches as one of 4 x 1 through
+    the product's Trainer, and that step is the same work: the same loss per optimizer step (what the aggregation
+    compares with faithful, step by step), the same adapter gradients at every step and the same adapter weights
+    after the last, in fp32 to float rounding. The result records the folded batch and says so in its series'
+    notes; the other side ran the setting's 2 x 2."""
+    folded, fold_grads, fold_weights = _fold_run(monkeypatch, True)
+    plain, plain_grads, plain_weights = _fold_run(monkeypatch, False)
+    ts, pts = folded["trainer_settings"], plain["trainer_settings"]
+    assert (ts["per_device_train_batch_size"], ts["gradient_accumulation_steps"]) == (4, 1)
+    assert (pts["per_device_train_batch_size"], pts["gradient_accumulation_steps"]) == (2, 2)
+    assert folded["series"]["fold_grad_accum"] is True and plain["series"]["fold_grad_accum"] is False
+    assert "micro-batch 4 x 1 per optimizer step (the setting's 2 x 2)" in " ".join(folded["series"]["notes"])
+    assert not any("folded" in n for n in plain["series"]["notes"])
+    steps = TINY.warmup_steps + TINY.timed_steps
+    assert len(folded["loss_curve"]) == len(plain["loss_curve"]) == steps
+    assert folded["loss_curve"] == pytest.approx(plain["loss_curve"], rel=1e-5, abs=0)
+    assert len(fold_grads) == len(plain_grads) == steps
+    for step, (a, b) in enumerate(zip(fold_grads, plain_grads)):
+        for ga, gb in zip(a, b, strict=True):
+            torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-7, msg=lambda m, s=step: f"step {s + 1}: {m}")
+    assert fold_weights.keys() == plain_weights.keys() and fold_weights
+    for name in fold_weights:
+        torch.testing.assert_close(fold_weights[name], plain_weights[name], rtol=1e-5, atol=1e-6)
+    # the weights moved (the comparison is not of two untrained models)
+    assert any(float(g.abs().max()) > 0 for g in fold_grads[0])
+    # the aggregation's check against faithful lines the curves up per optimizer step: the folded one stands in the
+    # plain one's place there (here the plain run plays faithful)
+    import pandas as pd
+
+    from accelbench.experiments.lora.tables_rows import loss_check
+
+    key = {"system": "cpu", "family": "tiny", "attention": "flash", "strategy": "single", "devices": 1, "status": "ok"}
+    rows = pd.DataFrame(
+        [
+            {**key, "series": "faithful", "loss_per_step": plain["loss_curve"], "loss_tolerance": None},
+            {**key, "series": "ours_fold", "loss_per_step": folded["loss_curve"], "loss_tolerance": 1e-5},
+        ]
+    )
+    assert loss_check(rows)[1] == f"within 0.00% <= 0.001% over {steps} steps"
