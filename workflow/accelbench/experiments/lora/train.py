@@ -16,6 +16,8 @@ from accelbench.experiments.lora.settings import Plan
 from accelbench.experiments.lora.timer import make_step_timer
 from accelbench.experiments.lora.trainer import (
     WrapTarget,
+    compiles_with_cuda_graphs,
+    cuda_graphs_note,
     ddp_options_for,
     loss_curve_trainer,
     training_arguments_kwargs,
@@ -92,6 +94,9 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         kw = training_arguments_kwargs(plan, s, system.backend, tmp, max_steps, wrap, len(eval_ds), ctx.runtime)
         ddp_options = ddp_options_for(plan, spec.get("ddp"), s.grad_accum)
         measurements["series"] = _series_record(plan, ctx)
+        cuda_graphs = compiles_with_cuda_graphs(kw)  # the Trainer must not hold graph outputs past a replay
+        if cuda_graphs:
+            measurements["series"]["notes"].append(cuda_graphs_note(s.grad_accum))
         measurements["trainer_settings"] = _trainer_settings(kw, with_mask, ddp_options, ctx.runtime)
         args, trainer_cls, extra = _training_arguments(model, plan, ctx, kw, pre_args)
         # the values TrainingArguments holds (defaults included: the faithful series leaves most at Trainer's)
@@ -99,7 +104,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
         t_phase = phase_done("lora_and_data", t_phase)
         timer = make_step_timer(device, world)
         timer.meter_energy(s.warmup_steps, s.timed_steps)
-        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, ctx.runtime.fast_host_step)
+        trainer_cls = loss_curve_trainer(trainer_cls, ddp_options, ctx.runtime.fast_host_step, cuda_graphs=cuda_graphs)
         trainer = _make_trainer(trainer_cls, model, args, (train_ds, eval_ds), timer, extra)
         # whether Trainer passes num_items_in_batch into the forward (the bare loop mirrors it: lora.bare)
         accepts = getattr(trainer, "model_accepts_loss_kwargs", None)

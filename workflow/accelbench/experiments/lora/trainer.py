@@ -1,5 +1,6 @@
 """Study B LoRA: the transformers ``Trainer`` as a run uses it: its ``TrainingArguments`` per strategy, and
-:class:`LossCurveMixin` (per-step loss curve without host syncs, a lighter host step, the DDP options)."""
+:class:`LossCurveMixin` (per-step loss curve without host syncs, a lighter host step, the DDP options, a step that
+holds no CUDA-graph output past the next replay)."""
 
 from __future__ import annotations
 
@@ -158,6 +159,34 @@ def training_arguments_kwargs(
     return kw
 
 
+def compiles_with_cuda_graphs(kw: dict) -> bool:
+    """Whether the ``TrainingArguments`` keyword arguments ``kw`` (:func:`training_arguments_kwargs`) compile the model
+    into CUDA graphs: ``torch_compile`` with Inductor (Trainer's default backend) in a mode whose Inductor options
+    capture them (``reduce-overhead``, ``max-autotune``: ``torch._inductor.list_mode_options``). The faithful series
+    never compiles, so never does."""
+    mode = kw.get("torch_compile_mode")
+    if not kw.get("torch_compile") or not mode or kw.get("torch_compile_backend") not in (None, "inductor"):
+        return False
+    from torch._inductor import list_mode_options
+
+    return bool(list_mode_options().get(mode, {}).get("triton.cudagraphs"))
+
+
+def cuda_graphs_note(grad_accum: int) -> str:
+    """The line a run whose Trainer replays CUDA graphs records in its series' notes (what
+    :class:`LossCurveMixin` does for it; ``grad_accum``: the micro-batches per optimizer step that ran)."""
+    grads = (
+        f"the adapters' .grad are zeros allocated outside the graphs' memory pool before the first micro-batch and "
+        f"zeroed in place after each optimizer step ({grad_accum} micro-batches accumulate into them)"
+        if grad_accum > 1
+        else "the adapters' .grad set to None after each optimizer step, as Trainer does (no accumulation)"
+    )
+    return (
+        "CUDA graphs under the Trainer (LossCurveMixin): torch.compiler.cudagraph_mark_step_begin() before each "
+        "micro-batch, each micro-batch's loss cloned out of the graphs' memory before the next replay; " + grads
+    )
+
+
 class LossCurveMixin:
     """Mixin for ``transformers.Trainer`` / optimum-habana's ``GaudiTrainer`` (4.x and 5.x): the per-step loss curve
     without a host synchronisation inside the training loop, and the DDP options of ``lora_finetune.ddp``.
@@ -170,6 +199,20 @@ class LossCurveMixin:
     ``ddp_options`` (``static_graph``, ``gradient_as_bucket_view``, ``bucket_cap_mb``; None = DDP's default) are set on
     accelerate's ``DistributedDataParallelKwargs`` after Trainer made it (transformers 5.x at init, 4.x in
     ``_wrap_model``), just before the model is wrapped.
+
+    ``cuda_graphs`` (the model compiled into CUDA graphs, :func:`compiles_with_cuda_graphs`): CUDA-graph trees replay
+    each graph into the same memory, and once a new generation starts (the next micro-batch's forward, its previous
+    backward having run) every output of the previous one may be overwritten; reading one then raises "accessing
+    tensor output of CUDAGraphs that has been overwritten by a subsequent run" (H200, torch 2.11, the ours_cudagraphs
+    rule). Two such outputs outlive the replay in a Trainer step: the micro-batch's loss (``training_step`` returns
+    it detached, an alias of the graph's output, which Trainer holds in ``tr_loss_step`` and this mixin keeps until
+    :meth:`loss_curve`), and, with gradient accumulation, the first micro-batch's gradients (autograd makes the
+    compiled backward's output the ``.grad`` itself, and the next backward adds into it). So each micro-batch starts
+    a new generation explicitly (``torch.compiler.cudagraph_mark_step_begin()``), its loss is cloned before it is
+    returned, and with ``grad_accum > 1`` the trainable parameters' ``.grad`` are zeros allocated outside the graphs'
+    pool before the first micro-batch and zeroed in place after each step (as Study A's ``Workload``; torch's own
+    message advises it). The eval loop needs nothing: it runs the uncompiled model. Cost per step: one clone per
+    micro-batch, and with accumulation one in-place add per adapter in the first micro-batch and one zeroing.
     """
 
     ddp_options: dict = {}
@@ -182,6 +225,11 @@ class LossCurveMixin:
     #   parameters that require gradients instead (frozen ones never have a gradient, so the norm is the same).
     # Only for plain and DDP models (FSDP/DeepSpeed own these methods; FSDP swaps its parameters).
     fast_host_step: bool = True
+    cuda_graphs: bool = False  # the model replays CUDA graphs (class docstring)
+
+    def _keeps_grad_buffers(self) -> bool:
+        """Whether the trainable parameters' ``.grad`` stay allocated buffers, zeroed in place (class docstring)."""
+        return self.cuda_graphs and self.args.gradient_accumulation_steps > 1
 
     def _fast_host_ok(self, model) -> bool:
         import torch
@@ -222,16 +270,33 @@ class LossCurveMixin:
         if self._fast_host_ok(model):
             c = self._host_cache(model)
             if c["plain_zero_grad"] and "zero_grad" not in model.__dict__:
-                model.__dict__["zero_grad"] = _cached_zero_grad(model, c["params"])
+                model.__dict__["zero_grad"] = _cached_zero_grad(model, c["params"], self._keeps_grad_buffers())
             skip_train = c["plain_train"] and all(m.training for m in c["modules"])
         if skip_train:  # Trainer's `model.train()` would change nothing: every module is in training mode
             model.__dict__["train"] = _already_training(model)
+        if self.cuda_graphs:
+            self._before_replay(model)
         try:
             loss = super().training_step(model, *args, **kwargs)
         finally:
             model.__dict__.pop("train", None)
+        if self.cuda_graphs:  # out of the graphs' memory before the next replay overwrites it
+            loss = loss.clone()
         self.__dict__.setdefault("_step_losses", {}).setdefault(self.state.global_step, []).append(loss.detach())
         return loss
+
+    def _before_replay(self, model) -> None:
+        """Before a micro-batch's compiled forward (CUDA graphs): a new CUDA-graph generation, and where
+        :meth:`_keeps_grad_buffers`, a zero ``.grad`` for each trainable parameter that has none (allocated here,
+        outside the graphs' pool: after Trainer's ``zero_grad`` at the start, or each step where Trainer's own
+        ``zero_grad`` sets them to None)."""
+        import torch
+
+        torch.compiler.cudagraph_mark_step_begin()
+        if self._keeps_grad_buffers():
+            for p in self._host_cache(model)["trainable"]:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
 
     def train(self, *args, **kwargs):
         try:
@@ -295,11 +360,18 @@ def _already_training(model):
     return train
 
 
-def _cached_zero_grad(model, params: list):
+def _cached_zero_grad(model, params: list, in_place: bool = False):
     """``nn.Module.zero_grad`` of ``model`` over its parameters listed once (``params``) instead of a module walk per
-    call; ``set_to_none=False`` goes to ``nn.Module.zero_grad``."""
+    call; ``set_to_none=False`` goes to ``nn.Module.zero_grad``. ``in_place``: the gradients are zeroed in place
+    whatever ``set_to_none`` says (buffers kept for CUDA graphs, :class:`LossCurveMixin`)."""
+    import torch
 
     def zero_grad(set_to_none: bool = True) -> None:
+        if in_place:
+            grads = [p.grad for p in params if p.grad is not None]
+            if grads:
+                torch._foreach_zero_(grads)
+            return None
         if not set_to_none:
             return type(model).zero_grad(model, False)
         for p in params:
@@ -338,11 +410,14 @@ def ddp_options_for(plan: Plan, ddp: dict | None, grad_accum: int = 1) -> dict:
     return check_ddp_options(ddp, grad_accum)
 
 
-def loss_curve_trainer(base: type, ddp_options: dict | None = None, fast_host_step: bool = True) -> type:
+def loss_curve_trainer(
+    base: type, ddp_options: dict | None = None, fast_host_step: bool = True, cuda_graphs: bool = False
+) -> type:
     """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin`, the given DDP options and host step
-    (``fast_host_step=False``: Trainer's own per-step walks, as the faithful series)."""
+    (``fast_host_step=False``: Trainer's own per-step walks, as the faithful series); ``cuda_graphs``: the model
+    replays CUDA graphs (:func:`compiles_with_cuda_graphs`), handled as the mixin says."""
     return type(
         f"LossCurve{base.__name__}",
         (LossCurveMixin, base),
-        {"ddp_options": dict(ddp_options or {}), "fast_host_step": fast_host_step},
+        {"ddp_options": dict(ddp_options or {}), "fast_host_step": fast_host_step, "cuda_graphs": cuda_graphs},
     )

@@ -173,7 +173,7 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
     monkeypatch.undo()
 
     real = lora_train.loss_curve_trainer  # Trainer's own walks
-    monkeypatch.setattr(lora_train, "loss_curve_trainer", lambda base, ddp, fast=True: real(base, ddp, False))
+    monkeypatch.setattr(lora_train, "loss_curve_trainer", lambda base, ddp, fast=True, **k: real(base, ddp, False, **k))
     calls, out = _timed_syncs(monkeypatch, TINY, walks)
     names = [c.split()[-1] for c in calls]
     assert names.count("zero_grad") >= TINY.timed_steps and names.count("parameters") >= TINY.timed_steps
@@ -280,3 +280,127 @@ def test_folded_grad_accum_trains_as_the_accumulated_step(monkeypatch):
         ]
     )
     assert loss_check(rows)[1] == f"within 0.00% <= 0.001% over {steps} steps"
+
+
+# --------------------------------------------------------------------------- CUDA graphs (compile mode reduce-overhead)
+class _IntoPool(torch.autograd.Function):
+    """``x`` copied into the pool of ``graphs`` (:class:`_FakeCudaGraphs`); the gradient passes through."""
+
+    @staticmethod
+    def forward(ctx, x, graphs):
+        return graphs.into_pool(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _FakeCudaGraphs(torch.nn.Module):
+    """Stands in, on the CPU, for the model ``torch.compile(mode="reduce-overhead")`` returns, for the memory its
+    outputs live in (CUDA-graph trees, torch/_inductor/cudagraph_trees.py): the forward's outputs (loss, logits) and
+    the backward's (the parameters' gradients, which autograd makes the ``.grad`` itself where there is none) are
+    tensors of the graphs' pool, and a forward that starts a new generation (a ``cudagraph_mark_step_begin()`` since
+    the last forward, or the last forward's backward has run) invalidates every output of the generation before. Here
+    they are overwritten with NaN (on a GPU, reading one raises "accessing tensor output of CUDAGraphs that has been
+    overwritten by a subsequent run"). ``marks``: the count of ``cudagraph_mark_step_begin`` calls (a one-item list);
+    ``marks_per_forward``: how many came before each forward."""
+
+    def __init__(self, model, marks: list):
+        super().__init__()
+        self.model, self.marks, self.seen = model, marks, marks[0]
+        self.live, self.pending_backward, self.marks_per_forward = [], False, []
+        for p in model.parameters():
+            if p.requires_grad:
+                p.register_hook(self.grad_into_pool)
+
+    def into_pool(self, t):
+        """A tensor with ``t``'s values whose memory the pool owns (not a view: autograd may take it as ``.grad``)."""
+        buf = torch.empty_like(t).copy_(t)
+        self.live.append(buf)
+        return t.new_empty(0).set_(buf.untyped_storage(), buf.storage_offset(), buf.size(), buf.stride())
+
+    def grad_into_pool(self, grad):
+        self.pending_backward = False
+        return self.into_pool(grad)
+
+    def forward(self, **inputs):
+        marked, self.seen = self.marks[0] - self.seen, self.marks[0]
+        self.marks_per_forward.append(marked)
+        if marked or not self.pending_backward:  # a new generation: the previous one's outputs are overwritten
+            for t in self.live:
+                t.fill_(float("nan"))
+            self.live = []
+        out = self.model(**inputs)
+        self.pending_backward = torch.is_grad_enabled()
+        out["loss"] = _IntoPool.apply(out["loss"], self)
+        out["logits"] = _IntoPool.apply(out["logits"], self)
+        return out
+
+
+def _cuda_graphs_run(monkeypatch, fold: bool, graphs: bool = True):
+    """``train_rank`` of the tiny LoRA Llama (``TINY`` without LoRA dropout, so that the folded step draws nothing in
+    another order), series ``ours_cudagraphs`` with ``fold_grad_accum`` ``fold``. ``graphs``: the Trainer compiles
+    with mode reduce-overhead (as on a GPU; the CPU's runtime turns torch.compile off), and ``torch.compile`` returns
+    a :class:`_FakeCudaGraphs` over the model; else the plain eager run. Returns the result's measurements, the fake
+    (None without ``graphs``) and the count of ``torch.compiler.cudagraph_mark_step_begin`` calls."""
+    marks, fakes = [0], []
+
+    def mark():
+        marks[0] += 1
+
+    def compile_(model, **kw):
+        assert kw.get("mode") == "reduce-overhead", kw  # accelerate compiles as TrainingArguments ask
+        fakes.append(_FakeCudaGraphs(model, marks))
+        return fakes[-1]
+
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", mark)
+    if graphs:
+        real_kw = lora_train.training_arguments_kwargs
+
+        def kwargs(*a, **k):
+            return {**real_kw(*a, **k), "torch_compile": True, "torch_compile_mode": "reduce-overhead"}
+
+        monkeypatch.setattr(lora_train, "training_arguments_kwargs", kwargs)
+        monkeypatch.setattr(torch, "compile", compile_)
+    no_dropout = LoraSettings(**{**TINY.to_dict(), "target_modules": TINY.target_modules, "dropout": 0.0})
+    options = {"compile": True, "compile_mode": "reduce-overhead", "fold_grad_accum": fold}
+    _, out = _timed_syncs(monkeypatch, no_dropout, series="ours_cudagraphs", options=options)
+    monkeypatch.undo()
+    assert len(fakes) == (1 if graphs else 0)
+    return out["measurements"], (fakes[0] if fakes else None), marks[0]
+
+
+def test_cuda_graphs_trainer_step_reads_no_overwritten_output(monkeypatch):
+    """With CUDA graphs (compile mode reduce-overhead; on an H200 the ours_cudagraphs rule failed with "accessing
+    tensor output of CUDAGraphs that has been overwritten by a subsequent run"), the product's Trainer step reads no
+    output of a replay after the next one began, over a stand-in whose outputs are overwritten then (NaN): the loss
+    curve and the adapters trained are those of the eager run, with the setting's 2 x 2 (the first micro-batch's
+    gradients would be the pool's, overwritten before the second adds to them; the loss curve would read each
+    micro-batch's loss after the next replay) and folded 4 x 1 (the loss curve); and the result's series notes say
+    what the step does for CUDA graphs (the eager run's do not)."""
+    eager, _, _ = _cuda_graphs_run(monkeypatch, fold=False, graphs=False)
+    steps = TINY.warmup_steps + TINY.timed_steps
+    assert len(eager["loss_curve"]) == steps
+    assert not any("CUDA graphs" in n for n in eager["series"]["notes"])
+    for fold in (False, True):
+        m, fake, _ = _cuda_graphs_run(monkeypatch, fold=fold)
+        assert m["trainer_settings"]["torch_compile_mode"] == "reduce-overhead"
+        assert m["trainer_settings"]["gradient_accumulation_steps"] == (1 if fold else 2)
+        # the stand-in overwrote outputs (one generation per micro-batch), so a stale read would show
+        assert len(fake.marks_per_forward) == steps * (1 if fold else 2)
+        assert m["loss_curve"] == pytest.approx(eager["loss_curve"], rel=1e-5, abs=0), f"fold={fold}"
+        note = [n for n in m["series"]["notes"] if n.startswith("CUDA graphs under the Trainer")]
+        assert len(note) == 1 and ("zeroed in place" in note[0]) is (not fold)
+        weights = [p for n, p in fake.model.named_parameters() if "lora_" in n]
+        assert weights and all(bool(torch.isfinite(p).all()) for p in weights)
+
+
+def test_cuda_graphs_mark_a_step_before_each_micro_batch(monkeypatch):
+    """With CUDA graphs the product's Trainer calls ``torch.compiler.cudagraph_mark_step_begin()`` exactly once before
+    each micro-batch's compiled forward (2 x 2: two per optimizer step), so each replay starts a new CUDA-graph
+    generation; without them (the eager ours run) it never calls it."""
+    _, _, eager_marks = _cuda_graphs_run(monkeypatch, fold=False, graphs=False)
+    assert eager_marks == 0
+    m, fake, marks = _cuda_graphs_run(monkeypatch, fold=False)
+    n = (TINY.warmup_steps + TINY.timed_steps) * TINY.grad_accum
+    assert fake.marks_per_forward == [1] * n and marks == n

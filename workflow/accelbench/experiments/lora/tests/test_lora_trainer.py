@@ -9,6 +9,7 @@ from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.trainer import (
     WrapTarget,
     check_ddp_options,
+    compiles_with_cuda_graphs,
     ddp_options_for,
     loss_curve_trainer,
     training_arguments_kwargs,
@@ -95,3 +96,28 @@ def test_ddp_options_reach_accelerate_and_are_checked(tmp_path):
         "bucket_cap_mb": 7,
         "find_unused_parameters": None,
     }
+
+
+def test_cuda_graphs_only_where_the_series_compiles_with_them():
+    """The Trainer handles CUDA graphs (:class:`LossCurveMixin` ``cuda_graphs``) exactly where the TrainingArguments
+    compile the model in a mode that captures them: ours with compile_mode reduce-overhead (or max-autotune) on a
+    strategy that compiles; not torch's default mode, not max-autotune-no-cudagraphs, not an FSDP plan (eager), not
+    the faithful series, not on the CPU (no compile)."""
+    from accelbench.experiments.lora.series import runtime_for
+
+    def kw(mode, strategy="single", backend="cuda", series="ours_cudagraphs"):
+        opts = {"compile": True, "liger": False, "loss_tolerance": None, "compile_mode": mode}
+        if series == "faithful":
+            opts = {"job_set": "2026-03"}
+        rt = runtime_for(series, opts, backend != "cpu")
+        plan = Plan(strategy, 1 if strategy == "single" else 2, "flash", "sdpa", "bf16")
+        return training_arguments_kwargs(plan, LoraSettings(), backend, "out", 5, WrapTarget("X"), 0, rt)
+
+    assert compiles_with_cuda_graphs(kw("reduce-overhead")) and compiles_with_cuda_graphs(kw("max-autotune"))
+    assert compiles_with_cuda_graphs(kw("reduce-overhead", "ddp"))
+    assert not compiles_with_cuda_graphs(kw(None)) and not compiles_with_cuda_graphs(kw("default"))
+    assert not compiles_with_cuda_graphs(kw("max-autotune-no-cudagraphs"))
+    assert not compiles_with_cuda_graphs(kw("reduce-overhead", "fsdp"))
+    assert not compiles_with_cuda_graphs(kw("reduce-overhead", backend="cpu"))
+    assert not compiles_with_cuda_graphs(kw(None, series="faithful"))
+    assert not compiles_with_cuda_graphs({**kw("reduce-overhead"), "torch_compile_backend": "aot_eager"})
