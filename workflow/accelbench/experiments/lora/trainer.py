@@ -165,7 +165,8 @@ def compiles_with_cuda_graphs(kw: dict) -> bool:
     capture them (``reduce-overhead``, ``max-autotune``: ``torch._inductor.list_mode_options``). The faithful series
     never compiles, so never does."""
     mode = kw.get("torch_compile_mode")
-    if not kw.get("torch_compile") or not mode or kw.get("torch_compile_backend") not in (None, "inductor"):
+    compiler = kw.get("torch_compile_backend") or "inductor"  # Trainer's default: Inductor
+    if not kw.get("torch_compile") or not mode or compiler != "inductor":
         return False
     from torch._inductor import list_mode_options
 
