@@ -8,6 +8,7 @@ import math
 import resource
 import time
 
+from accelbench.experiments.lora.cuda_graphs import compiles_with_cuda_graphs, cuda_graphs_note
 from accelbench.experiments.lora.data import build_datasets
 from accelbench.experiments.lora.model import set_attention
 from accelbench.experiments.lora.rank_setup import RankContext, add_adapters, join, load_model, name_and_pad
@@ -16,8 +17,6 @@ from accelbench.experiments.lora.settings import Plan
 from accelbench.experiments.lora.timer import make_step_timer
 from accelbench.experiments.lora.trainer import (
     WrapTarget,
-    compiles_with_cuda_graphs,
-    cuda_graphs_note,
     ddp_options_for,
     loss_curve_trainer,
     training_arguments_kwargs,

@@ -159,35 +159,6 @@ def training_arguments_kwargs(
     return kw
 
 
-def compiles_with_cuda_graphs(kw: dict) -> bool:
-    """Whether the ``TrainingArguments`` keyword arguments ``kw`` (:func:`training_arguments_kwargs`) compile the model
-    into CUDA graphs: ``torch_compile`` with Inductor (Trainer's default backend) in a mode whose Inductor options
-    capture them (``reduce-overhead``, ``max-autotune``: ``torch._inductor.list_mode_options``). The faithful series
-    never compiles, so never does."""
-    mode = kw.get("torch_compile_mode")
-    compiler = kw.get("torch_compile_backend") or "inductor"  # Trainer's default: Inductor
-    if not kw.get("torch_compile") or not mode or compiler != "inductor":
-        return False
-    from torch._inductor import list_mode_options
-
-    return bool(list_mode_options().get(mode, {}).get("triton.cudagraphs"))
-
-
-def cuda_graphs_note(grad_accum: int) -> str:
-    """The line a run whose Trainer replays CUDA graphs records in its series' notes (what
-    :class:`LossCurveMixin` does for it; ``grad_accum``: the micro-batches per optimizer step that ran)."""
-    grads = (
-        f"the adapters' .grad are zeros allocated outside the graphs' memory pool before the first micro-batch and "
-        f"zeroed in place after each optimizer step ({grad_accum} micro-batches accumulate into them)"
-        if grad_accum > 1
-        else "the adapters' .grad set to None after each optimizer step, as Trainer does (no accumulation)"
-    )
-    return (
-        "CUDA graphs under the Trainer (LossCurveMixin): torch.compiler.cudagraph_mark_step_begin() before each "
-        "micro-batch, each micro-batch's loss cloned out of the graphs' memory before the next replay; " + grads
-    )
-
-
 class LossCurveMixin:
     """Mixin for ``transformers.Trainer`` / optimum-habana's ``GaudiTrainer`` (4.x and 5.x): the per-step loss curve
     without a host synchronisation inside the training loop, and the DDP options of ``lora_finetune.ddp``.
@@ -201,19 +172,19 @@ class LossCurveMixin:
     accelerate's ``DistributedDataParallelKwargs`` after Trainer made it (transformers 5.x at init, 4.x in
     ``_wrap_model``), just before the model is wrapped.
 
-    ``cuda_graphs`` (the model compiled into CUDA graphs, :func:`compiles_with_cuda_graphs`): CUDA-graph trees replay
-    each graph into the same memory, and once a new generation starts (the next micro-batch's forward, its previous
-    backward having run) every output of the previous one may be overwritten; reading one then raises "accessing
-    tensor output of CUDAGraphs that has been overwritten by a subsequent run" (H200, torch 2.11, the ours_cudagraphs
-    rule). Two such outputs outlive the replay in a Trainer step: the micro-batch's loss (``training_step`` returns
-    it detached, an alias of the graph's output, which Trainer holds in ``tr_loss_step`` and this mixin keeps until
-    :meth:`loss_curve`), and, with gradient accumulation, the first micro-batch's gradients (autograd makes the
-    compiled backward's output the ``.grad`` itself, and the next backward adds into it). So each micro-batch starts
-    a new generation explicitly (``torch.compiler.cudagraph_mark_step_begin()``), its loss is cloned before it is
-    returned, and with ``grad_accum > 1`` the trainable parameters' ``.grad`` are zeros allocated outside the graphs'
-    pool before the first micro-batch and zeroed in place after each step (as Study A's ``Workload``; torch's own
-    message advises it). The eval loop needs nothing: it runs the uncompiled model. Cost per step: one clone per
-    micro-batch, and with accumulation one in-place add per adapter in the first micro-batch and one zeroing.
+    ``cuda_graphs`` (the model compiled into CUDA graphs, :func:`.cuda_graphs.compiles_with_cuda_graphs`): CUDA-graph
+    trees replay each graph into the same memory, and once a new generation starts (the next micro-batch's forward, its
+    previous backward having run) every output of the previous one may be overwritten; reading one then raises
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run" (H200, torch 2.11, the
+    ours_cudagraphs rule). Two such outputs outlive the replay in a Trainer step: the micro-batch's loss
+    (``training_step`` returns it detached, an alias of the graph's output, which Trainer holds in ``tr_loss_step`` and
+    this mixin keeps until :meth:`loss_curve`), and, with gradient accumulation, the first micro-batch's gradients
+    (autograd makes the compiled backward's output the ``.grad`` itself, and the next backward adds into it). So each
+    micro-batch starts a new generation explicitly (``torch.compiler.cudagraph_mark_step_begin()``), its loss is cloned
+    before it is returned, and with ``grad_accum > 1`` the trainable parameters' ``.grad`` are zeros allocated outside
+    the graphs' pool before the first micro-batch and zeroed in place after each step (as Study A's ``Workload``;
+    torch's own message advises it). The eval loop needs nothing: it runs the uncompiled model. Cost per step: one clone
+    per micro-batch, and with accumulation one in-place add per adapter in the first micro-batch and one zeroing.
     """
 
     ddp_options: dict = {}
@@ -416,7 +387,7 @@ def loss_curve_trainer(
 ) -> type:
     """``base`` (Trainer or GaudiTrainer) with :class:`LossCurveMixin`, the given DDP options and host step
     (``fast_host_step=False``: Trainer's own per-step walks, as the faithful series); ``cuda_graphs``: the model
-    replays CUDA graphs (:func:`compiles_with_cuda_graphs`), handled as the mixin says."""
+    replays CUDA graphs (:func:`.cuda_graphs.compiles_with_cuda_graphs`), handled as the mixin says."""
     return type(
         f"LossCurve{base.__name__}",
         (LossCurveMixin, base),

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from accelbench.errors import ConfigError
+from accelbench.experiments.lora.cuda_graphs import compiles_with_cuda_graphs
 from accelbench.experiments.lora.settings import LoraSettings, Plan
 from accelbench.experiments.lora.trainer import (
     WrapTarget,
     check_ddp_options,
-    compiles_with_cuda_graphs,
     ddp_options_for,
     loss_curve_trainer,
     training_arguments_kwargs,
