@@ -338,17 +338,22 @@ def fold_grad_accum(s):
 def fold_note(spec: dict) -> str | None:
     """The line a run of an ours series with ``fold_grad_accum`` records in its runtime's notes (what ran, against
     the setting's batch); None where the series does not fold."""
-    from accelbench.experiments.lora.settings import LoraSettings
-
     if not _folds(spec):
         return None
-    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    s = _spec_settings(spec)
     f = fold_grad_accum(s)
     return (
         f"gradient accumulation folded (fold_grad_accum): micro-batch {f.per_device_batch} x {f.grad_accum} per "
         f"optimizer step (the setting's {s.per_device_batch} x {s.grad_accum}): same samples and loss per "
         "optimizer step"
     )
+
+
+def _spec_settings(spec: dict):
+    """The spec's :class:`~.settings.LoraSettings` as written (before any series' change)."""
+    from accelbench.experiments.lora.settings import LoraSettings
+
+    return LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
 
 
 def _folds(spec: dict) -> bool:
@@ -366,9 +371,7 @@ def settings_of(spec: dict):
     alike."""
     from dataclasses import replace
 
-    from accelbench.experiments.lora.settings import LoraSettings
-
-    s = LoraSettings(**{**spec["settings"], "target_modules": tuple(spec["settings"]["target_modules"])})
+    s = _spec_settings(spec)
     series = spec.get("series", "ours")
     if series != "faithful":
         return fold_grad_accum(s) if _folds(spec) else s
