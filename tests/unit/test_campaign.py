@@ -122,6 +122,16 @@ def test_timeout_budget_needs_and_always(tmp_path):
     assert record["seconds"] < 15
 
 
+def test_a_smaller_budget_given_for_the_call_wins(tmp_path):
+    """--budget-s lowers the part's budget (a call with less device time left) and never raises it."""
+    parts = {"p": {"budget_s": 100, "steps": [_py("pass", needs_s=50), _py("pass")]}}
+    record = campaign.run_part(_write(tmp_path, parts), "p", tmp_path / "a", cwd=tmp_path, budget_s=20)
+    assert [s["status"] for s in record["steps"]] == ["skipped", "ok"]
+    assert record["budget_s"] == 20 and record["part_budget_s"] == 100
+    record = campaign.run_part(_write(tmp_path, parts), "p", tmp_path / "b", cwd=tmp_path, budget_s=500)
+    assert [s["status"] for s in record["steps"]] == ["ok", "ok"] and record["budget_s"] == 100
+
+
 def test_a_stopped_step_takes_its_children_along(tmp_path, monkeypatch):
     """A timed-out step's whole process group is stopped (SIGTERM, then SIGKILL for one that ignores it)."""
     monkeypatch.setattr(campaign, "KILL_GRACE_S", 0.5)

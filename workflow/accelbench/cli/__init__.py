@@ -138,7 +138,7 @@ def cmd_campaign(args: argparse.Namespace) -> None:
         print(campaign.dry_run(args.file, args.part, args.out))
         return
     try:
-        record = campaign.run_part(args.file, args.part, args.out)
+        record = campaign.run_part(args.file, args.part, args.out, budget_s=args.budget_s)
     except campaign.Interrupted as exc:
         print(f"accelbench campaign: {exc}", file=sys.stderr)
         raise SystemExit(128 + exc.signum) from None  # as a shell reports a process killed by the signal
@@ -290,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--part", required=True, help="the part to run (a key of the file's parts:)")
     s.add_argument("--out", required=True, help="output folder: <out>/<part>/ gets the step logs and campaign.json")
     s.add_argument("--dry-run", action="store_true", help="print the part's steps (checked), run nothing")
+    s.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="S",
+        help="run under S seconds where S is below the part's budget_s (a call with less device time left)",
+    )
     s.set_defaults(func=cmd_campaign)
 
     s = sub.add_parser("check-system", help="print the system the config resolves to here, or fail")

@@ -224,8 +224,13 @@ def _signals_raise():
             signal.signal(s, h)
 
 
-def run_part(file: str | Path, name: str, out: str | Path, cwd: str | Path | None = None) -> dict:
+def run_part(
+    file: str | Path, name: str, out: str | Path, cwd: str | Path | None = None, budget_s: float | None = None
+) -> dict:
     """Run part ``name`` of the campaign ``file``: its steps in order under its budget (see the module docstring).
+
+    ``budget_s`` lowers the part's ``budget_s`` for this run (a call with less device time left); a larger value
+    is ignored, and the record keeps both.
 
     Returns:
         The record written to ``<out>/<name>/campaign.json``.
@@ -237,12 +242,15 @@ def run_part(file: str | Path, name: str, out: str | Path, cwd: str | Path | Non
     folder = part_folder(out, name)
     folder.mkdir(parents=True, exist_ok=True)
     budget, stop_on_failure = part["budget_s"], bool(part.get("stop_on_failure", False))
+    if budget_s is not None and budget_s < budget:
+        budget = max(float(budget_s), 0.0)
     git = git_info(cwd)
     record = {
         "campaign": str(file),
         "campaign_sha256": files.sha256(file, "campaign file", error=CampaignError),
         "part": name,
         "budget_s": budget,
+        "part_budget_s": part["budget_s"],
         "stop_on_failure": stop_on_failure,
         "commit": git.get("commit"),
         "dirty": git.get("dirty"),
