@@ -33,7 +33,8 @@ def repo_path(p):
 
 for _file in workflow.configfiles:  # no key given twice, no alias bomb: one line naming the file (and line)
     read_yaml(_file)
-validate_config(config, REPO / "config/config.schema.yaml")
+# only `--config` values came in as text (coerced to the schema's types); a config file's keep their YAML types
+validate_config(config, REPO / "config/config.schema.yaml", text=workflow.config_settings.config)
 SYSTEMS = load_systems(repo_path(config["systems_dir"]), REPO / "config/system.schema.yaml")
 SYSTEM = resolve_system(config["system"], SYSTEMS)
 # The backend is checked where jobs run: before the first job of a local run (`onstart` in cluster.smk) and inside

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,12 @@ def _describe(error: jsonschema.ValidationError) -> str:
                 if abs(error.instance) < 1e15
                 else f"config key '{where}': {error.instance!r} is not an integer"
             )
+    if error.validator == "type" and isinstance(error.instance, str) and len(error.instance) < 40:
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        parsed = _coerce(error.instance, {"type": wanted}, {})
+        if parsed is not error.instance:  # `repeat: "3"` in a config file: YAML's quotes make it a string
+            kinds = " or ".join({"integer": "an integer", "number": "a number"}.get(t, t) for t in wanted)
+            return f"config key '{where}': {error.instance!r} is a string, not {kinds} (write {json.dumps(parsed)})"
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"config key '{where}': {error.instance!r} is not allowed; allowed values: {allowed}"
@@ -144,16 +151,34 @@ def schema_errors(instance: Any, schema_path: str | Path, what: str = "config") 
     return [f"{what}: {_describe(e)}" for e in errors]
 
 
-def _coerce(value: Any, schema: dict, defs: dict) -> Any:
+def _coerce(value: Any, schema: dict, defs: dict, text: Any = True) -> Any:
     """``value`` with strings turned into the schema's integer/number/boolean/null where the schema has no string
-    type and the string parses (Snakemake hands nested ``--config key={a: 5}`` values over as strings)."""
+    type and the string parses (Snakemake hands nested ``--config key={a: 5}`` values over as strings).
+
+    ``text`` says which values came in as text: ``True`` every one, a mapping only those under its keys (Snakemake's
+    ``--config`` entries), ``None`` none; a YAML config file's values keep their types, so its ``repeat: "3"`` stays
+    a string and the schema refuses it."""
+    if text is None:
+        return value
     if "$ref" in schema:
         schema = defs.get(schema["$ref"].rsplit("/", 1)[-1], {})
     types = schema.get("type", [])
     types = [types] if isinstance(types, str) else types
     if isinstance(value, dict):
         props, extra = schema.get("properties", {}), schema.get("additionalProperties")
-        return {k: _coerce(v, props.get(k, extra if isinstance(extra, dict) else {}), defs) for k, v in value.items()}
+        return {
+            k: _coerce(
+                v,
+                props.get(k, extra if isinstance(extra, dict) else {}),
+                defs,
+                text.get(k) if isinstance(text, Mapping) else True,
+            )
+            if not isinstance(text, Mapping) or k in text
+            else v
+            for k, v in value.items()
+        }
+    if isinstance(text, Mapping):  # given as a mapping, now something else: not the text it was given as
+        return value
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         return [_coerce(v, schema["items"], defs) for v in value]
     if isinstance(value, str) and types and "string" not in types:
@@ -165,10 +190,11 @@ def _coerce(value: Any, schema: dict, defs: dict) -> Any:
     return value
 
 
-def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
-    """Coerce string leaves of ``config`` in place to the schema's types (see :func:`_coerce`); returns it."""
+def coerce_to_schema(config: dict, schema_path: str | Path = CONFIG_SCHEMA, text: Any = True) -> dict:
+    """Coerce string leaves of ``config`` in place to the schema's types (see :func:`_coerce`; ``text``: which
+    values came in as text); returns it."""
     schema = load_schema(schema_path)
-    coerced = _coerce(config, schema, schema.get("$defs", {}))
+    coerced = _coerce(config, schema, schema.get("$defs", {}), text)
     config.clear()
     config.update(coerced)
     return config
@@ -244,8 +270,12 @@ def merged_schema_file(schema_path: str | Path) -> Iterator[Path]:
         yield path
 
 
-def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> dict:
+def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA, text: Any = True) -> dict:
     """Validate ``config`` in place (string leaves coerced to the schema's types, defaults filled) and return it.
+
+    ``text``: which values came in as text and are coerced (:func:`_coerce`): ``True`` all of them, or the
+    mapping of Snakemake's ``--config`` entries (``workflow.config_settings.config``), so that a config file's
+    quoted ``repeat: "3"`` is refused naming its key rather than read as 3.
 
     Raises:
         ConfigError: listing every violation (key path and allowed values), then the cross-field ones
@@ -258,7 +288,7 @@ def validate_config(config: dict, schema_path: str | Path = CONFIG_SCHEMA) -> di
         from accelbench.core.registry import names
 
         config["experiments"] = list(names())
-    coerce_to_schema(config, schema_path)
+    coerce_to_schema(config, schema_path, text)
     problems = schema_errors(config, schema_path)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

@@ -203,11 +203,13 @@ def checked_config(items: list[str], system: str | None = None) -> dict:
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path} must hold a mapping, found {type(data).__name__}")
         config = deep_merge(config, data)
+    given: dict = {}  # the KEY=VALUE overrides: text, coerced to the schema's types; the files keep their YAML types
     for item in (i for i in items if "=" in i and not Path(i).is_file()):
         key, _, value = item.partition("=")
         if not key.strip():
             raise ConfigError(f"--config {item!r}: give KEY=VALUE (e.g. system=cpu) or a config file")
-        config = deep_merge(config, {key.strip(): yaml.safe_load(value) if value else value})
+        given = deep_merge(given, {key.strip(): yaml.safe_load(value) if value else value})
+    config = deep_merge(config, given)
     if system:
         config = deep_merge(config, {"system": system})
-    return validate_config(config)
+    return validate_config(config, text=given)
