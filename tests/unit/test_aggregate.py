@@ -179,7 +179,6 @@ def test_table_shows_the_micro_batches_each_row_was_measured_with(tmp_path):
 def _study_b(experiment):
     """(fake result object, the aggregation, its reference file) of each study reading ``experiment``."""
     import fake_results as fr
-
     from accelbench.aggregate import claims_report
     from accelbench.experiments.llm_quant import tables as quant
     from accelbench.experiments.lora import tables as lora
