@@ -11,11 +11,11 @@ import copy
 import matplotlib
 
 matplotlib.use("Agg")
-import fake_results as fr  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
+import fake_results as fr  # noqa: E402
 from accelbench.aggregate import figures  # noqa: E402
 from accelbench.aggregate.figure_check import MAX_HEIGHT_PX, MAX_WIDTH_PX  # noqa: E402
 
