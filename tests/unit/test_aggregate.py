@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -172,3 +173,69 @@ def test_table_shows_the_micro_batches_each_row_was_measured_with(tmp_path):
     assert df["micro_batches"].to_dict() == {"baseline": 1, "tf32": 2, "channels_last_3d": 4, "bf16": 2}
     assert list(df.columns).index("micro_batches") < list(df.columns).index("train_step_ms")
     assert "micro_batches: forward/backward passes per Adam step" in (tmp_path / "agg" / "table.md").read_text()
+
+
+# ---------------------------------------------------------------- one result in two files (a copy, a link)
+def _study_b(experiment):
+    """(fake result object, the aggregation, its reference file) of each study reading ``experiment``."""
+    import fake_results as fr
+    from accelbench.aggregate import claims_report
+    from accelbench.experiments.llm_quant import tables as quant
+    from accelbench.experiments.lora import tables as lora
+    from accelbench.experiments.sr3 import tables as sr3
+    from accelbench.experiments.unet3d_ncu import tables as ncu
+
+    return {
+        "sr3_scaling": (fr.sr3("cpu", 1, 100.0), sr3.aggregate, "resources/reference/study_b_sr3_scaling.csv"),
+        "lora_finetune": (
+            fr.lora("cpu", "eager", "single", 1),
+            lora.aggregate,
+            "resources/reference/study_b_finetune_runtime.csv",
+        ),
+        "llm_quant": (fr.quant("cpu", "fp32", "none"), quant.aggregate, "resources/reference/study_b_quantization.csv"),
+        "unet3d_ncu": (fr.ncu("h100", "baseline"), ncu.aggregate, CLAIMS),
+        "claims": (fr.sr3("cpu", 1, 100.0), claims_report.aggregate, "resources/reference"),
+    }[experiment]
+
+
+def _second_copy(first, how):
+    """A second file of the result ``first`` (a path) in a sibling folder ``<folder> (copy)``: a copy, a hard link
+    or a symbolic link."""
+    import os
+    import shutil
+
+    folder = first.parent.with_name(first.parent.name + " (copy)")
+    folder.mkdir()
+    second = folder / "result.json"
+    {"copy": shutil.copy, "hardlink": os.link, "symlink": lambda a, b: os.symlink(a, b)}[how](first, second)
+    return second
+
+
+@pytest.mark.parametrize("how", ["copy", "hardlink", "symlink"])
+def test_a_second_file_of_one_result_is_named_in_one_line_not_a_type_error(tmp_path, how):
+    """ARTIFACT section 6: merging is copying folders. A copied `baseline (copy)/` (or a link to the result) made two
+    rows with one key, and Study A and the claims stopped with `TypeError: float() argument must be ... not 'Series'`
+    naming no file; load_results now names both files, for every study."""
+    first = tmp_path / "cpu" / "unet3d_profile" / "whole_head" / "baseline" / "result.json"
+    paths = [
+        _fake(tmp_path, "cpu", "baseline", step=100.0),
+        _fake(tmp_path, "cpu", "tf32", step=50.0),
+        _second_copy(first, how),
+    ]
+    with pytest.raises(ResultError) as err:
+        study_a.aggregate(paths, CLAIMS, tmp_path / "agg")
+    msg = str(err.value)
+    assert "\n" not in msg and str(first) in msg and "baseline (copy)/result.json" in msg
+    assert "tf32" not in msg  # only the files that are one result
+
+
+@pytest.mark.parametrize("study", ["sr3_scaling", "lora_finetune", "llm_quant", "unet3d_ncu", "claims"])
+def test_every_study_names_a_second_file_of_one_result(tmp_path, study):
+    import fake_results as fr
+
+    obj, aggregate, reference = _study_b(study)
+    (first,) = fr.write(tmp_path / "results", [obj])
+    second = _second_copy(Path(first), "copy")
+    with pytest.raises(ResultError, match="one result in several files"):
+        aggregate([first, str(second)], reference, tmp_path / "agg")
+    aggregate([first], reference, tmp_path / "agg1")  # one file of it: aggregated

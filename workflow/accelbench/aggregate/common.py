@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -11,6 +12,7 @@ import pandas as pd
 from accelbench.aggregate.run_folder import run_for
 from accelbench.core.provenance import hardware_label, software_label
 from accelbench.core.results import read_result
+from accelbench.errors import ResultError
 
 STATUS_LABEL = {"oom": "OOM", "unsupported": "unsupported"}
 
@@ -23,7 +25,8 @@ def load_results(paths: list[str | Path]) -> list[dict]:
     which then also leads ``_hardware`` so every aggregation draws it as its own series.
 
     Raises:
-        ResultError: a missing or corrupt file (named in the message).
+        ResultError: a missing or corrupt file (named in the message); two files that are one result
+            (:func:`one_file_per_result`: a copied folder, a hard or symbolic link), both named.
     """
     out = []
     for p in paths:
@@ -42,7 +45,30 @@ def load_results(paths: list[str | Path]) -> list[dict]:
             r["origin"] = copied
             r["_hardware"], r["_device"] = f"{copied}: {r['_hardware']}", f"{copied}: {r['_device']}"
         out.append(r)
-    return distinct_systems(out)
+    return one_file_per_result(distinct_systems(out))
+
+
+def one_file_per_result(loaded: list[dict]) -> list[dict]:
+    """``loaded`` (results of :func:`load_results`, system names made distinct) when no two of them are one
+    result: the same experiment, system and job configuration (``config``, which every table keys its rows by: two
+    such results would be two rows with one key, e.g. ``results/cpu/unet3d_profile/whole_head/baseline (copy)/``
+    beside ``.../baseline/``, or a hard or symbolic link to it). Checked here, for every study, before any table
+    reads them.
+
+    Raises:
+        ResultError: one line naming each set of files that are one result, and what to do (keep one).
+    """
+    by_key: dict[str, list[str]] = {}
+    for r in loaded:
+        key = json.dumps([r.get("experiment"), r.get("config")], sort_keys=True, default=str)
+        by_key.setdefault(key, []).append(r["_path"])
+    same = [paths for paths in by_key.values() if len(paths) > 1]
+    if same:
+        raise ResultError(
+            "one result in several files (a copied folder or a link; keep one, move the others out of the results "
+            "folder): " + "; ".join(" = ".join(repr(p) for p in paths) for paths in same)
+        )
+    return loaded
 
 
 COPIED_IN = "copied in"  # the origin of a result measured on another machine and merged into this checkout

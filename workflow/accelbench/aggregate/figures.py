@@ -92,6 +92,40 @@ def best_per_hardware(df, by: list[str], rank, hardware: str = "_hardware", kind
     return df[df.index.isin(keep)]  # a selection, not a concat: the frame keeps its attrs
 
 
+def page_inches(dpi: float) -> tuple[float, float]:
+    """(width, height) in inches of the largest figure saved at ``dpi`` that fits a page: the figure checker's
+    :data:`~accelbench.aggregate.figure_check.MAX_WIDTH_PX` x :data:`~accelbench.aggregate.figure_check.MAX_HEIGHT_PX`
+    pixels. A figure whose panels grow with the results sizes itself from this."""
+    from accelbench.aggregate.figure_check import MAX_HEIGHT_PX, MAX_WIDTH_PX
+
+    return MAX_WIDTH_PX / dpi, MAX_HEIGHT_PX / dpi
+
+
+def most_relevant_hardware(df, limit: int, hardware: str = "_hardware", scale: str = "scale"):
+    """The rows of ``df`` (a pandas DataFrame) of at most ``limit`` hardware (column ``hardware``), so a figure's
+    panels, bars and legend entries stay bounded however many systems' results are merged; returns ``(rows, names of
+    the hardware left out)``. The hardware kept: those with paper-scale rows (column ``scale``: Study B's and Study
+    A's workload) first, then those with the most rows, then by name. :func:`left_out_note` says what is left out."""
+    if df.empty or df[hardware].nunique() <= limit:
+        return df, []
+    paper = df[scale].eq("paper") if scale in df else df[hardware].map(lambda _: False)
+    order = sorted(
+        df[hardware].unique(), key=lambda h: (not paper[df[hardware] == h].any(), -(df[hardware] == h).sum(), str(h))
+    )
+    keep = set(order[: max(0, limit)])
+    return df[df[hardware].isin(keep)], [str(h) for h in order if h not in keep]
+
+
+def left_out_note(names: list[str], what: str, where: str, shown: int = 2) -> str:
+    """One sentence saying what a figure leaves out and where it is: ``"Not drawn: 3 more hardware (A; B; +1 more);
+    every run: scaling.csv."`` (``what``: ``hardware``, ``results``...; ``where``: the file with every row); empty for
+    nothing left out. At most ``shown`` names, so the note's length is bounded too."""
+    if not names:
+        return ""
+    listed = "; ".join(names[:shown]) + (f"; +{len(names) - shown} more" if len(names) > shown else "")
+    return f"Not drawn: {len(names)} more {what} ({listed}); every run: {where}."
+
+
 def text_height_in(lines: int, fontsize: float, spacing: float = 1.4) -> float:
     """Inches that ``lines`` lines of text take at ``fontsize`` (points) with ``spacing`` x the font size a line: what
     a figure reserves for a wrapped title or a legend outside its axes."""

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from accelbench.aggregate.figures import FONT, save_figure, series_label, wrap
+from accelbench.aggregate.figures import FONT, left_out_note, save_figure, series_label, wrap
 from accelbench.experiments.llm_quant.projections import SUBMODULES
 
 
@@ -49,13 +49,32 @@ def quality_only(d: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return d[~rand], note
 
 
+MAX_PANELS = 4  # (model, hardware) panels a figure draws at most (two rows of two or of three): legible on a page
+
+
+def _bounded(d: pd.DataFrame, csv: str) -> tuple[list, str]:
+    """The (model, hardware) groups of ``d`` a figure draws: at most :data:`MAX_PANELS`, every model first (its
+    first hardware, in sorted order), then the others; and a note naming those left out and the CSV with all."""
+    groups = list(d.groupby(["model", "hardware"], sort=True)) if not d.empty else []
+    if len(groups) <= MAX_PANELS:
+        return groups, ""
+    first = {}
+    for i, ((model, _), _) in enumerate(groups):
+        first.setdefault(model, i)
+    order = sorted(range(len(groups)), key=lambda i: (i not in first.values(), i))
+    keep = sorted(order[:MAX_PANELS])
+    left = [f"{m} on {h}" for i, ((m, h), _) in enumerate(groups) if i not in keep]
+    return [groups[i] for i in keep], left_out_note(left, "runs", csv)
+
+
 def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
     """Study B's figure 1: pruning sensitivity per layer, coloured by cluster, dashed cluster means. The baseline
     perplexity in each title is the one the sensitivity is measured against: on the *validation* split (the
     table's FP32 perplexity is on the *test* split, so the two differ). Models with random-init weights are left
     out (:func:`quality_only`), named below the panels. Returns the figure's problems."""
     sens, left_out = quality_only(sens)
-    groups = list(sens.groupby(["model", "hardware"], sort=True)) if not sens.empty else []
+    groups, more = _bounded(sens, "sensitivity_layers.csv")
+    left_out = " ".join(x for x in (left_out, more) if x)
     # one panel per (model, hardware): two columns past two panels, each row at most 4.2 in, the figure at most a
     # page tall (the figure checker's 1,600 px at 150 dpi) however many runs there are
     ncols = 1 if len(groups) <= 2 else 2
@@ -75,6 +94,8 @@ def fig_layers(sens: pd.DataFrame, path: str | Path) -> list[str]:
         )
         for c in range(k):
             sel = d[d["cluster"] == c]
+            if sel.empty:  # a cluster without a layer: no legend entry without a bar
+                continue
             col = colours(c / max(1, k - 1))
             ax.bar(sel["layer"], sel[metric], color=col, label=f"cluster {c} (mean {sel[metric].mean():.3g})")
             ax.axhline(sel[metric].mean(), color=col, ls="--", lw=1)
@@ -126,11 +147,15 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
     from matplotlib.patches import Patch
 
     sub, left_out = quality_only(sub)
-    groups = list(sub.groupby(["model", "hardware"], sort=True)) if not sub.empty else []
-    fig, axes = plt.subplots(
-        1, max(1, len(groups)), figsize=(6 * max(1, len(groups)), 5 + (0.4 if left_out else 0)), squeeze=False
-    )
-    for ax, ((model, hw), d) in zip(axes[0], groups):
+    groups, more = _bounded(sub, "sensitivity_submodules.csv")
+    left_out = " ".join(x for x in (left_out, more) if x)
+    # a grid of at most MAX_PANELS panels, 3 a row, 5.2 x 4.8 in each: within a page (2400 x 1600 px at 150 dpi)
+    ncols = min(3, max(1, len(groups)))
+    nrows = max(1, -(-len(groups) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.8 * nrows + (0.4 if left_out else 0)), squeeze=False)
+    for ax in axes.flat[len(groups) :] if groups else []:
+        ax.set_visible(False)
+    for ax, ((model, hw), d) in zip(axes.flat, groups):
         mods = [m for m in SUBMODULES if m in set(d["module"])]
         mean = d.groupby("module")["prune"].mean().reindex(mods)
         colour = {m: ("tab:blue" if m in ("q_proj", "k_proj", "v_proj", "o_proj") else "tab:orange") for m in mods}
@@ -155,7 +180,7 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
                 f"{'mean over layers' if per_layer else 'all layers at once'}",
                 fig,
                 FONT["label"],
-                0.9 / max(1, len(groups)),
+                0.9 / ncols,
             ),
             fontsize=FONT["label"],
         )
@@ -172,7 +197,7 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
             loc="upper left",
             bbox_to_anchor=(0, -0.42),
             ncol=3,
-            title=wrap(who, fig, FONT["legend"], 0.9 / max(1, len(groups))),
+            title=wrap(who, fig, FONT["legend"], 0.9 / ncols),
             title_fontsize=FONT["legend"],
             alignment="left",
         )  # the series once, as the legend's title

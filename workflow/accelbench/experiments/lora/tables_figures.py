@@ -13,12 +13,16 @@ from accelbench.aggregate.figures import (
     SERIES_COLOURS,
     best_per_hardware,
     device_of,
+    left_out_note,
+    most_relevant_hardware,
+    page_inches,
     published,
     save_figure,
     series_label,
     text_height_in,
     wrap,
 )
+from accelbench.aggregate.legend_check import MAX_LEGEND_ENTRIES
 
 
 def _series_style(series: str, variants=()) -> str | tuple:
@@ -81,8 +85,10 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     ok = ours[ours["status"] == "ok"] if not ours.empty else ours
     ref = ref.assign(attention=ref["flash_attention"].map(lambda f: "flash" if f else "eager"))
     fams = list(dict.fromkeys(list(ref["model"]) + (list(ok["family"]) if not ok.empty else [])))
-    ok = drawn_runs(ok, fams)
     pub_hw = list(dict.fromkeys(ref["accelerator"]))
+    ok = drawn_runs(ok, fams)
+    # the legend: the published series and two per hardware (best faithful, best ours) within the checker's entries
+    ok, left_out = most_relevant_hardware(ok, max(1, (MAX_LEGEND_ENTRIES - len(pub_hw)) // 2))
     colours = iter(SERIES_COLOURS)
     colour = {("published", h): next(colours) for h in pub_hw}
     ours_keys = list(dict.fromkeys(zip(ok["origin"], ok["device"], ok["scale"], ok["series"]))) if not ok.empty else []
@@ -92,6 +98,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     fig, axes = plt.subplots(
         max(1, len(fams)), ncols, figsize=(5.6 * ncols, 2.6 * max(1, len(fams)) + 1.6), squeeze=False
     )
+    left_out = left_out_note(left_out, "hardware", "runs.csv")
     labels = {
         ("published", h): series_label(published("Study B, Fig. 2, read off"), h.capitalize(), "paper") for h in pub_hw
     }
@@ -179,13 +186,15 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     title = wrap(
         f"Study B LoRA fine-tuning runtime vs. devices; ours: per hardware the best faithful and the best ours series "
         f"(every run: runs.csv). Line: strategy ({styles}); hollow markers: eager attention, filled: flash. "
-        f"Published series: {ref_source.rstrip(':')}",
+        f"Published series: {ref_source.rstrip(':')}" + (f". {left_out}" if left_out else ""),
         fig,
         FONT["title"],
     )
     fig.suptitle(title, fontsize=FONT["title"])
     legend_in = 0.2 * rows + 0.3  # the legend's height (inches) below the panels, which keep theirs
     title_in = text_height_in(title.count("\n") + 1, FONT["title"]) + 0.1  # the title's lines above them
-    fig.set_figheight(2.4 * max(1, len(fams)) + 0.6 + legend_in + title_in)
+    # the panels' rows share what a page leaves of its height (at most 2.4 in each): bounded for any number of runs
+    row_in = min(2.4, (page_inches(120)[1] - 0.65 - legend_in - title_in) / max(1, len(fams)))
+    fig.set_figheight(row_in * max(1, len(fams)) + 0.6 + legend_in + title_in)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - title_in / fig.get_figheight()))
     return save_figure(fig, path, dpi=120)

@@ -16,6 +16,9 @@ from accelbench.aggregate.figures import (
     SERIES_COLOURS,
     best_per_hardware,
     device_of,
+    left_out_note,
+    most_relevant_hardware,
+    page_inches,
     published,
     save_figure,
     series_label,
@@ -27,6 +30,9 @@ from accelbench.errors import DataError
 from accelbench.experiments.sr3.configs import STUDY_B_WORKLOAD
 from accelbench.experiments.sr3.tables_rows import REFERENCE_DEVICES_PER_NODE, REFERENCE_LABELS
 
+# hardware drawn at most: two legend entries each (best faithful, best ours) and the multi-node key within the
+# figure checker's 10 entries; the others are named in the title (and in scaling.csv)
+MAX_HARDWARE = 4
 LEGEND_WRAP = 72  # characters per legend line: two columns fit the 13-inch figure
 
 
@@ -65,7 +71,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     (:data:`figures.SERIES_COLOURS`), published circles dashed, measured squares solid. Returns the figure's
     problems."""
     fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(13, 6))
-    ok = drawn_series(df)
+    ok, left_out = most_relevant_hardware(drawn_series(df), MAX_HARDWARE)
     all_n = set(ref["devices"]) | (set(ok["devices"]) if not ok.empty else set())
     colours = iter(SERIES_COLOURS)
     published_key = _draw_published(ax_t, ax_s, ref, colours)
@@ -77,7 +83,7 @@ def fig_scaling(df: pd.DataFrame, ref: pd.DataFrame, source: str, path: str | Pa
     for ax in (ax_t, ax_s):
         ax.set_xticks(n, [str(int(v)) for v in n])
         ax.grid(True, which="both", alpha=0.3)
-    _legend_and_title(fig, ax_t, ax_s, source)
+    _legend_and_title(fig, ax_t, ax_s, source, left_out_note(left_out, "hardware", "scaling.csv"))
     return save_figure(fig, path, dpi=120)
 
 
@@ -233,7 +239,7 @@ def _key_published(ax_t, published_key: list[tuple[str, str]]) -> None:
         )
 
 
-def _legend_and_title(fig, ax_t, ax_s, source: str) -> None:
+def _legend_and_title(fig, ax_t, ax_s, source: str, left_out: str = "") -> None:
     """The measured series' legend under the plots (two wrapped columns), the figure's title naming the published
     source, and the figure grown by the legend's height."""
     th, tl = ax_t.get_legend_handles_labels()
@@ -253,7 +259,7 @@ def _legend_and_title(fig, ax_t, ax_s, source: str) -> None:
     fig.suptitle(
         wrap(
             f"Study B SR3 strong scaling (iterations x devices constant); measured: per hardware the best faithful and "
-            f"the best ours run (every run: scaling.csv). Published: {source}",
+            f"the best ours run (every run: scaling.csv). Published: {source}" + (f". {left_out}" if left_out else ""),
             fig,
             FONT["title"],
         ),
@@ -266,43 +272,39 @@ def _legend_and_title(fig, ax_t, ax_s, source: str) -> None:
     fig.tight_layout(rect=(0, legend_in / (6 + legend_in), 1, 1))
 
 
-def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[str]:
-    """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results, with a caption
-    below saying how many iterations each SR3 model trained (Study B: ``STUDY_B_WORKLOAD`` in all) and, where SR3
-    does not beat bicubic, that its column is the noise of an under-trained model (the pipeline ran; SR3's quality
-    is not shown)."""
+ROW_IN = 3.1  # inches of one result's row of panels (the images, their titles)
+
+
+def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6, dpi: int = 110) -> list[str]:
+    """Low-res / bicubic / SR3 / ground truth of one held-out patch for up to ``max_rows`` results, and at most the
+    rows that fit a page (:func:`figures.page_inches` at ``dpi``) with the caption: one result per hardware first
+    (:func:`figures.device_of`), in the frame's order; the caption names how many results are left out (each one's
+    samples file lies beside its ``result.json``, its PSNR and SSIM are in ``scaling.csv``). The caption also says
+    how many iterations each SR3 model trained (Study B: ``STUDY_B_WORKLOAD`` in all) and, where SR3 does not beat
+    bicubic, that its column is the noise of an under-trained model (the pipeline ran; SR3's quality is not
+    shown)."""
     ok = df[df["status"] == "ok"] if "status" in df else df
-    panels = []
+    found = []
     for _, r in ok.iterrows():
         name = (r["_artefacts"] or {}).get("samples")
         p = Path(r["_path"]).with_name(name) if name else None
-        if p is not None and p.exists():  # a plain file of bounded size without pickles (a copied-in FIFO: one line)
-            arrays = files.load_numpy(p, "SR3 samples file", error=DataError)
-            panels.append((r, arrays if isinstance(arrays, dict) else {}))
-        if len(panels) >= max_rows:
+        if p is not None and p.exists():
+            found.append((r, p))
+    # one result per hardware first, then the others: the most hardware in the rows a page holds
+    firsts = list({device_of(r["hardware"]): i for i, (r, _) in reversed(list(enumerate(found)))}.values())[::-1]
+    found = [found[i] for i in sorted(firsts)] + [f for i, f in enumerate(found) if i not in set(firsts)]
+    rows = min(max_rows, len(found))
+    while True:  # the most rows that fit a page with their caption (bounded: the caption names only those rows)
+        caption, extra = _samples_caption([r for r, _ in found[:rows]], len(found) - rows)
+        if rows <= 1 or ROW_IN * rows + extra <= page_inches(dpi)[1] - 0.05:
             break
-    notes = []
-    for r, _ in panels:
-        its = int(r["iterations_run"])
-        text = f"{r['hardware'].split(' (')[0]}: SR3 trained {its} iteration{'s' if its != 1 else ''} per device"
-        if not r.get("beats_bicubic", True):
-            text += (
-                f" (Study B: {STUDY_B_WORKLOAD:,} in all), PSNR {r['psnr_sr3_db']:.1f} dB vs bicubic "
-                f"{r['psnr_bicubic_db']:.1f} dB: too few iterations to learn the task, so its column is noise"
-            )
-        notes.append(text)
-    notes = list(dict.fromkeys(notes))
-    caption = (
-        (
-            "What this shows: each run's sample of one held-out patch (the pipeline ran end to end). What it does "
-            "not show: SR3's image quality unless trained as in Study B. " + "; ".join(notes) + "."
-        )
-        if notes
-        else ""
-    )
-    extra = 0.16 * (len(caption) // 150 + 1) if caption else 0  # inches for the caption below the panels
+        rows -= 1
+    panels = []
+    for r, p in found[:rows]:  # a plain file of bounded size without pickles (a copied-in FIFO: one line)
+        arrays = files.load_numpy(p, "SR3 samples file", error=DataError)
+        panels.append((r, arrays if isinstance(arrays, dict) else {}))
     n = max(1, len(panels))
-    fig, axes = plt.subplots(n, 4, figsize=(10, 3.1 * n + extra), squeeze=False)
+    fig, axes = plt.subplots(n, 4, figsize=(10, ROW_IN * n + extra), squeeze=False)
     titles = ["low resolution", "bicubic", "SR3", "ground truth"]
     for i, (r, pan) in enumerate(panels):
         for j, key in enumerate(("lr", "bicubic", "sr3", "truth")):
@@ -328,4 +330,34 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6) -> list[s
     if caption:
         fig.text(0.01, 0.005, wrap(caption, fig, 7), fontsize=7, va="bottom")
     fig.tight_layout(rect=(0, extra / fig.get_figheight(), 1, 1))
-    return save_figure(fig, path, dpi=110)
+    return save_figure(fig, path, dpi=dpi)
+
+
+def _samples_caption(shown: list, left_out: int) -> tuple[str, float]:
+    """(caption under the samples of the results ``shown``, inches it takes): what the panels show and not, each
+    SR3 model's iterations, and how many results are ``left_out`` and where they are."""
+    notes = []
+    for r in shown:
+        its = int(r["iterations_run"])
+        text = f"{r['hardware'].split(' (')[0]}: SR3 trained {its} iteration{'s' if its != 1 else ''} per device"
+        if not r.get("beats_bicubic", True):
+            text += (
+                f" (Study B: {STUDY_B_WORKLOAD:,} in all), PSNR {r['psnr_sr3_db']:.1f} dB vs bicubic "
+                f"{r['psnr_bicubic_db']:.1f} dB: too few iterations to learn the task, so its column is noise"
+            )
+        notes.append(text)
+    notes = list(dict.fromkeys(notes))
+    caption = (
+        (
+            "What this shows: each run's sample of one held-out patch (the pipeline ran end to end). What it does "
+            "not show: SR3's image quality unless trained as in Study B. " + "; ".join(notes) + "."
+        )
+        if notes
+        else ""
+    )
+    if left_out:
+        caption += (
+            f" Not drawn: {left_out} more result{'s' if left_out != 1 else ''} (each one's samples file beside its "
+            "result.json; every run's PSNR and SSIM: scaling.csv)."
+        )
+    return caption, (0.16 * (len(caption) // 150 + 1) if caption else 0)  # inches for the caption below the panels

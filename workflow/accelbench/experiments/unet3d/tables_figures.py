@@ -20,6 +20,9 @@ from accelbench.aggregate.figures import (
     SERIES_COLOURS,
     best_per_hardware,
     device_of,
+    left_out_note,
+    most_relevant_hardware,
+    page_inches,
     published,
     save_figure,
     series_label,
@@ -124,10 +127,13 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
     ``speedup_x``) as shaded bands on their configuration's row. Returns the figure's problems."""
     from matplotlib.patches import Patch
 
-    shown = drawn_rows(df, speedups=True)
+    pub = published_speedups(claims)
+    # two legend entries per hardware (best faithful, best ours) beside the published bands and the noisy key
+    shown, left_out = most_relevant_hardware(
+        drawn_rows(df, speedups=True), max(1, (MAX_LEGEND_ENTRIES - min(3, len(pub)) - 1) // 2)
+    )
     confs = [c for c in ORDER if c in set(shown["configuration"]) or (c in FAITHFUL and c in set(df["configuration"]))]
     groups = list(shown.groupby(["_hardware", "_kind"], sort=True))
-    pub = published_speedups(claims)
     pub = pub[pub["configuration"].isin(confs)]
     height = 0.8 / max(1, len(groups))
     fig, ax = plt.subplots(figsize=(10, 2.6 + 0.3 * len(confs) * max(1, len(groups)) ** 0.5))
@@ -192,7 +198,8 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
                 df,
                 "training-step speedup over each run's baseline (bar: median step time; whiskers: speedup at the "
                 "p90 and p10 step times); per hardware the best faithful run and the best ours configuration "
-                "(every run: table.csv)",
+                "(every run: table.csv)"
+                + (f". {left_out_note(left_out, 'hardware', 'table.csv')}" if left_out else ""),
             ),
             fig,
             FONT["label"],
@@ -215,7 +222,7 @@ def fig_speedup(df: pd.DataFrame, path: str | Path, claims: pd.DataFrame | None 
             loc="lower left",
             bbox_to_anchor=(0.01, 0.01),
         )
-    fig.set_figheight(fig.get_figheight() + 0.16 * len(uniq))
+    fig.set_figheight(min(fig.get_figheight() + 0.16 * len(uniq), page_inches(150)[1]))
     fig.tight_layout(rect=(0, min(0.5, (0.16 * len(uniq) + 0.2) / fig.get_figheight()), 1, 1))
     return save_figure(fig, path)
 
@@ -289,7 +296,8 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     ax.set_yticks(y, _bar_labels(ok), fontsize=FONT["tick"])
     parts = _bar_parts(ok)
     ax.set_ylabel("configuration" + (f" ({', '.join(parts)})" if parts else ""))
-    title = wrap(_title(df, what) + "\n" + _series_note(ok), fig, FONT["label"])
+    more = ok.attrs.get("left_out", "")
+    title = wrap(_title(df, what) + "\n" + _series_note(ok) + (f"\n{more}" if more else ""), fig, FONT["label"])
     fig.suptitle(title, fontsize=FONT["label"], x=0.01, ha="left")
     ax.legend(fontsize=FONT["legend"], bbox_to_anchor=(1.01, 1), loc="upper left", title_fontsize=FONT["legend"])
     # the title's lines (at 1.4 x the font size) kept above the axes and the legend beside them
@@ -300,14 +308,25 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
 
 
+MAX_BARS = 24  # bars of a kernel figure at most: a page's height with two-line labels; more hardware are named
+
+
 def _drawn_bars(df: pd.DataFrame) -> pd.DataFrame:
     """The bars of the kernel figures: :func:`drawn_rows`, per hardware faithful then ours, configurations in
-    :data:`ORDER`."""
+    :data:`ORDER`; of at most the hardware whose bars number :data:`MAX_BARS`
+    (:func:`figures.most_relevant_hardware`), the others named in ``attrs["left_out"]`` (a note, or empty)."""
     rows = drawn_rows(df)
     if rows.empty:
         return rows
+    limit = rows["_hardware"].nunique()
+    kept, left = most_relevant_hardware(rows, limit)
+    while limit > 1 and len(kept) > MAX_BARS:
+        limit -= 1
+        kept, left = most_relevant_hardware(rows, limit)
     order = {c: i for i, c in enumerate(ORDER)}
-    return rows.assign(_order=rows["configuration"].map(order)).sort_values(["_hardware", "_kind", "_order"])
+    rows = kept.assign(_order=kept["configuration"].map(order)).sort_values(["_hardware", "_kind", "_order"])
+    rows.attrs["left_out"] = left_out_note(left, "hardware", "table.csv")
+    return rows
 
 
 def _nothing_ran(df: pd.DataFrame, path: str | Path, what: str) -> list[str]:
