@@ -19,7 +19,7 @@ import pandas as pd
 
 from accelbench.aggregate import scope
 from accelbench.aggregate.claim_spec import DIGEST
-from accelbench.aggregate.claims_summary import DISAGREE, NO_RESULTS, head_category
+from accelbench.aggregate.claims_summary import DISAGREE, NO_RESULTS, head_category, judging_rows
 from accelbench.errors import DataError
 
 VERDICT_COLOUR = {
@@ -97,7 +97,8 @@ def front_table(
     """The first screen (:data:`FRONT_COLUMNS`), one line per claim of ``summary`` (:func:`summary_table` of
     ``shown``, every claim x system row with ``origin``): the claim's ``short`` text (``shorts``: claim id -> text,
     the claims files' column), its published value, what was measured and on which device, the verdict's category
-    (:func:`head_category`) and the run(s) that judged it. The reasons and the full verdicts are in ``summary``.
+    (:func:`head_category`) and the run(s) that judged it (:func:`judging_rows`: the most like runs, never a CPU
+    run where an accelerator's is as decisive). The reasons and the full verdicts are in ``summary``.
     ``limit``: each cell in at most that many characters (:func:`brief`; the measured value cut before its device).
 
     Raises:
@@ -109,11 +110,12 @@ def front_table(
         cid = s["claim_id"]
         if not str(shorts.get(cid, "")).strip():
             raise DataError(f"claim {cid}: no short text (column short of its claims file)")
-        mine = shown[(shown["claim_id"] == cid) & (shown["measured"].astype(str) == str(s["measured"]))]
+        judging = judging_rows(shown[shown["claim_id"] == cid])  # the rows the summary's verdict comes from
+        mine = judging[judging["measured"].astype(str) == str(s["measured"])]
         measured = str(s["measured"]) if pd.notna(s["measured"]) else ""
         device = _device(mine["hardware"].iloc[0]) if measured and not mine.empty else ""
         verdict = head_category(str(s["verdict"]))
-        judged = "; ".join(dict.fromkeys(o for o in mine["origin"] if o != NO_RESULTS)) if not mine.empty else ""
+        judged = "; ".join(dict.fromkeys(o for o in judging["origin"] if o != NO_RESULTS))
         measured = cut(measured, len(device) + 3 if device else 0)
         rows.append(
             {
