@@ -137,3 +137,19 @@ def test_own_class_before_a_class_by_policy_and_like_for_like_kept():
     runs = ((H100, "holds", "0.2"), (H200, "does not hold", "0.5"))
     assert cs.summary_table(rows("a8", "H100", *runs)).iloc[0]["verdict"] == "holds"
     assert cs.summary_table(rows("a8", "any hardware", *runs)).iloc[0]["verdict"] == cs.DISAGREE
+
+
+def test_every_first_screen_column_has_a_width_within_the_budget():
+    """At 1400 px the report once cut off "measured (on)" and "judged by" ("what it says" had no width bound): every
+    column of the first table now has a max-width, and their sum with the cells' padding fits FRONT_WIDTH_PX (1060
+    px, measured 1045 px in headless Chromium at 1400x1000, last verdict row at 788 px)."""
+    import re
+
+    df = rows("a5", "A100", (H100, "not measured here (A100 claim)", "x" * 300))
+    html = cf.front_html(front(df).to_frame().T, cs.count_table(df, cs.summary_table(df)))
+    style = re.search(r"<style>(.*?)</style>", html).group(1)
+    widths = {int(i): int(px) for i, px in re.findall(r"td\.c-(\d+)\{max-width:(\d+)px", style)}
+    cells = re.search(r'<tr data-claim="a5">(.*?)</tr>', html).group(1)
+    classes = [int(c) for c in re.findall(r'<td class="c-(\d+)', cells)]
+    assert len(classes) == len(cf.FRONT_COLUMNS) and set(classes) <= set(widths)
+    assert sum(widths[c] + cf.CELL_PAD_PX for c in classes) <= cf.FRONT_WIDTH_PX <= 1400 - 300
