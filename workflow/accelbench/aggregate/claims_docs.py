@@ -1,11 +1,14 @@
-"""The committed pages about the claims, from every committed reference run's claims table (written by
-``accelbench reference-runs``, :mod:`accelbench.aggregate.reference_runs`):
+"""The committed pages about the claims (written by ``accelbench reference-runs``,
+:mod:`accelbench.aggregate.reference_runs`):
 
+* :func:`judged`: every claim judged on the given result files together, the build of the workflow's ``claims``
+  rule (:func:`accelbench.aggregate.claims_report.aggregate` uses it): on every committed reference run's results,
+  what ``results/claims/claims.md`` opens with after ``snakemake --cores all --config 'experiments=[]'``;
 * :func:`claims_page`: ``docs/claims.md``, each claim with its quote and source, hardware scope, what would make it
   fail, the evidence it needs, and each committed reference run's verdict, after :func:`verdict_table`;
 * :func:`reference_front`: ARTIFACT.md's opening table (:func:`~accelbench.aggregate.claims_front.front_table` of
-  every run together, cells cut to :data:`FRONT_CELL_CHARS`);
-* :func:`verdict_table`: one verdict per claim over every reference run together, as Markdown;
+  :func:`judged`, cells cut to :data:`FRONT_CELL_CHARS`);
+* :func:`verdict_table`: one verdict per claim over every reference run together (:func:`judged`), as Markdown;
 * :func:`read_run_tables`: the runs' ``tables/claims/claims.csv``, each read bounded (a FIFO or a huge file: one line
   naming it, :class:`~accelbench.errors.DataError`).
 """
@@ -36,13 +39,30 @@ def read_run_tables(run_tables: dict[str, Path]) -> dict[str, pd.DataFrame]:
     }
 
 
-def verdict_table(runs: dict[str, pd.DataFrame]) -> str:
-    """A Markdown table of one verdict per claim over every reference run together (:func:`summary_table` of their
-    claims tables, :func:`read_run_tables`): claim, verdict, the evidence (run and hardware), what it measured."""
-    runs = list(runs.values())
-    if not runs:
-        return "No reference run has a claims table yet."
-    summary = summary_table(pd.concat(runs, ignore_index=True))
+def judged(result_paths: list[str | Path], reference_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(every claim x system row of ``result_paths`` judged together, with its ``origin`` column; the claims of
+    every study as the registry names them under ``reference_dir``): the workflow's claims build.
+
+    Raises:
+        ResultError: a missing or corrupt result (named); DataError: a bad claims or reference file."""
+    from accelbench.aggregate.claims_table import claims_table
+    from accelbench.aggregate.common import load_results
+
+    reference_dir = Path(reference_dir)
+    results = load_results([str(p) for p in result_paths])
+    scope.use_reference_dir(reference_dir)  # the H100/H200 evidence of the scope policy, beside the claims files
+    claims = pd.concat([read_claims(reference_dir / f, s) for s, f in registry.claims_files()], ignore_index=True)
+    df = claims_table(results, claims, registry.published_files(reference_dir))
+    df.insert(df.columns.get_loc("hardware"), "origin", origin_column(df))
+    return df, claims
+
+
+def verdict_table(shown: pd.DataFrame) -> str:
+    """A Markdown table of one verdict per claim over every reference run together (:func:`summary_table` of
+    :func:`judged` on their results): claim, verdict, the evidence (run and hardware), what it measured."""
+    if shown.empty:
+        return "No reference run has results yet."
+    summary = summary_table(shown)
     out = ["| claim | verdict | evidence | measured |", "|---|---|---|---|"]
     out += [
         f"| {md_cell(r['claim_id'])} | {md_cell(r['verdict'])} | {md_cell(r['evidence'])} | {md_cell(r['measured'])} |"
@@ -54,16 +74,14 @@ def verdict_table(runs: dict[str, pd.DataFrame]) -> str:
 FRONT_CELL_CHARS = 120  # ARTIFACT.md's opening table: each cell at most this long (:func:`brief`)
 
 
-def reference_front(reference_dir: str | Path, runs: dict[str, pd.DataFrame]) -> str:
-    """ARTIFACT.md's opening table: :func:`front_table` of every committed reference run together (``runs``:
-    :func:`read_run_tables`), one line per claim in the claims files' order, each cell cut to
-    :data:`FRONT_CELL_CHARS` (:func:`brief`), no footnotes; then the one-verdict-per-claim counts in one line.
-    The claims files: every study's, as the registry names them, under ``reference_dir``."""
-    if not runs:
-        return "No reference run has a claims table yet."
-    shown = pd.concat(list(runs.values()), ignore_index=True)
-    if "origin" not in shown:
-        shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(shown))
+def reference_front(reference_dir: str | Path, shown: pd.DataFrame, n_runs: int) -> str:
+    """ARTIFACT.md's opening table: :func:`front_table` of every committed reference run together (``shown``:
+    :func:`judged` on their ``n_runs`` runs' results, the rows ``results/claims/claims.md`` opens with), one line
+    per claim in the claims files' order, each cell cut to :data:`FRONT_CELL_CHARS` (:func:`brief`), no footnotes;
+    then the one-verdict-per-claim counts in one line. The claims files: every study's, as the registry names
+    them, under ``reference_dir``."""
+    if shown.empty:
+        return "No reference run has results yet."
     summary = summary_table(shown)
     files = registry.claims_files()
     claims = pd.concat([read_claims(Path(reference_dir) / f, s) for s, f in files], ignore_index=True)
@@ -75,17 +93,16 @@ def reference_front(reference_dir: str | Path, runs: dict[str, pd.DataFrame]) ->
     out = [md_row(front.columns), md_row(["---"] * len(front.columns))]
     out += [md_row(r) for r in front.itertuples(index=False)]
     return (
-        "\n".join(out)
-        + f"\n\nOne verdict per claim over the {len(runs)} reference runs ({len(front)} claims): {counts}."
+        "\n".join(out) + f"\n\nOne verdict per claim over the {n_runs} reference runs ({len(front)} claims): {counts}."
     )
 
 
-def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:
+def claims_page(reference_dir: str | Path, run_tables: dict[str, Path], shown: pd.DataFrame) -> str:
     """``docs/claims.md``: for each claim its quote and source, hardware scope, tolerance and what would make it
     fail, the evidence it needs and the setting it must be measured on, then each reference run's verdict (from
     ``run_tables``: ``{run folder name: its tables/claims/claims.csv}``, each run judged on its own results), after
     one table of one verdict per claim over every run together. The claims files: every study's, as the registry
-    names them, under ``reference_dir``."""
+    names them, under ``reference_dir``; ``shown``: :func:`judged` on every run's results (the first table)."""
     files = registry.claims_files()
     claims = pd.concat([read_claims(Path(reference_dir) / f, s) for s, f in files], ignore_index=True)
     runs = read_run_tables(run_tables)
@@ -101,7 +118,7 @@ def claims_page(reference_dir: str | Path, run_tables: dict[str, Path]) -> str:
         "",
         "## One verdict per claim, over every reference run",
         "",
-        verdict_table(runs),
+        verdict_table(shown),
         "",
         "## The H200 as an H100: the evidence, per quantity",
         "",

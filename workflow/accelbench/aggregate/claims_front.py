@@ -19,7 +19,7 @@ import pandas as pd
 
 from accelbench.aggregate import scope
 from accelbench.aggregate.claim_spec import DIGEST
-from accelbench.aggregate.claims_summary import DISAGREE, NO_RESULTS, head_category
+from accelbench.aggregate.claims_summary import DISAGREE, NO_RESULTS, head_category, judging_rows
 from accelbench.errors import DataError
 
 VERDICT_COLOUR = {
@@ -97,7 +97,8 @@ def front_table(
     """The first screen (:data:`FRONT_COLUMNS`), one line per claim of ``summary`` (:func:`summary_table` of
     ``shown``, every claim x system row with ``origin``): the claim's ``short`` text (``shorts``: claim id -> text,
     the claims files' column), its published value, what was measured and on which device, the verdict's category
-    (:func:`head_category`) and the run(s) that judged it. The reasons and the full verdicts are in ``summary``.
+    (:func:`head_category`) and the run(s) that judged it (:func:`judging_rows`: the most like runs, never a CPU
+    run where an accelerator's is as decisive). The reasons and the full verdicts are in ``summary``.
     ``limit``: each cell in at most that many characters (:func:`brief`; the measured value cut before its device).
 
     Raises:
@@ -109,11 +110,12 @@ def front_table(
         cid = s["claim_id"]
         if not str(shorts.get(cid, "")).strip():
             raise DataError(f"claim {cid}: no short text (column short of its claims file)")
-        mine = shown[(shown["claim_id"] == cid) & (shown["measured"].astype(str) == str(s["measured"]))]
+        judging = judging_rows(shown[shown["claim_id"] == cid])  # the rows the summary's verdict comes from
+        mine = judging[judging["measured"].astype(str) == str(s["measured"])]
         measured = str(s["measured"]) if pd.notna(s["measured"]) else ""
         device = _device(mine["hardware"].iloc[0]) if measured and not mine.empty else ""
         verdict = head_category(str(s["verdict"]))
-        judged = "; ".join(dict.fromkeys(o for o in mine["origin"] if o != NO_RESULTS)) if not mine.empty else ""
+        judged = "; ".join(dict.fromkeys(o for o in judging["origin"] if o != NO_RESULTS))
         measured = cut(measured, len(device) + 3 if device else 0)
         rows.append(
             {
@@ -150,22 +152,36 @@ def front_markdown(front: pd.DataFrame, counts: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+COLUMN_PX = {  # the first screen's columns, each at most this wide (CSS px at 12 px text): all fit FRONT_WIDTH_PX
+    "claim": 40,
+    "what it says": 300,
+    "published": 120,
+    "measured (on)": 200,
+    "verdict": 130,
+    "judged by": 200,
+}
+CELL_PAD_PX = 11  # each cell's padding and border
+FRONT_WIDTH_PX = 1060  # the whole table: fits beside the report's navigation in a 1400 px wide window
 FRONT_STYLE = (
     "<style>.accelbench-front table{border-collapse:collapse;font-size:12px;line-height:1.25}"
     ".accelbench-front th,.accelbench-front td{border:1px solid #ccc;padding:1px 5px;white-space:nowrap;"
     "text-align:left;vertical-align:top}"
-    ".accelbench-front td.cut{max-width:150px;overflow:hidden;text-overflow:ellipsis}"
-    ".accelbench-front h3{margin:0 0 2px 0}.accelbench-front p{margin:0 0 4px 0;font-size:12px}"
+    + "".join(
+        f".accelbench-front td.c-{i}{{max-width:{px}px;overflow:hidden;text-overflow:ellipsis}}"
+        for i, px in enumerate(COLUMN_PX.values())
+    )
+    + ".accelbench-front h3{margin:0 0 2px 0}.accelbench-front p{margin:0 0 4px 0;font-size:12px}"
     + "".join(f".accelbench-front td.v-{i}{{background:{c}}}" for i, c in enumerate(VERDICT_COLOUR.values()))
     + "</style>"
 )
-CUT = ("published", "measured (on)", "judged by")  # cut to one line on screen, whole in the cell's title
+CUT = ("what it says", "published", "measured (on)", "judged by")  # one line on screen, whole in the cell's title
 
 
 def front_html(front: pd.DataFrame, counts: pd.DataFrame) -> str:
-    """:func:`front_table` as the report's first table: one line per claim (the long cells of :data:`CUT` end in
-    an ellipsis on screen, whole in their tooltip and in the tables below), verdict cells coloured, no footnotes;
-    then :func:`count_table`."""
+    """:func:`front_table` as the report's first table: one line per claim, each column at most its
+    :data:`COLUMN_PX` wide (the table within :data:`FRONT_WIDTH_PX`, so "judged by" shows on a 1400 px screen; the
+    long cells of :data:`CUT` end in an ellipsis on screen, whole in their tooltip and in the tables below), verdict
+    cells coloured, no footnotes; then :func:`count_table`."""
     import html
 
     colour_of = {v: i for i, v in enumerate(VERDICT_COLOUR)}
@@ -173,14 +189,14 @@ def front_html(front: pd.DataFrame, counts: pd.DataFrame) -> str:
     body = []
     for _, r in front.iterrows():
         cells = []
-        for c in front.columns:
+        for i, c in enumerate(front.columns):
             text = html.escape(str(r[c]))
             if c == "verdict":
-                cells.append(f'<td class="v-{colour_of[r[c]]}">{text}</td>')
+                cells.append(f'<td class="c-{i} v-{colour_of[r[c]]}">{text}</td>')
             elif c in CUT:
-                cells.append(f'<td class="cut" title="{text}">{text}</td>')
+                cells.append(f'<td class="c-{i}" title="{text}">{text}</td>')
             else:
-                cells.append(f"<td>{text}</td>")
+                cells.append(f'<td class="c-{i}">{text}</td>')
         body.append(f'<tr data-claim="{html.escape(str(r["claim"]))}">' + "".join(cells) + "</tr>")
     count_head = "".join(f"<th>{html.escape(str(c))}</th>" for c in ["origin", *counts.columns])
     count_body = "".join(

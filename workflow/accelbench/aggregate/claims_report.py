@@ -21,20 +21,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from accelbench.aggregate import scope
 from accelbench.aggregate.claims import VERDICTS
-from accelbench.aggregate.claims_docs import FRONT_CELL_CHARS
+from accelbench.aggregate.claims_docs import FRONT_CELL_CHARS, judged
 from accelbench.aggregate.claims_front import TITLE, VERDICT_COLOUR, front_html, front_markdown, front_table
 from accelbench.aggregate.claims_summary import (
     SUMMARY_VERDICTS,
     count_table,
     head_category,
-    origin_column,
     summary_line,
     summary_table,
     verdict_counts,
 )
-from accelbench.aggregate.claims_table import claims_table, read_claims
 from accelbench.aggregate.common import HTML_NOTE_CHARS, footnoted, html_table, load_results, write_table
 from accelbench.aggregate.figures import FONT, save_figure, wrap
 from accelbench.aggregate.h100_table import h100_table, read_published_minutes
@@ -103,11 +100,8 @@ def aggregate(result_paths: list[str | Path], reference_dir: str | Path, out_dir
     tree.folder(tree.out_dir_root(out), (out.name,), create=True).close()  # `<results>/claims` a link: one line
     results = load_results(result_paths)
     reference_dir = Path(reference_dir)
-    scope.use_reference_dir(reference_dir)  # the H100/H200 evidence of the scope policy, beside the claims files
-    claims = pd.concat([read_claims(reference_dir / f, s) for s, f in registry.claims_files()], ignore_index=True)
-    df = claims_table(results, claims, registry.published_files(reference_dir))
-    shown = df.copy()
-    shown.insert(shown.columns.get_loc("hardware"), "origin", origin_column(df))
+    shown, claims = judged(result_paths, reference_dir)  # the same build as ARTIFACT.md's generated tables
+    df = shown.drop(columns="origin")
     summary = summary_table(shown)
     line = summary_line(df, summary)
     # the first screen: each cell cut as ARTIFACT.md's (the whole texts follow in the long form)

@@ -5,11 +5,16 @@
 
 * :func:`origin_column`: where each row's evidence comes from (``measured here``, ``reference run (<label>,
   <date>)``, ``copied in (host <name>)``, ``no results``);
+* :func:`likeness`: how like a row's run is to the claim's setting: its device class, then its setting;
+* :func:`judging_rows`: the rows that judge a claim (those :func:`summary_table` builds its row from, and the
+  first screen names as "judged by");
 * :func:`summary_table`: one row per claim (:data:`SUMMARY_COLUMNS`), its verdict from the evidence that judges it,
-  the run named. Where runs give decisive verdicts that differ, the row reads ``runs disagree`` (:data:`DISAGREE`)
-  and says each run's verdict, what it measured and how the runs differ; otherwise the most complete evidence leads
+  the run named. Evidence is ranked by :func:`likeness` before anything else within each verdict category, so a
+  small CPU run never replaces a paper-scale accelerator run (committed reference run or not). Where runs of the
+  most like rank give decisive verdicts that differ, the row reads ``runs disagree`` (:data:`DISAGREE`) and says
+  each run's verdict, what it measured and how the runs differ; otherwise the most complete evidence leads
   (``holds``/``does not hold``, then the ``partly measured`` row with most needs covered, then ``not measured here``
-  with its most specific reason);
+  of the most like run, with its most specific reason);
 * :func:`verdict_counts`, :func:`count_table` and :func:`summary_line`: the counts of verdict categories (origin x
   verdict), as a table and as one line.
 
@@ -58,18 +63,72 @@ def _where(row: pd.Series) -> str:
     return f"{row['origin']}, {scope.device_part(row['hardware'])}" if row["origin"] != NO_RESULTS else NO_RESULTS
 
 
-def _own_device_first(decisive: pd.DataFrame) -> pd.DataFrame:
-    """The decisive rows that judge a claim on its own hardware class (an H100 claim on an H100) where there are
-    any, else all: a device counted in that class only by the scope policy (an H200 as H100) then stays in the
-    per-run rows without deciding the claim. Claims of any hardware keep every row."""
-    if decisive.empty:
-        return decisive
-    own = decisive[
-        decisive.apply(
-            lambda r: str(r["scope"]) != scope.label(scope.ANY) and not scope.class_of(r["hardware"])[1], axis=1
-        )
-    ]
-    return own if not own.empty else decisive
+_CPU = re.compile(r"^\s*CPU\b", re.I)
+_UNLIKE = "not like for like"
+
+
+def likeness(row: pd.Series) -> tuple[int, int]:
+    """How like one claims row's run is to the claim's setting: (device, setting), lower is more like.
+
+    device: 0 an accelerator of the claim's own hardware class (for a claim of any hardware, any accelerator), or
+    of no class the policy counts by proxy; 1 an accelerator counted as its class only by the scope policy (an H200
+    as H100); 2 a CPU (never the studies' hardware: a small run beside paper-scale ones); 3 no results.
+    setting: 0 judged on the claim; 1 measured on another setting (``not like for like``); 2 outside the claim's
+    hardware (``not measured here (A100 claim)``: its value still shown).
+
+    ``row``: a claims-table row (``hardware``, ``scope``, ``verdict``; ``origin`` optional)."""
+    hw = str(row["hardware"])
+    verdict = str(row["verdict"])
+    setting = (
+        2
+        if verdict.startswith("not measured here (") and verdict.endswith(" claim)")
+        else 1
+        if verdict.startswith(f"not measured here ({_UNLIKE}")
+        else 0
+    )
+    if hw in ("none", "") or row.get("origin") == NO_RESULTS:
+        return 3, setting
+    if _CPU.match(scope.device_part(hw)):
+        return 2, setting
+    any_hw = str(row["scope"]) == scope.label(scope.ANY)
+    return (1 if not any_hw and scope.class_of(hw)[1] else 0), setting
+
+
+def judging_rows(g: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one claim (every origin, with ``origin``) that judge it, most like first (:func:`likeness`):
+
+    * the decisive rows (``holds``/``does not hold``) of the most like device among them (an H100 claim on an H100
+      before an H200 counted as one; any accelerator before a CPU);
+    * else the ``partly measured`` row of the most like device with most needs covered;
+    * else the ``not measured here`` row of the most like device, in the claim's hardware before outside it, a value
+      measured before none, its reason most specific; with the rows of that device that read the same verdict and
+      value (the other runs that say the same)."""
+    cats = g["verdict"].map(category)
+    like = g.apply(likeness, axis=1, result_type="expand") if not g.empty else pd.DataFrame(columns=[0, 1])
+    device = like[0]
+    decisive = cats.isin(["holds", "does not hold"])
+    if decisive.any():
+        return g[decisive & (device == device[decisive].min())]
+    partly = cats == "partly measured"
+    if partly.any():
+        pool = g[partly & (device == device[partly].min())]
+        return pool.loc[[pool["verdict"].map(_covered).idxmax()]]
+    key = pd.DataFrame(
+        {
+            "device": device,
+            "outside": like[1] == 2,
+            "blank": g["measured"].astype(str).str.strip().isin(["", "nan"]),
+            "vague": ~g["verdict"].str.contains(r"\(", regex=True),
+        },
+        index=g.index,
+    )
+    lead = key.sort_values(list(key.columns), kind="stable").index[0]
+    same = (
+        (device == device[lead])
+        & (g["verdict"] == g.at[lead, "verdict"])
+        & (g["measured"].astype(str) == str(g.at[lead, "measured"]))
+    )
+    return pd.concat([g.loc[[lead]], g[same & (g.index != lead)]])
 
 
 def _summary_row(g: pd.DataFrame) -> dict:
@@ -80,8 +139,10 @@ def _summary_row(g: pd.DataFrame) -> dict:
     base = {c: first[c] for c in ("study", "claim_id", "published", "scope")}
     base["claim"] = re.sub(r" \[[^\]]*\]$", "", str(first["claim"]))
     base["runs"] = f"{len(g)} row{'s' if len(g) > 1 else ''}: {counts}"
-    decisive = _own_device_first(g[cats.isin(["holds", "does not hold"])])
-    if not decisive.empty:
+    judging = judging_rows(g)
+    lead = judging.iloc[0]
+    if category(lead["verdict"]) in ("holds", "does not hold"):
+        decisive = judging
         verdicts = sorted(set(decisive["verdict"]))
         if len(verdicts) > 1:
             each = "; ".join(f"{_where(r)}: {r['verdict']} on {r['measured']}" for _, r in decisive.iterrows())
@@ -98,7 +159,6 @@ def _summary_row(g: pd.DataFrame) -> dict:
                 "measured": " | ".join(decisive["measured"]),
                 "why": f"{each}. Why they differ: {differ}",
             }
-        lead = decisive.iloc[0]
         also = len(decisive) - 1
         evidence = "; ".join(dict.fromkeys(decisive.apply(_where, axis=1)))
         return {
@@ -108,18 +168,6 @@ def _summary_row(g: pd.DataFrame) -> dict:
             "measured": lead["measured"],
             "why": lead["why"] + (f" (and {also} more row{'s' if also > 1 else ''} agree)" if also else ""),
         }
-    partly = g[cats == "partly measured"]
-    if not partly.empty:
-        lead = partly.loc[partly["verdict"].map(_covered).idxmax()]
-        return {
-            **base,
-            "verdict": lead["verdict"],
-            "evidence": _where(lead),
-            "measured": lead["measured"],
-            "why": lead["why"],
-        }
-    specific = g[g["verdict"].str.contains(r"\(", regex=True) & (g["origin"] != NO_RESULTS)]
-    lead = specific.iloc[0] if not specific.empty else g.iloc[0]
     return {
         **base,
         "verdict": lead["verdict"],

@@ -162,7 +162,9 @@ def update(
     """Write (or with ``check`` only compare) every run's README.md, the main README's section and, given
     ``reference_dir`` (the claims CSVs), the claims page ``claims_doc`` (docs/claims.md) and the two generated
     blocks of ``artifact`` (ARTIFACT.md: its opening one-line-per-claim table, :data:`FRONT_BEGIN`, and section 7's
-    verdicts, :data:`CLAIMS_BEGIN`), all from each run's committed ``tables/claims/claims.csv``.
+    verdicts, :data:`CLAIMS_BEGIN`): those and the claims page's first table judged on every run's result files
+    together (:func:`accelbench.aggregate.claims_docs.judged`, what the workflow's claims rule builds from the
+    reference runs alone), the claims page's per-run rows from each run's committed ``tables/claims/claims.csv``.
 
     Returns the files that are (or, with ``check``, would be) changed.
 
@@ -190,17 +192,19 @@ def update(
             if (r["path"] / "tables" / "claims" / "claims.csv").exists()
         }
         ref = Path(reference_dir)
+        every = [str(r["path"] / rel) for r in runs for rel in r["results"]]
+        shown = claims_docs.judged(every, ref)[0]  # as the workflow's claims rule builds them from these runs
         if claims_doc is not None:
-            page = claims_docs.claims_page(ref, tables)
+            page = claims_docs.claims_page(ref, tables, shown)
             doc = Path(claims_doc)
             if _text_or_none(doc) != page:
                 changed.append(doc)
                 if not check:
                     doc.write_text(page)
         if artifact is not None:
-            read = claims_docs.read_run_tables(tables)
-            _block(Path(artifact), FRONT_BEGIN, FRONT_END, claims_docs.reference_front(ref, read), check, changed)
-            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END, claims_docs.verdict_table(read), check, changed)
+            front = claims_docs.reference_front(ref, shown, len(runs))
+            _block(Path(artifact), FRONT_BEGIN, FRONT_END, front, check, changed)
+            _block(Path(artifact), CLAIMS_BEGIN, CLAIMS_END, claims_docs.verdict_table(shown), check, changed)
     return changed
 
 
