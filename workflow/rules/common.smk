@@ -16,7 +16,7 @@ from accelbench.core.harness import load_spec, spec_path_of
 from accelbench.core.tree import find_files, refuse_links as _refuse_links
 from accelbench.core.rule_context import RuleContext
 from accelbench.core.locks import NOTICE_FD
-from accelbench.errors import ResultError
+from accelbench.errors import AccelbenchError, ResultError
 from accelbench.cluster.containers import ApptainerWhenRun, apptainer_environment, image_uri
 from accelbench.core.systems import load_systems, resolve_system
 from accelbench.cluster.multinode import devices_per_node, load_site, node_plan, slurm_resources
@@ -308,9 +308,18 @@ def force_stale_results():
 # The results tree is untrusted ground (a results folder may be copied in from elsewhere): Snakemake itself creates an
 # output's folders and deletes an old output before its job, following links, before any of our code runs. A link one
 # or two levels below it (`results/claims -> /etc`, `results/cpu -> elsewhere`), a `.superseded` link at any depth,
-# or a link on the way of a final output is refused here, in one line naming it, before anything is planned or
-# touched (accelbench.core.tree.refuse_links; each job's own writes are checked again at the moment of use).
-_refuse_links(RESULTS, get_final_output())
+# or a link on the way of a final output or at one is refused here, in one line naming it, before anything is planned
+# or touched (accelbench.core.tree.refuse_links; each job's own writes are checked again at the moment of use); so is
+# a final output that is a FIFO or device (Snakemake takes it as done). The results every aggregation of this run reads
+# are gathered here too (copied_results: a link on their way at any depth, a FIFO or device among them, a reference
+# run's run.yaml that is not a plain file), dry run included. Raised from this top level, so that Snakemake prints
+# the one line with a single frame (this file's) rather than every frame down to the check.
+try:
+    _refuse_links(RESULTS, get_final_output())
+    for _e in sorted({x for name in (config["experiments"] or EXPERIMENTS) for x in reads(name)}):
+        copied_results(_e)
+except AccelbenchError as _refused:
+    raise _refused.with_traceback(None) from None
 
 
 if workflow.is_main_process:
