@@ -1,7 +1,9 @@
 """The run's time estimate: the cost models kept with the experiments, the line before the first job
 and its refreshes, and the per-job times it records."""
 
+import io
 import json
+import os
 import time
 from types import SimpleNamespace
 
@@ -199,3 +201,38 @@ def test_a_job_the_harness_records_unsupported_costs_start_up(tmp_path, systems,
     monkeypatch.setattr(verdicts.importlib.util, "find_spec", real)  # installed: the full cost again
     assert estimate.known_unsupported("llm_quant", spec) is None
     assert estimate.job_reference_s("llm_quant_method", out, str(path)) == pytest.approx(full)
+
+
+@pytest.mark.parametrize("planted", ["link", "folder link", "fifo", "hardlink"])
+def test_job_times_are_never_written_through_a_link(tmp_path, monkeypatch, planted):
+    """A link at `.snakemake/accelbench/job_times.jsonl` had every job's time appended to its target (`LOG.open("a")`
+    followed it). Now a link (there or at `.snakemake/accelbench`), a FIFO or a hard-linked file is left as it was,
+    the target untouched, and the run says so in one line, once."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(estimate, "calibrate", lambda repeat=7, threads=None: estimate.REFERENCE["calibration_s"])
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "job_times.jsonl").write_text("theirs\n")
+    log = tmp_path / ".snakemake/accelbench/job_times.jsonl"
+    log.parent.parent.mkdir()
+    if planted == "folder link":
+        log.parent.symlink_to(victim)
+    else:
+        log.parent.mkdir()
+        if planted == "link":
+            log.symlink_to(victim / "job_times.jsonl")
+        elif planted == "hardlink":
+            log.hardlink_to(victim / "job_times.jsonl")
+        else:
+            os.mkfifo(log)
+    jobs = [_job("claims", "results/claims/claims.csv"), _job("energy_aggregate", "results/energy/energy.csv")]
+    out = io.StringIO()
+    dag = FakeDag(jobs)
+    p = estimate.Progress(dag, cores=2, out=out)
+    for job in jobs:
+        dag._finished.add(job)
+        assert p.poll()
+    assert (victim / "job_times.jsonl").read_text() == "theirs\n"
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("accelbench: per-job times not recorded: ")
+    assert ".snakemake/accelbench" in lines[0]

@@ -88,3 +88,26 @@ def test_holder_text_is_printed_with_control_characters_escaped(tmp_path, monkey
     shown = "\n".join(written) + "\n".join(r.getMessage() for r in caplog.records)
     assert "\x1b" not in shown and "\r" not in shown
     assert "\\x1b[2J" in shown and "all results deleted" in shown
+
+
+def test_a_hard_linked_lock_file_is_refused_and_its_other_file_kept(tmp_path, monkeypatch):
+    """A hard link planted in the lock folder (`accelbench-cpu.lock` -> a file of the job's user) had that file
+    emptied: the lock file passed the link check, then the holder's line truncated it. Now a lock file with another
+    hard link is refused in one line naming it, and the other file keeps its bytes."""
+    folder = tmp_path / "locks"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs\n")
+    (folder / "accelbench-cpu.lock").hardlink_to(victim)
+    monkeypatch.setenv("ACCELBENCH_LOCK_DIR", str(folder))
+    with pytest.raises(AccelbenchError) as err:
+        with locks.device_lock("cpu", "job"):
+            pass
+    message = str(err.value)
+    assert f"device lock {folder / 'accelbench-cpu.lock'} cannot be used (a file with 2 hard links" in message
+    assert "\n" not in message and victim.read_text() == "theirs\n"
+    (folder / "accelbench-cpu.lock").unlink()  # deleted, as the line says: the lock works again
+    with locks.device_lock("cpu", "job"):
+        pass
+    assert victim.read_text() == "theirs\n"

@@ -139,3 +139,31 @@ def test_committed_tables_are_regenerated_from_the_run_alone(tmp_path):
     assert configs and configs <= set(table.astype(str).stack()), "a committed configuration is missing"
     claims = pd.read_csv(dst / "tables" / "claims" / "claims.csv")
     assert (claims["system"] == "h200").any() and set(claims["verdict"]) & {"holds", "does not hold"}
+
+
+def test_a_fifo_run_yaml_stops_the_dag_in_one_line(tmp_path):
+    """A FIFO in place of `reference_runs/<run>/run.yaml`: `snakemake -n` returned 0 (the DAG only globbed the run's
+    results) and only the real run failed. Now the DAG's result_paths reads the run.yaml of each run it draws
+    results from (bounded: one line naming it), and finds the results without following a link."""
+    import os
+
+    from accelbench.core import tree
+    from accelbench.errors import AccelbenchError
+
+    run_dir = _run(tmp_path)
+    root = tmp_path / "reference_runs"
+    assert reference_runs.result_paths(root, "llm_quant") == [
+        str(run_dir / "results/h200/llm_quant/smollm2_135m/fp32/none/result.json")
+    ]
+    (run_dir / "run.yaml").unlink()
+    os.mkfifo(run_dir / "run.yaml")
+    reference_runs._run_of_folder.cache_clear()
+    with pytest.raises(AccelbenchError) as err:
+        reference_runs.result_paths(root, "llm_quant")
+    assert str(run_dir / "run.yaml") in str(err.value) and "not a plain file" in str(err.value)
+    assert "\n" not in str(err.value)
+    (run_dir / "run.yaml").unlink()
+    (run_dir / "run.yaml").symlink_to(tmp_path / "elsewhere.yaml")  # absent target: not followed for results
+    (run_dir / "results/h200/llm_quant/x").symlink_to(tmp_path)
+    with pytest.raises(tree.TreeError, match="llm_quant/x is a link"):
+        reference_runs.result_paths(root, "llm_quant")

@@ -125,7 +125,7 @@ def test_dry_run_re_times_nothing(tmp_path, tiny_config, link):
     """A result.json symlinked or hard-linked to a file outside plus a .redo.json: `snakemake -n` re-timed the outside
     file to 1970. On the real DAG (tiny config, SR3): a dry run re-times nothing, not even an own result; reading the
     Snakefile for real (`--list-rules`, no job run) marks the own result not current and leaves the linked file's
-    time as it was."""
+    time as it was. A symlinked result stops the plan in one line (no link is followed below results_dir)."""
     from dag import snakemake, write_config
 
     write_config(tmp_path, tiny_config, ["sr3_scaling"])
@@ -138,6 +138,12 @@ def test_dry_run_re_times_nothing(tmp_path, tiny_config, link):
         (out.symlink_to if link == "symlink" else out.hardlink_to)(victim)
     (out.parent / results.REDO).write_text("{}")
     dry = snakemake(tmp_path, "-n", timeout=120)
+    if link == "symlink":  # a linked result is refused before anything is planned (one line), nothing re-timed
+        assert dry.returncode != 0
+        lines = [ln for ln in (dry.stdout + dry.stderr).splitlines() if "is a link" in ln]
+        assert len(lines) == 1 and lines[0].startswith(f"{SR3_RESULT} is a link"), dry.stderr[-3000:]
+        assert victim.stat().st_mtime == THEIR_TIME and victim.read_text() == '{"v": "theirs"}'
+        return
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "not current" in dry.stderr and SR3_RESULT in dry.stderr  # seen as stale: the marking was reached
     assert victim.stat().st_mtime == THEIR_TIME and victim.read_text() == '{"v": "theirs"}'
@@ -179,11 +185,12 @@ def test_link_on_the_way_of_an_output_stops_snakemake_in_one_line(tmp_path, tiny
 
 
 def test_link_off_the_way_of_every_output_is_left_alone(tmp_path, tiny_config):
-    """The control: a link three levels down in a copied-in system's folder, on no output's way, plans as before."""
+    """The control: a link three levels down in a copied-in system's folder, on no output's way and in no
+    experiment's folder (where the DAG looks for results, tree.find_files), plans as before."""
     from dag import snakemake, write_config
 
     write_config(tmp_path, tiny_config, ["sr3_scaling"])
-    at = tmp_path / "results/lab/sr3_scaling/notes"
+    at = tmp_path / "results/lab/notes/notes"
     at.parent.mkdir(parents=True)
     at.symlink_to(_outside(tmp_path))
     dry = snakemake(tmp_path, "-n", timeout=120)
@@ -195,7 +202,9 @@ def test_first_link_looks_two_levels_down_on_the_planned_way_and_for_superseded(
     (root / "cpu/a/b/c").mkdir(parents=True)
     planned = [root / "cpu/a/b/c/result.json", root / "claims/claims.csv"]
     assert tree.first_link(root, planned) is None and tree.first_link(tmp_path / "absent", planned) is None
-    (root / "cpu/a/b/c/result.json").symlink_to("/dev/null")  # the output itself: the job's own write refuses it
+    (root / "cpu/a/b/c/result.json").symlink_to("/dev/null")  # the output itself: Snakemake would take it as done
+    assert tree.first_link(root, planned) == root / "cpu/a/b/c/result.json"
+    (root / "cpu/a/b/c/result.json").unlink()
     (root / "cpu/a/b/other").symlink_to("/")  # three levels down, on no planned way
     assert tree.first_link(root, planned) is None
     (root / "cpu/a/b/c/.superseded").symlink_to("/")
@@ -352,3 +361,103 @@ def test_reference_run_readme_link_is_refused(tmp_path):
     with pytest.raises(tree.TreeError, match=f"{run / 'README.md'} is a link"):
         update(tmp_path / "reference_runs", tmp_path / "README.md")
     assert victim.read_text() == "theirs"
+
+
+@pytest.mark.parametrize("doc", ["claims", "readme"])
+def test_reference_runs_never_writes_through_a_linked_page(tmp_path, doc):
+    """`accelbench reference-runs` refused a link at a run's README.md but overwrote the target of a `docs/claims.md`
+    (or README.md, ARTIFACT.md) link. Now every page it writes is replaced at its own path or, a link, refused in one
+    line naming it; the link's target keeps its bytes."""
+    from accelbench.aggregate.reference_runs import BEGIN, END, update
+
+    REPO = Path(__file__).resolve().parents[2]
+    run = tmp_path / "reference_runs/h200-2026-12-01"
+    (run / "results").mkdir(parents=True)
+    (run / "run.yaml").write_text("date: 2026-12-01\nhardware: H200\nshort: H200\ncommit: a\ncommands: [x]\n")
+    readme, claims = tmp_path / "README.md", tmp_path / "docs/claims.md"
+    claims.parent.mkdir()
+    victim = tmp_path / "victim.md"
+    victim.write_text(f"theirs\n{BEGIN}\nold\n{END}\n")
+    if doc == "claims":
+        readme.write_text(f"# x\n{BEGIN}\nstale\n{END}\n")
+        claims.symlink_to(victim)
+    else:
+        readme.symlink_to(victim)
+        claims.write_text("old page\n")
+    with pytest.raises(tree.TreeError) as err:
+        update(tmp_path / "reference_runs", readme, reference_dir=REPO / "resources/reference", claims_doc=claims)
+    linked = claims if doc == "claims" else readme
+    assert str(err.value).startswith(f"{linked} is a link (to {victim})") and "\n" not in str(err.value)
+    assert victim.read_text() == f"theirs\n{BEGIN}\nold\n{END}\n"
+
+
+def test_result_files_are_found_without_following_a_link_at_any_depth(tmp_path):
+    """The DAG found copied-in results with `glob`: a result.json linked to a file outside was hashed, validated and
+    aggregated, and a linked folder four levels down was skipped with no word. Now `tree.find_files` refuses either
+    in one line naming it, at every depth; dot folders are not entered."""
+    root = tmp_path / "results"
+    ok = root / "lab/sr3_scaling/fp32/devices_1/result.json"
+    ok.parent.mkdir(parents=True)
+    ok.write_text("{}")
+    (root / "lab/sr3_scaling/result.json").write_text("{}")  # `**` as no folder
+    (root / "lab/sr3_scaling/.superseded/x").mkdir(parents=True)
+    (root / "lab/sr3_scaling/.superseded/x/result.json").write_text("{}")
+    (root / "lab/unet3d_profile/a").mkdir(parents=True)
+    pattern = ("*", "sr3_scaling", "**", "result.json")
+    assert tree.find_files(root, pattern) == [
+        root / "lab/sr3_scaling/fp32/devices_1/result.json",
+        root / "lab/sr3_scaling/result.json",
+    ]
+    assert tree.find_files(tmp_path / "absent", pattern) == []
+    outside = tmp_path / "victim"
+    outside.mkdir()
+    (outside / "v1.json").write_text("{}")
+    (root / "lab/unet3d_profile/a/link").symlink_to(outside)  # on no searched way: left alone
+    assert len(tree.find_files(root, pattern)) == 2
+    for planted, target in (
+        (root / "lab/sr3_scaling/fp32/devices_2/result.json", outside / "v1.json"),  # a linked result
+        (root / "lab/sr3_scaling/fp32/devices_1/deeper", outside),  # a linked folder four levels down
+        (root / "lab/sr3_scaling/bf16", outside),  # three
+    ):
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.symlink_to(target)
+        with pytest.raises(tree.TreeError) as err:
+            tree.find_files(root, pattern)
+        assert str(err.value).startswith(f"{planted} is a link (to {target}) inside the results tree {root}")
+        planted.unlink()
+
+
+def test_a_result_read_through_a_link_is_refused_in_one_line(tmp_path):
+    """validate_results and the aggregations read a result.json linked to /tmp/victim/v1.json as a result. Now the
+    read (accelbench.core.results.read_json) refuses a link in one line naming it."""
+    victim = tmp_path / "victim/v1.json"
+    victim.parent.mkdir()
+    victim.write_text("{}")
+    out = tmp_path / "results/cpu/unet3d_profile/whole_head/baseline/result.json"
+    out.parent.mkdir(parents=True)
+    out.symlink_to(victim)
+    with pytest.raises(ResultError) as err:
+        results.read_json(out)
+    assert str(err.value).startswith(f"corrupt result file {out}: a link") and "\n" not in str(err.value)
+    from accelbench.core.validate import validate_files
+
+    with pytest.raises(ResultError) as err:
+        validate_files([out])
+    assert f"  {out}: (file): a link; such a file is never followed" in str(err.value)
+
+
+@pytest.mark.parametrize("odd", ["fifo", "dev-zero"])
+def test_a_fifo_or_device_at_a_planned_output_is_refused_before_planning(tmp_path, odd):
+    """A FIFO (or a link to /dev/zero) at this system's result path: `snakemake -n` took it as done and said
+    nothing. Now refuse_links names it in one line (a link as a link, anything else not a plain file)."""
+    root = tmp_path / "results"
+    out = root / "cpu/sr3_scaling/faithful/devices_1/result.json"
+    out.parent.mkdir(parents=True)
+    if odd == "fifo":
+        os.mkfifo(out)
+    else:
+        out.symlink_to("/dev/zero")
+    with pytest.raises(tree.TreeError) as err:
+        tree.refuse_links(root, [out, root / "claims/claims.csv"])
+    want = f"{out} is a link (to /dev/zero)" if odd == "dev-zero" else f"{out} is not a plain file (a FIFO)"
+    assert str(err.value).startswith(want) and "\n" not in str(err.value)

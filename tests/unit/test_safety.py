@@ -82,7 +82,8 @@ def test_result_files_are_group_readable(tmp_path):
 
 
 def test_spec_file_is_read_and_its_hash_recorded(tmp_path, monkeypatch):
-    spec = tmp_path / "0123456789abcdef.json"
+    digest = hashlib.sha256(b'{"a": 1}\n').hexdigest()
+    spec = tmp_path / f"{digest[:16]}.json"  # content-addressed, as the workflow writes it
     spec.write_text('{"a": 1}\n')
     loaded, sha = harness.load_spec(str(spec))
     assert loaded == {"a": 1} and sha == hashlib.sha256(b'{"a": 1}\n').hexdigest()
@@ -94,6 +95,32 @@ def test_spec_file_is_read_and_its_hash_recorded(tmp_path, monkeypatch):
     (tmp_path / "bad.json").write_text("[1]")
     with pytest.raises(AccelbenchError, match="must hold a JSON object"):
         harness.load_spec(str(tmp_path / "bad.json"))
+
+
+def test_an_edited_spec_file_is_refused_by_the_job_and_written_anew_by_the_dag(tmp_path, monkeypatch):
+    """`.snakemake/accelbench/spec/<hash>.json` with `eval_tokens` edited from 512 to 64: the job ran with 64 and
+    the result counted as current (the staleness check hashed the file on disk). Now the job refuses a spec file
+    whose bytes do not hash to its name (one line naming it), and the DAG's spec_path_of writes it anew, without
+    following a link."""
+    monkeypatch.chdir(tmp_path)
+    path = harness.spec_path_of({"eval_tokens": 512})
+    assert harness.load_spec(path)[0] == {"eval_tokens": 512}
+    good = (tmp_path / path).read_bytes()
+    (tmp_path / path).write_bytes(good.replace(b"512", b"64"))
+    with pytest.raises(AccelbenchError) as err:
+        harness.load_spec(path)
+    assert str(err.value).startswith(f"spec file {path}: its contents (sha256 ") and "\n" not in str(err.value)
+    assert "do not match its name" in str(err.value)
+    assert harness.spec_path_of({"eval_tokens": 512}) == path and (tmp_path / path).read_bytes() == good
+    spec, sha = harness.load_spec(path)
+    assert spec == {"eval_tokens": 512} and sha == hashlib.sha256(good).hexdigest()
+    victim = tmp_path / "victim.json"  # a link at the spec path: refused, its target untouched
+    victim.write_text("theirs")
+    (tmp_path / path).unlink()
+    (tmp_path / path).symlink_to(victim)
+    with pytest.raises(AccelbenchError, match="is a link"):
+        harness.spec_path_of({"eval_tokens": 512})
+    assert victim.read_text() == "theirs"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,4 @@
 # Validation of the config and the systems, the resolved system, and the input functions of all rules.
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -13,11 +12,11 @@ from accelbench.core import precisions
 from accelbench.core.files import read_text as bounded_text, sha256 as bounded_sha256
 from accelbench.core import registry, snakemake_hooks  # snakemake_hooks: the only non-public Snakemake API
 from accelbench.core.config import read_yaml, validate_config
-from accelbench.core.harness import spec_path_of
-from accelbench.core.tree import refuse_links as _refuse_links
+from accelbench.core.harness import load_spec, spec_path_of
+from accelbench.core.tree import find_files, refuse_links as _refuse_links
 from accelbench.core.rule_context import RuleContext
 from accelbench.core.locks import NOTICE_FD
-from accelbench.errors import ResultError
+from accelbench.errors import AccelbenchError, ResultError
 from accelbench.cluster.containers import ApptainerWhenRun, apptainer_environment, image_uri
 from accelbench.core.systems import load_systems, resolve_system
 from accelbench.cluster.multinode import devices_per_node, load_site, node_plan, slurm_resources
@@ -123,11 +122,13 @@ def other_systems_results(experiment):
     folders), this system's finished results of an experiment the config does not select (so a targeted run, e.g.
     `--config experiments=[unet3d_profile]`, keeps every claim that earlier runs judged), and the committed reference
     runs' results (reference_runs/, drawn as their own labelled series; config `reference_runs`). Dot folders (such
-    as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path."""
+    as `<system>/.superseded/`) are skipped. Any folder name is safe: shell lines quote every path. No link is
+    followed: one on the way, at any depth, or a result.json that is one stops the plan in one line naming it
+    (accelbench.core.tree.find_files)."""
     from accelbench.aggregate.reference_runs import result_paths
 
     made_here = experiment in config["experiments"]
-    found = sorted(Path(RESULTS).glob(f"*/{experiment}/**/result.json"))
+    found = find_files(RESULTS, ("*", experiment, "**", "result.json"))
     refs = result_paths(REPO / "reference_runs", experiment) if config.get("reference_runs", True) else []
     return [
         str(p)
@@ -148,7 +149,7 @@ def copied_results(experiment):
     if experiment not in _MANIFESTS:
         paths = other_systems_results(experiment)
         # bounded reads (accelbench.core.files): a FIFO or a link to /dev/zero there is one line, even on a dry run
-        digests = {p: bounded_sha256(p, "copied-in result file", error=ResultError) for p in paths}
+        digests = {p: bounded_sha256(p, "copied-in result file", error=ResultError, follow=False) for p in paths}
         _MANIFESTS[experiment] = (
             [spec_file({"manifest_of": experiment, "results": paths, "sha256": digests})] if paths else []
         )
@@ -263,7 +264,8 @@ def stale_results():
                     recorded, inputs = made.get("spec_sha256"), made.get("inputs_sha256")
                 except (ResultError, AttributeError):  # unreadable: validate_results names it (one line)
                     made, recorded, inputs = None, None, None
-                current = hashlib.sha256(Path(spec_function(Wildcards(m.groupdict()))).read_bytes()).hexdigest()
+                # the spec file as the job reads it (bounded; one whose bytes no longer hash to its name: one line)
+                current = load_spec(spec_function(Wildcards(m.groupdict())))[1]
                 # a result that records no settings (no `spec_sha256`) is not current: nothing shows it was made
                 # with the config's settings now (Snakemake's own record, .snakemake/metadata, may be gone)
                 is_current = (
@@ -307,9 +309,18 @@ def force_stale_results():
 # The results tree is untrusted ground (a results folder may be copied in from elsewhere): Snakemake itself creates an
 # output's folders and deletes an old output before its job, following links, before any of our code runs. A link one
 # or two levels below it (`results/claims -> /etc`, `results/cpu -> elsewhere`), a `.superseded` link at any depth,
-# or a link on the way of a final output is refused here, in one line naming it, before anything is planned or
-# touched (accelbench.core.tree.refuse_links; each job's own writes are checked again at the moment of use).
-_refuse_links(RESULTS, get_final_output())
+# or a link on the way of a final output or at one is refused here, in one line naming it, before anything is planned
+# or touched (accelbench.core.tree.refuse_links; each job's own writes are checked again at the moment of use); so is
+# a final output that is a FIFO or device (Snakemake takes it as done). The results every aggregation of this run reads
+# are gathered here too (copied_results: a link on their way at any depth, a FIFO or device among them, a reference
+# run's run.yaml that is not a plain file), dry run included. Raised from this top level, so that Snakemake prints
+# the one line with a single frame (this file's) rather than every frame down to the check.
+try:
+    _refuse_links(RESULTS, get_final_output())
+    for _e in sorted({x for name in (config["experiments"] or EXPERIMENTS) for x in reads(name)}):
+        copied_results(_e)
+except AccelbenchError as _refused:
+    raise _refused.with_traceback(None) from None
 
 
 if workflow.is_main_process:

@@ -48,8 +48,20 @@ def find_runs(root: str | Path) -> list[dict]:
 
 
 def result_paths(root: str | Path, experiment: str) -> list[str]:
-    """The committed result files of ``experiment`` in every reference run under ``root``."""
-    return [str(p) for p in sorted(Path(root).glob(f"*/results/*/{experiment}/**/result.json"))]
+    """The committed result files of ``experiment`` in every reference run under ``root``, found without following
+    a link (:func:`accelbench.core.tree.find_files`); the ``run.yaml`` of each run holding one is read here too, so
+    that a FIFO or device there stops a dry run with one line, as it would stop the aggregation.
+
+    Raises:
+        TreeError: a link on the way (one line naming it).
+        DataError / ConfigError: a run's ``run.yaml`` is not a plain YAML file of bounded size (one line).
+    """
+    from accelbench.core.tree import find_files
+
+    found = find_files(root, ("*", "results", "*", experiment, "**", "result.json"))
+    for run in sorted({p.relative_to(root).parts[0] for p in found}):
+        _run_of_folder(str(Path(root) / run))
+    return [str(p) for p in found]
 
 
 def _summary(run: dict) -> list[str]:
@@ -136,9 +148,18 @@ def _text_or_none(path: Path) -> str | None:
         raise
 
 
+def _write(path: Path, text: str) -> None:
+    """Replace generated file ``path`` (README.md, ARTIFACT.md, docs/claims.md) by a new file of ``text``, atomically,
+    without following a link: a link there is refused in one line, its target untouched
+    (:func:`accelbench.core.tree.write_text` below the file's own folder)."""
+    from accelbench.core import tree
+
+    tree.write_text(path.parent, path, text)
+
+
 def _block(path: Path, begin: str, end: str, text: str, check: bool, changed: list[Path]) -> None:
     """Replace the generated block between ``begin`` and ``end`` of ``path`` with ``text`` (with ``check``: only
-    note that it would change)."""
+    note that it would change; a link at ``path`` is refused, :func:`_write`)."""
     main = files.read_text(path, "generated file", error=DataError)  # a plain file: a FIFO is one line
     if begin not in main or end not in main:
         raise DataError(f"{path}: no generated block ({begin} ... {end})")
@@ -148,7 +169,7 @@ def _block(path: Path, begin: str, end: str, text: str, check: bool, changed: li
     if new != main:
         changed.append(path)
         if not check:
-            path.write_text(new)
+            _write(path, new)
 
 
 def update(
@@ -200,7 +221,7 @@ def update(
             if _text_or_none(doc) != page:
                 changed.append(doc)
                 if not check:
-                    doc.write_text(page)
+                    _write(doc, page)
         if artifact is not None:
             front = claims_docs.reference_front(ref, shown, len(runs))
             _block(Path(artifact), FRONT_BEGIN, FRONT_END, front, check, changed)

@@ -46,7 +46,9 @@ def load_run(folder: str | Path) -> dict:
 
         check({"parts": meta["parts"]}, str(meta_path))
     meta = {**meta, "date": str(meta["date"]), "commands": [str(c) for c in meta["commands"]]}
-    results = sorted((folder / "results").glob("**/result.json"))
+    from accelbench.core.tree import find_files
+
+    results = find_files(folder / "results", ("**", "result.json"))  # no link followed (one line naming one)
     return {
         **meta,
         "name": folder.name,

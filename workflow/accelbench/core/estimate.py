@@ -15,7 +15,9 @@ Snakemake's own ``N of M steps`` lines stay as they are.
 
 Each finished job's measured wall time is appended beside its estimate to ``.snakemake/accelbench/job_times.jsonl``
 (one JSON object a line: rule, output, estimate_s, measured_s, run start, calibration), the data the cost models
-are fitted to. The estimate is a sum over jobs: it assumes jobs run one after the other, which measurement jobs do
+are fitted to. It is appended to without following a link (:func:`accelbench.core.tree.open_append`): a link, a FIFO
+or a hard-linked file there (or a link at ``.snakemake/accelbench``) is left untouched and the run says so in one
+line, once. The estimate is a sum over jobs: it assumes jobs run one after the other, which measurement jobs do
 (each takes every core), and counts the light jobs that overlap them at their measured share.
 """
 
@@ -231,6 +233,7 @@ class Progress:
         self.started = time.time()
         self.started_at: dict = {}
         self.done: set = set()
+        self.log_refused = False  # said once that LOG cannot be appended to
 
     def total_s(self, jobs=None) -> float:
         return self.speed * sum(self.estimates[j] for j in (self.jobs if jobs is None else jobs))
@@ -290,12 +293,17 @@ class Progress:
             "calibration_s": round(self.calibration_s, 4),
             "cores": self.cores,
         }
+        from accelbench.core import tree
+        from accelbench.errors import AccelbenchError
+
+        root = LOG.parent if LOG.is_absolute() else Path(".")  # no link below the working directory is followed
         try:
-            LOG.parent.mkdir(parents=True, exist_ok=True)
-            with LOG.open("a") as fh:
+            with tree.open_append(root, LOG) as fh:
                 fh.write(json.dumps(rec) + "\n")
-        except OSError:
-            pass
+        except (OSError, AccelbenchError) as exc:  # never fail a run over its job times
+            if not self.log_refused:
+                self.log_refused = True
+                print(f"accelbench: per-job times not recorded: {exc}", file=self.out, flush=True)
 
     def watch(self) -> None:
         while len(self.done) < len(self.jobs):

@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -128,7 +129,10 @@ def load_spec(value: str) -> tuple[dict, str | None]:
         ``(spec, sha256 of the file's bytes)`` (None for an inline object).
 
     Raises:
-        AccelbenchError: the file is missing or not a JSON object (names the file).
+        AccelbenchError: the file is missing or not a JSON object, or a content-addressed spec file
+            (``<sha256[:16]>.json``, :func:`spec_path_of`) whose bytes no longer hash to its name (edited since the
+            workflow wrote it: its job would run with other settings than the config's, and its result would count
+            as current); one line naming the file.
     """
     if value.lstrip().startswith("{"):
         try:
@@ -145,25 +149,38 @@ def load_spec(value: str) -> tuple[dict, str | None]:
         raise AccelbenchError(f"spec file {value} is not valid JSON ({exc})") from None
     if not isinstance(spec, dict):
         raise AccelbenchError(f"spec file {value} must hold a JSON object")
-    return spec, hashlib.sha256(text.encode()).hexdigest()
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    name = Path(value).name
+    if SPEC_NAME.fullmatch(name) and not sha.startswith(name[:16]):
+        raise AccelbenchError(
+            f"spec file {value}: its contents (sha256 {sha[:16]}) do not match its name; it was edited after the "
+            f"workflow wrote it, so its job would not run with the config's settings: delete it and rerun (the "
+            f"workflow writes it anew)"
+        )
+    return spec, sha
 
 
 SPEC_DIR = Path(".snakemake/accelbench/spec")
+SPEC_NAME = re.compile(r"[0-9a-f]{16}\.json")  # a content-addressed spec file: the sha256 of its bytes, 16 digits
 
 
 def spec_path_of(spec: dict) -> str:
-    """``spec`` as a content-addressed file ``.snakemake/accelbench/spec/<sha256[:16]>.json`` (written once,
-    atomically; its name is the hash of its bytes). The rules' ``params.spec`` (``spec_file`` in common.smk) and
-    internal launches alike: a job's settings always travel as a file."""
-    import os
+    """``spec`` as a content-addressed file ``.snakemake/accelbench/spec/<sha256[:16]>.json`` (its name is the hash
+    of its bytes). The rules' ``params.spec`` (``spec_file`` in common.smk) and internal launches alike: a job's
+    settings always travel as a file. Written atomically when absent or when its bytes differ (edited, or a FIFO put
+    there), without following a link (:func:`accelbench.core.tree.write_bytes` below ``.snakemake``: a link at the
+    path or on its way is refused in one line); the job checks the name again (:func:`load_spec`)."""
+    from accelbench.core import tree
+    from accelbench.core.files import read_bytes
 
-    text = json.dumps(spec, indent=1) + "\n"
-    path = SPEC_DIR / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    data = (json.dumps(spec, indent=1) + "\n").encode()
+    path = SPEC_DIR / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+    try:
+        same = read_bytes(path, "spec file", len(data), follow=False) == data
+    except AccelbenchError:  # absent, edited past its size, a link, a FIFO: written anew (a link: refused there)
+        same = False
+    if not same:
+        tree.write_bytes(SPEC_DIR.parent.parent, path, data)
     return str(path)
 
 

@@ -10,7 +10,9 @@ kept across reboots; Apptainer binds ``/var/tmp`` into its containers by default
 share it), never ``TMPDIR`` (two jobs with different ``TMPDIR`` would both hold the ``cpu`` lock). Only the variable
 ``ACCELBENCH_LOCK_DIR`` moves it, on purpose (every job of the machine must then set the same). The folder is made
 sticky and world-writable (mode 1777, like ``/tmp``) and each lock file mode 0666, so that a user after root (or
-after another user) can take the lock; a lock file is opened without following links and must be a plain file. The
+after another user) can take the lock; a lock file is opened without following links and without truncation, and
+must be a plain file with no other hard link (``st_nlink`` 1: one planted in a shared folder as a hard link to
+another file would have that file emptied when the holder's line is written), else it is refused in one line. The
 kernel drops the lock when the holder exits, killed or not: no stale lock survives.
 
 Device set: ``cpu`` (the whole host), ``cuda-<ids>``, ``hpu-<ids>``: the ids of ``CUDA_VISIBLE_DEVICES`` /
@@ -113,9 +115,10 @@ def _shared_folder(folder: Path) -> os.stat_result:
 
 
 def _file_problem(fd: int, path: Path, folder: os.stat_result) -> str | None:
-    """Why the opened lock file ``fd`` cannot be trusted, or None: not a plain file; no longer the file at ``path``
-    (swapped between open and check); owned by a user other than root or this one outside a sticky root-owned
-    folder."""
+    """Why the opened lock file ``fd`` cannot be trusted, or None: not a plain file; a file with another hard link
+    (the holder's line is written into it: the other name's file would be overwritten); no longer the file at
+    ``path`` (swapped between open and check); owned by a user other than root or this one outside a sticky
+    root-owned folder."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         return "not a plain file"
@@ -125,6 +128,8 @@ def _file_problem(fd: int, path: Path, folder: os.stat_result) -> str | None:
         return "removed while being opened"
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         return "swapped for another file while being opened"
+    if st.st_nlink > 1:
+        return f"a file with {st.st_nlink} hard links (another name's file would be overwritten): delete it"
     shared = folder.st_uid == 0 and folder.st_mode & stat.S_ISVTX  # /tmp-like: only a file's owner can swap it
     if st.st_uid not in (0, os.geteuid()) and not shared:
         return f"owned by uid {st.st_uid} in a folder that is not sticky and root's"

@@ -148,7 +148,11 @@ def read_text(
 
 
 def sha256(
-    path: str | Path, what: str = "file", limit: int = MAX_BYTES, error: type[AccelbenchError] = AccelbenchError
+    path: str | Path,
+    what: str = "file",
+    limit: int = MAX_BYTES,
+    error: type[AccelbenchError] = AccelbenchError,
+    follow: bool = True,
 ) -> str:
-    """The sha256 of :func:`read_bytes` (hex)."""
-    return hashlib.sha256(read_bytes(path, what, limit, error)).hexdigest()
+    """The sha256 of :func:`read_bytes` (hex; ``follow`` False: a link is refused)."""
+    return hashlib.sha256(read_bytes(path, what, limit, error, follow)).hexdigest()

@@ -149,17 +149,18 @@ def _unreadable(path: Path, why: str) -> ResultError:
 
 def read_json(path: str | Path) -> Any:
     """The JSON value of result file ``path``, read safely: a plain file (never a FIFO, which would block, nor a
-    device such as ``/dev/zero``, which never ends), at most :data:`MAX_RESULT_BYTES` and
-    :data:`accelbench.core.files.MAX_JSON_NODES` values (counted before parsing), nested no deeper than Python's
-    parser allows.
+    device such as ``/dev/zero``, which never ends; never a link: a results tree copied in from elsewhere may link a
+    "result" to any file of the reader's, and below ``results_dir`` no link is followed), at most
+    :data:`MAX_RESULT_BYTES` and :data:`accelbench.core.files.MAX_JSON_NODES` values (counted before parsing), nested
+    no deeper than Python's parser allows.
 
     Raises:
-        ResultError: missing, not a plain file, too big (bytes or values), not UTF-8 JSON, or nested too deeply;
-            names the file (``.why``: the same without the file).
+        ResultError: missing, a link, not a plain file, too big (bytes or values), not UTF-8 JSON, or nested too
+            deeply; names the file (``.why``: the same without the file).
     """
     path = Path(path)
     try:
-        data = files.read_bytes(path, "corrupt result file", MAX_RESULT_BYTES, ResultError)
+        data = files.read_bytes(path, "corrupt result file", MAX_RESULT_BYTES, ResultError, follow=False)
         files.check_nodes(data, path, "corrupt result file", ResultError)  # memory, not only bytes: [[],[],...]
         return json.loads(data.decode())
     except ResultError as exc:

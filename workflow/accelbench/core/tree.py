@@ -17,7 +17,8 @@ Example::
 The module is split by what each part does, every name still offered here: the folder held open and reached
 without a link (:class:`Folder`, :func:`folder`, :func:`split`, :class:`TreeError`) is
 :mod:`accelbench.core.tree_folder`; the scan for links before Snakemake plans (:func:`first_link`,
-:func:`refuse_links`) :mod:`accelbench.core.tree_links`; this module writes files by their path below the root.
+:func:`refuse_links`) and the search for result files that follows none (:func:`find_files`)
+:mod:`accelbench.core.tree_links`; this module writes files by their path below the root.
 
 Linux and other POSIX systems with ``dir_fd`` support (every system accelbench runs on).
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from accelbench.core.tree_folder import Folder, TreeError, folder, split
-from accelbench.core.tree_links import SCAN_ENTRIES, first_link, refuse_links  # noqa: F401 (offered here)
+from accelbench.core.tree_links import SCAN_ENTRIES, find_files, first_link, refuse_links  # noqa: F401 (offered here)
 
 
 def file_folder(root: str | Path, path: str | Path, create: bool = False) -> tuple[Folder, str]:
@@ -116,6 +117,7 @@ __all__ = [
     "Folder",
     "TreeError",
     "file_folder",
+    "find_files",
     "first_link",
     "folder",
     "make_output_dir",

@@ -286,7 +286,7 @@ def validate_files(paths: list[str | Path]) -> list[dict]:
                 "experiment": data["experiment"],
                 "status": data["status"],
                 "system": data["config"]["system"]["name"],
-                "sha256": files.sha256(p, "result file", error=ResultError),
+                "sha256": files.sha256(p, "result file", error=ResultError, follow=False),
             }
         )
         warned = warnings_of(data)
