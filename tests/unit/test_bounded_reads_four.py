@@ -42,7 +42,9 @@ def test_fifo_samples_npz_copied_in_is_one_line(tmp_path):
     os.mkfifo(folder / "samples.npz")
     code = (
         "import sys, pandas as pd; from accelbench.experiments.sr3.tables_figures import fig_samples\n"
-        "df = pd.DataFrame([{'status': 'ok', '_artefacts': {'samples': 'samples.npz'}, '_path': sys.argv[1]}])\n"
+        "df = pd.DataFrame([{'status': 'ok', 'hardware': 'lab', 'iterations_run': 1,"
+        " '_artefacts': {'samples': 'samples.npz'},"
+        " '_path': sys.argv[1]}])\n"
         "fig_samples(df, sys.argv[2])"
     )
     proc = _python(code, str(folder / "result.json"), str(tmp_path / "fig.png"))

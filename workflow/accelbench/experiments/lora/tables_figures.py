@@ -166,19 +166,7 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     for ax in list(axes.flat):  # no empty panel
         if not ax.get_lines():
             ax.remove()
-    handles: dict = {}
-    for ax in fig.axes:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, h)
-    if handles:
-        from matplotlib.lines import Line2D
-
-        # the entry shows the series' colour with a plain solid line (the line style is the strategy)
-        proxies = [
-            Line2D([], [], color=h.get_color(), marker=h.get_marker(), ms=5, label=lab) for lab, h in handles.items()
-        ]
-        fig.legend(handles=proxies, fontsize=FONT["legend"] + 1, loc="lower left", bbox_to_anchor=(0.01, 0.01))
-    rows = len(handles)
+    rows = _figure_legend(fig)
     styles = ", ".join(
         f"{k}: {'dotted' if v == ':' else 'solid' if v == '-' else 'dashed' if v == '--' else 'dash-dot'}"
         for k, v in STRATEGY_STYLES.items()
@@ -198,3 +186,20 @@ def runtime_figure(ours: pd.DataFrame, ref: pd.DataFrame, path: str | Path, ref_
     fig.set_figheight(row_in * max(1, len(fams)) + 0.6 + legend_in + title_in)
     fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1 - title_in / fig.get_figheight()))
     return save_figure(fig, path, dpi=120)
+
+
+def _figure_legend(fig) -> int:
+    """One legend below the panels, one entry per label over every panel, each a plain solid line in the series'
+    colour (the line style is the strategy). Returns the number of entries."""
+    handles: dict = {}
+    for ax in fig.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    if handles:
+        from matplotlib.lines import Line2D
+
+        proxies = [
+            Line2D([], [], color=h.get_color(), marker=h.get_marker(), ms=5, label=lab) for lab, h in handles.items()
+        ]
+        fig.legend(handles=proxies, fontsize=FONT["legend"] + 1, loc="lower left", bbox_to_anchor=(0.01, 0.01))
+    return len(handles)
