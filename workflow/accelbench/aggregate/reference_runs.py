@@ -115,9 +115,9 @@ def readme_section(runs: list[dict]) -> str:
     for run in runs:  # wrapped like the prose around it; the commands are in the run's own README
         text = (
             f"**{run['label']}** (`reference_runs/{run['name']}/`): {run['hardware']}; commit "
-            f"`{str(run['commit'])[:12]}`; {len(run['results'])} results ("
+            f"`{str(run['commit'])[:12]}`; {_count(len(run['results']), 'result')} ("
             + "; ".join(_summary(run))
-            + f"). Its {len(run['commands'])} commands, in order: "
+            + f"). Its {_count(len(run['commands']), 'command')}, in order: "
             f"[reference_runs/{run['name']}/README.md](reference_runs/{run['name']}/README.md)."
         )
         out.append(
@@ -276,3 +276,8 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     claims_mod.aggregate(every, reference_dir, out_root / "claims")
     written.append(out_root / "claims")
     return written
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 result``, ``4 results``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
