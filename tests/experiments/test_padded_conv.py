@@ -64,7 +64,7 @@ def test_the_padded_output_gradient_keeps_the_outputs_layout(monkeypatch):
     backward a contiguous gradient), contiguous for a contiguous one."""
     x = torch.randn(1, 16, 4, 4, 4).contiguous(memory_format=CL)
     w = torch.randn(1, 16, 3, 3, 3).contiguous(memory_format=CL).requires_grad_()
-    real = torch.convolution
+    real = F.conv3d
     for fmt in (CL, torch.contiguous_format):
         seen = []
 
@@ -73,10 +73,25 @@ def test_the_padded_output_gradient_keeps_the_outputs_layout(monkeypatch):
             y.register_hook(lambda g: seen.append((g.shape[1], g.is_contiguous(memory_format=fmt))))
             return y
 
-        monkeypatch.setattr(torch, "convolution", conv)
+        monkeypatch.setattr(F, "conv3d", conv)
         y = pc.padded_conv(x, w, None, (1,) * 3, (1,) * 3, (1,) * 3, cout_to=8)
         y.sum().backward()
         assert y.shape[1] == 1 and seen == [(8, True)], fmt
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_padded_conv_runs_under_cpu_autocast_as_the_plain_convolution(dims):
+    """Under bf16 autocast on the CPU the padded convolution casts its fp32 (padded) weight as a plain ``nn.Conv`` does
+    (torch.convolution is not on the CPU's autocast list: it raised "Input type (BFloat16) and weight type (float)
+    should be the same" on a bf16 input) and gives the plain module's bf16 output."""
+    torch.manual_seed(0)
+    plain = (nn.Conv2d if dims == 2 else nn.Conv3d)(16, 1, 3, padding=1)
+    x = torch.randn(1, 16, *(4,) * dims).bfloat16()  # a bf16 activation, as the layer before the head gives
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = plain(x)
+        got = pc.padded_conv(x, plain.weight, plain.bias, plain.stride, plain.padding, plain.dilation, cout_to=8)
+    assert got.dtype == ref.dtype == torch.bfloat16 and got.shape == ref.shape
+    assert (got.float() - ref.float()).abs().max() <= 2e-2 * ref.float().abs().max()
 
 
 def _net(**kw):

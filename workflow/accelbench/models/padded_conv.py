@@ -45,7 +45,7 @@ def padded_conv(
     cin_to: int | None = None,
     cout_to: int | None = None,
 ) -> torch.Tensor:
-    """``aten.convolution(x, weight, bias, ...)`` (one group, not transposed) with the input channels zero-padded to
+    """``F.conv{1,2,3}d(x, weight, bias, ...)`` (one group) with the input channels zero-padded to
     ``cin_to`` and the output channels to ``cout_to`` (None, or a count at or below the real one: that side as it is).
 
     Shapes: ``x`` (N, C_in, *spatial), ``weight`` (C_out, C_in, *kernel), ``bias`` (C_out,) or None -> (N, C_out,
@@ -66,8 +66,11 @@ def padded_conv(
     if pout:
         weight = F.pad(weight, (*keep, 0, 0, 0, pout))
         bias = None if bias is None else F.pad(bias, (0, pout))
-    nd = weight.dim() - 2
-    y = torch.convolution(x, weight, bias, stride, padding, dilation, False, [0] * nd, 1)
+    # F.conv2d/conv3d, not torch.convolution: autocast casts conv2d/conv3d on the CPU and CUDA, aten::convolution on
+    # CUDA only (on the CPU a bf16 input met the fp32 padded weight: "Input type ... and weight type ... should be the
+    # same")
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[weight.dim() - 2]
+    y = conv(x, weight, bias, stride, padding, dilation, 1)
     return _FirstChannels.apply(y, cout) if pout else y
 
 
