@@ -23,7 +23,6 @@ runs" section is generated from the same files (:func:`readme_section`) and a te
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 from accelbench.aggregate.run_folder import META, REQUIRED, ROOT_NAME, _run_of_folder, load_run, run_for, series_label  # noqa: F401
@@ -111,24 +110,13 @@ def readme_section(runs: list[dict]) -> str:
             "as `reference_runs/<system>-<date>/` (result files, `run.yaml`); "
             "see `workflow/accelbench/aggregate/reference_runs.py`."
         )
-    out = []
-    for run in runs:  # wrapped like the prose around it; the commands are in the run's own README
-        text = (
-            f"**{run['label']}** (`reference_runs/{run['name']}/`): {run['hardware']}; commit "
-            f"`{str(run['commit'])[:12]}`; {_count(len(run['results']), 'result')} ("
-            + "; ".join(_summary(run))
-            + f"). Its {_count(len(run['commands']), 'command')}, in order: "
-            f"[reference_runs/{run['name']}/README.md](reference_runs/{run['name']}/README.md)."
-        )
+    # one row per run, so the README stays short however many runs are committed: the hardware in full, the notes
+    # and the commands are in the run's own README (linked)
+    out = ["| reference run (its README: hardware, commands, notes) | commit | results |", "|---|---|---|"]
+    for run in runs:
         out.append(
-            textwrap.fill(
-                text,
-                width=WIDTH,
-                initial_indent="- ",
-                subsequent_indent="  ",
-                break_long_words=False,
-                break_on_hyphens=False,
-            )
+            f"| [{run['label']}](reference_runs/{run['name']}/README.md) | `{str(run['commit'])[:12]}` "
+            f"| {'; '.join(_summary(run)) or 'none'} |"
         )
     return "\n".join(out)
 
