@@ -25,6 +25,10 @@
 # ACCELBENCH_SLURM_NODES=N (N > 1) instead emulates N nodes n1..nN on this host, one slurmd each (NodeHostname=localhost,
 # ports 17001..; Debian's slurmd supports several per host), sharing the cores and memory: multi-node jobs (`--nodes N`).
 set -euo pipefail
+# the daemons (munged, slurmctld, slurmd, slurmdbd, mariadbd) live in sbin, which a non-login root shell or CI job may
+# not have on PATH (then apt_install would reinstall them and setpriv would not find munged)
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin" ;; esac
+export PATH
 
 cmd=${1:-}
 STATE=${2:-${ACCELBENCH_SLURM_DIR:-/tmp/accelbench-slurm}}
