@@ -123,3 +123,33 @@ def test_a_figure_left_out_of_says_what_and_where():
     note = figures.left_out_note(left, "hardware", "table.csv")
     assert note.startswith("Not drawn: 3 more hardware (") and "+1 more" in note and note.endswith("table.csv.")
     assert figures.left_out_note([], "hardware", "table.csv") == ""
+
+
+@pytest.mark.parametrize("panels", [1, 2, 3, 4])
+def test_submodule_panels_with_the_real_model_label_pass_the_figure_check(tmp_path, panels):
+    """README command 1 stopped at study_b_quant_aggregate once the sub-module panels shrank to 5.2 x 4.8 in, three a
+    row: with SmolLM2's real label ("SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute): ...") a title ran off
+    the canvas and the rotated ticks met the legend. Panels alternate the two kinds (one layer, all at once)."""
+    import pandas as pd
+
+    from accelbench.experiments.llm_quant.tables_figures import SUBMODULES, fig_submodules
+
+    rows = []
+    for p in range(panels):
+        layers = [str(i) for i in range(4)] if p % 2 else ["all"]
+        rows += [
+            {
+                "model": "smollm2_135m",
+                "hardware": f"hardware {p}: a host CPU or accelerator of a lent VM (2 threads)",
+                "model_label": "SmolLM2-135M-Instruct (Q4_1-dequantized, fp32 compute)",
+                "origin": "measured here" if p == 0 else f"reference run (H200 {p}, 2026-11-30)",
+                "scale": "small" if p == 0 else "paper",
+                "weights": "pretrained",
+                "layer": layer,
+                "module": m,
+                "prune": 0.3 * j - 0.5 + k * 0.1,
+            }
+            for k, layer in enumerate(layers)
+            for j, m in enumerate(SUBMODULES)
+        ]
+    assert fig_submodules(pd.DataFrame(rows), tmp_path / "fig_sensitivity_submodules.png") == []

@@ -149,10 +149,11 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
     sub, left_out = quality_only(sub)
     groups, more = _bounded(sub, "sensitivity_submodules.csv")
     left_out = " ".join(x for x in (left_out, more) if x)
-    # a grid of at most MAX_PANELS panels, 3 a row, 5.2 x 4.8 in each: within a page (2400 x 1600 px at 150 dpi)
-    ncols = min(3, max(1, len(groups)))
+    # a grid of at most MAX_PANELS panels, 2 a row, 6 x 5 in each (the room the rotated ticks, the legend below and
+    # a wrapped title need): at most 12 x 10.4 in, within a page (2400 x 1600 px at 150 dpi)
+    ncols = min(2, max(1, len(groups)))
     nrows = max(1, -(-len(groups) // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 4.8 * nrows + (0.4 if left_out else 0)), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 5 * nrows + (0.4 if left_out else 0)), squeeze=False)
     for ax in axes.flat[len(groups) :] if groups else []:
         ax.set_visible(False)
     for ax, ((model, hw), d) in zip(axes.flat, groups):
@@ -180,7 +181,7 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
                 f"{'mean over layers' if per_layer else 'all layers at once'}",
                 fig,
                 FONT["label"],
-                0.9 / ncols,
+                0.8 / ncols,  # centred on its axes, which the two-line y label shifts right: narrower than 1/ncols
             ),
             fontsize=FONT["label"],
         )
@@ -197,7 +198,7 @@ def fig_submodules(sub: pd.DataFrame, path: str | Path) -> list[str]:
             loc="upper left",
             bbox_to_anchor=(0, -0.42),
             ncol=3,
-            title=wrap(who, fig, FONT["legend"], 0.9 / ncols),
+            title=wrap(who, fig, FONT["legend"], 0.8 / ncols),
             title_fontsize=FONT["legend"],
             alignment="left",
         )  # the series once, as the legend's title
