@@ -264,8 +264,3 @@ def write_tables(run: dict, reference_dir: str | Path) -> list[Path]:
     claims_mod.aggregate(every, reference_dir, out_root / "claims")
     written.append(out_root / "claims")
     return written
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 result``, ``4 results``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -166,17 +166,10 @@ def _coerce(value: Any, schema: dict, defs: dict, text: Any = True) -> Any:
     types = [types] if isinstance(types, str) else types
     if isinstance(value, dict):
         props, extra = schema.get("properties", {}), schema.get("additionalProperties")
-        return {
-            k: _coerce(
-                v,
-                props.get(k, extra if isinstance(extra, dict) else {}),
-                defs,
-                text.get(k) if isinstance(text, Mapping) else True,
-            )
-            if not isinstance(text, Mapping) or k in text
-            else v
-            for k, v in value.items()
-        }
+        extra = extra if isinstance(extra, dict) else {}
+        if isinstance(text, Mapping):  # only the keys given as text, each with its own part of ``text``
+            return {k: _coerce(v, props.get(k, extra), defs, text[k]) if k in text else v for k, v in value.items()}
+        return {k: _coerce(v, props.get(k, extra), defs) for k, v in value.items()}
     if isinstance(text, Mapping):  # given as a mapping, now something else: not the text it was given as
         return value
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
