@@ -291,8 +291,11 @@ def fig_samples(df: pd.DataFrame, path: str | Path, max_rows: int = 6, dpi: int 
         if p is not None and p.exists():
             found.append((r, p))
     # one result per hardware first, then the others: the most hardware in the rows a page holds
-    firsts = list({device_of(r["hardware"]): i for i, (r, _) in reversed(list(enumerate(found)))}.values())[::-1]
-    found = [found[i] for i in sorted(firsts)] + [f for i, f in enumerate(found) if i not in set(firsts)]
+    first_of: dict = {}
+    for i, (r, _) in enumerate(found):
+        first_of.setdefault(device_of(r["hardware"]), i)
+    firsts = set(first_of.values())
+    found = [f for i, f in enumerate(found) if i in firsts] + [f for i, f in enumerate(found) if i not in firsts]
     rows = min(max_rows, len(found))
     while True:  # the most rows that fit a page with their caption (bounded: the caption names only those rows)
         caption, extra = _samples_caption([r for r, _ in found[:rows]], len(found) - rows)
