@@ -324,8 +324,9 @@ def test_triton_kernels_read_any_layout_and_the_fake_allocates_like_them(interpr
 
 
 def test_launch_geometry_needs_no_triton():
-    """The launch geometry is plain Python (CI has no Triton: these and the torch-formula tests above run there;
-    the interpreted kernels need ``pip install triton`` and ``TRITON_INTERPRET=1``)."""
+    """The launch geometry is plain Python (the fast tiers have no Triton: these and the torch-formula tests above
+    run there; the interpreted kernels need Triton and ``TRITON_INTERPRET=1``: the system tier's
+    tests/system/test_triton_interpret.py installs Triton 3.6.0 and runs this file so)."""
     assert kernels.next_power_of_2(1) == 1 and kernels.next_power_of_2(12) == 16 and kernels.next_power_of_2(16) == 16
     assert kernels.cdiv(7, 2) == 4
     # Study A 64 x 128^3, batch 1: 64-channel tiles of 64 positions, 1,024 chunks of 32 tiles
