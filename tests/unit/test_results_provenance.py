@@ -25,6 +25,33 @@ def test_provenance_fields():
     assert cpu.startswith("CPU: ") and cpu != epyc2
 
 
+def test_settings_from_environment_variables_are_recorded_and_nothing_else(monkeypatch):
+    """A variable that changes what a number measures (TF32 forced off, synchronous launches, Inductor's layout
+    optimisation, the thread count) is in every result's environment; others (a token, HOME) are not."""
+    for name, value in {
+        "NVIDIA_TF32_OVERRIDE": "0",
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "TORCHINDUCTOR_LAYOUT_OPTIMIZATION": "0",
+        "OMP_NUM_THREADS": "2",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "NCCL_NVLS_ENABLE": "0",
+        "PT_HPU_LAZY_MODE": "0",
+        "HF_TOKEN": "hf_secret",
+        "MY_TORCH": "not a prefix match",
+        "TORCH_LOGS_LONG": "x" * 1000,
+    }.items():
+        monkeypatch.setenv(name, value)
+    recorded = provenance.collect("cpu", {"name": "cpu"}, {})["software"]["variables"]
+    assert recorded["NVIDIA_TF32_OVERRIDE"] == "0" and recorded["CUDA_LAUNCH_BLOCKING"] == "1"
+    assert recorded["TORCHINDUCTOR_LAYOUT_OPTIMIZATION"] == "0" and recorded["OMP_NUM_THREADS"] == "2"
+    assert {"PYTORCH_CUDA_ALLOC_CONF", "NCCL_NVLS_ENABLE", "PT_HPU_LAZY_MODE"} <= set(recorded)
+    assert not {"HF_TOKEN", "MY_TORCH", "HOME", "PATH"} & set(recorded)
+    long = recorded["TORCH_LOGS_LONG"]
+    assert len(long) == provenance.VARIABLE_CHARS and long.endswith("...")
+    assert list(recorded) == sorted(recorded)
+    json.dumps(recorded)  # a result is JSON
+
+
 def test_labels_for_gpu_environment():
     env = {
         "hardware": {

@@ -38,6 +38,47 @@ LIBRARIES = (
     "accelbench",
 )
 
+# Environment variables that change what a number measures, recorded in every result (environment.software
+# .variables): CUDA, cuBLAS/cuDNN and the TF32 override (NVIDIA_TF32_OVERRIDE=0 turns TF32 off under any torch flag),
+# CUDA_LAUNCH_BLOCKING (every launch synchronous), the caching allocator (PYTORCH_CUDA_ALLOC_CONF), Inductor, Dynamo
+# and Triton options (TORCHINDUCTOR_LAYOUT_OPTIMIZATION, TORCHINDUCTOR_CACHE_DIR: a warm or cold compile), NCCL,
+# OpenMP/MKL/oneDNN threads and ISA caps (ATEN_CPU_CAPABILITY), Habana's PT_HPU_*/HCCL_*. Names by prefix; nothing
+# else of the environment (no tokens, no HOME) is recorded.
+RECORDED_VARIABLES = (
+    "ATEN_",
+    "CUBLAS",
+    "CUDA_",
+    "CUDNN_",
+    "DNNL_",
+    "GOMP_",
+    "HABANA_",
+    "HCCL_",
+    "KMP_",
+    "MKL_",
+    "NCCL_",
+    "NVIDIA_TF32_OVERRIDE",
+    "NVSHMEM_",
+    "OMP_",
+    "ONEDNN_",
+    "PT_",
+    "PYTORCH_",
+    "TORCH",
+    "TRITON_",
+)
+VARIABLE_CHARS = 300  # a longer value is cut to this many characters and marked
+
+
+def variables(environ: dict | None = None) -> dict[str, str]:
+    """The variables of :data:`RECORDED_VARIABLES` set in ``environ`` (default ``os.environ``), sorted by name:
+    ``{name: value}``, each value at most :data:`VARIABLE_CHARS` characters (a longer one ends in ``...``)."""
+    env = os.environ if environ is None else environ
+    out = {}
+    for name in sorted(env):
+        if name.startswith(RECORDED_VARIABLES):
+            value = str(env[name])
+            out[name] = value if len(value) <= VARIABLE_CHARS else value[: VARIABLE_CHARS - 3] + "..."
+    return out
+
 
 def git_info(cwd: str | Path | None = None) -> dict:
     """Commit, branch and dirty flag of the checkout holding this package (an editable install, as the
@@ -171,6 +212,7 @@ def collect(
             "python": platform.python_version(),
             "platform": platform.platform(),
             "libraries": library_versions(LIBRARIES),
+            "variables": variables(),
         },
         "git": git_info(repo),
         "container": container_info(),
