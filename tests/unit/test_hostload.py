@@ -68,6 +68,24 @@ def test_job_noise_is_recorded_from_the_start_snapshot(monkeypatch):
     assert 0.0 <= n["host"]["cpu_other_fraction"] <= 1.0 and len(n["host"]["loadavg_start"]) == 3
 
 
+def test_variables_that_change_the_timings_are_cautions_beside_the_numbers(monkeypatch):
+    """CUDA_LAUNCH_BLOCKING=1 (synchronous launches) and the driver's TF32 override are named in the noise record's
+    cautions (not "noisy": the numbers are what the code gives under that setting); =0 or unset says nothing."""
+    monkeypatch.setenv(hostload.START_ENV, "")
+    for name in hostload.VARIABLE_CAUTIONS:
+        monkeypatch.delenv(name, raising=False)
+    assert hostload.job_noise({"step": _timing(1.0, 1.1)})["cautions"] == []
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "0")
+    assert hostload.variable_cautions() == []
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    n = hostload.job_noise({"step": _timing(1.0, 1.1)})
+    assert not n["noisy"] and [c.split(":")[0] for c in n["cautions"]] == [
+        "CUDA_LAUNCH_BLOCKING=1",
+        "NVIDIA_TF32_OVERRIDE=0",
+    ]
+
+
 def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monkeypatch):
     """harness.write_outcome (every experiment's result, multi-rank ones included) adds measurements.noise with the
     config's thresholds; a result that did not run gets none."""

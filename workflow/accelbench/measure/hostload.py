@@ -218,11 +218,34 @@ def assess(measurements: dict, load: dict | None, thresholds: dict | None = None
     }
 
 
+# Environment variables that change what the timings mean (recorded in environment.software.variables too): a
+# caution beside the numbers where one is set so. name -> (the value that cautions, or None for any, what it does)
+VARIABLE_CAUTIONS = {
+    "CUDA_LAUNCH_BLOCKING": ("1", "every CUDA launch synchronous: the times include the host waiting on each kernel"),
+    "PYTORCH_NO_CUDA_MEMORY_CACHING": ("1", "PyTorch's CUDA caching allocator off: every allocation a cudaMalloc"),
+    "NVIDIA_TF32_OVERRIDE": (None, "TF32 forced by the driver, whatever the configuration's torch flags say"),
+}
+
+
+def variable_cautions(environ: dict | None = None) -> list[str]:
+    """The cautions of :data:`VARIABLE_CAUTIONS` that ``environ`` (default ``os.environ``) triggers, one line each."""
+    env = os.environ if environ is None else environ
+    out = []
+    for name, (value, what) in VARIABLE_CAUTIONS.items():
+        if name in env and (value is None or env[name].strip() == value):
+            out.append(f"{name}={env[name]}: {what}")
+    return out
+
+
 def job_noise(measurements: dict, thresholds: dict | None = None) -> dict:
-    """:func:`assess` over this job: from the start snapshot (:func:`start_job`) to now."""
+    """:func:`assess` over this job: from the start snapshot (:func:`start_job`) to now; the cautions also name the
+    variables of :data:`VARIABLE_CAUTIONS` set in the job's environment."""
     try:
         start = start_job()
         load = host_load(start, snapshot(start.get("root")))
     except Exception as exc:  # psutil missing or /proc unreadable: say so rather than guess
-        return {**assess(measurements, None, thresholds), "host_error": repr(exc)}
-    return assess(measurements, load, thresholds)
+        out = {**assess(measurements, None, thresholds), "host_error": repr(exc)}
+    else:
+        out = assess(measurements, load, thresholds)
+    out["cautions"] = out["cautions"] + variable_cautions()
+    return out
