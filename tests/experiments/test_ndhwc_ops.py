@@ -218,7 +218,9 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
     }
     fused = "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"  # the same with norm "fused"
     padconv = "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs"  # and the skinny convolutions padded
-    ours = {NDHWC, NDHWC + "_autotuned", fused, fused + "_autotuned", padconv, padconv + "_autotuned"}
+    no_opt = [n.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs") for n in (fused, padconv)]
+    ours = {NDHWC, fused, padconv, *no_opt}
+    ours |= {n + "_autotuned" for n in ours}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
     v = VARIANTS[NDHWC + "_autotuned"]
     assert v.cudnn_benchmark and v.channels_last_3d and v.autocast == "bf16" and v.cuda_graphs and v.fused_adam

@@ -142,7 +142,7 @@ def test_padconv_configuration_records_its_setting():
     assert dataclasses.replace(v, name=fused.name, skinny_conv="as_is") == fused
     assert v.network_options["skinny_conv"] == "pad8" and dataclasses.asdict(v)["skinny_conv"] == "pad8"
     assert v.series.startswith("ours") and not VARIANTS[PADCONV].cudnn_benchmark
-    assert all(w.skinny_conv == "as_is" for n, w in VARIANTS.items() if not n.startswith(PADCONV))
+    assert all(w.skinny_conv == "as_is" for n, w in VARIANTS.items() if "_padconv_" not in n)
     s = ModelSettings("whole_head", "paper", (128,) * 3, (1.5,) * 3, 64, (1, 1, 2, 3, 4), 1, (16,), 1, 1, 2, 1, 32,
                       250, "cosine", 1e-5, 1, network="med_ddpm", micro_batches=2)  # fmt: skip
     text = settings_text(s, v)
@@ -150,14 +150,42 @@ def test_padconv_configuration_records_its_setting():
     assert text.endswith(", skinny_conv=pad8")
 
 
-def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch):
+def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it():
+    """The ``_no_layout_opt`` configurations are the fused-GroupNorm and padded ones with
+    ``layout_optimization=False`` (recorded in measurements.variant); the product's Workload and the bare loop pass
+    torch.compile the mode's own Inductor options plus ``layout_optimization: False`` (one compile's options, not
+    the global config); every other configuration passes its mode as before."""
+    from accelbench.experiments.unet3d import workload
+    from accelbench.experiments.unet3d.configs import NO_LAYOUT_OPT, VARIANTS
+
+    for base in (PADCONV, "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"):
+        for tail in ("", "_autotuned"):
+            v, w = VARIANTS[NO_LAYOUT_OPT(base) + tail], VARIANTS[base + tail]
+            assert dataclasses.replace(v, name=w.name, layout_optimization=True) == w and v.cuda_graphs
+            assert dataclasses.asdict(v)["layout_optimization"] is False
+            assert workload.compile_kwargs(v) == {"options": {"triton.cudagraphs": True, "layout_optimization": False}}
+    off = [n for n, v in VARIANTS.items() if not v.layout_optimization]
+    assert len(off) == 4 and all("_no_layout_opt_" in n for n in off)
+    assert workload.compile_kwargs(VARIANTS[PADCONV]) == {"mode": "reduce-overhead"}
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.layout_optimization
+    workload.compile_kwargs(VARIANTS[NO_LAYOUT_OPT(PADCONV)])
+    assert inductor_config.layout_optimization == before  # the global config untouched
+
+
+@pytest.mark.parametrize("layout_opt", [True, False])
+def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout_opt):
     """The bare loop beside the product's step builds the configuration's network from its variant: the stem and the
-    head run padded (2 padded convolutions per forward, 2 micro-batches)."""
+    head run padded (2 padded convolutions per forward, 2 micro-batches), compiled with the variant's options (the
+    product's Workload's own: ``workload.compile_kwargs``)."""
     from accelbench.experiments.unet3d import bare
     from accelbench.experiments.unet3d import job as exp
-    from accelbench.experiments.unet3d.configs import VARIANTS
+    from accelbench.experiments.unet3d.configs import NO_LAYOUT_OPT, VARIANTS
+    from accelbench.experiments.unet3d.workload import compile_kwargs
 
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: model)
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(kw) or model)
     n = {"calls": 0}
     real = pc.padded_conv
 
@@ -170,11 +198,13 @@ def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch):
     s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network="med_ddpm", micro_batches=2)
     image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
     mask = torch.zeros(1, 2, 16, 16, 16)
-    v = dataclasses.replace(VARIANTS[PADCONV], autocast=None)  # fp32: bf16 is emulated, slowly, on this CPU
+    name = PADCONV if layout_opt else NO_LAYOUT_OPT(PADCONV)
+    v = dataclasses.replace(VARIANTS[name], autocast=None)  # fp32: bf16 is emulated, slowly, on this CPU
 
     def one_step(step):
         step()
         return [1.0]
 
     assert bare.bare_samples(s, v, image, mask, 0, "cpu", one_step) == [1.0]
-    assert n["calls"] == 2 * 2
+    assert n["calls"] == 2 * 2 and compiled == [compile_kwargs(v)]
+    assert ("options" not in compiled[0]) == layout_opt

@@ -306,3 +306,22 @@ def test_a_reference_run_yaml_may_hold_the_parts(tmp_path, capsys):
     assert "Parts" not in reference_runs.run_readme(reference_runs.load_run(run))
     with pytest.raises(CampaignError, match=r"run\.yaml: key 'parts': this run\.yaml has no parts"):
         campaign.load(run / "run.yaml")
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "campaigns").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_campaign_part_dry_runs_and_names_known_configurations(path):
+    """Each part of each campaign file loads and dry-runs; each Study A or SR3 result it names is of a configuration
+    the experiment has (a misspelt one would cost a device call to find)."""
+    from accelbench.experiments.sr3.configs import CONFIGURATIONS
+    from accelbench.experiments.unet3d.configs import VARIANTS
+
+    known = {"unet3d_profile": VARIANTS, "unet3d_ncu": VARIANTS, "sr3_scaling": CONFIGURATIONS}
+    parts = campaign.load(path)["parts"]
+    assert parts
+    for name, part in parts.items():
+        assert f"part {name}: {len(part['steps'])} steps" in campaign.dry_run(path, name, "OUT")
+        for arg in (a for step in part["steps"] for a in step["argv"]):
+            bits = arg.split("/")
+            if arg.startswith("results/") and arg.endswith("/result.json") and bits[2] in known:
+                conf = bits[4] if bits[2].startswith("unet3d") else bits[3]
+                assert conf in known[bits[2]], f"{path.name} {name}: {arg}"

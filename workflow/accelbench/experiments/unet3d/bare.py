@@ -38,12 +38,13 @@ def bare_samples(settings, variant, image, mask, seed: int, device: str, time_lo
     from accelbench.experiments.unet3d.configs import keeps_grad_buffers
     from accelbench.experiments.unet3d.network import build_network, build_scheduler, set_implementations
     from accelbench.experiments.unet3d.numerics import math_mode
+    from accelbench.experiments.unet3d.workload import compile_kwargs
 
     torch.manual_seed(seed)
     with math_mode(variant.tf32, variant.cudnn_benchmark):
         fmt = torch.channels_last_3d if variant.channels_last_3d else torch.contiguous_format
         model = set_implementations(build_network(settings), variant).to(device, memory_format=fmt)
-        net = torch.compile(model, mode=variant.compile_mode) if variant.compile else model
+        net = torch.compile(model, **compile_kwargs(variant)) if variant.compile else model
         opt = torch.optim.Adam(model.parameters(), lr=settings.lr, **({"fused": True} if variant.fused_adam else {}))
         stable = keeps_grad_buffers(variant, settings)  # as the rule's Workload (CUDA graphs + accumulation)
         if stable:

@@ -35,6 +35,10 @@ class Variant:
     norm: str = "group_norm"  # or "channel_sums": from per-channel sums; "fused": GroupNorm+SiLU(+add) in one kernel
     conv_grad: str = "as_computed"  # or "channels_last_3d": each Conv3d's incoming gradient made channels_last_3d
     skinny_conv: str = "as_is"  # or "pad8"/"pad16": Conv3d sides of < 8 channels zero-padded (models.padded_conv)
+    # Inductor's layout optimisation (torch._inductor.config.layout_optimization) for this compile: True = Inductor's
+    # default (on, where its heuristics choose channels-last for the graph's convolutions); False = off (the
+    # network is already channels_last_3d: Inductor keeps the strides the layers produce). Recorded in each result
+    layout_optimization: bool = True
 
     @property
     def cuda_graphs(self) -> bool:
@@ -99,6 +103,16 @@ NDHWC = Variant(
 NDHWC_FUSED_GN = dataclasses.replace(
     NDHWC, name="bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs", norm="fused"
 )
+PADCONV = dataclasses.replace(
+    NDHWC_FUSED_GN, name="bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs", skinny_conv="pad8"
+)
+
+
+def NO_LAYOUT_OPT(name: str) -> str:  # noqa: N802 (a name rule, as the constants above)
+    """``..._compile_cudagraphs`` -> ``..._compile_no_layout_opt_cudagraphs``."""
+    return name.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs")
+
+
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
@@ -140,9 +154,12 @@ VARIANTS: dict[str, Variant] = {
         NDHWC_FUSED_GN,
         # the same with the stem's 3 input channels and the output convolution's one output channel zero-padded to 8
         # (accelbench.models.padded_conv: same parameters and result; cuDNN is poor at Cout=1 / Cin=3)
-        dataclasses.replace(
-            NDHWC_FUSED_GN, name="bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs", skinny_conv="pad8"
-        ),
+        PADCONV,
+        # the fused-GroupNorm and padded configurations with Inductor's layout optimisation off (the padded one
+        # failed in Inductor's stride check on an H200, a (C, 256, 3, 3, 3) tensor expected channels_last_3d and
+        # given contiguous: reference_runs/h200x1-2026-12-06; a layout-optimisation decision is the likeliest cause)
+        dataclasses.replace(NDHWC_FUSED_GN, name=NO_LAYOUT_OPT(NDHWC_FUSED_GN.name), layout_optimization=False),
+        dataclasses.replace(PADCONV, name=NO_LAYOUT_OPT(PADCONV.name), layout_optimization=False),
     )
 }
 AUTOTUNED = "_autotuned"

@@ -65,7 +65,9 @@ GroupNorm with the SiLU after it and the time-embedding add before it in one Tri
 backward: :mod:`accelbench.models.fused_groupnorm`);
 ``bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs``: the same with the stem's 3 input channels and the
 output convolution's 1 output channel zero-padded to 8 on the fly (``skinny_conv="pad8"``,
-:mod:`accelbench.models.padded_conv`: same parameters and state dict, same result). Inductor's search
+:mod:`accelbench.models.padded_conv`: same parameters and state dict, same result); the two with ``_no_layout_opt``
+before ``_cudagraphs``: the same with Inductor's layout optimisation off for their compile
+(``layout_optimization=False``; the network is channels_last_3d already). Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 

@@ -16,6 +16,18 @@ from accelbench.experiments.unet3d.network import build_network, build_scheduler
 from accelbench.experiments.unet3d.numerics import math_mode
 
 
+def compile_kwargs(variant: Variant) -> dict:
+    """``torch.compile``'s keyword arguments for ``variant``: its mode; with :attr:`Variant.layout_optimization` off,
+    the mode's own Inductor options (``torch._inductor.list_mode_options``; ``torch.compile`` takes a mode or options,
+    not both) plus ``layout_optimization=False``, for this compile only."""
+    if variant.layout_optimization:
+        return {"mode": variant.compile_mode}
+    import torch._inductor
+
+    mode_options = torch._inductor.list_mode_options(variant.compile_mode) if variant.compile_mode else {}
+    return {"options": {**mode_options, "layout_optimization": False}}
+
+
 class Workload:
     """Model, optimizer, scheduler and inputs for one variant on one device.
 
@@ -62,7 +74,7 @@ class Workload:
         self.mask = mask.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.fmt = fmt
         self.scheduler = build_scheduler(settings)
-        self.net = torch.compile(self.model, mode=variant.compile_mode) if variant.compile else self.model
+        self.net = torch.compile(self.model, **compile_kwargs(variant)) if variant.compile else self.model
         fused = {"fused": True} if variant.fused_adam and device.ops.fused_adamw else {}
         self.opt = torch.optim.Adam(self.model.parameters(), lr=settings.lr, **fused)
         self.stable_grads = keeps_grad_buffers(variant, settings)  # see the class docstring
