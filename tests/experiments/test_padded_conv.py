@@ -156,11 +156,11 @@ def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it()
     torch.compile the mode's own Inductor options plus ``layout_optimization: False`` (one compile's options, not
     the global config); every other configuration passes its mode as before."""
     from accelbench.experiments.unet3d import workload
-    from accelbench.experiments.unet3d.configs import NO_LAYOUT_OPT, VARIANTS
+    from accelbench.experiments.unet3d.configs import VARIANTS, no_layout_opt_name
 
     for base in (PADCONV, "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"):
         for tail in ("", "_autotuned"):
-            v, w = VARIANTS[NO_LAYOUT_OPT(base) + tail], VARIANTS[base + tail]
+            v, w = VARIANTS[no_layout_opt_name(base) + tail], VARIANTS[base + tail]
             assert dataclasses.replace(v, name=w.name, layout_optimization=True) == w and v.cuda_graphs
             assert dataclasses.asdict(v)["layout_optimization"] is False
             assert workload.compile_kwargs(v) == {"options": {"triton.cudagraphs": True, "layout_optimization": False}}
@@ -170,7 +170,7 @@ def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it()
     import torch._inductor.config as inductor_config
 
     before = inductor_config.layout_optimization
-    workload.compile_kwargs(VARIANTS[NO_LAYOUT_OPT(PADCONV)])
+    workload.compile_kwargs(VARIANTS[no_layout_opt_name(PADCONV)])
     assert inductor_config.layout_optimization == before  # the global config untouched
 
 
@@ -181,7 +181,7 @@ def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout
     product's Workload's own: ``workload.compile_kwargs``)."""
     from accelbench.experiments.unet3d import bare
     from accelbench.experiments.unet3d import job as exp
-    from accelbench.experiments.unet3d.configs import NO_LAYOUT_OPT, VARIANTS
+    from accelbench.experiments.unet3d.configs import VARIANTS, no_layout_opt_name
     from accelbench.experiments.unet3d.workload import compile_kwargs
 
     compiled = []
@@ -198,7 +198,7 @@ def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout
     s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network="med_ddpm", micro_batches=2)
     image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
     mask = torch.zeros(1, 2, 16, 16, 16)
-    name = PADCONV if layout_opt else NO_LAYOUT_OPT(PADCONV)
+    name = PADCONV if layout_opt else no_layout_opt_name(PADCONV)
     v = dataclasses.replace(VARIANTS[name], autocast=None)  # fp32: bf16 is emulated, slowly, on this CPU
 
     def one_step(step):

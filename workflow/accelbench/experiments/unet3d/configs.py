@@ -108,7 +108,7 @@ PADCONV = dataclasses.replace(
 )
 
 
-def NO_LAYOUT_OPT(name: str) -> str:  # noqa: N802 (a name rule, as the constants above)
+def no_layout_opt_name(name: str) -> str:
     """``..._compile_cudagraphs`` -> ``..._compile_no_layout_opt_cudagraphs``."""
     return name.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs")
 
@@ -158,8 +158,8 @@ VARIANTS: dict[str, Variant] = {
         # the fused-GroupNorm and padded configurations with Inductor's layout optimisation off (the padded one
         # failed in Inductor's stride check on an H200, a (C, 256, 3, 3, 3) tensor expected channels_last_3d and
         # given contiguous: reference_runs/h200x1-2026-12-06; a layout-optimisation decision is the likeliest cause)
-        dataclasses.replace(NDHWC_FUSED_GN, name=NO_LAYOUT_OPT(NDHWC_FUSED_GN.name), layout_optimization=False),
-        dataclasses.replace(PADCONV, name=NO_LAYOUT_OPT(PADCONV.name), layout_optimization=False),
+        dataclasses.replace(NDHWC_FUSED_GN, name=no_layout_opt_name(NDHWC_FUSED_GN.name), layout_optimization=False),
+        dataclasses.replace(PADCONV, name=no_layout_opt_name(PADCONV.name), layout_optimization=False),
     )
 }
 AUTOTUNED = "_autotuned"
