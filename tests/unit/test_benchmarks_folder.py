@@ -18,12 +18,14 @@ BENCHMARKS = REPO / "benchmarks"
 TOOLS = sorted(p for p in BENCHMARKS.iterdir() if p.suffix in (".py", ".sh"))
 # inputs of a tool, not measurements: node_wheels.sh reads the node image's package list
 TOOL_INPUTS = {"node-image-packages.txt"}
+# what Python itself writes there when a test imports a tool (the tree's .gitignore keeps it out of git)
+CACHES = {"__pycache__"}
 # a measurement's marks: a date, a hardware series (h200, a100, cpu), a device call or a probe
 DATED = re.compile(r"\d{4}-\d{2}-\d{2}|_(h100|h200|a100|v100|gaudi\d|cpu)|call\d|probe", re.IGNORECASE)
 
 
 def test_benchmarks_holds_only_tools_and_their_inputs():
-    others = sorted(p.name for p in BENCHMARKS.iterdir() if p not in TOOLS and p.name not in TOOL_INPUTS)
+    others = sorted(p.name for p in BENCHMARKS.iterdir() if p not in TOOLS and p.name not in TOOL_INPUTS | CACHES)
     assert others == [], f"data files in benchmarks/ (move them to reference_runs/<run>/notes/): {others}"
     dated = sorted(p.name for p in TOOLS if DATED.search(p.stem))
     assert dated == [], f"dated or run-specific scripts in benchmarks/ (a run's notes or a campaign file): {dated}"

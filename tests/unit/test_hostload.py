@@ -80,10 +80,9 @@ def test_variables_that_change_the_timings_are_cautions_beside_the_numbers(monke
     monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
     monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
     n = hostload.job_noise({"step": _timing(1.0, 1.1)})
-    assert not n["noisy"] and [c.split(":")[0] for c in n["cautions"]] == [
-        "CUDA_LAUNCH_BLOCKING=1",
-        "NVIDIA_TF32_OVERRIDE=0",
-    ]
+    assert [c.split(":")[0] for c in n["cautions"]] == ["CUDA_LAUNCH_BLOCKING=1", "NVIDIA_TF32_OVERRIDE=0"]
+    # (the host's load may make this record noisy where other tests run beside it; the variables never do)
+    assert not any("CUDA_LAUNCH_BLOCKING" in w or "NVIDIA_TF32_OVERRIDE" in w for w in n["why"])
 
 
 def test_every_written_ok_result_carries_the_noise_block(tmp_path, systems, monkeypatch):
