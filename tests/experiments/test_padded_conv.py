@@ -134,7 +134,7 @@ def test_padconv_configuration_records_its_setting():
     """The new configuration is the fused-GroupNorm one plus ``skinny_conv="pad8"`` (the only difference), recorded
     in the result's ``measurements.variant`` (``dataclasses.asdict``) and in the overhead row's settings; every other
     configuration leaves the convolutions as they are."""
-    from accelbench.experiments.unet3d.configs import VARIANTS, ModelSettings
+    from accelbench.experiments.unet3d.configs import VARIANTS, ModelSettings, no_layout_opt_name
     from accelbench.experiments.unet3d.overhead import settings_text
 
     v = VARIANTS[PADCONV + "_autotuned"]
@@ -148,6 +148,8 @@ def test_padconv_configuration_records_its_setting():
     text = settings_text(s, v)
     assert text.startswith("whole_head 128x128x128, bf16, compile=True, ") and "norm=fused" in text
     assert text.endswith(", skinny_conv=pad8")
+    off = VARIANTS[no_layout_opt_name(PADCONV) + "_autotuned"]
+    assert settings_text(s, off) == text + ", layout_optimization=False"
 
 
 def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it():

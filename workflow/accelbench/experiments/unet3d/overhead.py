@@ -26,10 +26,12 @@ def case_of(result: dict):
 def settings_text(settings, variant) -> str:
     """The ``settings`` cell of a Study A row: preset, volume, math mode, compilation and, where the configuration
     rewrites Med-DDPM's network, each module implementation it runs (``norm=fused, conv_grad=..., skinny_conv=...``:
-    :attr:`.configs.Variant.network_options`)."""
+    :attr:`.configs.Variant.network_options`) and Inductor's layout optimisation where it is off."""
     text = f"{settings.preset} {'x'.join(map(str, settings.volume))}, {variant.precision}, compile={variant.compile}"
     if variant.rewrites_network:
         text += "".join(f", {k}={v}" for k, v in variant.network_options.items())
+    if not variant.layout_optimization:
+        text += ", layout_optimization=False"
     return text
 
 
