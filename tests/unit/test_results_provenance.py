@@ -50,6 +50,9 @@ def test_settings_from_environment_variables_are_recorded_and_nothing_else(monke
     assert len(long) == provenance.VARIABLE_CHARS and long.endswith("...")
     assert list(recorded) == sorted(recorded)
     json.dumps(recorded)  # a result is JSON
+    # a value that is not UTF-8 (os.environ keeps its bytes as surrogates) is recorded with U+FFFD, encodable anywhere
+    odd = provenance.variables({"CUDA_ODD": b"a\xffb".decode("utf-8", "surrogateescape")})["CUDA_ODD"]
+    assert odd == "a\ufffdb" and odd.encode("utf-8")
 
 
 def test_labels_for_gpu_environment():

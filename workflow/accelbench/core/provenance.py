@@ -70,12 +70,13 @@ VARIABLE_CHARS = 300  # a longer value is cut to this many characters and marked
 
 def variables(environ: dict | None = None) -> dict[str, str]:
     """The variables of :data:`RECORDED_VARIABLES` set in ``environ`` (default ``os.environ``), sorted by name:
-    ``{name: value}``, each value at most :data:`VARIABLE_CHARS` characters (a longer one ends in ``...``)."""
+    ``{name: value}``, each value at most :data:`VARIABLE_CHARS` characters (a longer one ends in ``...``); bytes
+    that are not UTF-8 (``os.environ`` keeps them as surrogates) become U+FFFD, so every reader can encode it."""
     env = os.environ if environ is None else environ
     out = {}
     for name in sorted(env):
         if name.startswith(RECORDED_VARIABLES):
-            value = str(env[name])
+            value = str(env[name]).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
             out[name] = value if len(value) <= VARIABLE_CHARS else value[: VARIABLE_CHARS - 3] + "..."
     return out
 
