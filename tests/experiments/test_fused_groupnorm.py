@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,7 +138,9 @@ def test_under_torch_compile_on_the_cpu_the_module_gives_the_same_output():
 
 
 # --------------------------------------------------------------------------- Inductor's layout copies around the op
-_OP_CALL = re.compile(r"^\s*(\w+) = torch\.ops\.accelbench\.(group_norm_act(?:_backward)?)\.default\((.*)\)\s*$")
+_OP_CALL = re.compile(
+    r"^\s*(\w+) = torch\.ops\.accelbench\.(group_norm_act(?:_backward)?)(?:_fixed)?\.default\((.*)\)\s*$"
+)
 _KERNEL_CALL = re.compile(r"^\s*(?:cpp_fused_\w+|triton_\w+(?:\.run)?)\((.*)\)\s*$")
 # the activation-shaped arguments of each operator (x; dy and x), by position
 _OP_ACTIVATIONS = {"group_norm_act": 1, "group_norm_act_backward": 2}
@@ -176,8 +179,9 @@ def test_inductor_passes_channels_last_through_the_op(layout):
     block had five: x before the forward, y after it, dy and x before the backward, dx after it (torch 2.13).
     Caches off: the FX graph cache key of torch 2.13 leaves out the custom operator's tags, so a cached compile of
     the old operator would be replayed unchanged. ``channels_last``: Study A's way (channels-last tensors and
-    weights in eager, no layout optimization), no copy before or after the change (it fails on a fake that
-    allocates contiguous outputs)."""
+    weights in eager, no layout optimization) with the fixed-stride registration (``accelbench::group_norm_act_fixed``:
+    the flexible one failed Inductor's stride check there on the GPUs, group_norm_op says how): no copy either,
+    since the eager order is channels-last (it fails on a fake that allocates contiguous outputs)."""
     from torch._inductor.utils import run_and_get_code
 
     from accelbench.experiments.sr3.model import compile_options
@@ -194,6 +198,7 @@ def test_inductor_passes_channels_last_through_the_op(layout):
 
     torch.manual_seed(0)
     block = Block()
+    block.norm.flexible_layout = layout == "layout_optimization"  # as sr3.network.set_norm chooses
     x, temb = torch.randn(2, 64, 32, 32, requires_grad=True), torch.randn(2, 64)
     options = compile_options(None, layout_optimization=layout == "layout_optimization").get("options", {})
     assert options.get("force_layout_optimization", False) == (layout == "layout_optimization")
@@ -213,6 +218,8 @@ def test_inductor_passes_channels_last_through_the_op(layout):
     torch._dynamo.reset()
     counts = [_layout_copies_around_the_op(code) for code in codes]
     assert [calls for calls, _ in counts] == [1, 1]  # the forward and the backward operator, one wrapper each
+    fixed = ["group_norm_act_fixed" in code or "group_norm_act_backward_fixed" in code for code in codes]
+    assert fixed == [layout == "channels_last"] * 2  # the registration set_norm's rule picks
     assert sum(copies for _, copies in counts) == 0
     block.norm.impl = "reference"
     ye = block(x, temb)
@@ -419,3 +426,37 @@ def test_sr3_fused_configurations_build_the_fused_module(monkeypatch):
     tr = sr3.Trainer(s, Device("cpu"), data, dataclasses.replace(conf, precision="fp32"), seed=0)
     assert _fused_count(tr.model) == n_gn
     tr.train_step()  # forward and backward through the fused blocks
+    # the operator's registration follows the layout optimization: flexible_layout where it is forced (layout_opt),
+    # the fixed stride order in a channels-last eager network (as Study A's)
+    assert {m.flexible_layout for m in tr.model.modules() if isinstance(m, fg.FusedGroupNorm)} == {False}
+    forced = sr3.Trainer(s, Device("cpu"), data, sr3_configs.get("bf16_compile_layout_opt_fused_gn_cudagraphs"), seed=0)
+    assert {m.flexible_layout for m in forced.model.modules() if isinstance(m, fg.FusedGroupNorm)} == {True}
+
+
+def test_study_a_fused_configurations_call_the_fixed_stride_operator():
+    """Study A's fused-GroupNorm configurations compile a channels_last_3d network with Inductor's layout optimization
+    off (its heuristic turns it off for Med-DDPM's U-Net, and the _no_layout_opt ones turn it off outright): their
+    GroupNorms call ``accelbench::group_norm_act_fixed``, whose inputs Inductor keeps in the eager (channels-last)
+    stride order. The flexible registration failed Inductor's stride check there (H100 and H200, torch 2.11)."""
+    import yaml
+
+    from accelbench.experiments.unet3d import configs as a_configs
+    from accelbench.experiments.unet3d.network import build_network, set_implementations
+
+    u = yaml.safe_load((Path(__file__).parents[2] / "config/config.yaml").read_text())["unet3d_profile"]
+    s = a_configs.resolve_settings(
+        "whole_head", u["presets"], "small", u["scales"], network="med_ddpm", micro_batches=1
+    )
+    for variant in (a_configs.NDHWC_FUSED_GN, a_configs.PADCONV):
+        model = set_implementations(build_network(s), variant)
+        fused = [m for m in model.modules() if isinstance(m, fg.FusedGroupNorm)]
+        assert fused and not any(m.flexible_layout for m in fused)
+    x = torch.randn(1, fused[0].num_channels, 4, 4, 4).contiguous(memory_format=torch.channels_last_3d)
+    with torch.no_grad():
+        calls = []
+        real = fg.group_norm_act_fixed_op
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(fg, "group_norm_act_fixed_op", lambda *a: calls.append(1) or real(*a))
+            fused[0].impl = "fused"
+            y = fused[0](x)
+    assert calls == [1] and y.is_contiguous(memory_format=torch.channels_last_3d)

@@ -77,8 +77,8 @@ LONG_FUNCTIONS_ALLOWED = {
     "models/group_norm_kernels.py::_bwd_combine_kernel": "Triton kernel: pointers, sizes, constexpr tiles",
     "models/group_norm_kernels.py::_group_terms": "Triton kernel helper: pointers and indices of one tile",
     "models/group_norm_op.py::_backward": "backward of a torch custom op: its saved tensors and inputs, flat",
-    "models/group_norm_op.py::_group_norm_act_backward_op": "torch.library custom op: schema of flat arguments",
-    "models/group_norm_op.py::_": "the op's fake (meta) kernel, registered as `_`: the op's own signature",
+    "models/group_norm_op.py::_define.backward_op": "torch.library custom op: schema of flat arguments",
+    "models/group_norm_op.py::_define._": "the op's fake (meta) kernel, registered as `_`: the op's own signature",
     # the published network's constructor, argument for argument as Med-DDPM's code has it
     "experiments/unet3d/med_ddpm_unet.py::MedDDPMUNet.__init__": "the upstream Med-DDPM UNet's keyword arguments",
 }

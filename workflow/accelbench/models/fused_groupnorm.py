@@ -62,6 +62,7 @@ from accelbench.models.group_norm_op import (  # noqa: F401 (group_norm_act_refe
     ACTIVATIONS,
     check_args,
     dense,
+    group_norm_act_fixed_op,
     group_norm_act_op,
     group_norm_act_reference,
 )
@@ -84,21 +85,29 @@ def group_norm_act(
     contiguous), weight and bias (C,) or None, residual x's shape or (B, C) / (B, C, 1, ...) or None -> x's shape,
     dtype and layout (:func:`group_norm_act_reference`: the fallback's own dtype rules).
 
-    ``impl``: ``auto`` (the fused operator on CUDA when Triton imports, else the reference), ``fused`` (the operator
-    ``accelbench::group_norm_act`` anywhere: Triton kernels on CUDA or under ``TRITON_INTERPRET=1``, else the same
-    formulas in torch operations), ``reference``.
+    ``impl``: ``auto`` (the fused operator on CUDA when Triton imports, else the reference), ``fused`` (the
+    operator ``accelbench::group_norm_act_fixed``, fixed stride order, anywhere: Triton kernels on CUDA or under
+    ``TRITON_INTERPRET=1``, else the same formulas in torch operations), ``reference``.
 
     Raises:
         ValueError: C not divisible by ``num_groups``, an unknown activation or impl, a residual of another shape.
     """
+    return _group_norm_act(x, num_groups, (weight, bias), eps, activation, residual, impl, group_norm_act_fixed_op)
+
+
+def _group_norm_act(x, num_groups, affine, eps, activation, residual, impl, op) -> torch.Tensor:
+    """:func:`group_norm_act` with ``affine`` = (weight, bias) and the registration ``op`` of the operator that the
+    fused path calls (``group_norm_op.group_norm_act_op``, tagged ``flexible_layout``, or
+    ``group_norm_act_fixed_op``: group_norm_op says which suits which compiled graph)."""
     check_args(x, num_groups, activation, residual)
     if impl not in IMPLS:
         raise ValueError(f"group_norm_act: impl {impl!r} is not one of {IMPLS}")
+    weight, bias = affine
     if impl == "reference" or (impl == "auto" and not (x.is_cuda and has_triton())):
         return group_norm_act_reference(x, num_groups, weight, bias, eps, activation, residual)
     if residual is not None and residual.shape != x.shape:
         residual = residual.reshape(x.shape[0], x.shape[1])
-    y, _, _ = group_norm_act_op(dense(x), weight, bias, residual, num_groups, float(eps), activation == "silu")
+    y, _, _ = op(dense(x), weight, bias, residual, num_groups, float(eps), activation == "silu")
     return y
 
 
@@ -118,6 +127,10 @@ class FusedGroupNorm(nn.GroupNorm):
             raise ValueError(f"FusedGroupNorm: activation {activation!r} is not one of {ACTIVATIONS}")
         self.activation = activation
         self.impl = "auto"
+        # the fused operator's registration: False = fixed stride order (a channels-last eager network, Inductor's
+        # layout optimization off: Study A), True = flexible_layout (layout optimization forced on an NCHW network:
+        # SR3's layout_opt configurations); accelbench.models.group_norm_op says why
+        self.flexible_layout = False
 
     @classmethod
     def of(cls, gn: nn.GroupNorm, activation: str | None = None) -> FusedGroupNorm:
@@ -128,12 +141,14 @@ class FusedGroupNorm(nn.GroupNorm):
         return new
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        return group_norm_act(
-            x, self.num_groups, self.weight, self.bias, self.eps, self.activation, residual, self.impl
+        op = group_norm_act_op if self.flexible_layout else group_norm_act_fixed_op
+        return _group_norm_act(
+            x, self.num_groups, (self.weight, self.bias), self.eps, self.activation, residual, self.impl, op
         )
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, activation={self.activation}"
+        layout = ", flexible_layout=True" if self.flexible_layout else ""
+        return f"{super().extra_repr()}, activation={self.activation}{layout}"
 
 
 # --------------------------------------------------------------------------- GPU benchmark

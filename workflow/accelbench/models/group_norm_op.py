@@ -8,6 +8,8 @@ combination of partial statistics). Shapes: x (B, C, *spatial), weight and bias 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -278,54 +280,64 @@ def _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
     return torch.empty_like(x).copy_(dx), dweight, dbias
 
 
-# flexible_layout: Inductor passes the inputs in the layout it chose (its layout optimization keeps convolution
-# activations channels-last in an NCHW network); without the tag (the default for custom operators since torch 2.5,
-# needs_fixed_stride_order) it copies them to the eager graph's NCHW order and the outputs back: five
-# activation-sized copies per forward + backward (tests/experiments/test_fused_groupnorm.py counts them). The
-# operator reads any layout (dense() above); its fake implementations allocate like it.
-LAYOUT_TAGS = (torch.Tag.flexible_layout,)
+# Two registrations of the one operator, which differ only in what Inductor may pass them:
+# - ``accelbench::group_norm_act`` (+ ``_backward``), tagged ``flexible_layout``: Inductor passes the inputs in the
+#   layout it chose. Where its layout optimization is forced on an NCHW network (SR3's ``layout_opt`` configurations)
+#   the convolution activations are channels-last in the compiled graph only; without the tag (torch's default for
+#   custom operators since 2.5, needs_fixed_stride_order) it copies them to the eager graph's NCHW order and the
+#   outputs back: five activation-sized copies per forward + backward (tests/experiments/test_fused_groupnorm.py
+#   counts them). The operator reads any layout (dense() above); its fake implementations allocate like it.
+# - ``accelbench::group_norm_act_fixed`` (+ ``_backward_fixed``), torch's default (fixed stride order): for a network
+#   that is channels-last in eager with layout optimization off (Study A's NDHWC configurations: Inductor's heuristic
+#   turns it off for Med-DDPM's U-Net, whose decoder convolutions halve the channels), where the eager order is
+#   channels-last already, so no copy either. There the flexible operator failed on an H100 and an H200 (torch
+#   2.11): a later convolution_backward's weight gradient came contiguous where the compiled graph asserted
+#   channels_last_3d strides (Inductor's "incorrect fake kernel" check, in the fused-GroupNorm configuration with
+#   layout optimization off and in the padded one); the same configuration ran before the tag (122.58 ms per step,
+#   H100, reference_runs/h100x1b-2026-12-05).
+def _define(suffix: str, tags: tuple):
+    """Register ``accelbench::group_norm_act{suffix}`` and its backward operator with ``tags``; the forward op."""
 
+    @torch.library.custom_op(f"accelbench::group_norm_act{suffix}", mutates_args=(), tags=tags)
+    def forward_op(
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+        num_groups: int,
+        eps: float,
+        silu: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(y, mean, rstd): y in x's dtype and layout, mean and rstd (B, G) fp32 (fp64 for fp64 x)."""
+        return _forward(x, weight, bias, residual, num_groups, eps, silu)
 
-@torch.library.custom_op("accelbench::group_norm_act", mutates_args=(), tags=LAYOUT_TAGS)
-def group_norm_act_op(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    num_groups: int,
-    eps: float,
-    silu: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(y, mean, rstd): y in x's dtype and layout, mean and rstd (B, G) fp32 (fp64 for fp64 x)."""
-    return _forward(x, weight, bias, residual, num_groups, eps, silu)
+    @forward_op.register_fake
+    def _(x, weight, bias, residual, num_groups, eps, silu):
+        stat = x.new_empty((x.shape[0], num_groups), dtype=_cdt(x))
+        return torch.empty_like(dense(x)), stat, torch.empty_like(stat)
 
+    @torch.library.custom_op(f"accelbench::group_norm_act_backward{suffix}", mutates_args=(), tags=tags)
+    def backward_op(
+        dy: torch.Tensor,
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+        mean: torch.Tensor,
+        rstd: torch.Tensor,
+        num_groups: int,
+        silu: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(dx, dweight, dbias): dx in x's dtype and layout, dweight and dbias (C,) fp32 (fp64 for fp64 x)."""
+        return _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu)
 
-@group_norm_act_op.register_fake
-def _(x, weight, bias, residual, num_groups, eps, silu):
-    stat = x.new_empty((x.shape[0], num_groups), dtype=_cdt(x))
-    return torch.empty_like(dense(x)), stat, torch.empty_like(stat)
+    @backward_op.register_fake
+    def _(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
+        c = x.new_empty((x.shape[1],), dtype=_cdt(x))
+        return torch.empty_like(dense(x)), c, torch.empty_like(c)
 
-
-@torch.library.custom_op("accelbench::group_norm_act_backward", mutates_args=(), tags=LAYOUT_TAGS)
-def _group_norm_act_backward_op(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    residual: torch.Tensor | None,
-    mean: torch.Tensor,
-    rstd: torch.Tensor,
-    num_groups: int,
-    silu: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dx, dweight, dbias): dx in x's dtype and layout, dweight and dbias (C,) fp32 (fp64 for fp64 x)."""
-    return _backward(dy, x, weight, bias, residual, mean, rstd, num_groups, silu)
-
-
-@_group_norm_act_backward_op.register_fake
-def _(dy, x, weight, bias, residual, mean, rstd, num_groups, silu):
-    c = x.new_empty((x.shape[1],), dtype=_cdt(x))
-    return torch.empty_like(dense(x)), c, torch.empty_like(c)
+    forward_op.register_autograd(functools.partial(_autograd, backward_op), setup_context=_setup_context)
+    return forward_op
 
 
 def _setup_context(ctx, inputs, output):
@@ -336,13 +348,11 @@ def _setup_context(ctx, inputs, output):
     ctx.set_materialize_grads(False)  # mean and rstd get no gradient: no zeros launched for them
 
 
-def _autograd(ctx, dy, _dmean, _drstd):
+def _autograd(backward_op, ctx, dy, _dmean, _drstd):
     x, weight, bias, residual, mean, rstd = ctx.saved_tensors
     if dy is None:  # no gradient reached y (grads are not materialised)
         return None, None, None, None, None, None, None
-    dx, dweight, dbias = _group_norm_act_backward_op(
-        dy, x, weight, bias, residual, mean, rstd, ctx.num_groups, ctx.silu
-    )
+    dx, dweight, dbias = backward_op(dy, x, weight, bias, residual, mean, rstd, ctx.num_groups, ctx.silu)
     dw = dweight.to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
     db = dbias.to(bias.dtype) if bias is not None and ctx.needs_input_grad[2] else None
     dr = None
@@ -354,4 +364,5 @@ def _autograd(ctx, dy, _dmean, _drstd):
     return dx, dw, db, dr, None, None, None
 
 
-group_norm_act_op.register_autograd(_autograd, setup_context=_setup_context)
+group_norm_act_op = _define("", (torch.Tag.flexible_layout,))  # layout optimization forced (SR3's layout_opt)
+group_norm_act_fixed_op = _define("_fixed", ())  # a channels-last eager network, layout optimization off

@@ -86,7 +86,8 @@ def sr3_bare(s, ds, where: BareRank, precision: str, seed: int, conf=None):
     dev, rank, world, pin_memory = where.dev, where.rank, where.world, where.pin_memory
     torch.manual_seed(seed)
     fmt = torch.channels_last if conf is not None and conf.channels_last else torch.contiguous_format
-    model = exp.set_norm(exp.build_unet(s), conf.norm if conf is not None else "group_norm").to(dev, memory_format=fmt)
+    norm, flexible = (conf.norm, conf.layout_optimization) if conf is not None else ("group_norm", False)
+    model = exp.set_norm(exp.build_unet(s), norm, flexible).to(dev, memory_format=fmt)
     ids = [where.device_id] if where.device_id is not None else None
     ddp = where.ddp_kwargs or {}
     net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **ddp) if world > 1 else model

@@ -90,7 +90,9 @@ class Trainer:
         dev = device.torch_device
         torch.manual_seed(seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
         self.memory_format = torch.channels_last if conf.channels_last else torch.contiguous_format
-        self.model = set_norm(build_unet(s), conf.norm).to(dev, memory_format=self.memory_format)
+        self.model = set_norm(build_unet(s), conf.norm, conf.layout_optimization).to(
+            dev, memory_format=self.memory_format
+        )
         if distributed:
             from torch.nn.parallel import DistributedDataParallel as DDP
 

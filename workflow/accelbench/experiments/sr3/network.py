@@ -51,15 +51,17 @@ def build_unet(s: SR3Settings) -> torch.nn.Module:
     return model
 
 
-def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
+def set_norm(model: torch.nn.Module, norm: str, flexible_layout: bool = False) -> torch.nn.Module:
     """``model`` with every ``nn.GroupNorm`` computed as ``norm`` says, in place: ``group_norm`` (MONAI's, SR3's)
     leaves it, ``channel_sums`` swaps each for :class:`accelbench.models.ndhwc_ops.ChannelSumGroupNorm` holding the
     same weight and bias tensors (same state dict, same arithmetic: per-channel fp32 sums over (H, W) added per group,
     one pointwise affine; fp64 checks in tests/experiments/test_ndhwc_ops.py); ``fused`` swaps each for
     :class:`accelbench.models.fused_groupnorm.FusedGroupNorm` (same tensors) and each resnet block's
     GroupNorm -> SiLU pairs, with the time-embedding add before the second, into that kernel family
-    (:func:`_fused_resnet_block`; fp64 checks in tests/experiments/test_fused_groupnorm.py). Call it before
-    ``torch.compile``.
+    (:func:`_fused_resnet_block`; fp64 checks in tests/experiments/test_fused_groupnorm.py), their operator the
+    ``flexible_layout`` registration where ``flexible_layout`` (the configuration forces Inductor's layout
+    optimization: the compiled graph's activations are channels-last in an NCHW network), else the fixed one
+    (:mod:`accelbench.models.group_norm_op` says why). Call it before ``torch.compile``.
 
     Raises:
         ConfigError: an unknown ``norm``."""
@@ -76,6 +78,8 @@ def set_norm(model: torch.nn.Module, norm: str) -> torch.nn.Module:
             if norm == "fused":
                 m.norm1.activation = m.norm2.activation = "silu"
             m.__class__ = fused_block if norm == "fused" else DiffusionUNetResnetBlock
+        if hasattr(m, "flexible_layout"):  # a FusedGroupNorm (norm="fused"): which registration of its operator
+            m.flexible_layout = flexible_layout
     return model
 
 
