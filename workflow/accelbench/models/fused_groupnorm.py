@@ -30,8 +30,11 @@ contiguous: spatial stride 1; both read through strides, no copy):
 
 Where it runs: :func:`group_norm_act` with ``impl="auto"`` uses the Triton kernels on CUDA when Triton imports, and
 elsewhere (CPU: the embedded default; Gaudi) the plain ``F.group_norm`` + ``F.silu`` composition
-(:func:`group_norm_act_reference`). The fused path is the custom operator ``accelbench::group_norm_act`` (a fake
-implementation and an autograd formula registered: ``torch.compile`` keeps it in the graph without a graph break; no
+(:func:`group_norm_act_reference`). The fused path is a custom operator, registered twice with the same kernels:
+``accelbench::group_norm_act_fixed`` (torch's fixed stride order: the default, Study A's channels-last network) and
+``accelbench::group_norm_act`` (tagged ``flexible_layout``: where Inductor's layout optimization is forced, SR3's
+``layout_opt`` configurations; :mod:`accelbench.models.group_norm_op` says why both), each with a fake
+implementation and an autograd formula registered (``torch.compile`` keeps it in the graph without a graph break; no
 host synchronisation); without Triton (or off CUDA, unless ``TRITON_INTERPRET=1``) the operator computes the same
 formulas with torch operations, which is what the fp64 gradient checks test
 (``tests/experiments/test_fused_groupnorm.py``).
