@@ -104,7 +104,7 @@ def test_bench_csv_has_the_environment_columns_and_every_rows_keys(tmp_path, mon
     ]
     monkeypatch.setattr(fg.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(fg, "has_triton", lambda: True)
-    monkeypatch.setattr(fg, "bench", lambda residual=False: rows)
+    monkeypatch.setattr(fg, "bench", lambda residual=False, tiles=(): rows)
     monkeypatch.setattr(fg, "environment", lambda: {"device": "NVIDIA H100", "torch": "2.x", "triton": "3.x"})
     path = tmp_path / "bench.csv"
     assert fg.main(["--bench", "--csv", str(path)]) == 0
@@ -112,6 +112,30 @@ def test_bench_csv_has_the_environment_columns_and_every_rows_keys(tmp_path, mon
     assert list(got[0]) == ["device", "torch", "triton", "shape", "dims", "fused_ms", "fused_graph_ms", "error"]
     assert got[0]["device"] == "NVIDIA H100" and got[0]["fused_graph_ms"] == "0.2" and got[0]["error"] == ""
     assert got[1]["shape"] == "b" and got[1]["fused_ms"] == "" and got[1]["error"] == "out of memory: x"
+
+
+def test_bench_sweeps_the_tile_size_for_the_fused_operator_alone_and_restores_it(monkeypatch, capsys):
+    """``--tiles 2048,8192``: per shape, the full row at the default tile, then the fused operator alone at each other
+    tile (the kernels' TILE set for that row, put back after it, also when a row fails); a tile that is not a power of
+    two is refused with one line before any device work."""
+    seen = []
+
+    def shape_row(name, shape, groups, residual, fused_only=False):
+        seen.append((name, kernels.TILE, fused_only))
+        if kernels.TILE == 8192 and name == "b":
+            raise RuntimeError("a failing row")
+        return {"shape": name, "tile": kernels.TILE}
+
+    monkeypatch.setattr(fg, "_bench_shape", shape_row)
+    default = kernels.TILE
+    rows = fg.bench(shapes=(("a", (1, 8, 4, 4), 2),), tiles=(2048, default, 8192))
+    assert seen == [("a", default, False), ("a", 2048, True), ("a", 8192, True)] and len(rows) == 3
+    with pytest.raises(RuntimeError, match="a failing row"):
+        fg.bench(shapes=(("b", (1, 8, 4, 4), 2),), tiles=(8192,))
+    assert kernels.TILE == default
+    for bad in ("3000", "4096,x", "0"):
+        assert fg.main(["--bench", "--tiles", bad]) == 2
+        assert "each tile must be a power of two" in capsys.readouterr().out
 
 
 def test_environment_names_the_device_and_versions():

@@ -60,6 +60,7 @@ import argparse
 import torch
 from torch import nn
 
+from accelbench.models import group_norm_kernels as kernels
 from accelbench.models.group_norm_kernels import has_triton
 from accelbench.models.group_norm_op import (  # noqa: F401 (group_norm_act_reference: offered here, as always)
     ACTIVATIONS,
@@ -199,8 +200,12 @@ def _graph_ms(fn, iters: int = 20) -> float:
     return _time_ms(graph.replay, iters)
 
 
-def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool) -> dict:
-    """One row of :func:`bench`: ``<impl>_ms`` from the eager loop, ``<impl>_graph_ms`` from CUDA-graph replays."""
+def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool, fused_only: bool = False) -> dict:
+    """One row of :func:`bench`: ``<impl>_ms`` from the eager loop, ``<impl>_graph_ms`` from CUDA-graph replays
+    (``fused_only``: the fused operator's columns only), and ``fused_gb_per_s``: the bytes the fused forward +
+    backward must move at least (x read twice and y written once forward; x and dy read twice and dx written once
+    backward: 8 activation-sized passes, the (B, C) residual and the per-channel terms left out) over its CUDA-graph
+    time, in GB/s (10^9 bytes), to set against the device's memory bandwidth."""
     dev = torch.device("cuda")
     fmt = torch.channels_last_3d if len(shape) == 5 else torch.channels_last
     x = torch.randn(shape, device=dev, dtype=torch.bfloat16).contiguous(memory_format=fmt).requires_grad_()
@@ -216,9 +221,10 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool)
     def fused(x, w, bi, r):
         return group_norm_act(x, groups, w, bi, 1e-5, "silu", r, impl="fused")
 
-    row = {"shape": name, "dims": "x".join(map(str, shape)), "residual": residual}
+    row = {"shape": name, "dims": "x".join(map(str, shape)), "residual": residual, "tile": kernels.TILE}
+    impls = (("fused", fused),) if fused_only else (("fused", fused), ("eager", ref), ("compiled", torch.compile(ref)))
     try:
-        for label, f in (("fused", fused), ("eager", ref), ("compiled", torch.compile(ref))):
+        for label, f in impls:
             row[f"{label}_ms"] = round(_time_ms(lambda f=f: torch.autograd.backward(f(x, w, bi, r), dy)), 3)
             try:  # torch.autograd.grad: fresh gradients from the graph's pool, no .grad accumulated in the capture
                 step = lambda f=f: torch.autograd.grad(f(x, w, bi, r), (x, w, bi), dy)  # noqa: E731
@@ -226,6 +232,8 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool)
             except RuntimeError as e:  # a capture that fails is recorded with its reason, the row goes on
                 row[f"{label}_graph_ms"] = None
                 row[f"{label}_graph_error"] = str(e).splitlines()[0]
+        if row.get("fused_graph_ms"):
+            row["fused_gb_per_s"] = round(8 * x.numel() * x.element_size() / (row["fused_graph_ms"] * 1e6), 1)
         with torch.no_grad():
             exact = group_norm_act_reference(x.float(), groups, w, bi, 1e-5, "silu", r)
             row["max_abs_diff_vs_fp32"] = float((fused(x, w, bi, r).float() - exact).abs().max())
@@ -234,16 +242,26 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool)
     return row
 
 
-def bench(shapes=BENCH_SHAPES, residual: bool = False) -> list[dict]:
+def bench(shapes=BENCH_SHAPES, residual: bool = False, tiles: tuple[int, ...] = ()) -> list[dict]:
     """Forward + backward ms of ``SiLU(GroupNorm(x))`` in bf16 channels-last on the CUDA device, per shape: the fused
     operator, the eager reference under bf16 autocast (``nn.GroupNorm`` then ``F.silu``: what the networks run), and
     that reference through ``torch.compile``, each from an eager loop (``*_ms``: host + device) and from CUDA-graph
     replays (``*_graph_ms``: device only); also the fused output's largest difference from the fp32 reference.
-    Prints one dict per shape as it goes."""
+    ``tiles``: further rows of the fused operator alone with the kernels' tile size
+    (:data:`~accelbench.models.group_norm_kernels.TILE`, elements of one [BLOCK_S, BLOCK_C] tile) set to each, the
+    ``tile`` column saying which (the sweep that chooses it). Prints one dict per row as it goes."""
     rows = []
+    default = kernels.TILE
     for name, shape, groups in shapes:
         rows.append(_bench_shape(name, shape, groups, residual))
         print(rows[-1], flush=True)
+        for tile in (t for t in tiles if t != default):
+            kernels.TILE = tile
+            try:
+                rows.append(_bench_shape(name, shape, groups, residual, fused_only=True))
+            finally:
+                kernels.TILE = default
+            print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     return rows
 
@@ -278,14 +296,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench", action="store_true", help="time fused vs eager vs compiled on the CUDA device")
     p.add_argument("--residual", action="store_true", help="with a (B, C) residual (the time-embedding add)")
     p.add_argument("--csv", metavar="PATH", help="also write the rows (device, torch, triton, shape, ms) to PATH")
+    p.add_argument(
+        "--tiles",
+        default="",
+        help="comma-separated tile sizes (elements of one [BLOCK_S, BLOCK_C] tile, powers of two): the fused operator "
+        f"again with each, beside the default {kernels.TILE}",
+    )
     a = p.parse_args(argv)
     if not a.bench:
         p.print_help()
         return 0
+    tiles = tuple(int(t) for t in a.tiles.split(",") if t.strip().isdigit())
+    if len(tiles) != len([t for t in a.tiles.split(",") if t.strip()]) or any(t < 1 or t & (t - 1) for t in tiles):
+        print(f"fused_groupnorm --tiles: {a.tiles!r}: each tile must be a power of two")
+        return 2
     if not (torch.cuda.is_available() and has_triton()):
         print("fused_groupnorm --bench: needs a CUDA device and Triton")
         return 2
-    rows = bench(residual=a.residual)
+    rows = bench(residual=a.residual, tiles=tiles)
     if a.csv:
         write_csv(rows, a.csv, environment())
     return 0
