@@ -153,3 +153,27 @@ def test_submodule_panels_with_the_real_model_label_pass_the_figure_check(tmp_pa
             for j, m in enumerate(SUBMODULES)
         ]
     assert fig_submodules(pd.DataFrame(rows), tmp_path / "fig_sensitivity_submodules.png") == []
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_study_a_kernel_figures_with_long_names_fit_a_page(tmp_path, n):
+    """README command 1 stopped at study_a_aggregate once a reference run of ours' longest configuration joined the
+    merged figures: bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_no_layout_opt_cudagraphs_autotuned beside
+    a long run name wraps to three lines, and every bar's row was sized for three (fig_kernel_breakdown.png and
+    fig_kernel_counts.png 1500x1696 px; the page: 2400x1600). The figures are at most a page tall."""
+    from accelbench.experiments.unet3d import tables as study_a
+
+    long_conf = "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_no_layout_opt_cudagraphs_autotuned"
+    confs = ("baseline", "tf32", "channels_last_3d", "tf32_channels_last_3d", long_conf)
+    objs = []
+    for i in range(n):
+        for k, c in enumerate(confs):
+            obj = _as(fr.unet3d("cpu", c, 100.0 / (1 + k) + i), f"cpu{i}")
+            obj["config"]["system"]["description"] = f"lab VM {i} of the H100 1-GPU kind, padded convolutions and fold"
+            objs.append(obj)
+    paths = _write(tmp_path, objs)
+    with figures.checked():
+        study_a.aggregate(paths, f"{REF}/study_a_claims.csv", tmp_path / "agg")
+    for name in ("fig_kernel_breakdown.png", "fig_kernel_counts.png"):
+        h, w = imread(tmp_path / "agg" / name).shape[:2]
+        assert w <= MAX_WIDTH_PX and h <= MAX_HEIGHT_PX, (name, w, h)

@@ -288,7 +288,8 @@ def _hbar_figure(ok: pd.DataFrame) -> tuple:
     as its wrapped label (:func:`_bar_labels`), plus the lines of the series note above the plot."""
     lines = max((label.count("\n") + 1 for label in _bar_labels(ok)), default=1)
     note = _series_note(ok).count("\n") + 1
-    fig, ax = plt.subplots(figsize=(10, 2.6 + 0.14 * note + 0.28 * max(1, len(ok)) * (1 + 0.6 * (lines - 1))))
+    height = 2.6 + 0.14 * note + 0.28 * max(1, len(ok)) * (1 + 0.6 * (lines - 1))
+    fig, ax = plt.subplots(figsize=(10, min(height, page_inches(150)[1])))  # at most a page (MAX_BARS bars fit)
     return fig, ax, np.arange(len(ok))[::-1]
 
 
@@ -304,7 +305,8 @@ def _hbar_finish(fig, ax, ok: pd.DataFrame, y, df: pd.DataFrame, what: str) -> N
     top = text_height_in(title.count("\n") + 1, FONT["label"]) + 0.15
     # below the title, room for the legend beside the axes (its entries at 2 x the font size, the axis label)
     entries = len(ax.get_legend().get_texts()) + 1
-    fig.set_figheight(max(fig.get_figheight(), top + text_height_in(entries, FONT["legend"], 2.0) + 1.2))
+    legend_h = top + text_height_in(entries, FONT["legend"], 2.0) + 1.2
+    fig.set_figheight(min(max(fig.get_figheight(), legend_h), page_inches(150)[1]))
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
 
 
