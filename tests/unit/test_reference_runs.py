@@ -167,3 +167,41 @@ def test_a_fifo_run_yaml_stops_the_dag_in_one_line(tmp_path):
     (run_dir / "results/h200/llm_quant/x").symlink_to(tmp_path)
     with pytest.raises(tree.TreeError, match="llm_quant/x is a link"):
         reference_runs.result_paths(root, "llm_quant")
+
+
+@pytest.mark.parametrize(
+    "study,experiments,reference",
+    [
+        ("study_a", ("unet3d_profile", "unet3d_ncu"), "study_a_claims.csv"),
+        ("sr3", ("sr3_scaling",), "study_b_sr3_scaling.csv"),
+        ("lora", ("lora_finetune",), "study_b_finetune_runtime.csv"),
+        ("quant", ("llm_quant",), "study_b_quantization.csv"),
+    ],
+)
+def test_every_study_aggregates_over_all_committed_reference_runs(tmp_path, study, experiments, reference):
+    """What README command 1 does with the committed runs: each study's aggregation draws every reference run's
+    results as its own series, under the figure check the aggregation rules run (a page's size, legend entries,
+    overlaps). A new reference run that breaks a merged figure fails here, not in command 1 (which stopped at
+    study_a_aggregate once h100x1c-2026-12-06 joined: fig_kernel_breakdown.png 1500x1696 px)."""
+    import fake_results as fr
+    from accelbench.aggregate import figures
+    from accelbench.experiments.llm_quant import tables as quant
+    from accelbench.experiments.lora import tables as lora
+    from accelbench.experiments.sr3 import tables as sr3
+    from accelbench.experiments.unet3d import tables as study_a
+
+    aggregate = {"study_a": study_a.aggregate, "sr3": sr3.aggregate, "lora": lora.aggregate, "quant": quant.aggregate}
+    paths = [p for e in experiments for p in reference_runs.result_paths(REPO / "reference_runs", e)]
+    assert paths, f"no committed reference run has {experiments} results"
+    here = {  # the main job's own CPU results beside them ("measured here")
+        "study_a": [
+            fr.unet3d("cpu", c, 100.0 / (1 + k)) for k, c in enumerate(("baseline", "channels_last_3d", "bf16"))
+        ],
+        "sr3": [fr.sr3("cpu", n, 100.0 / n, "fp32") for n in (1, 2)],
+        "lora": [fr.lora("cpu", a, "single", 1, 700.0) for a in ("eager", "flash")],
+        "quant": [fr.quant("cpu", "fp32", "none")],
+    }[study]
+    paths = fr.write(tmp_path / "results", here) + paths
+    with figures.checked():
+        aggregate[study](paths, REPO / "resources" / "reference" / reference, tmp_path / "agg")
+    assert list((tmp_path / "agg").glob("*.png")), "no figure drawn"
