@@ -308,7 +308,7 @@ def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, sh
     """Under TRITON_INTERPRET=1 (small shapes; channel counts not powers of two; several chunks, each of several
     tiles, through TARGET_PROGRAMS=2; the combine kernels over several [BLOCK_K, BLOCK_CPG] tiles, through
     COMBINE_TILE=2): output and every gradient within 2e-5 of the largest value of the reference's."""
-    monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the Welford/Chan merges
+    monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 2)  # chunks of several tiles: the chunk partials, Chan's merge
     monkeypatch.setattr(kernels, "COMBINE_TILE", 2)  # one chunk per combine tile: the loops over K
     _fused_matches_reference(interpreted, shape, fmt, groups, residual)
 
@@ -316,12 +316,26 @@ def test_triton_kernels_match_the_reference_in_fp32(interpreted, monkeypatch, sh
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_triton_kernels_skip_the_fully_masked_tiles_of_the_last_chunk(interpreted, monkeypatch, residual):
     """Chunks are whole numbers of tiles (a constexpr trip count); the last chunk's tiles past S are fully masked and
-    must add nothing (no 0/0 in the Welford merge): S = 40 positions in tiles of 4, chunks of 4 tiles, the last
+    must add nothing (no 0/0, no count of them): S = 40 positions in tiles of 4, chunks of 4 tiles, the last
     chunk with 2 tiles of data and 2 empty."""
     monkeypatch.setattr(kernels, "TILE", 32)
     monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 3)
     assert kernels.blocks(8, 40, 1) == (8, 4, 4, 3)  # BLOCK_C, BLOCK_S, tiles per chunk, chunks: 3 x 16 > 40 + 4
     _fused_matches_reference(interpreted, (1, 8, 5, 8), torch.channels_last, 2, residual)
+
+
+@pytest.mark.parametrize("offset", [1e4, -3e3])
+def test_triton_statistics_keep_their_precision_far_from_zero(interpreted, monkeypatch, offset):
+    """The statistics kernel sums x - shift (shift: each chunk's first position) element-wise and reduces once: the
+    variance of fp32 data of mean ``offset`` and unit spread (a plain sum of squares would lose it to cancellation:
+    1e8 against 1 in fp32) stays within the fp32 tolerance, over several chunks of several tiles."""
+    monkeypatch.setattr(kernels, "TARGET_PROGRAMS", 2)
+    x, w, b, _ = _inputs((2, 8, 9, 10), torch.channels_last, None, dtype=torch.float32)
+    x = (x + offset).detach().requires_grad_()
+    y = interpreted.group_norm_act(x, 2, w, b, 1e-5, "silu", None, "fused")
+    # against fp64 (torch's own fp32 CPU group_norm on channels-last input loses this case: 5,488 off on outputs of 8)
+    e = F.silu(F.group_norm(x.double(), 2, w.double(), b.double(), 1e-5))
+    assert (y.double() - e).abs().max() <= 1e-3 * e.abs().max()  # fp32 data at 1e4: rounding 1e-3 of the spread
 
 
 def test_triton_kernels_read_any_layout_and_the_fake_allocates_like_them(interpreted):

@@ -16,7 +16,8 @@ Layout of the work, for x as (B, C, S) with S the flattened spatial positions (c
 contiguous: spatial stride 1; both read through strides, no copy):
 
 1. ``_stats_kernel``, grid (B, chunks): per chunk of S and per channel the count, mean and sum of squared deviations
-   (Welford/Chan merges of [BLOCK_S, C] tiles, fp32) -> (B, chunks, C); ``_stats_combine_kernel``, grid (B, G):
+   (shifted sums, x minus the chunk's first position, accumulated element-wise over [BLOCK_S, C] tiles in fp32 and
+   reduced once per chunk) -> (B, chunks, C); ``_stats_combine_kernel``, grid (B, G):
    Chan's formula per group -> mean, rstd (B, G) and the per-channel ``a``, ``b`` below (no host synchronisation, no
    torch operation between the launches: CUDA-graph safe).
 2. ``_apply_kernel``, grid (B, S / BLOCK_S): ``y = act(x * a + b)`` with per-(sample, channel) ``a = rstd w``,

@@ -22,6 +22,10 @@ except ImportError:  # pragma: no cover - depends on the environment
 TILE = 4096  # elements of one [BLOCK_S, BLOCK_C] tile
 TARGET_PROGRAMS = 1024  # (sample, chunk) programs of the two reductions, about 8 per SM of an H100
 COMBINE_TILE = 2048  # elements of one [BLOCK_K, BLOCK_CPG] tile of the combine kernels
+# warps of the two reductions (_stats_kernel, _bwd_reduce_kernel), whose element-wise fp32 accumulators hold two
+# [BLOCK_S, BLOCK_C] tiles beside the loaded ones: 16 elements of each per thread at TILE = 4,096 (Triton's default
+# of 4 warps would hold 32, and the backward's six tiles would spill registers)
+REDUCE_WARPS = 8
 
 
 def has_triton() -> bool:
@@ -57,31 +61,35 @@ if triton is not None:
         X, R, MEAN_P, M2_P, C, S, K, sxb, sxc, sxs, srb, src, srs,
         HAS_RES: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, CHUNK_TILES: tl.constexpr,
     ):  # fmt: skip
+        """Per (sample, chunk) program: each channel's mean and sum of squared deviations over the chunk's positions
+        (shifted sums: every element's x - shift, shift = the chunk's first position, accumulated element-wise in
+        [BLOCK_S, BLOCK_C] registers and reduced once at the end, so the loop only loads and adds; the variance keeps
+        its precision where the shift is near the mean, as a sample of the same channel is)."""
         b = tl.program_id(0).to(tl.int64)
         k = tl.program_id(1)
         offs_c = tl.arange(0, BLOCK_C)
         mc = offs_c < C
         s0 = k * (CHUNK_TILES * BLOCK_S)
         s_end = tl.minimum(s0 + CHUNK_TILES * BLOCK_S, S)
-        cnt = 0.0
-        mean = tl.zeros([BLOCK_C], dtype=tl.float32)
-        m2 = tl.zeros([BLOCK_C], dtype=tl.float32)
+        first = s0 + tl.arange(0, BLOCK_S)
+        shift = _load_tile(X, R, b, first, offs_c, (first == s0)[:, None] & mc[None, :], sxb, sxc, sxs, srb, src, srs,
+                           HAS_RES)  # fmt: skip
+        shift = tl.sum(shift, axis=0)[None, :]  # the first row (the others were masked to 0)
+        acc1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         # a constexpr trip count (under the interpreter a loop bound that is an argument fails with NumPy >= 2.3);
-        # the last chunk's tiles past S are fully masked and add nothing (n_t = 0)
+        # the last chunk's tiles past S are fully masked and add nothing
         for i in range(CHUNK_TILES):
             offs_s = s0 + i * BLOCK_S + tl.arange(0, BLOCK_S)
-            ms = offs_s < s_end
-            mask = ms[:, None] & mc[None, :]
+            mask = (offs_s < s_end)[:, None] & mc[None, :]
             x = _load_tile(X, R, b, offs_s, offs_c, mask, sxb, sxc, sxs, srb, src, srs, HAS_RES)
-            n_t = tl.sum(ms.to(tl.float32), axis=0)
-            t_mean = tl.sum(x, axis=0) / tl.maximum(n_t, 1.0)
-            d = tl.where(mask, x - t_mean[None, :], 0.0)
-            t_m2 = tl.sum(d * d, axis=0)
-            new_cnt = cnt + n_t
-            delta = t_mean - mean
-            mean += delta * (n_t / new_cnt)
-            m2 += t_m2 + delta * delta * (cnt * n_t / new_cnt)
-            cnt = new_cnt
+            d = tl.where(mask, x - shift, 0.0)
+            acc1 += d
+            acc2 += d * d
+        n = (s_end - s0).to(tl.float32)  # at least 1: every chunk starts below S
+        s1 = tl.sum(acc1, axis=0)
+        mean = tl.sum(shift, axis=0) + s1 / n
+        m2 = tl.maximum(tl.sum(acc2, axis=0) - s1 * s1 / n, 0.0)
         out = (b * K + k) * C + offs_c
         tl.store(MEAN_P + out, mean, mask=mc)
         tl.store(M2_P + out, m2, mask=mc)
@@ -174,8 +182,9 @@ if triton is not None:
         r, nmr, w, bi = _group_terms(MEAN, RSTD, W, BIAS, b, G, CPG, offs_c, mc, HAS_W, HAS_B, BLOCK_C)
         s0 = k * (CHUNK_TILES * BLOCK_S)
         s_end = tl.minimum(s0 + CHUNK_TILES * BLOCK_S, S)
-        sdz = tl.zeros([BLOCK_C], dtype=tl.float32)
-        sdzx = tl.zeros([BLOCK_C], dtype=tl.float32)
+        # element-wise accumulators, reduced once after the loop (as in _stats_kernel)
+        sdz = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
+        sdzx = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         for i in range(CHUNK_TILES):  # a constexpr trip count, as in _stats_kernel
             offs_s = s0 + i * BLOCK_S + tl.arange(0, BLOCK_S)
             mask = (offs_s < s_end)[:, None] & mc[None, :]
@@ -187,11 +196,11 @@ if triton is not None:
             if SILU:
                 dz = _silu_grad(xhat * w + bi, dz)
             dz = tl.where(mask, dz, 0.0)
-            sdz += tl.sum(dz, axis=0)
-            sdzx += tl.sum(dz * xhat, axis=0)
+            sdz += dz
+            sdzx += dz * xhat
         out = (b * K + k) * C + offs_c
-        tl.store(SDZ_P + out, sdz, mask=mc)
-        tl.store(SDZX_P + out, sdzx, mask=mc)
+        tl.store(SDZ_P + out, tl.sum(sdz, axis=0), mask=mc)
+        tl.store(SDZX_P + out, tl.sum(sdzx, axis=0), mask=mc)
 
     @triton.jit
     def _bwd_combine_kernel(
