@@ -22,10 +22,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 TILE = 4096  # elements of one [BLOCK_S, BLOCK_C] tile
 TARGET_PROGRAMS = 1024  # (sample, chunk) programs of the two reductions, about 8 per SM of an H100
 COMBINE_TILE = 2048  # elements of one [BLOCK_K, BLOCK_CPG] tile of the combine kernels
-# warps of the two reductions (_stats_kernel, _bwd_reduce_kernel), whose element-wise fp32 accumulators hold two
-# [BLOCK_S, BLOCK_C] tiles beside the loaded ones: 16 elements of each per thread at TILE = 4,096 (Triton's default
-# of 4 warps would hold 32, and the backward's six tiles would spill registers)
-REDUCE_WARPS = 8
+# warps of the four tile kernels (statistics, apply, backward reduction, backward apply) at TILE = 4,096 elements:
+# ptxas for sm_90 (Triton 3.6, bf16, C = 64; compiled without a GPU) gives the two backward kernels 255 registers
+# with 304 and 152-212 bytes of spills at Triton's default of 4 warps, and none at 8 (183-190 registers; statistics
+# and apply 98-100)
+TILE_WARPS = 8
 
 
 def has_triton() -> bool:
