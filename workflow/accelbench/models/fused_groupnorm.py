@@ -223,6 +223,7 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool,
         return group_norm_act(x, groups, w, bi, 1e-5, "silu", r, impl="fused")
 
     row = {"shape": name, "dims": "x".join(map(str, shape)), "residual": residual, "tile": kernels.TILE}
+    row["warps"] = kernels.TILE_WARPS  # the tile kernels' launch setting, beside the tile
     impls = (("fused", fused),) if fused_only else (("fused", fused), ("eager", ref), ("compiled", torch.compile(ref)))
     try:
         for label, f in impls:
