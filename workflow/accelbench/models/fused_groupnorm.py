@@ -308,10 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     if not a.bench:
         p.print_help()
         return 0
-    tiles = tuple(int(t) for t in a.tiles.split(",") if t.strip().isdigit())
-    if len(tiles) != len([t for t in a.tiles.split(",") if t.strip()]) or any(t < 1 or t & (t - 1) for t in tiles):
+    parts = [t.strip() for t in a.tiles.split(",") if t.strip()]
+    if not all(p.isdigit() and int(p) > 0 and int(p) & (int(p) - 1) == 0 for p in parts):
         print(f"fused_groupnorm --tiles: {a.tiles!r}: each tile must be a power of two")
         return 2
+    tiles = tuple(int(p) for p in parts)
     if not (torch.cuda.is_available() and has_triton()):
         print("fused_groupnorm --bench: needs a CUDA device and Triton")
         return 2
