@@ -141,3 +141,35 @@ def add_adapters(model, plan: Plan, ctx: RankContext):
         model = model.to(torch.bfloat16)  # run_lora_clm.py: lora_model.to(torch.bfloat16) under --bf16 (ZeRO-3:
         # DeepSpeed's bf16 section casts the partitioned model itself)
     return model, lora_counts
+
+
+# torch's legacy fp32 matmul setting (torch.set_float32_matmul_precision) for each per-backend CUDA matmul setting
+_LEGACY_MATMUL = {"ieee": "highest", "tf32": "high", "bf16": "medium"}
+
+
+def settle_fp32_matmul_precision() -> dict:
+    """Make torch's two fp32-matmul-precision APIs agree again after ``TrainingArguments`` set TF32, and say so.
+
+    transformers (>= 4.57 with torch >= 2.9) turns TF32 on for a compiled bf16 run through the per-backend API
+    (``torch.backends.fp32_precision = "tf32"``). Inductor's autotune cache (``mode="max-autotune*"``) still reads the
+    legacy getter ``torch.get_float32_matmul_precision()``, which then raises "mix of the legacy and new APIs"
+    (pytorch/pytorch#196728; on an H100, ``ours_fold_max_autotune`` failed at its first step). The legacy setter
+    writes both APIs, so the same choice stated through it (TF32 -> ``"high"``) leaves the matmuls as they were and
+    lets the getter answer.
+
+    Returns: ``{"cuda_matmul": <per-backend setting>, "legacy": <legacy setting>, "resynced": bool}`` for the
+    result's ``trainer_settings.fp32_matmul_precision`` (the setting the matmuls ran with).
+    Raises: nothing of its own; a per-backend setting with no legacy equivalent is left as it is
+    (``resynced: False``, ``legacy: None``).
+    """
+    import torch
+
+    cuda_matmul = getattr(getattr(torch.backends.cuda, "matmul", None), "fp32_precision", None)
+    try:
+        return {"cuda_matmul": cuda_matmul, "legacy": torch.get_float32_matmul_precision(), "resynced": False}
+    except RuntimeError:  # the two APIs disagree
+        legacy = _LEGACY_MATMUL.get(cuda_matmul)
+        if legacy is None:
+            return {"cuda_matmul": cuda_matmul, "legacy": None, "resynced": False}
+        torch.set_float32_matmul_precision(legacy)
+        return {"cuda_matmul": cuda_matmul, "legacy": legacy, "resynced": True}

@@ -11,7 +11,14 @@ import time
 from accelbench.experiments.lora.cuda_graphs import compiles_with_cuda_graphs, cuda_graphs_note
 from accelbench.experiments.lora.data import build_datasets
 from accelbench.experiments.lora.model import set_attention
-from accelbench.experiments.lora.rank_setup import RankContext, add_adapters, join, load_model, name_and_pad
+from accelbench.experiments.lora.rank_setup import (
+    RankContext,
+    add_adapters,
+    join,
+    load_model,
+    name_and_pad,
+    settle_fp32_matmul_precision,
+)
 from accelbench.experiments.lora.series import SOURCE, job_flash_flags, train_runtime
 from accelbench.experiments.lora.settings import Plan
 from accelbench.experiments.lora.timer import make_step_timer
@@ -98,6 +105,7 @@ def train_rank(spec: dict, system, plan: Plan, threads: int = 0, placement: dict
             measurements["series"]["notes"].append(cuda_graphs_note(s.grad_accum))
         measurements["trainer_settings"] = _trainer_settings(kw, with_mask, ddp_options, ctx.runtime)
         args, trainer_cls, extra = _training_arguments(model, plan, ctx, kw, pre_args)
+        measurements["trainer_settings"]["fp32_matmul_precision"] = settle_fp32_matmul_precision()
         # the values TrainingArguments holds (defaults included: the faithful series leaves most at Trainer's)
         measurements["trainer_settings"].update({k: _plain(getattr(args, k, None)) for k in TRAINER_FIELDS})
         t_phase = phase_done("lora_and_data", t_phase)

@@ -169,6 +169,8 @@ def test_trainer_step_walks_no_module_tree_and_trains_the_same(monkeypatch):
     assert len(inline_clip) <= TINY.timed_steps
     assert [c for c in calls if c.split()[-1] in ("train", "zero_grad", "parameters") and c not in inline_clip] == []
     assert out["measurements"]["trainer_settings"]["fast_host_step"] is True
+    # the fp32 matmul setting the run had (on the CPU nothing to settle: TrainingArguments leaves TF32 alone)
+    assert out["measurements"]["trainer_settings"]["fp32_matmul_precision"]["resynced"] is False
     fast = out["measurements"]["loss_curve"]
     monkeypatch.undo()
 

@@ -121,3 +121,41 @@ def test_cuda_graphs_only_where_the_series_compiles_with_them():
     assert not compiles_with_cuda_graphs(kw("reduce-overhead", backend="cpu"))
     assert not compiles_with_cuda_graphs(kw(None, series="faithful"))
     assert not compiles_with_cuda_graphs({**kw("reduce-overhead"), "torch_compile_backend": "aot_eager"})
+
+
+_SETTLE = """
+import json, sys, tempfile
+import torch
+import transformers.training_args as ta
+from transformers import TrainingArguments
+from accelbench.experiments.lora.rank_setup import settle_fp32_matmul_precision
+
+before = settle_fp32_matmul_precision()
+ta.is_torch_tf32_available = lambda: True  # as on an Ampere or newer GPU
+TrainingArguments(output_dir=tempfile.mkdtemp(), torch_compile=True, bf16=True, use_cpu=True, report_to=[])
+try:
+    torch.get_float32_matmul_precision()
+    mixed = False
+except RuntimeError as e:
+    mixed = "legacy and new APIs" in str(e)
+after = settle_fp32_matmul_precision()
+json.dump({"before": before, "mixed": mixed, "after": after, "getter": torch.get_float32_matmul_precision(),
+           "cuda_matmul": torch.backends.cuda.matmul.fp32_precision}, sys.stdout)
+"""
+
+
+def test_fp32_matmul_precision_settled_after_training_arguments_set_tf32():
+    """transformers sets TF32 through torch's per-backend API, after which the legacy getter (read by Inductor's
+    max-autotune cache) raises; settling states the same TF32 through the legacy setter. In a fresh interpreter:
+    the settings are process-wide."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _SETTLE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] == {"cuda_matmul": "none", "legacy": "highest", "resynced": False}
+    assert got["mixed"], "TrainingArguments no longer mixes the APIs: the settling may be unneeded"
+    assert got["after"] == {"cuda_matmul": "tf32", "legacy": "high", "resynced": True}
+    assert got["getter"] == "high" and got["cuda_matmul"] == "tf32"  # TF32 as transformers chose it
