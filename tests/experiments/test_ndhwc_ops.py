@@ -219,7 +219,8 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
     fused = "bf16_channels_last_3d_ndhwc_fused_gn_compile_cudagraphs"  # the same with norm "fused"
     padconv = "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs"  # and the skinny convolutions padded
     no_opt = [n.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs") for n in (fused, padconv)]
-    ours = {NDHWC, fused, padconv, *no_opt}
+    fold = no_opt[1].replace("_padconv_", "_padconv_fold_")  # and the two micro-batches as one pass
+    ours = {NDHWC, fused, padconv, *no_opt, fold}
     ours |= {n + "_autotuned" for n in ours}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
     v = VARIANTS[NDHWC + "_autotuned"]

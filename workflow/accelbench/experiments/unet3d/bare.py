@@ -10,9 +10,9 @@ The bare loop runs what the result ran (the driver resolves the network, preset,
 configuration's math mode and cuDNN autotuning (:func:`.numerics.math_mode`), the network's module implementations
 (:func:`.network.set_implementations`: token-view SDPA attention without checkpointing, separable upsampling,
 GroupNorm from channel sums where the configuration asks for them), memory layout, autocast, ``torch.compile`` mode,
-fused Adam, Med-DDPM's gradient accumulation over ``micro_batches`` (loss / micro_batches) and, with CUDA graphs and
-accumulation, ``.grad`` buffers kept outside the graphs' pool as the Workload keeps them
-(:func:`.configs.keeps_grad_buffers`).
+fused Adam, Med-DDPM's gradient accumulation over ``micro_batches`` (loss / micro_batches) or the micro-batches
+folded into one pass (:func:`.configs.passes_per_step`) and, with CUDA graphs and accumulation, ``.grad`` buffers
+kept outside the graphs' pool as the Workload keeps them (:func:`.configs.keeps_grad_buffers`).
 
 Torch is imported inside the functions that build the loop.
 """
@@ -35,7 +35,7 @@ def bare_samples(settings, variant, image, mask, seed: int, device: str, time_lo
     import torch
     import torch.nn.functional as F
 
-    from accelbench.experiments.unet3d.configs import keeps_grad_buffers
+    from accelbench.experiments.unet3d.configs import keeps_grad_buffers, passes_per_step
     from accelbench.experiments.unet3d.network import build_network, build_scheduler, set_implementations
     from accelbench.experiments.unet3d.numerics import math_mode
     from accelbench.experiments.unet3d.workload import compile_kwargs
@@ -52,14 +52,14 @@ def bare_samples(settings, variant, image, mask, seed: int, device: str, time_lo
                 p.grad = torch.zeros_like(p)
         sched = build_scheduler(settings)
         order = (0, 1, *(2 + a for a in settings.spatial_order))  # the network's layout
-        x0 = image.permute(order).to(device).contiguous(memory_format=fmt)
-        m = mask.permute(order).to(device).contiguous(memory_format=fmt)
-        n = settings.micro_batches
+        n, fold = passes_per_step(variant, settings)  # passes per step, micro-batches in each
+        x0 = image.permute(order).repeat(fold, 1, 1, 1, 1).to(device).contiguous(memory_format=fmt)
+        m = mask.permute(order).repeat(fold, 1, 1, 1, 1).to(device).contiguous(memory_format=fmt)
         dtype = torch.bfloat16 if variant.autocast == "bf16" else None
 
         def step():
-            for _ in range(n):  # Med-DDPM's gradient accumulation (micro_batches)
-                t = torch.randint(0, settings.timesteps, (1,), device=device)
+            for _ in range(n):  # Med-DDPM's gradient accumulation (micro_batches), or one folded pass
+                t = torch.randint(0, settings.timesteps, (fold,), device=device)
                 noise = torch.randn_like(x0)
                 x_t = sched.add_noise(original_samples=x0, noise=noise, timesteps=t)
                 with torch.autocast(device, dtype=dtype, enabled=dtype is not None):

@@ -39,6 +39,10 @@ class Variant:
     # default (on, where its heuristics choose channels-last for the graph's convolutions); False = off (the
     # network is already channels_last_3d: Inductor keeps the strides the layers produce). Recorded in each result
     layout_optimization: bool = True
+    # the step's micro-batches as one forward/backward of micro_batches x batch_size volumes (ours): the same samples,
+    # the same loss (the L1 mean over equal-sized micro-batches is the mean of their means) and one Adam step, without
+    # the accumulation's second pass and .grad adds. Recorded in each result
+    fold_micro_batches: bool = False
 
     @property
     def cuda_graphs(self) -> bool:
@@ -113,6 +117,9 @@ def no_layout_opt_name(name: str) -> str:
     return name.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs")
 
 
+PADCONV_NO_LAYOUT_OPT = dataclasses.replace(PADCONV, name=no_layout_opt_name(PADCONV.name), layout_optimization=False)
+
+
 VARIANTS: dict[str, Variant] = {
     v.name: v
     for v in (
@@ -160,7 +167,13 @@ VARIANTS: dict[str, Variant] = {
         # operator, not this option: models/group_norm_op.py; the option alone changes nothing measurable on an H100,
         # reference_runs/h100x1c-2026-12-06)
         dataclasses.replace(NDHWC_FUSED_GN, name=no_layout_opt_name(NDHWC_FUSED_GN.name), layout_optimization=False),
-        dataclasses.replace(PADCONV, name=no_layout_opt_name(PADCONV.name), layout_optimization=False),
+        PADCONV_NO_LAYOUT_OPT,
+        # the same with the step's two micro-batches folded into one pass of two volumes (Variant.fold_micro_batches)
+        dataclasses.replace(
+            PADCONV_NO_LAYOUT_OPT,
+            name=PADCONV_NO_LAYOUT_OPT.name.replace("_padconv_", "_padconv_fold_"),
+            fold_micro_batches=True,
+        ),
     )
 }
 AUTOTUNED = "_autotuned"
@@ -262,10 +275,18 @@ GRAD_BUFFERS = {
 }
 
 
+def passes_per_step(variant: Variant, settings: ModelSettings) -> tuple[int, int]:
+    """(forward/backward passes per optimizer step, micro-batches in each pass): ``(micro_batches, 1)``, Med-DDPM's
+    gradient accumulation, or ``(1, micro_batches)`` where the configuration folds them
+    (:attr:`Variant.fold_micro_batches`). A pass holds ``batch_size`` volumes per micro-batch."""
+    n = settings.micro_batches
+    return (1, n) if variant.fold_micro_batches else (n, 1)
+
+
 def keeps_grad_buffers(variant: Variant, settings: ModelSettings) -> bool:
-    """Whether a training step keeps its ``.grad`` buffers (CUDA graphs and gradient accumulation; see
-    :class:`Workload`)."""
-    return variant.cuda_graphs and settings.micro_batches > 1
+    """Whether a training step keeps its ``.grad`` buffers (CUDA graphs and gradient accumulation over more than one
+    pass; see :class:`Workload`)."""
+    return variant.cuda_graphs and passes_per_step(variant, settings)[0] > 1
 
 
 def resolve_settings(

@@ -67,7 +67,10 @@ backward: :mod:`accelbench.models.fused_groupnorm`);
 output convolution's 1 output channel zero-padded to 8 on the fly (``skinny_conv="pad8"``,
 :mod:`accelbench.models.padded_conv`: same parameters and state dict, same result); the two with ``_no_layout_opt``
 before ``_cudagraphs``: the same with Inductor's layout optimisation off for their compile
-(``layout_optimization=False``; the network is channels_last_3d already). Inductor's search
+(``layout_optimization=False``; the network is channels_last_3d already);
+``bf16_channels_last_3d_ndhwc_fused_gn_padconv_fold_compile_no_layout_opt_cudagraphs``: the last with the step's
+micro-batches folded into one forward/backward pass of ``micro_batches`` x B volumes (``fold_micro_batches``,
+:func:`.configs.passes_per_step`: the same samples and loss, one Adam step, no accumulation). Inductor's search
 has no time limit of its own: its cost is the recorded ``first_train_step_ms`` (compilation and tuning), bounded in
 practice by the job's window. A configuration counts only where its quality check holds (``quality.holds``).
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from accelbench.backends.device import Device
-from accelbench.experiments.unet3d.configs import ModelSettings, Variant, keeps_grad_buffers
+from accelbench.experiments.unet3d.configs import ModelSettings, Variant, keeps_grad_buffers, passes_per_step
 from accelbench.experiments.unet3d.network import build_network, build_scheduler, set_implementations
 from accelbench.experiments.unet3d.numerics import math_mode
 
@@ -52,6 +52,10 @@ class Workload:
     compiles to one graph (dynamo on the CPU: no graph break, checkpointed attention included), so nothing else is
     needed. Cost: one in-place add per parameter in the first micro-batch and one in-place zeroing per step; the
     arithmetic and the gradients are unchanged. Recorded as ``measurements.grad_buffers``.
+
+    Folded micro-batches (:attr:`Variant.fold_micro_batches`, :func:`.configs.passes_per_step`): a training step is one
+    pass over ``train_image``/``train_mask``, the inputs repeated ``micro_batches`` times along the batch, with one
+    timestep and noise draw per volume; sampling keeps batch B.
     """
 
     def __init__(
@@ -73,6 +77,9 @@ class Workload:
         self.image = image.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.mask = mask.repeat(settings.batch_size, 1, 1, 1, 1).to(dev).contiguous(memory_format=fmt)
         self.fmt = fmt
+        self.passes, fold = passes_per_step(variant, settings)
+        self.train_image = self.image.repeat(fold, 1, 1, 1, 1).contiguous(memory_format=fmt) if fold > 1 else self.image
+        self.train_mask = self.mask.repeat(fold, 1, 1, 1, 1).contiguous(memory_format=fmt) if fold > 1 else self.mask
         self.scheduler = build_scheduler(settings)
         self.net = torch.compile(self.model, **compile_kwargs(variant)) if variant.compile else self.model
         fused = {"fused": True} if variant.fused_adam and device.ops.fused_adamw else {}
@@ -87,23 +94,24 @@ class Workload:
         self.x_t = torch.randn(self.image.shape, generator=self.gen, device=dev).contiguous(memory_format=fmt)
         self.t_sample = int(settings.timesteps // 2)
 
-    def predict(self, x_t: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        inp = torch.cat([x_t, self.mask], dim=1).contiguous(memory_format=self.fmt)
+    def predict(self, x_t: torch.Tensor, t: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        inp = torch.cat([x_t, self.mask if mask is None else mask], dim=1).contiguous(memory_format=self.fmt)
         with self.device.autocast(self.amp):
             return self.net(inp, t).float()
 
     def train_step(self) -> torch.Tensor:
         """One optimizer step at batch B: ``micro_batches`` x (forward + L1 loss on epsilon / micro_batches +
-        backward), then the Adam step (Med-DDPM's gradient accumulation). Returns the mean micro-batch loss.
+        backward), then the Adam step (Med-DDPM's gradient accumulation); folded (class docstring), one forward + L1
+        loss + backward over all ``micro_batches`` x B volumes, then the Adam step. Returns the mean micro-batch loss.
         The gradients are set to None after the step, or zeroed in place where ``stable_grads`` (class docstring)."""
         dev = self.device.torch_device
-        b, n = self.image.shape[0], self.s.micro_batches
+        image, mask, n = self.train_image, self.train_mask, self.passes
         losses = []
         for _ in range(n):
-            t = torch.randint(0, self.s.timesteps, (b,), device=dev, generator=self.gen)
-            noise = torch.randn(self.image.shape, device=dev, generator=self.gen).contiguous(memory_format=self.fmt)
-            x_t = self.scheduler.add_noise(original_samples=self.image, noise=noise, timesteps=t)
-            loss = F.l1_loss(self.predict(x_t, t), noise)
+            t = torch.randint(0, self.s.timesteps, (image.shape[0],), device=dev, generator=self.gen)
+            noise = torch.randn(image.shape, device=dev, generator=self.gen).contiguous(memory_format=self.fmt)
+            x_t = self.scheduler.add_noise(original_samples=image, noise=noise, timesteps=t)
+            loss = F.l1_loss(self.predict(x_t, t, mask), noise)
             if n > 1:
                 loss = loss / n
             loss.backward()

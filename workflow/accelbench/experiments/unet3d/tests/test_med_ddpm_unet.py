@@ -11,6 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from accelbench.backends.device import Device
 from accelbench.experiments.unet3d import job as exp
+from accelbench.experiments.unet3d.configs import passes_per_step
 from accelbench.experiments.unet3d.med_ddpm_unet import MedDDPMUNet, SpatialAttention, Upsample
 
 REFERENCE = Path(__file__).resolve().parents[5] / "resources/reference/med_ddpm_network.csv"
@@ -209,3 +210,45 @@ def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkey
         assert all(g is None for g in first) and all(g is None for g in seen[0]) and all(p.grad is None for p in params)
     assert all(torch.equal(a, b) for step, ref_step in zip(grads, ref_grads) for a, b in zip(step, ref_step))
     assert all(torch.equal(a, b) for a, b in zip(params, ref_model.parameters()))
+
+
+def test_folded_micro_batches_give_the_accumulated_gradients(tiny_config, monkeypatch):
+    """Variant.fold_micro_batches: one forward/backward of 2 volumes per optimizer step, no kept .grad buffers even
+    with CUDA graphs; its gradients equal Med-DDPM's accumulation (loss / 2 per micro-batch) over the same timesteps
+    and noise, each micro-batch passed alone (fp32 on the CPU: equal up to the sums' order). torch.compile is the
+    identity here (no compiler on the CPU)."""
+    monkeypatch.setattr(exp.torch, "compile", lambda model, **kw: model)
+    u = tiny_config["unet3d_profile"]
+    s = exp.resolve_settings("whole_head", u["presets"], "small", u["scales"], network="med_ddpm", micro_batches=2)
+    folded = exp.VARIANTS["bf16_channels_last_3d_ndhwc_fused_gn_padconv_fold_compile_no_layout_opt_cudagraphs"]
+    assert folded.fold_micro_batches and folded.cuda_graphs and passes_per_step(folded, s) == (1, 2)
+    assert passes_per_step(exp.VARIANTS["baseline"], s) == (2, 1)
+    variant = exp.dataclasses.replace(
+        exp.VARIANTS["baseline"], name="folded", compile=True, compile_mode="reduce-overhead", fold_micro_batches=True
+    )
+    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    mask = torch.zeros(1, 2, 16, 16, 16)
+    mask[:, 0, 4:12, 4:12, 4:12] = 1
+    torch.manual_seed(0)
+    model = exp.build_network(s)
+    ref_model = exp.copy.deepcopy(model)
+    w = exp.Workload(model, s, variant, Device("cpu"), image, mask, seed=0)
+    assert not w.stable_grads and w.train_image.shape[0] == 2 and w.image.shape[0] == 1  # sampling keeps batch 1
+    drawn, calls, grads = [], [], []
+    add_noise = w.scheduler.add_noise
+    monkeypatch.setattr(
+        w.scheduler, "add_noise", lambda **kw: drawn.append((kw["noise"], kw["timesteps"])) or add_noise(**kw)
+    )
+    model.register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[0]))
+    w.opt.register_step_pre_hook(lambda opt, *_: grads.append([p.grad.clone() for p in model.parameters()]))
+    with exp.math_mode(False):
+        w.train_step()
+    assert calls == [2] and len(drawn) == 1
+    noise, t = drawn[0]
+    for i in range(2):  # the accumulation over the same draws, one volume a pass
+        x0 = w.train_image[i : i + 1]
+        x_t = w.scheduler.add_noise(original_samples=x0, noise=noise[i : i + 1], timesteps=t[i : i + 1])
+        pred = ref_model(torch.cat([x_t, w.train_mask[i : i + 1]], dim=1), t[i : i + 1])
+        (torch.nn.functional.l1_loss(pred, noise[i : i + 1]) / 2).backward()
+    for g, p in zip(grads[0], ref_model.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
