@@ -72,6 +72,50 @@ def test_separable_upsample_equals_trilinear_interpolation(calls):
         Upsample(8, mode="nearest", impl="separable")
 
 
+def test_channels_last_upsample_equals_trilinear_and_never_transposes():
+    """trilinear_up2_channels_last: F.interpolate's values and input gradient (fp64) from either input layout, a
+    channels_last_3d result, bf16 rounded once; every 5-D tensor its forward makes keeps the channels innermost
+    (stride 1 on C, the (B, D, H, W, C) view), where trilinear_up2's passes run channels-outermost."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Strides(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.channel_strides = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if isinstance(out, torch.Tensor) and out.dim() == 5 and out.shape[-1] == 8:  # (B, D, H, W, C=8) views
+                self.channel_strides.append(out.stride(-1))
+            elif isinstance(out, torch.Tensor) and out.dim() == 5 and out.shape[1] == 8:  # (B, C=8, D, H, W)
+                self.channel_strides.append(out.stride(1))
+            return out
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 5, 6, 7, dtype=torch.float64)
+    g = torch.randn(2, 8, 10, 12, 14, dtype=torch.float64)
+    ref, gref, _ = _grads(lambda t: F.interpolate(t, scale_factor=2, mode="trilinear"), x, g, [])
+    for inp in (x, x.contiguous(memory_format=CL)):
+        y, gx, _ = _grads(ndhwc_ops.trilinear_up2_channels_last, inp, g, [])
+        assert (y - ref).abs().max() < TOL and (gx - gref).abs().max() < TOL
+        assert y.is_contiguous(memory_format=CL)
+    xb = x.to(torch.bfloat16).contiguous(memory_format=CL)
+    assert torch.equal(ndhwc_ops.trilinear_up2_channels_last(xb), ndhwc_ops.trilinear_up2(xb))
+    seen = {}
+    for fn in (ndhwc_ops.trilinear_up2_channels_last, ndhwc_ops.trilinear_up2):
+        with Strides() as mode:
+            fn(x.contiguous(memory_format=CL))
+        seen[fn.__name__] = set(mode.channel_strides)
+    assert seen["trilinear_up2_channels_last"] == {1}
+    assert seen["trilinear_up2"] != {1}  # its passes run channels-outermost (then one transpose)
+    up = Upsample(8).double()  # the module: the same convolution after either
+    cl = copy.deepcopy(up)
+    cl.impl = "separable_channels_last"
+    assert (cl(x.contiguous(memory_format=CL)) - up(x)).abs().max() < TOL
+    with pytest.raises(ValueError, match="'separable_channels_last' is trilinear"):
+        Upsample(8, mode="nearest", impl="separable_channels_last")
+
+
 def test_channel_sum_group_norm_equals_group_norm():
     torch.manual_seed(0)
     gn = nn.GroupNorm(8, 64).double()
@@ -220,7 +264,8 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
     padconv = "bf16_channels_last_3d_ndhwc_fused_gn_padconv_compile_cudagraphs"  # and the skinny convolutions padded
     no_opt = [n.replace("_compile_cudagraphs", "_compile_no_layout_opt_cudagraphs") for n in (fused, padconv)]
     fold = no_opt[1].replace("_padconv_", "_padconv_fold_")  # and the two micro-batches as one pass
-    ours = {NDHWC, fused, padconv, *no_opt, fold}
+    up_cl = no_opt[1].replace("_padconv_", "_padconv_upsample_cl_")  # the upsampling's passes channels innermost
+    ours = {NDHWC, fused, padconv, *no_opt, fold, up_cl, up_cl.replace("_upsample_cl_", "_upsample_cl_fold_")}
     ours |= {n + "_autotuned" for n in ours}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
     v = VARIANTS[NDHWC + "_autotuned"]

@@ -167,7 +167,8 @@ def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it()
             assert dataclasses.asdict(v)["layout_optimization"] is False
             assert workload.compile_kwargs(v) == {"options": {"triton.cudagraphs": True, "layout_optimization": False}}
     off = [n for n, v in VARIANTS.items() if not v.layout_optimization]
-    assert len(off) == 4 and all("_no_layout_opt_" in n for n in off)
+    # the fused and padded ones, the padded fold and the channels-last upsampling (unfolded, folded), each autotuned
+    assert len(off) == 10 and all("_no_layout_opt_" in n for n in off)
     assert workload.compile_kwargs(VARIANTS[PADCONV]) == {"mode": "reduce-overhead"}
     import torch._inductor.config as inductor_config
 
@@ -176,11 +177,11 @@ def test_no_layout_opt_configurations_differ_only_there_and_compile_without_it()
     assert inductor_config.layout_optimization == before  # the global config untouched
 
 
-@pytest.mark.parametrize("layout_opt", [True, False])
-def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout_opt):
+@pytest.mark.parametrize("layout_opt, fold", [(True, False), (False, False), (False, True)])
+def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout_opt, fold):
     """The bare loop beside the product's step builds the configuration's network from its variant: the stem and the
-    head run padded (2 padded convolutions per forward, 2 micro-batches), compiled with the variant's options (the
-    product's Workload's own: ``workload.compile_kwargs``)."""
+    head run padded (2 padded convolutions per forward, 2 micro-batches; folded, one forward of 2 volumes), compiled
+    with the variant's options (the product's Workload's own: ``workload.compile_kwargs``)."""
     from accelbench.experiments.unet3d import bare
     from accelbench.experiments.unet3d import job as exp
     from accelbench.experiments.unet3d.configs import VARIANTS, no_layout_opt_name
@@ -201,12 +202,16 @@ def test_bare_loop_runs_the_padded_convolutions(tiny_config, monkeypatch, layout
     image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
     mask = torch.zeros(1, 2, 16, 16, 16)
     name = PADCONV if layout_opt else no_layout_opt_name(PADCONV)
+    name = name.replace("_padconv_", "_padconv_upsample_cl_fold_") if fold else name
     v = dataclasses.replace(VARIANTS[name], autocast=None)  # fp32: bf16 is emulated, slowly, on this CPU
+    batches = []
+    monkeypatch.setattr(pc, "padded_conv", lambda x, *a, **kw: batches.append(x.shape[0]) or counted(x, *a, **kw))
 
     def one_step(step):
         step()
         return [1.0]
 
     assert bare.bare_samples(s, v, image, mask, 0, "cpu", one_step) == [1.0]
-    assert n["calls"] == 2 * 2 and compiled == [compile_kwargs(v)]
+    assert n["calls"] == 2 * 2 // (2 if fold else 1) and compiled == [compile_kwargs(v)]
+    assert set(batches) == {2 if fold else 1}  # volumes per pass
     assert ("options" not in compiled[0]) == layout_opt

@@ -17,6 +17,8 @@ forth.
 
 - :func:`tokens_sdpa_attention` (``attention="tokens_sdpa"``): the attention block on a (B, N, C) token view;
 - :func:`trilinear_up2` (``upsample="separable"``): the x2 trilinear interpolation as three separable 1-D passes;
+  :func:`trilinear_up2_channels_last` (``upsample="separable_channels_last"``) the same passes over the (B, D, H, W, C)
+  view of a channels_last_3d input, channels innermost throughout (no transpose at the end);
 - :class:`ChannelSumGroupNorm` (``norm="channel_sums"``): GroupNorm from per-channel sums, one pointwise affine;
 - :func:`channels_last_grad` (``conv_grad="channels_last_3d"``): a forward hook on each Conv3d whose backward makes the
   gradient flowing into the convolution channels_last_3d (an identity forward). Probe call 4: the same-dtype copies
@@ -33,7 +35,7 @@ from torch import nn
 
 # the implementations MedDDPMUNet accepts (the first of each: Med-DDPM's, the default)
 ATTENTION_IMPLS = ("conv1d_einsum", "tokens_sdpa")
-UPSAMPLE_IMPLS = ("interpolate", "separable")
+UPSAMPLE_IMPLS = ("interpolate", "separable", "separable_channels_last")
 NORM_IMPLS = ("group_norm", "channel_sums", "fused")
 CONV_GRAD_LAYOUTS = ("as_computed", "channels_last_3d")
 
@@ -87,6 +89,23 @@ def trilinear_up2(x: torch.Tensor) -> torch.Tensor:
         y = _up2(y, dim)
     y = y.to(x.dtype)
     return y.contiguous(memory_format=CL) if x.dim() == 5 and x.is_contiguous(memory_format=CL) else y
+
+
+def trilinear_up2_channels_last(x: torch.Tensor) -> torch.Tensor:
+    """:func:`trilinear_up2` (same passes, same fp32 arithmetic and one rounding) computed on the (B, D, H, W, C) view
+    of a 5-D input, so that every intermediate and the result keep the channels innermost: (B, C, D, H, W) ->
+    (B, C, 2D, 2H, 2W) in channels_last_3d, whatever the input's layout (a contiguous input is read through the view).
+
+    Why: :func:`trilinear_up2` runs its passes in the contiguous layout and transposes once at the end. At one volume
+    per pass Inductor tiles that transpose in 2-D (coalesced reads and writes); at two volumes it emitted a 1-D
+    pointwise kernel instead, and the last upsampling's took 13.37 ms for one call against 0.35 ms a call at one
+    volume (H100, reference_runs/h100x1d-2026-12-06, grid [12288] against [1024, 6] on the 64^3 level). Here the
+    passes never transpose, so each kernel reads and writes with the channels contiguous at any batch."""
+    y = x.float() if x.dtype in _HALF else x
+    y = y.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C): a view, contiguous for a channels_last_3d input
+    for dim in (1, 2, 3):
+        y = _up2(y, dim)
+    return y.to(x.dtype).permute(0, 4, 1, 2, 3)  # (B, C, 2D, 2H, 2W), channels_last_3d strides
 
 
 class ChannelSumGroupNorm(nn.GroupNorm):

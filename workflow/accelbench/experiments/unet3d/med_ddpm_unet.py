@@ -139,20 +139,24 @@ class SpatialAttention(nn.Module):
 
 class Upsample(nn.Module):
     """x2 interpolation in all three spatial dimensions (``mode``: Med-DDPM ``trilinear``) then a 3x3x3 convolution.
-    ``impl``: ``interpolate`` (``F.interpolate``) or ``separable`` (trilinear only:
-    :func:`accelbench.models.ndhwc_ops.trilinear_up2`, the same interpolation as three 1-D passes)."""
+    ``impl``: ``interpolate`` (``F.interpolate``), ``separable`` (trilinear only:
+    :func:`accelbench.models.ndhwc_ops.trilinear_up2`, the same interpolation as three 1-D passes) or
+    ``separable_channels_last`` (the same passes with the channels innermost:
+    :func:`~accelbench.models.ndhwc_ops.trilinear_up2_channels_last`)."""
 
     def __init__(self, channels: int, mode: str = "trilinear", impl: str = "interpolate"):
         super().__init__()
         _check("upsample", impl, ndhwc_ops.UPSAMPLE_IMPLS)
-        if impl == "separable" and mode != "trilinear":
-            raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {mode!r}")
+        if impl.startswith("separable") and mode != "trilinear":
+            raise ValueError(f"upsample: {impl!r} is trilinear interpolation, not {mode!r}")
         self.mode, self.impl = mode, impl
         self.conv = nn.Conv3d(channels, channels, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "separable":
             return self.conv(ndhwc_ops.trilinear_up2(x))
+        if self.impl == "separable_channels_last":
+            return self.conv(ndhwc_ops.trilinear_up2_channels_last(x))
         return self.conv(F.interpolate(x, scale_factor=2, mode=self.mode))
 
 
@@ -306,8 +310,8 @@ class MedDDPMUNet(nn.Module):
             if isinstance(m, SpatialAttention):
                 m.impl, m.checkpointed = attention, checkpoint_attention
             elif isinstance(m, Upsample):
-                if upsample == "separable" and m.mode != "trilinear":
-                    raise ValueError(f"upsample: 'separable' is trilinear interpolation, not {m.mode!r}")
+                if upsample.startswith("separable") and m.mode != "trilinear":
+                    raise ValueError(f"upsample: {upsample!r} is trilinear interpolation, not {m.mode!r}")
                 m.impl = upsample
         ndhwc_ops.set_group_norms(self, norm)
         fused = norm == "fused"  # each residual block's SiLUs and the head's go into their GroupNorm's kernel
