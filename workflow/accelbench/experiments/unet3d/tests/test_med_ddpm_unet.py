@@ -157,6 +157,16 @@ def test_cuda_graph_modes_are_torchs():
     assert not exp.VARIANTS["bf16_compile_max_autotune"].cuda_graphs and not exp.VARIANTS["bf16_compile"].cuda_graphs
 
 
+def _volume_and_twin_networks(s):
+    """A 16^3 volume in [-1, 1], its one-hot mask, and the network of ``s`` with a deep copy (the same weights)."""
+    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    mask = torch.zeros(1, 2, 16, 16, 16)
+    mask[:, 0, 4:12, 4:12, 4:12] = 1
+    torch.manual_seed(0)
+    model = exp.build_network(s)
+    return image, mask, model, exp.copy.deepcopy(model)
+
+
 @pytest.mark.parametrize(
     "mode, micro_batches, kept",
     [
@@ -180,12 +190,7 @@ def test_cuda_graph_gradient_accumulation_keeps_grad_buffers(tiny_config, monkey
     )
     variant = exp.dataclasses.replace(exp.VARIANTS["baseline"], name="compiled", compile=True, compile_mode=mode)
     assert variant.cuda_graphs is (mode != "max-autotune-no-cudagraphs")
-    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    mask = torch.zeros(1, 2, 16, 16, 16)
-    mask[:, 0, 4:12, 4:12, 4:12] = 1
-    torch.manual_seed(0)
-    model = exp.build_network(s)
-    ref_model = exp.copy.deepcopy(model)
+    image, mask, model, ref_model = _volume_and_twin_networks(s)
     w = exp.Workload(model, s, variant, Device("cpu"), image, mask, seed=0)
     ref = exp.Workload(ref_model, s, exp.VARIANTS["baseline"], Device("cpu"), image, mask, seed=0)
     params = list(model.parameters())
@@ -226,12 +231,7 @@ def test_folded_micro_batches_give_the_accumulated_gradients(tiny_config, monkey
     variant = exp.dataclasses.replace(
         exp.VARIANTS["baseline"], name="folded", compile=True, compile_mode="reduce-overhead", fold_micro_batches=True
     )
-    image = torch.rand(1, 1, 16, 16, 16, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    mask = torch.zeros(1, 2, 16, 16, 16)
-    mask[:, 0, 4:12, 4:12, 4:12] = 1
-    torch.manual_seed(0)
-    model = exp.build_network(s)
-    ref_model = exp.copy.deepcopy(model)
+    image, mask, model, ref_model = _volume_and_twin_networks(s)
     w = exp.Workload(model, s, variant, Device("cpu"), image, mask, seed=0)
     assert not w.stable_grads and w.train_image.shape[0] == 2 and w.image.shape[0] == 1  # sampling keeps batch 1
     drawn, calls, grads = [], [], []
