@@ -156,6 +156,16 @@ def test_fp32_matmul_precision_settled_after_training_arguments_set_tf32():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["before"] == {"cuda_matmul": "none", "legacy": "highest", "resynced": False}
-    assert got["mixed"], "TrainingArguments no longer mixes the APIs: the settling may be unneeded"
-    assert got["after"] == {"cuda_matmul": "tf32", "legacy": "high", "resynced": True}
-    assert got["getter"] == "high" and got["cuda_matmul"] == "tf32"  # TF32 as transformers chose it
+    # a transformers whose enable_tf32 writes the per-backend API (5.x with torch >= 2.9) leaves the getter raising;
+    # older ones (the Habana image's 4.51) write the legacy flags, which leave nothing to settle
+    import inspect
+
+    from transformers.utils import import_utils
+
+    enable = getattr(import_utils, "enable_tf32", None)
+    writes_new_api = enable is not None and "fp32_precision" in inspect.getsource(enable)
+    assert got["mixed"] is writes_new_api
+    assert got["after"]["resynced"] is got["mixed"] and got["after"]["legacy"] == "high"
+    assert got["getter"] == "high"  # TF32 on, as transformers chose it, and the legacy getter answers
+    if got["mixed"]:
+        assert got["after"]["cuda_matmul"] == got["cuda_matmul"] == "tf32"
