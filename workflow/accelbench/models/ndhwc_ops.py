@@ -84,11 +84,16 @@ def trilinear_up2(x: torch.Tensor) -> torch.Tensor:
     ``index_put`` in the backward). A channels_last_3d input gives a channels_last_3d result: the last pass's
     rounding writes it so (the probe left it in the passes' contiguous layout, which the next convolution then
     transposed)."""
-    y = x.float() if x.dtype in _HALF else x
-    for dim in (2, 3, 4):
-        y = _up2(y, dim)
-    y = y.to(x.dtype)
+    y = _up2_passes(x, (2, 3, 4))
     return y.contiguous(memory_format=CL) if x.dim() == 5 and x.is_contiguous(memory_format=CL) else y
+
+
+def _up2_passes(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """:func:`_up2` along each of ``dims`` in turn, in fp32 for bf16/fp16 ``x``, rounded once to ``x``'s dtype."""
+    y = x.float() if x.dtype in _HALF else x
+    for dim in dims:
+        y = _up2(y, dim)
+    return y.to(x.dtype)
 
 
 def trilinear_up2_channels_last(x: torch.Tensor) -> torch.Tensor:
@@ -99,13 +104,12 @@ def trilinear_up2_channels_last(x: torch.Tensor) -> torch.Tensor:
     Why: :func:`trilinear_up2` runs its passes in the contiguous layout and transposes once at the end. At one volume
     per pass Inductor tiles that transpose in 2-D (coalesced reads and writes); at two volumes it emitted a 1-D
     pointwise kernel instead, and the last upsampling's took 13.37 ms for one call against 0.35 ms a call at one
-    volume (H100, reference_runs/h100x1d-2026-12-06, grid [12288] against [1024, 6] on the 64^3 level). Here the
-    passes never transpose, so each kernel reads and writes with the channels contiguous at any batch."""
-    y = x.float() if x.dtype in _HALF else x
-    y = y.permute(0, 2, 3, 4, 1)  # (B, D, H, W, C): a view, contiguous for a channels_last_3d input
-    for dim in (1, 2, 3):
-        y = _up2(y, dim)
-    return y.to(x.dtype).permute(0, 4, 1, 2, 3)  # (B, C, 2D, 2H, 2W), channels_last_3d strides
+    volume (H100, reference_runs/h100x1d-2026-12-06; the trace's launch grids are 2-D, e.g. [1024, 6], at one volume
+    and 1-D, e.g. [12288], at two). Here the passes never transpose, so each kernel reads and writes with the channels
+    contiguous at any batch."""
+    # the passes on (B, D, H, W, C), a view (contiguous for a channels_last_3d input); the result back as
+    # (B, C, 2D, 2H, 2W) with channels_last_3d strides
+    return _up2_passes(x.permute(0, 2, 3, 4, 1), (1, 2, 3)).permute(0, 4, 1, 2, 3)
 
 
 class ChannelSumGroupNorm(nn.GroupNorm):
