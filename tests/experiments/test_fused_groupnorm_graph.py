@@ -104,7 +104,7 @@ def test_bench_csv_has_the_environment_columns_and_every_rows_keys(tmp_path, mon
     ]
     monkeypatch.setattr(fg.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(fg, "has_triton", lambda: True)
-    monkeypatch.setattr(fg, "bench", lambda residual=False, tiles=(): rows)
+    monkeypatch.setattr(fg, "bench", lambda residual=False, tiles=(), warps=(): rows)
     monkeypatch.setattr(fg, "environment", lambda: {"device": "NVIDIA H100", "torch": "2.x", "triton": "3.x"})
     path = tmp_path / "bench.csv"
     assert fg.main(["--bench", "--csv", str(path)]) == 0
@@ -136,6 +136,35 @@ def test_bench_sweeps_the_tile_size_for_the_fused_operator_alone_and_restores_it
     for bad in ("3000", "4096,x", "0"):
         assert fg.main(["--bench", "--tiles", bad]) == 2
         assert "each tile must be a power of two" in capsys.readouterr().out
+
+
+def test_bench_sweeps_each_kernels_warps_one_at_a_time_and_restores_them(monkeypatch, capsys):
+    """``--warps 4``: per shape, the full row at the defaults, then the fused operator alone with one tile kernel at a
+    time launched with 4 warps (the others at their defaults, the row's ``warps`` naming all four), every count put
+    back after its row, also when a row fails; a count that is not a power of two from 1 to 32 is refused with one
+    line before any device work."""
+    seen = []
+    defaults = dict(kernels.WARPS)
+
+    def shape_row(name, shape, groups, residual, fused_only=False):
+        seen.append((name, dict(kernels.WARPS), fused_only))
+        if name == "b" and kernels.WARPS["apply"] == 4:
+            raise RuntimeError("a failing row")
+        return {"shape": name}
+
+    monkeypatch.setattr(fg, "_bench_shape", shape_row)
+    rows = fg.bench(shapes=(("a", (1, 8, 4, 4), 2),), warps=(4,))
+    changed = [{k for k in w if w[k] != defaults[k]} for _, w, _ in seen]
+    assert changed[0] == set() and seen[0][2] is False
+    assert changed[1:] == [{k} for k in defaults if defaults[k] != 4] and all(f for _, _, f in seen[1:])
+    assert all(w[k] == 4 for (_, w, _), ks in zip(seen[1:], changed[1:]) for k in ks)
+    assert len(rows) == len(seen) and kernels.WARPS == defaults
+    with pytest.raises(RuntimeError, match="a failing row"):
+        fg.bench(shapes=(("b", (1, 8, 4, 4), 2),), warps=(4,))
+    assert kernels.WARPS == defaults
+    for bad in ("3", "4,x", "0", "64"):
+        assert fg.main(["--bench", "--warps", bad]) == 2
+        assert "each count must be a power of two from 1 to 32" in capsys.readouterr().out
 
 
 def test_environment_names_the_device_and_versions():

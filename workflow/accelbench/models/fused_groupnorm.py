@@ -223,7 +223,7 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool,
         return group_norm_act(x, groups, w, bi, 1e-5, "silu", r, impl="fused")
 
     row = {"shape": name, "dims": "x".join(map(str, shape)), "residual": residual, "tile": kernels.TILE}
-    row["warps"] = kernels.TILE_WARPS  # the tile kernels' launch setting, beside the tile
+    row["warps"] = " ".join(f"{k}={v}" for k, v in kernels.WARPS.items())  # the tile kernels' launch settings
     impls = (("fused", fused),) if fused_only else (("fused", fused), ("eager", ref), ("compiled", torch.compile(ref)))
     try:
         for label, f in impls:
@@ -244,28 +244,49 @@ def _bench_shape(name: str, shape: tuple[int, ...], groups: int, residual: bool,
     return row
 
 
-def bench(shapes=BENCH_SHAPES, residual: bool = False, tiles: tuple[int, ...] = ()) -> list[dict]:
+def bench(
+    shapes=BENCH_SHAPES, residual: bool = False, tiles: tuple[int, ...] = (), warps: tuple[int, ...] = ()
+) -> list[dict]:
     """Forward + backward ms of ``SiLU(GroupNorm(x))`` in bf16 channels-last on the CUDA device, per shape: the fused
     operator, the eager reference under bf16 autocast (``nn.GroupNorm`` then ``F.silu``: what the networks run), and
     that reference through ``torch.compile``, each from an eager loop (``*_ms``: host + device) and from CUDA-graph
     replays (``*_graph_ms``: device only); also the fused output's largest difference from the fp32 reference.
     ``tiles``: further rows of the fused operator alone with the kernels' tile size
     (:data:`~accelbench.models.group_norm_kernels.TILE`, elements of one [BLOCK_S, BLOCK_C] tile) set to each, the
-    ``tile`` column saying which (the sweep that chooses it). Prints one dict per row as it goes."""
+    ``tile`` column saying which (the sweep that chooses it). ``warps``: further rows of the fused operator alone
+    with one tile kernel at a time launched with each count (:data:`~accelbench.models.group_norm_kernels.WARPS`),
+    the ``warps`` column naming every kernel's. Each setting is put back after its row, also when the row fails.
+    Prints one dict per row as it goes."""
     rows = []
-    default = kernels.TILE
     for name, shape, groups in shapes:
         rows.append(_bench_shape(name, shape, groups, residual))
         print(rows[-1], flush=True)
-        for tile in (t for t in tiles if t != default):
-            kernels.TILE = tile
-            try:
-                rows.append(_bench_shape(name, shape, groups, residual, fused_only=True))
-            finally:
-                kernels.TILE = default
+        settings = [("TILE", None, t) for t in tiles if t != kernels.TILE]
+        settings += [("WARPS", k, w) for w in warps for k, v in kernels.WARPS.items() if v != w]
+        for attr, key, value in settings:
+            rows.append(_with_setting(attr, key, value, _bench_shape, name, shape, groups, residual, True))
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     return rows
+
+
+def _with_setting(attr: str, key: str | None, value: int, fn, *args):
+    """``fn(*args)`` with :mod:`~accelbench.models.group_norm_kernels`' ``attr`` (or its entry ``key``) set to
+    ``value``, put back afterwards."""
+    if key is None:
+        saved = getattr(kernels, attr)
+        setattr(kernels, attr, value)
+        try:
+            return fn(*args)
+        finally:
+            setattr(kernels, attr, saved)
+    table = getattr(kernels, attr)
+    saved = table[key]
+    table[key] = value
+    try:
+        return fn(*args)
+    finally:
+        table[key] = saved
 
 
 def environment() -> dict:
@@ -304,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated tile sizes (elements of one [BLOCK_S, BLOCK_C] tile, powers of two): the fused operator "
         f"again with each, beside the default {kernels.TILE}",
     )
+    p.add_argument(
+        "--warps",
+        default="",
+        help="comma-separated warp counts (powers of two, at most 32): the fused operator again with each tile kernel "
+        f"in turn launched with each, beside the defaults ({', '.join(f'{k} {v}' for k, v in kernels.WARPS.items())})",
+    )
     a = p.parse_args(argv)
     if not a.bench:
         p.print_help()
@@ -313,10 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fused_groupnorm --tiles: {a.tiles!r}: each tile must be a power of two")
         return 2
     tiles = tuple(int(p) for p in parts)
+    wparts = [w.strip() for w in a.warps.split(",") if w.strip()]
+    if not all(w.isdigit() and 0 < int(w) <= 32 and int(w) & (int(w) - 1) == 0 for w in wparts):
+        print(f"fused_groupnorm --warps: {a.warps!r}: each count must be a power of two from 1 to 32")
+        return 2
     if not (torch.cuda.is_available() and has_triton()):
         print("fused_groupnorm --bench: needs a CUDA device and Triton")
         return 2
-    rows = bench(residual=a.residual, tiles=tiles)
+    rows = bench(residual=a.residual, tiles=tiles, warps=tuple(int(w) for w in wparts))
     if a.csv:
         write_csv(rows, a.csv, environment())
     return 0

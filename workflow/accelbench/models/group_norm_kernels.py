@@ -27,6 +27,10 @@ COMBINE_TILE = 2048  # elements of one [BLOCK_K, BLOCK_CPG] tile of the combine 
 # with 304 and 152-212 bytes of spills at Triton's default of 4 warps, and none at 8 (183-190 registers; statistics
 # and apply 98-100)
 TILE_WARPS = 8
+# the warps each of the four tile kernels launches with (keys: the kernel's name without ``_`` and ``_kernel``), each
+# TILE_WARPS unless a measurement chose otherwise; ``python -m accelbench.models.fused_groupnorm --bench --warps``
+# times each kernel at other counts, one kernel at a time
+WARPS = {"stats": TILE_WARPS, "apply": TILE_WARPS, "bwd_reduce": TILE_WARPS, "bwd_apply": TILE_WARPS}
 
 
 def has_triton() -> bool:

@@ -153,7 +153,7 @@ def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
     kernels._stats_kernel[(b, k)](
         x, r, mean_p, m2_p, c, s, k, *sx, *sr,
         HAS_RES=residual is not None, BLOCK_S=block_s, BLOCK_C=block_c, CHUNK_TILES=tiles,
-        num_warps=kernels.TILE_WARPS,
+        num_warps=kernels.WARPS["stats"],
     )  # fmt: skip
     mean = torch.empty(b, num_groups, device=x.device, dtype=_cdt(x))
     rstd = torch.empty_like(mean)
@@ -168,7 +168,7 @@ def _launch_forward(x, weight, bias, residual, num_groups, eps, silu):
     kernels._apply_kernel[(kernels.cdiv(s, block_s), b)](
         x, r, y, a, sh, c, s, *sx, *sr,
         HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c,
-        num_warps=kernels.TILE_WARPS,
+        num_warps=kernels.WARPS["apply"],
     )  # fmt: skip
     return y, mean, rstd
 
@@ -190,7 +190,7 @@ def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
     kernels._bwd_reduce_kernel[(b, k)](
         x, r, dy, mean, rstd, w, bi, sdz_p, sdzx_p, c, s, k, num_groups, cpg, *sx, *sr,
         HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c, CHUNK_TILES=tiles, **affine,
-        num_warps=kernels.TILE_WARPS,
+        num_warps=kernels.WARPS["bwd_reduce"],
     )  # fmt: skip
     a_g, b_g = torch.empty_like(mean), torch.empty_like(mean)
     dweight = torch.empty(c, device=x.device, dtype=_cdt(x))
@@ -204,7 +204,7 @@ def _launch_backward(dy, x, weight, bias, residual, stats, num_groups, silu):
     kernels._bwd_apply_kernel[(kernels.cdiv(s, block_s), b)](
         x, r, dy, dx, mean, rstd, w, bi, a_g, b_g, c, s, num_groups, cpg, *sx, *sr,
         HAS_RES=residual is not None, SILU=silu, BLOCK_S=block_s, BLOCK_C=block_c, **affine,
-        num_warps=kernels.TILE_WARPS,
+        num_warps=kernels.WARPS["bwd_apply"],
     )  # fmt: skip
     return dx, dweight, dbias
 
