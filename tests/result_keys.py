@@ -44,6 +44,8 @@ ADDED = {
         "measurements.loss_tolerance",
     ): "ours' loss-curve tolerance against the faithful series",
     ("unet3d_profile", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
+    ("unet3d_profile", "measurements.norm_path"): "which implementation ran a fused-GroupNorm configuration's "
+    "GroupNorm (triton, or the torch fallback)",
     ("sr3_scaling", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
     ("lora_finetune", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",
     ("llm_quant", "measurements.energy"): "board energy of the timed steps (accelbench.measure.energy)",

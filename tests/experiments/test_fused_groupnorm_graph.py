@@ -170,3 +170,24 @@ def test_bench_sweeps_each_kernels_warps_one_at_a_time_and_restores_them(monkeyp
 def test_environment_names_the_device_and_versions():
     env = fg.environment()
     assert set(env) == {"device", "torch", "triton"} and env["torch"] == torch.__version__
+
+
+def test_path_names_the_implementation_a_device_gets_and_study_a_records_it(monkeypatch):
+    """``path``: ``torch`` (the fallback) on the CPU whatever Triton does, ``triton`` on CUDA with Triton, ``torch``
+    on CUDA without; Study A's result records it for a fused-GroupNorm configuration only (``norm_path``), so the
+    embedded default's ours result says that it ran the fallback."""
+    from accelbench.backends.device import Device
+    from accelbench.experiments.unet3d import job
+    from accelbench.experiments.unet3d.configs import VARIANTS
+
+    for triton_present in (True, False):
+        monkeypatch.setattr(fg, "has_triton", lambda t=triton_present: t)
+        assert fg.path(torch.device("cpu")) == "torch"
+        assert fg.path(torch.device("cuda", 0)) == ("triton" if triton_present else "torch")
+    model = torch.nn.Linear(2, 2)
+    settings = type("S", (), {"network": "med_ddpm", "micro_batches": 1, "tensor_shape": (1, 3, 8, 8, 8)})()
+    monkeypatch.setattr(job, "keeps_grad_buffers", lambda variant, settings: False)
+    cpu = Device("cpu")
+    fused = job._configuration_record(model, settings, VARIANTS["bf16_channels_last_3d_ndhwc_fused_gn"], cpu)
+    plain = job._configuration_record(model, settings, VARIANTS["bf16"], cpu)
+    assert fused["norm_path"] == "torch" and plain["norm_path"] is None

@@ -266,8 +266,11 @@ def test_ndhwc_configuration_is_named_and_the_others_are_unchanged():
     fold = no_opt[1].replace("_padconv_", "_padconv_fold_")  # and the two micro-batches as one pass
     up_cl = no_opt[1].replace("_padconv_", "_padconv_upsample_cl_")  # the upsampling's passes channels innermost
     ours = {NDHWC, fused, padconv, *no_opt, fold, up_cl, up_cl.replace("_upsample_cl_", "_upsample_cl_fold_")}
-    ours |= {n + "_autotuned" for n in ours}
+    eager = "bf16_channels_last_3d_ndhwc_fused_gn"  # the fused configuration eager: the embedded default's ours
+    ours |= {n + "_autotuned" for n in ours | {eager}} | {eager}
     assert all(v.network_options == NETWORK_DEFAULTS for n, v in VARIANTS.items() if n not in ours)
+    e, f = VARIANTS[eager], VARIANTS[fused]
+    assert e.network_options == f.network_options and not (e.compile or e.cuda_graphs or e.fused_adam)
     v = VARIANTS[NDHWC + "_autotuned"]
     assert v.cudnn_benchmark and v.channels_last_3d and v.autocast == "bf16" and v.cuda_graphs and v.fused_adam
     assert v.network_options == {

@@ -164,6 +164,16 @@ VARIANTS: dict[str, Variant] = {
         # the same with every GroupNorm, the SiLU after it and the time-embedding add before it in one Triton kernel
         # family (accelbench.models.fused_groupnorm; the plain composition where Triton or CUDA is missing)
         NDHWC_FUSED_GN,
+        # the same in eager mode (no compile, no CUDA graphs, Adam unfused): what a CPU or a Gaudi runs of ours, the
+        # GroupNorm through the fused operator's fallback there (F.group_norm + F.silu; the result's norm_path says
+        # which ran); the embedded default's ours configuration
+        dataclasses.replace(
+            NDHWC_FUSED_GN,
+            name="bf16_channels_last_3d_ndhwc_fused_gn",
+            compile=False,
+            compile_mode=None,
+            fused_adam=False,
+        ),
         # the same with the stem's 3 input channels and the output convolution's one output channel zero-padded to 8
         # (accelbench.models.padded_conv: same parameters and result; cuDNN is poor at Cout=1 / Cin=3)
         PADCONV,

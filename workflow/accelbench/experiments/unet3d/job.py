@@ -133,6 +133,7 @@ from accelbench.experiments.unet3d.settings import (  # noqa: F401  (the job's s
 from accelbench.experiments.unet3d.workload import Workload, nvtx_step  # noqa: F401
 from accelbench.measure import clocks, energy, flops, phase
 from accelbench.measure import kernels as kernel_traces
+from accelbench.models import fused_groupnorm
 
 EXPERIMENT = "unet3d_profile"
 
@@ -160,7 +161,7 @@ def profile(job: Settings, system, image: torch.Tensor, mask: torch.Tensor, trac
     device = Device(system.backend)
     torch.manual_seed(seed)
     model = build_network(settings)
-    m = _configuration_record(model, settings, variant)
+    m = _configuration_record(model, settings, variant, device)
     try:
         measured = _measure(job, model, device, image, mask, trace_path, m)
     except device.out_of_memory_errors() as exc:
@@ -175,8 +176,10 @@ def profile(job: Settings, system, image: torch.Tensor, mask: torch.Tensor, trac
     return {"status": "ok", "reason": None, "measurements": m, "kernel_summary": measured["kernels"]}
 
 
-def _configuration_record(model, settings: ModelSettings, variant: Variant) -> dict:
-    """The measurements that state what ran: parameters, network, shapes, configuration, math and buffers."""
+def _configuration_record(model, settings: ModelSettings, variant: Variant, device: Device) -> dict:
+    """The measurements that state what ran: parameters, network, shapes, configuration, math and buffers; for a
+    fused-GroupNorm configuration, which implementation ran it (``norm_path``: ``triton`` or the ``torch`` fallback,
+    :func:`accelbench.models.fused_groupnorm.path`)."""
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "network": settings.network,
@@ -188,6 +191,7 @@ def _configuration_record(model, settings: ModelSettings, variant: Variant) -> d
         "series": variant.series,
         "cudnn_benchmark": variant.cudnn_benchmark,
         "grad_buffers": GRAD_BUFFERS["stable" if keeps_grad_buffers(variant, settings) else "per_step"],
+        "norm_path": fused_groupnorm.path(device.torch_device) if variant.norm == "fused" else None,
     }
 
 
