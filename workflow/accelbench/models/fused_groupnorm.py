@@ -104,7 +104,7 @@ def path(device: torch.device) -> str:
     """Which implementation :func:`group_norm_act` (``impl="auto"``) takes for tensors on ``device``, for a result to
     record: ``"triton"`` (the fused kernels: CUDA with Triton importable) or ``"torch"`` (``F.group_norm`` +
     ``F.silu``, :func:`group_norm_act_reference`: the CPU fallback the embedded default runs, and Gaudi's)."""
-    return "triton" if torch.device(device).type == "cuda" and has_triton() else "torch"
+    return "triton" if torch.device(device).type == "cuda" and has_triton() else "torch"  # _group_norm_act's test
 
 
 def _group_norm_act(x, num_groups, affine, eps, activation, residual, impl, op) -> torch.Tensor:
@@ -115,7 +115,7 @@ def _group_norm_act(x, num_groups, affine, eps, activation, residual, impl, op) 
     if impl not in IMPLS:
         raise ValueError(f"group_norm_act: impl {impl!r} is not one of {IMPLS}")
     weight, bias = affine
-    if impl == "reference" or (impl == "auto" and path(x.device) == "torch"):
+    if impl == "reference" or (impl == "auto" and not (x.is_cuda and has_triton())):  # path(x.device) == "torch"
         return group_norm_act_reference(x, num_groups, weight, bias, eps, activation, residual)
     if residual is not None and residual.shape != x.shape:
         residual = residual.reshape(x.shape[0], x.shape[1])
