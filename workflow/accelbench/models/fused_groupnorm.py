@@ -57,6 +57,7 @@ of one replay of it captured in a CUDA graph (device only), so host overhead and
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import torch
 from torch import nn
@@ -268,30 +269,24 @@ def bench(
     for name, shape, groups in shapes:
         rows.append(_bench_shape(name, shape, groups, residual))
         print(rows[-1], flush=True)
-        settings = [("TILE", None, t) for t in tiles if t != kernels.TILE]
-        settings += [("WARPS", k, w) for w in warps for k, v in kernels.WARPS.items() if v != w]
-        for attr, key, value in settings:
-            rows.append(_with_setting(attr, key, value, _bench_shape, name, shape, groups, residual, True))
+        settings = [(vars(kernels), "TILE", t) for t in tiles if t != kernels.TILE]
+        settings += [(kernels.WARPS, k, w) for w in warps for k, v in kernels.WARPS.items() if v != w]
+        for table, key, value in settings:
+            with _setting(table, key, value):
+                rows.append(_bench_shape(name, shape, groups, residual, fused_only=True))
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     return rows
 
 
-def _with_setting(attr: str, key: str | None, value: int, fn, *args):
-    """``fn(*args)`` with :mod:`~accelbench.models.group_norm_kernels`' ``attr`` (or its entry ``key``) set to
-    ``value``, put back afterwards."""
-    if key is None:
-        saved = getattr(kernels, attr)
-        setattr(kernels, attr, value)
-        try:
-            return fn(*args)
-        finally:
-            setattr(kernels, attr, saved)
-    table = getattr(kernels, attr)
+@contextlib.contextmanager
+def _setting(table: dict, key: str, value: int):
+    """``table[key]`` set to ``value`` for the ``with`` block, put back afterwards (``table``: the kernels module's
+    namespace for ``TILE``, or its ``WARPS``)."""
     saved = table[key]
     table[key] = value
     try:
-        return fn(*args)
+        yield
     finally:
         table[key] = saved
 
